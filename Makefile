@@ -1,0 +1,26 @@
+# RL Studio: the two commands of the README.
+#   make run    set up (virtualenv, requirements, the project) and run the whole platform
+#   make test   set up, then run every test (CI runs exactly this through .ci/run)
+PYTHON ?= python3
+VENV   ?= .venv
+VPY    := $(VENV)/bin/python
+
+.PHONY: install run test check-deploy clean-state
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --upgrade --quiet pip
+	$(VPY) -m pip install --quiet -r requirements.txt
+	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(VPY) -m rlstudio.launcher
+
+test: install
+	$(VPY) -m pytest
+
+check-deploy: install
+	DJANGO_SETTINGS_MODULE=rlstudio.config.settings.production $(VPY) manage.py check --deploy --fail-level WARNING
