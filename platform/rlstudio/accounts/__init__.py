@@ -1,0 +1,1 @@
+"""Accounts: login/logout, personal API tokens, the audit log."""

@@ -1,0 +1,1 @@
+"""`python manage.py api_token`."""

@@ -1,0 +1,39 @@
+"""Pages of the accounts app: the profile page with personal API tokens."""
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from .selectors import api_token_get_for, api_token_list_for
+from .services import api_token_create, api_token_revoke
+
+
+@login_required
+def profile(request):
+    """The user's profile: their API tokens; a token just created is shown once, from the session."""
+    new_key = request.session.pop("new_api_token_key", None)
+    return render(
+        request,
+        "accounts/profile.html",
+        {"tokens": api_token_list_for(user=request.user), "new_key": new_key},
+    )
+
+
+@login_required
+@require_POST
+def token_create(request):
+    """Create a token and show its key once on the profile page (post/redirect/get)."""
+    created = api_token_create(user=request.user, name=request.POST.get("name", ""))
+    # The key passes through the session for one page view only (popped by `profile`).
+    request.session["new_api_token_key"] = created.key
+    return redirect("accounts:profile")
+
+
+@login_required
+@require_POST
+def token_revoke(request, token_id: int):
+    """Revoke one of the user's tokens (another user's answers 404)."""
+    token = api_token_get_for(user=request.user, token_id=token_id)
+    api_token_revoke(token=token, by=request.user)
+    messages.success(request, f"Token {token.key_prefix}… revoked.")
+    return redirect("accounts:profile")

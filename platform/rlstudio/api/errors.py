@@ -1,0 +1,79 @@
+"""The API's one error format: `{"error": {"code", "message", "field", "line"}}` with a 4xx.
+
+Every DRF exception, Django's Http404 / PermissionDenied / ValidationError and `ApiError` (raised
+by services with a code, and optionally the field and line that are wrong) become that shape.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class ApiError(exceptions.APIException):
+    """A refusal with a stable code, for services and views to raise (default 400)."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid"
+
+    def __init__(self, message: str, *, code: str = "invalid", field: str | None = None,
+                 line: int | None = None, status_code: int | None = None):
+        super().__init__(detail=message, code=code)
+        self.error_code, self.field, self.line = code, field, line
+        if status_code is not None:
+            self.status_code = status_code
+
+
+def error_body(*, code: str, message: str, field: str | None = None, line: int | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "field": field, "line": line}}
+
+
+def _first_error(detail: Any, path: str | None = None) -> tuple[str | None, Any]:
+    """The first (field path, ErrorDetail) of a nested ValidationError detail."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            sub = key if path is None else f"{path}.{key}"
+            return _first_error(value, None if key == "non_field_errors" else sub)
+    if isinstance(detail, list) and detail:
+        return _first_error(detail[0], path)
+    return path, detail
+
+
+def api_exception_handler(exc, context) -> Response | None:
+    """DRF's EXCEPTION_HANDLER: the error shape for everything DRF knows, 400 for Django's
+    ValidationError; None (a real 500) only for genuine server bugs."""
+    if isinstance(exc, DjangoValidationError):
+        exc = exceptions.ValidationError(
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ApiError):
+        body = error_body(code=exc.error_code, message=str(exc.detail), field=exc.field, line=exc.line)
+    elif isinstance(exc, exceptions.ValidationError):
+        field, first = _first_error(exc.detail)
+        code = getattr(first, "code", None) or "invalid"
+        body = error_body(code=code, message=str(first), field=field)
+    elif isinstance(exc, (Http404, exceptions.NotFound)):
+        body = error_body(code="not_found", message="Not found.")
+    elif isinstance(exc, DjangoPermissionDenied):
+        body = error_body(code="permission_denied", message=str(exc) or "Permission denied.")
+    elif isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else exc.default_code
+        body = error_body(code=code, message=str(exc.detail))
+    else:
+        body = error_body(code="error", message=str(exc))
+    response.data = body
+    return response
+
+
+def api_not_found(request, exception=None) -> JsonResponse:
+    """A JSON 404 for unknown paths under /api/ (Django's handler404 delegates here)."""
+    return JsonResponse(error_body(code="not_found", message=f"No endpoint at {request.path}"), status=404)

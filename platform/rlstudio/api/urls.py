@@ -1,0 +1,26 @@
+"""Routes under /api/v1/: the resources, the OpenAPI schema and its docs page."""
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import DefaultRouter
+
+from rlstudio.catalog.api import DatasetViewSet, ModelAssetViewSet
+from rlstudio.quotas.api import QuotaView
+from rlstudio.runs.api import RunConfigViewSet, RunViewSet
+
+from .docs import api_docs
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("runs", RunViewSet, basename="run")
+router.register("datasets", DatasetViewSet, basename="dataset")
+router.register("models", ModelAssetViewSet, basename="model")
+router.register("configs", RunConfigViewSet, basename="config")
+
+app_name = "api"
+
+urlpatterns = [
+    path("", include(router.urls)),
+    path("quota/", QuotaView.as_view(), name="quota"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", api_docs, name="docs"),
+]

@@ -1,0 +1,1 @@
+"""Catalog: datasets and model assets that runs train on."""

@@ -1,0 +1,95 @@
+"""Records of the catalog: uploaded datasets and registered model checkpoints."""
+from django.conf import settings
+from django.db import models
+
+
+class DatasetPreset(models.TextChoices):
+    AUTO = "auto", "auto"
+    GSM8K = "gsm8k", "GSM8K"
+    MESSAGES = "messages", "messages"
+    VERL = "verl", "verl"
+
+
+class DatasetSplit(models.TextChoices):
+    TRAIN = "train", "train"
+    VAL = "val", "val"
+
+
+class DatasetStatus(models.TextChoices):
+    VALIDATING = "validating", "validating"
+    READY = "ready", "ready"
+    INVALID = "invalid", "invalid"
+
+
+class Dataset(models.Model):
+    """An uploaded dataset file, stored by content hash, validated and converted by a preset."""
+
+    Preset = DatasetPreset
+    Split = DatasetSplit
+    Status = DatasetStatus
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=200)
+    file_path = models.CharField(max_length=1024, help_text="Stored file, named by content hash.")
+    sha256 = models.CharField(max_length=64, db_index=True)
+    size_bytes = models.BigIntegerField(default=0)
+    format = models.CharField(max_length=32, blank=True, help_text="jsonl, parquet, csv, hf_disk")
+    preset = models.CharField(max_length=16, choices=Preset.choices, default=Preset.AUTO)
+    split = models.CharField(max_length=8, choices=Split.choices, default=Split.TRAIN)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.VALIDATING)
+    error = models.TextField(blank=True)
+    num_rows = models.IntegerField(null=True, blank=True)
+    columns = models.JSONField(default=list, blank=True)
+    stats = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=DatasetStatus.values), name="dataset_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(preset__in=DatasetPreset.values), name="dataset_preset_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(split__in=DatasetSplit.values), name="dataset_split_valid"
+            ),
+            models.CheckConstraint(condition=models.Q(size_bytes__gte=0), name="dataset_size_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelSource(models.TextChoices):
+    REGISTERED = "registered", "registered"
+    RUN_EXPORT = "run_export", "run export"
+
+
+class ModelAsset(models.Model):
+    """A Hugging Face–format checkpoint (local path or URI) runs can start from."""
+
+    Source = ModelSource
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="model_assets")
+    name = models.CharField(max_length=200)
+    path = models.CharField(max_length=1024)
+    tokenizer_ok = models.BooleanField(default=False)
+    num_parameters = models.BigIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.REGISTERED)
+    source_run = models.ForeignKey(
+        "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="exported_models"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(source__in=ModelSource.values), name="modelasset_source_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,1 @@
+"""Configuration of the web side: environment, settings, URLs, ASGI and Celery apps."""

@@ -1,0 +1,1 @@
+"""Django settings: `base` (shared), `local` (development), `test` (pytest), `production`."""

@@ -1,0 +1,168 @@
+"""Settings shared by every RL Studio deployment; values come from `rlstudio.config.env`."""
+from __future__ import annotations
+
+import hashlib
+
+from rlstudio.config.env import REPO_ROOT, load_env, parse_database_url
+
+ENV = load_env()
+BASE_DIR = REPO_ROOT
+STATE_DIR = ENV.state_dir
+UPLOADS_DIR = STATE_DIR / "uploads"
+CHECKPOINTS_DIR = STATE_DIR / "checkpoints"
+RUNS_DIR = STATE_DIR / "runs"
+SERVICES_DIR = STATE_DIR / "services"
+
+# Development and tests get a key derived from the checkout path (stable across restarts, never
+# shipped); production.py refuses to start without a real SECRET_KEY.
+SECRET_KEY = ENV.secret_key or "dev-only-" + hashlib.sha256(str(BASE_DIR).encode()).hexdigest()
+DEBUG = bool(ENV.debug)
+ALLOWED_HOSTS = list(ENV.allowed_hosts)
+CSRF_TRUSTED_ORIGINS = list(ENV.csrf_trusted_origins)
+
+RLSTUDIO_VERSION = "0.1.0"
+REDIS_URL = ENV.redis_url
+RAY_ADDRESS = ENV.ray_address
+RAY_DASHBOARD_URL = ENV.ray_dashboard_url
+PORT = ENV.port
+
+INSTALLED_APPS = [
+    "daphne",  # first: its runserver serves ASGI (HTTP + WebSocket)
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "rlstudio.accounts",
+    "rlstudio.catalog",
+    "rlstudio.runs",
+    "rlstudio.telemetry",
+    "rlstudio.quotas",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "rlstudio.config.urls"
+ASGI_APPLICATION = "rlstudio.config.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": parse_database_url(ENV.database_url)}
+# Persistent connections do not mix well with ASGI's thread-per-request sync views; health checks
+# make a dropped connection visible instead of failing the next request.
+DATABASES["default"]["CONN_MAX_AGE"] = 0
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "runs:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+MEDIA_ROOT = UPLOADS_DIR
+
+# Channels: the Redis layer drops messages silently past `capacity` (100 by default lost ~27% of a
+# burst of 1,000 here), and an idle websocket needs a socket timeout on the layer's connections.
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "capacity": 10000,
+            "expiry": 60,
+            "prefix": "rlstudio",
+        },
+    }
+}
+
+# Celery: a real broker always (never eager mode), JSON only, acknowledge after the task ran so a
+# worker lost mid-task hands the task to another.
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE: dict = {}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Token first: its WWW-Authenticate header turns "not logged in" into a 401.
+        "rlstudio.accounts.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rlstudio.api.pagination.CountResultsPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "rlstudio.api.errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.MultiPartParser",
+        "rest_framework.parsers.FormParser",
+    ],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "RL Studio API",
+    "DESCRIPTION": "Datasets, models, configs, runs and their telemetry (docs: api.md).",
+    "VERSION": RLSTUDIO_VERSION,
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "rlstudio.runs.models.RunStatus",
+        "DatasetStatusEnum": "rlstudio.catalog.models.DatasetStatus",
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+}

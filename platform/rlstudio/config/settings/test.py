@@ -1,0 +1,29 @@
+"""Test settings: the real PostgreSQL and Redis, a fast password hasher, nothing faked.
+
+DATABASE_URL defaults to the `postgres` database on 127.0.0.1 (pytest-django creates and drops
+`test_postgres` next to it); RLSTUDIO_TEST_DATABASE_NAME names another test database so that two
+suites can run at once on one server. Celery stays real: no eager mode.
+"""
+from .base import *  # noqa: F401,F403
+from .base import CHANNEL_LAYERS, DATABASES, ENV, parse_database_url
+
+if ENV.database_url_from != "env":
+    # Tests never follow a running launcher's endpoints.json: they use the test machine's server.
+    DATABASES["default"].update(
+        parse_database_url("postgresql://postgres@127.0.0.1:5432/postgres")
+    )
+if ENV.test_database_name:
+    DATABASES["default"]["TEST"] = {"NAME": ENV.test_database_name}
+
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# A prefix of its own so tests never cross messages with a running development platform.
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "rlstudio-test"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Serve static files straight from static/ (no collectstatic needed outside production).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

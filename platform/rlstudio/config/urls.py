@@ -1,0 +1,30 @@
+"""The URL map of RL Studio: pages, admin, the API under /api/v1/, /healthz."""
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from rlstudio.accounts.urls import auth_urlpatterns
+from rlstudio.api.errors import api_not_found
+from rlstudio.health import healthz
+from rlstudio.runs import views as run_views
+
+urlpatterns = [
+    path("", run_views.run_list, name="home"),
+    path("healthz", healthz, name="healthz"),
+    path("healthz/", RedirectView.as_view(url="/healthz")),
+    *auth_urlpatterns,
+    path("accounts/", include("rlstudio.accounts.urls")),
+    path("runs/", include("rlstudio.runs.urls")),
+    path("", include("rlstudio.catalog.urls")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("rlstudio.api.urls")),
+]
+
+
+def handler404(request, exception=None):
+    """JSON 404s under /api/, Django's page elsewhere."""
+    if request.path.startswith("/api/"):
+        return api_not_found(request, exception)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)

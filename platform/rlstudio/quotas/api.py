@@ -1,0 +1,27 @@
+"""API view of quotas: GET /api/v1/quota/ (the caller's quota and usage now)."""
+from dataclasses import asdict
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rlstudio.api.errors import ApiError
+
+from .models import GpuQuota
+from .selectors import quota_usage_for
+from .serializers import QuotaUsageSerializer
+
+
+class QuotaView(APIView):
+    """The caller's GPU quota next to what they hold now and used this month."""
+
+    @extend_schema(responses=QuotaUsageSerializer)
+    def get(self, request):
+        try:
+            usage = quota_usage_for(user=request.user)
+        except GpuQuota.DoesNotExist:
+            raise ApiError(
+                "No quota applies: there is no default quota row (an admin must create one).",
+                code="no_quota", status_code=409,
+            ) from None
+        return Response(QuotaUsageSerializer(asdict(usage)).data)

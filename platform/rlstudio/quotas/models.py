@@ -1,0 +1,38 @@
+"""GPU quotas: one row per user with a quota of their own, plus one default row for everyone else."""
+from django.conf import settings
+from django.db import models
+
+
+class GpuQuota(models.Model):
+    """Limits for one user (`user` set) or the default for users without a row (`is_default`)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="gpu_quota"
+    )
+    is_default = models.BooleanField(default=False)
+    max_gpus = models.IntegerField(default=1, help_text="GPUs held at once.")
+    gpu_hours_per_month = models.FloatField(default=100.0)
+    max_concurrent_runs = models.IntegerField(default=2)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "GPU quota"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(max_gpus__gte=0), name="gpuquota_max_gpus_nonneg"),
+            models.CheckConstraint(
+                condition=models.Q(gpu_hours_per_month__gte=0), name="gpuquota_gpu_hours_nonneg"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_concurrent_runs__gte=0), name="gpuquota_max_runs_nonneg"
+            ),
+            # Either a user's row or the default row, never both nor neither.
+            models.CheckConstraint(
+                condition=(models.Q(user__isnull=True, is_default=True) | models.Q(user__isnull=False, is_default=False)),
+                name="gpuquota_user_xor_default",
+            ),
+            models.UniqueConstraint(fields=["is_default"], condition=models.Q(is_default=True), name="gpuquota_one_default"),
+        ]
+
+    def __str__(self) -> str:
+        who = "default" if self.is_default else str(self.user)
+        return f"{who}: {self.max_gpus} GPUs, {self.gpu_hours_per_month:g} GPU-h/month, {self.max_concurrent_runs} runs"

@@ -1,0 +1,1 @@
+"""Runs: saved configs, runs and the run state machine."""

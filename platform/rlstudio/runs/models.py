@@ -1,0 +1,96 @@
+"""Records of the runs app: saved configs (templates) and runs with their frozen config."""
+from django.conf import settings
+from django.db import models
+
+
+class RunConfig(models.Model):
+    """A saved, named trainer config a user can launch again or clone."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="run_configs")
+    name = models.CharField(max_length=200)
+    config = models.JSONField(default=dict)
+    description = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="runconfig_owner_name_unique")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunStatus(models.TextChoices):
+    """Run states; transitions between them live in `rlstudio.runs.services` only."""
+
+    QUEUED = "queued", "queued"
+    SUBMITTING = "submitting", "submitting"
+    RUNNING = "running", "running"
+    STOPPING = "stopping", "stopping"
+    STOPPED = "stopped", "stopped"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    LOST = "lost", "lost"
+
+
+TERMINAL_STATUSES = frozenset({RunStatus.STOPPED, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.LOST})
+# States in which a run holds its devices (quota usage counts these).
+ACTIVE_STATUSES = frozenset({RunStatus.SUBMITTING, RunStatus.RUNNING, RunStatus.STOPPING})
+
+
+class RunParentKind(models.TextChoices):
+    NONE = "", "none"
+    RESUME = "resume", "resume"
+    CLONE = "clone", "clone"
+
+
+class Run(models.Model):
+    """One training run: what it trains on, its frozen config, where it is in its life."""
+
+    ParentKind = RunParentKind
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200)
+    dataset = models.ForeignKey("catalog.Dataset", on_delete=models.PROTECT, related_name="runs")
+    val_dataset = models.ForeignKey(
+        "catalog.Dataset", null=True, blank=True, on_delete=models.PROTECT, related_name="val_runs"
+    )
+    model = models.ForeignKey("catalog.ModelAsset", on_delete=models.PROTECT, related_name="runs")
+    config = models.JSONField(default=dict, help_text="Frozen snapshot handed to the trainer.")
+    gpus = models.IntegerField(default=0)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
+    queue_reason = models.CharField(max_length=300, blank=True)
+    ray_submission_id = models.CharField(max_length=128, unique=True, null=True, blank=True)
+    ingest_token_hash = models.CharField(max_length=64, blank=True)
+    step = models.IntegerField(default=0)
+    total_steps = models.IntegerField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    checkpoint_path = models.CharField(max_length=1024, blank=True)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    parent_kind = models.CharField(max_length=8, choices=RunParentKind.choices, blank=True, default="")
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        indexes = [models.Index(fields=["owner", "status"], name="run_owner_status_idx")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(gpus__gte=0), name="run_gpus_nonneg"),
+            models.CheckConstraint(condition=models.Q(step__gte=0), name="run_step_nonneg"),
+            models.CheckConstraint(
+                condition=models.Q(status__in=RunStatus.values), name="run_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(parent_kind__in=RunParentKind.values),
+                name="run_parent_kind_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

@@ -1,0 +1,46 @@
+"""Reads of the runs app, always narrowed to what the user may see."""
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import JSONField, OuterRef, QuerySet, Subquery
+
+from rlstudio.ownership import get_visible_or_404, owned_by_or_staff
+from rlstudio.telemetry.models import MetricRow
+
+from .models import Run, RunConfig
+
+
+def _with_latest_metrics(queryset: QuerySet[Run]) -> QuerySet[Run]:
+    """Annotate `latest_metrics`: the metrics JSON of the run's highest step (None before any)."""
+    latest = MetricRow.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
+    return queryset.annotate(latest_metrics=Subquery(latest, output_field=JSONField()))
+
+
+def run_list_for(*, user: AbstractBaseUser, status: str | None = None) -> QuerySet[Run]:
+    """Runs the user may see, newest first, with their latest metrics; optionally one status."""
+    qs = owned_by_or_staff(
+        Run.objects.select_related("owner", "dataset", "model", "val_dataset"), user=user
+    )
+    if status:
+        qs = qs.filter(status=status)
+    return _with_latest_metrics(qs).order_by("-created", "-id")
+
+
+def run_get_for(*, user: AbstractBaseUser, run_id) -> Run:
+    """One visible run (with latest metrics), or Http404."""
+    return get_visible_or_404(run_list_for(user=user), user=user, pk=run_id)
+
+
+def run_config_list_for(*, user: AbstractBaseUser) -> QuerySet[RunConfig]:
+    """Saved configs the user may see, newest first."""
+    return owned_by_or_staff(RunConfig.objects.select_related("owner"), user=user).order_by("-created", "-id")
+
+
+def run_config_get_for(*, user: AbstractBaseUser, config_id) -> RunConfig:
+    """One visible saved config, or Http404."""
+    return get_visible_or_404(RunConfig.objects.select_related("owner"), user=user, pk=config_id)
+
+
+def latest_reward(run: Run) -> float | None:
+    """The latest `critic/score/mean` of a run annotated by `run_list_for`, if it reported one."""
+    metrics = getattr(run, "latest_metrics", None) or {}
+    value = metrics.get("critic/score/mean")
+    return float(value) if isinstance(value, (int, float)) else None

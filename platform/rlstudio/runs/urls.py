@@ -1,0 +1,11 @@
+"""URLs of the runs pages."""
+from django.urls import path
+
+from . import views
+
+app_name = "runs"
+
+urlpatterns = [
+    path("", views.run_list, name="list"),
+    path("<int:run_id>/", views.run_detail, name="detail"),
+]

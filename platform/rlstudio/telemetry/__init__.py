@@ -1,0 +1,1 @@
+"""Telemetry: what runs report (events, metrics, samples, memory) and its live push to browsers."""

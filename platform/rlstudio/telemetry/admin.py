@@ -1,0 +1,36 @@
+"""Admin pages of telemetry (read mostly: these rows come from the trainer)."""
+from django.contrib import admin
+
+from .models import MemoryPoint, MetricRow, RunEvent, Sample
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(admin.ModelAdmin):
+    list_display = ["run", "seq", "type", "time"]
+    list_filter = ["type", "time"]
+    search_fields = ["run__name", "type"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(MetricRow)
+class MetricRowAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "time"]
+    list_filter = ["time"]
+    search_fields = ["run__name"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(Sample)
+class SampleAdmin(admin.ModelAdmin):
+    list_display = ["run", "step", "uid", "index", "reward", "advantage", "response_length", "num_turns", "finish_reason"]
+    list_filter = ["finish_reason", "has_tool_call"]
+    search_fields = ["run__name", "uid"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(MemoryPoint)
+class MemoryPointAdmin(admin.ModelAdmin):
+    list_display = ["run", "seq", "time", "step", "phase", "device", "allocated", "reserved", "peak", "rss"]
+    list_filter = ["phase", "device"]
+    search_fields = ["run__name", "phase"]
+    raw_id_fields = ["run"]

@@ -1,0 +1,88 @@
+"""Records of what a run reports, each stored once per (run, seq) or (run, step)."""
+from django.db import models
+
+
+class RunEvent(models.Model):
+    """One event as the trainer sent it (its per-run sequence number makes re-sends idempotent)."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=32)
+    time = models.DateTimeField()
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="runevent_run_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} #{self.seq} {self.type}"
+
+
+class MetricRow(models.Model):
+    """All metrics of one step of a run (verl names: `critic/score/mean`, `actor/pg_loss`, ...)."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="metric_rows")
+    step = models.IntegerField()
+    time = models.DateTimeField()
+    metrics = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="metricrow_run_step_unique")]
+        indexes = [models.Index(fields=["run", "step"], name="metricrow_run_step_idx")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step}"
+
+
+class Sample(models.Model):
+    """One rollout sample with its transcript (and, where recorded, its token view)."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="samples")
+    seq = models.BigIntegerField()
+    step = models.IntegerField()
+    uid = models.CharField(max_length=128, help_text="The prompt's id (its GRPO group).")
+    index = models.IntegerField(help_text="Index of the sample within its group.")
+    reward = models.FloatField(null=True, blank=True)
+    advantage = models.FloatField(null=True, blank=True)
+    response_length = models.IntegerField(default=0)
+    num_turns = models.IntegerField(default=1)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    has_tool_call = models.BooleanField(default=False)
+    transcript = models.JSONField(default=list)
+    token_view = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="sample_run_seq_unique")]
+        indexes = [
+            models.Index(fields=["run", "step"], name="sample_run_step_idx"),
+            models.Index(fields=["run", "reward"], name="sample_run_reward_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} step {self.step} {self.uid}[{self.index}]"
+
+
+class MemoryPoint(models.Model):
+    """Memory at one moment of a run: GPU allocated/reserved/peak bytes, or process RSS on CPU."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="memory_points")
+    seq = models.BigIntegerField()
+    time = models.DateTimeField()
+    step = models.IntegerField(null=True, blank=True)
+    phase = models.CharField(max_length=32, blank=True)
+    device = models.CharField(max_length=32, blank=True)
+    allocated = models.BigIntegerField(null=True, blank=True)
+    reserved = models.BigIntegerField(null=True, blank=True)
+    peak = models.BigIntegerField(null=True, blank=True)
+    rss = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="memorypoint_run_seq_unique")]
+        indexes = [models.Index(fields=["run", "time"], name="memorypoint_run_time_idx")]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} #{self.seq} {self.phase}"

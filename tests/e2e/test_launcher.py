@@ -1,0 +1,409 @@
+"""End-to-end tests of `python -m rlstudio.launcher` (what `make run` runs), on real everything.
+
+The launcher starts as a subprocess with a temporary state dir and no DATABASE_URL / REDIS_URL /
+RAY_ADDRESS, so it brings up embedded PostgreSQL and Redis, a Ray head, Celery and Daphne. The tests
+talk to them over the network like a user would, stop the launcher with SIGINT and check that no
+process it started is left. A second test kills the launcher with SIGKILL and checks that the next
+start cleans up after it and keeps the data. Plus fast checks of the launcher's small parts.
+
+Run: .venv/bin/python -m pytest tests/e2e/test_launcher.py -q -s   (-s shows the measurements)
+"""
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OWNER_ENV = "RLSTUDIO_LAUNCHER_OWNER"  # the mark the launcher puts on every child's environment
+ADMIN_PASSWORD = "e2e-launcher-pw-7391"
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_block(size: int = 100) -> int:
+    """A port P such that P .. P+size are all free now (the launcher derives its ports from P+1)."""
+    for _ in range(200):
+        base = random.randrange(20000, 55000, 100)
+        if all(_free(p) for p in range(base, base + size)):
+            return base
+    raise RuntimeError("no free block of ports")
+
+
+def launcher_env(state: Path, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "DJANGO_SETTINGS_MODULE",
+                "RLSTUDIO_PORT_BASE", OWNER_ENV):
+        env.pop(key, None)
+    env.update(RLSTUDIO_STATE_DIR=str(state), PORT=str(port), PYTHONUNBUFFERED="1",
+               RLSTUDIO_ADMIN_PASSWORD=ADMIN_PASSWORD, RLSTUDIO_RAY_CPUS="1")
+    return env
+
+
+class Launched:
+    """A launcher subprocess with its console captured to a file."""
+
+    def __init__(self, state: Path, port: int, *flags: str) -> None:
+        self.state, self.port = state, port
+        state.mkdir(parents=True, exist_ok=True)
+        n = len(list(state.parent.glob(f"console-{state.name}-*.txt")))
+        self.console = state.parent / f"console-{state.name}-{n}.txt"  # one file per launch
+        self._out = open(self.console, "wb")
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rlstudio.launcher", *flags],
+            env=launcher_env(state, port), cwd=str(REPO), stdout=self._out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+
+    def text(self) -> str:
+        return self.console.read_text(errors="replace")
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def wait_healthy(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"launcher exited with {self.proc.returncode}:\n{self.text()[-4000:]}")
+            try:
+                # Ready = /healthz 200 and the launcher's banner (printed once the worker answers).
+                with urllib.request.urlopen(self.url("/healthz"), timeout=5) as resp:
+                    if resp.status == 200 and "RL Studio is up at" in self.text():
+                        return json.loads(resp.read())
+            except urllib.error.HTTPError as exc:
+                last = f"HTTP {exc.code}"
+            except OSError as exc:
+                last = str(exc)
+            time.sleep(0.5)
+        self.kill_all()
+        pytest.fail(f"/healthz not 200 within {timeout} s ({last}):\n{self.text()[-4000:]}")
+
+    def processes(self) -> list[psutil.Process]:
+        """The launcher's process tree plus everything carrying its mark (re-parented ones too)."""
+        found = {}
+        try:
+            root = psutil.Process(self.proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                found[p.pid] = p
+        except psutil.NoSuchProcess:
+            pass
+        for p in marked(self.state):
+            found.setdefault(p.pid, p)
+        return list(found.values())
+
+    def stop(self, timeout: float = 90) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+            pytest.fail(f"launcher did not exit within {timeout} s of SIGINT:\n{self.text()[-3000:]}")
+
+    def kill_all(self) -> None:
+        """Last-resort cleanup so a failing test leaves nothing running."""
+        procs = self.processes()
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def marked(state: Path) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(OWNER_ENV) == str(state) and alive(p):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            pass
+    return out
+
+
+def rss_mib(procs: list[psutil.Process]) -> float:
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total / 2**20
+
+
+def login(l: Launched, username: str, password: str) -> http.cookiejar.CookieJar:
+    """Log in through the real login form (CSRF cookie + token); returns the session cookies."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(l.url("/accounts/login/"), timeout=10) as resp:
+        assert resp.status == 200
+        page = resp.read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    data = urllib.parse.urlencode({"username": username, "password": password,
+                                   "csrfmiddlewaretoken": token}).encode()
+    with opener.open(l.url("/accounts/login/"), data=data, timeout=10) as resp:
+        assert "/accounts/login/" not in resp.url, "login failed: still on the login page"
+    assert any(c.name == "sessionid" for c in jar)
+    return jar
+
+
+def ws_close_code(l: Launched, path: str, headers: dict[str, str] | None = None) -> tuple[int, int | None]:
+    """Open a websocket through the ASGI server; returns (HTTP status of the upgrade, close code),
+    the code None when the app accepted and kept the connection open."""
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    # Channels' origin validator wants an Origin among the allowed hosts, as a browser sends.
+    with connect(f"ws://127.0.0.1:{l.port}{path}", additional_headers=headers or {},
+                 origin=f"http://127.0.0.1:{l.port}", open_timeout=10) as ws:
+        status = ws.response.status_code
+        try:
+            ws.recv(timeout=5)
+        except ConnectionClosed as exc:
+            return status, exc.rcvd.code
+        except TimeoutError:
+            return status, None
+    raise AssertionError("the server sent a message instead of closing")
+
+
+def assert_all_gone(l: Launched, pids: list[psutil.Process]) -> None:
+    deadline = time.monotonic() + 10  # the kernel may need a moment to reap
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p for p in left if alive(p)]
+    assert not left, f"left running: {[(p.pid, p.name()) for p in left]}"
+    assert marked(l.state) == []
+    assert not (l.state / "services" / "endpoints.json").exists()
+    assert list((l.state / "run").glob("*.pid")) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end
+
+
+def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
+    port = free_port_block()
+    state = tmp_path / "st"
+    l = Launched(state, port)
+    try:
+        health = l.wait_healthy(timeout=240)
+        ready_s = time.monotonic() - l.t0
+        assert health["db"] == "ok" and health["redis"] == "ok", health
+        assert health["ray"] == "ok", health
+
+        # The endpoints contract: the URLs of the running services, for manage.py elsewhere.
+        ep = json.loads((state / "services" / "endpoints.json").read_text())
+        assert set(ep) == {"DATABASE_URL", "REDIS_URL", "RAY_ADDRESS", "RAY_DASHBOARD_URL"}
+        assert ep["DATABASE_URL"].startswith("postgresql://") and "/rlstudio" in ep["DATABASE_URL"]
+        assert str(port) not in ep["DATABASE_URL"] and ":6379" not in ep["REDIS_URL"]
+
+        # A real PostgreSQL, migrated, with the demo admin.
+        import psycopg2
+
+        with psycopg2.connect(ep["DATABASE_URL"]) as conn, conn.cursor() as cur:
+            cur.execute("SELECT is_superuser FROM auth_user WHERE username = 'admin'")
+            assert cur.fetchone() == (True,)
+            cur.execute("SELECT count(*) FROM django_migrations")
+            assert cur.fetchone()[0] > 10
+
+        # A real Redis with a live Celery worker on it.
+        from celery import Celery
+
+        replies = Celery("probe", broker=ep["REDIS_URL"]).control.ping(timeout=5)
+        assert replies and all("ok" in next(iter(r.values())) for r in replies), replies
+
+        # `manage.py` in another shell with the same state dir reaches the same database.
+        env = launcher_env(state, port)
+        env["DJANGO_SETTINGS_MODULE"] = "rlstudio.config.settings.local"
+        shown = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c",
+             "from django.contrib.auth import get_user_model as g;"
+             "print('admins', g().objects.filter(is_superuser=True).count())"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        assert "admins 1" in shown.stdout, shown.stderr[-2000:]
+
+        # The login page, and logging in with the printed credentials.
+        with urllib.request.urlopen(l.url("/accounts/login/"), timeout=10) as resp:
+            assert resp.status == 200
+        assert f"password {ADMIN_PASSWORD!r}" in l.text()
+        jar = login(l, "admin", ADMIN_PASSWORD)
+
+        # WebSockets through the ASGI server: upgraded (101), then Django's consumer closes an
+        # anonymous connection with 4401; with the admin's session it is not the anonymous code.
+        assert ws_close_code(l, "/ws/runs/1/") == (101, 4401)
+        cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
+        status, code = ws_close_code(l, "/ws/runs/1/", {"Cookie": cookie})
+        assert status == 101 and code != 4401
+
+        # Ray's Jobs API at RAY_ADDRESS runs a job to completion.
+        from ray.job_submission import JobStatus, JobSubmissionClient
+
+        client = JobSubmissionClient(ep["RAY_ADDRESS"])
+        job = client.submit_job(entrypoint="python -c \"print('ray-says', 6 * 7)\"")
+        deadline = time.monotonic() + 90
+        while client.get_job_status(job) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
+            assert time.monotonic() < deadline, "Ray job did not finish in 90 s"
+            time.sleep(0.5)
+        assert client.get_job_status(job) == JobStatus.SUCCEEDED
+        assert "ray-says 42" in client.get_job_logs(job)
+
+        procs = l.processes()
+        names = {p.name() for p in procs if alive(p)}
+        assert {"postgres", "raylet", "gcs_server"} <= names, names
+        assert any("redis-server" in n for n in names), names
+        print(f"\n[measure] full launcher (Ray, Celery): ready in {ready_s:.1f} s, "
+              f"{rss_mib(procs):.0f} MiB RSS over {len(procs)} processes")
+    except BaseException:
+        l.kill_all()
+        raise
+
+    t = time.monotonic()
+    rc = l.stop()
+    print(f"[measure] stopped in {time.monotonic() - t:.1f} s")
+    assert rc == 0, l.text()[-3000:]
+    assert_all_gone(l, procs)
+
+
+def test_second_start_after_kill9_recovers_and_keeps_data(tmp_path):
+    port = free_port_block()
+    state = tmp_path / "st"
+    first = Launched(state, port, "--no-ray", "--no-celery")
+    try:
+        first.wait_healthy(timeout=180)
+        ready_s = time.monotonic() - first.t0
+        procs = first.processes()
+        print(f"\n[measure] launcher without Ray/Celery: ready in {ready_s:.1f} s, "
+              f"{rss_mib(procs):.0f} MiB RSS over {len(procs)} processes")
+        ep = json.loads((state / "services" / "endpoints.json").read_text())
+        import psycopg2
+
+        with psycopg2.connect(ep["DATABASE_URL"]) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE e2e_keep (v int); INSERT INTO e2e_keep VALUES (7)")
+        conn.close()
+        # Crash: the launcher dies at once; its children (own sessions) keep running.
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(timeout=10)
+        orphans = [p for p in procs if p.pid != first.proc.pid and alive(p)]
+        assert any(p.name() == "postgres" for p in orphans)
+    except BaseException:
+        first.kill_all()
+        raise
+
+    second = Launched(state, port, "--no-ray", "--no-celery")
+    try:
+        second.wait_healthy(timeout=180)
+        assert "left by a previous launcher" in second.text()
+        assert [p for p in orphans if alive(p)] == [], "the crashed launcher's processes survive"
+        ep = json.loads((state / "services" / "endpoints.json").read_text())
+        with psycopg2.connect(ep["DATABASE_URL"]) as conn, conn.cursor() as cur:
+            cur.execute("SELECT v FROM e2e_keep")
+            assert cur.fetchone() == (7,)  # the data folder survived the crash
+        conn.close()
+
+        # A second launcher on the same state dir refuses while this one runs.
+        dup = subprocess.run([sys.executable, "-m", "rlstudio.launcher", "--no-ray"],
+                             env=launcher_env(state, port + 99), cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+        assert dup.returncode != 0 and "another launcher" in (dup.stdout + dup.stderr)
+        procs = second.processes()
+    except BaseException:
+        second.kill_all()
+        raise
+    assert second.stop() == 0, second.text()[-3000:]
+    assert_all_gone(second, procs)
+
+
+# ---------------------------------------------------------------------------------------------
+# the small parts
+
+
+def test_port_allocator_skips_busy_ports_and_never_repeats():
+    from rlstudio.launcher.layout import PortAllocator
+
+    base = free_port_block(20)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", base + 1))
+        busy.listen()
+        alloc = PortAllocator(base)
+        got = alloc.take_many(3)
+    assert got == [base, base + 2, base + 3]
+
+
+def test_endpoints_written_atomically_and_read_by_env(tmp_path):
+    from rlstudio.config.env import load_env
+    from rlstudio.launcher import endpoints
+    from rlstudio.launcher.layout import layout_for
+
+    lay = layout_for(tmp_path.resolve())
+    lay.create()
+    endpoints.write(lay.endpoints, {"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/rlstudio",
+                                    "REDIS_URL": "redis://127.0.0.1:2/0", "RAY_ADDRESS": ""})
+    assert json.loads(lay.endpoints.read_text()) == {
+        "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/rlstudio",
+        "REDIS_URL": "redis://127.0.0.1:2/0"}
+    assert [p.name for p in lay.services.iterdir() if p.is_file()] == ["endpoints.json"]  # no temp left
+    env = load_env({"RLSTUDIO_STATE_DIR": str(tmp_path)})
+    assert env.redis_url == "redis://127.0.0.1:2/0" and env.database_url_from == "endpoints"
+    with pytest.raises(ValueError):
+        endpoints.write(lay.endpoints, {"NOT_A_KEY": "x"})
+    endpoints.remove(lay.endpoints)
+    assert not lay.endpoints.exists()
+
+
+def test_short_socket_folders_for_long_state_paths(tmp_path):
+    from rlstudio.launcher.layout import layout_for
+
+    long_state = tmp_path / ("x" * 120)
+    lay = layout_for(long_state)
+    assert len(str(lay.ray_temp)) <= 30 and str(lay.ray_temp).startswith("/tmp/rls-")
+    assert len(str(lay.pg_socket_dir / ".s.PGSQL.65535")) <= 100
+    other = layout_for(tmp_path / ("y" * 120))
+    assert other.ray_temp != lay.ray_temp  # two state dirs never share socket folders
+
+
+def test_admin_password_generated_once_and_kept(tmp_path):
+    from rlstudio.launcher.credentials import admin_credentials
+
+    user, pw, source = admin_credentials(tmp_path, {})
+    assert user == "admin" and len(pw) >= 12 and source.endswith("admin-password")
+    assert admin_credentials(tmp_path, {})[1] == pw
+    assert (tmp_path / "admin-password").stat().st_mode & 0o077 == 0
+    assert admin_credentials(tmp_path, {"RLSTUDIO_ADMIN_USER": "boss",
+                                        "RLSTUDIO_ADMIN_PASSWORD": "given"})[:2] == ("boss", "given")

@@ -1,0 +1,55 @@
+"""The API's base: pagination shape, error shape, no 500s on bad input, schema and docs."""
+import pytest
+from django.test import Client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client(alice):
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+def test_limit_offset_pagination(client, alice, make_run):
+    for i in range(5):
+        make_run(alice, f"run-{i}")
+    page = client.get("/api/v1/runs/?limit=2&offset=1").json()
+    assert page["count"] == 5 and [r["name"] for r in page["results"]] == ["run-3", "run-2"]
+    assert set(page) == {"count", "results"}
+    run = page["results"][0]
+    for field in ["id", "name", "owner", "status", "step", "total_steps", "gpus", "created", "started", "error"]:
+        assert field in run
+    assert run["owner"] == "alice" and run["status"] == "queued"
+    assert client.get("/api/v1/runs/?limit=abc&offset=-3").status_code == 200
+
+
+def test_error_shape_and_no_500(client):
+    for url in ["/api/v1/runs/abc/", "/api/v1/runs/999999/", "/api/v1/nothing-here/", "/api/v1/datasets/1.5/"]:
+        response = client.get(url)
+        assert response.status_code == 404, url
+        assert response.json()["error"]["code"] == "not_found", url
+    bad = client.get("/api/v1/runs/?status=exploded")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["field"] == "status" and "exploded" in bad.json()["error"]["message"]
+    assert set(bad.json()["error"]) == {"code", "message", "field", "line"}
+    method = client.delete("/api/v1/runs/")
+    assert method.status_code == 405 and method.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_run_detail_includes_config(client, alice, make_run):
+    run = make_run(alice, config={"algorithm": {"adv_estimator": "grpo"}})
+    body = client.get(f"/api/v1/runs/{run.pk}/").json()
+    assert body["config"] == {"algorithm": {"adv_estimator": "grpo"}} and body["latest_reward"] is None
+
+
+def test_schema_and_docs(client):
+    schema = client.get("/api/v1/schema/")
+    assert schema.status_code == 200
+    text = schema.content.decode()
+    for route in ["/api/v1/runs/", "/api/v1/runs/{id}/", "/api/v1/datasets/", "/api/v1/models/",
+                  "/api/v1/configs/{id}/", "/api/v1/quota/"]:
+        assert route + ":" in text, route
+    docs = client.get("/api/v1/docs/").content.decode()
+    assert "/api/v1/quota/" in docs and "<script" not in docs  # no CDN-loaded UI

@@ -1,0 +1,69 @@
+"""Entry points: stdlib `platform` not shadowed, production settings pass `check --deploy`."""
+import os
+import platform
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SETTINGS_MODULE", "DEBUG"}}
+    env.update(extra)
+    return env
+
+
+def test_stdlib_platform_under_pytest():
+    assert platform.system() in {"Linux", "Darwin", "Windows"}
+    assert hasattr(platform, "python_version")  # the standard library's module, not platform/
+
+
+def test_stdlib_platform_under_manage_py_shell():
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c",
+         "import platform, rlstudio; print(platform.system(), platform.__file__)"],
+        cwd=REPO, env=_env(DJANGO_SETTINGS_MODULE="rlstudio.config.settings.test"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    system, path = out.stdout.strip().splitlines()[-1].split()
+    assert system == platform.system()
+    assert not path.startswith(str(REPO / "platform"))
+
+
+def test_production_settings_pass_check_deploy():
+    out = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO,
+        env=_env(
+            DJANGO_SETTINGS_MODULE="rlstudio.config.settings.production",
+            SECRET_KEY=secrets.token_urlsafe(60),
+            ALLOWED_HOSTS="example.com",
+        ),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "System check identified no issues" in out.stdout
+    assert "WARNING" not in out.stderr
+
+
+def test_production_settings_refuse_a_missing_secret_key():
+    env = _env(DJANGO_SETTINGS_MODULE="rlstudio.config.settings.production", ALLOWED_HOSTS="example.com")
+    env.pop("SECRET_KEY", None)
+    out = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode != 0
+    assert "SECRET_KEY is not set" in out.stderr
+
+
+def test_migrations_are_complete():
+    out = subprocess.run(
+        [sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"],
+        cwd=REPO, env=_env(DJANGO_SETTINGS_MODULE="rlstudio.config.settings.test"),
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "No changes detected" in out.stdout

@@ -1,0 +1,136 @@
+"""Advantage estimators against values worked out by hand / in float64."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from trainer.algorithms.advantages import adv_estimator_names, compute_advantage, get_adv_estimator
+
+torch.set_num_threads(1)
+
+# rows: group a = [1, 0, 0, 1], singleton b = [0.5], group c = [2, 0]; score on each row's last token
+SCORES = [1.0, 0.0, 0.0, 1.0, 0.5, 2.0, 0.0]
+INDEX = ["a", "a", "a", "a", "b", "c", "c"]
+LENGTHS = [3, 1, 4, 2, 4, 2, 3]
+T = 4
+
+
+def _batch(dtype=torch.float64):
+    rewards = torch.zeros(len(SCORES), T, dtype=dtype)
+    mask = torch.zeros(len(SCORES), T, dtype=dtype)
+    for i, (s, n) in enumerate(zip(SCORES, LENGTHS)):
+        mask[i, :n] = 1
+        rewards[i, n - 1] = s
+    return rewards, mask
+
+
+def _expand(per_row):
+    _, mask = _batch()
+    return torch.tensor(per_row, dtype=torch.float64).unsqueeze(-1) * mask
+
+
+def test_registry_lists_the_estimators_and_names_unknown():
+    assert {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"} <= set(
+        adv_estimator_names()
+    )
+    with pytest.raises(ValueError, match="gae.*known: grpo|known:.*grpo"):
+        get_adv_estimator("gae")
+
+
+def test_grpo_known_group_and_singleton():
+    rewards, mask = _batch()
+    adv, ret = compute_advantage("grpo", rewards, mask, INDEX)
+    sa = math.sqrt(1 / 3)  # unbiased std of [1, 0, 0, 1]
+    sc = math.sqrt(2)  # unbiased std of [2, 0]
+    eps = 1e-6
+    expected = [
+        0.5 / (sa + eps),
+        -0.5 / (sa + eps),
+        -0.5 / (sa + eps),
+        0.5 / (sa + eps),
+        0.5 / (1 + eps),  # singleton: mean 0, std 1
+        1 / (sc + eps),
+        -1 / (sc + eps),
+    ]
+    torch.testing.assert_close(adv, _expand(expected), rtol=0, atol=1e-12)
+    torch.testing.assert_close(ret, adv)
+    assert torch.all(adv[mask == 0] == 0)
+
+
+def test_grpo_without_std_is_dr_grpo():
+    rewards, mask = _batch()
+    adv, _ = compute_advantage("grpo", rewards, mask, INDEX, norm_adv_by_std_in_grpo=False)
+    torch.testing.assert_close(
+        adv, _expand([0.5, -0.5, -0.5, 0.5, 0.5, 1.0, -1.0]), rtol=0, atol=1e-12
+    )
+
+
+def test_grpo_all_equal_group_gives_zero_advantage():
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]])
+    mask = torch.ones(3, 2)
+    adv, _ = compute_advantage("grpo", rewards, mask, ["u", "u", "u"])
+    assert torch.all(adv == 0)
+
+
+def test_grpo_sums_token_rewards_per_sequence():
+    rewards = torch.tensor([[0.5, 0.5], [0.0, 0.0]], dtype=torch.float64)
+    mask = torch.ones(2, 2, dtype=torch.float64)
+    adv, _ = compute_advantage("grpo", rewards, mask, ["g", "g"])
+    expected = 0.5 / (math.sqrt(0.5) + 1e-6)
+    torch.testing.assert_close(adv[:, 0], torch.tensor([expected, -expected], dtype=torch.float64))
+
+
+def test_rloo_is_leave_one_out_baseline():
+    rewards, mask = _batch()
+    adv, ret = compute_advantage("rloo", rewards, mask, INDEX)
+    # row with 1: others 0, 0, 1 -> 1 - 1/3; row with 0: others 1, 0, 1 -> 0 - 2/3
+    expected = [1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3, 0.5, 2.0, -2.0]
+    torch.testing.assert_close(adv, _expand(expected), rtol=0, atol=1e-12)
+    torch.testing.assert_close(ret, adv)
+
+
+def _whiten_reference(values, mask):
+    vals = np.array(
+        [v for v, m in zip(values.flatten().tolist(), mask.flatten().tolist()) if m],
+        dtype=np.float64,
+    )
+    mean, var = vals.mean(), vals.var(ddof=1)
+    return (values.double() - mean) / math.sqrt(var + 1e-8) * mask.double()
+
+
+def test_reinforce_plus_plus_discounted_returns_with_reset():
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 0.0], [0.0, 0.0, 3.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1, 1], [1, 1, 0], [1, 0, 1]], dtype=torch.float64)
+    adv, ret = compute_advantage("reinforce_plus_plus", rewards, mask, ["x", "y", "z"], gamma=0.5)
+    # row 0: 1, .5, .25 backwards; row 1: padding at t=2; row 2: mask 0 at t=1 cuts the running sum
+    expected_returns = torch.tensor(
+        [[0.25, 0.5, 1.0], [1.0, 2.0, 0.0], [0.0, 1.5, 3.0]], dtype=torch.float64
+    )
+    torch.testing.assert_close(ret, expected_returns, rtol=0, atol=1e-12)
+    torch.testing.assert_close(adv, _whiten_reference(expected_returns, mask), rtol=0, atol=1e-9)
+    assert torch.all(adv[mask == 0] == 0)
+
+
+def test_reinforce_plus_plus_baseline_centres_by_group_then_whitens():
+    rewards, mask = _batch()
+    adv, ret = compute_advantage("reinforce_plus_plus_baseline", rewards, mask, INDEX)
+    centred = _expand([0.5, -0.5, -0.5, 0.5, 0.5, 1.0, -1.0])
+    torch.testing.assert_close(adv, _whiten_reference(centred, mask), rtol=0, atol=1e-9)
+    torch.testing.assert_close(ret, adv)
+
+
+def test_index_length_mismatch_raises():
+    rewards, mask = _batch()
+    with pytest.raises(ValueError, match="index has 2 entries"):
+        compute_advantage("grpo", rewards, mask, ["a", "b"])
+
+
+def test_config_choices_match_registry():
+    import typing
+
+    from trainer.config import AlgorithmConfig
+
+    choices = typing.get_args(typing.get_type_hints(AlgorithmConfig)["adv_estimator"])
+    assert set(choices) <= set(adv_estimator_names())

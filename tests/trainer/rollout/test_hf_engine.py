@@ -1,0 +1,144 @@
+"""The hf rollout engine against plain `model.generate` and its own contracts (tiny model, CPU)."""
+import pytest
+import torch
+
+from trainer.rollout.base import GenerationRequest, SamplingParams, available_engines, build_engine
+from trainer.rollout.hf import HFRolloutEngine, sample_next
+
+PROMPTS = [[5, 17, 33, 90, 12, 7], [40, 41], [100, 200, 300, 400, 500, 600, 700, 11, 12, 13], [9]]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model, tiny_tokenizer):
+    return build_engine("hf", model=tiny_model, tokenizer=tiny_tokenizer, config=None, device="cpu")
+
+
+def _reference_generate(model, prompts, new_tokens, pad):
+    """Plain HF greedy generation with left padding and no stop tokens."""
+    from transformers import GenerationConfig
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    gc = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                          pad_token_id=pad, eos_token_id=None)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)
+    return out[:, width:].tolist()
+
+
+def _greedy(prompts, n=24, stops=()):
+    return [GenerationRequest(str(i), p, SamplingParams(temperature=0.0, max_new_tokens=n, stop_token_ids=list(stops)))
+            for i, p in enumerate(prompts)]
+
+
+def test_registry():
+    assert {"hf", "sglang", "auto"} <= set(available_engines())
+    with pytest.raises(KeyError, match="unknown rollout engine"):
+        build_engine("nope", model=None, tokenizer=None, config=None, device="cpu")
+
+
+def test_greedy_equals_generate_with_and_without_padding(engine, tiny_model, tiny_tokenizer):
+    pad = tiny_tokenizer.pad_token_id
+    batched = engine.generate(_greedy(PROMPTS))
+    assert [o.output_ids for o in batched] == _reference_generate(tiny_model, PROMPTS, 24, pad)
+    for prompt, out in zip(PROMPTS, batched):  # one prompt, no padding at all
+        assert [out.output_ids] == _reference_generate(tiny_model, [prompt], 24, pad)
+        assert out.finish_reason == "length" and len(out.logprobs) == 24
+        assert all(lp <= 0.0 for lp in out.logprobs)
+
+
+def test_greedy_logprobs_match_a_full_forward(engine, tiny_model):
+    out = engine.generate(_greedy([PROMPTS[0]], n=8))[0]
+    ids = torch.tensor([PROMPTS[0] + out.output_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(tiny_model(ids).logits.float(), -1)[0]
+    start = len(PROMPTS[0])
+    want = [logp[start - 1 + t, tok].item() for t, tok in enumerate(out.output_ids)]
+    assert out.logprobs == pytest.approx(want, abs=1e-4)
+
+
+def test_stop_tokens_and_rows_leaving_the_batch(engine):
+    free = engine.generate(_greedy(PROMPTS))
+    # Stop each row on the token it emits at a different step, so rows leave at different times.
+    stops = [o.output_ids[k] for o, k in zip(free, (2, 5, 0, 9))]
+    reqs = [GenerationRequest(str(i), p, SamplingParams(temperature=0.0, max_new_tokens=24, stop_token_ids=[s]))
+            for i, (p, s) in enumerate(zip(PROMPTS, stops))]
+    outs = engine.generate(reqs)
+    for o, f, s in zip(outs, free, stops):
+        k = f.output_ids.index(s)
+        assert o.output_ids == f.output_ids[: k + 1]  # same tokens as the free run, up to the stop
+        assert o.finish_reason == "stop" and o.output_ids[-1] == s
+    assert engine.last_stats["decode_row_steps"] < 4 * engine.last_stats["decode_steps"]
+
+
+def test_max_new_tokens_per_request(engine):
+    reqs = [GenerationRequest(str(i), p, SamplingParams(temperature=1.0, max_new_tokens=m, seed=i))
+            for i, (p, m) in enumerate(zip(PROMPTS, (1, 7, 0, 13)))]
+    outs = engine.generate(reqs)
+    assert [len(o.output_ids) for o in outs] == [1, 7, 0, 13]
+    assert [o.finish_reason for o in outs] == ["length"] * 4
+    assert [o.request_id for o in outs] == ["0", "1", "2", "3"]
+
+
+def test_seeded_sampling_reproducible(engine):
+    def reqs(seed_offset):
+        return [GenerationRequest(str(i), p, SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_new_tokens=16,
+                                                            seed=100 + i + seed_offset))
+                for i, p in enumerate(PROMPTS)]
+
+    a, b, c = engine.generate(reqs(0)), engine.generate(reqs(0)), engine.generate(reqs(1000))
+    assert [o.output_ids for o in a] == [o.output_ids for o in b]
+    assert [o.output_ids for o in a] != [o.output_ids for o in c]
+    # A seeded request samples the same alone as inside a batch.
+    alone = engine.generate([reqs(0)[2]])[0]
+    assert alone.output_ids == a[2].output_ids
+
+
+def test_sample_next_filters_by_hand():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]] * 3))
+    ones = torch.ones(3)
+    greedy = torch.tensor([False, False, True])
+    # top_k=1 -> always token 0; top_p=0.7 keeps {0, 1} (mass before token 2 is 0.8 >= 0.7).
+    u = torch.tensor([0.99, 0.99, 0.99])
+    tok, lp = sample_next(logits, ones, greedy, torch.tensor([1, 1 << 30, 1 << 30]),
+                          torch.tensor([1.0, 0.7, 1.0]), u, any_sampled=True, any_filter=True)
+    assert tok.tolist() == [0, 1, 0]
+    assert lp.tolist() == pytest.approx([torch.log(torch.tensor(x)).item() for x in (0.5, 0.3, 0.5)], abs=1e-6)
+    # No filtering: inverse CDF over (0.5, 0.8, 0.95, 1.0).
+    tok, _ = sample_next(logits, ones, torch.zeros(3, dtype=torch.bool), torch.full((3,), 1 << 30),
+                         torch.ones(3), torch.tensor([0.1, 0.6, 0.97]), any_sampled=True, any_filter=False)
+    assert tok.tolist() == [0, 1, 3]
+
+
+def test_update_weights_shared_and_copied(tiny_model, tiny_tokenizer):
+    import copy
+
+    shared = build_engine("hf", model=tiny_model, tokenizer=tiny_tokenizer, config=None, device="cpu")
+    shared.update_weights(tiny_model.named_parameters())
+    assert shared.last_stats["weights_copied"] == 0 and shared.last_stats["weights_shared"] > 0
+
+    own = HFRolloutEngine(copy.deepcopy(tiny_model), pad_token_id=0, share_module=False)
+    new = {k: v + 0.01 for k, v in tiny_model.state_dict().items() if v.is_floating_point()}
+    own.update_weights(new.items())
+    assert own.last_stats["weights_copied"] == len(new)
+    got = dict(own.model.named_parameters())
+    name = next(iter(got))
+    assert torch.equal(got[name].detach(), new[name])
+    with pytest.raises(KeyError):
+        own.update_weights([("no.such.weight", torch.zeros(1))])
+    with pytest.raises(ValueError, match="shape"):
+        own.update_weights([(name, torch.zeros(1))])
+    own.release_memory()
+    own.resume_memory()
+    own.flush_cache()
+    assert len(own.generate(_greedy([PROMPTS[1]], n=3))[0].output_ids) == 3
+
+
+def test_train_mode_restored(tiny_model, engine):
+    tiny_model.train()
+    try:
+        engine.generate(_greedy([PROMPTS[0]], n=2))
+        assert tiny_model.training
+    finally:
+        tiny_model.eval()

@@ -1,0 +1,328 @@
+"""The run spec: typed overrides, errors naming keys, round trips, loading, recipes, the doc."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer.config import (
+    Config,
+    ConfigError,
+    apply_overrides,
+    config_markdown,
+    describe_config,
+    load_config,
+    resolve,
+    validate,
+)
+from trainer.recipes import REGISTRY, get_recipe
+from trainer.recipes import main as recipes_main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_follow_verl():
+    c = Config()
+    assert (
+        c.actor_rollout_ref.actor.clip_ratio == 0.2
+        and c.actor_rollout_ref.actor.clip_ratio_c == 3.0
+    )
+    assert c.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
+    assert (
+        c.actor_rollout_ref.actor.kl_loss_type == "low_var_kl"
+        and c.actor_rollout_ref.actor.kl_loss_coef == 0.001
+    )
+    assert c.algorithm.adv_estimator == "grpo" and c.algorithm.norm_adv_by_std_in_grpo is True
+    assert (
+        c.actor_rollout_ref.actor.optim.betas == [0.9, 0.999]
+        and c.actor_rollout_ref.actor.optim.lr == 1e-6
+    )
+    assert c.data.seed == 1 and c.trainer.logger == ["console", "jsonl"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.data.train_batch_size = 3  # type: ignore[misc]
+
+
+def test_overrides_parse_by_field_type():
+    c = apply_overrides(
+        Config(),
+        [
+            "actor_rollout_ref.rollout.n=8",
+            "actor_rollout_ref.actor.optim.lr=3e-4",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            "data.shuffle=0",
+            "data.val_files=null",
+            "actor_rollout_ref.rollout.response_length=None",
+            "trainer.logger=['console','wandb']",
+            "tools.names=calculator,calc_gsm8k_reward",
+            "actor_rollout_ref.actor.optim.betas=[0.8, 0.95]",
+            "data.train_files=[a.jsonl, b.parquet]",
+            'reward.reward_kwargs={"format_score": 0.1}',
+            "actor_rollout_ref.actor.clip_ratio_high=0.28",
+            "+trainer.total_training_steps=1e2",
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path=tools.yaml",  # verl's name, aliased
+        ],
+    )
+    arr = c.actor_rollout_ref
+    assert arr.rollout.n == 8 and isinstance(arr.rollout.n, int)
+    assert (
+        arr.actor.optim.lr == 3e-4
+        and arr.rollout.multi_turn.enable is True
+        and c.data.shuffle is False
+    )
+    assert c.data.val_files is None and arr.rollout.response_length is None
+    assert c.trainer.logger == ["console", "wandb"]
+    assert c.tools.names == ["calculator", "calc_gsm8k_reward"]
+    assert arr.actor.optim.betas == [0.8, 0.95]
+    assert c.data.train_files == ["a.jsonl", "b.parquet"]
+    assert c.reward.reward_kwargs == {"format_score": 0.1}
+    assert arr.actor.clip_ratio_high == 0.28 and c.trainer.total_training_steps == 100
+    assert c.tools.config_path == "tools.yaml"
+    # strings stay strings; a dict of overrides type-checks non-string values
+    c2 = apply_overrides(
+        c, {"data.train_files": "x.jsonl", "data.train_batch_size": 4, "algorithm.gamma": 1}
+    )
+    assert (
+        c2.data.train_files == "x.jsonl"
+        and c2.data.train_batch_size == 4
+        and c2.algorithm.gamma == 1.0
+    )
+    assert Config().actor_rollout_ref.rollout.n == 1  # the original is untouched
+
+
+@pytest.mark.parametrize(
+    "override, key, fragment",
+    [
+        ("data.trian_batch_size=8", "data.trian_batch_size", "known keys of data: train_files"),
+        (
+            "actor_rollout_ref.rollout.multi_turn.turns=3",
+            "actor_rollout_ref.rollout.multi_turn.turns",
+            "max_turns",
+        ),
+        ("nope.x=1", "nope.x", "known keys of the top level: data, actor_rollout_ref"),
+        (
+            "algorithm.adv_estimator=gae",
+            "algorithm.adv_estimator",
+            "allowed values: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline",
+        ),
+        (
+            "actor_rollout_ref.actor.loss_agg_mode=mean",
+            "actor_rollout_ref.actor.loss_agg_mode",
+            "seq-mean-token-sum-norm",
+        ),
+        ("data.train_batch_size=eight", "data.train_batch_size", "expected an integer"),
+        ("data.train_batch_size=2.5", "data.train_batch_size", "expected an integer"),
+        ("data.shuffle=maybe", "data.shuffle", "true/false"),
+        (
+            "actor_rollout_ref.actor.optim.lr=fast",
+            "actor_rollout_ref.actor.optim.lr",
+            "expected a number",
+        ),
+        ("data.train_batch_size=null", "data.train_batch_size", "must not be null"),
+        ("reward.reward_kwargs=[1]", "reward.reward_kwargs", "JSON object"),
+    ],
+)
+def test_override_errors_name_the_key(override, key, fragment):
+    with pytest.raises(ConfigError) as info:
+        apply_overrides(Config(), [override])
+    assert info.value.key == key
+    assert fragment in str(info.value)
+    assert str(info.value).startswith(key)
+
+
+def test_from_dict_unknown_and_wrong_types():
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.paht: unknown key"):
+        Config.from_dict({"actor_rollout_ref": {"model": {"paht": "x"}}})
+    with pytest.raises(ConfigError, match=r"^data\.train_batch_size: expected an integer"):
+        Config.from_dict({"data": {"train_batch_size": "8"}})
+    with pytest.raises(ConfigError, match=r"^trainer\.logger\[1\]: expected a string"):
+        Config.from_dict({"trainer": {"logger": ["console", 3]}})
+    with pytest.raises(ConfigError, match=r"^data: expected an object"):
+        Config.from_dict({"data": 3})
+    with pytest.raises(ConfigError, match="must be true or false|expected true or false"):
+        Config.from_dict({"data": {"shuffle": 1}})
+
+
+def test_round_trip_to_dict_from_dict_and_json():
+    c = apply_overrides(
+        Config(),
+        ["actor_rollout_ref.rollout.n=4", "tools.names=[calculator]", "data.train_files=[a, b]"],
+    )
+    d = c.to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert Config.from_dict(d) == c
+    assert Config.from_dict(json.loads(json.dumps(d))).to_dict() == d
+    assert Config.from_dict({}) == Config() and Config.from_dict(None) == Config()
+
+
+def test_load_json_and_yaml(tmp_path):
+    spec = {"data": {"train_batch_size": 16}, "actor_rollout_ref": {"rollout": {"n": 4}}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert load_config(tmp_path / "spec.json").data.train_batch_size == 16
+    (tmp_path / "spec.yaml").write_text(
+        "data:\n  train_batch_size: 32\nactor_rollout_ref:\n  rollout:\n    n: 2\n"
+    )
+    c = load_config(tmp_path / "spec.yaml")
+    assert c.data.train_batch_size == 32 and c.actor_rollout_ref.rollout.n == 2
+    (tmp_path / "bad.json").write_text("{nope")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(tmp_path / "bad.json")
+
+
+def _runnable(**extra):
+    return apply_overrides(
+        Config(),
+        {
+            "data.train_files": "d.jsonl",
+            "actor_rollout_ref.model.path": "m",
+            "data.train_batch_size": 8,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+            **extra,
+        },
+    )
+
+
+def test_validate_cross_field_checks():
+    validate(_runnable())
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.path: required"):
+        validate(apply_overrides(Config(), {"data.train_files": "d.jsonl"}))
+    with pytest.raises(ConfigError, match=r"^data\.train_files: required"):
+        validate(Config())
+    cases = [
+        (
+            {"actor_rollout_ref.actor.ppo_mini_batch_size": 16},
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+        ),
+        (
+            {"actor_rollout_ref.actor.ppo_mini_batch_size": 3},
+            "actor_rollout_ref.actor.ppo_mini_batch_size",
+        ),
+        ({"trainer.n_gpus_per_node": 3}, "data.train_batch_size"),
+        (
+            {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 3},
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        ),
+        ({"tools.names": ["calculator"]}, "tools.names"),
+        (
+            {"actor_rollout_ref.rollout.name": "sglang", "trainer.device": "cpu"},
+            "actor_rollout_ref.rollout.name",
+        ),
+        ({"actor_rollout_ref.actor.clip_ratio_c": 1.0}, "actor_rollout_ref.actor.clip_ratio_c"),
+        ({"trainer.save_freq": 0}, "trainer.save_freq"),
+        ({"trainer.resume_mode": "resume_path"}, "trainer.resume_from_path"),
+        ({"trainer.logger": ["console", "slack"]}, "trainer.logger"),
+        ({"actor_rollout_ref.rollout.top_p": 0.0}, "actor_rollout_ref.rollout.top_p"),
+        ({"actor_rollout_ref.rollout.temperature": 0.0}, "actor_rollout_ref.rollout.temperature"),
+    ]
+    for extra, key in cases:
+        with pytest.raises(ConfigError) as info:
+            validate(_runnable(**extra))
+        assert info.value.key == key, (extra, str(info.value))
+    with pytest.raises(ConfigError, match="allowed values: console, jsonl"):
+        validate(_runnable(**{"trainer.logger": ["slack"]}))
+    # a hand-built bad choice (dataclasses.replace skips parsing) is still caught
+    bad = dataclasses.replace(
+        _runnable(), algorithm=dataclasses.replace(Config().algorithm, adv_estimator="gae")
+    )
+    with pytest.raises(ConfigError, match=r"^algorithm\.adv_estimator: .*allowed values"):
+        validate(bad)
+
+
+def test_resolve_fills_derived_values():
+    r = resolve(
+        apply_overrides(
+            Config(),
+            [
+                "actor_rollout_ref.rollout.multi_turn.enable=true",
+                "actor_rollout_ref.actor.clip_ratio_high=0.3",
+            ],
+        )
+    )
+    assert r.actor_rollout_ref.rollout.response_length == 512
+    assert r.actor_rollout_ref.rollout.max_model_len == 1024
+    assert r.actor_rollout_ref.rollout.multi_turn.max_turns == 5
+    assert (
+        r.actor_rollout_ref.actor.clip_ratio_low == 0.2
+        and r.actor_rollout_ref.actor.clip_ratio_high == 0.3
+    )
+    assert resolve(Config()).actor_rollout_ref.rollout.multi_turn.max_turns == 1
+
+
+def test_recipes_all_validate_and_need_paths():
+    assert set(REGISTRY) == {"cpu_smoke", "demo_tool_arith", "gsm8k_multiturn_grpo"}
+    for name in REGISTRY:
+        cfg = get_recipe(name)
+        validate(cfg, require_paths=False)
+        with pytest.raises(ConfigError, match="required"):
+            validate(cfg)
+        validate(
+            apply_overrides(
+                cfg, {"data.train_files": "d.jsonl", "actor_rollout_ref.model.path": "m"}
+            )
+        )
+        assert Config.from_dict(cfg.to_dict()) == cfg
+    smoke = get_recipe("cpu_smoke")
+    assert smoke.data.train_batch_size == 2 and smoke.actor_rollout_ref.rollout.n == 2
+    assert (
+        smoke.actor_rollout_ref.rollout.response_length == 16
+        and smoke.trainer.total_training_steps == 2
+    )
+    assert smoke.actor_rollout_ref.rollout.multi_turn.max_turns == 2 and smoke.tools.names == [
+        "calculator"
+    ]
+    assert (
+        smoke.trainer.device == "cpu"
+        and smoke.trainer.save_freq == 1
+        and not smoke.trainer.val_before_train
+    )
+    demo = get_recipe("demo_tool_arith")
+    assert (demo.data.train_batch_size, demo.actor_rollout_ref.rollout.n) == (8, 8)
+    assert (
+        demo.actor_rollout_ref.actor.optim.lr == 3e-4
+        and not demo.actor_rollout_ref.actor.use_kl_loss
+    )
+    assert demo.actor_rollout_ref.rollout.multi_turn.max_turns == 3 and demo.trainer.test_freq == 5
+    g = get_recipe("gsm8k_multiturn_grpo")
+    assert g.actor_rollout_ref.model.path == "" and g.actor_rollout_ref.rollout.name == "sglang"
+    assert (g.data.train_batch_size, g.actor_rollout_ref.rollout.n, g.trainer.n_gpus_per_node) == (
+        256,
+        16,
+        8,
+    )
+    assert g.actor_rollout_ref.actor.use_kl_loss and g.tools.names == ["calc_gsm8k_reward"]
+    with pytest.raises(KeyError, match="known recipes: cpu_smoke, demo_tool_arith"):
+        get_recipe("nope")
+
+
+def test_recipes_cli(capsys):
+    assert recipes_main([]) == 0
+    assert "cpu_smoke" in capsys.readouterr().out
+    assert recipes_main(["--show", "cpu_smoke"]) == 0
+    assert Config.from_dict(json.loads(capsys.readouterr().out)) == get_recipe("cpu_smoke")
+    assert recipes_main(["--show", "nope"]) == 2
+
+
+def test_describe_config_covers_every_field_with_help():
+    rows = describe_config()
+    keys = [r[0] for r in rows]
+    assert len(keys) == len(set(keys)) and "actor_rollout_ref.rollout.multi_turn.max_turns" in keys
+    assert all(r[3] for r in rows), [r[0] for r in rows if not r[3]]
+    assert dict((r[0], r[2]) for r in rows)["actor_rollout_ref.actor.clip_ratio"] == 0.2
+
+
+def test_committed_config_reference_is_up_to_date():
+    doc = ROOT / "docs" / "config-reference.md"
+    assert doc.read_text(encoding="utf-8") == config_markdown(), (
+        "regenerate: python -m trainer.config --markdown > docs/config-reference.md"
+    )
+
+
+def test_config_and_events_import_without_torch():
+    code = (
+        "import sys, trainer.events, trainer.config, trainer.recipes; "
+        "bad = [m for m in ('torch', 'django', 'numpy', 'transformers') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

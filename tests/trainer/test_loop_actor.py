@@ -1,0 +1,160 @@
+"""trainer.workers: log-probs with local padding equal an unpadded forward; the update honours the loss
+mask (tool tokens), micro-batch accumulation, the on-policy skip, checkpoint state round-trips."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from trainer.config import Config, resolve
+from trainer.workers.actor import ActorWorker, lr_lambda_factory
+from trainer.workers.experience import make_batch, token_budget_chunks
+
+
+def actor_cfg(**kw):
+    cfg = resolve(Config.from_dict({"actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4, "optim": {"lr": 1e-3}, **kw}}}))
+    return cfg.actor_rollout_ref.actor
+
+
+def toy_batch():
+    g = torch.Generator().manual_seed(0)
+    lens_p, lens_r = [5, 9, 3, 7], [6, 2, 8, 4]
+    prompts = [torch.randint(10, 200, (n,), generator=g).tolist() for n in lens_p]
+    responses = [torch.randint(10, 200, (n,), generator=g).tolist() for n in lens_r]
+    masks = [[1] * n for n in lens_r]
+    masks[2] = [1, 1, 0, 0, 0, 1, 1, 1]  # a tool reply in the middle of a multi-turn response
+    return make_batch(prompts, responses, masks, uids=["a", "a", "b", "b"])
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_model_dir):
+    return ActorWorker(model_path=str(tiny_model_dir), device=torch.device("cpu"), dtype=torch.float32,
+                       actor_cfg=actor_cfg(), trainable=True, temperature=0.7, total_steps=10)
+
+
+def test_log_probs_match_unpadded_forward(worker):
+    batch = toy_batch()
+    for micro in (None, 1, 3):
+        worker.log_prob_micro = micro
+        logp, ent = worker.compute_log_prob(batch)
+        assert logp.shape == (4, 8) and ent.shape == (4, 8)
+        for i in range(4):
+            ids = torch.tensor([batch.prompt_ids[i] + batch.response_ids[i]])
+            with torch.no_grad():
+                logits = worker.model(input_ids=ids).logits[0].float() / 0.7
+            p, r = len(batch.prompt_ids[i]), len(batch.response_ids[i])
+            want = torch.log_softmax(logits[p - 1:p + r - 1], -1).gather(-1, ids[0, p:].unsqueeze(-1)).squeeze(-1)
+            assert torch.allclose(logp[i, :r], want, atol=1e-5), (micro, i)
+            assert torch.all(logp[i, r:] == 0)
+    worker.log_prob_micro = None
+
+
+def _grads(worker, batch, **kw):
+    worker.optimizer.zero_grad(set_to_none=True)
+    state = {k: v.clone() for k, v in worker.model.state_dict().items()}
+    opt_state = worker.optimizer.state_dict()
+    sched = worker.scheduler.state_dict()
+    # capture the gradient by making the step a no-op afterwards: restore weights
+    grads = {}
+    orig_step = worker.optimizer.step
+
+    def capture_step(*a, **k):
+        for n, p in worker.model.named_parameters():
+            grads[n] = p.grad.detach().clone()
+    worker.optimizer.step = capture_step
+    try:
+        metrics = worker.update_policy(batch, mini_batch_size=len(batch), **kw)
+    finally:
+        worker.optimizer.step = orig_step
+        worker.model.load_state_dict(state)
+        worker.optimizer.load_state_dict(opt_state)
+        worker.scheduler.load_state_dict(sched)
+    return grads, metrics
+
+
+def test_masked_tool_tokens_do_not_reach_the_gradient(worker):
+    b1 = toy_batch()
+    b1.advantages = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)) * b1.loss_mask
+    b2 = dataclasses.replace(b1, advantages=b1.advantages.clone())
+    b2.advantages[2, 2:5] = 100.0  # huge advantages on the tool-reply tokens (loss mask 0)
+    g1, m1 = _grads(worker, b1)
+    g2, _ = _grads(worker, b2)
+    assert all(torch.allclose(g1[n], g2[n], atol=1e-7) for n in g1)
+    assert m1["actor/grad_norm"][0] > 0
+    b3 = dataclasses.replace(b1, advantages=b1.advantages.clone())
+    b3.advantages[2, 0] += 1.0  # a trained token: the gradient must change
+    g3, _ = _grads(worker, b3)
+    assert any(not torch.allclose(g1[n], g3[n], atol=1e-7) for n in g1)
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient(worker):
+    worker.cfg = actor_cfg(loss_agg_mode="seq-mean-token-sum")
+    try:
+        b = toy_batch()
+        b.advantages = torch.randn(4, 8, generator=torch.Generator().manual_seed(2)) * b.loss_mask
+        full, _ = _grads(worker, b)
+        worker.cfg = actor_cfg(loss_agg_mode="seq-mean-token-sum", ppo_micro_batch_size_per_gpu=1)
+        micro, m = _grads(worker, b)
+        assert len(m["actor/pg_loss"]) == 4
+        for n in full:
+            assert torch.allclose(full[n], micro[n], atol=1e-6, rtol=1e-4), n
+        worker.cfg = actor_cfg(loss_agg_mode="seq-mean-token-sum", use_dynamic_bsz=True, ppo_max_token_len_per_gpu=24)
+        dyn, _ = _grads(worker, b)
+        for n in full:
+            assert torch.allclose(full[n], dyn[n], atol=1e-6, rtol=1e-4), n
+    finally:
+        worker.cfg = actor_cfg()
+
+
+def test_on_policy_skip_equals_recomputed_old_log_probs(tiny_model_dir):
+    def fresh():
+        return ActorWorker(model_path=str(tiny_model_dir), device=torch.device("cpu"), dtype=torch.float32,
+                           actor_cfg=actor_cfg(), trainable=True, total_steps=10)
+
+    b_skip, b_rec = toy_batch(), toy_batch()
+    adv = torch.randn(4, 8, generator=torch.Generator().manual_seed(3)) * b_skip.loss_mask
+    b_skip.advantages, b_rec.advantages = adv.clone(), adv.clone()
+    w1, w2 = fresh(), fresh()
+    b_rec.old_log_probs, _ = w2.compute_log_prob(b_rec)
+    m1 = w1.update_policy(b_skip, mini_batch_size=4, capture=True)
+    m2 = w2.update_policy(b_rec, mini_batch_size=4)
+    assert torch.allclose(b_skip.old_log_probs, b_rec.old_log_probs, atol=1e-5)
+    assert m1["actor/pg_clipfrac"] == [0.0] and abs(m1["actor/ppo_kl"][0]) < 1e-12
+    assert abs(m1["actor/pg_loss"][0] - m2["actor/pg_loss"][0]) < 1e-5
+    for (n, p1), (_, p2) in zip(w1.model.named_parameters(), w2.model.named_parameters()):
+        assert torch.allclose(p1, p2, atol=1e-5), n
+    assert w1.last_entropy is not None and w1.last_entropy.shape == (4, 8)
+    with pytest.raises(ValueError, match="one mini-batch"):
+        w1.update_policy(dataclasses.replace(b_skip, old_log_probs=None), mini_batch_size=2)
+
+
+def test_non_finite_gradient_skips_the_step(worker):
+    b = toy_batch()
+    b.advantages = torch.full((4, 8), float("nan")) * b.loss_mask
+    before = {n: p.detach().clone() for n, p in worker.model.named_parameters()}
+    m = worker.update_policy(b, mini_batch_size=4)
+    assert m["actor/skipped_steps"] == [1.0]
+    assert all(torch.equal(before[n], p) for n, p in worker.model.named_parameters())
+
+
+def test_reference_worker_is_frozen_and_state_round_trips(tiny_model_dir, worker):
+    ref = ActorWorker(model_path=str(tiny_model_dir), device=torch.device("cpu"), dtype=torch.float32, trainable=False)
+    assert all(not p.requires_grad for p in ref.model.parameters())
+    with pytest.raises(RuntimeError, match="frozen"):
+        ref.update_policy(toy_batch(), mini_batch_size=4)
+    state = worker.state_dict()
+    assert {"model", "optimizer", "scheduler"} <= set(state)
+    names = [n for n, _ in worker.named_tensors()]
+    assert len(names) == len(set(names)) and all(n in state["model"] for n in names)
+
+
+def test_lr_schedule_and_token_budget():
+    const = lr_lambda_factory(warmup_steps=2, total_steps=10, style="constant", min_lr_ratio=0.0)
+    assert [const(s) for s in range(4)] == [0.0, 0.5, 1.0, 1.0]
+    cos = lr_lambda_factory(warmup_steps=0, total_steps=4, style="cosine", min_lr_ratio=0.1)
+    assert cos(0) == pytest.approx(1.0) and cos(2) == pytest.approx(0.55) and cos(4) == pytest.approx(0.1)
+    chunks = token_budget_chunks([10, 3, 8, 5, 30], max_tokens=16)
+    assert sorted(i for c in chunks for i in c) == [0, 1, 2, 3, 4]
+    assert chunks[-1] == [4]  # longer than the budget: alone, never dropped
+    assert all(len(c) * max([10, 3, 8, 5, 30][i] for i in c) <= 16 for c in chunks[:-1])

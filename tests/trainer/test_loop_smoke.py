@@ -1,0 +1,157 @@
+"""The GRPO loop end to end on the CPU: cpu_smoke for 2 steps (events, metrics, samples, checkpoints),
+resume equivalence across an epoch boundary, and rewards/advantages on a multi-turn loss mask."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainer.config import apply_overrides
+from trainer.recipes import get_recipe
+from trainer.run import run
+
+# A reward that varies between samples, so advantages and gradients are not all zero.
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": sum(c.isdigit() or c == " " for c in solution_str) / max(1, len(solution_str)), "chars": len(solution_str)}
+'''
+
+VERL_METRICS = ["critic/score/mean", "critic/score/max", "critic/score/min", "critic/rewards/mean",
+                "critic/advantages/mean", "critic/advantages/max", "critic/advantages/min", "critic/returns/mean",
+                "response_length/mean", "response_length/max", "response_length/min", "response_length/clip_ratio",
+                "prompt_length/mean", "actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower",
+                "actor/ppo_kl", "actor/kl_loss", "actor/kl_coef", "actor/entropy", "actor/grad_norm", "actor/lr",
+                "timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/adv",
+                "timing_s/update_actor", "timing_s/step", "timing_s/save_checkpoint", "timing_per_token_ms/gen",
+                "perf/total_num_tokens", "perf/time_per_step", "perf/throughput", "perf/cpu_memory_used_gb",
+                "num_turns/mean", "num_turns/max", "num_turns/min", "tool_call_counts/mean", "tool_call_counts/max",
+                "tool_call_counts/min", "training/global_step", "training/epoch"]
+
+
+def smoke_cfg(tmp_path: Path, model: Path, train: Path, **over):
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+    ov = {"data.train_files": str(train), "actor_rollout_ref.model.path": str(model),
+          "trainer.default_local_dir": str(tmp_path / "out"), "custom_reward_function.path": str(reward),
+          "trainer.logger": ["jsonl"], "report.memory_interval_s": 0.2}
+    ov.update(over)
+    return apply_overrides(get_recipe("cpu_smoke"), ov)
+
+
+def events(out: Path):
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
+    cfg = smoke_cfg(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl",
+                    **{"data.val_files": str(demo_data_dir / "test.jsonl"), "trainer.val_before_train": True,
+                       "trainer.test_freq": 2, "trainer.export_hf": True})
+    assert run(cfg) == 0
+    out = tmp_path / "out"
+    ev = events(out)
+    seqs = [e["seq"] for e in ev]
+    assert seqs == list(range(1, len(ev) + 1))
+    states = [e["data"]["state"] for e in ev if e["type"] == "status"]
+    assert states == ["starting", "running", "succeeded"]
+    metrics = [e["data"] for e in ev if e["type"] == "metrics"]
+    train = [m for m in metrics if "actor/pg_loss" in m["metrics"]]
+    assert [m["step"] for m in train] == [1, 2]
+    for m in train:
+        missing = [k for k in VERL_METRICS if k not in m["metrics"]]
+        assert not missing, missing
+    assert train[0]["metrics"]["actor/grad_norm"] > 0  # the custom reward gives real advantages
+    assert any(k.startswith("val-core/arith/reward/mean@1") for k in metrics[0]["metrics"])  # before training
+    assert any(k.startswith("val-core/arith/") for k in train[1]["metrics"])  # test_freq=2
+    samples = [e["data"] for e in ev if e["type"] == "sample" and not e["data"].get("validation")]
+    assert len(samples) == 8 and {s["step"] for s in samples} == {1, 2}
+    for s in samples:
+        tv = s["token_view"]
+        assert len(tv["ids"]) == s["response_length"] == len(tv["loss_mask"]) == len(tv["advantages"])
+        assert len(tv["ref_logprobs"]) == len(tv["ids"])
+        assert all(a == 0 for a, m in zip(tv["advantages"], tv["loss_mask"]) if m == 0)
+        assert "chars" in s["reward_extra"] and s["messages"][-1]["role"] in ("assistant", "tool", "user")
+    assert any(e["data"].get("validation") for e in ev if e["type"] == "sample")
+    phases = {e["data"]["phase"] for e in ev if e["type"] == "memory"}
+    assert {"rollout", "ref", "update", "sync"} <= phases
+    assert all(e["data"]["rss"] > 0 for e in ev if e["type"] == "memory")
+    ck = [e["data"] for e in ev if e["type"] == "checkpoint"]
+    assert [c["step"] for c in ck] == [1, 2]
+    marker = out / "latest_checkpointed_iteration.txt"
+    assert marker.read_text() == "2"
+    for step in (1, 2):
+        d = out / f"global_step_{step}"
+        assert (d / "actor" / "model.pt").exists() and (d / "actor" / "optim.pt").exists()
+        assert (d / "data.pt").exists() and (d / "extra_state.pt").exists()
+        # the commit marker is written after everything in the step folder
+        assert max(f.stat().st_mtime_ns for f in d.rglob("*") if f.is_file()) <= marker.stat().st_mtime_ns
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    AutoTokenizer.from_pretrained(out / "huggingface")
+    exported = AutoModelForCausalLM.from_pretrained(out / "huggingface")
+    saved = torch.load(out / "global_step_2" / "actor" / "model.pt")
+    for n, p in exported.named_parameters():
+        assert torch.allclose(p, saved[n]), n
+
+
+def test_resume_equals_uninterrupted_run_across_an_epoch_boundary(tmp_path, tiny_model_dir, demo_data_dir):
+    # 4 prompts, batch 2: 2 steps per epoch, 2 epochs; the break after step 2 is an epoch boundary.
+    rows = (demo_data_dir / "train.jsonl").read_text().splitlines()[:4]
+    train = tmp_path / "train4.jsonl"
+    train.write_text("\n".join(rows) + "\n")
+    common = {"trainer.total_training_steps": None, "trainer.total_epochs": 2, "trainer.save_freq": -1}
+    (tmp_path / "a").mkdir()
+    a = smoke_cfg(tmp_path / "a", tiny_model_dir, train, **common)
+    assert run(a) == 0
+    (tmp_path / "b").mkdir()
+    b_first = smoke_cfg(tmp_path / "b", tiny_model_dir, train, **{**common, "trainer.total_epochs": 1})
+    assert run(b_first) == 0
+    assert (tmp_path / "b" / "out" / "latest_checkpointed_iteration.txt").read_text() == "2"
+    b_rest = smoke_cfg(tmp_path / "b", tiny_model_dir, train, **common)
+    assert run(b_rest) == 0
+    ea, eb = events(tmp_path / "a" / "out"), events(tmp_path / "b" / "out")
+    assert [e["seq"] for e in eb] == list(range(1, len(eb) + 1))  # numbering continues after resume
+    assert any(e["type"] == "log" and "resumed from" in e["data"]["message"] for e in eb)
+    ma = {e["data"]["step"]: e["data"]["metrics"] for e in ea if e["type"] == "metrics"}
+    mb = {e["data"]["step"]: e["data"]["metrics"] for e in eb if e["type"] == "metrics"}
+    assert sorted(ma) == sorted(mb) == [1, 2, 3, 4]
+    assert mb[3]["training/epoch"] == 1.0
+    for step in (3, 4):
+        for k in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "response_length/mean"):
+            assert ma[step][k] == pytest.approx(mb[step][k], abs=1e-6), (step, k)
+    wa = torch.load(tmp_path / "a" / "out" / "global_step_4" / "actor" / "model.pt")
+    wb = torch.load(tmp_path / "b" / "out" / "global_step_4" / "actor" / "model.pt")
+    w0 = torch.load(tmp_path / "b" / "out" / "global_step_2" / "actor" / "model.pt")
+    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-6
+    assert max((wa[k] - w0[k]).abs().max().item() for k in wa) > 0  # steps 3-4 really trained
+    # A finished run resumed again says so and trains nothing.
+    assert run(b_rest) == 0
+    last = events(tmp_path / "b" / "out")
+    assert any(e["type"] == "log" and "nothing left to train" in e["data"]["message"] for e in last[len(eb):])
+
+
+def test_score_on_last_trained_token_and_zero_advantage_on_tool_tokens(tmp_path, tiny_model_dir, demo_data_dir):
+    from trainer.algorithms.losses import get_kl_controller
+    from trainer.loop import Trainer
+    from trainer.types import PromptItem, Trajectory
+
+    cfg = smoke_cfg(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl")
+    t = Trainer(cfg, emitter=None)
+    t.reward_fn = lambda src, text, gt, extra=None: float(text == gt)
+    t.kl_ctrl = get_kl_controller(t.cfg.algorithm.kl_ctrl)
+    p = PromptItem(uid="u", index=0, messages=[], prompt_ids=[1, 2, 3], ground_truth="7")
+    # assistant (3) | tool reply (3, mask 0) | assistant (2) | trailing template token (mask 0)
+    mask = [1, 1, 1, 0, 0, 0, 1, 1, 0]
+    good = Trajectory(uid="u", index=0, prompt=p, prompt_ids=[1, 2, 3], response_ids=list(range(10, 19)),
+                      loss_mask=mask, response_text="7")
+    bad = Trajectory(uid="u", index=1, prompt=p, prompt_ids=[1, 2, 3], response_ids=[20, 21], loss_mask=[1, 1],
+                     response_text="8")
+    exp = t.score([good, bad])
+    assert exp.batch.token_level_scores[0].nonzero().flatten().tolist() == [7]  # last mask-1 token
+    assert exp.batch.token_level_scores[0, 7] == 1.0 and exp.batch.token_level_scores[1].sum() == 0
+    t.compute_advantages(exp)
+    adv = exp.batch.advantages
+    assert torch.all(adv[0, torch.tensor(mask) == 0] == 0)
+    assert torch.allclose(adv[0, torch.tensor(mask) == 1], torch.full((5,), 1 / (2 ** 0.5 + 1e-6) * 1.0), atol=1e-5)
+    assert good.advantage > 0 > bad.advantage

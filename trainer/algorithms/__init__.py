@@ -1,0 +1,9 @@
+"""GRPO maths as pure torch functions: advantage estimators, policy losses, KL, metrics.
+
+    advantages.py  registry of estimators: grpo (and Dr.GRPO), rloo, reinforce_plus_plus(_baseline)
+    losses.py      agg_loss, PPO clipped policy loss (+ dual clip), KL estimators and controllers,
+                   entropy, masked statistics
+    metrics.py     verl's data metrics (critic/*, response_length/*, ...) and their reduction
+
+Formulas and defaults follow verl (see /work/shared/design/verl-notes.md §5, §7).
+"""

@@ -1,0 +1,166 @@
+"""Advantage estimators, picked by name (``algorithm.adv_estimator``).
+
+Every estimator has the signature
+
+    fn(token_level_rewards (B, T), response_mask (B, T), index: list[str], **cfg)
+        -> (advantages (B, T), returns (B, T))
+
+where row i of the batch is one trajectory, ``index[i]`` its group id (the prompt's uid: GRPO groups
+the n samples of a prompt), ``response_mask`` is 1 on response tokens (the loss mask in multi-turn),
+and ``cfg`` holds the algorithm keys (``norm_adv_by_std_in_grpo``, ``gamma``, ``epsilon`` ...); unknown
+keys are ignored so the caller can pass the whole algorithm section. Outputs are 0 where the mask is 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Sequence
+
+import torch
+
+from trainer.algorithms.losses import masked_whiten
+
+AdvEstimator = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+_REGISTRY: dict[str, AdvEstimator] = {}
+
+
+def register_adv_estimator(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Decorator adding an estimator to the registry under ``name``."""
+
+    def wrap(fn: AdvEstimator) -> AdvEstimator:
+        if name in _REGISTRY:
+            raise ValueError(f"advantage estimator {name!r} is already registered")
+        _REGISTRY[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_adv_estimator(name: str) -> AdvEstimator:
+    """The estimator registered as ``name``; ValueError listing the known names otherwise."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; known: {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def adv_estimator_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def _groups(index: Sequence[str], batch: int) -> dict[str, list[int]]:
+    if len(index) != batch:
+        raise ValueError(f"index has {len(index)} entries for a batch of {batch}")
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, uid in enumerate(index):
+        groups[str(uid)].append(i)
+    return groups
+
+
+def _group_stats(
+    scores: torch.Tensor, index: Sequence[str]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row group mean, unbiased std and group size; a singleton group has mean 0, std 1 (verl).
+
+    scores (B,) -> mean (B,), std (B,), size (B,)
+    """
+    mean = torch.zeros_like(scores)
+    std = torch.ones_like(scores)
+    size = torch.ones_like(scores)
+    for rows in _groups(index, scores.shape[0]).values():
+        if len(rows) > 1:
+            idx = torch.tensor(rows, device=scores.device)
+            group = scores[idx]
+            mean[idx] = group.mean()
+            std[idx] = group.std(unbiased=True)
+            size[idx] = float(len(rows))
+    return mean, std, size
+
+
+@register_adv_estimator("grpo")
+def grpo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO: A_i = (s_i - mean_g) / (std_g + eps) on every response token; Dr.GRPO (no std) when
+    ``norm_adv_by_std_in_grpo`` is False. s_i = sum_t r_it. Returns (advantages, returns=advantages), (B, T)."""
+    scores = token_level_rewards.sum(dim=-1)  # (B,)
+    mean, std, _ = _group_stats(scores, index)
+    adv = scores - mean
+    if norm_adv_by_std_in_grpo:
+        adv = adv / (std + epsilon)
+    adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_estimator("rloo")
+def rloo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO: A_i = s_i - mean_{j != i} s_j = n/(n-1) (s_i - mean_g); a singleton keeps s_i. (B, T)."""
+    scores = token_level_rewards.sum(dim=-1)
+    mean, _, size = _group_stats(scores, index)
+    factor = torch.where(size > 1, size / (size - 1).clamp_min(1), torch.ones_like(size))
+    adv = (factor * (scores - mean)).unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_estimator("reinforce_plus_plus")
+def reinforce_plus_plus_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str] | None = None,
+    *,
+    gamma: float = 1.0,
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++: discounted return G_t = r_t + gamma G_{t+1} (the running sum resets after a masked-out
+    token), advantages = batch masked whitening of G. No group baseline. Returns (advantages, G), (B, T)."""
+    returns = torch.zeros_like(token_level_rewards)
+    running = torch.zeros_like(token_level_rewards[:, 0])
+    with torch.no_grad():
+        for t in reversed(range(token_level_rewards.shape[1])):
+            running = token_level_rewards[:, t] + gamma * running
+            returns[:, t] = running
+            running = (
+                running * response_mask[:, t]
+            )  # a masked token cuts the chain (verl: reset after EOS)
+        adv = masked_whiten(returns, response_mask) * response_mask
+    return adv, returns
+
+
+@register_adv_estimator("reinforce_plus_plus_baseline")
+def reinforce_plus_plus_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ with a group baseline: (s_i - mean_g) on every token, then batch masked whitening. (B, T)."""
+    scores = token_level_rewards.sum(dim=-1)
+    mean, _, _ = _group_stats(scores, index)
+    with torch.no_grad():
+        centred = (scores - mean).unsqueeze(-1) * response_mask
+        adv = masked_whiten(centred, response_mask) * response_mask
+    return adv, adv
+
+
+def compute_advantage(
+    name: str,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    **cfg: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the estimator ``name``; ``cfg`` may be the whole algorithm section as a dict."""
+    return get_adv_estimator(name)(token_level_rewards, response_mask, index, **cfg)

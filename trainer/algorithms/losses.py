@@ -1,0 +1,261 @@
+"""Policy-loss maths: masked statistics, loss aggregation, PPO clip, KL estimators, entropy.
+
+Shapes: B = trajectories, T = response tokens (padded), V = vocabulary. ``mask`` / ``response_mask``
+(B, T) is 1 on the tokens that count (assistant tokens in multi-turn), 0 elsewhere. Everything here is a
+pure function of tensors except the KL controllers, which hold the in-reward KL coefficient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+LOSS_AGG_MODES = (
+    "token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
+KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+
+
+# ------------------------------------------------------------------------------------ masked stats
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    return (values * mask).sum() if axis is None else (values * mask).sum(dim=axis)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` where ``mask`` is 1 (over everything, or along ``axis``); 0 where the mask is empty.
+
+    Exact division (verl adds 1e-8 to the count instead): a guarded empty mask gives 0, not NaN.
+    """
+    total = masked_sum(values, mask, axis)
+    count = mask.sum() if axis is None else mask.sum(dim=axis)
+    return torch.where(
+        count > 0, total / count.clamp_min(torch.finfo(total.dtype).tiny), torch.zeros_like(total)
+    )
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance over the masked entries (scalar); unbiased (N-1) by default. Needs >= 2 masked entries."""
+    count = mask.sum()
+    if count == 0:
+        raise ValueError("masked_var: the mask is empty")
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        if count == 1:
+            raise ValueError("masked_var: one masked entry has no unbiased variance")
+        var = var * count / (count - 1)
+    return var
+
+
+def masked_whiten(
+    values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True
+) -> torch.Tensor:
+    """(values - mean) / sqrt(var + 1e-8) with mean and unbiased var over the masked entries (B, T)."""
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    return whitened if shift_mean else whitened + mean
+
+
+# ------------------------------------------------------------------------------------- aggregation
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+    """Aggregate a (B, T) token-loss matrix into a scalar.
+
+    token-mean              sum(L m) / sum(m)
+    seq-mean-token-sum      mean_i sum_t L m
+    seq-mean-token-mean     mean over rows with tokens of (sum_t L m / sum_t m)
+    seq-mean-token-sum-norm sum(L m) / T   (T = padded width; Dr.GRPO's constant normaliser, as verl)
+    """
+    if loss_agg_mode == "token-mean":
+        return masked_mean(loss_mat, loss_mask)
+    if loss_agg_mode == "seq-mean-token-sum":
+        return masked_sum(loss_mat, loss_mask, axis=-1).mean()
+    if loss_agg_mode == "seq-mean-token-mean":
+        per_seq = masked_mean(loss_mat, loss_mask, axis=-1)  # (B,)
+        has_tokens = (loss_mask.sum(dim=-1) > 0).to(per_seq.dtype)
+        return masked_mean(per_seq, has_tokens)
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        return masked_sum(loss_mat, loss_mask) / loss_mask.shape[-1]
+    raise ValueError(
+        f"unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
+    )
+
+
+# ------------------------------------------------------------------------------------- policy loss
+@dataclass
+class PolicyLossOutput:
+    pg_loss: torch.Tensor  # scalar, differentiable
+    pg_clipfrac: torch.Tensor  # fraction of tokens where the clipped term won
+    ppo_kl: torch.Tensor  # mean(old_logp - logp): approximate KL(old || new)
+    pg_clipfrac_lower: torch.Tensor  # fraction of tokens hitting the dual clip (A < 0)
+
+
+PolicyLossFn = Callable[..., PolicyLossOutput]
+_POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in _POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        _POLICY_LOSSES[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    try:
+        return _POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown policy loss {name!r}; known: {', '.join(sorted(_POLICY_LOSSES))}"
+        ) from None
+
+
+def policy_loss_names() -> list[str]:
+    return sorted(_POLICY_LOSSES)
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+) -> PolicyLossOutput:
+    """PPO clipped surrogate with asymmetric clip bounds and dual clip (all inputs (B, T)).
+
+    rho = exp(clamp(logp - old_logp, -20, 20)); L = max(-A rho, -A clip(rho, 1-eps_low, 1+eps_high));
+    for A < 0 also L = min(L, -A c) (dual clip, c = clip_ratio_c > 1). Aggregated by ``loss_agg_mode``.
+    """
+    if clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1.0 for dual clip, got {clip_ratio_c}")
+    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
+    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # keeps exp finite
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    clip_max = torch.maximum(loss_unclipped, loss_clipped)
+    pg_clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
+    loss_dual = -advantages * clip_ratio_c
+    clip_min = torch.minimum(loss_dual, clip_max)
+    negative = advantages < 0
+    pg_clipfrac_lower = masked_mean(
+        (torch.gt(clip_max, loss_dual) & negative).float(), response_mask
+    )
+    pg_losses = torch.where(negative, clip_min, clip_max)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return PolicyLossOutput(
+        pg_loss=pg_loss,
+        pg_clipfrac=pg_clipfrac.detach(),
+        ppo_kl=ppo_kl.detach(),
+        pg_clipfrac_lower=pg_clipfrac_lower.detach(),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- KL
+def kl_penalty(
+    logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str = "kl"
+) -> torch.Tensor:
+    """Per-token KL estimate (B, T) with x = logprob - ref_logprob.
+
+    kl / k1: x;  abs: |x|;  mse / k2: x^2 / 2;  low_var_kl / k3: e^{-x} + x - 1 with -x clamped to
+    [-20, 20] and the result clamped to [-10, 10] (verl's guards against overflow).
+    """
+    if kl_penalty in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kl_penalty == "abs":
+        return (logprob - ref_logprob).abs()
+    if kl_penalty in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kl_penalty in ("low_var_kl", "k3"):
+        neg = torch.clamp(ref_logprob - logprob, min=-20.0, max=20.0)
+        return torch.clamp(torch.exp(neg) - neg - 1.0, min=-10.0, max=10.0)
+    raise ValueError(f"unknown kl_penalty {kl_penalty!r}; allowed: {', '.join(KL_PENALTIES)}")
+
+
+class FixedKLController:
+    """A constant in-reward KL coefficient."""
+
+    def __init__(self, kl_coef: float) -> None:
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:  # noqa: ARG002 - same interface
+        return None
+
+
+class AdaptiveKLController:
+    """Adaptive coefficient (Ziegler et al.): beta *= 1 + clip(KL/target - 1, -0.2, 0.2) * n_steps / horizon."""
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int) -> None:
+        if target_kl <= 0 or horizon <= 0:
+            raise ValueError("adaptive KL controller needs target_kl > 0 and horizon > 0")
+        self.value = float(init_kl_coef)
+        self.target = float(target_kl)
+        self.horizon = int(horizon)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+
+
+def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
+    """Build from ``algorithm.kl_ctrl`` (a KLCtrlConfig or a dict with type, kl_coef, horizon, target_kl)."""
+    get = kl_ctrl.get if isinstance(kl_ctrl, Mapping) else lambda k, d=None: getattr(kl_ctrl, k, d)
+    kind = get("type", "fixed")
+    if kind == "fixed":
+        return FixedKLController(get("kl_coef", 0.001))
+    if kind == "adaptive":
+        return AdaptiveKLController(
+            get("kl_coef", 0.001), get("target_kl", 0.1), get("horizon", 10000)
+        )
+    raise ValueError(f"unknown kl_ctrl.type {kind!r}; allowed: fixed, adaptive")
+
+
+def apply_kl_penalty(
+    token_level_scores: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_ctrl: FixedKLController | AdaptiveKLController,
+    kl_penalty_type: str = "kl",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """KL in the reward: r = score - beta * kl(old, ref) * mask (B, T); then the controller is updated
+    with the batch KL (mean over rows of the per-row masked mean). Returns (token_level_rewards, metrics)."""
+    kld = kl_penalty(old_log_prob, ref_log_prob, kl_penalty_type) * response_mask
+    beta = kl_ctrl.value
+    rewards = token_level_scores - beta * kld
+    current_kl = float(masked_mean(kld, response_mask, axis=-1).mean().item())
+    kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
+    return rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+# ----------------------------------------------------------------------------------------- entropy
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last axis: logsumexp(z) - sum softmax(z) z. (B, T, V) -> (B, T)."""
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+
+
+def entropy_from_logits_chunked(logits: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
+    """Same as entropy_from_logits on a (N, V) or (B, T, V) tensor, chunked to bound the softmax memory."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    if flat.shape[0] == 0:
+        return logits.new_zeros(logits.shape[:-1])
+    out = torch.cat(
+        [entropy_from_logits(flat[i : i + chunk_size]) for i in range(0, flat.shape[0], chunk_size)]
+    )
+    return out.reshape(logits.shape[:-1])

@@ -1,0 +1,91 @@
+"""verl's per-step data metrics and the driver-side reduction of metric lists.
+
+compute_data_metrics(...)  -> critic/score/*, critic/rewards/*, critic/advantages/*,
+                              critic/returns/*, response_length/*, prompt_length/*
+compute_count_metrics(...) -> <prefix>/{mean,max,min} of per-trajectory counts
+                              (num_turns/*, tool_call_counts/*)
+reduce_metrics({name: [v, ...]}) -> {name: v}   mean, or max / min for keys containing them
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import torch
+
+
+def reduce_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
+    """One float per key: the mean of its list, except keys containing "max" (max) or "min" (min),
+    as verl reduces on the driver. Scalars pass through; empty lists are dropped."""
+    out: dict[str, float] = {}
+    for key, values in metrics.items():
+        if isinstance(values, (int, float)):
+            out[key] = float(values)
+            continue
+        vals = [float(v) for v in values]
+        if not vals:
+            continue
+        if "max" in key:
+            out[key] = max(vals)
+        elif "min" in key:
+            out[key] = min(vals)
+        else:
+            out[key] = sum(vals) / len(vals)
+    return out
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    if values.numel() == 0:
+        return {}
+    v = values.detach().double()
+    return {
+        f"{prefix}/mean": float(v.mean()),
+        f"{prefix}/max": float(v.max()),
+        f"{prefix}/min": float(v.min()),
+    }
+
+
+def compute_data_metrics(
+    *,
+    token_level_scores: torch.Tensor,
+    token_level_rewards: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    response_mask: torch.Tensor,
+    prompt_lengths: torch.Tensor,
+    max_response_length: int,
+    max_prompt_length: int | None = None,
+) -> dict[str, float]:
+    """verl's data metrics from plain tensors.
+
+    token_level_scores / token_level_rewards / advantages / returns / response_mask: (B, T);
+    prompt_lengths: (B,) prompt tokens per trajectory. Scores and rewards are summed per sequence;
+    advantages and returns are taken over the masked tokens. ``response_length`` counts the response
+    tokens (the mask's row sums: in multi-turn pass the attention mask of the response, not the loss
+    mask, if tool tokens should count). ``clip_ratio`` = fraction of sequences at the length limit,
+    measured against the configured limit (not the padded width: verl PR #7821).
+    """
+    mask = response_mask.bool()
+    response_length = response_mask.sum(dim=-1).double()
+    prompt_length = prompt_lengths.double()
+    metrics: dict[str, float] = {}
+    metrics.update(_stats("critic/score", token_level_scores.sum(dim=-1)))
+    metrics.update(_stats("critic/rewards", token_level_rewards.sum(dim=-1)))
+    metrics.update(_stats("critic/advantages", advantages[mask]))
+    metrics.update(_stats("critic/returns", returns[mask]))
+    metrics.update(_stats("response_length", response_length))
+    metrics["response_length/clip_ratio"] = float(
+        (response_length >= max_response_length).double().mean()
+    )
+    metrics.update(_stats("prompt_length", prompt_length))
+    if max_prompt_length is not None:
+        metrics["prompt_length/clip_ratio"] = float(
+            (prompt_length >= max_prompt_length).double().mean()
+        )
+    return metrics
+
+
+def compute_count_metrics(prefix: str, counts: Iterable[float]) -> dict[str, float]:
+    """<prefix>/{mean,max,min} of per-trajectory counts (e.g. num_turns, tool_call_counts)."""
+    values = torch.tensor([float(c) for c in counts], dtype=torch.float64)
+    return _stats(prefix, values)

@@ -1,0 +1,150 @@
+"""Checkpoints: save, find, load, prune, and the final Hugging Face export.
+
+Layout under `trainer.default_local_dir`:
+  global_step_N/actor/model.pt      model state dict
+  global_step_N/actor/optim.pt      optimizer + LR scheduler state
+  global_step_N/extra_state.pt      RNG states (python, numpy, torch, cuda)
+  global_step_N/data.pt             prompt loader state (epoch, position, seed)
+  global_step_N/trainer_state.json  step, epoch, emitter seq, KL controller value
+  global_step_N/config.json         the run's config
+  latest_checkpointed_iteration.txt N   <- written LAST, atomically: the commit marker
+  huggingface/                      final export (model + tokenizer, from_pretrained-loadable)
+
+A step folder is written as `global_step_N.tmp` and renamed into place, then the marker is replaced
+with os.replace: a crash at any point leaves either the previous checkpoint or the new one committed,
+never a half-written one that resume would pick up.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+MARKER = "latest_checkpointed_iteration.txt"
+STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return Path(root) / f"global_step_{step}"
+
+
+def save_checkpoint(root: Path, step: int, *, actor_state: dict[str, Any], loader_state: dict[str, Any],
+                    trainer_state: dict[str, Any], config: dict[str, Any]) -> Path:
+    """Write global_step_<step>/ then commit it with the marker. Returns the step folder."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = step_dir(root, step)
+    tmp = root / f"global_step_{step}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    (tmp / "actor").mkdir(parents=True)
+    torch.save(actor_state["model"], tmp / "actor" / "model.pt")
+    if "optimizer" in actor_state:
+        torch.save({"optimizer": actor_state["optimizer"], "scheduler": actor_state.get("scheduler")},
+                   tmp / "actor" / "optim.pt")
+    torch.save(rng_state(), tmp / "extra_state.pt")
+    torch.save(loader_state, tmp / "data.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps({"global_step": step, **trainer_state}, indent=1))
+    (tmp / "config.json").write_text(json.dumps(config, indent=1, default=str))
+    if final.exists():  # re-saving the same step (e.g. stop right after a periodic save)
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    marker_tmp = root / (MARKER + ".tmp")
+    marker_tmp.write_text(str(step))
+    os.replace(marker_tmp, root / MARKER)  # the commit point
+    return final
+
+
+def latest_step(root: Path) -> int | None:
+    """The committed step (from the marker), or None when there is no committed checkpoint."""
+    marker = Path(root) / MARKER
+    if not marker.exists():
+        return None
+    step = int(marker.read_text().strip())
+    if not step_dir(root, step).is_dir():
+        raise FileNotFoundError(f"{marker} names step {step} but {step_dir(root, step)} is missing")
+    return step
+
+
+def resolve_resume(root: Path, *, mode: str, resume_from_path: str | None) -> Path | None:
+    """trainer.resume_mode: auto (latest committed, if any) | disable | resume_path (explicit folder)."""
+    if mode == "disable":
+        return None
+    if mode == "auto":
+        step = latest_step(root)
+        return step_dir(root, step) if step is not None else None
+    if mode == "resume_path":
+        if not resume_from_path or not STEP_DIR.match(Path(resume_from_path).name):
+            raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path pointing at a "
+                             f"global_step_N folder, got {resume_from_path!r}")
+        path = Path(resume_from_path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"trainer.resume_from_path {path} does not exist")
+        return path
+    raise ValueError(f"trainer.resume_mode must be auto|disable|resume_path, got {mode!r}")
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """Everything save_checkpoint wrote, as a dict (RNG states not yet applied)."""
+    path = Path(path)
+    actor: dict[str, Any] = {"model": torch.load(path / "actor" / "model.pt", map_location="cpu", weights_only=True)}
+    optim_path = path / "actor" / "optim.pt"
+    if optim_path.exists():
+        opt = torch.load(optim_path, map_location="cpu", weights_only=False)
+        actor["optimizer"], actor["scheduler"] = opt["optimizer"], opt["scheduler"]
+    return {"actor": actor,
+            "rng": torch.load(path / "extra_state.pt", map_location="cpu", weights_only=False),
+            "loader": torch.load(path / "data.pt", weights_only=False),
+            "trainer_state": json.loads((path / "trainer_state.json").read_text()),
+            "config": json.loads((path / "config.json").read_text())}
+
+
+def prune(root: Path, keep: int | None) -> list[Path]:
+    """Delete all but the newest `keep` committed step folders (never the committed one)."""
+    if not keep or keep <= 0:
+        return []
+    root = Path(root)
+    committed = latest_step(root)
+    steps = sorted(int(m.group(1)) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir())
+    doomed = [s for s in steps[:-keep] if s != committed] if len(steps) > keep else []
+    removed = []
+    for s in doomed:
+        shutil.rmtree(step_dir(root, s))
+        removed.append(step_dir(root, s))
+    return removed
+
+
+def export_hf(model: Any, tokenizer: Any, out_dir: Path) -> Path:
+    """Save model + tokenizer with save_pretrained (safetensors) into out_dir (replaced atomically)."""
+    out_dir = Path(out_dir)
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(tmp, out_dir)
+    return out_dir

@@ -1,0 +1,490 @@
+"""The GRPO training loop on one process: setup, the step, validation, checkpoints, resume.
+
+`Trainer(cfg, emitter=..., should_stop=...).fit()` runs the whole training and returns "succeeded" or
+"stopped". `Trainer.train_step` is the step, phase by phase:
+
+  load prompts -> rollout (MultiTurnRollout, n samples each) -> reward (score on the last trained
+  token) -> old log-probs -> ref log-probs -> advantages (registry) -> update -> weight sync
+
+Old log-probs: recomputed by the actor, except when provably identical to the update's own first
+forward: ppo_epochs == 1, the step's batch is ONE mini-batch and there is no KL in the reward. Then
+every micro-batch of the update runs on the unchanged weights, so `log_prob.detach()` taken in the
+update equals a recompute (ratio exactly 1, as verl's first micro-batch) and the extra forward is
+skipped; the update still records those log-probs and entropies, so `actor/entropy`, the sample
+token views and every metric are the same. In every other case (several mini-batches or epochs,
+KL in reward) the recompute pass runs as in verl.
+
+Scores sit on the last token with loss mask 1 (the end of the last assistant turn), or on the last
+response token when there is none: for GRPO/RLOO only the sum matters; for REINFORCE++ this keeps the
+return on a trained token in multi-turn (verl puts it on the last attention-valid token, which is the
+same token unless a trajectory ends in a tool reply).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import math
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+
+from trainer import checkpoint as ckpt
+from trainer.config import Config, resolve
+from trainer.data import PromptLoader, all_items, load_prompt_dataset
+from trainer.types import PromptItem, Trajectory
+from trainer.workers.actor import ActorWorker, resolve_device, resolve_dtype
+from trainer.workers.experience import ExperienceBatch, make_batch
+
+
+# --------------------------------------------------------------------------------- phase records
+@dataclass
+class StepPrompts:
+    step: int
+    epoch: int
+    prompts: list[PromptItem]
+
+
+@dataclass
+class Experience:
+    """A scored, log-prob'd, advantaged batch: trajectories plus their tensors."""
+
+    trajectories: list[Trajectory]
+    batch: ExperienceBatch
+    entropy: torch.Tensor | None = None  # (B, R), from the old-log-prob pass (or the update's forward)
+
+
+class Timer:
+    """`with timer("gen"): ...` accumulates seconds under timing_s/gen."""
+
+    def __init__(self) -> None:
+        self.s: dict[str, float] = defaultdict(float)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.s[name] += time.perf_counter() - t0
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def _stats(prefix: str, values: torch.Tensor | list[float]) -> dict[str, float]:
+    t = torch.as_tensor(values, dtype=torch.float64).flatten()
+    if t.numel() == 0:
+        return {}
+    return {f"{prefix}/mean": t.mean().item(), f"{prefix}/max": t.max().item(), f"{prefix}/min": t.min().item()}
+
+
+def reduce_metrics(lists: dict[str, list[float]]) -> dict[str, float]:
+    """verl's rule: lists are averaged, except names containing max (max) or min (min)."""
+    out = {}
+    for k, v in lists.items():
+        if not v:
+            continue
+        out[k] = max(v) if "max" in k else min(v) if "min" in k else sum(v) / len(v)
+    return out
+
+
+class Trainer:
+    """Owns the models, the data, the rollout and the reporting of one run."""
+
+    def __init__(self, cfg: Config, *, emitter: Any, monitor: Any = None,
+                 should_stop: Callable[[], bool] = lambda: False):
+        self.cfg = resolve(cfg)
+        self.emitter = emitter
+        self.monitor = monitor or _NullMonitor()
+        self.should_stop = should_stop
+        self.out_dir = Path(self.cfg.trainer.default_local_dir)
+        self.global_step = 0
+        self.epoch = 0
+
+    # ------------------------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        from transformers import AutoTokenizer
+
+        from trainer.algorithms.losses import get_kl_controller
+        from trainer.rewards import get_reward_fn
+        from trainer.rollout.agent import MultiTurnRollout
+        from trainer.rollout.base import build_engine, resolve_engine_name
+        from trainer.tools import build_tools
+
+        cfg = self.cfg
+        arr, tr = cfg.actor_rollout_ref, cfg.trainer
+        seed_everything(tr.seed)
+        self.device = resolve_device(tr.device)
+        self.dtype = resolve_dtype(arr.model.dtype, self.device)
+        tok_path = arr.model.tokenizer_path or arr.model.path
+        self.tokenizer = AutoTokenizer.from_pretrained(tok_path, trust_remote_code=arr.model.trust_remote_code)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+
+        self.tools = build_tools(cfg.tools.names, cfg.tools.config_path)
+        tool_schema = self._tool_schema
+        default_tools = [self.tools[n].schema for n in cfg.tools.names]
+        ds_kwargs = dict(tokenizer=self.tokenizer, data_cfg=cfg.data, default_tools=default_tools,
+                         resolve_tool=tool_schema)
+        self.train_ds = load_prompt_dataset(cfg.data.train_files, **ds_kwargs)
+        self.val_ds = load_prompt_dataset(cfg.data.val_files, **ds_kwargs) if cfg.data.val_files else None
+        for name, ds in (("train", self.train_ds), ("val", self.val_ds)):
+            if ds is not None and (ds.num_filtered_overlong or ds.num_truncated):
+                self.emitter.log("warning", f"{name} data: {ds.num_filtered_overlong} of {ds.num_rows} prompts "
+                                 f"longer than data.max_prompt_length={cfg.data.max_prompt_length} were filtered, "
+                                 f"{ds.num_truncated} truncated")
+        self.loader = PromptLoader(self.train_ds, batch_size=cfg.data.train_batch_size, shuffle=cfg.data.shuffle,
+                                   seed=cfg.data.seed)
+        self.total_steps = tr.total_training_steps or tr.total_epochs * self.loader.batches_per_epoch
+        self.n = arr.rollout.n
+        self.mini_batch_size = arr.actor.ppo_mini_batch_size * self.n  # trajectories per optimizer step
+        batch_size = cfg.data.train_batch_size * self.n
+        self.recompute_old = not (arr.actor.ppo_epochs == 1 and self.mini_batch_size >= batch_size
+                                  and not cfg.algorithm.use_kl_in_reward)
+
+        self.actor = ActorWorker(model_path=arr.model.path, device=self.device, dtype=self.dtype, actor_cfg=arr.actor,
+                                 trainable=True, temperature=arr.rollout.temperature, total_steps=self.total_steps,
+                                 log_prob_micro_batch_size=arr.rollout.log_prob_micro_batch_size_per_gpu,
+                                 trust_remote_code=arr.model.trust_remote_code, pad_token_id=pad,
+                                 gradient_checkpointing=arr.model.enable_gradient_checkpointing)
+        self.ref = None
+        if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+            self.ref = ActorWorker(model_path=arr.model.path, device=self.device, dtype=self.dtype, trainable=False,
+                                   temperature=arr.rollout.temperature, pad_token_id=pad,
+                                   log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
+                                   trust_remote_code=arr.model.trust_remote_code)
+        engine_name = resolve_engine_name(arr.rollout.name)
+        engine_model = self.actor.model if engine_name == "hf" else arr.model.path
+        self.engine = build_engine(engine_name, model=engine_model, tokenizer=self.tokenizer, config=arr.rollout,
+                                   device=self.device)
+        self.rollout = MultiTurnRollout(self.engine, self.tokenizer, self.tools, arr.rollout, cfg.data)
+        self.reward_fn = get_reward_fn(cfg)
+        self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl)
+        self.stop_ids = self._stop_token_ids()
+
+    def _tool_schema(self, name: str) -> dict[str, Any]:
+        from trainer.tools import get_tool
+
+        if name not in self.tools:
+            self.tools[name] = get_tool(name)  # a tool named by a data row is offered to that row
+        return self.tools[name].schema
+
+    def _stop_token_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        for tok in ("<|im_end|>", "<|endoftext|>"):
+            tid = self.tokenizer.convert_tokens_to_ids(tok)
+            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id:
+                ids.add(tid)
+        return sorted(i for i in ids if i is not None)
+
+    def sampling(self, step: int, *, validate: bool = False):
+        from trainer.rollout.base import SamplingParams
+
+        r = self.cfg.actor_rollout_ref.rollout
+        # The seed is a function of the step, not of an RNG stream: a resumed run samples what an
+        # uninterrupted one would have.
+        if validate:
+            v = r.val_kwargs
+            temp = v.temperature if v.do_sample else 0.0
+            return SamplingParams(temperature=temp, top_p=v.top_p, top_k=v.top_k, max_new_tokens=r.response_length,
+                                  stop_token_ids=self.stop_ids, seed=r.seed + 7919 * (step + 1))
+        return SamplingParams(temperature=r.temperature if r.do_sample else 0.0, top_p=r.top_p, top_k=r.top_k,
+                              max_new_tokens=r.response_length, stop_token_ids=self.stop_ids,
+                              seed=r.seed * 1_000_003 + step)
+
+    # ------------------------------------------------------------------------------------ the step
+    def train_step(self, step: int) -> dict[str, float]:
+        t, m, arr = Timer(), self.monitor, self.cfg.actor_rollout_ref
+        epoch, prompts = self.loader.next_batch()
+        self.epoch = epoch
+        with t("step"):
+            with t("gen"), m.phase("rollout"):
+                self.engine.resume_memory()
+                trajs = self.rollout.run(prompts, n=self.n, sampling=self.sampling(step))
+                if arr.rollout.free_cache_engine:
+                    self.engine.release_memory()
+            with t("reward"):
+                exp = self.score(trajs)
+            if self.recompute_old:
+                with t("old_log_prob"), m.phase("old_log_prob"):
+                    exp.batch.old_log_probs, exp.entropy = self.actor.compute_log_prob(exp.batch)
+            if self.ref is not None:
+                with t("ref"), m.phase("ref"):
+                    exp.batch.ref_log_probs, _ = self.ref.compute_log_prob(exp.batch, with_entropy=False)
+            with t("adv"):
+                adv_metrics = self.compute_advantages(exp)
+            actor_metrics: dict[str, list[float]] = {}
+            if step >= self.cfg.trainer.critic_warmup:
+                with t("update_actor"), m.phase("update"):
+                    actor_metrics = self.actor.update_policy(exp.batch, mini_batch_size=self.mini_batch_size,
+                                                             seed=self.cfg.trainer.seed * 7 + step,
+                                                             capture=not self.recompute_old)
+                if exp.entropy is None:
+                    exp.entropy = self.actor.last_entropy
+                with t("sync"), m.phase("sync"):
+                    self.engine.update_weights(self.actor.named_tensors())
+                    self.engine.flush_cache()
+        metrics = self.step_metrics(step, exp, t.s, reduce_metrics(actor_metrics), adv_metrics)
+        self.emit_samples(step, exp)
+        return metrics
+
+    # ------------------------------------------------------------------------------ experience
+    def score(self, trajs: list[Trajectory]) -> Experience:
+        """Rewards: one scalar per trajectory, placed on its last trained token."""
+        batch = make_batch([tr.prompt_ids for tr in trajs], [tr.response_ids for tr in trajs],
+                           [tr.loss_mask for tr in trajs], uids=[tr.uid for tr in trajs])
+        scores = torch.zeros(len(trajs), batch.response_width)
+        for i, tr in enumerate(trajs):
+            p = tr.prompt
+            out = self.reward_fn(p.data_source, tr.response_text, p.ground_truth,
+                                 {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns})
+            if isinstance(out, dict):
+                if "score" not in out:
+                    raise ValueError(f"reward function returned a dict without 'score': {sorted(out)}")
+                tr.reward = float(out["score"])
+                tr.reward_extra = {k: v for k, v in out.items() if k != "score"}
+            else:
+                tr.reward = float(out)
+            trained = batch.loss_mask[i].nonzero()
+            valid = batch.response_mask[i].nonzero()
+            pos = int(trained[-1]) if len(trained) else (int(valid[-1]) if len(valid) else 0)
+            scores[i, pos] = tr.reward
+        batch.token_level_scores = scores
+        return Experience(trajectories=trajs, batch=batch)
+
+    def compute_advantages(self, exp: Experience) -> dict[str, float]:
+        from trainer.algorithms.advantages import get_adv_estimator
+        from trainer.algorithms.losses import apply_kl_penalty
+
+        alg, b = self.cfg.algorithm, exp.batch
+        metrics: dict[str, float] = {}
+        rewards = b.token_level_scores
+        if alg.use_kl_in_reward:
+            rewards, metrics = apply_kl_penalty(b.token_level_scores, b.old_log_probs, b.ref_log_probs, b.loss_mask,
+                                                self.kl_ctrl, alg.kl_penalty)
+        b.token_level_rewards = rewards
+        fn = get_adv_estimator(alg.adv_estimator)
+        b.advantages, b.returns = fn(rewards, b.loss_mask, b.uids, **dataclasses.asdict(alg))
+        for tr, a in zip(exp.trajectories, b.advantages):
+            nz = a[a != 0]
+            tr.advantage = float(nz[0]) if len(nz) else 0.0
+        return metrics
+
+    # -------------------------------------------------------------------------------- reporting
+    def step_metrics(self, step: int, exp: Experience, timing: dict[str, float], actor: dict[str, float],
+                     extra: dict[str, float]) -> dict[str, float]:
+        b, trajs = exp.batch, exp.trajectories
+        cfg = self.cfg
+        mask = b.loss_mask.bool()
+        resp_len = b.response_mask.sum(-1)
+        prompt_len = torch.tensor([float(len(p)) for p in b.prompt_ids])
+        n_resp, n_total = resp_len.sum().item(), resp_len.sum().item() + prompt_len.sum().item()
+        m: dict[str, float] = {}
+        m.update(_stats("critic/score", b.token_level_scores.sum(-1)))
+        m.update(_stats("critic/rewards", b.token_level_rewards.sum(-1)))
+        m.update(_stats("critic/advantages", b.advantages[mask]))
+        m.update(_stats("critic/returns", b.returns[mask]))
+        m.update(_stats("response_length", resp_len))
+        m["response_length/clip_ratio"] = (resp_len >= cfg.actor_rollout_ref.rollout.response_length).float().mean().item()
+        m.update(_stats("prompt_length", prompt_len))
+        m["prompt_length/clip_ratio"] = (prompt_len >= cfg.data.max_prompt_length).float().mean().item()
+        m.update(_stats("num_turns", [float(tr.num_turns) for tr in trajs]))
+        m.update(_stats("tool_call_counts", [float(tr.tool_calls) for tr in trajs]))
+        if exp.entropy is not None:
+            m["actor/entropy"] = (exp.entropy * b.response_mask).sum().item() / max(1.0, b.response_mask.sum().item())
+        if b.old_log_probs is not None and all(tr.rollout_logprobs is not None for tr in trajs):
+            diff = self._rollout_probs_diff(b, trajs)
+            if diff is not None:
+                m.update(diff)
+        m.update(actor)
+        m.update(extra)
+        for k, v in timing.items():
+            m[f"timing_s/{k}"] = v
+        m["timing_s/old_log_prob"] = timing.get("old_log_prob", 0.0)
+        for k in ("gen",):
+            if k in timing and n_resp:
+                m[f"timing_per_token_ms/{k}"] = 1000 * timing[k] / n_resp
+        for k in ("old_log_prob", "ref", "adv", "update_actor"):
+            if k in timing and n_total:
+                m[f"timing_per_token_ms/{k}"] = 1000 * timing[k] / n_total
+        world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+        m["perf/total_num_tokens"] = n_total
+        m["perf/time_per_step"] = timing.get("step", 0.0)
+        m["perf/throughput"] = n_total / max(1e-9, timing.get("step", 0.0) * world)
+        from trainer.memory import rss_bytes
+
+        m["perf/cpu_memory_used_gb"] = rss_bytes() / 2**30
+        if self.device.type == "cuda":
+            m["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            m["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved(self.device) / 2**30
+        m["data/filtered_overlong_prompts"] = float(self.train_ds.num_filtered_overlong)
+        m["training/global_step"] = float(step)
+        m["training/epoch"] = float(self.epoch)
+        return m
+
+    @staticmethod
+    def _rollout_probs_diff(b: ExperienceBatch, trajs: list[Trajectory]) -> dict[str, float] | None:
+        rollout = torch.zeros_like(b.old_log_probs)
+        for i, tr in enumerate(trajs):
+            lp = tr.rollout_logprobs or []
+            if lp:
+                rollout[i, : len(lp)] = torch.as_tensor(lp, dtype=torch.float32)
+        mask = b.loss_mask.bool()
+        if not mask.any():
+            return None
+        d = (rollout.exp() - b.old_log_probs.exp()).abs()[mask]
+        return {"training/rollout_probs_diff_max": d.max().item(), "training/rollout_probs_diff_mean": d.mean().item(),
+                "training/rollout_probs_diff_std": d.std().item() if d.numel() > 1 else 0.0}
+
+    def _pick(self, count: int, k: int) -> list[int]:
+        if k < 0 or k >= count:
+            return list(range(count))
+        if k == 0:
+            return []
+        return sorted({round(i * (count - 1) / max(1, k - 1)) for i in range(k)}) if k > 1 else [0]
+
+    def emit_samples(self, step: int, exp: Experience, *, validation: bool = False) -> None:
+        from trainer.events import SampleData, TokenView, fit_sample
+
+        rep = self.cfg.report
+        b = exp.batch
+        for i in self._pick(len(exp.trajectories), rep.val_samples if validation else rep.samples_per_step):
+            tr = exp.trajectories[i]
+            r = len(tr.response_ids)
+            view = None
+            if rep.token_view and not validation and b.old_log_probs is not None:
+                view = TokenView(
+                    ids=list(tr.response_ids),
+                    pieces=[self.tokenizer.decode([t]) for t in tr.response_ids],
+                    loss_mask=[int(x) for x in tr.loss_mask],
+                    logprobs=_finite_list(b.old_log_probs[i, :r]),
+                    ref_logprobs=_finite_list(b.ref_log_probs[i, :r]) if b.ref_log_probs is not None else None,
+                    advantages=_finite_list(b.advantages[i, :r]))
+            data = SampleData(step=step, uid=tr.uid, index=tr.index, reward=float(tr.reward),
+                              advantage=float(tr.advantage), response_length=r, num_turns=int(tr.num_turns),
+                              finish_reason=tr.finish_reason, messages=_jsonable(tr.messages),
+                              reward_extra=_jsonable(tr.reward_extra), data_source=tr.prompt.data_source or None,
+                              ground_truth=_jsonable(tr.prompt.ground_truth), tool_calls=int(tr.tool_calls),
+                              token_view=view, validation=validation)
+            data = fit_sample(data) or data
+            self.emitter.sample(_jsonable(dataclasses.asdict(data)))
+
+    # ------------------------------------------------------------------------------ validation
+    def validate(self, step: int) -> dict[str, float]:
+        if self.val_ds is None or len(self.val_ds) == 0:
+            return {}
+        t0 = time.perf_counter()
+        v = self.cfg.actor_rollout_ref.rollout.val_kwargs
+        with self.monitor.phase("rollout"):
+            self.engine.resume_memory()
+            trajs = self.rollout.run(all_items(self.val_ds), n=v.n, sampling=self.sampling(step, validate=True))
+        exp = self.score(trajs)
+        by_source: dict[str, list[float]] = defaultdict(list)
+        for tr in trajs:
+            by_source[tr.prompt.data_source or "unknown"].append(tr.reward)
+        metrics = {f"val-core/{src}/reward/mean@{v.n}": sum(r) / len(r) for src, r in by_source.items()}
+        metrics["timing_s/testing"] = time.perf_counter() - t0
+        self.emit_samples(step, exp, validation=True)
+        return metrics
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def save(self, step: int) -> Path:
+        t0 = time.perf_counter()
+        path = ckpt.save_checkpoint(self.out_dir, step, actor_state=self.actor.state_dict(),
+                                    loader_state=self.loader.state_dict(),
+                                    trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value},
+                                    config=self.cfg.to_dict())
+        ckpt.prune(self.out_dir, self.cfg.trainer.max_actor_ckpt_to_keep)
+        self.emitter.checkpoint(step, str(path))
+        self.last_saved = step
+        self.save_seconds = time.perf_counter() - t0
+        return path
+
+    def maybe_resume(self) -> None:
+        tr = self.cfg.trainer
+        path = ckpt.resolve_resume(self.out_dir, mode=tr.resume_mode, resume_from_path=tr.resume_from_path)
+        if path is None:
+            return
+        state = ckpt.load_checkpoint(path)
+        self.actor.load_state_dict(state["actor"])
+        self.loader.load_state_dict(state["loader"])
+        ckpt.set_rng_state(state["rng"])
+        self.global_step = int(state["trainer_state"]["global_step"])
+        self.epoch = int(state["trainer_state"].get("epoch", 0))
+        self.kl_ctrl.value = float(state["trainer_state"].get("kl_coef", self.kl_ctrl.value))
+        self.engine.update_weights(self.actor.named_tensors())
+        self.engine.flush_cache()
+        self.emitter.log("info", f"resumed from {path} at step {self.global_step} (epoch {self.epoch}, "
+                         f"loader position {self.loader.position}/{self.loader.batches_per_epoch})")
+
+    # ------------------------------------------------------------------------------------- fit
+    def fit(self) -> str:
+        tr = self.cfg.trainer
+        self.last_saved = -1
+        self.save_seconds = 0.0
+        self.maybe_resume()
+        if self.global_step >= self.total_steps:
+            # A finished run resumed: say so instead of "training" zero steps silently (verl #7401).
+            self.emitter.log("warning", f"the checkpoint is at step {self.global_step} of {self.total_steps}: "
+                             "nothing left to train (raise trainer.total_epochs/total_training_steps to continue)")
+            return "succeeded"
+        self.emitter.status("running", "training", step=self.global_step, total_steps=self.total_steps)
+        if tr.val_before_train and self.val_ds is not None:
+            val = self.validate(self.global_step)
+            if val:
+                self.emitter.metrics(self.global_step, val)
+        while self.global_step < self.total_steps:
+            step = self.global_step + 1
+            self.monitor.step = step
+            metrics = self.train_step(step)
+            self.global_step = step
+            last = step == self.total_steps
+            if tr.test_freq > 0 and (step % tr.test_freq == 0 or last):
+                metrics.update(self.validate(step))
+            stopping = self.should_stop()
+            if (tr.save_freq > 0 and step % tr.save_freq == 0) or last or stopping:
+                self.save(step)
+                metrics["timing_s/save_checkpoint"] = self.save_seconds
+            self.emitter.metrics(step, metrics)
+            if stopping and not last:
+                return "stopped"
+        if tr.export_hf:
+            ckpt.export_hf(self.actor.model, self.tokenizer, self.out_dir / "huggingface")
+            self.emitter.log("info", f"exported the final policy to {self.out_dir / 'huggingface'}")
+        return "succeeded"
+
+
+class _NullMonitor:
+    step = 0
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+
+def _finite_list(t: torch.Tensor) -> list[float | None]:
+    return [float(x) if math.isfinite(x) else None for x in t.tolist()]
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain-JSON copy (tuples -> lists, numpy scalars -> numbers, anything else -> str)."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.generic,)):
+        return _jsonable(obj.item())
+    return str(obj)

@@ -1,0 +1,19 @@
+"""Rollout: engines that generate token ids, and the multi-turn agent loop that drives them.
+
+    base.py    SamplingParams / GenerationRequest / GenerationOutput, RolloutEngine, the registry
+               (register_engine, build_engine, resolve_engine_name: "auto" -> sglang or hf)
+    hf.py      `hf` backend: own batched KV-cache sampling loop over a transformers module
+    sglang.py  `sglang` backend over sglang.Engine (optional; logic tested on a stand-in only)
+    parser.py  Hermes `<tool_call>` parser (structured errors, never raises)
+    agent.py   MultiTurnRollout: request state machine, token deltas, tools, budgets
+"""
+from trainer.rollout.base import (  # noqa: F401 - the public names of this package
+    GenerationOutput,
+    GenerationRequest,
+    RolloutEngine,
+    SamplingParams,
+    available_engines,
+    build_engine,
+    register_engine,
+    resolve_engine_name,
+)

@@ -1,0 +1,404 @@
+"""Multi-turn rollout: the request state machine between the engine, the chat template and the tools.
+
+    MultiTurnRollout(engine, tokenizer, tools_registry, rollout_cfg, data_cfg).run(prompts, n=, sampling=)
+
+Every (prompt, sample) is one request moving PENDING -> GENERATING -> TOOL_CALLING -> GENERATING ...
+-> DONE. Turns are synchronous across requests: all GENERATING requests go to the engine in ONE
+`generate` call, then the tool calls of every TOOL_CALLING request run concurrently (asyncio, each
+under `multi_turn.tool_timeout_s`). Single-turn rollout is the same code with max_turns=1, tools off.
+
+Token bookkeeping (token in, token out; never re-encoded from text):
+- prompt: PromptItem.prompt_ids as given (templated with tools and the generation prompt);
+- assistant: the engine's output ids appended verbatim, loss_mask 1, with the engine's log-probs;
+- after a tool-calling turn: the rest of the assistant turn end (e.g. `<|im_end|>\n`, only the part
+  the engine did not emit itself), the tool messages and the next generation prompt, as template
+  deltas with loss_mask 0. A delta is the chat template rendered for a fixed dummy conversation plus
+  the new messages, minus the same dummy rendered alone (the dummy's rendering must be a prefix of
+  the longer one, checked every time).
+Limits: `multi_turn.max_turns` assistant turns; the response (everything after the prompt) at most
+`rollout.response_length` (or `data.max_response_length`) tokens and prompt+response at most
+`rollout.max_model_len` when set: a turn gets at most the remaining budget, and a delta that does not
+fit is truncated (finish_reason "length"). Tool replies longer than
+`multi_turn.max_tool_response_length` characters are cut (side `tool_response_truncate_side`).
+Finish reasons: stop (turn ended without a tool call), length (a budget ran out), tool_calls (the
+turn budget ended while the model was calling a tool; those calls are not executed).
+Bad calls never crash the rollout: malformed blocks, unknown tools, wrong arguments, a raising or
+timing-out tool each become a `tool` message starting "Error:" and count in `tool_errors`.
+Only the first `multi_turn.max_parallel_calls` valid calls of a turn run (verl's truncation); with
+max_parallel_calls == 1, `</tool_call>` is also a stop token, so a turn holds one call.
+Tool lifecycle per request: create(**create_kwargs) for each offered tool, execute(**execute_kwargs),
+then calc_reward(**calc_reward_kwargs) -> Trajectory.tool_rewards and release(**release_kwargs), the
+kwargs from PromptItem.tools_kwargs[tool_name] (verl's extra_info.tools_kwargs).
+Seeds: with sampling.seed set, each request's turn t samples with seed + crc32(index, position,
+sample, t), so the same inputs reproduce (pass a different sampling.seed per step to vary samples).
+Note: a tool that blocks without awaiting cannot be interrupted by the timeout (asyncio limitation).
+"""
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from trainer.rollout.base import GenerationOutput, GenerationRequest, RolloutEngine, SamplingParams
+from trainer.rollout.parser import CLOSE_TAG, ToolCall, ToolCallError, parse_tool_calls
+from trainer.types import PromptItem, Trajectory
+
+
+def _cfg(obj: Any, key: str, default: Any = None) -> Any:
+    """Read a config field from a dataclass section or a dict (None falls back to the default)."""
+    if obj is None:
+        return default
+    value = obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
+    return default if value is None else value
+
+
+class RequestState(enum.Enum):
+    PENDING = "pending"
+    GENERATING = "generating"
+    TOOL_CALLING = "tool_calling"
+    DONE = "done"
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt: PromptItem
+    position: int  # order of the prompt in the batch
+    sample: int  # sample index within the prompt's group
+    tools: dict[str, Any]  # offered tool name -> tool instance
+    state: RequestState = RequestState.PENDING
+    response_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    num_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    finish_reason: str = "stop"
+    pending_calls: list[ToolCall] = field(default_factory=list)
+    pending_errors: list[ToolCallError] = field(default_factory=list)
+    tool_rewards: dict[str, float] = field(default_factory=dict)
+    step_rewards: list[float] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+
+    def finish(self, reason: str) -> None:
+        self.state = RequestState.DONE
+        self.finish_reason = reason
+
+    def append(self, ids: list[int], *, generated: bool, logprobs: list[float] | None = None) -> None:
+        self.response_ids.extend(ids)
+        self.loss_mask.extend([1 if generated else 0] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+    def truncate(self, length: int) -> None:
+        del self.response_ids[length:], self.loss_mask[length:], self.logprobs[length:]
+
+
+class ChatDeltas:
+    """Token deltas of the chat template (see the module docstring for the method)."""
+
+    _BASE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+             {"role": "assistant", "content": "A"}]
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.base_text = self.render(self._BASE, add_generation_prompt=False)
+        head = self.render(self._BASE[:2], add_generation_prompt=True)
+        if not self.base_text.startswith(head + "A"):
+            raise RuntimeError("chat template: an assistant turn does not extend the generation prompt; "
+                               "cannot compute token deltas")
+        # What closes an assistant turn after its content, e.g. "<|im_end|>\n".
+        self.turn_end_ids = self.encode(self.base_text[len(head) + 1:])
+
+    def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def turn_end_completion(self, generated: list[int]) -> list[int]:
+        """The part of turn_end_ids the engine did not emit itself (it may have stopped mid-way)."""
+        end = self.turn_end_ids
+        for k in range(min(len(end), len(generated)), 0, -1):
+            if generated[-k:] == end[:k]:
+                return end[k:]
+        return list(end)
+
+    def messages_delta(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> list[int]:
+        full = self.render(self._BASE + messages, add_generation_prompt=add_generation_prompt)
+        if not full.startswith(self.base_text):
+            raise RuntimeError("chat template renders the fixed prefix differently once messages follow; "
+                               "delta tokenization would be wrong")
+        return self.encode(full[len(self.base_text):])
+
+
+def truncate_text(text: str, limit: int, side: str = "middle") -> str:
+    """Cut `text` to about `limit` characters (verl's max_tool_response_length); limit <= 0 = no cut."""
+    if limit <= 0 or len(text) <= limit:
+        return text
+    if side == "left":
+        return "...(truncated)" + text[-limit:]
+    if side == "right":
+        return text[:limit] + "...(truncated)"
+    if side != "middle":
+        raise ValueError(f"tool_response_truncate_side must be left|middle|right, got {side!r}")
+    half = limit // 2
+    return text[:half] + "\n...(truncated)...\n" + text[len(text) - (limit - half):]
+
+
+class MultiTurnRollout:
+    """Runs prompts through the engine and tools; see the module docstring."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer: Any, tools_registry: Mapping[str, Any] | None,
+                 rollout_cfg: Any, data_cfg: Any) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        mt = _cfg(rollout_cfg, "multi_turn", None)
+        self.multi_turn = bool(_cfg(mt, "enable", False))
+        # Kept by reference: the loop may register a tool that a data row names after building us.
+        self.tools: Mapping[str, Any] = (tools_registry if tools_registry is not None else {}) if self.multi_turn else {}
+        self.max_turns = int(_cfg(mt, "max_turns", 5)) if self.multi_turn else 1
+        if self.max_turns < 1:
+            raise ValueError("multi_turn.max_turns must be >= 1")
+        self.max_tool_response_length = int(_cfg(mt, "max_tool_response_length", 256))
+        self.truncate_side = str(_cfg(mt, "tool_response_truncate_side", "middle"))
+        self.max_parallel_calls = max(1, int(_cfg(mt, "max_parallel_calls", 1)))
+        self.tool_timeout_s = float(_cfg(mt, "tool_timeout_s", 10.0))
+        self.response_budget = int(_cfg(rollout_cfg, "response_length", None)
+                                   or _cfg(data_cfg, "max_response_length", 512))
+        self.max_model_len = _cfg(rollout_cfg, "max_model_len", None)
+        self.deltas = ChatDeltas(tokenizer)
+        self.stop_ids = self._stop_ids()
+        self.last_stats: dict[str, float] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def close(self) -> None:
+        """Close the private event loop (a later run() opens a new one)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.close()
+        self._loop = None
+
+    def _token_id(self, token: str) -> int | None:
+        tid = self.tokenizer.convert_tokens_to_ids(token)
+        unk = getattr(self.tokenizer, "unk_token_id", None)
+        return None if tid is None or (unk is not None and tid == unk and token != self.tokenizer.unk_token) else int(tid)
+
+    def _stop_ids(self) -> list[int]:
+        ids: list[int] = []
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        ids.extend(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
+        end = self.deltas.turn_end_ids[:1]  # the end-of-turn token, e.g. <|im_end|>
+        ids.extend(end)
+        if self.multi_turn and self.max_parallel_calls == 1:
+            close = self._token_id(CLOSE_TAG)
+            if close is not None:
+                ids.append(close)
+        return sorted(set(int(i) for i in ids))
+
+    # ------------------------------------------------------------------ public API
+    def run(self, prompts: list[PromptItem], *, n: int, sampling: SamplingParams) -> list[Trajectory]:
+        """n samples of every prompt, sorted by (prompt order, sample index)."""
+        if n < 1:
+            raise ValueError("n must be >= 1")
+        coro = self._run(prompts, n, sampling)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            # One persistent loop per rollout object: async engines (sglang) bind to the loop they
+            # first ran on, so a fresh asyncio.run() per step would break them.
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+            return self._loop.run_until_complete(coro)
+        # Called from inside an event loop (e.g. a notebook): run ours on a private thread.
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["value"] = asyncio.run(coro)
+            except BaseException as exc:  # re-raised in the caller's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=target, name="multi-turn-rollout")
+        thread.start()
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    # ------------------------------------------------------------------ the state machine
+    async def _run(self, prompts: list[PromptItem], n: int, sampling: SamplingParams) -> list[Trajectory]:
+        reqs = [self._new_request(p, pos, s) for pos, p in enumerate(prompts) for s in range(n)]
+        stats = {"engine_calls": 0.0, "gen_s": 0.0, "tool_s": 0.0}
+        try:
+            await asyncio.gather(*(self._create_tools(r) for r in reqs))
+            for r in reqs:
+                r.state = RequestState.GENERATING
+            turn = 0
+            while True:
+                batch: list[tuple[_Request, GenerationRequest]] = []
+                for r in reqs:
+                    if r.state is not RequestState.GENERATING:
+                        continue
+                    remaining = self._remaining(r)
+                    if remaining <= 0:
+                        r.finish("length")
+                        continue
+                    sp = sampling.replace(max_new_tokens=min(int(sampling.max_new_tokens), remaining),
+                                          stop_token_ids=sorted(set(sampling.stop_token_ids) | set(self.stop_ids)),
+                                          seed=self._seed(sampling.seed, r, turn))
+                    batch.append((r, GenerationRequest(r.request_id, r.prompt.prompt_ids + r.response_ids, sp)))
+                if not batch:
+                    break
+                t0 = time.perf_counter()
+                outputs = await self.engine.agenerate([g for _, g in batch])  # ONE engine call per turn
+                stats["gen_s"] += time.perf_counter() - t0
+                stats["engine_calls"] += 1
+                if len(outputs) != len(batch):
+                    raise RuntimeError(f"engine returned {len(outputs)} outputs for {len(batch)} requests")
+                for (r, g), out in zip(batch, outputs):
+                    if out.request_id != g.request_id:
+                        raise RuntimeError(f"engine output {out.request_id!r} out of order (expected {g.request_id!r})")
+                    self._absorb(r, out, g.sampling.max_new_tokens)
+                t0 = time.perf_counter()
+                await asyncio.gather(*(self._run_tools(r) for r in reqs if r.state is RequestState.TOOL_CALLING))
+                stats["tool_s"] += time.perf_counter() - t0
+                turn += 1
+        finally:
+            await asyncio.gather(*(self._finish_tools(r) for r in reqs), return_exceptions=True)
+        self.last_stats = stats
+        return [self._trajectory(r) for r in reqs]
+
+    def _new_request(self, prompt: PromptItem, position: int, sample: int) -> _Request:
+        if self.tools:
+            names = [s["function"]["name"] for s in prompt.tools] if prompt.tools else list(self.tools)
+            missing = [name for name in names if name not in self.tools]
+            if missing:
+                raise KeyError(f"prompt {prompt.uid!r} offers tools {missing} that are not in the tools "
+                               f"registry {sorted(self.tools)}")
+            tools = {name: self.tools[name] for name in names}
+        else:
+            tools = {}
+        return _Request(request_id=f"{prompt.uid}-{position}-{sample}", prompt=prompt, position=position,
+                        sample=sample, tools=tools, messages=[dict(m) for m in prompt.messages])
+
+    def _remaining(self, r: _Request) -> int:
+        budget = self.response_budget
+        if self.max_model_len:
+            budget = min(budget, int(self.max_model_len) - len(r.prompt.prompt_ids))
+        return budget - len(r.response_ids)
+
+    @staticmethod
+    def _seed(base: int | None, r: _Request, turn: int) -> int | None:
+        if base is None:
+            return None
+        key = f"{r.prompt.index}:{r.position}:{r.sample}:{turn}".encode()
+        return (int(base) + zlib.crc32(key)) % (1 << 62)
+
+    def _kwargs(self, r: _Request, tool: str, phase: str) -> dict[str, Any]:
+        spec = r.prompt.tools_kwargs.get(tool) or {}
+        return dict(spec.get(phase) or {}) if isinstance(spec, Mapping) else {}
+
+    async def _create_tools(self, r: _Request) -> None:
+        for name, tool in r.tools.items():
+            await tool.create(r.request_id, **self._kwargs(r, name, "create_kwargs"))
+            r.created.append(name)
+
+    def _absorb(self, r: _Request, out: GenerationOutput, turn_cap: int) -> None:
+        """Append one assistant turn and decide what comes next."""
+        r.num_turns += 1
+        r.append(list(out.output_ids), generated=True, logprobs=list(out.logprobs))
+        ids = list(out.output_ids)
+        while ids and ids[-1] in self.stop_ids and ids[-1] != self._token_id(CLOSE_TAG):
+            ids.pop()  # end-of-turn / eos are not message content
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        parsed = parse_tool_calls(text) if self.multi_turn else None
+        if out.finish_reason == "length" or parsed is None or not parsed.has_tool_call:
+            r.messages.append({"role": "assistant", "content": text.strip()})
+            r.finish("length" if out.finish_reason == "length" else "stop")
+            return
+        calls = parsed.calls[: self.max_parallel_calls]
+        message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        message["tool_calls"] = [
+            {"id": f"call_{r.num_turns}_{i}", "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+            for i, c in enumerate(calls)]
+        r.messages.append(message)
+        if r.num_turns >= self.max_turns:
+            r.finish("tool_calls")
+            return
+        r.pending_calls, r.pending_errors = calls, list(parsed.errors)
+        r.state = RequestState.TOOL_CALLING
+
+    async def _call_tool(self, r: _Request, call: ToolCall) -> tuple[str, bool]:
+        from trainer.tools.base import ToolArgumentError
+
+        tool = r.tools.get(call.name)
+        if tool is None:
+            return f"Error: unknown tool {call.name!r}; available: {sorted(r.tools)}", False
+        try:
+            result = await asyncio.wait_for(
+                tool.execute(r.request_id, call.arguments, **self._kwargs(r, call.name, "execute_kwargs")),
+                timeout=self.tool_timeout_s)
+        except asyncio.TimeoutError:
+            return f"Error: tool {call.name!r} timed out after {self.tool_timeout_s:g}s", False
+        except ToolArgumentError as exc:
+            return f"Error: invalid arguments for {call.name!r}: {exc}", False
+        except TypeError as exc:  # e.g. an unexpected keyword reaching the tool
+            return f"Error: invalid arguments for {call.name!r}: {exc}", False
+        except Exception as exc:
+            return f"Error: tool {call.name!r} failed: {type(exc).__name__}: {exc}", False
+        r.step_rewards.append(float(result.step_reward))
+        return str(result.text), True
+
+    async def _run_tools(self, r: _Request) -> None:
+        results = await asyncio.gather(*(self._call_tool(r, c) for c in r.pending_calls))
+        tool_messages: list[dict[str, Any]] = []
+        for i, (call, (text, ok)) in enumerate(zip(r.pending_calls, results)):
+            r.tool_calls += int(ok)
+            r.tool_errors += int(not ok)
+            tool_messages.append({"role": "tool", "tool_call_id": f"call_{r.num_turns}_{i}", "name": call.name,
+                                  "content": truncate_text(text, self.max_tool_response_length, self.truncate_side)})
+        for err in r.pending_errors:
+            r.tool_errors += 1
+            tool_messages.append({"role": "tool", "content": f"Error: malformed tool call ({err.reason}): "
+                                                              f"{err.message}"})
+        r.pending_calls, r.pending_errors = [], []
+        r.messages.extend(tool_messages)
+        generated_tail = r.response_ids[-len(self.deltas.turn_end_ids):] if r.response_ids else []
+        added = self.deltas.turn_end_completion(generated_tail) + self.deltas.messages_delta(tool_messages)
+        room = self._remaining(r)
+        if len(added) >= room:
+            # Not even one generated token would fit after the delta: end here, cut at the budget.
+            r.append(added[: max(room, 0)], generated=False)
+            r.finish("length")
+            return
+        r.append(added, generated=False)
+        r.state = RequestState.GENERATING
+
+    async def _finish_tools(self, r: _Request) -> None:
+        for name in r.created:
+            tool = r.tools[name]
+            try:
+                r.tool_rewards[name] = float(await tool.calc_reward(
+                    r.request_id, **self._kwargs(r, name, "calc_reward_kwargs")))
+            except Exception:
+                r.tool_errors += 1
+            finally:
+                await tool.release(r.request_id, **self._kwargs(r, name, "release_kwargs"))
+        r.created = []
+
+    def _trajectory(self, r: _Request) -> Trajectory:
+        logprobs = [lp if m else 0.0 for lp, m in zip(r.logprobs, r.loss_mask)]
+        return Trajectory(
+            uid=r.prompt.uid, index=r.sample, prompt=r.prompt, prompt_ids=list(r.prompt.prompt_ids),
+            response_ids=list(r.response_ids), loss_mask=list(r.loss_mask), rollout_logprobs=logprobs,
+            messages=r.messages, num_turns=r.num_turns, tool_calls=r.tool_calls, tool_errors=r.tool_errors,
+            finish_reason=r.finish_reason,
+            response_text=self.tokenizer.decode(r.response_ids, skip_special_tokens=True),
+            tool_rewards=dict(r.tool_rewards))

@@ -1,0 +1,271 @@
+"""The `hf` rollout backend: our own batched sampling loop over a transformers causal LM.
+
+Why not `model.generate`: we need per-request stop ids, budgets, seeds and sampling settings in one
+batch, the log-prob of every sampled token, and rows that finish leaving the batch (the KV cache is
+compacted with `Cache.batch_select_indices`) so a long tail does not pay for the whole batch.
+
+How a batch runs: prompts are left-padded (attention mask 0 on pads, position ids = cumsum(mask)-1),
+one prefill computes logits for the last position only (`logits_to_keep=1`), then one decode step per
+new token with a growing `DynamicCache`. Sampling per row: temperature, top-k, top-p, then inverse-CDF
+draw with that row's own pre-drawn uniforms (a `torch.Generator` seeded by the request's seed), so a
+seeded request reproduces exactly; temperature <= 0 is greedy argmax.
+
+Log-probs returned: log_softmax(logits / T) at the sampled token, i.e. of the tempered distribution
+BEFORE top-k / top-p truncation (T = 1 for greedy rows). verl recomputes old log-probs with the actor
+anyway; these are for diagnostics (`training/rollout_probs_diff_*`).
+
+Colocation: with `share_module=True` (what `build_engine` does) the engine holds the actor's live
+module, so `update_weights` finds each tensor already in place and copies nothing; it only copies
+(name by name, into the existing parameters) when given tensors that are not the module's own.
+`release_memory` frees cached allocator blocks (no KV cache outlives a `generate` call); with an owned
+module on CUDA it also moves the weights to the CPU until `resume_memory`. `flush_cache` has nothing to
+drop: this backend keeps no prefix cache between calls.
+"""
+from __future__ import annotations
+
+import gc
+from typing import Any, Iterable
+
+import torch
+
+from trainer.rollout.base import (
+    GenerationOutput,
+    GenerationRequest,
+    RolloutEngine,
+    register_engine,
+)
+
+
+def _resolve_device(device: Any, model: torch.nn.Module) -> torch.device:
+    if device is None or device == "auto":
+        try:
+            return next(model.parameters()).device
+        except StopIteration:
+            return torch.device("cpu")
+    return torch.device(device)
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    greedy: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    uniforms: torch.Tensor,
+    *,
+    any_sampled: bool,
+    any_filter: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row.
+
+    logits (b, V) float32; temperature (b,) > 0 (1 for greedy rows); greedy (b,) bool; top_k (b,)
+    long (V = no filtering); top_p (b,) float; uniforms (b,) in [0, 1).
+    Returns (tokens (b,) long, logprobs (b,) float32 of log_softmax(logits / temperature)).
+    """
+    scaled = logits / temperature.unsqueeze(-1)
+    logp = torch.log_softmax(scaled, dim=-1)
+    if not any_sampled:
+        tokens = logits.argmax(dim=-1)
+        return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    vocab = scaled.shape[-1]
+    if any_filter:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        ranks = torch.arange(vocab, device=scaled.device).unsqueeze(0)
+        remove = ranks >= top_k.unsqueeze(-1)
+        probs_sorted = torch.softmax(sorted_logits, dim=-1)
+        # Drop a token once the mass strictly before it already reaches top_p (the first always stays).
+        remove |= (probs_sorted.cumsum(-1) - probs_sorted) >= top_p.unsqueeze(-1)
+        probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
+    else:
+        order = None
+        probs = logp.exp()
+    cdf = probs.cumsum(-1)
+    # side="right": the first index whose cdf exceeds u*total, never a zero-probability token.
+    idx = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=vocab - 1)
+    sampled = idx.squeeze(-1) if order is None else order.gather(-1, idx).squeeze(-1)
+    tokens = torch.where(greedy, logits.argmax(dim=-1), sampled)
+    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@register_engine("hf")
+class HFRolloutEngine(RolloutEngine):
+    """Batched KV-cache generation over a transformers causal LM (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        pad_token_id: int,
+        device: Any = None,
+        share_module: bool = True,
+        max_batch_size: int | None = None,
+    ) -> None:
+        self.model = model
+        self.pad_token_id = int(pad_token_id)
+        self.device = _resolve_device(device, model)
+        self.share_module = share_module  # True: the actor's module itself (colocated, no copies)
+        self.max_batch_size = max_batch_size  # None: every request of a call in one batch
+        self._offloaded = False
+        self.last_stats: dict[str, float] = {}
+
+    @classmethod
+    def from_config(cls, *, model: Any, tokenizer: Any, config: Any, device: Any) -> "HFRolloutEngine":
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("the hf rollout engine needs the live torch module as `model`")
+        pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(tokenizer, "eos_token_id", None)
+        if pad is None:
+            raise ValueError("tokenizer has neither pad_token_id nor eos_token_id")
+        return cls(model, pad_token_id=pad, device=device, share_module=True,
+                   max_batch_size=getattr(config, "max_num_seqs", None))
+
+    # ------------------------------------------------------------------ generation
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
+        if self._offloaded:
+            raise RuntimeError("hf engine memory is released: call resume_memory() before generate()")
+        if not requests:
+            return []
+        size = self.max_batch_size or len(requests)
+        was_training = self.model.training
+        self.model.eval()  # no dropout while sampling; the actor's mode is restored below
+        try:
+            outputs: list[GenerationOutput] = []
+            with torch.inference_mode():
+                for start in range(0, len(requests), size):
+                    outputs.extend(self._generate_batch(requests[start:start + size]))
+            return outputs
+        finally:
+            self.model.train(was_training)
+
+    def _generate_batch(self, reqs: list[GenerationRequest]) -> list[GenerationOutput]:
+        from transformers import DynamicCache
+
+        dev = self.device
+        n = len(reqs)
+        for r in reqs:
+            if not r.prompt_ids:
+                raise ValueError(f"request {r.request_id!r} has an empty prompt")
+        budgets = [max(0, int(r.sampling.max_new_tokens)) for r in reqs]
+        out_ids: list[list[int]] = [[] for _ in reqs]
+        out_lp: list[list[float]] = [[] for _ in reqs]
+        finish: list[str] = ["length"] * n
+        live = [i for i in range(n) if budgets[i] > 0]
+        if not live:
+            return [GenerationOutput(r.request_id, [], [], "length") for r in reqs]
+
+        sub = [reqs[i] for i in live]
+        width = max(len(r.prompt_ids) for r in sub)
+        ids = torch.full((len(sub), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(sub), width), dtype=torch.long)
+        for row, r in enumerate(sub):
+            ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            mask[row, width - len(r.prompt_ids):] = 1
+        has_pad = bool((mask == 0).any())
+        ids, mask = ids.to(dev), mask.to(dev)
+        pos = (mask.cumsum(-1) - 1).clamp_(min=0)
+
+        vocab_cap = 1 << 30
+        temps = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in sub],
+                             dtype=torch.float32, device=dev)
+        greedy = torch.tensor([r.sampling.temperature <= 0 for r in sub], dtype=torch.bool, device=dev)
+        top_k = torch.tensor([r.sampling.top_k if r.sampling.top_k > 0 else vocab_cap for r in sub],
+                             dtype=torch.long, device=dev)
+        top_p = torch.tensor([min(max(float(r.sampling.top_p), 0.0), 1.0) for r in sub],
+                             dtype=torch.float32, device=dev)
+        any_sampled = not bool(greedy.all())
+        any_filter = any((r.sampling.top_k > 0 or r.sampling.top_p < 1.0) and r.sampling.temperature > 0
+                         for r in sub)
+        max_budget = max(budgets[i] for i in live)
+        uniforms = torch.zeros((len(sub), max_budget), dtype=torch.float32)
+        if any_sampled:
+            for row, r in enumerate(sub):
+                gen = None
+                if r.sampling.seed is not None:
+                    gen = torch.Generator().manual_seed(int(r.sampling.seed) & 0xFFFF_FFFF_FFFF_FFFF)
+                uniforms[row, : budgets[live[row]]] = torch.rand(budgets[live[row]], generator=gen)
+        uniforms = uniforms.to(dev)
+        stop_sets = [set(r.sampling.stop_token_ids) for r in sub]
+
+        rows = list(live)  # original request index of each batch row
+        cache = DynamicCache(config=getattr(self.model, "config", None))
+        logits = self.model(input_ids=ids, attention_mask=mask if has_pad else None, position_ids=pos,
+                            cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+        next_pos = pos[:, -1] + 1
+        step = 0
+        decode_rows = 0
+        while True:
+            tok, lp = sample_next(logits.float(), temps, greedy, top_k, top_p, uniforms[:, step],
+                                  any_sampled=any_sampled, any_filter=any_filter)
+            tok_list, lp_list = tok.tolist(), lp.tolist()
+            step += 1
+            keep: list[int] = []
+            for b, i in enumerate(rows):
+                out_ids[i].append(tok_list[b])
+                out_lp[i].append(lp_list[b])
+                if tok_list[b] in stop_sets[b]:
+                    finish[i] = "stop"
+                elif step < budgets[i]:
+                    keep.append(b)
+            if not keep:
+                break
+            if len(keep) < len(rows):
+                # Finished rows leave the batch: shrink the KV cache and every per-row tensor.
+                sel = torch.tensor(keep, dtype=torch.long, device=dev)
+                cache.batch_select_indices(sel)
+                rows = [rows[b] for b in keep]
+                stop_sets = [stop_sets[b] for b in keep]
+                tok, mask, next_pos = tok[sel], mask[sel], next_pos[sel]
+                temps, greedy, top_k, top_p, uniforms = temps[sel], greedy[sel], top_k[sel], top_p[sel], uniforms[sel]
+                if has_pad:
+                    has_pad = bool((mask == 0).any())
+            if has_pad:
+                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+            decode_rows += len(rows)
+            logits = self.model(input_ids=tok.unsqueeze(-1), attention_mask=mask if has_pad else None,
+                                position_ids=next_pos.unsqueeze(-1), cache=cache, use_cache=True).logits[:, -1, :]
+            next_pos = next_pos + 1
+        del cache
+        self.last_stats = {"decode_steps": float(step), "decode_row_steps": float(decode_rows),
+                           "batch_size": float(len(sub))}
+        return [GenerationOutput(r.request_id, out_ids[i], out_lp[i], finish[i]) for i, r in enumerate(reqs)]
+
+    # ------------------------------------------------------------------ weights and memory
+    def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
+        """Copy tensors into the module's parameters/buffers by HF name.
+
+        Tensors that ARE the module's own storage (the colocated case) are skipped: nothing to copy.
+        Unknown names or shape mismatches raise (a silent partial sync would train on stale weights).
+        """
+        # state_dict names include tied aliases (e.g. lm_head.weight tied to the embedding).
+        targets = self.model.state_dict(keep_vars=True)
+        copied = skipped = 0
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                if name not in targets:
+                    raise KeyError(f"update_weights: {name!r} is not a parameter of the rollout module")
+                dst = targets[name]
+                if tuple(dst.shape) != tuple(tensor.shape):
+                    raise ValueError(f"update_weights: {name!r} shape {tuple(tensor.shape)} != {tuple(dst.shape)}")
+                if dst.data_ptr() == tensor.data_ptr() and dst.device == tensor.device:
+                    skipped += 1
+                    continue
+                dst.copy_(tensor.to(device=dst.device, dtype=dst.dtype))
+                copied += 1
+        self.last_stats = {"weights_copied": float(copied), "weights_shared": float(skipped)}
+
+    def release_memory(self) -> None:
+        if not self.share_module and self.device.type == "cuda" and not self._offloaded:
+            self.model.to("cpu")
+            self._offloaded = True
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def resume_memory(self) -> None:
+        if self._offloaded:
+            self.model.to(self.device)
+            self._offloaded = False
+
+    def flush_cache(self) -> None:
+        """Nothing to flush: no KV or prefix cache survives a generate() call in this backend."""

@@ -1,0 +1,291 @@
+"""Where events go: the `Emitter` (numbering, validation, fan-out) and the sink backends.
+
+Every event is `{"seq", "type", "time", "data"}` (schema: trainer.events). The Emitter stamps a
+per-run sequence number that continues after a resume (it reads the last seq already written to
+`events.jsonl`), validates the event, and hands it to each sink. Sinks are picked by name from
+`trainer.logger` through a registry:
+
+  jsonl        always on: `<default_local_dir>/events.jsonl`, one event a line, flushed per event
+  console      a compact progress line per step, status / log / checkpoint lines
+  tensorboard  scalar metrics (torch.utils.tensorboard; needs the tensorboard package)
+  wandb        scalar metrics (needs wandb)
+  mlflow       scalar metrics (needs mlflow; '@' in names becomes '_at_' as verl does)
+
+Trackers are imported only when asked for; a listed tracker that is not installed is an error, not a
+silent skip. Another module (the platform's HTTP sink, a later issue) adds itself with
+`@register_sink("http")` and is then selectable in `trainer.logger` like any other.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+EVENTS_FILE = "events.jsonl"
+
+
+class Sink:
+    """A destination for events. Subclasses implement `write`; `flush`/`close` are optional."""
+
+    def write(self, event: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.flush()
+
+
+SinkFactory = Callable[..., Sink]
+_SINKS: dict[str, SinkFactory] = {}
+
+
+def register_sink(name: str) -> Callable[[SinkFactory], SinkFactory]:
+    """Decorator: make a sink class/factory selectable as `name` in trainer.logger.
+
+    The factory is called as `factory(out_dir=Path, config=Config)`.
+    """
+
+    def deco(factory: SinkFactory) -> SinkFactory:
+        _SINKS[name] = factory
+        return factory
+
+    return deco
+
+
+def available_sinks() -> list[str]:
+    return sorted(_SINKS)
+
+
+def build_sinks(names: list[str], *, out_dir: Path, config: Any = None) -> list[Sink]:
+    """Build the sinks `names` (jsonl is always included, once)."""
+    ordered = ["jsonl"] + [n for n in names if n != "jsonl"]
+    sinks = []
+    for name in dict.fromkeys(ordered):
+        if name not in _SINKS:
+            raise ValueError(f"trainer.logger: unknown sink {name!r}; known: {available_sinks()}")
+        sinks.append(_SINKS[name](out_dir=Path(out_dir), config=config))
+    return sinks
+
+
+def last_seq(path: Path) -> int:
+    """The seq of the last complete event in an events.jsonl (0 when missing or empty)."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        block = min(size, 1 << 16)
+        while True:
+            fh.seek(size - block)
+            lines = fh.read(block).splitlines()
+            # The first line of a partial block may be cut; only trust it when the block is the file.
+            candidates = lines if block == size else lines[1:]
+            for raw in reversed(candidates):
+                try:
+                    return int(json.loads(raw)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn last line from a killed process: look further back
+            if block == size:
+                return 0
+            block = min(size, block * 4)
+
+
+class Emitter:
+    """Numbers, validates and fans out events. Thread-safe (the heartbeat thread emits too)."""
+
+    def __init__(self, sinks: list[Sink], *, start_seq: int = 0, validate: bool = True):
+        self.sinks = sinks
+        self.seq = int(start_seq)
+        self._lock = threading.Lock()
+        self._validate = validate
+
+    def emit(self, type_: str, data: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            event = {"seq": self.seq + 1, "type": type_, "time": time.time(), "data": data}
+            if self._validate:
+                from trainer.events import validate_event
+
+                event = validate_event(event).to_dict()
+            self.seq += 1
+            for sink in self.sinks:
+                sink.write(event)
+            return event
+
+    # Convenience wrappers, one per event type.
+    def status(self, state: str, message: str = "", *, step: int = 0, total_steps: int = 0) -> dict[str, Any]:
+        return self.emit("status", {"state": state, "message": message, "step": step, "total_steps": total_steps})
+
+    def heartbeat(self, step: int) -> dict[str, Any]:
+        return self.emit("heartbeat", {"step": step})
+
+    def metrics(self, step: int, metrics: dict[str, float]) -> dict[str, Any]:
+        return self.emit("metrics", {"step": step, "metrics": metrics})
+
+    def log(self, level: str, message: str) -> dict[str, Any]:
+        return self.emit("log", {"level": level, "message": message})
+
+    def checkpoint(self, step: int, path: str) -> dict[str, Any]:
+        return self.emit("checkpoint", {"step": step, "path": str(path)})
+
+    def sample(self, data: dict[str, Any]) -> dict[str, Any]:
+        return self.emit("sample", data)
+
+    def memory(self, data: dict[str, Any]) -> dict[str, Any]:
+        return self.emit("memory", data)
+
+    def flush(self) -> None:
+        with self._lock:
+            for sink in self.sinks:
+                sink.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for sink in self.sinks:
+                sink.close()
+
+
+@register_sink("jsonl")
+class JsonlSink(Sink):
+    """Appends one JSON line per event to `<out_dir>/events.jsonl`, flushed at once (crash-safe)."""
+
+    def __init__(self, *, out_dir: Path, config: Any = None):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = out_dir / EVENTS_FILE
+        # A process killed mid-write leaves a torn last line: start on a fresh line so the next event
+        # is not glued to it (readers skip the torn fragment).
+        torn = False
+        if self.path.exists() and self.path.stat().st_size:
+            with open(self.path, "rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                torn = fh.read(1) != b"\n"
+        self._fh: TextIO = open(self.path, "a", encoding="utf-8")
+        if torn:
+            self._fh.write("\n")
+
+    def write(self, event: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(event, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.flush()
+            self._fh.close()
+
+
+@register_sink("console")
+class ConsoleSink(Sink):
+    """A compact line per step with a progress bar; status, log and checkpoint events as lines."""
+
+    KEYS = [("critic/score/mean", "score"), ("actor/pg_loss", "pg"), ("actor/kl_loss", "kl"),
+            ("actor/entropy", "ent"), ("actor/grad_norm", "gnorm"), ("response_length/mean", "len"),
+            ("num_turns/mean", "turns"), ("timing_s/step", "s/step")]
+
+    def __init__(self, *, out_dir: Path | None = None, config: Any = None, stream: TextIO | None = None):
+        self.stream = stream or sys.stdout
+        self.total = 0
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+    def write(self, event: dict[str, Any]) -> None:
+        t, d = event["type"], event["data"]
+        if t == "status":
+            self.total = int(d.get("total_steps") or self.total)
+            msg = f" {d['message']}" if d.get("message") else ""
+            self._print(f"[status] {d['state']} step {d.get('step', 0)}/{self.total}{msg}")
+        elif t == "metrics":
+            step, m = int(d["step"]), d["metrics"]
+            width = 20
+            done = int(width * step / self.total) if self.total else 0
+            bar = "#" * done + "." * (width - done)
+            parts = [f"{short} {m[k]:.4g}" for k, short in self.KEYS if k in m]
+            parts += [f"{k} {v:.4g}" for k, v in m.items() if k.startswith("val-core/")]
+            self._print(f"[{bar}] step {step}/{self.total or '?'} " + " | ".join(parts))
+        elif t == "log":
+            self._print(f"[{d['level']}] {d['message']}")
+        elif t == "checkpoint":
+            self._print(f"[checkpoint] step {d['step']} -> {d['path']}")
+
+
+def _scalars(event: dict[str, Any]) -> tuple[int, dict[str, float]] | None:
+    if event["type"] != "metrics":
+        return None
+    return int(event["data"]["step"]), {k: float(v) for k, v in event["data"]["metrics"].items()}
+
+
+def _require(module: str, sink: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise RuntimeError(f"trainer.logger lists {sink!r} but {module.split('.')[0]!r} is not installed "
+                           f"(pip install {sink}); remove it from trainer.logger or install it") from exc
+
+
+@register_sink("tensorboard")
+class TensorBoardSink(Sink):
+    """Scalars under $TENSORBOARD_DIR or <out_dir>/tensorboard_log/<project>/<experiment>."""
+
+    def __init__(self, *, out_dir: Path, config: Any = None):
+        _require("tensorboard", "tensorboard")
+        tb = _require("torch.utils.tensorboard", "tensorboard")
+        project = getattr(getattr(config, "trainer", None), "project_name", "rlstudio")
+        exp = getattr(getattr(config, "trainer", None), "experiment_name", "run")
+        log_dir = os.environ.get("TENSORBOARD_DIR") or str(out_dir / "tensorboard_log" / project / exp)
+        self.writer = tb.SummaryWriter(log_dir=log_dir)
+
+    def write(self, event: dict[str, Any]) -> None:
+        got = _scalars(event)
+        if got:
+            step, metrics = got
+            for k, v in metrics.items():
+                self.writer.add_scalar(k, v, step)
+
+    def flush(self) -> None:
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+@register_sink("wandb")
+class WandbSink(Sink):
+    def __init__(self, *, out_dir: Path, config: Any = None):
+        self.wandb = _require("wandb", "wandb")
+        tr = getattr(config, "trainer", None)
+        self.run = self.wandb.init(project=getattr(tr, "project_name", "rlstudio"),
+                                   name=getattr(tr, "experiment_name", "run"), dir=str(out_dir),
+                                   config=config.to_dict() if config is not None else None)
+
+    def write(self, event: dict[str, Any]) -> None:
+        got = _scalars(event)
+        if got:
+            self.run.log(got[1], step=got[0])
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+@register_sink("mlflow")
+class MlflowSink(Sink):
+    def __init__(self, *, out_dir: Path, config: Any = None):
+        self.mlflow = _require("mlflow", "mlflow")
+        tr = getattr(config, "trainer", None)
+        self.mlflow.set_experiment(getattr(tr, "project_name", "rlstudio"))
+        self.run = self.mlflow.start_run(run_name=getattr(tr, "experiment_name", "run"))
+
+    def write(self, event: dict[str, Any]) -> None:
+        got = _scalars(event)
+        if got:
+            self.mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in got[1].items()}, step=got[0])
+
+    def close(self) -> None:
+        self.mlflow.end_run()

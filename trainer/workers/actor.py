@@ -1,0 +1,268 @@
+"""The policy worker (and the frozen reference worker): log-probs, the PPO update, state, weights.
+
+`ActorWorker` is a plain class the driver calls with an `ExperienceBatch`; it holds the HF causal LM,
+and, when trainable, AdamW and the LR schedule. The single-process trainer calls it directly; a Ray
+worker group (issue 7) wraps the same class as an actor, splits the batch with `ExperienceBatch.select`
+and calls the same methods: there is no second code path.
+
+  compute_log_prob(batch)  -> (log_probs (B, R), entropy (B, R))   no grad, length-bucketed micro-batches
+  update_policy(batch)     -> metrics {name: [values]}             ppo_epochs x mini-batches x micro-batches
+  state_dict() / load_state_dict()                                 model + optimizer + scheduler
+  named_tensors()                                                  (HF name, tensor) pairs for weight sync
+
+Precision: weights stay float32 for the trainable actor (master weights); `model.dtype=bfloat16` runs
+forward/backward under bf16 autocast. The reference worker is loaded directly in the compute dtype.
+Dropout is off (eval mode) in every pass: RL recomputes log-probs and expects the update's first
+forward to equal them, which dropout would break.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import torch
+
+from trainer.workers.experience import (ExperienceBatch, length_sorted_chunks, pack_micro_batch,
+                                        token_budget_chunks)
+
+
+def resolve_device(name: str) -> torch.device:
+    """trainer.device: auto -> cuda when available, else cpu."""
+    if name in (None, "", "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"trainer.device={name!r} but CUDA is not available on this machine")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """model.dtype: auto -> bf16 on GPU, fp32 on CPU."""
+    if name in (None, "", "auto"):
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if name not in table:
+        raise ValueError(f"actor_rollout_ref.model.dtype must be one of auto|{'|'.join(table)}, got {name!r}")
+    return table[name]
+
+
+def lr_lambda_factory(*, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float):
+    """Multiplier of the base LR at scheduler step s (0-based): linear warmup, then constant or cosine."""
+    if style not in ("constant", "cosine"):
+        raise ValueError(f"actor.optim.warmup_style must be constant|cosine, got {style!r}")
+
+    def fn(step: int) -> float:
+        if warmup_steps > 0 and step < warmup_steps:
+            return step / max(1, warmup_steps)
+        if style == "constant":
+            return 1.0
+        span = max(1, total_steps - warmup_steps)
+        progress = min(1.0, (step - warmup_steps) / span)
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return fn
+
+
+class ActorWorker:
+    """Policy (trainable=True) or reference (trainable=False) model on one device."""
+
+    def __init__(self, *, model_path: str, device: torch.device, dtype: torch.dtype, actor_cfg: Any = None,
+                 trainable: bool = True, temperature: float = 1.0, total_steps: int = 1,
+                 log_prob_micro_batch_size: int | None = None, trust_remote_code: bool = False,
+                 gradient_checkpointing: bool = False, pad_token_id: int = 0, model: Any = None):
+        from transformers import AutoModelForCausalLM
+
+        self.device = device
+        self.compute_dtype = dtype
+        self.trainable = trainable
+        self.cfg = actor_cfg
+        self.temperature = float(temperature) if temperature and temperature > 0 else 1.0
+        self.log_prob_micro = log_prob_micro_batch_size
+        self.pad_token_id = int(pad_token_id)
+        load_dtype = torch.float32 if trainable else dtype
+        if model is None:
+            model = AutoModelForCausalLM.from_pretrained(model_path, dtype=load_dtype,
+                                                         trust_remote_code=trust_remote_code)
+        self.model = model.to(device)
+        self.model.eval()  # dropout off everywhere (see module docstring)
+        if trainable and gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+            self.model.config.use_cache = False
+        self.optimizer = None
+        self.scheduler = None
+        if trainable:
+            if actor_cfg is None:
+                raise ValueError("a trainable ActorWorker needs actor_cfg (actor_rollout_ref.actor)")
+            optim = actor_cfg.optim
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=optim.lr, betas=tuple(optim.betas),
+                                               weight_decay=optim.weight_decay)
+            total = int(optim.total_training_steps) if optim.total_training_steps and optim.total_training_steps > 0 \
+                else int(total_steps)
+            warmup = int(optim.lr_warmup_steps) if optim.lr_warmup_steps is not None and optim.lr_warmup_steps >= 0 \
+                else int(float(optim.lr_warmup_steps_ratio) * total)
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lr_lambda_factory(warmup_steps=warmup, total_steps=total,
+                                                  style=optim.warmup_style, min_lr_ratio=float(optim.min_lr_ratio)))
+        else:
+            for p in self.model.parameters():
+                p.requires_grad_(False)
+
+    # ---- forward -------------------------------------------------------------------------------
+    def _autocast(self):
+        use = self.trainable and self.compute_dtype in (torch.bfloat16, torch.float16)
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=use)
+
+    def _forward(self, batch: ExperienceBatch, idx: list[int], *, with_entropy: bool
+                 ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """Log-probs (b, R_mb) of the response tokens of rows `idx` (and entropy), from one forward."""
+        from trainer.algorithms.losses import entropy_from_logits
+
+        mb = pack_micro_batch([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx],
+                              pad_id=self.pad_token_id, device=self.device)
+        r = mb.response_width
+        with self._autocast():
+            out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                             position_ids=mb.position_ids, use_cache=False, logits_to_keep=r + 1)
+        # Logit row t predicts token t+1: the last R_mb+1 rows minus the final one cover the response.
+        logits = out.logits[:, -(r + 1):-1, :].float() / self.temperature  # (b, R_mb, V)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, mb.responses.unsqueeze(-1)).squeeze(-1)
+        ent = entropy_from_logits(logits) if with_entropy else None
+        return logp, ent, r
+
+    def _micro_chunks(self, batch: ExperienceBatch, idx: list[int], micro_size: int | None) -> list[list[int]]:
+        lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
+        if self.cfg is not None and getattr(self.cfg, "use_dynamic_bsz", False):
+            local = token_budget_chunks(lengths, int(self.cfg.ppo_max_token_len_per_gpu))
+        else:
+            local = length_sorted_chunks(lengths, micro_size)
+        return [[idx[j] for j in chunk] for chunk in local]
+
+    @torch.no_grad()
+    def compute_log_prob(self, batch: ExperienceBatch, *, with_entropy: bool = True
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(log_probs (B, R), entropy (B, R) or None) on CPU float32, zero past each response."""
+        B, R = len(batch), batch.response_width
+        logp_all = torch.zeros(B, R)
+        ent_all = torch.zeros(B, R) if with_entropy else None
+        for chunk in self._micro_chunks(batch, list(range(B)), self.log_prob_micro):
+            logp, ent, r = self._forward(batch, chunk, with_entropy=with_entropy)
+            rows = torch.as_tensor(chunk)
+            logp_all[rows, :r] = logp.cpu()
+            if with_entropy:
+                ent_all[rows, :r] = ent.cpu()
+        logp_all *= batch.response_mask
+        if ent_all is not None:
+            ent_all *= batch.response_mask
+        return logp_all, ent_all
+
+    # ---- update --------------------------------------------------------------------------------
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer else 0.0
+
+    def update_policy(self, batch: ExperienceBatch, *, mini_batch_size: int, seed: int = 0,
+                      capture: bool = False) -> dict[str, list[float]]:
+        """PPO update over `batch` (needs advantages; old_log_probs may be None, see below).
+
+        `mini_batch_size` is in trajectories (ppo_mini_batch_size x n). With `old_log_probs=None` the
+        batch must be a single mini-batch and a single epoch: every micro-batch then runs on the
+        unchanged parameters, so the detached current log-prob IS the old log-prob (ratio exactly 1)
+        and the recompute pass is skipped. `capture=True` stores that log-prob and entropy (B, R) in
+        `batch.old_log_probs` / `self.last_entropy` for reporting.
+        """
+        from trainer.algorithms.losses import agg_loss, get_policy_loss, kl_penalty
+
+        if not self.trainable:
+            raise RuntimeError("update_policy called on a frozen (reference) worker")
+        cfg = self.cfg
+        compute_policy_loss = get_policy_loss(cfg.policy_loss)
+        B, R = len(batch), batch.response_width
+        if batch.advantages is None:
+            raise ValueError("update_policy needs batch.advantages")
+        on_policy_skip = batch.old_log_probs is None
+        if on_policy_skip and (cfg.ppo_epochs != 1 or mini_batch_size < B):
+            raise ValueError("old_log_probs may only be skipped with ppo_epochs=1 and one mini-batch")
+        if cfg.use_kl_loss and batch.ref_log_probs is None:
+            raise ValueError("actor.use_kl_loss needs batch.ref_log_probs")
+        captured_logp = torch.zeros(B, R) if (capture or on_policy_skip) else None
+        captured_ent = torch.zeros(B, R) if capture else None
+        need_entropy = capture or cfg.entropy_coeff != 0
+        metrics: dict[str, list[float]] = {}
+
+        def add(name: str, value: float) -> None:
+            metrics.setdefault(name, []).append(float(value))
+
+        gen = torch.Generator().manual_seed(int(seed))
+        self.model.eval()
+        for _epoch in range(int(cfg.ppo_epochs)):
+            order = torch.randperm(B, generator=gen).tolist() if cfg.shuffle else list(range(B))
+            for m0 in range(0, B, mini_batch_size):
+                mini = order[m0:m0 + mini_batch_size]
+                self.optimizer.zero_grad(set_to_none=True)
+                for micro in self._micro_chunks(batch, mini, cfg.ppo_micro_batch_size_per_gpu):
+                    rows = torch.as_tensor(micro)
+                    logp, ent, r = self._forward(batch, micro, with_entropy=need_entropy)
+                    mask = batch.loss_mask[rows, :r].to(self.device)
+                    adv = batch.advantages[rows, :r].to(self.device)
+                    old = logp.detach() if on_policy_skip else batch.old_log_probs[rows, :r].to(self.device)
+                    if captured_logp is not None:
+                        captured_logp[rows, :r] = logp.detach().cpu()
+                    if captured_ent is not None:
+                        captured_ent[rows, :r] = ent.detach().cpu()
+                    pg = compute_policy_loss(old, logp, adv, mask, clip_ratio=cfg.clip_ratio,
+                                             clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
+                                             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+                    loss = pg.pg_loss
+                    if cfg.entropy_coeff != 0:
+                        loss = loss - cfg.entropy_coeff * agg_loss(ent, mask, cfg.loss_agg_mode)
+                    if cfg.use_kl_loss:
+                        ref = batch.ref_log_probs[rows, :r].to(self.device)
+                        kl = agg_loss(kl_penalty(logp, ref, cfg.kl_loss_type), mask, cfg.loss_agg_mode)
+                        loss = loss + cfg.kl_loss_coef * kl
+                        add("actor/kl_loss", kl.item())
+                        add("actor/kl_coef", cfg.kl_loss_coef)
+                    # Each micro-batch's loss is weighted by its share of the mini-batch (= 1/num_micro
+                    # for equal micro-batches; exact for unequal ones from the token-budget packer).
+                    (loss * (len(micro) / len(mini))).backward()
+                    add("actor/pg_loss", pg.pg_loss.item())
+                    add("actor/pg_clipfrac", float(pg.pg_clipfrac))
+                    add("actor/ppo_kl", float(pg.ppo_kl))
+                    add("actor/pg_clipfrac_lower", float(pg.pg_clipfrac_lower))
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=cfg.grad_clip)
+                if torch.isfinite(grad_norm):
+                    self.optimizer.step()
+                else:
+                    # A non-finite gradient would poison the weights and Adam's moments: drop the step.
+                    self.optimizer.zero_grad(set_to_none=True)
+                    add("actor/skipped_steps", 1.0)
+                add("actor/grad_norm", grad_norm.item())
+        add("actor/lr", self.current_lr())
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if on_policy_skip or capture:
+            batch.old_log_probs = batch.old_log_probs if batch.old_log_probs is not None \
+                else captured_logp * batch.response_mask
+        self.last_entropy = captured_ent * batch.response_mask if captured_ent is not None else None
+        return metrics
+
+    # ---- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}}
+        if self.trainable:
+            state["optimizer"] = self.optimizer.state_dict()
+            state["scheduler"] = self.scheduler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        if self.trainable:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+
+    def named_tensors(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """(HF parameter name, tensor) pairs for the rollout engine (lazy: one tensor at a time).
+
+        Parameters, not the state dict: tied weights (lm_head = embed_tokens) appear once, under the
+        name the module registered first, as engines expect.
+        """
+        for name, param in self.model.named_parameters():
+            yield name, param.detach()
