@@ -1,8 +1,11 @@
 """Checkpoints: save, find, load, prune, and the final Hugging Face export.
 
 Layout under `trainer.default_local_dir`:
-  global_step_N/actor/model.pt      model state dict
-  global_step_N/actor/optim.pt      optimizer + LR scheduler state
+  global_step_N/actor/              the workers' torch.distributed.checkpoint (DCP) folder: every rank
+                                    writes its FSDP shards of model + optimizer (__*.distcp, .metadata),
+                                    rank 0 the LR scheduler (scheduler.pt); loadable at another world
+                                    size. (`read_actor_model` consolidates the model for inspection.)
+  or, from `actor_state=` (a plain in-memory state): actor/model.pt and actor/optim.pt
   global_step_N/extra_state.pt      RNG states (python, numpy, torch, cuda)
   global_step_N/data.pt             prompt loader state (epoch, position, seed)
   global_step_N/trainer_state.json  step, epoch, emitter seq, KL controller value
@@ -21,8 +24,9 @@ import os
 import random
 import re
 import shutil
+import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -50,9 +54,16 @@ def step_dir(root: Path, step: int) -> Path:
     return Path(root) / f"global_step_{step}"
 
 
-def save_checkpoint(root: Path, step: int, *, actor_state: dict[str, Any], loader_state: dict[str, Any],
-                    trainer_state: dict[str, Any], config: dict[str, Any]) -> Path:
-    """Write global_step_<step>/ then commit it with the marker. Returns the step folder."""
+def save_checkpoint(root: Path, step: int, *, actor_state: dict[str, Any] | None = None,
+                    loader_state: dict[str, Any], trainer_state: dict[str, Any], config: dict[str, Any],
+                    write_actor: Callable[[Path], None] | None = None) -> Path:
+    """Write global_step_<step>/ then commit it with the marker. Returns the step folder.
+
+    The actor is written either by `write_actor(actor_dir)` (the worker group's sharded DCP save,
+    all ranks into the same folder: a filesystem every worker sees) or from `actor_state`.
+    """
+    if (actor_state is None) == (write_actor is None):
+        raise ValueError("give exactly one of actor_state / write_actor")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = step_dir(root, step)
@@ -60,8 +71,11 @@ def save_checkpoint(root: Path, step: int, *, actor_state: dict[str, Any], loade
     if tmp.exists():
         shutil.rmtree(tmp)
     (tmp / "actor").mkdir(parents=True)
-    torch.save(actor_state["model"], tmp / "actor" / "model.pt")
-    if "optimizer" in actor_state:
+    if write_actor is not None:
+        write_actor(tmp / "actor")
+    else:
+        torch.save(actor_state["model"], tmp / "actor" / "model.pt")
+    if actor_state is not None and "optimizer" in actor_state:
         torch.save({"optimizer": actor_state["optimizer"], "scheduler": actor_state.get("scheduler")},
                    tmp / "actor" / "optim.pt")
     torch.save(rng_state(), tmp / "extra_state.pt")
@@ -107,9 +121,12 @@ def resolve_resume(root: Path, *, mode: str, resume_from_path: str | None) -> Pa
 
 
 def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Everything save_checkpoint wrote, as a dict (RNG states not yet applied)."""
+    """Everything save_checkpoint wrote, as a dict (RNG states not yet applied). A sharded actor is not
+    read here: `actor["dir"]` is the folder the workers load from."""
     path = Path(path)
-    actor: dict[str, Any] = {"model": torch.load(path / "actor" / "model.pt", map_location="cpu", weights_only=True)}
+    actor: dict[str, Any] = {"dir": path / "actor"}
+    if (path / "actor" / "model.pt").exists():
+        actor["model"] = torch.load(path / "actor" / "model.pt", map_location="cpu", weights_only=True)
     optim_path = path / "actor" / "optim.pt"
     if optim_path.exists():
         opt = torch.load(optim_path, map_location="cpu", weights_only=False)
@@ -136,13 +153,30 @@ def prune(root: Path, keep: int | None) -> list[Path]:
     return removed
 
 
-def export_hf(model: Any, tokenizer: Any, out_dir: Path) -> Path:
-    """Save model + tokenizer with save_pretrained (safetensors) into out_dir (replaced atomically)."""
+def read_actor_model(step_path: Path) -> dict[str, torch.Tensor]:
+    """The consolidated model state of a checkpoint's actor (plain model.pt or a DCP folder)."""
+    actor = Path(step_path) / "actor"
+    if (actor / "model.pt").exists():
+        return torch.load(actor / "model.pt", map_location="cpu", weights_only=True)
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(actor, Path(tmp) / "full.pt")
+        return torch.load(Path(tmp) / "full.pt", map_location="cpu", weights_only=False)["model"]
+
+
+def export_hf(model: Any, tokenizer: Any, out_dir: Path, *, state_dict: dict[str, Any] | None = None) -> Path:
+    """Save model + tokenizer with save_pretrained (safetensors) into out_dir (replaced atomically).
+
+    `state_dict`: the full weights to write (an FSDP module's own state dict holds only shards)."""
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
+    if state_dict is not None:
+        model.save_pretrained(tmp, state_dict=state_dict)
+    else:
+        model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     if out_dir.exists():
         shutil.rmtree(out_dir)

@@ -319,6 +319,12 @@ class TrainerConfig:
     device: Literal["auto", "cpu", "cuda"] = _f("auto", "auto = cuda when available, else cpu.")
     nnodes: int = _f(1, "Nodes.")
     n_gpus_per_node: int = _f(1, "Devices (workers) per node.")
+    launcher: Literal["auto", "local", "ray"] = _f(
+        "auto",
+        "How workers start: local = one in-process worker (world size 1 only); ray = one Ray actor "
+        "per device in a placement group (RAY_ADDRESS, or a local Ray started on demand); "
+        "auto = local when nnodes * n_gpus_per_node == 1, else ray.",
+    )
     logger: list[str] = _f(
         ["console", "jsonl"], "Sinks: console, jsonl, tensorboard, wandb, mlflow."
     )
@@ -759,6 +765,11 @@ def validate(cfg: Config, *, require_paths: bool = True) -> Config:
     world = tr.nnodes * tr.n_gpus_per_node
     _positive("trainer.nnodes", tr.nnodes)
     _positive("trainer.n_gpus_per_node", tr.n_gpus_per_node)
+    if tr.launcher == "local" and world != 1:
+        raise ConfigError(
+            "trainer.launcher",
+            f"local runs one in-process worker; nnodes * n_gpus_per_node = {world} needs launcher=ray (or auto)",
+        )
     if (data.train_batch_size * rollout.n) % world:
         raise ConfigError(
             "data.train_batch_size",

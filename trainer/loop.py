@@ -1,10 +1,16 @@
-"""The GRPO training loop on one process: setup, the step, validation, checkpoints, resume.
+"""The GRPO training loop (the driver): setup, the step, validation, checkpoints, resume.
 
 `Trainer(cfg, emitter=..., should_stop=...).fit()` runs the whole training and returns "succeeded" or
 "stopped". `Trainer.train_step` is the step, phase by phase:
 
   load prompts -> rollout (MultiTurnRollout, n samples each) -> reward (score on the last trained
   token) -> old log-probs -> ref log-probs -> advantages (registry) -> update -> weight sync
+
+The models live in a worker group (trainer.parallel): one RankWorker per device, in this process
+for one worker (trainer.launcher=local) or as Ray actors (launcher=ray). The driver loads prompts,
+scores, computes advantages and reports; it splits each batch across the ranks (equal row counts,
+token-balanced with trainer.balance_batch) for old/ref log-probs and the update, and gathers the
+results. One worker is the world-size-1 case of the same code.
 
 Old log-probs: recomputed by the actor, except when provably identical to the update's own first
 forward: ppo_epochs == 1, the step's batch is ONE mini-batch and there is no KL in the reward. Then
@@ -39,7 +45,7 @@ from trainer import checkpoint as ckpt
 from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, load_prompt_dataset
 from trainer.types import PromptItem, Trajectory
-from trainer.workers.actor import ActorWorker, resolve_device, resolve_dtype
+from trainer.workers.actor import resolve_device
 from trainer.workers.experience import ExperienceBatch, make_batch
 
 
@@ -117,15 +123,12 @@ class Trainer:
 
         from trainer.algorithms.losses import get_kl_controller
         from trainer.rewards import get_reward_fn
-        from trainer.rollout.agent import MultiTurnRollout
-        from trainer.rollout.base import build_engine, resolve_engine_name
         from trainer.tools import build_tools
 
         cfg = self.cfg
         arr, tr = cfg.actor_rollout_ref, cfg.trainer
         seed_everything(tr.seed)
         self.device = resolve_device(tr.device)
-        self.dtype = resolve_dtype(arr.model.dtype, self.device)
         tok_path = arr.model.tokenizer_path or arr.model.path
         self.tokenizer = AutoTokenizer.from_pretrained(tok_path, trust_remote_code=arr.model.trust_remote_code)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -150,26 +153,53 @@ class Trainer:
         batch_size = cfg.data.train_batch_size * self.n
         self.recompute_old = not (arr.actor.ppo_epochs == 1 and self.mini_batch_size >= batch_size
                                   and not cfg.algorithm.use_kl_in_reward)
+        self.use_ref = bool(arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+        self.world_size = tr.nnodes * tr.n_gpus_per_node
+        from trainer.config import apply_overrides
+        from trainer.parallel.group import build_worker_group
 
-        self.actor = ActorWorker(model_path=arr.model.path, device=self.device, dtype=self.dtype, actor_cfg=arr.actor,
-                                 trainable=True, temperature=arr.rollout.temperature, total_steps=self.total_steps,
-                                 log_prob_micro_batch_size=arr.rollout.log_prob_micro_batch_size_per_gpu,
-                                 trust_remote_code=arr.model.trust_remote_code, pad_token_id=pad,
-                                 gradient_checkpointing=arr.model.enable_gradient_checkpointing)
-        self.ref = None
-        if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
-            self.ref = ActorWorker(model_path=arr.model.path, device=self.device, dtype=self.dtype, trainable=False,
-                                   temperature=arr.rollout.temperature, pad_token_id=pad,
-                                   log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
-                                   trust_remote_code=arr.model.trust_remote_code)
-        engine_name = resolve_engine_name(arr.rollout.name)
-        engine_model = self.actor.model if engine_name == "hf" else arr.model.path
-        self.engine = build_engine(engine_name, model=engine_model, tokenizer=self.tokenizer, config=arr.rollout,
-                                   device=self.device)
-        self.rollout = MultiTurnRollout(self.engine, self.tokenizer, self.tools, arr.rollout, cfg.data)
+        # The workers' LR schedule needs the run's length, known only now ("filled at run time").
+        worker_cfg = self.cfg
+        if not arr.actor.optim.total_training_steps or arr.actor.optim.total_training_steps <= 0:
+            worker_cfg = apply_overrides(self.cfg, {"actor_rollout_ref.actor.optim.total_training_steps": self.total_steps})
+        self.group = build_worker_group(worker_cfg.to_dict(), world_size=self.world_size, launcher=tr.launcher,
+                                        device_type=self.device.type)
+        self.emit_worker_memory()
         self.reward_fn = get_reward_fn(cfg)
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl)
         self.stop_ids = self._stop_token_ids()
+
+    # Single-worker handles (benchmarks and tests look inside the one in-process worker).
+    @property
+    def actor(self) -> Any:
+        w = getattr(self.group, "worker", None)
+        return w.actor if w is not None else None
+
+    @property
+    def ref(self) -> Any:
+        w = getattr(self.group, "worker", None)
+        return w.ref if w is not None else None
+
+    @property
+    def engine(self) -> Any:
+        w = getattr(self.group, "worker", None)
+        return w.engine if w is not None else None
+
+    def close(self) -> None:
+        group = getattr(self, "group", None)
+        if group is not None:
+            self.group = None
+            group.shutdown()
+
+    def emit_worker_memory(self) -> None:
+        """Forward the workers' buffered memory samples as memory events (rank kept where the event
+        schema has a rank field)."""
+        from trainer.events import MemoryData
+
+        fields = set(MemoryData.__dataclass_fields__)
+        for m in sorted(self.group.drain_memory(), key=lambda d: d.get("time", 0.0)):
+            if self.emitter is not None:
+                self.emitter.memory({k: v for k, v in m.items() if k in fields})
 
     def _tool_schema(self, name: str) -> dict[str, Any]:
         from trainer.tools import get_tool
@@ -203,37 +233,46 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ the step
     def train_step(self, step: int) -> dict[str, float]:
-        t, m, arr = Timer(), self.monitor, self.cfg.actor_rollout_ref
+        t, g = Timer(), self.group
         epoch, prompts = self.loader.next_batch()
         self.epoch = epoch
+        extra: dict[str, float] = {}
         with t("step"):
-            with t("gen"), m.phase("rollout"):
-                self.engine.resume_memory()
-                trajs = self.rollout.run(prompts, n=self.n, sampling=self.sampling(step))
-                if arr.rollout.free_cache_engine:
-                    self.engine.release_memory()
+            with t("gen"):
+                trajs = g.generate(prompts, n=self.n, sampling=self.sampling(step), step=step)
             with t("reward"):
                 exp = self.score(trajs)
+            lengths = exp.batch.lengths()
+            parts = g.split(lengths, balance=self.cfg.trainer.balance_batch)
+            if g.world_size > 1:
+                from trainer.parallel.balance import imbalance
+
+                extra.update(imbalance(lengths, parts))
             if self.recompute_old:
-                with t("old_log_prob"), m.phase("old_log_prob"):
-                    exp.batch.old_log_probs, exp.entropy = self.actor.compute_log_prob(exp.batch)
-            if self.ref is not None:
-                with t("ref"), m.phase("ref"):
-                    exp.batch.ref_log_probs, _ = self.ref.compute_log_prob(exp.batch, with_entropy=False)
+                with t("old_log_prob"):
+                    exp.batch.old_log_probs, exp.entropy = g.compute_log_prob(exp.batch, parts, step=step, role="actor",
+                                                                              with_entropy=True)
+            if self.use_ref:
+                with t("ref"):
+                    exp.batch.ref_log_probs, _ = g.compute_log_prob(exp.batch, parts, step=step, role="ref",
+                                                                    with_entropy=False)
             with t("adv"):
-                adv_metrics = self.compute_advantages(exp)
+                extra.update(self.compute_advantages(exp))
             actor_metrics: dict[str, list[float]] = {}
             if step >= self.cfg.trainer.critic_warmup:
-                with t("update_actor"), m.phase("update"):
-                    actor_metrics = self.actor.update_policy(exp.batch, mini_batch_size=self.mini_batch_size,
-                                                             seed=self.cfg.trainer.seed * 7 + step,
-                                                             capture=not self.recompute_old)
-                if exp.entropy is None:
-                    exp.entropy = self.actor.last_entropy
-                with t("sync"), m.phase("sync"):
-                    self.engine.update_weights(self.actor.named_tensors())
-                    self.engine.flush_cache()
-        metrics = self.step_metrics(step, exp, t.s, reduce_metrics(actor_metrics), adv_metrics)
+                with t("update_actor"):
+                    capture = not self.recompute_old
+                    actor_metrics, old, ent = g.update_policy(exp.batch, parts, mini_batch_size=self.mini_batch_size,
+                                                              seed=self.cfg.trainer.seed * 7 + step, capture=capture,
+                                                              step=step)
+                    if capture:
+                        exp.batch.old_log_probs = old * exp.batch.response_mask
+                        if exp.entropy is None and ent is not None:
+                            exp.entropy = ent
+                with t("sync"):
+                    extra.update(g.sync_weights(step=step))
+        self.emit_worker_memory()
+        metrics = self.step_metrics(step, exp, t.s, reduce_metrics(actor_metrics), extra)
         self.emit_samples(step, exp)
         return metrics
 
@@ -323,7 +362,7 @@ class Trainer:
         from trainer.memory import rss_bytes
 
         m["perf/cpu_memory_used_gb"] = rss_bytes() / 2**30
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" and torch.cuda.is_initialized():
             m["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             m["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved(self.device) / 2**30
         m["data/filtered_overlong_prompts"] = float(self.train_ds.num_filtered_overlong)
@@ -384,9 +423,9 @@ class Trainer:
             return {}
         t0 = time.perf_counter()
         v = self.cfg.actor_rollout_ref.rollout.val_kwargs
-        with self.monitor.phase("rollout"):
-            self.engine.resume_memory()
-            trajs = self.rollout.run(all_items(self.val_ds), n=v.n, sampling=self.sampling(step, validate=True))
+        trajs = self.group.generate(all_items(self.val_ds), n=v.n, sampling=self.sampling(step, validate=True),
+                                    step=step)
+        self.emit_worker_memory()
         exp = self.score(trajs)
         by_source: dict[str, list[float]] = defaultdict(list)
         for tr in trajs:
@@ -399,7 +438,8 @@ class Trainer:
     # ----------------------------------------------------------------------------- checkpoints
     def save(self, step: int) -> Path:
         t0 = time.perf_counter()
-        path = ckpt.save_checkpoint(self.out_dir, step, actor_state=self.actor.state_dict(),
+        path = ckpt.save_checkpoint(self.out_dir, step,
+                                    write_actor=lambda d: self.group.call("save", path=str(d)),
                                     loader_state=self.loader.state_dict(),
                                     trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value},
                                     config=self.cfg.to_dict())
@@ -415,14 +455,12 @@ class Trainer:
         if path is None:
             return
         state = ckpt.load_checkpoint(path)
-        self.actor.load_state_dict(state["actor"])
+        self.group.call("load", path=str(state["actor"]["dir"]))  # every rank its shards, then a weight sync
         self.loader.load_state_dict(state["loader"])
         ckpt.set_rng_state(state["rng"])
         self.global_step = int(state["trainer_state"]["global_step"])
         self.epoch = int(state["trainer_state"].get("epoch", 0))
         self.kl_ctrl.value = float(state["trainer_state"].get("kl_coef", self.kl_ctrl.value))
-        self.engine.update_weights(self.actor.named_tensors())
-        self.engine.flush_cache()
         self.emitter.log("info", f"resumed from {path} at step {self.global_step} (epoch {self.epoch}, "
                          f"loader position {self.loader.position}/{self.loader.batches_per_epoch})")
 
@@ -458,7 +496,7 @@ class Trainer:
             if stopping and not last:
                 return "stopped"
         if tr.export_hf:
-            ckpt.export_hf(self.actor.model, self.tokenizer, self.out_dir / "huggingface")
+            self.group.call("export_hf", out_dir=str(self.out_dir / "huggingface"))
             self.emitter.log("info", f"exported the final policy to {self.out_dir / 'huggingface'}")
         return "succeeded"
 

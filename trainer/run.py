@@ -142,7 +142,8 @@ def run(cfg: Any) -> int:
         trainer = Trainer(cfg, emitter=emitter, should_stop=flag)
         trainer.setup()
         device = trainer.device.type if trainer.device.type == "cpu" else f"cuda:{trainer.device.index or 0}"
-        monitor = MemoryMonitor(emitter, device=device, memory_interval_s=cfg.report.memory_interval_s,
+        # The workers sample memory (rank-tagged, every phase); the driver only sends heartbeats.
+        monitor = MemoryMonitor(emitter, device=device, memory_interval_s=0,
                                 heartbeat_interval_s=cfg.report.heartbeat_interval_s)
         trainer.monitor = monitor
         monitor.start()
@@ -165,6 +166,11 @@ def run(cfg: Any) -> int:
             print(message, file=sys.stderr)
         return 1
     finally:
+        if trainer is not None:
+            try:
+                trainer.close()  # stops the workers (Ray actors, placement group, process group)
+            except Exception as exc:  # noqa: BLE001 - shutting down must not hide the outcome
+                print(f"warning: worker shutdown: {exc}", file=sys.stderr)
         emitter.close()
 
 

@@ -182,14 +182,14 @@ def batch_loss(model, examples: list[Example], pad_id: int, *, share_prefix: int
 
         prefix = torch.tensor([examples[0].input_ids[:p]])  # (1, P)
         cache = DynamicCache(config=model.config)
-        model.model(input_ids=prefix, past_key_values=cache, use_cache=True)
+        model.model(input_ids=prefix, cache=cache, use_cache=True)
         cache.batch_repeat_interleave(len(examples))  # differentiable: grads sum into the prefix
         tails = [Example(e.input_ids[p:], e.loss_mask[p:]) for e in examples]
         ids, att, labels = collate(tails, pad_id)  # (B, S)
         full_att = torch.cat([torch.ones((len(examples), p), dtype=att.dtype), att], dim=1)
         pos = torch.arange(p, p + ids.shape[1]).unsqueeze(0).expand(len(examples), -1)
         logits = model(input_ids=ids, attention_mask=full_att, position_ids=pos,
-                       past_key_values=cache, use_cache=True).logits  # (B, S, V)
+                       cache=cache, use_cache=True).logits  # (B, S, V)
         # Tails start with a mask-0 token (common_prefix_length), so no target sits at the seam.
         computed = p + ids.numel()
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),

@@ -15,6 +15,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -299,6 +300,9 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
     print(f"[measure] stopped in {time.monotonic() - t:.1f} s")
     assert rc == 0, l.text()[-3000:]
     assert_all_gone(l, procs)
+    from rlstudio.launcher.layout import layout_for
+
+    shutil.rmtree(layout_for(state).short, ignore_errors=True)  # Ray's session logs outside tmp_path
 
 
 def test_second_start_after_kill9_recovers_and_keeps_data(tmp_path):
@@ -348,10 +352,39 @@ def test_second_start_after_kill9_recovers_and_keeps_data(tmp_path):
         raise
     assert second.stop() == 0, second.text()[-3000:]
     assert_all_gone(second, procs)
+    from rlstudio.launcher.layout import layout_for
+
+    shutil.rmtree(layout_for(state).short, ignore_errors=True)  # the socket folder outside tmp_path
 
 
 # ---------------------------------------------------------------------------------------------
 # the small parts
+
+
+def test_recover_removes_stale_pid_files_and_spares_strangers(tmp_path):
+    """A dead pid and a live process that is not ours (pid reused) lose their pid files; the
+    stranger keeps running. A live process that is ours (same start time) is stopped."""
+    from rlstudio.launcher.supervisor import recover
+
+    run = tmp_path / "run"
+    run.mkdir()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stranger = subprocess.Popen(["sleep", "60"])  # no mark, wrong start time, no state dir
+    ours = subprocess.Popen(["sleep", "60"])
+    try:
+        (run / "gone.pid").write_text(f"{dead.pid} 1.0\n")
+        (run / "reused.pid").write_text(f"{stranger.pid} 1.0\n")
+        (run / "ours.pid").write_text(f"{ours.pid} {psutil.Process(ours.pid).create_time()!r}\n")
+        stopped = recover(owner=str(tmp_path / "no-such-state"), run_dir=run)
+        assert stopped == [ours.pid]
+        assert ours.wait(timeout=15) is not None
+        assert stranger.poll() is None
+        assert list(run.glob("*.pid")) == []
+    finally:
+        for p in (stranger, ours):
+            p.kill()
+            p.wait()
 
 
 def test_port_allocator_skips_busy_ports_and_never_repeats():

@@ -7,6 +7,7 @@ trainer.models.tiny.make_tiny_model(preset="smoke"), `demo_data_dir` with traine
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,10 @@ import pytest
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread():
     # The test machine has 2 cores shared by everyone (COMMON.md): one thread per test process.
-    try:
-        import torch
-    except ImportError:  # the web-side test environment may run without torch
-        yield
-        return
-    torch.set_num_threads(1)
+    # Only where a test module already loaded torch: importing it here would hide import-cost bugs.
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
     yield
 
 

@@ -96,7 +96,7 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(worker):
         full, _ = _grads(worker, b)
         worker.cfg = actor_cfg(loss_agg_mode="seq-mean-token-sum", ppo_micro_batch_size_per_gpu=1)
         micro, m = _grads(worker, b)
-        assert len(m["actor/pg_loss"]) == 4
+        assert len(m["actor/pg_clipfrac"]) == 4 and len(m["actor/pg_loss"]) == 1  # per micro / per mini-batch
         for n in full:
             assert torch.allclose(full[n], micro[n], atol=1e-6, rtol=1e-4), n
         worker.cfg = actor_cfg(loss_agg_mode="seq-mean-token-sum", use_dynamic_bsz=True, ppo_max_token_len_per_gpu=24)

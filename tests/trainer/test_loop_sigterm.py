@@ -60,7 +60,7 @@ def test_sigterm_after_first_step_checkpoints_and_stops(tmp_path, tiny_model_dir
     assert 1 <= step < 30
     marker = tmp_path / "out" / "latest_checkpointed_iteration.txt"
     assert marker.read_text() == str(step)
-    assert (tmp_path / "out" / f"global_step_{step}" / "actor" / "model.pt").exists()
+    assert (tmp_path / "out" / f"global_step_{step}" / "actor" / ".metadata").exists()
     assert [e["data"]["step"] for e in ev if e["type"] == "checkpoint"] == [step]
     assert [e["seq"] for e in ev] == list(range(1, len(ev) + 1))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from trainer import checkpoint as ckpt
 from trainer.config import apply_overrides
 from trainer.recipes import get_recipe
 from trainer.run import run
@@ -82,7 +83,7 @@ def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
     assert marker.read_text() == "2"
     for step in (1, 2):
         d = out / f"global_step_{step}"
-        assert (d / "actor" / "model.pt").exists() and (d / "actor" / "optim.pt").exists()
+        assert (d / "actor" / ".metadata").exists() and (d / "actor" / "scheduler.pt").exists()  # DCP shards
         assert (d / "data.pt").exists() and (d / "extra_state.pt").exists()
         # the commit marker is written after everything in the step folder
         assert max(f.stat().st_mtime_ns for f in d.rglob("*") if f.is_file()) <= marker.stat().st_mtime_ns
@@ -90,7 +91,7 @@ def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
 
     AutoTokenizer.from_pretrained(out / "huggingface")
     exported = AutoModelForCausalLM.from_pretrained(out / "huggingface")
-    saved = torch.load(out / "global_step_2" / "actor" / "model.pt")
+    saved = ckpt.read_actor_model(out / "global_step_2")
     for n, p in exported.named_parameters():
         assert torch.allclose(p, saved[n]), n
 
@@ -120,9 +121,9 @@ def test_resume_equals_uninterrupted_run_across_an_epoch_boundary(tmp_path, tiny
     for step in (3, 4):
         for k in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "response_length/mean"):
             assert ma[step][k] == pytest.approx(mb[step][k], abs=1e-6), (step, k)
-    wa = torch.load(tmp_path / "a" / "out" / "global_step_4" / "actor" / "model.pt")
-    wb = torch.load(tmp_path / "b" / "out" / "global_step_4" / "actor" / "model.pt")
-    w0 = torch.load(tmp_path / "b" / "out" / "global_step_2" / "actor" / "model.pt")
+    wa = ckpt.read_actor_model(tmp_path / "a" / "out" / "global_step_4")
+    wb = ckpt.read_actor_model(tmp_path / "b" / "out" / "global_step_4")
+    w0 = ckpt.read_actor_model(tmp_path / "b" / "out" / "global_step_2")
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-6
     assert max((wa[k] - w0[k]).abs().max().item() for k in wa) > 0  # steps 3-4 really trained
     # A finished run resumed again says so and trains nothing.

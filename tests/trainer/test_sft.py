@@ -168,10 +168,12 @@ def test_shared_prefix_gives_the_same_loss_and_gradients(smoke_dir, tok):
         loss.backward()
         grads.append((loss.item(), computed, [q.grad.clone() for q in model.parameters()]))
     (l0, c0, g0), (l1, c1, g1) = grads
-    assert l1 == pytest.approx(l0, rel=1e-10)
+    # float64, but RoPE tables are built in float32 by transformers: agreement ~1e-9, while a
+    # detached or mispositioned prefix changes gradients at the 1e-3 level.
+    assert l1 == pytest.approx(l0, rel=1e-8)
     assert c1 < c0 * 0.6
     for a, b in zip(g0, g1):
-        assert torch.allclose(a, b, rtol=1e-8, atol=1e-12)
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-8)
 
 
 def test_common_prefix_keeps_a_trained_token_out_of_the_prefix():
@@ -179,4 +181,6 @@ def test_common_prefix_keeps_a_trained_token_out_of_the_prefix():
     b = sft.Example([1, 2, 3, 5], [0, 0, 1, 1])
     assert sft.common_prefix_length([a, b]) == 1  # tokens 0..1 shared, but token 2 is a target
     c = sft.Example([1, 2, 9, 9], [0, 0, 0, 1])
-    assert sft.common_prefix_length([b, c]) == 2
+    d = sft.Example([1, 2, 8, 8], [0, 0, 0, 1])
+    assert sft.common_prefix_length([c, d]) == 2
+    assert sft.common_prefix_length([c, sft.Example([7, 2], [0, 1])]) == 0

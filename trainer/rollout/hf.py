@@ -4,11 +4,13 @@ Why not `model.generate`: we need per-request stop ids, budgets, seeds and sampl
 batch, the log-prob of every sampled token, and rows that finish leaving the batch (the KV cache is
 compacted with `Cache.batch_select_indices`) so a long tail does not pay for the whole batch.
 
-How a batch runs: prompts are left-padded (attention mask 0 on pads, position ids = cumsum(mask)-1),
-one prefill computes logits for the last position only (`logits_to_keep=1`), then one decode step per
-new token with a growing `DynamicCache`. Sampling per row: temperature, top-k, top-p, then inverse-CDF
+How a batch runs: distinct prompts are left-padded (attention mask 0 on pads, position ids =
+cumsum(mask)-1) and prefilled once each, logits for the last position only (`logits_to_keep=1`); rows
+sharing a prompt (GRPO's n samples) get copies of its KV cache; then one decode step per new token
+with a growing `DynamicCache`. Sampling per row: temperature, top-k, top-p, then inverse-CDF
 draw with that row's own pre-drawn uniforms (a `torch.Generator` seeded by the request's seed), so a
-seeded request reproduces exactly; temperature <= 0 is greedy argmax.
+seeded request reproduces exactly (alone or batched, up to float reduction order in the model's
+batched kernels); temperature <= 0 is greedy argmax.
 
 Log-probs returned: log_softmax(logits / T) at the sampled token, i.e. of the tempered distribution
 BEFORE top-k / top-p truncation (T = 1 for greedy rows). verl recomputes old log-probs with the actor
@@ -47,7 +49,7 @@ def _resolve_device(device: Any, model: torch.nn.Module) -> torch.device:
 
 def sample_next(
     logits: torch.Tensor,
-    temperature: torch.Tensor,
+    temperature: torch.Tensor | None,
     greedy: torch.Tensor,
     top_k: torch.Tensor,
     top_p: torch.Tensor,
@@ -55,36 +57,47 @@ def sample_next(
     *,
     any_sampled: bool,
     any_filter: bool,
+    all_greedy: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row.
 
-    logits (b, V) float32; temperature (b,) > 0 (1 for greedy rows); greedy (b,) bool; top_k (b,)
-    long (V = no filtering); top_p (b,) float; uniforms (b,) in [0, 1).
+    logits (b, V) float32; temperature (b,) > 0 (1 for greedy rows), or None when every row uses 1;
+    greedy (b,) bool; top_k (b,) long (>= V = no filtering); top_p (b,) float; uniforms (b,) in [0, 1).
     Returns (tokens (b,) long, logprobs (b,) float32 of log_softmax(logits / temperature)).
+    Every full-vocabulary pass costs (b*V elements per step), so each path does as few as it can:
+    greedy = softmax + max; sampling = softmax + cumsum + searchsorted (inverse CDF); the top-k/top-p
+    path adds a top-k slice (a full sort only when the kept set may extend beyond it).
     """
-    scaled = logits / temperature.unsqueeze(-1)
-    logp = torch.log_softmax(scaled, dim=-1)
-    if not any_sampled:
-        tokens = logits.argmax(dim=-1)
-        return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    if all_greedy is None:
+        all_greedy = not any_sampled
+    scaled = logits if temperature is None else logits / temperature.unsqueeze(-1)
+    probs = torch.softmax(scaled, dim=-1)
+    if all_greedy:
+        best, tokens = probs.max(dim=-1)
+        return tokens, best.log()
     vocab = scaled.shape[-1]
     if any_filter:
-        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
-        ranks = torch.arange(vocab, device=scaled.device).unsqueeze(0)
+        # Most of the time the kept set lies inside the top few dozen tokens: take a top-k slice and
+        # fall back to a full sort only for a batch where some row may keep more (exact either way).
+        k_rows = top_k.clamp(max=vocab)
+        cand = min(vocab, max(64, int(k_rows[k_rows < vocab].max()) if bool((k_rows < vocab).any()) else 64))
+        sorted_probs, order = torch.topk(probs, cand, dim=-1)
+        if cand < vocab and bool(((k_rows > cand) & (sorted_probs.sum(-1) < top_p)).any()):
+            sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        ranks = torch.arange(sorted_probs.shape[-1], device=scaled.device).unsqueeze(0)
         remove = ranks >= top_k.unsqueeze(-1)
-        probs_sorted = torch.softmax(sorted_logits, dim=-1)
         # Drop a token once the mass strictly before it already reaches top_p (the first always stays).
-        remove |= (probs_sorted.cumsum(-1) - probs_sorted) >= top_p.unsqueeze(-1)
-        probs = torch.softmax(sorted_logits.masked_fill(remove, float("-inf")), dim=-1)
+        remove |= (sorted_probs.cumsum(-1) - sorted_probs) >= top_p.unsqueeze(-1)
+        cdf = sorted_probs.masked_fill(remove, 0.0).cumsum(-1)
     else:
         order = None
-        probs = logp.exp()
-    cdf = probs.cumsum(-1)
+        cdf = probs.cumsum(-1)
     # side="right": the first index whose cdf exceeds u*total, never a zero-probability token.
-    idx = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=vocab - 1)
-    sampled = idx.squeeze(-1) if order is None else order.gather(-1, idx).squeeze(-1)
-    tokens = torch.where(greedy, logits.argmax(dim=-1), sampled)
-    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    idx = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=cdf.shape[-1] - 1)
+    tokens = idx.squeeze(-1) if order is None else order.gather(-1, idx).squeeze(-1)
+    if any_sampled and bool(greedy.any()):  # mixed batch: greedy rows take the argmax
+        tokens = torch.where(greedy, probs.argmax(dim=-1), tokens)
+    return tokens, probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).log()
 
 
 @register_engine("hf")
@@ -117,8 +130,7 @@ class HFRolloutEngine(RolloutEngine):
             pad = getattr(tokenizer, "eos_token_id", None)
         if pad is None:
             raise ValueError("tokenizer has neither pad_token_id nor eos_token_id")
-        return cls(model, pad_token_id=pad, device=device, share_module=True,
-                   max_batch_size=getattr(config, "max_num_seqs", None))
+        return cls(model, pad_token_id=pad, device=device, share_module=True)
 
     # ------------------------------------------------------------------ generation
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
@@ -131,7 +143,9 @@ class HFRolloutEngine(RolloutEngine):
         self.model.eval()  # no dropout while sampling; the actor's mode is restored below
         try:
             outputs: list[GenerationOutput] = []
-            with torch.inference_mode():
+            # no_grad, not inference_mode: the module is the actor's, and a buffer a model caches
+            # lazily during this forward (e.g. dynamic RoPE) must stay usable by autograd later.
+            with torch.no_grad():
                 for start in range(0, len(requests), size):
                     outputs.extend(self._generate_batch(requests[start:start + size]))
             return outputs
@@ -155,12 +169,17 @@ class HFRolloutEngine(RolloutEngine):
             return [GenerationOutput(r.request_id, [], [], "length") for r in reqs]
 
         sub = [reqs[i] for i in live]
-        width = max(len(r.prompt_ids) for r in sub)
-        ids = torch.full((len(sub), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(sub), width), dtype=torch.long)
-        for row, r in enumerate(sub):
-            ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            mask[row, width - len(r.prompt_ids):] = 1
+        # GRPO sends n copies of each prompt: prefill every distinct prompt once, then give each
+        # row a copy of its prompt's KV cache (index_select along the batch dimension).
+        unique: dict[tuple[int, ...], int] = {}
+        expand = [unique.setdefault(tuple(r.prompt_ids), len(unique)) for r in sub]
+        prompts = list(unique)
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            ids[row, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            mask[row, width - len(p):] = 1
         has_pad = bool((mask == 0).any())
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(-1) - 1).clamp_(min=0)
@@ -176,6 +195,7 @@ class HFRolloutEngine(RolloutEngine):
         any_sampled = not bool(greedy.all())
         any_filter = any((r.sampling.top_k > 0 or r.sampling.top_p < 1.0) and r.sampling.temperature > 0
                          for r in sub)
+        unit_temp = all(r.sampling.temperature <= 0 or r.sampling.temperature == 1.0 for r in sub)
         max_budget = max(budgets[i] for i in live)
         uniforms = torch.zeros((len(sub), max_budget), dtype=torch.float32)
         if any_sampled:
@@ -191,12 +211,17 @@ class HFRolloutEngine(RolloutEngine):
         cache = DynamicCache(config=getattr(self.model, "config", None))
         logits = self.model(input_ids=ids, attention_mask=mask if has_pad else None, position_ids=pos,
                             cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+        if len(prompts) < len(sub):
+            sel = torch.tensor(expand, dtype=torch.long, device=dev)
+            cache.batch_select_indices(sel)
+            logits, mask, pos = logits[sel], mask[sel], pos[sel]
         next_pos = pos[:, -1] + 1
         step = 0
         decode_rows = 0
         while True:
-            tok, lp = sample_next(logits.float(), temps, greedy, top_k, top_p, uniforms[:, step],
-                                  any_sampled=any_sampled, any_filter=any_filter)
+            tok, lp = sample_next(logits.float(), None if unit_temp else temps, greedy, top_k, top_p,
+                                  uniforms[:, step], any_sampled=any_sampled, any_filter=any_filter,
+                                  all_greedy=not any_sampled)
             tok_list, lp_list = tok.tolist(), lp.tolist()
             step += 1
             keep: list[int] = []
@@ -227,7 +252,7 @@ class HFRolloutEngine(RolloutEngine):
             next_pos = next_pos + 1
         del cache
         self.last_stats = {"decode_steps": float(step), "decode_row_steps": float(decode_rows),
-                           "batch_size": float(len(sub))}
+                           "batch_size": float(len(sub)), "prefill_rows": float(len(prompts))}
         return [GenerationOutput(r.request_id, out_ids[i], out_lp[i], finish[i]) for i, r in enumerate(reqs)]
 
     # ------------------------------------------------------------------ weights and memory

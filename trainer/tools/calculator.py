@@ -3,15 +3,17 @@
 Allowed: int/float literals, + - * / // %, ** with |exponent| <= MAX_EXPONENT and a bounded result,
 unary +/-, parentheses. Anything else (names, calls, attributes, subscripts, strings, comparisons...)
 is rejected with an error text the model sees. Integral results print as ints ("1776", "3").
-The schema matches trainer.tasks.arith.CALCULATOR_SCHEMA exactly (the demo's prompts render it).
+The schema IS trainer.tasks.arith.CALCULATOR_SCHEMA (a copy): the demo's prompts render it.
 """
 from __future__ import annotations
 
 import ast
+import copy
 import math
 import operator
 from typing import Any
 
+from trainer.tasks.arith import CALCULATOR_SCHEMA
 from trainer.tools.base import BaseTool, ToolArgumentError, ToolResult, register_tool
 
 MAX_EXPONENT = 100
@@ -93,20 +95,9 @@ def calculate(expression: str) -> str:
 @register_tool
 class CalculatorTool(BaseTool):
     name = "calculator"
-    schema: dict[str, Any] = {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "expression": {"type": "string", "description": "The expression, e.g. 37*48"}
-                },
-                "required": ["expression"],
-            },
-        },
-    }
+    # One source of truth: the demo task's warm-start data renders this exact schema into its
+    # prompts, so the RL prompts must carry the same one token for token.
+    schema: dict[str, Any] = copy.deepcopy(CALCULATOR_SCHEMA)
 
     async def execute(self, instance_id: str, arguments: dict[str, Any], **kwargs: Any) -> ToolResult:
         self.check_arguments(arguments)

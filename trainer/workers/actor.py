@@ -1,29 +1,72 @@
 """The policy worker (and the frozen reference worker): log-probs, the PPO update, state, weights.
 
-`ActorWorker` is a plain class the driver calls with an `ExperienceBatch`; it holds the HF causal LM,
-and, when trainable, AdamW and the LR schedule. The single-process trainer calls it directly; a Ray
-worker group (issue 7) wraps the same class as an actor, splits the batch with `ExperienceBatch.select`
-and calls the same methods: there is no second code path.
+`ActorWorker` is a plain class called with an `ExperienceBatch`; it holds the HF causal LM (plain,
+or FSDP2-sharded by trainer.parallel when the world size is > 1), and, when trainable, AdamW and the
+LR schedule. Each rank's `trainer.parallel.worker.RankWorker` owns one and calls the same methods on
+its share of the batch, whether the group is the in-process one (world 1) or Ray actors.
 
   compute_log_prob(batch)  -> (log_probs (B, R), entropy (B, R))   no grad, length-bucketed micro-batches
   update_policy(batch)     -> metrics {name: [values]}             ppo_epochs x mini-batches x micro-batches
-  state_dict() / load_state_dict()                                 model + optimizer + scheduler
+  state_dict() / load_state_dict()                                 model + optimizer + scheduler (in memory)
+  save_sharded(dir) / load_sharded(dir)                            the same through torch.distributed.checkpoint
   named_tensors()                                                  (HF name, tensor) pairs for weight sync
 
 Precision: weights stay float32 for the trainable actor (master weights); `model.dtype=bfloat16` runs
 forward/backward under bf16 autocast. The reference worker is loaded directly in the compute dtype.
 Dropout is off (eval mode) in every pass: RL recomputes log-probs and expects the update's first
 forward to equal them, which dropout would break.
+
+Loss normalisation is global: each micro-batch's loss is weighted by its share of the WHOLE
+mini-batch (all micro-batches of all ranks): tokens for token-mean, rows for the seq-mean modes; the
+counts are all-reduced once per mini-batch. So micro-batching and data parallelism give the gradient
+of the full mini-batch loss (verl HEAD's global token normalisation; verl 76f63 averaged per
+micro-batch token-means, which differs when micro-batches hold different token counts). FSDP
+averages gradients over ranks, so each rank scales its backward by the world size. `actor/pg_loss`
+and `actor/kl_loss` are reported per mini-batch as that global loss; clipfrac / ppo_kl per micro-batch.
+Under FSDP every rank must run the same number of forwards: micro-batch counts are equalised
+(all-reduce max, then the largest chunks split).
 """
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Iterable
 
 import torch
 
 from trainer.workers.experience import (ExperienceBatch, length_sorted_chunks, pack_micro_batch,
                                         token_budget_chunks)
+
+
+def _dist_world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _all_reduce(values: list[float], op: str = "sum") -> list[float]:
+    """All-reduce a few numbers across ranks (identity on one process). float64 on the CPU (gloo) or
+    on the current CUDA device (NCCL)."""
+    if _dist_world() == 1:
+        return list(values)
+    import torch.distributed as dist
+
+    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    t = torch.tensor(values, dtype=torch.float64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+    return t.cpu().tolist()
+
+
+def equalize_chunks(chunks: list[list[int]], target: int) -> list[list[int]]:
+    """Split the largest chunks until there are `target` (>= len(chunks)) non-empty chunks."""
+    out = [list(c) for c in chunks if c]
+    while len(out) < target:
+        big = max(range(len(out)), key=lambda i: len(out[i]))
+        if len(out[big]) < 2:
+            raise ValueError(f"cannot make {target} micro-batches from {sum(map(len, out))} rows")
+        c = out.pop(big)
+        out[big:big] = [c[: len(c) // 2], c[len(c) // 2:]]
+    return out
 
 
 def resolve_device(name: str) -> torch.device:
@@ -82,8 +125,9 @@ class ActorWorker:
         load_dtype = torch.float32 if trainable else dtype
         if model is None:
             model = AutoModelForCausalLM.from_pretrained(model_path, dtype=load_dtype,
-                                                         trust_remote_code=trust_remote_code)
-        self.model = model.to(device)
+                                                         trust_remote_code=trust_remote_code).to(device)
+        # A module passed in is placed by its owner (FSDP2 sharding, CPU offload of the reference).
+        self.model = model
         self.model.eval()  # dropout off everywhere (see module docstring)
         if trainable and gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
@@ -135,6 +179,8 @@ class ActorWorker:
             local = token_budget_chunks(lengths, int(self.cfg.ppo_max_token_len_per_gpu))
         else:
             local = length_sorted_chunks(lengths, micro_size)
+        if _dist_world() > 1:  # FSDP: the same number of forwards on every rank
+            local = equalize_chunks(local, int(_all_reduce([float(len(local))], "max")[0]))
         return [[idx[j] for j in chunk] for chunk in local]
 
     @torch.no_grad()
@@ -192,12 +238,18 @@ class ActorWorker:
             metrics.setdefault(name, []).append(float(value))
 
         gen = torch.Generator().manual_seed(int(seed))
+        world = _dist_world()
         self.model.eval()
         for _epoch in range(int(cfg.ppo_epochs)):
             order = torch.randperm(B, generator=gen).tolist() if cfg.shuffle else list(range(B))
             for m0 in range(0, B, mini_batch_size):
                 mini = order[m0:m0 + mini_batch_size]
+                rows_mini = torch.as_tensor(mini)
+                mmask = batch.loss_mask[rows_mini]
+                g_tokens, g_rows, g_rows_tok = _all_reduce(
+                    [float(mmask.sum()), float(len(mini)), float((mmask.sum(-1) > 0).sum())])
                 self.optimizer.zero_grad(set_to_none=True)
+                mini_pg = mini_kl = 0.0
                 for micro in self._micro_chunks(batch, mini, cfg.ppo_micro_batch_size_per_gpu):
                     rows = torch.as_tensor(micro)
                     logp, ent, r = self._forward(batch, micro, with_entropy=need_entropy)
@@ -211,6 +263,8 @@ class ActorWorker:
                     pg = compute_policy_loss(old, logp, adv, mask, clip_ratio=cfg.clip_ratio,
                                              clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
                                              clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+                    # This micro-batch's share of the whole (all-rank) mini-batch loss: see the docstring.
+                    weight = self._share(cfg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
                     loss = pg.pg_loss
                     if cfg.entropy_coeff != 0:
                         loss = loss - cfg.entropy_coeff * agg_loss(ent, mask, cfg.loss_agg_mode)
@@ -218,16 +272,20 @@ class ActorWorker:
                         ref = batch.ref_log_probs[rows, :r].to(self.device)
                         kl = agg_loss(kl_penalty(logp, ref, cfg.kl_loss_type), mask, cfg.loss_agg_mode)
                         loss = loss + cfg.kl_loss_coef * kl
-                        add("actor/kl_loss", kl.item())
-                        add("actor/kl_coef", cfg.kl_loss_coef)
-                    # Each micro-batch's loss is weighted by its share of the mini-batch (= 1/num_micro
-                    # for equal micro-batches; exact for unequal ones from the token-budget packer).
-                    (loss * (len(micro) / len(mini))).backward()
-                    add("actor/pg_loss", pg.pg_loss.item())
+                        mini_kl += kl.item() * weight
+                    # FSDP averages gradients over ranks: scale by the world size to get the sum.
+                    (loss * (weight * world)).backward()
+                    mini_pg += pg.pg_loss.item() * weight
                     add("actor/pg_clipfrac", float(pg.pg_clipfrac))
                     add("actor/ppo_kl", float(pg.ppo_kl))
                     add("actor/pg_clipfrac_lower", float(pg.pg_clipfrac_lower))
+                mini_pg, mini_kl = _all_reduce([mini_pg, mini_kl])
+                add("actor/pg_loss", mini_pg)
+                if cfg.use_kl_loss:
+                    add("actor/kl_loss", mini_kl)
+                    add("actor/kl_coef", cfg.kl_loss_coef)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=cfg.grad_clip)
+                grad_norm = _local_tensor(grad_norm)
                 if torch.isfinite(grad_norm):
                     self.optimizer.step()
                 else:
@@ -244,6 +302,15 @@ class ActorWorker:
         self.last_entropy = captured_ent * batch.response_mask if captured_ent is not None else None
         return metrics
 
+    @staticmethod
+    def _share(mode: str, mask: torch.Tensor, rows: int, g_tokens: float, g_rows: float, g_rows_tok: float) -> float:
+        """Weight of one micro-batch's aggregated loss in the global mini-batch loss."""
+        if mode == "token-mean":
+            return float(mask.sum()) / max(g_tokens, 1.0)
+        if mode == "seq-mean-token-mean":
+            return float((mask.sum(-1) > 0).sum()) / max(g_rows_tok, 1.0)
+        return rows / max(g_rows, 1.0)  # seq-mean-token-sum(-norm): a mean over rows
+
     # ---- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         state = {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()}}
@@ -258,6 +325,42 @@ class ActorWorker:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
 
+    def save_sharded(self, path: str) -> None:
+        """Model + optimizer through torch.distributed.checkpoint (each rank writes its shards; call on
+        every rank); the LR scheduler (identical on every rank) as scheduler.pt by rank 0."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        if self.trainable:
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            state = {"model": model_sd, "optim": optim_sd}
+        else:
+            state = {"model": self.model.state_dict()}
+        with warnings.catch_warnings():  # one worker saves without a process group, as intended
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
+            dcp.save(state, checkpoint_id=path)
+        if self.trainable and _rank() == 0:
+            torch.save(self.scheduler.state_dict(), f"{path}/scheduler.pt")
+
+    def load_sharded(self, path: str) -> None:
+        """Inverse of save_sharded (every rank; the world size may differ from the saving run's)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        if self.trainable:
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            state = {"model": model_sd, "optim": optim_sd}
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+                dcp.load(state, checkpoint_id=path)
+            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                           optim_state_dict=state["optim"])
+            self.scheduler.load_state_dict(torch.load(f"{path}/scheduler.pt", weights_only=False))
+        else:
+            state = {"model": self.model.state_dict()}
+            dcp.load(state, checkpoint_id=path)
+            self.model.load_state_dict(state["model"])
+
     def named_tensors(self) -> Iterable[tuple[str, torch.Tensor]]:
         """(HF parameter name, tensor) pairs for the rollout engine (lazy: one tensor at a time).
 
@@ -266,3 +369,17 @@ class ActorWorker:
         """
         for name, param in self.model.named_parameters():
             yield name, param.detach()
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """clip_grad_norm_ over FSDP2 (DTensor) gradients returns a DTensor holding the GLOBAL norm (FSDP
+    clips globally); take it as a plain tensor."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t

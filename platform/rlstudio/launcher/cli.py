@@ -117,8 +117,9 @@ class Launcher:
             code = self._watch()
         except InterruptedError:
             code = 0
-        except (RuntimeError, TimeoutError, OSError) as exc:
-            say(f"start failed: {exc}")
+        except Exception as exc:  # noqa: BLE001 — any failure: say it, then stop what did start
+            say(f"start failed ({type(exc).__name__}): {exc}")
+            say(f"logs: {self.layout.logs}/")
             code = 1
         finally:
             self._shutdown()

@@ -8,7 +8,6 @@ the way the wheel itself does it), which then owns the data folder.
 from __future__ import annotations
 
 import os
-import pwd
 import stat
 import subprocess
 import time

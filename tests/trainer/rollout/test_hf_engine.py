@@ -142,3 +142,16 @@ def test_train_mode_restored(tiny_model, engine):
         assert tiny_model.training
     finally:
         tiny_model.eval()
+
+
+def test_shared_prompts_prefilled_once(engine):
+    # n copies of each prompt (GRPO): one prefill row per distinct prompt, same results as separate.
+    reqs = [GenerationRequest(f"{i}-{s}", p, SamplingParams(temperature=1.0, max_new_tokens=10, seed=10 * i + s))
+            for i, p in enumerate(PROMPTS[:2]) for s in range(3)]
+    outs = engine.generate(reqs)
+    assert engine.last_stats["prefill_rows"] == 2 and engine.last_stats["batch_size"] == 6
+    for r, o in zip(reqs, outs):
+        assert engine.generate([r])[0].output_ids == o.output_ids
+    greedy = engine.generate([GenerationRequest(str(s), PROMPTS[0], SamplingParams(temperature=0, max_new_tokens=8))
+                              for s in range(3)])
+    assert greedy[0].output_ids == greedy[1].output_ids == greedy[2].output_ids

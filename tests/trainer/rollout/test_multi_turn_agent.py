@@ -238,3 +238,32 @@ def test_real_tiny_model_run(tiny_model, tiny_tokenizer):
         assert len(t.loss_mask) == len(t.response_ids) == len(t.rollout_logprobs)
         assert t.finish_reason in {"stop", "length", "tool_calls"} and t.num_turns >= 1
         assert t.response_ids == u.response_ids  # seeded: reproducible
+
+
+def test_parallel_calls_capped_by_max_parallel_calls(tiny_tokenizer):
+    tok = tiny_tokenizer
+    tools = build_tools(["calculator"])
+    calls = "\n".join('<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>' % e
+                      for e in ("1+1", "2*3", "9-4"))
+    engine = ScriptedEngine(tok, lambda rid, turn: (calls + "<|im_end|>") if turn == 0 else ANSWER)
+    ro = rollout(tok, engine, tools, max_parallel_calls=2)
+    assert tok.convert_tokens_to_ids("</tool_call>") not in ro.stop_ids  # several calls per turn
+    [traj] = ro.run([make_prompt(tok, tools)], n=1, sampling=SamplingParams(max_new_tokens=128))
+    assert (traj.tool_calls, traj.tool_errors, traj.num_turns) == (2, 0, 2)
+    assert [m["content"] for m in traj.messages if m["role"] == "tool"] == ["2", "6"]
+    # Engine ended its turn with <|im_end|>: only "\n" is appended before the tool reply.
+    call_ids = tok.encode(calls + "<|im_end|>", add_special_tokens=False)
+    assert traj.response_ids[: len(call_ids) + 1] == call_ids + tok.encode("\n", add_special_tokens=False)
+    assert traj.loss_mask[len(call_ids)] == 0
+
+
+def test_max_model_len_limits_the_response(tiny_tokenizer):
+    tok = tiny_tokenizer
+    tools = build_tools(["calculator"])
+    prompt = make_prompt(tok, tools)
+    engine = ScriptedEngine(tok, lambda rid, turn: CALL)
+    cfg = {"multi_turn": {"enable": True, "max_turns": 3}, "max_model_len": len(prompt.prompt_ids) + 10}
+    [traj] = MultiTurnRollout(engine, tok, tools, cfg, {"max_response_length": 500}).run(
+        [prompt], n=1, sampling=SamplingParams(max_new_tokens=64))
+    assert len(traj.response_ids) == 10 and traj.finish_reason == "length"
+    assert engine.requests[0].sampling.max_new_tokens == 10

@@ -1,0 +1,276 @@
+"""RankWorker: what one device runs, the same class in-process (world 1) and as a Ray actor.
+
+One worker per device holds, colocated (verl's hybrid engine):
+  actor      ActorWorker over the policy; FSDP2-sharded (`fully_shard` per decoder layer + root) when
+             the world size is > 1, a plain module on one worker (the same maths: FSDP of one rank
+             is the identity, so the one-worker path skips the process group)
+  ref        ActorWorker over the frozen reference (FSDP2 too; parameters on the CPU with
+             ref.fsdp_config.param_offload on GPUs), only when a KL term needs it
+  engine     the rollout engine. `hf` on one worker runs on the actor's own module (nothing to
+             sync); with FSDP it owns a full-weight copy, because generation cannot run on sharded
+             parameters (every rank would have to join every all-gather of every decode step, and
+             ranks stop decoding at different times)
+  monitor    a MemoryMonitor whose events are buffered here, tagged with this rank, and drained by
+             the driver after each call
+
+Phase order per step (verl-notes.md section 6): generate (engine memory resumed, released after when
+rollout.free_cache_engine) -> old_log_prob -> ref -> update -> sync: the engine is resumed, the
+parameters flow from the FSDP shards in buckets of rollout.update_weights_bucket_megabytes (gather a
+bucket of full tensors, load it, free it), then flush_cache. Every phase boundary is a memory sample.
+
+Fault injection for tests and drills: env TRAINER_FAULT_INJECT="<rank>:<phase>:<step>" makes that
+rank exit the process (os._exit(3)) when it enters that phase at that step.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+
+class BufferEmitter:
+    """The emitter interface MemoryMonitor needs, buffering memory events (with the rank) in memory."""
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self._items: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def memory(self, data: dict[str, Any]) -> None:
+        with self._lock:
+            self._items.append({**data, "rank": self.rank, "time": time.time()})
+
+    def heartbeat(self, step: int) -> None:  # the driver sends heartbeats
+        pass
+
+    def drain(self) -> list[dict[str, Any]]:
+        with self._lock:
+            items, self._items = self._items, []
+        return items
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+class RankWorker:
+    """One device's models and engine. Construct cheaply, then `init(master_addr, master_port)`."""
+
+    def __init__(self, cfg_dict: dict[str, Any], *, rank: int, world: int):
+        from trainer.config import Config, resolve
+
+        self.cfg = resolve(Config.from_dict(cfg_dict))
+        self.rank, self.world = int(rank), int(world)
+        threads = self.cfg.trainer.torch_threads or (1 if world > 1 else len(os.sched_getaffinity(0)))
+        torch.set_num_threads(int(threads))
+        self.step = 0
+        self.fault = os.environ.get("TRAINER_FAULT_INJECT", "")
+
+    # ------------------------------------------------------------------------------------- setup
+    def master_address(self) -> tuple[str, int]:
+        """Rank 0's address and a free port for torch.distributed's TCP rendezvous."""
+        try:
+            import ray
+
+            addr = ray.util.get_node_ip_address()
+        except Exception:  # not under Ray
+            addr = "127.0.0.1"
+        return addr, free_port()
+
+    def init(self, master_addr: str | None = None, master_port: int | None = None) -> dict[str, Any]:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from trainer.memory import MemoryMonitor
+        from trainer.parallel.fsdp import shard_module
+        from trainer.rollout.agent import MultiTurnRollout
+        from trainer.rollout.base import build_engine, resolve_engine_name
+        from trainer.tools import build_tools
+        from trainer.workers.actor import ActorWorker, resolve_device, resolve_dtype
+
+        cfg = self.cfg
+        arr, tr = cfg.actor_rollout_ref, cfg.trainer
+        torch.manual_seed(tr.seed)
+        device = resolve_device(tr.device)
+        if device.type == "cuda":
+            device = torch.device("cuda", torch.cuda.current_device())  # Ray: the actor's own GPU is cuda:0
+            torch.cuda.set_device(device)
+        self.device = device
+        self.dtype = resolve_dtype(arr.model.dtype, device)
+        if self.world > 1:
+            import torch.distributed as dist
+
+            backend = "nccl" if device.type == "cuda" else "gloo"
+            dist.init_process_group(backend=backend, init_method=f"tcp://{master_addr}:{master_port}",
+                                    rank=self.rank, world_size=self.world,
+                                    timeout=datetime.timedelta(seconds=600))
+        self.tokenizer = AutoTokenizer.from_pretrained(arr.model.tokenizer_path or arr.model.path,
+                                                       trust_remote_code=arr.model.trust_remote_code)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.total_steps = int(cfg.actor_rollout_ref.actor.optim.total_training_steps or 0) or 1
+
+        def load(dtype: torch.dtype, *, offload: bool = False, shard: bool = True) -> torch.nn.Module:
+            m = AutoModelForCausalLM.from_pretrained(arr.model.path, dtype=dtype,
+                                                     trust_remote_code=arr.model.trust_remote_code)
+            if not (offload and device.type == "cuda"):
+                m = m.to(device)
+            if self.world > 1 and shard:
+                shard_module(m, device=device, compute_dtype=self.dtype, mixed_precision=True, offload=offload)
+            return m
+
+        common = dict(model_path=arr.model.path, device=device, dtype=self.dtype, temperature=arr.rollout.temperature,
+                      trust_remote_code=arr.model.trust_remote_code, pad_token_id=pad)
+        self.actor = ActorWorker(**common, actor_cfg=arr.actor, trainable=True, total_steps=self.total_steps,
+                                 log_prob_micro_batch_size=arr.rollout.log_prob_micro_batch_size_per_gpu,
+                                 gradient_checkpointing=arr.model.enable_gradient_checkpointing,
+                                 model=load(torch.float32))
+        self.ref = None
+        if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+            self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),
+                                   log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu)
+        self.engine_name = resolve_engine_name(arr.rollout.name)
+        # One hf worker: the engine runs on the actor's module itself. Otherwise it holds its own weights.
+        self.shared_engine = self.engine_name == "hf" and self.world == 1
+        if self.engine_name == "hf":
+            engine_model = self.actor.model if self.shared_engine else load(self.dtype, shard=False)
+        else:
+            engine_model = arr.model.path
+        self.engine = build_engine(self.engine_name, model=engine_model, tokenizer=self.tokenizer, config=arr.rollout,
+                                   device=device)
+        if self.engine_name == "hf" and not self.shared_engine:
+            self.engine.share_module = False  # its own copy: release_memory may move it off the GPU
+        self.tools = build_tools(cfg.tools.names, cfg.tools.config_path)
+        self.rollout = MultiTurnRollout(self.engine, self.tokenizer, self.tools, arr.rollout, cfg.data)
+        self.emitter = BufferEmitter(self.rank)
+        dev_name = "cpu" if device.type == "cpu" else f"cuda:{device.index or 0}"
+        self.monitor = MemoryMonitor(self.emitter, device=dev_name, memory_interval_s=cfg.report.memory_interval_s,
+                                     heartbeat_interval_s=0)
+        self.monitor.start()
+        with self.phase("sync", 0):
+            sync = self.sync_weights(step=0, _phase=False)  # the engine starts from the actor's weights
+        return {"rank": self.rank, "device": dev_name, "pid": os.getpid(), "engine": self.engine_name,
+                "shared_engine": self.shared_engine, "initial_sync": sync}
+
+    # ------------------------------------------------------------------------------------ phases
+    @contextlib.contextmanager
+    def phase(self, name: str, step: int) -> Iterator[None]:
+        self.step = self.monitor.step = int(step)
+        if self.fault:
+            r, ph, st = self.fault.split(":")
+            if int(r) == self.rank and ph == name and int(st) == int(step):
+                os._exit(3)  # fault injection: die like a crashed process would
+        with self.monitor.phase(name):
+            yield
+
+    def generate(self, prompts: list[Any], *, n: int, sampling: Any, step: int) -> list[Any]:
+        from trainer.tools import get_tool
+
+        for p in prompts:  # tools named by a data row are offered to that row (as the driver templated it)
+            for schema in p.tools or []:
+                name = schema.get("function", {}).get("name")
+                if name and name not in self.tools:
+                    self.tools[name] = get_tool(name)
+        with self.phase("rollout", step):
+            self.engine.resume_memory()
+            trajs = self.rollout.run(prompts, n=n, sampling=sampling) if prompts else []
+            if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
+                self.engine.release_memory()
+        return trajs
+
+    def compute_log_prob(self, batch: Any, *, step: int, role: str = "actor", with_entropy: bool = True
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        worker = self.actor if role == "actor" else self.ref
+        if worker is None:
+            raise RuntimeError(f"no {role} model on this worker")
+        with self.phase("old_log_prob" if role == "actor" else "ref", step):
+            return worker.compute_log_prob(batch, with_entropy=with_entropy)
+
+    def update_policy(self, batch: Any, *, mini_batch_size: int, seed: int, capture: bool, step: int
+                      ) -> dict[str, Any]:
+        with self.phase("update", step):
+            metrics = self.actor.update_policy(batch, mini_batch_size=mini_batch_size, seed=seed, capture=capture)
+        out: dict[str, Any] = {"metrics": metrics}
+        if capture:
+            out["old_log_probs"], out["entropy"] = batch.old_log_probs, self.actor.last_entropy
+        return out
+
+    def sync_weights(self, *, step: int, _phase: bool = True) -> dict[str, float]:
+        """FSDP shards -> engine in buckets, then flush_cache. Returns bytes, seconds and buckets."""
+        from trainer.parallel.fsdp import bucketed_full_tensors
+
+        ctx = self.phase("sync", step) if _phase else contextlib.nullcontext()
+        with ctx:
+            t0 = time.perf_counter()
+            if self.shared_engine:
+                return {"bytes": 0.0, "seconds": 0.0, "buckets": 0.0}  # the engine runs on these very tensors
+            self.engine.resume_memory()
+            bucket_bytes = int(self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) * 2**20
+            nbytes = buckets = 0
+            for bucket in bucketed_full_tensors(self.actor.model, bucket_bytes):
+                self.engine.update_weights(bucket)
+                nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
+                buckets += 1
+                del bucket  # free the gathered full tensors before the next gather
+            self.engine.flush_cache()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return {"bytes": float(nbytes), "seconds": time.perf_counter() - t0, "buckets": float(buckets)}
+
+    # ---------------------------------------------------------------------------- checkpoints
+    def save(self, path: str) -> None:
+        """This rank's shards of the actor (model + optimizer) under `path` (DCP; every rank calls)."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.actor.save_sharded(path)
+
+    def load(self, path: str) -> dict[str, float]:
+        self.actor.load_sharded(path)
+        return self.sync_weights(step=self.step)
+
+    def export_hf(self, out_dir: str) -> None:
+        """Consolidated Hugging Face export by rank 0 (the full-state gather is collective)."""
+        from trainer import checkpoint as ckpt
+        from trainer.parallel.fsdp import full_model_state
+
+        state = full_model_state(self.actor.model)
+        if self.rank == 0:
+            ckpt.export_hf(self.actor.model, self.tokenizer, Path(out_dir), state_dict=state)
+
+    # ---------------------------------------------------------------------------- diagnostics
+    def full_state(self) -> dict[str, torch.Tensor] | None:
+        """The actor's full weights on rank 0 (None on the others; collective under FSDP)."""
+        from trainer.parallel.fsdp import full_model_state
+
+        state = full_model_state(self.actor.model)
+        return state if self.rank == 0 else None
+
+    def drain_memory(self) -> list[dict[str, Any]]:
+        return self.emitter.drain()
+
+    def logits_gap(self, input_ids: list[list[int]]) -> float:
+        """max |engine logits - actor logits| on the same input (both full forwards; collective under
+        FSDP, so every rank calls). 0 means the engine holds exactly the actor's weights."""
+        ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
+        with torch.no_grad():
+            a = self.actor.model(input_ids=ids).logits.float()
+            e = self.engine.model(input_ids=ids).logits.float() if hasattr(self.engine, "model") else None
+        if e is None:
+            raise RuntimeError(f"the {self.engine_name} engine exposes no module to compare")
+        return float((a - e).abs().max())
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        self.monitor.stop()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
