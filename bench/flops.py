@@ -201,6 +201,19 @@ def measure_rate(shape: tuple[int, int, int, int], dtype: Any, *, min_time_s: fl
     return _mm(b, m, k, n) / best
 
 
+def best_rates(work: Iterable[Work], dtype: Any, rates: dict | None = None, **kw: Any) -> dict[tuple, float]:
+    """Measure every distinct shape of `work` once more and keep the best rate seen per shape.
+
+    Called between steps on a shared machine, it finds the rate each shape reaches at the quietest
+    moment of the run: the physical limit the floor is about.
+    """
+    rates = {} if rates is None else rates
+    for shape in dict.fromkeys(w.shape for w in work):
+        key = (shape, str(dtype))
+        rates[key] = max(rates.get(key, 0.0), measure_rate(shape, dtype, **kw))
+    return rates
+
+
 def compute_floor(work: list[Work], dtype: Any, *, rates: dict | None = None, **kw: Any
                   ) -> tuple[float, dict[str, float], dict[tuple, float]]:
     """(floor seconds, floor seconds per phase, {shape: FLOP/s}) for `work` at `dtype`.

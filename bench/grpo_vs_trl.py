@@ -172,6 +172,11 @@ def run_one(args: argparse.Namespace) -> dict:
     ours = build_ours(model_dir, data, workdir / f"ours_{precision}", precision=precision, threads=args.threads,
                       steps=args.warmup + args.steps)
     total = args.warmup + args.steps
+    from bench import flops
+
+    shape = flops.ModelShape.from_hf_config(ours.actor.model.config)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    rates: dict = {}
     rec: dict = {"ours_s": [], "trl_s": [], "ours_metrics": [], "lens": [], "trl_logs": []}
     profiler = None
     if args.profile:
@@ -205,6 +210,12 @@ def run_one(args: argparse.Namespace) -> dict:
             rec["ours_s"].append(wall)
             rec["ours_metrics"].append(metrics)
             rec["lens"].append((p, r))
+            # Bare-matmul rates sampled between steps (outside both clocks), the best per shape kept
+            # (fp32 only: emulated bf16 matmuls on CPUs without AVX-512-BF16/AMX take minutes a pass).
+            if measured and precision == "fp32":
+                work = flops.step_work(shape, p, r, with_ref=ours.ref is not None,
+                                       with_old_log_prob=ours.recompute_old)
+                flops.best_rates(work, dtype, rates, min_time_s=0.01, repeats=1)
             self.last_end = time.perf_counter()
 
     trl, trl_timing = build_trl(model_dir, data, workdir / f"trl_{precision}", precision=precision, max_steps=total,
@@ -219,7 +230,7 @@ def run_one(args: argparse.Namespace) -> dict:
         rec["torch_profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
 
     w = args.warmup
-    result = _summarise(rec, trl_timing, ours, precision=precision, warmup=w, threads=args.threads)
+    result = _summarise(rec, trl_timing, ours, precision=precision, warmup=w, threads=args.threads, rates=rates)
     if profiler is not None:
         import io
         import pstats
@@ -244,7 +255,8 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def _summarise(rec: dict, trl_timing: dict, ours, *, precision: str, warmup: int, threads: int) -> dict:
+def _summarise(rec: dict, trl_timing: dict, ours, *, precision: str, warmup: int, threads: int,
+               rates: dict) -> dict:
     import torch
 
     from bench import flops
@@ -265,7 +277,9 @@ def _summarise(rec: dict, trl_timing: dict, ours, *, precision: str, warmup: int
     # Compute floor at our step's real lengths (mean over the measured steps).
     shape = flops.ModelShape.from_hf_config(ours.actor.model.config)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    rates: dict = {}
+    p, r = rec["lens"][-1]  # one more careful pass after the run; the best rate per shape wins
+    work = flops.step_work(shape, p, r, with_ref=ours.ref is not None, with_old_log_prob=ours.recompute_old)
+    flops.best_rates(work, dtype, rates, min_time_s=0.05, repeats=3)
     floors, per_phase_acc, work_last = [], {}, None
     for p, r in rec["lens"][warmup:]:
         work = flops.step_work(shape, p, r, with_ref=ours.ref is not None, with_old_log_prob=ours.recompute_old)

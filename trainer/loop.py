@@ -361,8 +361,8 @@ class Trainer:
         m["perf/throughput"] = n_total / max(1e-9, timing.get("step", 0.0) * world)
         from trainer.memory import rss_bytes
 
-        m["perf/cpu_memory_used_gb"] = rss_bytes() / 2**30
-        if self.device.type == "cuda" and torch.cuda.is_initialized():
+        m.setdefault("perf/cpu_memory_used_gb", rss_bytes() / 2**30)  # the workers' figure when they sent one
+        if self.device.type == "cuda" and torch.cuda.is_initialized() and "perf/max_memory_allocated_gb" not in m:
             m["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
             m["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved(self.device) / 2**30
         m["data/filtered_overlong_prompts"] = float(self.train_ds.num_filtered_overlong)

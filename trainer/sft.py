@@ -197,6 +197,15 @@ def batch_loss(model, examples: list[Example], pad_id: int, *, share_prefix: int
     return loss, computed
 
 
+def _length_proxy(row: dict[str, Any]) -> int:
+    """Characters of content and tool calls: orders conversations like their token counts do."""
+    n = 0
+    for m in row["messages"]:
+        n += 16 + len(m.get("content") or "")
+        n += sum(len(json.dumps(c)) for c in m.get("tool_calls") or [])
+    return n
+
+
 def lr_factor(progress: float, warmup: float) -> float:
     """Linear warmup over the first ``warmup`` fraction, then cosine decay to 0 at progress 1."""
     if progress < warmup:
@@ -224,16 +233,18 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.train()
-    if not max_seconds and len(rows) > steps * batch_size:
-        # A step-bounded run never reaches rows past steps * batch_size: skip tokenizing them.
-        rows = random.Random(seed).sample(rows, steps * batch_size)
-    t0 = time.perf_counter()
-    examples = [build_example(tokenizer, r["messages"], r.get("tools")) for r in rows]
-    if not examples:
+    if not rows:
         raise ValueError("no conversations to train on")
-    if log:
-        log(f"tokenized {len(examples)} conversations in {time.perf_counter() - t0:.1f}s")
-    lengths = [len(e.input_ids) for e in examples]
+    # Tokenize lazily (rendering the template is the slow part): batches are grouped by a cheap
+    # length proxy, and only the conversations a run reaches are ever rendered.
+    cache: dict[int, Example] = {}
+
+    def example(i: int) -> Example:
+        if i not in cache:
+            cache[i] = build_example(tokenizer, rows[i]["messages"], rows[i].get("tools"))
+        return cache[i]
+
+    lengths = [_length_proxy(r) for r in rows]
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
@@ -252,7 +263,7 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
             g["lr"] = lr * lr_factor(progress, warmup)
         if not queue:
             queue = length_grouped_batches(lengths, batch_size, rng)
-        batch = [examples[i] for i in queue.pop()]
+        batch = [example(i) for i in queue.pop()]
         loss, computed = batch_loss(model, batch, tokenizer.pad_token_id, share_prefix=share_prefix)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -105,13 +105,16 @@ class RankWorker:
             torch.cuda.set_device(device)
         self.device = device
         self.dtype = resolve_dtype(arr.model.dtype, device)
-        if self.world > 1:
-            import torch.distributed as dist
+        import torch.distributed as dist
 
+        if self.world > 1:
             backend = "nccl" if device.type == "cuda" else "gloo"
             dist.init_process_group(backend=backend, init_method=f"tcp://{master_addr}:{master_port}",
                                     rank=self.rank, world_size=self.world,
                                     timeout=datetime.timedelta(seconds=600))
+        # Shard with FSDP2 whenever a process group exists: world > 1, or one process launched under
+        # torchrun / bench/gpu_check.py (FSDP2 of one rank, to exercise the sharded path on one GPU).
+        self.sharded = self.world > 1 or (dist.is_available() and dist.is_initialized())
         self.tokenizer = AutoTokenizer.from_pretrained(arr.model.tokenizer_path or arr.model.path,
                                                        trust_remote_code=arr.model.trust_remote_code)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
@@ -122,7 +125,7 @@ class RankWorker:
                                                      trust_remote_code=arr.model.trust_remote_code)
             if not (offload and device.type == "cuda"):
                 m = m.to(device)
-            if self.world > 1 and shard:
+            if self.sharded and shard:
                 shard_module(m, device=device, compute_dtype=self.dtype, mixed_precision=True, offload=offload)
             return m
 
@@ -138,7 +141,7 @@ class RankWorker:
                                    log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu)
         self.engine_name = resolve_engine_name(arr.rollout.name)
         # One hf worker: the engine runs on the actor's module itself. Otherwise it holds its own weights.
-        self.shared_engine = self.engine_name == "hf" and self.world == 1
+        self.shared_engine = self.engine_name == "hf" and not self.sharded
         if self.engine_name == "hf":
             engine_model = self.actor.model if self.shared_engine else load(self.dtype, shard=False)
         else:
@@ -197,6 +200,12 @@ class RankWorker:
                       ) -> dict[str, Any]:
         with self.phase("update", step):
             metrics = self.actor.update_policy(batch, mini_batch_size=mini_batch_size, seed=seed, capture=capture)
+        from trainer.memory import rss_bytes
+
+        metrics["perf/cpu_memory_used_gb"] = [rss_bytes() / 2**30]  # averaged over ranks by the driver
+        if self.device.type == "cuda":  # "max" in the name: the driver keeps the largest rank's value
+            metrics["perf/max_memory_allocated_gb"] = [torch.cuda.max_memory_allocated(self.device) / 2**30]
+            metrics["perf/max_memory_reserved_gb"] = [torch.cuda.max_memory_reserved(self.device) / 2**30]
         out: dict[str, Any] = {"metrics": metrics}
         if capture:
             out["old_log_probs"], out["entropy"] = batch.old_log_probs, self.actor.last_entropy
@@ -272,5 +281,5 @@ class RankWorker:
         self.monitor.stop()
         import torch.distributed as dist
 
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
+        if self.world > 1 and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()  # ours; a group made by the caller (torchrun) stays theirs

@@ -5,12 +5,15 @@ batch, the log-prob of every sampled token, and rows that finish leaving the bat
 compacted with `Cache.batch_select_indices`) so a long tail does not pay for the whole batch.
 
 How a batch runs: distinct prompts are left-padded (attention mask 0 on pads, position ids =
-cumsum(mask)-1) and prefilled once each, logits for the last position only (`logits_to_keep=1`); rows
-sharing a prompt (GRPO's n samples) get copies of its KV cache; then one decode step per new token
-with a growing `DynamicCache`. Sampling per row: temperature, top-k, top-p, then inverse-CDF
-draw with that row's own pre-drawn uniforms (a `torch.Generator` seeded by the request's seed), so a
-seeded request reproduces exactly (alone or batched, up to float reduction order in the model's
-batched kernels); temperature <= 0 is greedy argmax.
+cumsum(mask)-1) and prefilled once each through the module, logits for the last position only
+(`logits_to_keep=1`); rows sharing a prompt (GRPO's n samples) get copies of its KV cache; then one
+decode step per new token. For Qwen2/Llama-style modules the decode step is
+`trainer.rollout.fast_decode` (the same maths on the live weights with a KV cache preallocated for
+the whole generation: bit-identical logits here, far less per-step overhead); other models, or
+FSDP-sharded ones, run the module with a growing `DynamicCache`.
+Sampling per row: temperature, top-k, top-p, then an inverse-CDF draw with that row's own pre-drawn
+uniforms (a `torch.Generator` seeded by the request's seed), so a seeded request reproduces exactly
+(alone or batched, up to float reduction order in batched kernels); temperature <= 0 is greedy argmax.
 
 Log-probs returned: log_softmax(logits / T) at the sampled token, i.e. of the tempered distribution
 BEFORE top-k / top-p truncation (T = 1 for greedy rows). verl recomputes old log-probs with the actor
@@ -30,6 +33,8 @@ from typing import Any, Iterable
 
 import torch
 
+from trainer.rollout.fast_decode import DecodeState, FastDecoder
+from trainer.rollout.fast_decode import supports as fast_supports
 from trainer.rollout.base import (
     GenerationOutput,
     GenerationRequest,
@@ -112,12 +117,14 @@ class HFRolloutEngine(RolloutEngine):
         device: Any = None,
         share_module: bool = True,
         max_batch_size: int | None = None,
+        fast_decode: bool = True,
     ) -> None:
         self.model = model
         self.pad_token_id = int(pad_token_id)
         self.device = _resolve_device(device, model)
         self.share_module = share_module  # True: the actor's module itself (colocated, no copies)
         self.max_batch_size = max_batch_size  # None: every request of a call in one batch
+        self.fast_decode = fast_decode  # use trainer.rollout.fast_decode where the model supports it
         self._offloaded = False
         self.last_stats: dict[str, float] = {}
 
@@ -215,7 +222,16 @@ class HFRolloutEngine(RolloutEngine):
             sel = torch.tensor(expand, dtype=torch.long, device=dev)
             cache.batch_select_indices(sel)
             logits, mask, pos = logits[sel], mask[sel], pos[sel]
+        # The attention mask for the whole generation, preallocated: prompt part, then ones.
+        mask_buf = torch.ones((len(sub), width + max_budget), dtype=torch.long, device=dev)
+        mask_buf[:, :width] = mask
+        fast = FastDecoder(self.model) if (self.fast_decode and fast_supports(self.model)) else None
+        state = DecodeState.from_hf_cache(cache, max_budget) if fast is not None else None
+        if state is not None:
+            del cache
+            cache = None
         next_pos = pos[:, -1] + 1
+        cur = width
         step = 0
         decode_rows = 0
         while True:
@@ -237,22 +253,28 @@ class HFRolloutEngine(RolloutEngine):
             if len(keep) < len(rows):
                 # Finished rows leave the batch: shrink the KV cache and every per-row tensor.
                 sel = torch.tensor(keep, dtype=torch.long, device=dev)
-                cache.batch_select_indices(sel)
+                if state is not None:
+                    state.select(sel)
+                else:
+                    cache.batch_select_indices(sel)
                 rows = [rows[b] for b in keep]
                 stop_sets = [stop_sets[b] for b in keep]
-                tok, mask, next_pos = tok[sel], mask[sel], next_pos[sel]
+                tok, mask_buf, next_pos = tok[sel], mask_buf[sel], next_pos[sel]
                 temps, greedy, top_k, top_p, uniforms = temps[sel], greedy[sel], top_k[sel], top_p[sel], uniforms[sel]
                 if has_pad:
-                    has_pad = bool((mask == 0).any())
-            if has_pad:
-                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+                    has_pad = bool((mask_buf[:, :width] == 0).any())
+            cur += 1
             decode_rows += len(rows)
-            logits = self.model(input_ids=tok.unsqueeze(-1), attention_mask=mask if has_pad else None,
-                                position_ids=next_pos.unsqueeze(-1), cache=cache, use_cache=True).logits[:, -1, :]
+            if state is not None:
+                logits = fast.step(state, tok, next_pos, mask_buf if has_pad else None)
+            else:
+                logits = self.model(input_ids=tok.unsqueeze(-1), attention_mask=mask_buf[:, :cur] if has_pad else None,
+                                    position_ids=next_pos.unsqueeze(-1), cache=cache, use_cache=True).logits[:, -1, :]
             next_pos = next_pos + 1
-        del cache
+        del cache, state
         self.last_stats = {"decode_steps": float(step), "decode_row_steps": float(decode_rows),
-                           "batch_size": float(len(sub)), "prefill_rows": float(len(prompts))}
+                           "batch_size": float(len(sub)), "prefill_rows": float(len(prompts)),
+                           "fast_decode": float(fast is not None)}
         return [GenerationOutput(r.request_id, out_ids[i], out_lp[i], finish[i]) for i, r in enumerate(reqs)]
 
     # ------------------------------------------------------------------ weights and memory

@@ -4,6 +4,8 @@ import json
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
+from rlstudio.ownership import owned_by_or_staff
+
 from .selectors import dataset_get_for, dataset_list_for, model_asset_list_for
 
 
@@ -22,7 +24,7 @@ def dataset_detail(request, dataset_id: int):
             "dataset": dataset,
             "columns_json": json.dumps(dataset.columns, indent=2),
             "stats_json": json.dumps(dataset.stats, indent=2, sort_keys=True),
-            "runs": dataset.runs.filter(owner=request.user) if not request.user.is_staff else dataset.runs.all(),
+            "runs": owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user),
         },
     )
 

@@ -11,7 +11,8 @@ from rlstudio.accounts.services import api_token_create
 from rlstudio.config.asgi import application
 from rlstudio.telemetry.broadcast import run_event_message, run_group
 
-pytestmark = pytest.mark.django_db(transaction=True)  # the consumer reads from other threads
+# transaction=True: the consumer reads the database from other threads; a hang must fail, not block.
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 ORIGIN = (b"origin", b"http://testserver")
 
 

@@ -38,9 +38,12 @@ def test_registry():
         build_engine("nope", model=None, tokenizer=None, config=None, device="cpu")
 
 
-def test_greedy_equals_generate_with_and_without_padding(engine, tiny_model, tiny_tokenizer):
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_decode", "module_decode"])
+def test_greedy_equals_generate_with_and_without_padding(fast, tiny_model, tiny_tokenizer):
     pad = tiny_tokenizer.pad_token_id
+    engine = HFRolloutEngine(tiny_model, pad_token_id=pad, device="cpu", fast_decode=fast)
     batched = engine.generate(_greedy(PROMPTS))
+    assert engine.last_stats["fast_decode"] == float(fast)
     assert [o.output_ids for o in batched] == _reference_generate(tiny_model, PROMPTS, 24, pad)
     for prompt, out in zip(PROMPTS, batched):  # one prompt, no padding at all
         assert [out.output_ids] == _reference_generate(tiny_model, [prompt], 24, pad)
@@ -58,7 +61,9 @@ def test_greedy_logprobs_match_a_full_forward(engine, tiny_model):
     assert out.logprobs == pytest.approx(want, abs=1e-4)
 
 
-def test_stop_tokens_and_rows_leaving_the_batch(engine):
+@pytest.mark.parametrize("fast", [True, False], ids=["fast_decode", "module_decode"])
+def test_stop_tokens_and_rows_leaving_the_batch(fast, tiny_model):
+    engine = HFRolloutEngine(tiny_model, pad_token_id=0, device="cpu", fast_decode=fast)
     free = engine.generate(_greedy(PROMPTS))
     # Stop each row on the token it emits at a different step, so rows leave at different times.
     stops = [o.output_ids[k] for o, k in zip(free, (2, 5, 0, 9))]
@@ -155,3 +160,26 @@ def test_shared_prompts_prefilled_once(engine):
     greedy = engine.generate([GenerationRequest(str(s), PROMPTS[0], SamplingParams(temperature=0, max_new_tokens=8))
                               for s in range(3)])
     assert greedy[0].output_ids == greedy[1].output_ids == greedy[2].output_ids
+
+
+def test_fast_decode_logits_equal_module_logits(tiny_model):
+    from transformers import DynamicCache
+
+    from trainer.rollout.fast_decode import DecodeState, FastDecoder, supports
+
+    assert supports(tiny_model)
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14]])
+    mask = (torch.arange(6)[None] >= torch.tensor([[2], [0]])).long()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        caches = [DynamicCache(config=tiny_model.config) for _ in range(2)]
+        for c in caches:
+            tiny_model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=c, use_cache=True)
+        state, fast = DecodeState.from_hf_cache(caches[0], 4), FastDecoder(tiny_model)
+        tok, nxt, full = torch.tensor([20, 21]), pos[:, -1] + 1, torch.cat([mask, torch.ones(2, 4, dtype=torch.long)], -1)
+        for s in range(3):
+            a = fast.step(state, tok, nxt, full)
+            b = tiny_model(input_ids=tok[:, None], attention_mask=full[:, : 7 + s], position_ids=nxt[:, None],
+                           cache=caches[1], use_cache=True).logits[:, -1]
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+            tok, nxt = a.argmax(-1), nxt + 1
