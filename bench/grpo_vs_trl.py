@@ -21,7 +21,9 @@ the figure that counts.
 The compute floor (bench/flops.py): every matmul of our step (rollout with KV-cached decode, reference
 forward, old-log-prob forward when the trainer runs it, policy forward + backward) counted from the model
 config and the step's real prompt/response lengths, each divided by the rate a plain torch matmul reaches
-at that exact shape on the same threads and dtype.
+at that exact shape on the same threads and dtype. On a shared machine that rate swings with the load, so
+it is sampled between steps (outside both clocks; fp32 only, see below) and once more after the run, and
+the best rate per shape is kept: the floor is the quiet-machine limit.
 """
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ update, weight sync) on the same config, data and seed; only `trainer.n_gpus_per
 here, one torch thread each) and `trainer.launcher` differ: 1 = the in-process worker, 2 = two Ray
 actors with FSDP2 over gloo. Weight sync: `RankWorker.sync_weights` on the 2-worker group (gather each
 bucket of full tensors from the FSDP shards, load it into the engine's copy) timed alone, as s/MB.
-With `--write`, the figures replace the `<!-- scale:begin -->` ... `<!-- scale:end -->` section.
+With `--write`, the figures replace the `<!-- scale:table:begin -->` ... `<!-- scale:table:end -->` part of
+the scale section of that file (the prose and the GPU check around it stay).
 """
 from __future__ import annotations
 
@@ -102,13 +103,15 @@ def render(r1: dict, r2: dict, args, cmd: str) -> str:
 
 def write_section(path: Path, body: str) -> None:
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    begin, end = "<!-- scale:begin -->", "<!-- scale:end -->"
+    begin, end = "<!-- scale:table:begin -->", "<!-- scale:table:end -->"  # inside the scale section
+    if begin not in text:
+        begin, end = "<!-- scale:begin -->", "<!-- scale:end -->"
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         _, tail = rest.split(end, 1)
         text = f"{head}{begin}\n{body}\n{end}{tail}"
     else:
-        text = text.rstrip() + f"\n\n## Scale: 1 vs 2 CPU workers, weight sync\n\n{begin}\n{body}\n{end}\n"
+        text = text.rstrip() + f"\n\n{begin}\n## Scale: 1 vs 2 CPU workers, weight sync\n\n{body}\n{end}\n"
     path.write_text(text)
 
 

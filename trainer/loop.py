@@ -128,7 +128,13 @@ class Trainer:
         cfg = self.cfg
         arr, tr = cfg.actor_rollout_ref, cfg.trainer
         seed_everything(tr.seed)
-        self.device = resolve_device(tr.device)
+        from trainer.parallel.group import resolve_launcher
+
+        world = tr.nnodes * tr.n_gpus_per_node
+        if tr.device == "cuda" and resolve_launcher(tr.launcher, world) == "ray":
+            self.device = torch.device("cuda")  # the workers' GPUs; the driver itself may have none
+        else:
+            self.device = resolve_device(tr.device)
         tok_path = arr.model.tokenizer_path or arr.model.path
         self.tokenizer = AutoTokenizer.from_pretrained(tok_path, trust_remote_code=arr.model.trust_remote_code)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id

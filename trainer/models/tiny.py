@@ -35,7 +35,10 @@ ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 class Preset:
     """Sizes of one tiny model. Parameters ~ vocab*hidden + layers*(4*h^2*(1+kv/heads)/2 + 3*h*ffn)."""
 
-    vocab_size: int  # BPE target size, special tokens and the 256 byte symbols included
+    # BPE target size (special tokens and the 256 byte symbols included). An upper bound: the
+    # built-in corpus runs out of merges (min frequency 2) at about 880 tokens, so both presets
+    # currently get the same ~880-token vocabulary; config.vocab_size is always len(tokenizer).
+    vocab_size: int
     hidden_size: int
     num_hidden_layers: int
     num_attention_heads: int

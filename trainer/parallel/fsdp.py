@@ -82,10 +82,14 @@ def bucketed_full_tensors(model: torch.nn.Module, bucket_bytes: int
 
 
 def full_model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The full (unsharded) model state dict on the CPU. Collective under FSDP: call on every rank;
-    every rank gets it here (gloo/NCCL all-gather); pass `rank0_only` semantics by discarding it."""
+    """The full (unsharded) model state dict on the CPU. Collective under FSDP: call on every rank
+    (every rank gets it; callers other than rank 0 drop it)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    if not is_distributed():
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
         return {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    # A one-rank mesh can come back as DTensors: make every value a plain CPU tensor.
+    return {k: full_tensor(v).cpu() if isinstance(v, torch.Tensor) else v for k, v in state.items()}

@@ -249,8 +249,23 @@ class RankWorker:
         from trainer.parallel.fsdp import full_model_state
 
         state = full_model_state(self.actor.model)
-        if self.rank == 0:
-            ckpt.export_hf(self.actor.model, self.tokenizer, Path(out_dir), state_dict=state)
+        if self.rank != 0:
+            return
+        if not self.sharded:
+            ckpt.export_hf(self.actor.model, self.tokenizer, Path(out_dir))
+            return
+        # save_pretrained on the FSDP module itself touches its (freed) unsharded storages: write
+        # from a plain CPU model of the same config holding the gathered fp32 weights instead.
+        from transformers import AutoModelForCausalLM
+
+        plain = AutoModelForCausalLM.from_config(self.actor.model.config, dtype=torch.float32)
+        missing, unexpected = plain.load_state_dict(state, strict=False)
+        tied = bool(getattr(plain.config, "tie_word_embeddings", False))
+        missing = [k for k in missing if not (tied and k.startswith("lm_head."))]  # the embedding's alias
+        if missing or unexpected:
+            raise RuntimeError(f"HF export: missing weights {missing}, unexpected {unexpected}")
+        ckpt.export_hf(plain, self.tokenizer, Path(out_dir))
+        del plain
 
     # ---------------------------------------------------------------------------- diagnostics
     def full_state(self) -> dict[str, torch.Tensor] | None:

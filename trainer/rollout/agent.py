@@ -264,7 +264,7 @@ class MultiTurnRollout:
                 for (r, g), out in zip(batch, outputs):
                     if out.request_id != g.request_id:
                         raise RuntimeError(f"engine output {out.request_id!r} out of order (expected {g.request_id!r})")
-                    self._absorb(r, out, g.sampling.max_new_tokens)
+                    self._absorb(r, out)
                 t0 = time.perf_counter()
                 await asyncio.gather(*(self._run_tools(r) for r in reqs if r.state is RequestState.TOOL_CALLING))
                 stats["tool_s"] += time.perf_counter() - t0
@@ -275,7 +275,7 @@ class MultiTurnRollout:
         return [self._trajectory(r) for r in reqs]
 
     def _new_request(self, prompt: PromptItem, position: int, sample: int) -> _Request:
-        if self.tools:
+        if self.multi_turn:
             names = [s["function"]["name"] for s in prompt.tools] if prompt.tools else list(self.tools)
             missing = [name for name in names if name not in self.tools]
             if missing:
@@ -309,7 +309,7 @@ class MultiTurnRollout:
             await tool.create(r.request_id, **self._kwargs(r, name, "create_kwargs"))
             r.created.append(name)
 
-    def _absorb(self, r: _Request, out: GenerationOutput, turn_cap: int) -> None:
+    def _absorb(self, r: _Request, out: GenerationOutput) -> None:
         """Append one assistant turn and decide what comes next."""
         r.num_turns += 1
         r.append(list(out.output_ids), generated=True, logprobs=list(out.logprobs))

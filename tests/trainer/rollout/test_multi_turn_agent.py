@@ -267,3 +267,11 @@ def test_max_model_len_limits_the_response(tiny_tokenizer):
         [prompt], n=1, sampling=SamplingParams(max_new_tokens=64))
     assert len(traj.response_ids) == 10 and traj.finish_reason == "length"
     assert engine.requests[0].sampling.max_new_tokens == 10
+
+
+def test_offered_tool_missing_from_registry_is_a_config_error(tiny_tokenizer):
+    tok = tiny_tokenizer
+    prompt = make_prompt(tok, build_tools(["calculator"]))
+    ro = rollout(tok, ScriptedEngine(tok, lambda rid, turn: ANSWER), {})
+    with pytest.raises(KeyError, match="not in the tools registry"):
+        ro.run([prompt], n=1, sampling=SamplingParams(max_new_tokens=8))

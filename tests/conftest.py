@@ -1,0 +1,200 @@
+"""Session fixtures that start the real services the integration tests talk to.
+
+- `ray_head`: a local Ray head (loopback only, ports away from Redis's 6379), yields the Jobs API
+  address (`http://127.0.0.1:<dashboard port>`).
+- `celery_worker`: a real Celery worker process (solo pool) on the test database and the test Redis,
+  with RAY_ADDRESS pointing at `ray_head`; tests that use it need `transactional_db` so that what
+  they write is committed and visible to the worker.
+- `asgi_server`: Daphne serving `rlstudio.config.asgi:application` on the test database; yields its
+  base URL.
+
+Each is started once per session, only when a test asks for it, and stopped (with every process it
+started) at the end. Nothing here is a mock.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(pred, *, timeout: float, what: str, proc: subprocess.Popen | None = None,
+               log: Path | None = None, interval: float = 0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
+            raise RuntimeError(f"{what}: process exited with {proc.returncode}\n{tail}")
+        try:
+            value = pred()
+        except Exception:
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s\n{tail}")
+
+
+def stop_process_group(proc: subprocess.Popen, *, grace: float = 20.0) -> None:
+    """SIGTERM the process group, SIGKILL what is left after the grace period."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _service_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="rlstudio.config.settings.test",
+        PYTHONPATH=os.pathsep.join([str(REPO / "platform"), str(REPO)]),
+        PYTHONUNBUFFERED="1",
+        RAY_USAGE_STATS_ENABLED="0",
+    )
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def test_database_url(django_db_setup, django_db_blocker) -> str:
+    """DATABASE_URL of the test database pytest-django created (for child processes)."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    host = s.get("HOST") or "127.0.0.1"
+    port = s.get("PORT") or "5432"
+    user = s.get("USER") or "postgres"
+    password = s.get("PASSWORD") or ""
+    auth = f"{user}:{password}@" if password else f"{user}@"
+    if host.startswith("/"):
+        return f"postgresql://{auth}/{s['NAME']}?host={host}&port={port}"
+    return f"postgresql://{auth}{host}:{port}/{s['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def ray_head():
+    """A real local Ray head; yields RAY_ADDRESS (the Jobs API / dashboard URL)."""
+    from rlstudio.launcher import ray_head as rh
+    from rlstudio.launcher.layout import PortAllocator
+
+    temp_dir = Path(tempfile.mkdtemp(prefix="rls-t-", dir="/tmp"))
+    log = temp_dir / "ray.log"
+    # A base away from the launcher tests' ports; ~60 consecutive ports are taken.
+    ports = rh.RayPorts.allocate(PortAllocator(40000 + (os.getpid() % 150) * 80))
+    args = [a for a in rh.argv(ports=ports, temp_dir=temp_dir, num_cpus=4,
+                               object_store_bytes=300 * 1024 * 1024) if a]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=temp_dir,
+                                env=_service_env(), start_new_session=True)
+    address = f"http://127.0.0.1:{ports.dashboard}"
+
+    def ready():
+        with urllib.request.urlopen(address + "/api/version", timeout=2) as r:
+            return r.status == 200
+
+    try:
+        wait_until(ready, timeout=120, what="Ray head", proc=proc, log=log)
+        # The Jobs API answers a little after the version endpoint.
+        wait_until(lambda: urllib.request.urlopen(address + "/api/jobs/", timeout=2).status == 200,
+                   timeout=60, what="Ray Jobs API", proc=proc, log=log)
+        yield address
+    finally:
+        stop_process_group(proc, grace=30)
+        _sweep(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _sweep(marker: Path) -> None:
+    """Kill any process still alive whose command line mentions our Ray temp dir."""
+    try:
+        import psutil
+    except ImportError:  # comes with ray[default]
+        return
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(marker) in part for part in (p.info["cmdline"] or [])):
+                p.kill()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+
+
+@pytest.fixture(scope="session")
+def celery_worker(test_database_url, ray_head, tmp_path_factory):
+    """A real Celery worker (solo pool) on the test database, Redis and Ray head."""
+    log = tmp_path_factory.mktemp("celery") / "worker.log"
+    state = tmp_path_factory.mktemp("state")
+    env = _service_env(DATABASE_URL=test_database_url, RAY_ADDRESS=ray_head,
+                       RAY_DASHBOARD_URL=ray_head, RLSTUDIO_STATE_DIR=str(state))
+    args = [str(VENV_BIN / "celery"), "-A", "rlstudio", "worker", "--pool", "solo",
+            "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+            "-n", f"test-{os.getpid()}@%h"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env,
+                                start_new_session=True)
+    from rlstudio.config.celery import app
+
+    def ready():
+        return app.control.ping(timeout=1.0)
+
+    try:
+        wait_until(ready, timeout=90, what="Celery worker", proc=proc, log=log, interval=0.5)
+        yield {"process": proc, "log": log, "state_dir": state}
+    finally:
+        stop_process_group(proc, grace=20)
+
+
+@pytest.fixture(scope="session")
+def asgi_server(test_database_url, tmp_path_factory):
+    """Daphne serving the platform on the test database; yields the base URL."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    env = _service_env(DATABASE_URL=test_database_url)
+    args = [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port),
+            "rlstudio.config.asgi:application"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env,
+                                start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def ready():
+        with urllib.request.urlopen(base + "/healthz", timeout=2) as r:
+            return r.status in (200, 503)
+
+    try:
+        wait_until(ready, timeout=60, what="Daphne", proc=proc, log=log)
+        yield base
+    finally:
+        stop_process_group(proc, grace=10)
