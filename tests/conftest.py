@@ -27,6 +27,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Ray turns token auth on by itself once ~/.ray/auth_token exists (a local ray.init() writes
+# it); the test heads are loopback-only, so pin the mode for every Ray this session starts.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 VENV_BIN = Path(sys.executable).parent
 
 

@@ -107,6 +107,7 @@ class MemoryData:
     allocated: int = 0  # CUDA bytes allocated now (0 on the CPU)
     reserved: int = 0  # CUDA bytes reserved by the caching allocator
     peak: int = 0  # CUDA peak allocated since the last reset (RSS peak on the CPU)
+    rank: int = 0  # worker rank that measured it (0 for the single-process trainer)
 
 
 @dataclass
@@ -401,6 +402,7 @@ def _memory(c: _Checker, d: Mapping[str, Any]) -> MemoryData:
         allocated=c.int_(d, "allocated", "data.allocated", optional=True, default=0),
         reserved=c.int_(d, "reserved", "data.reserved", optional=True, default=0),
         peak=c.int_(d, "peak", "data.peak", optional=True, default=0),
+        rank=c.int_(d, "rank", "data.rank", optional=True, default=0),
     )
 
 

@@ -96,6 +96,10 @@ class Launcher:
         env["RLSTUDIO_STATE_DIR"] = str(self.layout.state)
         env["PORT"] = str(self.args.port)
         env["PYTHONUNBUFFERED"] = "1"
+        # Ray >= 2.5x turns token auth on by itself once ~/.ray/auth_token exists (any local
+        # ray.init() writes it), which would make our loopback-only head answer 401 to the
+        # platform's plain HTTP calls. Pin the mode; RAY_AUTH_MODE=token in the environment wins.
+        env.setdefault("RAY_AUTH_MODE", "disabled")
         for key in ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS"):
             env.pop(key, None)
             if urls.get(key):

@@ -1,3 +1,4 @@
+"""The shared service fixtures start real Ray, Celery and Daphne processes that answer."""
 import json, urllib.request
 import pytest
 
