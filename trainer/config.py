@@ -326,7 +326,9 @@ class TrainerConfig:
         "auto = local when nnodes * n_gpus_per_node == 1, else ray.",
     )
     logger: list[str] = _f(
-        ["console", "jsonl"], "Sinks: console, jsonl, tensorboard, wandb, mlflow."
+        ["console", "jsonl"],
+        "Sinks: console, jsonl, tensorboard, wandb, mlflow, http (the platform's ingest API: "
+        "RLSTUDIO_INGEST_URL and RLSTUDIO_INGEST_TOKEN from the environment).",
     )
     critic_warmup: int = _f(
         0, "Steps before the actor updates (verl compatibility; no critic here)."
@@ -846,7 +848,7 @@ def validate(cfg: Config, *, require_paths: bool = True) -> Config:
         )
     _positive("trainer.max_actor_ckpt_to_keep", tr.max_actor_ckpt_to_keep, allow_none=True)
     _positive("trainer.torch_threads", tr.torch_threads, allow_none=True)
-    allowed_loggers = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+    allowed_loggers = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "http")
     for item in tr.logger:
         if item not in allowed_loggers:
             raise ConfigError(

@@ -289,3 +289,7 @@ class MlflowSink(Sink):
 
     def close(self) -> None:
         self.mlflow.end_run()
+
+
+# The platform's HTTP sink registers itself as "http" (its own module: it owns a sender thread).
+from trainer import sinks_http as _sinks_http  # noqa: E402,F401

@@ -29,7 +29,7 @@ max_parallel_calls == 1, `</tool_call>` is also a stop token, so a turn holds on
 Tool lifecycle per request: create(**create_kwargs) for each offered tool, execute(**execute_kwargs),
 then calc_reward(**calc_reward_kwargs) -> Trajectory.tool_rewards and release(**release_kwargs), the
 kwargs from PromptItem.tools_kwargs[tool_name] (verl's extra_info.tools_kwargs).
-Seeds: with sampling.seed set, each request's turn t samples with seed + crc32(index, position,
+Seeds: with sampling.seed set, each request's turn t samples with seed + crc32(row index,
 sample, t), so the same inputs reproduce (pass a different sampling.seed per step to vary samples).
 Note: a tool that blocks without awaiting cannot be interrupted by the timeout (asyncio limitation).
 """
@@ -297,7 +297,10 @@ class MultiTurnRollout:
     def _seed(base: int | None, r: _Request, turn: int) -> int | None:
         if base is None:
             return None
-        key = f"{r.prompt.index}:{r.position}:{r.sample}:{turn}".encode()
+        # No batch position in the key: a row appears once per batch (the sampler draws without
+        # replacement), and leaving the position out makes sampling identical whichever worker, or
+        # however many workers, a prompt lands on.
+        key = f"{r.prompt.index}:{r.sample}:{turn}".encode()
         return (int(base) + zlib.crc32(key)) % (1 << 62)
 
     def _kwargs(self, r: _Request, tool: str, phase: str) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from rest_framework.routers import DefaultRouter
 
 from rlstudio.catalog.api import DatasetViewSet, ModelAssetViewSet
 from rlstudio.quotas.api import QuotaView
-from rlstudio.runs.api import RunConfigViewSet, RunViewSet
+from rlstudio.runs.api import PresetListView, RunConfigViewSet, RunViewSet
 
 from .docs import api_docs
 
@@ -19,8 +19,11 @@ router.register("configs", RunConfigViewSet, basename="config")
 app_name = "api"
 
 urlpatterns = [
+    # Telemetry (LIVE): before the router so runs/{id}/events|metrics|samples|... resolve here.
+    path("", include("rlstudio.telemetry.api_urls")),
     path("", include(router.urls)),
     path("quota/", QuotaView.as_view(), name="quota"),
+    path("presets/", PresetListView.as_view(), name="presets"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", api_docs, name="docs"),
 ]

@@ -1,25 +1,116 @@
-"""API views of the catalog: /api/v1/datasets/ and /api/v1/models/ (read for now)."""
-from rest_framework import viewsets
+"""API views of the catalog: /api/v1/datasets/ (upload, read, rows, reward check, delete) and
+/api/v1/models/ (register, read)."""
+from dataclasses import asdict
 
-from .selectors import dataset_list_for, model_asset_list_for
-from .serializers import DatasetSerializer, ModelAssetSerializer
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.response import Response
+
+from rlstudio.api.errors import ApiError
+
+from .rewardcheck import CheckError, reward_check
+from .selectors import dataset_list_for, dataset_rows, model_asset_get_for, model_asset_list_for, row_view
+from .serializers import (DatasetSerializer, DatasetUploadSerializer, ModelAssetSerializer,
+                          ModelRegisterSerializer, RewardCheckSerializer)
+from .services import dataset_delete, dataset_upload, model_register
 
 
-class DatasetViewSet(viewsets.ReadOnlyModelViewSet):
+def check_request_size(request) -> None:
+    """Refuse an over-limit upload from its Content-Length, before the body is read."""
+    from django.conf import settings
+
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    limit = settings.RLSTUDIO_MAX_UPLOAD_BYTES
+    if length > limit + (1 << 20):  # a megabyte of slack for the multipart envelope
+        raise ApiError(f"the upload is {length} bytes, over the limit of {limit} bytes (RLSTUDIO_MAX_UPLOAD_BYTES)",
+                       code="too_large", field="file", status_code=413)
+
+
+def _int_param(request, name: str, default: int, *, lo: int, hi: int) -> int:
+    try:
+        value = int(request.query_params.get(name, default))
+    except (TypeError, ValueError):
+        return default
+    return max(lo, min(hi, value))
+
+
+class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     """The caller's datasets (staff: everyone's); another user's answers 404."""
 
     serializer_class = DatasetSerializer
     lookup_value_regex = r"\d+"
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
 
     def get_queryset(self):
         return dataset_list_for(user=self.request.user)
 
+    def get_serializer_class(self):
+        if self.action == "create":
+            return DatasetUploadSerializer
+        if self.action == "reward_check":
+            return RewardCheckSerializer
+        return DatasetSerializer
 
-class ModelAssetViewSet(viewsets.ReadOnlyModelViewSet):
-    """The caller's model assets (staff: everyone's)."""
+    def create(self, request, *args, **kwargs):
+        check_request_size(request)
+        data = DatasetUploadSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        model = model_asset_get_for(user=request.user, model_id=v["stats_model"]) if v["stats_model"] else None
+        dataset, created = dataset_upload(owner=request.user, upload=v["file"], name=v["name"], preset=v["preset"],
+                                          split=v["split"], stats_model=model)
+        body = DatasetSerializer(dataset).data
+        body["duplicate"] = not created
+        return Response(body, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    def perform_destroy(self, instance):
+        dataset_delete(dataset=instance, by=self.request.user)
+
+    @action(detail=True, methods=["get"])
+    def rows(self, request, pk=None):
+        """The converted rows (prompt messages, ground truth, tools), paginated."""
+        dataset = self.get_object()
+        offset = _int_param(request, "offset", 0, lo=0, hi=10**9)
+        limit = _int_param(request, "limit", 50, lo=1, hi=500)
+        rows = dataset_rows(dataset=dataset, offset=offset, limit=limit)
+        return Response({"count": dataset.num_rows or 0,
+                         "results": [dict(row_view(r), index=offset + i) for i, r in enumerate(rows)]})
+
+    @action(detail=True, methods=["post"], url_path="reward-check")
+    def reward_check(self, request, pk=None):
+        """Score made-up answers on the first rows with a reward function and tools."""
+        dataset = self.get_object()
+        data = RewardCheckSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        if dataset.status != dataset.Status.READY:
+            raise ApiError("the dataset is not ready", code="not_ready", status_code=409)
+        rows = dataset_rows(dataset=dataset, offset=0, limit=v["rows"])
+        try:
+            results = reward_check(rows, reward_name=v["reward"], tool_names=v["tools"])
+        except CheckError as exc:
+            raise ApiError(str(exc), code="reward_mismatch", field="reward") from None
+        return Response({"results": [asdict(r) for r in results]})
+
+
+class ModelAssetViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    """The caller's model assets (staff: everyone's); POST registers a checkpoint folder."""
 
     serializer_class = ModelAssetSerializer
     lookup_value_regex = r"\d+"
 
     def get_queryset(self):
         return model_asset_list_for(user=self.request.user)
+
+    def get_serializer_class(self):
+        return ModelRegisterSerializer if self.action == "create" else ModelAssetSerializer
+
+    def create(self, request, *args, **kwargs):
+        data = ModelRegisterSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model = model_register(owner=request.user, name=data.validated_data["name"], path=data.validated_data["path"])
+        return Response(ModelAssetSerializer(model).data, status=status.HTTP_201_CREATED)

@@ -42,6 +42,18 @@ class Dataset(models.Model):
     columns = models.JSONField(default=list, blank=True)
     stats = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
+    # Added by the upload pipeline (issue 4).
+    source_name = models.CharField(max_length=255, blank=True, help_text="The uploaded file's name.")
+    converted_path = models.CharField(
+        max_length=1024, blank=True, help_text="Absolute path of the converted rows (JSONL, trainer row format)."
+    )
+    row_index = models.JSONField(default=list, blank=True, help_text="Byte offsets of every 100th converted row.")
+    error_line = models.IntegerField(null=True, blank=True, help_text="Line (or row) the error is on.")
+    error_field = models.CharField(max_length=200, blank=True, help_text="Field the error is in.")
+    stats_model = models.ForeignKey(
+        "catalog.ModelAsset", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The model whose tokenizer measured the prompt lengths.",
+    )
 
     class Meta:
         ordering = ["-created", "-id"]

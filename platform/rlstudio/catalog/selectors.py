@@ -25,3 +25,26 @@ def model_asset_list_for(*, user: AbstractBaseUser) -> QuerySet[ModelAsset]:
 def model_asset_get_for(*, user: AbstractBaseUser, model_id) -> ModelAsset:
     """One visible model asset, or Http404."""
     return get_visible_or_404(ModelAsset.objects.select_related("owner"), user=user, pk=model_id)
+
+
+def dataset_rows(*, dataset: Dataset, offset: int, limit: int) -> list[dict]:
+    """Converted rows [offset, offset+limit) of a ready dataset, as the trainer will read them."""
+    from pathlib import Path
+
+    from .conversion import read_converted
+
+    if dataset.status != Dataset.Status.READY or not dataset.converted_path:
+        return []
+    return read_converted(Path(dataset.converted_path), list(dataset.row_index), offset=offset, limit=limit)
+
+
+def row_view(row: dict) -> dict:
+    """A converted row as the API shows it: prompt messages, ground truth, tools, data source."""
+    extra = row.get("extra_info") or {}
+    reward_model = row.get("reward_model") or {}
+    return {
+        "prompt": row.get("prompt"),
+        "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
+        "tools": extra.get("tools") or [],
+        "data_source": row.get("data_source", ""),
+    }

@@ -1,7 +1,8 @@
-"""API representations of catalog records."""
+"""API representations of catalog records, and the upload / registration inputs."""
 from rest_framework import serializers
 
 from .models import Dataset, ModelAsset
+from .presets import PRESETS
 
 
 class DatasetSerializer(serializers.ModelSerializer):
@@ -10,10 +11,18 @@ class DatasetSerializer(serializers.ModelSerializer):
     class Meta:
         model = Dataset
         fields = [
-            "id", "name", "owner", "status", "error", "format", "preset", "split", "num_rows",
-            "columns", "sha256", "size_bytes", "stats", "created",
+            "id", "name", "owner", "status", "error", "error_line", "error_field", "format", "preset", "split",
+            "num_rows", "columns", "sha256", "size_bytes", "stats", "stats_model", "source_name", "created",
         ]
         read_only_fields = fields
+
+
+class DatasetUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(allow_empty_file=True)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    preset = serializers.ChoiceField(choices=PRESETS, required=False, default="auto")
+    split = serializers.ChoiceField(choices=Dataset.Split.values, required=False, default="train")
+    stats_model = serializers.IntegerField(required=False, allow_null=True, default=None)
 
 
 class ModelAssetSerializer(serializers.ModelSerializer):
@@ -23,3 +32,14 @@ class ModelAssetSerializer(serializers.ModelSerializer):
         model = ModelAsset
         fields = ["id", "name", "owner", "path", "tokenizer_ok", "num_parameters", "source", "source_run", "created"]
         read_only_fields = fields
+
+
+class ModelRegisterSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    path = serializers.CharField(max_length=1024)
+
+
+class RewardCheckSerializer(serializers.Serializer):
+    reward = serializers.CharField(max_length=100, default="default")
+    tools = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list)
+    rows = serializers.IntegerField(min_value=1, max_value=20, default=3)

@@ -7,6 +7,8 @@ app_name = "catalog"
 
 urlpatterns = [
     path("datasets/", views.dataset_list, name="dataset_list"),
+    path("datasets/upload/", views.dataset_upload_page, name="dataset_upload"),
     path("datasets/<int:dataset_id>/", views.dataset_detail, name="dataset_detail"),
+    path("datasets/<int:dataset_id>/delete/", views.dataset_delete_view, name="dataset_delete"),
     path("models/", views.model_list, name="model_list"),
 ]

@@ -1,12 +1,29 @@
-"""Pages of the catalog: datasets (list and detail) and models (list)."""
+"""Pages of the catalog: datasets (list, upload, detail with preview, statistics and reward check)
+and models (list, register). Every write goes through the same services as the API."""
 import json
 
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from rlstudio.api.errors import ApiError
 from rlstudio.ownership import owned_by_or_staff
 
-from .selectors import dataset_get_for, dataset_list_for, model_asset_list_for
+from .presets import PRESETS
+from .rewardcheck import CheckError, reward_check
+from .selectors import (dataset_get_for, dataset_list_for, dataset_rows, model_asset_get_for,
+                        model_asset_list_for, row_view)
+from .services import dataset_compute_stats, dataset_delete, model_register
+
+PREVIEW_ROWS = 5
+
+
+def _limits() -> dict:
+    return {"max_upload_bytes": settings.RLSTUDIO_MAX_UPLOAD_BYTES, "max_line_bytes": settings.RLSTUDIO_MAX_LINE_BYTES,
+            "max_nesting_depth": settings.RLSTUDIO_MAX_NESTING_DEPTH,
+            "max_decompressed_bytes": settings.RLSTUDIO_MAX_DECOMPRESSED_BYTES}
 
 
 @login_required
@@ -15,20 +32,78 @@ def dataset_list(request):
 
 
 @login_required
+def dataset_upload_page(request):
+    return render(request, "catalog/dataset_upload.html", {
+        "presets": PRESETS, "limits": _limits(), "models": model_asset_list_for(user=request.user)[:100],
+    })
+
+
+def _registries() -> tuple[list[str], list[str]]:
+    from trainer.rewards import registered_rewards
+    from trainer.tools.base import registered_tools
+
+    return registered_rewards(), registered_tools()
+
+
+@login_required
 def dataset_detail(request, dataset_id: int):
     dataset = dataset_get_for(user=request.user, dataset_id=dataset_id)
-    return render(
-        request,
-        "catalog/dataset_detail.html",
-        {
-            "dataset": dataset,
-            "columns_json": json.dumps(dataset.columns, indent=2),
-            "stats_json": json.dumps(dataset.stats, indent=2, sort_keys=True),
-            "runs": owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user),
-        },
-    )
+    rewards, tools = _registries()
+    check = None
+    check_error = ""
+    if request.method == "POST" and request.POST.get("action") == "reward_check":
+        picked = [t for t in request.POST.getlist("tools") if t in tools]
+        try:
+            check = reward_check(dataset_rows(dataset=dataset, offset=0, limit=3),
+                                 reward_name=request.POST.get("reward", "default"), tool_names=picked)
+        except CheckError as exc:
+            check_error = str(exc)
+    elif request.method == "POST" and request.POST.get("action") == "stats":
+        try:
+            model = model_asset_get_for(user=request.user, model_id=request.POST.get("model"))
+            mpl = max(1, min(1 << 20, int(request.POST.get("max_prompt_length") or 1024)))
+            dataset_compute_stats(dataset=dataset, model=model, max_prompt_length=mpl)
+            return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
+        except (ApiError, ValueError) as exc:
+            messages.error(request, str(getattr(exc, "detail", exc)))
+        except Exception as exc:  # Http404 for a model that is not the user's
+            messages.error(request, f"statistics failed: {exc}")
+    prompt_stats = (dataset.stats or {}).get("prompt_tokens") or {}
+    return render(request, "catalog/dataset_detail.html", {
+        "dataset": dataset,
+        "preview": [row_view(r) for r in dataset_rows(dataset=dataset, offset=0, limit=PREVIEW_ROWS)],
+        "prompt_stats": prompt_stats,
+        "histogram": prompt_stats.get("histogram"),
+        "stats_error": (dataset.stats or {}).get("error", ""),
+        "rewards": rewards, "tools": tools, "check": check, "check_error": check_error,
+        "models": model_asset_list_for(user=request.user).filter(tokenizer_ok=True)[:100],
+        "runs": owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user),
+    })
+
+
+@login_required
+@require_POST
+def dataset_delete_view(request, dataset_id: int):
+    dataset = dataset_get_for(user=request.user, dataset_id=dataset_id)
+    try:
+        dataset_delete(dataset=dataset, by=request.user)
+    except ApiError as exc:
+        messages.error(request, str(exc.detail))
+        return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
+    messages.success(request, f"Deleted dataset {dataset.name}.")
+    return redirect("catalog:dataset_list")
 
 
 @login_required
 def model_list(request):
-    return render(request, "catalog/model_list.html", {"models": model_asset_list_for(user=request.user)[:500]})
+    error = ""
+    if request.method == "POST":
+        try:
+            model_register(owner=request.user, name=request.POST.get("name", ""), path=request.POST.get("path", ""))
+            return redirect("catalog:model_list")
+        except ApiError as exc:
+            error = str(exc.detail)
+    return render(request, "catalog/model_list.html", {
+        "models": model_asset_list_for(user=request.user)[:500], "register_error": error,
+        "model_roots": settings.RLSTUDIO_MODEL_ROOTS, "json": json,
+    })

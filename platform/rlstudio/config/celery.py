@@ -1,7 +1,8 @@
 """The Celery app of RL Studio (broker and results on REDIS_URL, JSON only, late acks).
 
 Run a worker: `celery -A rlstudio worker -l info` (beat: `celery -A rlstudio beat`).
-Tasks live in each app's `tasks.py` and are found by autodiscovery.
+Tasks live in each app's `tasks.py` and are found by autodiscovery. The beat schedule below runs
+the runs' reconcile every RLSTUDIO_RECONCILE_INTERVAL_S seconds (default 3).
 """
 import os
 
@@ -13,3 +14,20 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rlstudio.config.settings.local"
 app = Celery("rlstudio")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def _beat_schedule(sender, **_kwargs):
+    """Periodic tasks (read from settings once Django is configured)."""
+    from django.conf import settings
+
+    interval = float(getattr(settings, "RLSTUDIO_RECONCILE_INTERVAL_S", 3.0))
+    sender.conf.beat_schedule = {
+        **(sender.conf.beat_schedule or {}),
+        "runs-reconcile": {
+            "task": "runs.reconcile",
+            # Expire stale copies: a reconcile queued behind a long task is useless once the next is due.
+            "schedule": interval,
+            "options": {"expires": max(interval * 2, 5.0)},
+        },
+    }

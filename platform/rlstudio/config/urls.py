@@ -15,6 +15,7 @@ urlpatterns = [
     *auth_urlpatterns,
     path("accounts/", include("rlstudio.accounts.urls")),
     path("runs/", include("rlstudio.runs.urls")),
+    path("runs/", include("rlstudio.telemetry.urls")),  # samples, groups, prompts of a run (LIVE)
     path("", include("rlstudio.catalog.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("rlstudio.api.urls")),

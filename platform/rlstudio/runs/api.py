@@ -1,12 +1,52 @@
-"""API views of runs and saved configs: /api/v1/runs/, /api/v1/configs/ (read for now)."""
+"""API views of runs and saved configs (api.md "Runs" and "Configs").
+
+/api/v1/runs/ (list, create = launch), /runs/{id}/ , /runs/{id}/stop|resume|clone/ (POST),
+/runs/{id}/job-log/?tail=&download= (Ray's driver log; /logs/ is LIVE's event log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
+Views only translate HTTP to the services; refusals become the API's error shape.
+"""
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import status as http
 from rest_framework import viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
+from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 
+from . import ray_jobs
 from .models import RunStatus
-from .selectors import run_config_list_for, run_list_for
-from .serializers import RunConfigSerializer, RunDetailSerializer, RunSerializer
+from .selectors import run_config_get_for, run_config_list_for, run_get_for, run_list_for, run_logs
+from .serializers import (
+    PresetSerializer,
+    RunCloneSerializer,
+    RunConfigCreateSerializer,
+    RunConfigSerializer,
+    RunCreateSerializer,
+    RunDetailSerializer,
+    RunLogsSerializer,
+    RunSerializer,
+    RunStopSerializer,
+)
+from .services import RunInputInvalid, RunRefused, run_clone, run_config_save, run_new, run_resume, run_stop
+
+
+def _refused(exc: RunRefused) -> ApiError:
+    return ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT)
+
+
+def _invalid(exc: RunInputInvalid) -> ApiError:
+    return ApiError(str(exc), code="invalid", field=exc.field)
+
+
+def _lookup(getter, *, user, field: str, value):
+    """A referenced object the caller may see; another user's (or a missing) one is a 400 on the field."""
+    from django.http import Http404
+
+    try:
+        return getter(user=user, **{f"{field}_id": value})
+    except Http404:
+        raise ApiError(f"no {field} with id {value}", code="invalid", field=field) from None
 
 
 @extend_schema_view(
@@ -15,7 +55,7 @@ from .serializers import RunConfigSerializer, RunDetailSerializer, RunSerializer
     )
 )
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
-    """The caller's runs (staff: everyone's), newest first; `?status=` filters."""
+    """The caller's runs (staff: everyone's), newest first; `?status=` filters. POST launches one."""
 
     lookup_value_regex = r"\d+"
 
@@ -30,12 +70,140 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             )
         return run_list_for(user=self.request.user, status=status)
 
+    def _run(self, pk):
+        return run_get_for(user=self.request.user, run_id=pk)
+
+    def _answer(self, run, code=http.HTTP_201_CREATED):
+        return Response(RunDetailSerializer(run_get_for(user=self.request.user, run_id=run.pk)).data, status=code)
+
+    @extend_schema(request=RunCreateSerializer, responses={201: RunDetailSerializer})
+    def create(self, request):
+        s = RunCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d, user = s.validated_data, request.user
+        dataset = _lookup(dataset_get_for, user=user, field="dataset", value=d["dataset"])
+        val = d.get("val_dataset")
+        val_dataset = _lookup(dataset_get_for, user=user, field="dataset", value=val) if val else None
+        model = _lookup(model_asset_get_for, user=user, field="model", value=d["model"])
+        config = d.get("config")
+        if d.get("config_id"):
+            from django.http import Http404
+
+            try:
+                config = run_config_get_for(user=user, config_id=d["config_id"]).config
+            except Http404:
+                raise ApiError(f"no config with id {d['config_id']}", field="config_id") from None
+        if config is not None and not isinstance(config, dict):
+            raise ApiError("config must be an object", field="config")
+        try:
+            run = run_new(owner=user, name=d["name"], dataset=dataset, val_dataset=val_dataset, model=model,
+                          gpus=d["gpus"], preset=d.get("preset") or None, config=config,
+                          overrides=d.get("overrides"))
+        except RunInputInvalid as exc:
+            raise _invalid(exc) from None
+        return self._answer(run)
+
+    @extend_schema(request=RunStopSerializer, responses={202: RunDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        run = self._run(pk)
+        s = RunStopSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        try:
+            run = run_stop(run=run, by=request.user, **s.validated_data)
+        except RunRefused as exc:
+            raise _refused(exc) from None
+        return self._answer(run, http.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={201: RunDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        run = self._run(pk)
+        try:
+            new = run_resume(run=run, by=request.user)
+        except RunRefused as exc:
+            raise _refused(exc) from None
+        except RunInputInvalid as exc:
+            raise _invalid(exc) from None
+        return self._answer(new)
+
+    @extend_schema(request=RunCloneSerializer, responses={201: RunDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def clone(self, request, pk=None):
+        run = self._run(pk)
+        s = RunCloneSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        from .launch import ConfigInvalid
+
+        try:
+            new = run_clone(run=run, by=request.user, name=s.validated_data.get("name") or None,
+                            overrides=s.validated_data.get("overrides"))
+        except ConfigInvalid as exc:
+            raise ApiError(exc.message, field=exc.key) from None
+        return self._answer(new)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("tail", int, required=False, description="Last N lines (default 200)."),
+            OpenApiParameter("download", bool, required=False, description="The whole log as a text file."),
+        ],
+        responses=RunLogsSerializer,
+    )
+    @action(detail=True, methods=["get"], url_path="job-log")
+    def job_log(self, request, pk=None):
+        """The Ray job's driver log (stdout/stderr of the trainer); /logs/ is the trainer's log events."""
+        run = self._run(pk)
+        if request.query_params.get("download") in ("1", "true"):
+            return _download(run)
+        try:
+            tail = int(request.query_params.get("tail", 200))
+        except ValueError:
+            raise ApiError("tail must be an integer", field="tail") from None
+        tail = min(max(tail, 1), 5000)
+        return Response(run_logs(run=run, tail=tail))
+
+
+def _download(run):
+    from django.http import HttpResponse
+
+    body = run_logs(run=run, tail=10**7)
+    resp = HttpResponse("\n".join(body["lines"]) + "\n", content_type="text/plain; charset=utf-8")
+    resp["Content-Disposition"] = f'attachment; filename="run-{run.pk}.log"'
+    return resp
+
 
 class RunConfigViewSet(viewsets.ReadOnlyModelViewSet):
-    """The caller's saved configs (staff: everyone's)."""
+    """The caller's saved configs (staff: everyone's); POST saves one (checked by the trainer's schema)."""
 
     serializer_class = RunConfigSerializer
     lookup_value_regex = r"\d+"
 
     def get_queryset(self):
         return run_config_list_for(user=self.request.user)
+
+    @extend_schema(request=RunConfigCreateSerializer, responses={201: RunConfigSerializer})
+    def create(self, request):
+        s = RunConfigCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        if not isinstance(s.validated_data["config"], dict):
+            raise ApiError("config must be an object", field="config")
+        try:
+            saved = run_config_save(owner=request.user, **s.validated_data)
+        except RunInputInvalid as exc:
+            raise _invalid(exc) from None
+        return Response(RunConfigSerializer(saved).data, status=http.HTTP_201_CREATED)
+
+
+class PresetListView(APIView):
+    """GET /api/v1/presets/: the trainer's recipes (name, description, config)."""
+
+    @extend_schema(responses=PresetSerializer(many=True))
+    def get(self, request):
+        from trainer.recipes import REGISTRY
+
+        data = [{"name": r.name, "description": r.description, "config": r.build().to_dict()}
+                for r in REGISTRY.values()]
+        return Response(data)
+
+
+__all__ = ["PresetListView", "RunConfigViewSet", "RunViewSet", "ray_jobs"]

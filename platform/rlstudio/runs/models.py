@@ -68,6 +68,9 @@ class Run(models.Model):
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    stop_requested = models.DateTimeField(
+        null=True, blank=True, help_text="When a graceful stop was asked (the force-stop grace counts from it)."
+    )
     error = models.TextField(blank=True)
     checkpoint_path = models.CharField(max_length=1024, blank=True)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")

@@ -44,3 +44,49 @@ def latest_reward(run: Run) -> float | None:
     metrics = getattr(run, "latest_metrics", None) or {}
     value = metrics.get("critic/score/mean")
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def run_logs(*, run: Run, tail: int = 200) -> dict:
+    """The run's last `tail` log lines from Ray (the job's driver log), with where they came from."""
+    from . import ray_jobs
+
+    if not run.ray_submission_id:
+        return {"lines": [], "source": "none", "message": "the run has no Ray job yet"}
+    try:
+        text = ray_jobs.logs(run.ray_submission_id)
+    except ray_jobs.RayUnavailable as exc:
+        return {"lines": [], "source": "unavailable", "message": str(exc)}
+    return {"lines": text.splitlines()[-tail:], "source": "ray", "message": ""}
+
+
+def queue_position(*, run: Run) -> int | None:
+    """1-based place of a queued run in the whole queue (oldest first), None when not queued."""
+    if run.status != "queued":
+        return None
+    from django.db.models import Q
+
+    ahead = Run.objects.filter(status="queued").filter(
+        Q(created__lt=run.created) | Q(created=run.created, id__lt=run.pk)
+    ).count()
+    return ahead + 1
+
+
+def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
+    """Context for templates/runs/_controls.html and _logs.html (LIVE merges it into the run page).
+
+    `can_*` say which buttons make sense now; `progress` is 0–100 when total steps are known.
+    """
+    progress = None
+    if run.total_steps:
+        progress = min(100, round(100 * run.step / run.total_steps))
+    status = run.status
+    return {
+        "run": run,
+        "progress": progress,
+        "queue_position": queue_position(run=run),
+        "can_stop": status in ("queued", "running"),
+        "can_force_stop": status in ("running", "stopping"),
+        "can_resume": status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path),
+        "can_clone": True,
+        "is_live": status in ("queued", "submitting", "running", "stopping"),
+    }

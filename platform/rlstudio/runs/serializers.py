@@ -46,3 +46,45 @@ class RunDetailSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
         fields = RunSerializer.Meta.fields + ["config"]
         read_only_fields = fields
+
+
+class RunCreateSerializer(serializers.Serializer):
+    """POST /api/v1/runs/: what to train, on what, with which config (api.md)."""
+
+    name = serializers.CharField(max_length=200)
+    dataset = serializers.IntegerField()
+    val_dataset = serializers.IntegerField(required=False, allow_null=True)
+    model = serializers.IntegerField()
+    preset = serializers.CharField(required=False, allow_blank=True, help_text="A trainer recipe name.")
+    config = serializers.JSONField(required=False, help_text="A whole trainer config (object).")
+    config_id = serializers.IntegerField(required=False, allow_null=True, help_text="A saved config.")
+    overrides = serializers.JSONField(required=False, help_text='{"actor_rollout_ref.rollout.n": 8, ...}')
+    gpus = serializers.IntegerField(min_value=0, max_value=1024, default=0)
+
+
+class RunStopSerializer(serializers.Serializer):
+    checkpoint = serializers.BooleanField(default=True, help_text="Finish the step and save a checkpoint first.")
+    force = serializers.BooleanField(default=False, help_text="Kill the run now.")
+
+
+class RunCloneSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    overrides = serializers.JSONField(required=False)
+
+
+class RunConfigCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    config = serializers.JSONField()
+
+
+class PresetSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    config = serializers.JSONField()
+
+
+class RunLogsSerializer(serializers.Serializer):
+    lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
+    source = serializers.CharField(help_text="ray (the job's driver log) or unavailable")
+    message = serializers.CharField(allow_blank=True)

@@ -16,6 +16,7 @@ import hmac
 import secrets
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -145,3 +146,387 @@ def run_token_check(*, run: Run, token: str) -> bool:
     if not token or not run.ingest_token_hash:
         return False
     return hmac.compare_digest(_token_hash(token), run.ingest_token_hash)
+
+
+# ------------------------------------------------------------------------------------------ launch
+class RunRefused(Exception):
+    """A user action the run's state does not allow (the API answers 409 with the message)."""
+
+
+def _cluster_free_gpus(*, needed: int) -> float | None:
+    """GPUs Ray has minus those our active runs hold; None when the run needs none (not checked)."""
+    if needed <= 0:
+        return None
+    from django.db.models import Sum
+
+    from .models import ACTIVE_STATUSES
+    from .ray_jobs import RayUnavailable, cluster_total_gpus
+
+    try:
+        total = cluster_total_gpus()
+    except RayUnavailable:
+        return 0.0
+    held = Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0
+    return max(total - held, 0.0)
+
+
+def _enqueue(task_name: str, *args) -> None:
+    """Send a Celery task once the current transaction commits (the worker must see our writes)."""
+    from . import tasks
+
+    task = getattr(tasks, task_name)
+    transaction.on_commit(lambda: task.delay(*args))
+
+
+def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus: float | None = None,
+              check_cluster: bool = True) -> bool:
+    """Admit a queued run if its owner's quota (and the cluster) allow: queued → submitting, and the
+    submit task is sent. Otherwise it stays queued with the reason updated. Returns admitted or not.
+
+    Inside one transaction holding the owner's row lock, so that concurrent admissions of one user's
+    runs are serialized and can never exceed the quota together.
+    """
+    from rlstudio.quotas.services import admission_reason, lock_owner
+
+    with transaction.atomic():
+        lock_owner(user=run.owner)
+        locked = Run.objects.select_for_update().select_related("owner").get(pk=run.pk)
+        if locked.status != S.QUEUED:
+            raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
+        earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
+                   .filter(models_q_earlier(locked)).order_by("created", "id").first())
+        if earlier is not None:
+            reason = f"waiting behind your earlier queued run #{earlier.pk} ({earlier.name})"
+        else:
+            free = cluster_free_gpus
+            if free is None and check_cluster:
+                free = _cluster_free_gpus(needed=locked.gpus)
+            reason = admission_reason(run=locked, cluster_free_gpus=free)
+        if reason:
+            if locked.queue_reason != reason:
+                locked.queue_reason = reason
+                locked.save(update_fields=["queue_reason"])
+                audit_record(actor=by, action="run.queue", obj=locked, data={"reason": reason})
+            run.queue_reason = reason
+            return False
+        run_transition(run=locked, to=S.SUBMITTING, by=by)
+        _enqueue("submit_run", locked.pk)
+    run.status, run.queue_reason = locked.status, locked.queue_reason
+    return True
+
+
+def models_q_earlier(run: Run):
+    """Q of the runs created before `run` (ties broken by id)."""
+    from django.db.models import Q
+
+    return Q(created__lt=run.created) | Q(created=run.created, id__lt=run.pk)
+
+
+def run_launch(*, run: Run, by: AbstractBaseUser) -> Run:
+    """Launch a queued run now if quota allows, else leave it queued with its reason."""
+    run_admit(run=run, by=by)
+    run.refresh_from_db()
+    audit_record(actor=by, action="run.launch", obj=run, data={"status": run.status})
+    return run
+
+
+def queue_admit_all() -> list[int]:
+    """Admit queued runs oldest first while quotas and the cluster allow (the fair queue).
+
+    A user at their quota does not block the others; a GPU run waiting for the cluster's GPUs keeps
+    later GPU runs from overtaking it (cluster GPUs are handed out in queue order).
+    """
+    admitted: list[int] = []
+    cluster_blocked = False
+    free: float | None = None
+    for run in Run.objects.filter(status=S.QUEUED).select_related("owner").order_by("created", "id"):
+        if run.gpus > 0:
+            if cluster_blocked:
+                continue
+            if free is None:
+                free = _cluster_free_gpus(needed=run.gpus)
+        try:
+            ok = run_admit(run=run, cluster_free_gpus=free if run.gpus > 0 else None, check_cluster=False)
+        except RunRefused:
+            continue  # cancelled meanwhile
+        if ok:
+            admitted.append(run.pk)
+            if run.gpus > 0 and free is not None:
+                free -= run.gpus
+        elif run.gpus > 0 and run.queue_reason.startswith("the cluster"):
+            cluster_blocked = True
+    return admitted
+
+
+def run_issue_ingest_token(*, run: Run) -> str:
+    """A fresh one-run ingest token (stored as its hash; the plaintext goes to the job only)."""
+    token = INGEST_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    Run.objects.filter(pk=run.pk).update(ingest_token_hash=_token_hash(token))
+    run.ingest_token_hash = _token_hash(token)
+    return token
+
+
+def run_submit(*, run_id: int) -> str:
+    """Submit a submitting run to Ray (the Celery task's one call). Idempotent: returns what it did.
+
+    Holds the run's row lock while it submits, so a duplicated task waits and then finds the
+    submission id set; the submission id is derived from the run, so even a task that lost its
+    database commit finds Ray refusing a second job with that id.
+    """
+    from . import launch, ray_jobs
+
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("dataset", "model").filter(pk=run_id).first()
+        if run is None:
+            return "skipped: no such run"
+        if run.status != S.SUBMITTING:
+            return f"skipped: run is {run.status}"
+        if run.ray_submission_id:
+            return "skipped: already submitted"
+        out_dir = launch.run_dir(run.pk)
+        try:
+            spec = launch.freeze_spec(run_id=run.pk, config=run.config, out_dir=out_dir)
+            spec_path = launch.write_spec(spec, out_dir)
+        except (launch.ConfigInvalid, OSError) as exc:
+            run_transition(run=run, to=S.FAILED, error=f"could not prepare the run: {exc}")
+            return "failed: config"
+        token = run_issue_ingest_token(run=run)
+        submission_id = launch.submission_id_for(run)
+        created = ray_jobs.submit(
+            submission_id=submission_id,
+            entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
+            env_vars=launch.job_env(run_id=run.pk, token=token),
+            num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
+            num_gpus=run.gpus,
+            metadata={"rlstudio_run": str(run.pk), "owner": str(run.owner_id)},
+        )
+        run.ray_submission_id = submission_id
+        run.config = spec
+        run.total_steps = launch.total_steps_of(spec)
+        run.save(update_fields=["ray_submission_id", "config", "total_steps"])
+        audit_record(actor=None, action="run.submit", obj=run,
+                     data={"submission_id": submission_id, "new_job": created})
+    return "submitted" if created else "already in Ray"
+
+
+# -------------------------------------------------------------------------------------------- stop
+def run_stop(*, run: Run, by: AbstractBaseUser, checkpoint: bool = True, force: bool = False) -> Run:
+    """Stop a run: a queued one is cancelled; a running one goes stopping and Ray sends SIGTERM (the
+    trainer finishes its step, checkpoints, exits 0); `force` or `checkpoint=False` kills it now."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        status = locked.status
+        if status == S.QUEUED:
+            run_transition(run=locked, to=S.STOPPED, by=by, reason="")
+        elif status == S.SUBMITTING:
+            raise RunRefused("the run is being submitted to Ray; stop it in a moment, once it runs")
+        elif status == S.RUNNING or (status == S.STOPPING and (force or not checkpoint)):
+            if status == S.RUNNING:
+                run_transition(run=locked, to=S.STOPPING, by=by)
+            hard = force or not checkpoint
+            if locked.stop_requested is None:
+                locked.stop_requested = timezone.now()
+                locked.save(update_fields=["stop_requested"])
+            audit_record(actor=by, action="run.stop", obj=locked, data={"checkpoint": checkpoint, "force": force})
+            _enqueue("force_stop_run" if hard else "stop_run", locked.pk)
+        elif status == S.STOPPING:
+            raise RunRefused("the run is already stopping; use force to kill it now")
+        else:
+            raise RunRefused(f"the run is {status}: there is nothing to stop")
+    run.refresh_from_db()
+    return run
+
+
+def run_force_kill(*, run_id: int) -> str:
+    """SIGKILL the job's processes now (a forced stop): Ray's stop after a zero grace period.
+
+    Ray's stop_job always starts with SIGTERM; to skip the wait we kill the driver process tree
+    ourselves when it is on this machine (the local head), then ask Ray to stop the job.
+    """
+    from . import ray_jobs
+
+    run = Run.objects.get(pk=run_id)
+    if not run.ray_submission_id:
+        return "no job"
+    killed = _kill_job_processes(run)
+    ray_jobs.stop(run.ray_submission_id)
+    audit_record(actor=None, action="run.force_stop", obj=run, data={"killed_pids": killed})
+    return f"killed {len(killed)} processes"
+
+
+def run_output_dir(run: Run):
+    """The run's output folder: the one frozen into its config at submit (absolute)."""
+    from pathlib import Path
+
+    from . import launch
+
+    configured = (run.config.get("trainer") or {}).get("default_local_dir")
+    return Path(configured) if configured else launch.run_dir(run.pk)
+
+
+def _kill_job_processes(run: Run) -> list[int]:
+    """SIGKILL the local trainer processes of `run` (matched by `--output <its folder>` in their
+    command line) and their children. Only finds them when the job runs on this machine."""
+    import os
+    import signal
+
+    import psutil
+
+    marker = str(run_output_dir(run))
+    killed: list[int] = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if "trainer" in cmd and marker in cmd:
+                for child in proc.children(recursive=True):
+                    os.kill(child.pid, signal.SIGKILL)
+                    killed.append(child.pid)
+                os.kill(proc.pid, signal.SIGKILL)
+                killed.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+            continue
+    return killed
+
+
+# ---------------------------------------------------------------------------------- resume / clone
+def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
+    """A new run (parent = `run`, kind resume) that continues from `run`'s last checkpoint."""
+    from pathlib import Path
+
+    from . import launch
+
+    if not run.is_terminal:
+        raise RunRefused(f"the run is {run.status}: only a finished run can be resumed (stop it first)")
+    out_dir = run_output_dir(run)
+    ckpt = launch.read_latest_checkpoint(out_dir)
+    if ckpt is None and run.checkpoint_path and Path(run.checkpoint_path).is_dir():
+        ckpt = Path(run.checkpoint_path)
+    if ckpt is None:
+        raise RunRefused("the run has no checkpoint to resume from")
+    config = launch.build_config(
+        config=run.config,
+        overrides={"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(ckpt)},
+    )
+    new, _token = run_create(
+        owner=run.owner, name=f"{run.name} (resumed)"[:200], dataset=run.dataset, model=run.model,
+        val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run, parent_kind="resume",
+    )
+    Run.objects.filter(pk=new.pk).update(total_steps=launch.total_steps_of(config), step=0)
+    audit_record(actor=by, action="run.resume", obj=new, data={"parent": run.pk, "from": str(ckpt)})
+    return run_launch(run=new, by=by)
+
+
+def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None) -> Run:
+    """A new queued run with `run`'s config (its own output folder, no resume) and optional overrides."""
+    from . import launch
+
+    base = dict(run.config)
+    base_overrides: dict[str, Any] = {"trainer.resume_mode": "auto", "trainer.resume_from_path": None}
+    config = launch.build_config(config=base, overrides=base_overrides)
+    if overrides:
+        config = launch.build_config(config=config, overrides=overrides)
+    new, _token = run_create(
+        owner=run.owner, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
+        model=run.model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
+        parent_kind="clone",
+    )
+    Run.objects.filter(pk=new.pk).update(total_steps=launch.total_steps_of(config))
+    audit_record(actor=by, action="run.clone", obj=new, data={"parent": run.pk})
+    return run_launch(run=new, by=by)
+
+
+# ---------------------------------------------------------------------------- what Ray reports
+def run_mark_running(*, run: Run) -> Run:
+    return run_transition(run=run, to=S.RUNNING) if run.status == S.SUBMITTING else run
+
+
+def run_mark_finished(*, run: Run, to: str, error: str = "") -> Run:
+    """Move a submitting/running/stopping run to a terminal state, through running when needed."""
+    if run.status == S.SUBMITTING and to in (S.SUCCEEDED, S.LOST, S.STOPPED):
+        run_transition(run=run, to=S.RUNNING)
+    if run.status == S.RUNNING and to == S.STOPPED:
+        run_transition(run=run, to=S.STOPPING)
+    return run_transition(run=run, to=to, error=error)
+
+
+def run_record_progress(*, run: Run, step: int | None = None, total_steps: int | None = None,
+                        heartbeat=None, checkpoint_path: str | None = None) -> None:
+    """Progress read from the trainer's events (only ever moves forward)."""
+    fields: dict[str, Any] = {}
+    if step is not None and step > run.step:
+        fields["step"] = step
+    if total_steps and total_steps != run.total_steps:
+        fields["total_steps"] = total_steps
+    if heartbeat is not None and (run.last_heartbeat is None or heartbeat > run.last_heartbeat):
+        fields["last_heartbeat"] = heartbeat
+    if checkpoint_path and checkpoint_path != run.checkpoint_path:
+        fields["checkpoint_path"] = checkpoint_path
+    if fields:
+        Run.objects.filter(pk=run.pk).update(**fields)
+        for key, value in fields.items():
+            setattr(run, key, value)
+
+
+# ----------------------------------------------------------------------------- new runs and configs
+class RunInputInvalid(Exception):
+    """A new run's input is wrong; `field` names the form field or the config key."""
+
+    def __init__(self, message: str, *, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+def run_new(
+    *,
+    owner: AbstractBaseUser,
+    name: str,
+    dataset,
+    model,
+    gpus: int = 0,
+    val_dataset=None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    overrides=None,
+) -> Run:
+    """Validate the config (trainer schema, before anything is queued), create the run, launch it.
+
+    `dataset` / `model` are objects the caller already checked the owner may see. A dataset that is
+    not ready is refused: the trainer would fail on it minutes later.
+    """
+    from . import launch
+
+    status = getattr(dataset, "status", "ready")
+    if status != "ready":
+        raise RunInputInvalid(f"dataset {dataset.name!r} is {status}, not ready", field="dataset")
+    if val_dataset is not None and getattr(val_dataset, "status", "ready") != "ready":
+        raise RunInputInvalid(f"dataset {val_dataset.name!r} is not ready", field="val_dataset")
+    if gpus < 0:
+        raise RunInputInvalid("gpus must be >= 0", field="gpus")
+    try:
+        frozen = launch.build_config(preset=preset, config=config, overrides=overrides, dataset=dataset,
+                                     val_dataset=val_dataset, model=model)
+    except launch.ConfigInvalid as exc:
+        raise RunInputInvalid(exc.message, field=exc.key) from None
+    if gpus == 0 and (frozen.get("trainer") or {}).get("device") == "cuda":
+        raise RunInputInvalid("trainer.device is cuda but the run asks for 0 GPUs", field="gpus")
+    run, _token = run_create(owner=owner, name=name, dataset=dataset, model=model, val_dataset=val_dataset,
+                             config=frozen, gpus=gpus)
+    Run.objects.filter(pk=run.pk).update(total_steps=launch.total_steps_of(frozen))
+    return run_launch(run=run, by=owner)
+
+
+def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any], description: str = ""):
+    """Save a named config (checked against the trainer's schema, data/model paths optional)."""
+    from . import launch
+    from .models import RunConfig
+
+    try:
+        checked = launch.build_config(config=config or {}, preset=None if config else launch.DEFAULT_PRESET)
+    except launch.ConfigInvalid as exc:
+        raise RunInputInvalid(exc.message, field=exc.key) from None
+    if RunConfig.objects.filter(owner=owner, name=name).exists():
+        raise RunInputInvalid(f"you already have a config named {name!r}", field="name")
+    with transaction.atomic():
+        saved = RunConfig.objects.create(owner=owner, name=name, config=checked, description=description)
+        audit_record(actor=owner, action="config.create", obj=saved, data={"name": name})
+    return saved

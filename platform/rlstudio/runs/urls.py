@@ -7,5 +7,5 @@ app_name = "runs"
 
 urlpatterns = [
     path("", views.run_list, name="list"),
-    path("<int:run_id>/", views.run_detail, name="detail"),
+    path("<int:run_id>/", __import__("rlstudio.telemetry.views", fromlist=["run_detail"]).run_detail, name="detail"),
 ]

@@ -24,3 +24,16 @@ def run_event_message(event: dict[str, Any]) -> dict[str, Any]:
 def run_event_send(*, run_id: int, event: dict[str, Any]) -> None:
     """Send one event to everyone watching the run (sync code; call it from on_commit)."""
     async_to_sync(get_channel_layer().group_send)(run_group(run_id), run_event_message(event))
+
+
+def run_events_send(*, run_id: int, events: list[dict[str, Any]]) -> None:
+    """Send many events, in order, in one event-loop hop (an ingest batch can hold thousands)."""
+    if not events:
+        return
+
+    async def send_all() -> None:
+        layer, group = get_channel_layer(), run_group(run_id)
+        for event in events:
+            await layer.group_send(group, run_event_message(event))
+
+    async_to_sync(send_all)()

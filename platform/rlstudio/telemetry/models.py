@@ -86,3 +86,32 @@ class MemoryPoint(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} #{self.seq} {self.phase}"
+
+
+class RetentionMode(models.TextChoices):
+    """How many of a run's samples keep their full transcript in the database."""
+
+    ALL = "all", "all samples"
+    PER_STEP = "per_step", "the first k samples of each step"
+    EVERY_KTH_STEP = "every_kth_step", "all samples of every k-th step"
+
+
+class RunRetention(models.Model):
+    """A run's sample retention (no row = keep all). Rollout dumps (JSONL files) always keep all."""
+
+    Mode = RetentionMode
+
+    run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, related_name="retention")
+    mode = models.CharField(max_length=16, choices=RetentionMode.choices, default=RetentionMode.ALL)
+    k = models.PositiveIntegerField(default=1, help_text="k of per_step / every_kth_step (>= 1).")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(k__gte=1), name="runretention_k_positive"),
+            models.CheckConstraint(
+                condition=models.Q(mode__in=RetentionMode.values), name="runretention_mode_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: {self.mode} k={self.k}"

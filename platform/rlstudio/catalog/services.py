@@ -1,0 +1,382 @@
+"""Writes of the catalog: upload, validate and convert, statistics, delete datasets; register models.
+
+Storage layout under an uploads root (settings.UPLOADS_DIR when the upload arrives; every later step
+derives it from the absolute `file_path` stored on the dataset, so the web process and a Celery
+worker with another state folder agree):
+    incoming/<uuid>.part          the upload, until it is valid (removed when it is not)
+    <sha[:2]>/<sha256><suffix>    the stored file, by content hash (shared by identical uploads)
+    rows/<dataset id>.jsonl       the converted rows, in the trainer's row format
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from rlstudio.accounts.services import audit_record
+from rlstudio.api.errors import ApiError
+
+from .conversion import convert_file, summarize_lengths, token_lengths
+from .formats import Limits, RowError, detect_format
+from .models import Dataset, ModelAsset
+from .presets import PRESETS
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_PROMPT_LENGTH = 1024
+
+
+def upload_limits() -> Limits:
+    return Limits(
+        max_upload_bytes=settings.RLSTUDIO_MAX_UPLOAD_BYTES,
+        max_line_bytes=settings.RLSTUDIO_MAX_LINE_BYTES,
+        max_nesting_depth=settings.RLSTUDIO_MAX_NESTING_DEPTH,
+        max_decompressed_bytes=settings.RLSTUDIO_MAX_DECOMPRESSED_BYTES,
+        max_json_document_bytes=settings.RLSTUDIO_MAX_JSON_DOCUMENT_BYTES,
+    )
+
+
+def _suffix(name: str) -> str:
+    lower = name.lower()
+    for s in (".jsonl.gz", ".json.gz", ".csv.gz", ".ndjson.gz"):
+        if lower.endswith(s):
+            return s
+    return Path(lower).suffix[:16]
+
+
+def _clean_name(name: str) -> str:
+    return "".join(ch for ch in name if ch.isprintable()).strip()[:200]
+
+
+def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split: str = "train",
+                   stats_model: ModelAsset | None = None) -> tuple[Dataset, bool]:
+    """Store `upload` (a Django UploadedFile) under a temporary name and queue its validation.
+
+    Returns (dataset, created). The same bytes uploaded again by the same owner with the same preset
+    and split give back the existing dataset (created False). Cheap refusals (size, empty, unknown or
+    disguised format) raise ApiError before anything is stored.
+    """
+    limits = upload_limits()
+    if preset not in PRESETS:
+        raise ApiError(f"unknown preset {preset!r} (allowed: {', '.join(PRESETS)})", field="preset")
+    if split not in Dataset.Split.values:
+        raise ApiError(f"unknown split {split!r} (allowed: {', '.join(Dataset.Split.values)})", field="split")
+    source_name = _clean_name(os.path.basename(upload.name or "")) or "upload"
+    if upload.size is not None and upload.size > limits.max_upload_bytes:
+        raise ApiError(f"the file is {upload.size} bytes, over the limit of {limits.max_upload_bytes} "
+                       "bytes (RLSTUDIO_MAX_UPLOAD_BYTES)", code="too_large", field="file", status_code=413)
+    if not upload.size:
+        raise ApiError("the file is empty", code="empty", field="file")
+    upload.seek(0)
+    head = upload.read(8)
+    try:
+        detected = detect_format(source_name, head)
+    except RowError as exc:
+        raise ApiError(str(exc), code="bad_format", field="file") from None
+    root = Path(settings.UPLOADS_DIR).resolve()
+    (root / "incoming").mkdir(parents=True, exist_ok=True)
+    part = root / "incoming" / f"{uuid.uuid4().hex}.part"
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        upload.seek(0)
+        with open(part, "wb") as out:
+            for chunk in upload.chunks(1 << 20):
+                size += len(chunk)
+                if size > limits.max_upload_bytes:
+                    raise ApiError(f"the file is over the limit of {limits.max_upload_bytes} bytes "
+                                   "(RLSTUDIO_MAX_UPLOAD_BYTES)", code="too_large", field="file", status_code=413)
+                digest.update(chunk)
+                out.write(chunk)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    sha = digest.hexdigest()
+    # A ready dataset records the preset auto resolved to, so "auto" matches any preset.
+    same = Dataset.objects.filter(owner=owner, sha256=sha, split=split).exclude(status=Dataset.Status.INVALID)
+    if preset != "auto":
+        same = same.filter(preset=preset)
+    existing = same.order_by("-id").first()
+    if existing is not None:
+        part.unlink(missing_ok=True)
+        return existing, False
+    with transaction.atomic():
+        dataset = Dataset.objects.create(
+            owner=owner, name=_clean_name(name) or source_name, file_path=str(part), sha256=sha,
+            size_bytes=size, format=detected.format + ("+gzip" if detected.gzipped else ""), preset=preset,
+            split=split, status=Dataset.Status.VALIDATING, source_name=source_name, stats_model=stats_model,
+        )
+        audit_record(actor=owner, action="dataset.upload", obj=dataset,
+                     data={"name": dataset.name, "sha256": sha, "size_bytes": size, "preset": preset})
+        from .tasks import validate_dataset
+
+        dataset_id = dataset.pk
+        transaction.on_commit(lambda: validate_dataset.delay(dataset_id))
+    return dataset, True
+
+
+def _remove(path: str | Path | None) -> None:
+    if path:
+        p = Path(path)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def _mark_invalid(dataset: Dataset, *, message: str, line: int | None = None, field: str = "") -> None:
+    if not Dataset.objects.filter(pk=dataset.pk).exists():
+        return
+    dataset.status = Dataset.Status.INVALID
+    dataset.error, dataset.error_line, dataset.error_field = message[:4000], line, field or ""
+    dataset.converted_path, dataset.row_index, dataset.num_rows = "", [], None
+    dataset.save(update_fields=["status", "error", "error_line", "error_field", "converted_path", "row_index",
+                                "num_rows"])
+
+
+def dataset_validate(*, dataset: Dataset) -> Dataset:
+    """Validate and convert a `validating` dataset (the Celery task's one call).
+
+    Ends `ready` (file moved to its content-hash name, rows converted, statistics computed) or
+    `invalid` (the message names line and field; the upload and any partial rows are removed).
+    """
+    if dataset.status != Dataset.Status.VALIDATING:
+        return dataset
+    part = Path(dataset.file_path)
+    root = part.parent.parent
+    rows_dir = root / "rows"
+    rows_dir.mkdir(parents=True, exist_ok=True)
+    rows_part = rows_dir / f"{dataset.pk}.jsonl.part"
+    work_dir = root / "incoming" / f"{part.stem}.d"
+    fmt = dataset.format.split("+")[0]
+    from .formats import Detected
+
+    try:
+        if not part.is_file():
+            raise RowError("the uploaded file is gone (it was removed before validation)")
+        result = convert_file(part, detected=Detected(fmt, gzipped=dataset.format.endswith("+gzip")),
+                              preset=dataset.preset, split=dataset.split, limits=upload_limits(),
+                              out_path=rows_part, work_dir=work_dir)
+    except RowError as exc:
+        _remove(rows_part)
+        _remove(work_dir)
+        _remove(part)
+        _mark_invalid(dataset, message=str(exc), line=exc.line, field=exc.field or "")
+        return dataset
+    except Exception as exc:  # a reader bug or a library refusing the file: say so, keep nothing
+        log.exception("validating dataset %s failed", dataset.pk)
+        _remove(rows_part)
+        _remove(work_dir)
+        _remove(part)
+        _mark_invalid(dataset, message=f"the file could not be read: {type(exc).__name__}: {exc}")
+        return dataset
+    stored = root / dataset.sha256[:2] / f"{dataset.sha256}{_suffix(dataset.source_name)}"
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    if stored.exists():
+        part.unlink(missing_ok=True)  # identical bytes already stored (another upload)
+    else:
+        os.replace(part, stored)
+    final_rows = rows_dir / f"{dataset.pk}.jsonl"
+    os.replace(rows_part, final_rows)
+    with transaction.atomic():
+        locked = Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
+        if locked is None:  # deleted while validating
+            _remove(final_rows)
+            return dataset
+        locked.status = Dataset.Status.READY
+        locked.file_path, locked.converted_path = str(stored), str(final_rows)
+        locked.num_rows, locked.columns, locked.row_index = result.num_rows, result.columns, result.offsets
+        locked.preset = result.preset
+        locked.error, locked.error_line, locked.error_field = "", None, ""
+        locked.save()
+        dataset = locked
+    model = dataset.stats_model or _default_stats_model(dataset.owner)
+    if model is not None:
+        dataset_compute_stats(dataset=dataset, model=model)
+    return dataset
+
+
+def _default_stats_model(owner) -> ModelAsset | None:
+    return ModelAsset.objects.filter(owner=owner, tokenizer_ok=True).order_by("-created", "-id").first()
+
+
+def tool_schemas() -> dict[str, dict[str, Any]]:
+    """Schemas of the trainer's registered tools, by name."""
+    from trainer.tools.base import get_tool_class, registered_tools
+
+    return {name: get_tool_class(name).schema for name in registered_tools()}
+
+
+def dataset_compute_stats(*, dataset: Dataset, model: ModelAsset,
+                          max_prompt_length: int = DEFAULT_MAX_PROMPT_LENGTH) -> Dataset:
+    """Prompt token-length statistics of a ready dataset with `model`'s tokenizer (stored in stats)."""
+    if dataset.status != Dataset.Status.READY or not dataset.converted_path:
+        raise ApiError("statistics need a ready dataset", code="not_ready", status_code=409)
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model.path)
+        lengths = token_lengths(Path(dataset.converted_path), tokenizer, tool_schemas=tool_schemas())
+        stats = {"prompt_tokens": summarize_lengths(lengths, max_prompt_length=int(max_prompt_length)),
+                 "model": {"id": model.pk, "name": model.name}}
+    except Exception as exc:  # the dataset stays usable; the page says why there are no statistics
+        stats = {"error": f"token statistics failed with model {model.name!r}: {type(exc).__name__}: {exc}",
+                 "model": {"id": model.pk, "name": model.name}}
+    dataset.stats, dataset.stats_model = stats, model
+    dataset.save(update_fields=["stats", "stats_model"])
+    return dataset
+
+
+def dataset_delete(*, dataset: Dataset, by) -> None:
+    """Delete a dataset no run uses (its converted rows and, if no other dataset shares it, its file).
+
+    A dataset in use answers 409 with the runs' names.
+    """
+    from django.db.models import Q
+
+    from rlstudio.runs.models import Run
+
+    runs = list(Run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)).values_list("name", flat=True)[:20])
+    if runs:
+        raise ApiError(f"dataset {dataset.name!r} is used by run(s): {', '.join(runs)}", code="in_use",
+                       status_code=409)
+    paths = [dataset.converted_path]
+    shared = Dataset.objects.filter(file_path=dataset.file_path).exclude(pk=dataset.pk).exists()
+    if not shared:
+        paths.append(dataset.file_path)
+    with transaction.atomic():
+        audit_record(actor=by, action="dataset.delete", obj=dataset, data={"name": dataset.name, "sha256": dataset.sha256})
+        dataset.delete()
+        transaction.on_commit(lambda: [_remove(p) for p in paths])
+
+
+# ---- models ---------------------------------------------------------------------------------
+
+def _safetensors_count(path: Path) -> int:
+    """Parameters in a .safetensors file, from its JSON header only (no tensor is read)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if n <= 0 or n > 100 << 20:
+            raise ValueError(f"{path.name}: not a safetensors file")
+        header = json.loads(f.read(n))
+    total = 0
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        count = 1
+        for d in info["shape"]:
+            count *= int(d)
+        total += count
+    return total
+
+
+def count_parameters(folder: Path) -> int:
+    """Parameter count of a checkpoint folder: safetensors headers, else a memory-mapped torch load."""
+    st = sorted(folder.glob("*.safetensors"))
+    if st:
+        return sum(_safetensors_count(p) for p in st)
+    bins = sorted(folder.glob("pytorch_model*.bin"))
+    if not bins:
+        raise ApiError("no weights found (model.safetensors or pytorch_model.bin)", code="bad_model", field="path")
+    import torch
+
+    total = 0
+    for p in bins:
+        state = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
+        total += sum(t.numel() for t in state.values())
+    return total
+
+
+def check_model_folder(path: str) -> tuple[Path, int]:
+    """(resolved folder, parameter count) of a Hugging Face–format checkpoint, or ApiError naming
+    what is missing. The folder must lie under one of settings.RLSTUDIO_MODEL_ROOTS."""
+    if not path or not isinstance(path, str):
+        raise ApiError("a folder path is required", field="path")
+    folder = Path(path).expanduser()
+    if not folder.is_absolute():
+        raise ApiError("the path must be absolute", field="path")
+    folder = folder.resolve()
+    roots = [Path(r).resolve() for r in settings.RLSTUDIO_MODEL_ROOTS]
+    if not any(folder == r or r in folder.parents for r in roots):
+        raise ApiError(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)",
+                       code="bad_model", field="path")
+    if not folder.is_dir():
+        raise ApiError("no such folder", code="bad_model", field="path")
+    if not (folder / "config.json").is_file():
+        raise ApiError("no config.json in the folder", code="bad_model", field="path")
+    try:
+        from transformers import AutoConfig, AutoTokenizer
+
+        AutoConfig.from_pretrained(str(folder))
+    except Exception as exc:
+        raise ApiError(f"config.json does not load: {exc}", code="bad_model", field="path") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except Exception as exc:
+        raise ApiError(f"the tokenizer does not load: {exc}", code="bad_model", field="path") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ApiError("the tokenizer has no chat template", code="bad_model", field="path")
+    try:
+        params = count_parameters(folder)
+    except ApiError:
+        raise
+    except Exception as exc:
+        raise ApiError(f"the weights cannot be read: {exc}", code="bad_model", field="path") from None
+    return folder, params
+
+
+def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Source.REGISTERED,
+                   source_run=None) -> ModelAsset:
+    """Check a checkpoint folder and register it (idempotent per owner and folder)."""
+    folder, params = check_model_folder(path)
+    name = _clean_name(name or folder.name)
+    if not name:
+        raise ApiError("a name is required", field="name")
+    with transaction.atomic():
+        model, created = ModelAsset.objects.update_or_create(
+            owner=owner, path=str(folder),
+            defaults={"name": name, "tokenizer_ok": True, "num_parameters": params, "source": source,
+                      "source_run": source_run},
+        )
+        audit_record(actor=owner, action="model.register" if created else "model.update", obj=model,
+                     data={"name": name, "path": str(folder), "num_parameters": params})
+    return model
+
+
+DEMO_MODEL_NAME = "demo-tiny-qwen2"
+
+
+def model_register_demo(*, owner, warm_start: bool = False, sft_steps: int = 150) -> ModelAsset:
+    """Build the trainer's tiny demo model under STATE_DIR/models (once) and register it for `owner`.
+
+    `warm_start`: also run the trainer's supervised warm start on its synthetic tool-use
+    conversations (slower: minutes on a CPU) and register that checkpoint instead.
+    """
+    from trainer.models.tiny import make_tiny_model
+
+    base = Path(settings.RLSTUDIO_MODEL_ROOTS[0]) / "demo-tiny"
+    if not (base / "config.json").is_file():
+        tmp = base.with_name(base.name + f".{uuid.uuid4().hex[:8]}.tmp")
+        make_tiny_model(tmp, preset="demo")
+        if (base / "config.json").is_file():  # another process built it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+            os.replace(tmp, base)
+    target, name = base, DEMO_MODEL_NAME
+    if warm_start:
+        warm = base.with_name("demo-tiny-warm")
+        if not (warm / "config.json").is_file():
+            from trainer.sft import sft_train
+            from trainer.tasks.arith import make_sft_conversations
+
+            sft_train(model_dir=base, rows=make_sft_conversations(2000), out=warm, steps=sft_steps, log=log.info)
+        target, name = warm, DEMO_MODEL_NAME + "-warm"
+    return model_register(owner=owner, name=name, path=str(target))

@@ -1,0 +1,147 @@
+"""The platform's only door to Ray: the Jobs API (submit, status, stop, logs) and cluster GPUs.
+
+Everything goes over HTTP to Ray's dashboard (`settings.RAY_ADDRESS`, e.g. http://127.0.0.1:8265),
+through `ray.job_submission.JobSubmissionClient` (imported lazily: it pulls in a lot) or plain
+`urllib` for the cluster summary. No `ray.init()` here: the web and Celery processes never join the
+cluster. Errors reaching Ray become `RayUnavailable` so callers can say so instead of crashing.
+"""
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import dataclass
+
+from django.conf import settings
+
+# Ray's job states (ray.job_submission.JobStatus values) as plain strings.
+PENDING, RUNNING, STOPPED, SUCCEEDED, FAILED = "PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"
+RAY_TERMINAL = frozenset({STOPPED, SUCCEEDED, FAILED})
+
+
+class RayUnavailable(RuntimeError):
+    """Ray's Jobs API cannot be reached (no RAY_ADDRESS, or the head does not answer)."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Ray says about one job (None when it does not know the submission id)."""
+
+    submission_id: str
+    status: str
+    message: str
+    driver_exit_code: int | None
+
+
+def ray_address() -> str:
+    address = settings.RAY_ADDRESS
+    if not address:
+        raise RayUnavailable("RAY_ADDRESS is not set: this platform has no Ray cluster to run on")
+    if "://" not in address:
+        # `ray://` / bare GCS addresses are not the Jobs API; the dashboard URL is.
+        address = settings.RAY_DASHBOARD_URL
+    return address.rstrip("/")
+
+
+def client():
+    """A JobSubmissionClient on the configured cluster (or RayUnavailable)."""
+    address = ray_address()
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(address)
+    except Exception as exc:  # noqa: BLE001 - connection errors come in many classes
+        raise RayUnavailable(f"Ray Jobs API at {address} does not answer: {exc}") from exc
+
+
+def _is_missing(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return "does not exist" in text or "not found" in text or "404" in text
+
+
+def job_info(submission_id: str) -> JobInfo | None:
+    """Ray's view of the job, or None when Ray does not know it (a lost job)."""
+    c = client()
+    try:
+        info = c.get_job_info(submission_id)
+    except Exception as exc:  # noqa: BLE001
+        if _is_missing(exc):
+            return None
+        raise RayUnavailable(f"get_job_info({submission_id}): {exc}") from exc
+    return JobInfo(
+        submission_id=submission_id,
+        status=str(getattr(info.status, "value", info.status)),
+        message=info.message or "",
+        driver_exit_code=getattr(info, "driver_exit_code", None),
+    )
+
+
+def submit(*, submission_id: str, entrypoint: str, env_vars: dict[str, str], num_cpus: float,
+           num_gpus: float, metadata: dict[str, str]) -> bool:
+    """Submit a job under `submission_id`; False when a job with that id already exists.
+
+    The id is derived from the run, so a retried or duplicated Celery task lands here twice and Ray
+    itself refuses the second: that refusal is the idempotence, not a check-then-act race.
+    """
+    c = client()
+    try:
+        c.submit_job(
+            entrypoint=entrypoint,
+            submission_id=submission_id,
+            runtime_env={"env_vars": env_vars},  # never working_dir: the head shares our filesystem
+            entrypoint_num_cpus=num_cpus,
+            entrypoint_num_gpus=num_gpus or None,
+            metadata=metadata,
+        )
+    except Exception as exc:  # noqa: BLE001
+        if "already exists" in str(exc).lower():
+            return False
+        raise RayUnavailable(f"submit_job({submission_id}): {exc}") from exc
+    return True
+
+
+def stop(submission_id: str) -> bool:
+    """Ask Ray to stop the job: SIGTERM to the entrypoint's processes, SIGKILL after
+    RAY_JOB_STOP_WAIT_TIME_S (which we set per job to the platform's grace period)."""
+    try:
+        return bool(client().stop_job(submission_id))
+    except RayUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        if _is_missing(exc):
+            return False
+        raise RayUnavailable(f"stop_job({submission_id}): {exc}") from exc
+
+
+def logs(submission_id: str) -> str:
+    """The job's whole driver log ('' when Ray has none)."""
+    try:
+        return client().get_job_logs(submission_id) or ""
+    except RayUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        if _is_missing(exc):
+            return ""
+        raise RayUnavailable(f"get_job_logs({submission_id}): {exc}") from exc
+
+
+def tail_lines(text: str, n: int) -> str:
+    """The last `n` non-empty lines of `text`."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-n:])
+
+
+def cluster_total_gpus() -> float:
+    """GPUs the cluster has in all (sum over alive nodes), from the dashboard's node summary."""
+    url = ray_address() + "/nodes?view=summary"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = json.loads(resp.read().decode("utf-8"))
+    except Exception as exc:  # noqa: BLE001
+        raise RayUnavailable(f"{url}: {exc}") from exc
+    total = 0.0
+    for node in (body.get("data") or {}).get("summary") or []:
+        raylet = node.get("raylet") or {}
+        if str(raylet.get("state", "ALIVE")).upper() != "ALIVE":
+            continue
+        total += float((raylet.get("resourcesTotal") or {}).get("GPU", 0.0))
+    return total

@@ -1,0 +1,240 @@
+"""API views of telemetry under /api/v1/runs/{id}/ (api.md): the trainer's ingest and the reads.
+
+  POST events/           the trainer's ingest: `Authorization: Bearer <run token>`, JSON body
+                         `{"events": [...]}` (optionally `Content-Encoding: gzip`)
+  GET  metrics/          ?since_step=
+  GET  samples/          ?step=&uid=&min_reward=&max_reward=&finish_reason=&has_tool_call=&order=&limit=&offset=
+  GET  samples/{sid}/    the whole transcript and token view
+  GET  groups/?step=&uid=   one GRPO group with mean / std / flat
+  GET  memory/           ?since= (ISO 8601 or unix seconds)
+  GET  logs/             ?tail=
+  GET/PUT retention/     the run's sample retention
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from datetime import datetime, timezone as dt_timezone
+
+from django.conf import settings
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rlstudio.api.errors import ApiError
+from rlstudio.api.pagination import CountResultsPagination
+from rlstudio.runs.models import Run
+from rlstudio.runs.services import run_token_check
+from trainer.events import FINISH_REASONS
+
+from . import selectors as sel
+from .models import RetentionMode, RunRetention
+from .services import events_ingest, retention_set
+
+_TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no"}
+
+
+def _int_param(params, name: str, *, minimum: int | None = None) -> int | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(f"{name} must be an integer, got {raw!r}", field=name) from None
+    if minimum is not None and value < minimum:
+        raise ApiError(f"{name} must be >= {minimum}", field=name)
+    return value
+
+
+def _float_param(params, name: str) -> float | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ApiError(f"{name} must be a number, got {raw!r}", field=name) from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ApiError(f"{name} must be finite", field=name)
+    return value
+
+
+def _bool_param(params, name: str) -> bool | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise ApiError(f"{name} must be true or false, got {raw!r}", field=name)
+
+
+def sample_filter_from(params) -> sel.SampleFilter:
+    """Parse the samples table's query string (shared by the API and the pages); ApiError when bad."""
+    finish = params.get("finish_reason") or None
+    if finish is not None and finish not in FINISH_REASONS:
+        raise ApiError(f"finish_reason must be one of {', '.join(FINISH_REASONS)}", field="finish_reason")
+    order = params.get("order") or "seq"
+    if order not in sel.SAMPLE_ORDERS:
+        raise ApiError(f"order must be one of {', '.join(sel.SAMPLE_ORDERS)}", field="order")
+    return sel.SampleFilter(
+        step=_int_param(params, "step", minimum=0), uid=params.get("uid") or None,
+        min_reward=_float_param(params, "min_reward"), max_reward=_float_param(params, "max_reward"),
+        finish_reason=finish, has_tool_call=_bool_param(params, "has_tool_call"), order=order,
+    )
+
+
+class RunEventsIngestView(APIView):
+    """POST: the trainer reports events; only the run's own ingest token is accepted."""
+
+    authentication_classes: list = []  # the run token is checked below (no user, no CSRF)
+    permission_classes = [AllowAny]
+    parser_classes: list = []  # the body is read (and gunzipped) under our own size limits
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT}, auth=[])
+    def post(self, request, run_id: int):
+        run = Run.objects.filter(pk=run_id).only("id", "status", "owner_id", "ingest_token_hash").first()
+        if run is None:
+            raise ApiError("No such run.", code="not_found", status_code=404)
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError("Send the run's ingest token as 'Authorization: Bearer <token>'.",
+                           code="not_authenticated", status_code=401)
+        if not run_token_check(run=run, token=token.strip()):
+            raise ApiError("Invalid ingest token for this run.", code="invalid_token", status_code=401)
+        body = self._read_body(request)
+        try:
+            payload = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(f"body is not JSON: {exc}", code="parse_error") from None
+        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+            raise ApiError('body must be {"events": [...]}', field="events")
+        if len(payload["events"]) > settings.RLSTUDIO_INGEST_MAX_EVENTS:
+            raise ApiError(f"at most {settings.RLSTUDIO_INGEST_MAX_EVENTS} events per request "
+                           f"(got {len(payload['events'])})", code="too_many_events", field="events",
+                           status_code=413)
+        result = events_ingest(run=run, raw_events=payload["events"])
+        return Response(result.as_json())
+
+    @staticmethod
+    def _read_body(request) -> bytes:
+        limit = settings.RLSTUDIO_INGEST_MAX_REQUEST_BYTES
+        too_big = ApiError(f"request body over {limit} bytes", code="too_large", status_code=413)
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            raise too_big
+        raw = request._request.read(limit + 1)  # not .body: Django caps that at 2.5 MB
+        if len(raw) > limit:
+            raise too_big
+        if request.META.get("HTTP_CONTENT_ENCODING", "").lower() == "gzip":
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                raw = inflater.decompress(raw, limit + 1)  # bounded: a gzip bomb stops at the limit
+            except zlib.error as exc:
+                raise ApiError(f"body is not valid gzip: {exc}", code="parse_error") from None
+            if len(raw) > limit or inflater.unconsumed_tail:
+                raise too_big
+        return raw
+
+
+class _RunReadView(APIView):
+    """Base of the read views: `self.run` is a run the caller may see (else 404)."""
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        self.run = sel.run_visible(user=request.user, run_id=kwargs["run_id"])
+
+
+class RunMetricsView(_RunReadView):
+    @extend_schema(parameters=[OpenApiParameter("since_step", int, required=False)],
+                   responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, run_id: int):
+        since = _int_param(request.query_params, "since_step")
+        return Response({"steps": sel.metrics_for(run=self.run, since_step=since)})
+
+
+class RunSamplesView(_RunReadView):
+    @extend_schema(parameters=[OpenApiParameter(n, str, required=False) for n in (
+        "step", "uid", "min_reward", "max_reward", "finish_reason", "has_tool_call", "order", "limit", "offset")],
+        responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, run_id: int):
+        qs = sel.samples_for(run=self.run, flt=sample_filter_from(request.query_params))
+        paginator = CountResultsPagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response([sel.sample_summary_dict(s) for s in page])
+
+
+class RunSampleDetailView(_RunReadView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, run_id: int, sample_id: int):
+        return Response(sel.sample_detail_dict(sel.sample_get(run=self.run, sample_id=sample_id)))
+
+
+class RunGroupView(_RunReadView):
+    @extend_schema(parameters=[OpenApiParameter("step", int), OpenApiParameter("uid", str)],
+                   responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, run_id: int):
+        step = _int_param(request.query_params, "step", minimum=0)
+        uid = request.query_params.get("uid")
+        if step is None:
+            raise ApiError("step is required", field="step")
+        if not uid:
+            return Response({"step": step, "groups": sel.groups_of_step(run=self.run, step=step)})
+        return Response(sel.group_for(run=self.run, step=step, uid=uid))
+
+
+def _since_param(params) -> datetime | None:
+    raw = params.get("since")
+    if raw in (None, ""):
+        return None
+    try:
+        return datetime.fromtimestamp(float(raw), tz=dt_timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        pass
+    parsed = parse_datetime(raw.replace(" ", "+")) if "T" in raw or "-" in raw else None
+    if parsed is None or parsed.tzinfo is None:
+        raise ApiError("since must be unix seconds or an ISO 8601 time with a zone", field="since")
+    return parsed
+
+
+class RunMemoryView(_RunReadView):
+    @extend_schema(parameters=[OpenApiParameter("since", str, required=False)],
+                   responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, run_id: int):
+        return Response({"points": sel.memory_for(run=self.run, since=_since_param(request.query_params))})
+
+
+class RunLogsView(_RunReadView):
+    @extend_schema(parameters=[OpenApiParameter("tail", int, required=False)],
+                   responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, run_id: int):
+        tail = _int_param(request.query_params, "tail", minimum=1) or 500
+        return Response({"lines": sel.logs_tail(run=self.run, tail=min(tail, 10000))})
+
+
+class RunRetentionView(_RunReadView):
+    """GET / PUT `{"mode": "all" | "per_step" | "every_kth_step", "k": N}`."""
+
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    def get(self, request, run_id: int):
+        r = RunRetention.objects.filter(run=self.run).first()
+        return Response({"mode": r.mode if r else RetentionMode.ALL, "k": r.k if r else 1})
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
+    def put(self, request, run_id: int):
+        data = request.data if isinstance(request.data, dict) else {}
+        mode, k = data.get("mode", RetentionMode.ALL), data.get("k", 1)
+        try:
+            r = retention_set(run=self.run, mode=mode, k=k, by=request.user)
+        except ValueError as exc:
+            raise ApiError(str(exc), field="k" if "k " in str(exc) else "mode") from None
+        return Response({"mode": r.mode, "k": r.k})

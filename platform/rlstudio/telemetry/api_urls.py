@@ -1,0 +1,15 @@
+"""API routes of telemetry, included by rlstudio.api.urls before the runs router (api.md paths)."""
+from django.urls import path
+
+from . import api
+
+urlpatterns = [
+    path("runs/<int:run_id>/events/", api.RunEventsIngestView.as_view(), name="run-events"),
+    path("runs/<int:run_id>/metrics/", api.RunMetricsView.as_view(), name="run-metrics"),
+    path("runs/<int:run_id>/samples/", api.RunSamplesView.as_view(), name="run-samples"),
+    path("runs/<int:run_id>/samples/<int:sample_id>/", api.RunSampleDetailView.as_view(), name="run-sample"),
+    path("runs/<int:run_id>/groups/", api.RunGroupView.as_view(), name="run-groups"),
+    path("runs/<int:run_id>/memory/", api.RunMemoryView.as_view(), name="run-memory"),
+    path("runs/<int:run_id>/logs/", api.RunLogsView.as_view(), name="run-logs"),
+    path("runs/<int:run_id>/retention/", api.RunRetentionView.as_view(), name="run-retention"),
+]

@@ -1,0 +1,167 @@
+"""Reads of telemetry, always through a run the user may see (another user's run is a 404).
+
+Pure reads returning plain dicts (the API answers them as JSON, the pages embed them with
+json_script): metrics per step, sample summaries with filters, one sample whole, a GRPO group with
+its statistics, one prompt across training, the memory timeline and the log tail.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from rlstudio.ownership import get_visible_or_404
+from rlstudio.runs.models import Run
+
+from .models import MemoryPoint, MetricRow, RunEvent, Sample
+
+SAMPLE_ORDERS = ("reward", "-reward", "step", "-step", "response_length", "-response_length",
+                 "num_turns", "-num_turns", "advantage", "-advantage", "index", "seq", "-seq")
+SUMMARY_FIELDS = ("id", "seq", "step", "uid", "index", "reward", "advantage", "response_length",
+                  "num_turns", "finish_reason", "has_tool_call")
+# Rewards this close count as identical: a group whose rewards are all identical has zero advantage.
+SAME_REWARD_TOL = 1e-9
+
+
+def run_visible(*, user: AbstractBaseUser, run_id) -> Run:
+    """The run if `user` owns it or is staff, else Http404."""
+    return get_visible_or_404(Run.objects.select_related("owner", "dataset", "model"), user=user, pk=run_id)
+
+
+def metrics_for(*, run: Run, since_step: int | None = None) -> list[dict[str, Any]]:
+    """[{step, time (ISO), t (unix), metrics}] in step order, steps > since_step."""
+    qs = MetricRow.objects.filter(run=run).order_by("step")
+    if since_step is not None:
+        qs = qs.filter(step__gt=since_step)
+    return [{"step": r.step, "time": r.time.isoformat(), "t": r.time.timestamp(), "metrics": r.metrics}
+            for r in qs]
+
+
+@dataclass(frozen=True)
+class SampleFilter:
+    """Filters of the samples table / API (None = not filtered)."""
+
+    step: int | None = None
+    uid: str | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    finish_reason: str | None = None
+    has_tool_call: bool | None = None
+    order: str = "seq"
+
+
+def samples_for(*, run: Run, flt: SampleFilter) -> QuerySet[Sample]:
+    """The run's samples (summary columns only) narrowed by `flt`, ordered by `flt.order`."""
+    if flt.order not in SAMPLE_ORDERS:
+        raise ValueError(f"order must be one of {', '.join(SAMPLE_ORDERS)}")
+    qs = Sample.objects.filter(run=run).only(*SUMMARY_FIELDS)
+    if flt.step is not None:
+        qs = qs.filter(step=flt.step)
+    if flt.uid is not None:
+        qs = qs.filter(uid=flt.uid)
+    if flt.min_reward is not None:
+        qs = qs.filter(reward__gte=flt.min_reward)
+    if flt.max_reward is not None:
+        qs = qs.filter(reward__lte=flt.max_reward)
+    if flt.finish_reason:
+        qs = qs.filter(finish_reason=flt.finish_reason)
+    if flt.has_tool_call is not None:
+        qs = qs.filter(has_tool_call=flt.has_tool_call)
+    tie = "seq" if flt.order.lstrip("-") != "seq" else "id"
+    return qs.order_by(flt.order, tie)
+
+
+def sample_summary_dict(s: Sample) -> dict[str, Any]:
+    return {f: getattr(s, f) for f in SUMMARY_FIELDS}
+
+
+def sample_get(*, run: Run, sample_id) -> Sample:
+    """One sample of `run` (already checked visible), or Http404 (also for malformed ids)."""
+    try:
+        sample = Sample.objects.filter(run=run, pk=int(sample_id)).first()
+    except (TypeError, ValueError):
+        sample = None
+    if sample is None:
+        raise Http404("Not found")
+    return sample
+
+
+def sample_detail_dict(s: Sample) -> dict[str, Any]:
+    """The whole sample: summary, transcript (messages, reward parts, ground truth) and token view."""
+    transcript = s.transcript if isinstance(s.transcript, dict) else {"messages": s.transcript}
+    return {**sample_summary_dict(s), "messages": transcript.get("messages", []),
+            "reward_extra": transcript.get("reward_extra") or {},
+            "ground_truth": transcript.get("ground_truth"), "data_source": transcript.get("data_source"),
+            "validation": bool(transcript.get("validation")), "token_view": s.token_view}
+
+
+def group_stats(rewards: list[float]) -> dict[str, Any]:
+    """Mean and (unbiased, as GRPO's torch.std) std of a group's rewards; flat when all identical.
+
+    rewards: [n] floats. std is None for n < 2.
+    """
+    n = len(rewards)
+    mean = sum(rewards) / n if n else None
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1)) if n >= 2 else None
+    flat = n >= 2 and (max(rewards) - min(rewards)) <= SAME_REWARD_TOL
+    return {"n": n, "mean": mean, "std": std, "flat": flat}
+
+
+def group_for(*, run: Run, step: int, uid: str) -> dict[str, Any]:
+    """The n samples of prompt `uid` at `step`, side by side, with the group's statistics."""
+    samples = list(Sample.objects.filter(run=run, step=step, uid=uid).order_by("index", "seq"))
+    rewards = [s.reward for s in samples if s.reward is not None]
+    return {"step": step, "uid": uid, "samples": [sample_detail_dict(s) for s in samples],
+            **group_stats(rewards)}
+
+
+def groups_of_step(*, run: Run, step: int) -> list[dict[str, Any]]:
+    """Every group of a step with its statistics (uid order), for the flat-group overview."""
+    by_uid: dict[str, list[float]] = {}
+    for uid, reward in Sample.objects.filter(run=run, step=step).order_by("uid", "index").values_list("uid", "reward"):
+        by_uid.setdefault(uid, [])
+        if reward is not None:
+            by_uid[uid].append(reward)
+    return [{"uid": uid, **group_stats(rw)} for uid, rw in by_uid.items()]
+
+
+def prompt_history(*, run: Run, uid: str) -> list[dict[str, Any]]:
+    """Prompt `uid` across training: per step (ascending), its samples and group statistics."""
+    by_step: dict[int, list[Sample]] = {}
+    for s in Sample.objects.filter(run=run, uid=uid).only(*SUMMARY_FIELDS).order_by("step", "index"):
+        by_step.setdefault(s.step, []).append(s)
+    return [{"step": step, "samples": [sample_summary_dict(s) for s in ss],
+             **group_stats([s.reward for s in ss if s.reward is not None])}
+            for step, ss in sorted(by_step.items())]
+
+
+def memory_for(*, run: Run, since: datetime | None = None) -> list[dict[str, Any]]:
+    qs = MemoryPoint.objects.filter(run=run).order_by("seq")
+    if since is not None:
+        qs = qs.filter(time__gt=since)
+    return [{"seq": p.seq, "time": p.time.isoformat(), "t": p.time.timestamp(), "step": p.step,
+             "phase": p.phase, "device": p.device, "allocated": p.allocated, "reserved": p.reserved,
+             "peak": p.peak, "rss": p.rss} for p in qs]
+
+
+def logs_tail(*, run: Run, tail: int = 500) -> list[dict[str, Any]]:
+    """The last `tail` log events of the run, oldest first."""
+    rows = list(RunEvent.objects.filter(run=run, type="log").order_by("-seq")[:tail])
+    return [{"seq": e.seq, "time": e.time.isoformat(), "level": e.data.get("level", "info"),
+             "message": e.data.get("message", "")} for e in reversed(rows)]
+
+
+def events_after(*, run_id: int, after: int, limit: int = 1000) -> list[dict[str, Any]]:
+    """Stored events with seq > after in seq order (the websocket replay source), as sent live."""
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
+    return [{"seq": e.seq, "type": e.type, "time": e.time.timestamp(), "data": e.data} for e in rows]
+
+
+def last_seq(*, run_id: int) -> int:
+    last = RunEvent.objects.filter(run_id=run_id).order_by("-seq").values_list("seq", flat=True).first()
+    return int(last or 0)

@@ -1,0 +1,331 @@
+"""Writes of telemetry: ingesting what a trainer reports, and a run's sample retention.
+
+`events_ingest(run=..., raw_events=[...])` is the one entry point of the ingest API:
+
+  1. each raw event is size-checked and validated with `trainer.events.validate_event`; a refused
+     event gets a reason and the rest of the batch is kept;
+  2. in one transaction: every new event becomes a RunEvent (INSERT ... ON CONFLICT DO NOTHING
+     RETURNING seq, so a resent batch stores nothing twice and we know exactly which seqs are new),
+     metrics are merged into one MetricRow per step, samples (subject to retention) into Sample,
+     memory into MemoryPoint; step / total_steps / heartbeat / checkpoint update the run; trainer
+     status events move the run through `runs.services.run_transition` where that is legal;
+  3. after commit: one compact message per new event to the run's Channels group (seq order) and
+     every new sample appended to the run's rollout dump files.
+
+RunEvent.data of a sample holds its summary (and `sample_id` when the transcript was kept), not the
+transcript: RunEvents are the websocket replay source and must stay small; transcripts live in Sample.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone as dt_timezone
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+from django.db.models import Count, F
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from rlstudio.accounts.services import audit_record
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.services import IllegalTransition, run_transition
+from trainer.events import EventError, validate_event
+
+from .broadcast import run_events_send
+from .models import MemoryPoint, RetentionMode, RunRetention, Sample
+
+log = logging.getLogger(__name__)
+S = RunStatus
+
+# Trainer status → the chain of run transitions that brings the run there, by the run's current
+# status. Only legal chains of `runs.services.ALLOWED_TRANSITIONS`; anything else is ignored (the
+# run already moved on, e.g. it was marked lost, or the platform is ahead of the trainer).
+STATUS_PATHS: dict[str, dict[str, tuple[str, ...]]] = {
+    "running": {S.SUBMITTING: (S.RUNNING,)},
+    "stopping": {S.RUNNING: (S.STOPPING,)},
+    "stopped": {S.STOPPING: (S.STOPPED,), S.RUNNING: (S.STOPPING, S.STOPPED)},
+    "succeeded": {S.RUNNING: (S.SUCCEEDED,), S.STOPPING: (S.SUCCEEDED,), S.SUBMITTING: (S.RUNNING, S.SUCCEEDED)},
+    "failed": {S.SUBMITTING: (S.FAILED,), S.RUNNING: (S.FAILED,), S.STOPPING: (S.FAILED,)},
+}
+SAMPLE_SUMMARY_KEYS = ("step", "uid", "index", "reward", "advantage", "response_length", "num_turns",
+                       "finish_reason", "tool_calls", "validation")
+
+
+@dataclass
+class Refusal:
+    """One event of a batch that was not stored, and why."""
+
+    index: int
+    seq: int | None
+    reason: str
+
+
+@dataclass
+class IngestResult:
+    accepted: int = 0
+    duplicates: int = 0
+    refused: list[Refusal] = field(default_factory=list)
+    transitions: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "refused": [{"index": r.index, "seq": r.seq, "reason": r.reason} for r in self.refused],
+        }
+
+
+def _when(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, tz=dt_timezone.utc)
+
+
+def _has_tool_call(data: dict[str, Any]) -> bool:
+    if data.get("tool_calls"):
+        return True
+    return any(m.get("role") == "assistant" and m.get("tool_calls") for m in data.get("messages", []))
+
+
+def sample_summary(data: dict[str, Any], *, sample_id: int | None) -> dict[str, Any]:
+    """The compact form of a sample event (what RunEvent stores and the websocket carries)."""
+    out = {k: data[k] for k in SAMPLE_SUMMARY_KEYS if k in data}
+    out["has_tool_call"] = _has_tool_call(data)
+    out["sample_id"] = sample_id
+    return out
+
+
+def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[dict[str, Any]], list[Refusal], int]:
+    """Validate a batch: (valid events in wire form, first per seq), refusals, in-batch duplicates."""
+    valid: dict[int, dict[str, Any]] = {}
+    refused: list[Refusal] = []
+    duplicates = 0
+    for index, raw in enumerate(raw_events):
+        seq = raw.get("seq") if isinstance(raw, dict) else None
+        seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        try:
+            size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+        except (TypeError, ValueError) as exc:
+            refused.append(Refusal(index, seq, f"event {index}: not JSON-encodable ({exc})"))
+            continue
+        if size > max_event_bytes:
+            refused.append(Refusal(index, seq, f"event {seq if seq is not None else index}: {size} bytes "
+                                               f"exceeds the per-event limit of {max_event_bytes}"))
+            continue
+        try:
+            event = validate_event(raw).to_dict()
+        except EventError as exc:
+            refused.append(Refusal(index, seq, exc.reason))
+            continue
+        if event["seq"] in valid:
+            duplicates += 1
+            continue
+        valid[event["seq"]] = event
+    return [valid[s] for s in sorted(valid)], refused, duplicates
+
+
+def _insert_run_events(run_id: int, events: list[dict[str, Any]], compact: dict[int, dict[str, Any]]) -> set[int]:
+    """INSERT the events' RunEvents, skipping (run, seq) already stored; the seqs actually inserted."""
+    if not events:
+        return set()
+    rows, params = [], []
+    for ev in events:
+        rows.append("(%s, %s, %s, %s, %s::jsonb)")
+        params += [run_id, ev["seq"], ev["type"], _when(ev["time"]), json.dumps(compact[ev["seq"]])]
+    sql = ("INSERT INTO telemetry_runevent (run_id, seq, type, time, data) VALUES " + ", ".join(rows)
+           + " ON CONFLICT (run_id, seq) DO NOTHING RETURNING seq")
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        return {row[0] for row in cur.fetchall()}
+
+
+def _upsert_metrics(run_id: int, events: list[dict[str, Any]]) -> None:
+    """One MetricRow per step; a later metrics event of the same step adds/overrides keys."""
+    merged: dict[int, tuple[float, dict[str, Any]]] = {}
+    for ev in events:
+        step = ev["data"]["step"]
+        _, metrics = merged.get(step, (0.0, {}))
+        merged[step] = (ev["time"], {**metrics, **ev["data"]["metrics"]})
+    if not merged:
+        return
+    rows, params = [], []
+    for step, (when, metrics) in sorted(merged.items()):
+        rows.append("(%s, %s, %s, %s::jsonb)")
+        params += [run_id, step, _when(when), json.dumps(metrics)]
+    sql = ("INSERT INTO telemetry_metricrow (run_id, step, time, metrics) VALUES " + ", ".join(rows)
+           + " ON CONFLICT (run_id, step) DO UPDATE SET metrics = telemetry_metricrow.metrics || "
+             "EXCLUDED.metrics, time = EXCLUDED.time")
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+
+
+def _retained(run: Run, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sample events whose transcript the database keeps, under the run's retention."""
+    retention = RunRetention.objects.filter(run=run).first()
+    if retention is None or retention.mode == RetentionMode.ALL:
+        return samples
+    k = max(int(retention.k), 1)
+    if retention.mode == RetentionMode.EVERY_KTH_STEP:
+        return [ev for ev in samples if ev["data"]["step"] % k == 0]
+    steps = {ev["data"]["step"] for ev in samples}
+    counts = _counts_per_step(run, steps)
+    kept = []
+    for ev in samples:
+        step = ev["data"]["step"]
+        if counts.get(step, 0) < k:
+            kept.append(ev)
+            counts[step] = counts.get(step, 0) + 1
+    return kept
+
+
+def _counts_per_step(run: Run, steps: set[int]) -> dict[int, int]:
+    rows = Sample.objects.filter(run=run, step__in=steps).values("step").annotate(n=Count("id"))
+    return {r["step"]: r["n"] for r in rows}
+
+
+def _store_samples(run: Run, samples: list[dict[str, Any]]) -> dict[int, int]:
+    """Create the Samples; {seq: sample id}."""
+    objs = []
+    for ev in samples:
+        d = ev["data"]
+        objs.append(Sample(
+            run=run, seq=ev["seq"], step=d["step"], uid=d["uid"], index=d["index"], reward=d["reward"],
+            advantage=d["advantage"], response_length=d["response_length"], num_turns=d["num_turns"],
+            finish_reason=d["finish_reason"], has_tool_call=_has_tool_call(d),
+            transcript={"messages": d["messages"], "reward_extra": d.get("reward_extra", {}),
+                        "ground_truth": d.get("ground_truth"), "data_source": d.get("data_source"),
+                        "tool_calls": d.get("tool_calls"), "validation": d.get("validation", False)},
+            token_view=d.get("token_view"),
+        ))
+    created = Sample.objects.bulk_create(objs)
+    return {s.seq: s.pk for s in created}
+
+
+def _link_sample_ids(run_id: int, ids: dict[int, int]) -> None:
+    if not ids:
+        return
+    rows = ", ".join(["(%s, %s)"] * len(ids))
+    params: list[Any] = []
+    for seq, pk in ids.items():
+        params += [seq, pk]
+    sql = (f"UPDATE telemetry_runevent e SET data = jsonb_set(e.data, '{{sample_id}}', to_jsonb(v.id)) "
+           f"FROM (VALUES {rows}) AS v(seq, id) WHERE e.run_id = %s AND e.seq = v.seq")
+    with connection.cursor() as cur:
+        cur.execute(sql, params + [run_id])
+
+
+def _apply_status(run: Run, events: list[dict[str, Any]]) -> list[str]:
+    """Move the run as the trainer's status events say, where legal; the transitions made."""
+    made = []
+    for ev in events:
+        state, message = ev["data"]["state"], ev["data"].get("message", "")
+        run.refresh_from_db(fields=["status"])
+        path = STATUS_PATHS.get(state, {}).get(run.status, ())
+        for to in path:
+            try:
+                error = (message or "the trainer reported a failure") if to == S.FAILED else ""
+                run_transition(run=run, to=to, error=error, reason="")
+                made.append(to)
+            except IllegalTransition as exc:  # another worker moved it first: theirs stands
+                log.info("ingest: %s", exc)
+                break
+    return made
+
+
+def events_ingest(*, run: Run, raw_events: list[Any]) -> IngestResult:
+    """Store a batch of trainer events for `run` (see the module docstring); never stores one twice."""
+    events, refused, in_batch_dups = parse_events(
+        raw_events, max_event_bytes=settings.RLSTUDIO_INGEST_MAX_EVENT_BYTES
+    )
+    result = IngestResult(refused=refused, duplicates=in_batch_dups)
+    if not events:
+        return result
+    compact = {ev["seq"]: (sample_summary(ev["data"], sample_id=None) if ev["type"] == "sample" else ev["data"])
+               for ev in events}
+    with transaction.atomic():
+        new_seqs = _insert_run_events(run.pk, events, compact)
+        new = [ev for ev in events if ev["seq"] in new_seqs]
+        result.accepted, result.duplicates = len(new), result.duplicates + len(events) - len(new)
+        by_type: dict[str, list[dict[str, Any]]] = {}
+        for ev in new:
+            by_type.setdefault(ev["type"], []).append(ev)
+        _upsert_metrics(run.pk, by_type.get("metrics", []))
+        samples = by_type.get("sample", [])
+        ids = _store_samples(run, _retained(run, samples)) if samples else {}
+        _link_sample_ids(run.pk, ids)
+        for seq, pk in ids.items():
+            compact[seq] = {**compact[seq], "sample_id": pk}
+        MemoryPoint.objects.bulk_create([
+            MemoryPoint(run=run, seq=ev["seq"], time=_when(ev["time"]), step=ev["data"]["step"],
+                        phase=ev["data"]["phase"], device=ev["data"]["device"],
+                        allocated=ev["data"].get("allocated"), reserved=ev["data"].get("reserved"),
+                        peak=ev["data"].get("peak"), rss=ev["data"].get("rss"))
+            for ev in by_type.get("memory", [])
+        ], ignore_conflicts=True)
+        _update_run(run, new, by_type)
+        result.transitions = _apply_status(run, by_type.get("status", []))
+        live = [{"seq": ev["seq"], "type": ev["type"], "time": ev["time"], "data": compact[ev["seq"]]}
+                for ev in new]
+        run_id = run.pk
+        transaction.on_commit(lambda: _after_commit(run_id, live, samples))
+    return result
+
+
+def _update_run(run: Run, new: list[dict[str, Any]], by_type: dict[str, list[dict[str, Any]]]) -> None:
+    """step (never backwards), total_steps, last_heartbeat (receipt time), checkpoint_path."""
+    updates: dict[str, Any] = {}
+    steps = [ev["data"]["step"] for ev in new if ev["type"] in ("metrics", "heartbeat", "status", "checkpoint")]
+    if steps:
+        updates["step"] = Greatest(F("step"), max(steps))
+    totals = [ev["data"]["total_steps"] for ev in by_type.get("status", []) if ev["data"].get("total_steps")]
+    if totals:
+        updates["total_steps"] = totals[-1]
+    if by_type.get("heartbeat"):
+        updates["last_heartbeat"] = timezone.now()
+    if by_type.get("checkpoint"):
+        updates["checkpoint_path"] = by_type["checkpoint"][-1]["data"]["path"][:1024]
+    if updates:
+        Run.objects.filter(pk=run.pk).update(**updates)
+
+
+def _after_commit(run_id: int, live: list[dict[str, Any]], samples: list[dict[str, Any]]) -> None:
+    try:
+        run_events_send(run_id=run_id, events=live)
+    except Exception:  # the events are stored: a viewer catches up with resume_after
+        log.exception("ingest: broadcast to run %s failed", run_id)
+    if samples:
+        try:
+            rollout_dump_append(run_id=run_id, samples=samples)
+        except OSError:
+            log.exception("ingest: rollout dump of run %s failed", run_id)
+
+
+def rollout_dir(run_id: int) -> Path:
+    return Path(settings.RLSTUDIO_ROLLOUT_DIR) / str(int(run_id)) / "rollouts"
+
+
+def rollout_dump_append(*, run_id: int, samples: list[dict[str, Any]]) -> None:
+    """Append each sample event (whole, one JSON line) to rollouts/step_<step>.jsonl of the run."""
+    folder = rollout_dir(run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    by_step: dict[int, list[str]] = {}
+    for ev in samples:
+        by_step.setdefault(ev["data"]["step"], []).append(json.dumps(ev, ensure_ascii=False))
+    for step, lines in by_step.items():
+        with open(folder / f"step_{step:06d}.jsonl", "a", encoding="utf-8") as fh:
+            fh.write("\n".join(lines) + "\n")
+
+
+def retention_set(*, run: Run, mode: str, k: int = 1, by: AbstractBaseUser | None) -> RunRetention:
+    """Set how many samples of `run` keep their transcript in the database (from now on)."""
+    if mode not in RetentionMode.values:
+        raise ValueError(f"retention mode must be one of {', '.join(RetentionMode.values)}, got {mode!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"retention k must be an int >= 1, got {k!r}")
+    with transaction.atomic():
+        retention, _ = RunRetention.objects.update_or_create(run=run, defaults={"mode": mode, "k": k})
+        audit_record(actor=by, action="run.retention", obj=run, data={"mode": mode, "k": k})
+    return retention

@@ -1,0 +1,12 @@
+"""Page routes of telemetry under /runs/<id>/ (the run page itself is routed by runs/urls.py)."""
+from django.urls import path
+
+from . import views
+
+app_name = "telemetry"
+
+urlpatterns = [
+    path("<int:run_id>/samples/<int:sample_id>/", views.sample_detail, name="sample"),
+    path("<int:run_id>/groups/", views.group_detail, name="group"),
+    path("<int:run_id>/prompts/", views.prompt_history, name="prompt"),
+]

@@ -1,0 +1,156 @@
+"""Pages of a run's telemetry: the live run page, a sample's transcript and token view, a GRPO group,
+one prompt across training. Server-rendered from stored data; static/js/run_live.js makes the run
+page live (websocket with resume_after) and static/js/telemetry_tokens.js colours the token view.
+All model and tool text is rendered through Django's autoescaping (never |safe).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import render
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
+from django.utils import timezone
+
+from rlstudio.api.errors import ApiError
+from rlstudio.runs.selectors import latest_reward, run_get_for
+
+from . import selectors as sel
+from .api import sample_filter_from
+from .models import RetentionMode, RunRetention
+
+SAMPLES_PAGE = 50
+
+
+def _template_exists(name: str) -> bool:
+    try:
+        get_template(name)
+        return True
+    except TemplateDoesNotExist:
+        return False
+
+
+def _header(run) -> dict[str, Any]:
+    """What the header shows; RUNS' run_header_context (controls, badges) wins where it exists."""
+    progress = min(100, round(100 * run.step / run.total_steps)) if run.total_steps else None
+    duration = ""
+    if run.started is not None:
+        seconds = max(int(((run.finished or timezone.now()) - run.started).total_seconds()), 0)
+        duration = f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    ctx: dict[str, Any] = {"row": {"run": run, "reward": latest_reward(run), "progress": progress,
+                                   "duration": duration}}
+    return ctx
+
+
+@login_required
+def run_detail(request, run_id: int):
+    run = run_get_for(user=request.user, run_id=run_id)
+    ctx = _header(run)
+    try:
+        from rlstudio.runs.selectors import run_header_context
+    except ImportError:
+        pass
+    else:
+        ctx.update(run_header_context(run=run, user=request.user))
+    try:
+        flt = sample_filter_from(request.GET)
+    except ApiError:
+        flt = sel.SampleFilter()
+    samples = list(sel.samples_for(run=run, flt=flt)[:SAMPLES_PAGE])
+    retention = RunRetention.objects.filter(run=run).first()
+    ctx.update({
+        "run": run,
+        "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+        "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
+                 "metrics": sel.metrics_for(run=run), "memory": sel.memory_for(run=run),
+                 "samples_api": f"/api/v1/runs/{run.pk}/samples/", "page_size": SAMPLES_PAGE},
+        "samples": samples,
+        "sample_filter": flt,
+        "logs": sel.logs_tail(run=run, tail=200),
+        "retention": retention.get_mode_display() if retention else RetentionMode.ALL.label,
+        "retention_k": retention.k if retention else None,
+        "has_controls": _template_exists("runs/_controls.html"),
+        "has_logs": _template_exists("runs/_logs.html"),
+    })
+    return render(request, "runs/run_detail.html", ctx)
+
+
+def _pretty_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages for the chat view, with each tool call's arguments as indented JSON text."""
+    out = []
+    for m in messages:
+        calls = []
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", call) if isinstance(call, dict) else {}
+            args = fn.get("arguments") if isinstance(fn, dict) else None
+            if isinstance(args, str):
+                try:
+                    args = json.loads(args)
+                except ValueError:
+                    pass
+            calls.append({"name": str(fn.get("name", "")) if isinstance(fn, dict) else "",
+                          "arguments": json.dumps(args, indent=2, ensure_ascii=False)
+                          if not isinstance(args, str) else args})
+        out.append({"role": m.get("role", ""), "content": m.get("content"), "tool_calls": calls})
+    return out
+
+
+def _tokens(view: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not view:
+        return []
+    ref = view.get("ref_logprobs") or [None] * len(view["ids"])
+    return [{"id": i, "piece": p, "mask": m, "lp": lp, "ref": r, "adv": a}
+            for i, p, m, lp, r, a in zip(view["ids"], view["pieces"], view["loss_mask"],
+                                         view["logprobs"], ref, view["advantages"])]
+
+
+@login_required
+def sample_detail(request, run_id: int, sample_id: int):
+    run = sel.run_visible(user=request.user, run_id=run_id)
+    sample = sel.sample_detail_dict(sel.sample_get(run=run, sample_id=sample_id))
+    return render(request, "telemetry/sample_detail.html", {
+        "run": run, "sample": sample, "messages": _pretty_tool_calls(sample["messages"]),
+        "reward_parts": json.dumps(sample["reward_extra"], indent=2, ensure_ascii=False),
+        "ground_truth": json.dumps(sample["ground_truth"], ensure_ascii=False),
+        "tokens": _tokens(sample["token_view"]),
+        "has_ref": bool(sample["token_view"] and sample["token_view"].get("ref_logprobs")),
+    })
+
+
+def _step_param(request) -> int:
+    try:
+        step = int(request.GET.get("step", ""))
+    except ValueError:
+        raise Http404("step must be an integer") from None
+    if step < 0:
+        raise Http404("step must be >= 0")
+    return step
+
+
+@login_required
+def group_detail(request, run_id: int):
+    """`?step=&uid=`: one group side by side; `?step=` alone: every group of the step, flat ones flagged."""
+    run = sel.run_visible(user=request.user, run_id=run_id)
+    step, uid = _step_param(request), request.GET.get("uid") or ""
+    if not uid:
+        return render(request, "telemetry/step_groups.html",
+                      {"run": run, "step": step, "groups": sel.groups_of_step(run=run, step=step)})
+    group = sel.group_for(run=run, step=step, uid=uid)
+    for s in group["samples"]:
+        s["final"] = next((m.get("content") for m in reversed(s["messages"])
+                           if m.get("role") == "assistant" and m.get("content")), "")
+    return render(request, "telemetry/group_detail.html", {"run": run, "group": group})
+
+
+@login_required
+def prompt_history(request, run_id: int):
+    """`?uid=`: the samples of one prompt at each step, in order."""
+    run = sel.run_visible(user=request.user, run_id=run_id)
+    uid = request.GET.get("uid") or ""
+    if not uid:
+        raise Http404("uid is required")
+    return render(request, "telemetry/prompt_history.html",
+                  {"run": run, "uid": uid, "steps": sel.prompt_history(run=run, uid=uid)})

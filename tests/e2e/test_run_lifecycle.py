@@ -1,0 +1,283 @@
+"""Runs end to end: API → Celery → Ray job → trainer → reconcile (Celery beat), all real.
+
+A real PostgreSQL, Redis, local Ray head, Celery worker and Celery beat; the cpu_smoke recipe on the
+tiny smoke model and GSM8K rows converted to the trainer's verl row shape.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from rest_framework.test import APIClient
+
+from rlstudio.accounts.models import AuditEvent
+from rlstudio.catalog.models import Dataset, ModelAsset
+from rlstudio.quotas.models import GpuQuota
+from rlstudio.runs import ray_jobs
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.services import run_admit, run_create, run_stop, run_submit
+
+S = RunStatus
+GSM8K = Path("/work/shared/data/gsm8k/train.jsonl")
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def _gsm8k_rows(n: int) -> list[dict]:
+    rows = []
+    with open(GSM8K, encoding="utf-8") as f:
+        for i, line in zip(range(n), f):
+            raw = json.loads(line)
+            rows.append({
+                "prompt": [{"role": "user", "content": raw["question"]}],
+                "data_source": "openai/gsm8k",
+                "reward_model": {"ground_truth": raw["answer"].split("####")[-1].strip()},
+                "extra_info": {"index": i},
+            })
+    return rows
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    """A tiny model and a converted GSM8K file on a path the worker and Ray both see."""
+    from trainer.models.tiny import make_tiny_model
+
+    root = tmp_path_factory.mktemp("run-assets")
+    model_dir = make_tiny_model(root / "tiny", preset="smoke", seed=0)
+    data = root / "gsm8k-train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _gsm8k_rows(16)), encoding="utf-8")
+    return {"model": str(model_dir), "data": str(data)}
+
+
+def _start_beat(*, test_database_url, ray_head, folder: Path) -> subprocess.Popen:
+    repo = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="rlstudio.config.settings.test",
+               PYTHONPATH=os.pathsep.join([str(repo / "platform"), str(repo)]), PYTHONUNBUFFERED="1",
+               DATABASE_URL=test_database_url, RAY_ADDRESS=ray_head, RAY_DASHBOARD_URL=ray_head,
+               RLSTUDIO_RECONCILE_INTERVAL_S="1")
+    celery = Path(os.sys.executable).with_name("celery")
+    log = open(folder / "beat.log", "wb")
+    return subprocess.Popen([str(celery), "-A", "rlstudio", "beat", "--loglevel", "INFO",
+                             "-s", str(folder / "schedule")], stdout=log, stderr=subprocess.STDOUT,
+                            cwd=repo, env=env, start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def services(celery_worker, test_database_url, ray_head, tmp_path_factory):
+    """The session's worker and Ray head, plus a beat of this module's own."""
+    folder = tmp_path_factory.mktemp("beat")
+    proc = _start_beat(test_database_url=test_database_url, ray_head=ray_head, folder=folder)
+    from django.conf import settings
+
+    old = settings.RAY_ADDRESS, settings.RAY_DASHBOARD_URL
+    settings.RAY_ADDRESS = settings.RAY_DASHBOARD_URL = ray_head  # the test process talks to Ray too
+    try:
+        yield {"worker": celery_worker, "ray": ray_head, "beat_log": folder / "beat.log"}
+    finally:
+        settings.RAY_ADDRESS, settings.RAY_DASHBOARD_URL = old
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+
+
+@pytest.fixture
+def make_user(transactional_db):
+    from django.contrib.auth import get_user_model
+
+    return lambda name: get_user_model().objects.create_user(username=name, password="pw-for-tests-1")
+
+
+@pytest.fixture
+def world(services, assets, make_user):
+    user = make_user("runner")
+    dataset = Dataset.objects.create(owner=user, name="gsm8k-16", file_path=assets["data"], sha256="0" * 64,
+                                     status="ready", format="jsonl")
+    model = ModelAsset.objects.create(owner=user, name="tiny-smoke", path=assets["model"], tokenizer_ok=True)
+    GpuQuota.objects.create(user=user, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=50)
+    api = APIClient()
+    api.force_authenticate(user)
+    return {"user": user, "dataset": dataset, "model": model, "api": api}
+
+
+def _launch(world, name: str, **overrides) -> dict:
+    body = {"name": name, "dataset": world["dataset"].pk, "model": world["model"].pk, "preset": "cpu_smoke",
+            "gpus": 0, "overrides": {"trainer.total_training_steps": 2, **overrides}}
+    resp = world["api"].post("/api/v1/runs/", body, format="json")
+    assert resp.status_code == 201, resp.content
+    return resp.json()
+
+
+def _wait(run_id: int, pred, *, timeout: float, what: str) -> Run:
+    deadline = time.monotonic() + timeout
+    run = Run.objects.get(pk=run_id)
+    while time.monotonic() < deadline:
+        run = Run.objects.get(pk=run_id)
+        if pred(run):
+            return run
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id}: {what} not reached in {timeout:.0f}s; it is {run.status} "
+                         f"step {run.step} error {run.error[-2000:]!r}")
+
+
+def _path_of_states(run_id: int) -> list[str]:
+    events = AuditEvent.objects.filter(action="run.transition", object_id=str(run_id)).order_by("id")
+    return [S.QUEUED] + [e.data["to"] for e in events]
+
+
+def _trainer_process(run: Run) -> psutil.Process | None:
+    out = (run.config.get("trainer") or {}).get("default_local_dir")
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = p.info["cmdline"] or []
+        if "trainer" in cmd and out in cmd:
+            return p
+    return None
+
+
+def test_launch_goes_queued_submitting_running_succeeded_with_a_checkpoint(world):
+    body = _launch(world, "smoke")
+    assert body["status"] in (S.SUBMITTING, S.RUNNING) and body["total_steps"] == 2
+    run = _wait(body["id"], lambda r: r.is_terminal, timeout=150, what="a terminal state")
+    assert run.status == S.SUCCEEDED, run.error
+    assert _path_of_states(run.pk) == [S.QUEUED, S.SUBMITTING, S.RUNNING, S.SUCCEEDED]
+    assert run.checkpoint_path.endswith("global_step_2") and Path(run.checkpoint_path).is_dir()
+    assert run.step == 2 and run.started and run.finished and run.last_heartbeat
+    spec = run.config
+    assert spec["data"]["train_files"] == world["dataset"].file_path
+    assert spec["actor_rollout_ref"]["model"]["path"] == world["model"].path
+    assert "jsonl" in spec["trainer"]["logger"]
+    job = ray_jobs.job_info(run.ray_submission_id)
+    assert job is not None and job.status == ray_jobs.SUCCEEDED
+    logs = world["api"].get(f"/api/v1/runs/{run.pk}/job-log/?tail=5").json()
+    assert logs["source"] == "ray" and 0 < len(logs["lines"]) <= 5
+
+
+def test_stop_saves_a_checkpoint_and_resume_continues_at_the_next_step(world):
+    body = _launch(world, "long", **{"trainer.total_training_steps": 200, "trainer.save_freq": -1})
+    _wait(body["id"], lambda r: r.status == S.RUNNING and r.step >= 1, timeout=120, what="running, step 1")
+    t0 = time.monotonic()
+    resp = world["api"].post(f"/api/v1/runs/{body['id']}/stop/", {"checkpoint": True}, format="json")
+    assert resp.status_code == 202 and resp.json()["status"] == S.STOPPING
+    run = _wait(body["id"], lambda r: r.is_terminal, timeout=60, what="stopped")
+    stop_seconds = time.monotonic() - t0
+    assert run.status == S.STOPPED, run.error
+    ckpt = Path(run.checkpoint_path)
+    n = int(ckpt.name.split("_")[-1])
+    assert ckpt.is_dir() and n >= 1, run.checkpoint_path
+    # A stopped run cannot be stopped again.
+    assert world["api"].post(f"/api/v1/runs/{run.pk}/stop/", {}, format="json").status_code == 409
+
+    resp = world["api"].post(f"/api/v1/runs/{run.pk}/resume/", {}, format="json")
+    assert resp.status_code == 201, resp.content
+    child = resp.json()
+    assert child["parent"] == run.pk and child["parent_kind"] == "resume"
+    new = _wait(child["id"], lambda r: r.step >= n + 1, timeout=120, what=f"step {n + 1}")
+    assert new.config["trainer"]["resume_from_path"] == str(ckpt)
+    events = [json.loads(line) for line in
+              (Path(new.config["trainer"]["default_local_dir"]) / "events.jsonl").read_text().splitlines()]
+    steps = [e["data"]["step"] for e in events if e["type"] == "metrics"]
+    assert steps and steps[0] == n + 1, steps
+    run_stop(run=new, by=world["user"], force=True)
+    _wait(new.pk, lambda r: r.is_terminal, timeout=60, what="force-stopped")
+    print(f"stop → stopped: {stop_seconds:.1f}s")
+
+
+def test_sigkilled_trainer_is_failed_with_the_log_tail(world):
+    body = _launch(world, "killed", **{"trainer.total_training_steps": 200, "trainer.save_freq": -1})
+    run = _wait(body["id"], lambda r: r.status == S.RUNNING and r.step >= 1, timeout=120, what="running")
+    proc = _trainer_process(run)
+    assert proc is not None
+    proc.send_signal(signal.SIGKILL)
+    t0 = time.monotonic()
+    run = _wait(run.pk, lambda r: r.is_terminal, timeout=30, what="failed or lost")
+    assert run.status in (S.FAILED, S.LOST)
+    assert time.monotonic() - t0 < 30
+    # The error carries the job's last log lines (the trainer's console output).
+    assert "step" in run.error.lower() or "entrypoint" in run.error.lower(), run.error
+
+
+def test_a_duplicated_submit_task_makes_one_ray_job(world):
+    from rlstudio.runs.tasks import submit_run
+
+    run, _ = run_create(owner=world["user"], name="dup", dataset=world["dataset"], model=world["model"],
+                        config=_config(world), gpus=0)
+    # Admit it by hand and send the submit task twice more on top of the one admission sends.
+    assert run_admit(run=run, by=world["user"])
+    submit_run.delay(run.pk)
+    submit_run.delay(run.pk)
+    run = _wait(run.pk, lambda r: r.ray_submission_id, timeout=60, what="submitted")
+    assert run_submit(run_id=run.pk).startswith("skipped")
+    c = ray_jobs.client()
+    mine = [j for j in c.list_jobs() if (j.metadata or {}).get("rlstudio_run") == str(run.pk)]
+    assert len(mine) == 1 and mine[0].submission_id == run.ray_submission_id
+    # Ray itself refuses a second job with the run's submission id.
+    assert ray_jobs.submit(submission_id=run.ray_submission_id, entrypoint="true", env_vars={},
+                           num_cpus=0, num_gpus=0, metadata={}) is False
+    _wait(run.pk, lambda r: r.is_terminal, timeout=150, what="finished")
+
+
+def _config(world) -> dict:
+    from rlstudio.runs.launch import build_config
+
+    return build_config(preset="cpu_smoke", overrides={"trainer.total_training_steps": 1},
+                        dataset=world["dataset"], model=world["model"])
+
+
+def test_twenty_concurrent_launches_against_a_quota_of_one(world):
+    GpuQuota.objects.filter(user=world["user"]).update(max_concurrent_runs=1)
+    config = _config(world)
+    runs = [run_create(owner=world["user"], name=f"q{i}", dataset=world["dataset"], model=world["model"],
+                       config=config, gpus=0)[0] for i in range(20)]
+    results: dict[int, bool] = {}
+    barrier = threading.Barrier(20)
+
+    def go(run):
+        from django.db import connection
+
+        try:
+            barrier.wait()
+            results[run.pk] = run_admit(run=run, by=world["user"])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(results.values()) == 1
+    first = next(pk for pk, ok in results.items() if ok)
+    queued = Run.objects.filter(pk__in=[r.pk for r in runs], status=S.QUEUED)
+    assert queued.count() == 19
+    reasons = set(queued.values_list("queue_reason", flat=True))
+    assert all(r for r in reasons), reasons
+    assert any("1 of your 1 concurrent run" in r for r in reasons), reasons
+    # Position and reason are what the quota API shows.
+    usage = world["api"].get("/api/v1/quota/").json()
+    assert [q["position"] for q in usage["queued"]] == list(range(1, 20))
+    # The first one runs to its end; the reconcile then admits the oldest waiting one.
+    _wait(first, lambda r: r.is_terminal, timeout=150, what="first run finished")
+    oldest = min(r.pk for r in runs if r.pk != first)
+    _wait(oldest, lambda r: r.status != S.QUEUED, timeout=30, what="next admitted")
+    for r in Run.objects.filter(pk__in=[r.pk for r in runs], status=S.QUEUED):
+        run_stop(run=r, by=world["user"])
+    _wait(oldest, lambda r: r.is_terminal, timeout=150, what="second run finished")
+
+
+def test_another_user_cannot_see_stop_resume_or_clone(world, make_user):
+    run, _ = run_create(owner=world["user"], name="private", dataset=world["dataset"], model=world["model"],
+                        config=_config(world), gpus=0)
+    other = APIClient()
+    other.force_authenticate(make_user("mallory"))
+    assert other.get(f"/api/v1/runs/{run.pk}/").status_code == 404
+    for verb in ("stop", "resume", "clone"):
+        resp = other.post(f"/api/v1/runs/{run.pk}/{verb}/", {}, format="json")
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+    assert other.get(f"/api/v1/runs/{run.pk}/job-log/").status_code == 404
+    assert Run.objects.get(pk=run.pk).status == S.QUEUED
+    assert Run.objects.filter(parent=run).count() == 0
+    run_stop(run=run, by=world["user"])

@@ -1,0 +1,268 @@
+"""Dataset upload through the real API view: the bad-file corpus, format equivalence, rows, reward
+check, delete and isolation. Validation runs in-process through the same service the Celery task
+calls (the worker test is test_dataset_worker.py)."""
+import gzip
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
+
+from rlstudio.catalog.models import Dataset
+from rlstudio.catalog.services import dataset_validate
+
+GSM8K_TEST = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
+GSM8K_TEST = GSM8K_TEST.resolve() if GSM8K_TEST.exists() else Path("/work/shared/data/gsm8k/test.jsonl")
+GOOD = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}
+
+
+def jsonl(*rows) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+@pytest.fixture
+def uploads(settings, tmp_path):
+    settings.UPLOADS_DIR = tmp_path / "uploads"
+    settings.RLSTUDIO_MAX_LINE_BYTES = 64 * 1024
+    settings.RLSTUDIO_MAX_NESTING_DEPTH = 16
+    settings.RLSTUDIO_MAX_DECOMPRESSED_BYTES = 5 * 1024 * 1024
+    return tmp_path / "uploads"
+
+
+@pytest.fixture
+def api(alice):
+    client = APIClient()
+    client.force_authenticate(alice)
+    return client
+
+
+def upload(api, name: str, content: bytes, **fields):
+    return api.post("/api/v1/datasets/", {"file": SimpleUploadedFile(name, content), **fields}, format="multipart")
+
+
+def upload_and_validate(api, name, content, **fields) -> tuple[int, dict]:
+    """(status, body) of the request; when it created a dataset, validate it and return the dataset."""
+    resp = upload(api, name, content, **fields)
+    if resp.status_code != 201:
+        return resp.status_code, resp.json()
+    ds = dataset_validate(dataset=Dataset.objects.get(pk=resp.json()["id"]))
+    return resp.status_code, api.get(f"/api/v1/datasets/{ds.pk}/").json()
+
+
+def files_left(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+
+
+def gzip_bomb() -> bytes:
+    # 40 MB of valid rows that compress to ~100 KB: refused for the expanded size, not for content.
+    line = json.dumps(GOOD).encode() + b"\n"
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=9) as gz:
+        chunk = line * 20000
+        for _ in range(40 * 1024 * 1024 // len(chunk) + 1):
+            gz.write(chunk)
+    return buf.getvalue()
+
+
+BAD = [
+    # (id, file name, content, preset, words the message must contain, line it must name)
+    ("empty", "e.jsonl", b"", "auto", "empty", None),
+    ("blank-lines", "b.jsonl", b"\n\n  \n", "auto", "no rows", None),
+    ("invalid-utf8", "u.jsonl", jsonl(GOOD) + b'{"question": "caf\xe9", "answer": "#### 1"}\n', "gsm8k", "UTF-8", 2),
+    ("truncated-last-line", "t.jsonl", jsonl(GOOD, GOOD) + b'{"question": "x", "ans', "gsm8k", "not valid JSON", 3),
+    ("array-not-object", "a.jsonl", jsonl(GOOD) + b'[1, 2, 3]\n', "gsm8k", "expected a JSON object, got an array", 2),
+    ("missing-field", "m.jsonl", jsonl(GOOD, GOOD, {"question": "only"}), "gsm8k", "'answer'", 3),
+    ("wrong-type", "w.jsonl", jsonl(GOOD, {"question": 12, "answer": "#### 3"}), "gsm8k", "'question': must be text", 2),
+    ("no-final-answer", "f.jsonl", jsonl({"question": "q", "answer": "no marker"}), "gsm8k", "####", 1),
+    ("nul-bytes", "n.jsonl", jsonl(GOOD) + b'{"question": "a\x00b"}\n', "gsm8k", "NUL", 2),
+    ("text-posing-as-parquet", "p.parquet", b"question,answer\nhello,#### 1\n", "auto", "not a Parquet file", None),
+    ("unknown-role", "r.jsonl", jsonl({"messages": [{"role": "user", "content": "hi"}], "ground_truth": "1"},
+                                      {"messages": [{"role": "wizard", "content": "hi"}], "ground_truth": "1"}),
+     "messages", "unknown chat role 'wizard'", 2),
+    ("no-user-message", "nu.jsonl", jsonl({"messages": [{"role": "system", "content": "s"}], "ground_truth": "1"}),
+     "messages", "no user message", 1),
+    ("over-long-line", "l.jsonl", jsonl(GOOD) + jsonl({"question": "x" * 70000, "answer": "#### 1"}), "gsm8k",
+     "longer than the limit", 2),
+    ("deep-nesting", "d.jsonl", jsonl(GOOD) + b'{"question": ' + b"[" * 40 + b"]" * 40 + b', "answer": "#### 1"}\n',
+     "gsm8k", "nested deeper", 2),
+    ("gzip-bomb", "bomb.jsonl.gz", None, "gsm8k", "expands past the limit", None),
+    ("fake-gzip", "g.jsonl.gz", jsonl(GOOD), "auto", "not gzip", None),
+    ("unrecognised-layout", "x.jsonl", jsonl({"foo": 1}), "auto", "cannot recognise the layout", 1),
+    ("unknown-extension", "x.exe", b"MZ\x90\x00", "auto", "unsupported file type", None),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_file_is_refused_with_its_place_and_nothing_left(api, uploads, case):
+    _id, name, content, preset, words, line = case
+    if content is None:
+        content = gzip_bomb()
+    code, body = upload_and_validate(api, name, content, preset=preset)
+    if code == 201:
+        assert body["status"] == "invalid", body
+        message, got_line = body["error"], body["error_line"]
+    else:
+        assert 400 <= code < 500 and "error" in body, body
+        message, got_line = body["error"]["message"], body["error"]["line"]
+    assert words in message, message
+    if line is not None:
+        assert got_line == line and f"line {line}" in message, message
+    assert files_left(uploads) == []
+    assert Dataset.objects.filter(status=Dataset.Status.READY).count() == 0
+
+
+@pytest.mark.django_db
+def test_over_size_limit_is_refused_413(api, uploads, settings):
+    settings.RLSTUDIO_MAX_UPLOAD_BYTES = 1000
+    resp = upload(api, "big.jsonl", jsonl(*[GOOD] * 50))
+    assert resp.status_code == 413 and resp.json()["error"]["code"] == "too_large"
+    assert files_left(uploads) == [] and not Dataset.objects.exists()
+
+
+def _gsm8k_rows(n: int) -> list[dict]:
+    with open(GSM8K_TEST, encoding="utf-8") as f:
+        return [json.loads(next(f)) for _ in range(n)]
+
+
+@pytest.mark.django_db
+def test_jsonl_parquet_csv_json_gzip_zip_give_the_same_rows(api, uploads, tmp_path):
+    import datasets
+
+    rows = _gsm8k_rows(60)
+    table = pa.Table.from_pylist(rows)
+    pbuf, cbuf = io.BytesIO(), io.BytesIO()
+    pq.write_table(table, pbuf)
+    pacsv.write_csv(table, cbuf)
+    folder = tmp_path / "hf"
+    datasets.Dataset.from_list(rows).save_to_disk(str(folder))
+    zbuf = io.BytesIO()
+    with zipfile.ZipFile(zbuf, "w") as zf:
+        for p in folder.rglob("*"):
+            zf.write(p, Path("hf") / p.relative_to(folder))
+    variants = {
+        "g.jsonl": jsonl(*rows), "g.parquet": pbuf.getvalue(), "g.csv": cbuf.getvalue(),
+        "g.json": json.dumps(rows).encode(), "g.jsonl.gz": gzip.compress(jsonl(*rows)), "g.zip": zbuf.getvalue(),
+    }
+    seen = {}
+    for name, content in variants.items():
+        code, body = upload_and_validate(api, name, content)
+        assert code == 201 and body["status"] == "ready", (name, body)
+        assert body["num_rows"] == 60 and body["preset"] == "gsm8k"
+        got = api.get(f"/api/v1/datasets/{body['id']}/rows/?limit=500").json()
+        assert got["count"] == 60
+        seen[name] = [(r["prompt"], r["ground_truth"]) for r in got["results"]]
+    first = seen.pop("g.jsonl")
+    for name, got in seen.items():
+        assert got == first, name
+    assert [gt for _, gt in first] == [r["answer"].split("#### ")[-1].replace(",", "") for r in rows]
+
+
+@pytest.mark.django_db
+def test_rows_api_pages_with_the_sparse_index(api, uploads):
+    rows = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(250)]
+    _, body = upload_and_validate(api, "p.jsonl", jsonl(*rows))
+    page = api.get(f"/api/v1/datasets/{body['id']}/rows/?offset=195&limit=10").json()
+    assert page["count"] == 250
+    assert [r["ground_truth"] for r in page["results"]] == [str(i) for i in range(195, 205)]
+    assert api.get(f"/api/v1/datasets/{body['id']}/rows/?offset=9999").json()["results"] == []
+    assert api.get(f"/api/v1/datasets/{body['id']}/rows/?offset=abc&limit=x").status_code == 200
+
+
+@pytest.mark.django_db
+def test_same_file_twice_is_recognised(api, uploads):
+    code1, first = upload_and_validate(api, "a.jsonl", jsonl(GOOD))
+    resp = upload(api, "renamed.jsonl", jsonl(GOOD))
+    assert resp.status_code == 200 and resp.json()["id"] == first["id"] and resp.json()["duplicate"] is True
+    assert len([p for p in files_left(uploads) if "rows" not in p.parts]) == 1
+
+
+@pytest.mark.django_db
+def test_converted_file_is_readable_by_the_trainer(api, uploads):
+    from trainer.data import read_rows
+    from trainer.data.dataset import normalize_row
+
+    rows = _gsm8k_rows(20)
+    _, body = upload_and_validate(api, "t.jsonl", jsonl(*rows))
+    ds = Dataset.objects.get(pk=body["id"])
+    read = read_rows([ds.converted_path])
+    assert len(read) == 20
+    norm = normalize_row(read[3], position=3)
+    assert norm["ground_truth"] == rows[3]["answer"].split("#### ")[-1].replace(",", "")
+    assert norm["messages"][0]["role"] == "system" and rows[3]["question"] in norm["messages"][1]["content"]
+    assert norm["tool_specs"] == ["calc_gsm8k_reward"]
+    assert norm["tools_kwargs"]["calc_gsm8k_reward"]["create_kwargs"]["ground_truth"] == norm["ground_truth"]
+
+
+@pytest.mark.django_db
+def test_reward_check_scores_correct_1_and_wrong_0(api, uploads):
+    _, body = upload_and_validate(api, "r.jsonl", jsonl(*_gsm8k_rows(3)))
+    resp = api.post(f"/api/v1/datasets/{body['id']}/reward-check/",
+                    {"reward": "default", "tools": ["calc_gsm8k_reward"], "rows": 2}, format="json")
+    assert resp.status_code == 200, resp.json()
+    results = resp.json()["results"]
+    by = {(r["row"], r["kind"]): r for r in results}
+    for row in (0, 1):
+        assert by[(row, "correct")]["score"] == 1.0
+        assert by[(row, "wrong")]["score"] == 0.0
+        assert by[(row, "no_marker")]["score"] == 0.0
+        assert by[(row, "tool_call:calc_gsm8k_reward")]["tool_score"] == 1.0
+
+
+@pytest.mark.django_db
+def test_reward_check_refuses_a_dataset_without_ground_truth(api, uploads):
+    rows = [{"messages": [{"role": "user", "content": "hi"}], "ground_truth": None}]
+    _, body = upload_and_validate(api, "m.jsonl", jsonl(*rows), preset="messages")
+    assert body["status"] == "ready", body
+    resp = api.post(f"/api/v1/datasets/{body['id']}/reward-check/", {"reward": "gsm8k"}, format="json")
+    assert resp.status_code == 400 and "no ground truth" in resp.json()["error"]["message"]
+    resp = api.post(f"/api/v1/datasets/{body['id']}/reward-check/", {"reward": "nope"}, format="json")
+    assert resp.status_code == 400 and "unknown reward" in resp.json()["error"]["message"]
+
+
+@pytest.mark.django_db
+def test_html_is_accepted_and_shown_escaped(api, uploads, alice, client):
+    evil = {"question": '<script>alert("x")</script><img src=x onerror=alert(1)>', "answer": "#### 7"}
+    _, body = upload_and_validate(api, "<b>evil</b>.jsonl", jsonl(evil))
+    assert body["status"] == "ready"
+    client.force_login(alice)
+    page = client.get(f"/datasets/{body['id']}/").content.decode()
+    assert "<script>alert" not in page and "onerror=alert(1)>" not in page
+    assert "&lt;script&gt;alert" in page
+
+
+@pytest.mark.django_db
+def test_other_user_cannot_see_preview_or_delete(api, uploads, bob, client):
+    _, body = upload_and_validate(api, "a.jsonl", jsonl(GOOD))
+    other = APIClient()
+    other.force_authenticate(bob)
+    for resp in (other.get(f"/api/v1/datasets/{body['id']}/"), other.get(f"/api/v1/datasets/{body['id']}/rows/"),
+                 other.delete(f"/api/v1/datasets/{body['id']}/"),
+                 other.post(f"/api/v1/datasets/{body['id']}/reward-check/", {}, format="json")):
+        assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
+    client.force_login(bob)
+    assert client.get(f"/datasets/{body['id']}/").status_code == 404
+    assert Dataset.objects.filter(pk=body["id"]).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_delete_removes_file_and_rows_and_refuses_in_use(api, uploads, alice, make_model):
+    from rlstudio.runs.services import run_create
+
+    _, body = upload_and_validate(api, "a.jsonl", jsonl(GOOD))
+    _, used = upload_and_validate(api, "b.jsonl", jsonl(GOOD, GOOD))
+    run, _ = run_create(owner=alice, name="uses-b", dataset=Dataset.objects.get(pk=used["id"]),
+                        model=make_model(alice), config={"trainer": {"total_steps": 1}}, gpus=0)
+    resp = api.delete(f"/api/v1/datasets/{used['id']}/")
+    assert resp.status_code == 409 and "uses-b" in resp.json()["error"]["message"]
+    ds = Dataset.objects.get(pk=body["id"])
+    paths = [Path(ds.file_path), Path(ds.converted_path)]
+    assert all(p.exists() for p in paths)
+    assert api.delete(f"/api/v1/datasets/{body['id']}/").status_code == 204
+    assert not any(p.exists() for p in paths) and not Dataset.objects.filter(pk=body["id"]).exists()

@@ -1,0 +1,76 @@
+"""Model registration: a real tiny checkpoint is checked and counted; bad folders are refused."""
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from rlstudio.catalog.models import ModelAsset, Dataset
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from trainer.models.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("models") / "tiny", preset="smoke")
+
+
+@pytest.fixture
+def api(alice, settings, tiny, tmp_path):
+    settings.RLSTUDIO_MODEL_ROOTS = [str(tiny.parent), str(tmp_path)]
+    settings.UPLOADS_DIR = tmp_path / "uploads"
+    client = APIClient()
+    client.force_authenticate(alice)
+    return client
+
+
+@pytest.mark.django_db
+def test_register_counts_parameters_without_loading(api, tiny):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    resp = api.post("/api/v1/models/", {"name": "tiny", "path": str(tiny)}, format="json")
+    assert resp.status_code == 201, resp.json()
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    assert resp.json()["num_parameters"] == sum(p.numel() for p in model.parameters())
+    assert resp.json()["tokenizer_ok"] is True
+
+
+@pytest.mark.django_db
+def test_bad_model_folders_are_refused(api, tmp_path, tiny):
+    (tmp_path / "empty").mkdir()
+    notok = tmp_path / "notok"
+    notok.mkdir()
+    (notok / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    cases = [("/etc", "must be under"), (str(tmp_path / "missing"), "no such folder"),
+             (str(tmp_path / "empty"), "no config.json"), (str(notok), "tokenizer"), ("relative/x", "absolute")]
+    for path, words in cases:
+        resp = api.post("/api/v1/models/", {"name": "x", "path": path}, format="json")
+        assert resp.status_code == 400 and words in resp.json()["error"]["message"], (path, resp.json())
+    assert not ModelAsset.objects.exists()
+
+
+@pytest.mark.django_db
+def test_token_stats_with_the_models_tokenizer(api, tiny, alice):
+    from transformers import AutoTokenizer
+
+    from rlstudio.catalog.services import dataset_validate
+
+    api.post("/api/v1/models/", {"name": "tiny", "path": str(tiny)}, format="json")
+    rows = [{"question": "q " * (i + 1), "answer": f"#### {i}"} for i in range(30)]
+    content = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    resp = api.post("/api/v1/datasets/", {"file": SimpleUploadedFile("s.jsonl", content)}, format="multipart")
+    ds = dataset_validate(dataset=Dataset.objects.get(pk=resp.json()["id"]))
+    stats = ds.stats["prompt_tokens"]
+    tok = AutoTokenizer.from_pretrained(tiny)
+    from rlstudio.catalog.services import tool_schemas
+    from rlstudio.catalog.conversion import iter_converted
+
+    schemas = tool_schemas()
+    want = sorted(len(tok(tok.apply_chat_template(r["prompt"], tools=[schemas["calc_gsm8k_reward"]],
+                                                   add_generation_prompt=True, tokenize=False),
+                          add_special_tokens=False)["input_ids"]) for r in iter_converted(ds.converted_path))
+    assert (stats["count"], stats["min"], stats["max"]) == (30, want[0], want[-1])
+    assert stats["mean"] == round(sum(want) / 30, 2) and sum(stats["histogram"]["counts"]) == 30
+    assert stats["over_max_prompt_length"] == sum(1 for w in want if w > 1024)

@@ -1,0 +1,198 @@
+"""The trainer's ingest API: run-token auth, exactly-once storage, refusals with reasons, effects."""
+import gzip
+import json
+import time
+
+import pytest
+from django.test import Client, TestCase
+
+from rlstudio.accounts.models import AuditEvent
+from rlstudio.runs.models import Run
+from rlstudio.runs.services import run_create, run_transition
+from rlstudio.telemetry.models import MemoryPoint, MetricRow, RunEvent, Sample
+from rlstudio.telemetry.services import retention_set, rollout_dir
+
+pytestmark = pytest.mark.django_db
+T0 = 1_764_440_000.0
+
+
+@pytest.fixture(autouse=True)
+def _rollout_dir(settings, tmp_path):
+    settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
+
+
+@pytest.fixture
+def run_and_token(alice, make_dataset, make_model):
+    run, token = run_create(owner=alice, name="ingest-run", dataset=make_dataset(alice),
+                            model=make_model(alice), config={}, gpus=0)
+    return run, token
+
+
+def sample_event(seq, *, step=1, uid="p0", index=0, reward=1.0, adv=0.5, tool=False, finish="stop"):
+    assistant = {"role": "assistant", "content": "<b>#### 5</b>"}
+    if tool:
+        assistant = {"role": "assistant", "content": None,
+                     "tool_calls": [{"name": "calculator", "arguments": {"expression": "2+3"}}]}
+    return {"seq": seq, "type": "sample", "time": T0 + seq, "data": {
+        "step": step, "uid": uid, "index": index, "reward": reward, "advantage": adv,
+        "response_length": 7, "num_turns": 1, "finish_reason": finish, "tool_calls": 1 if tool else 0,
+        "messages": [{"role": "user", "content": "2+3?"}, assistant],
+        "token_view": {"ids": [5, 6], "pieces": ["#", "5"], "loss_mask": [1, 1], "logprobs": [-0.1, -2.0],
+                       "ref_logprobs": None, "advantages": [adv, adv]}}}
+
+
+def metrics_event(seq, step, **metrics):
+    return {"seq": seq, "type": "metrics", "time": T0 + seq, "data": {"step": step, "metrics": metrics}}
+
+
+def post(run_id, token, events, *, gz=False, raw=None, auth="Bearer"):
+    body = raw if raw is not None else json.dumps({"events": events}).encode()
+    headers = {}
+    if gz:
+        body = gzip.compress(body)
+        headers["HTTP_CONTENT_ENCODING"] = "gzip"
+    if token is not None:
+        headers["HTTP_AUTHORIZATION"] = f"{auth} {token}"
+    # The test's transaction never commits: run the after-commit work (broadcast, dumps) on exit.
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        return Client().post(f"/api/v1/runs/{run_id}/events/", body, content_type="application/json", **headers)
+
+
+def test_token_checks(run_and_token, alice, make_dataset, make_model):
+    run, token = run_and_token
+    other, other_token = run_create(owner=alice, name="other", dataset=make_dataset(alice, "d2"),
+                                    model=make_model(alice, "m2"), config={}, gpus=0)
+    ev = [metrics_event(1, 1, x=1.0)]
+    assert post(run.pk, None, ev).status_code == 401
+    assert post(run.pk, "rit_wrong", ev).status_code == 401
+    refused = post(run.pk, other_token, ev)  # a token of run B cannot write to run A
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_token"
+    assert post(run.pk, token, ev, auth="Token").status_code == 401
+    assert post(987654, token, ev).status_code == 404
+    assert RunEvent.objects.count() == 0
+    assert post(run.pk, token, ev).json() == {"accepted": 1, "duplicates": 0, "refused": []}
+    assert post(other.pk, other_token, ev).json()["accepted"] == 1
+
+
+def test_duplicates_stored_once_and_gzip(run_and_token):
+    run, token = run_and_token
+    batch = [metrics_event(i, i, **{"critic/score/mean": i / 10}) for i in range(1, 6)]
+    assert post(run.pk, token, batch, gz=True).json()["accepted"] == 5
+    again = post(run.pk, token, batch + [metrics_event(6, 6, x=0.0), metrics_event(6, 6, x=9.0)]).json()
+    assert again == {"accepted": 1, "duplicates": 6, "refused": []}
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == [1, 2, 3, 4, 5, 6]
+    assert MetricRow.objects.get(run=run, step=6).metrics == {"x": 0.0}  # the first of the batch wins
+    assert MetricRow.objects.get(run=run, step=3).metrics == {"critic/score/mean": 0.3}
+    run.refresh_from_db()
+    assert run.step == 6
+
+
+def test_malformed_and_oversized_refused_rest_kept(run_and_token, settings):
+    run, token = run_and_token
+    settings.RLSTUDIO_INGEST_MAX_EVENT_BYTES = 2000
+    big = {"seq": 3, "type": "log", "time": T0, "data": {"level": "info", "message": "x" * 5000}}
+    batch = [metrics_event(1, 1, a=1.0), {"seq": 2, "type": "metrics", "time": T0, "data": {"step": -1, "metrics": {}}},
+             big, "not an object", {"seq": 5, "type": "bogus", "time": T0, "data": {}},
+             {"seq": 6, "type": "log", "time": T0, "data": {"level": "info", "message": "ok <script>"}}]
+    body = post(run.pk, token, batch).json()
+    assert body["accepted"] == 2
+    reasons = {r["index"]: r["reason"] for r in body["refused"]}
+    assert set(reasons) == {1, 2, 3, 4}
+    assert "data.step" in reasons[1] and "exceeds the per-event limit of 2000" in reasons[2]
+    assert "must be an object" in reasons[3] and "type" in reasons[4]
+    assert sorted(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == [1, 6]
+
+
+def test_bad_bodies_never_500(run_and_token, settings):
+    run, token = run_and_token
+    assert post(run.pk, token, None, raw=b"{nope").status_code == 400
+    assert post(run.pk, token, None, raw=b'{"events": 3}').json()["error"]["field"] == "events"
+    bad_gzip = Client().post(f"/api/v1/runs/{run.pk}/events/", b"not gzip", content_type="application/json",
+                             HTTP_CONTENT_ENCODING="gzip", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert bad_gzip.status_code == 400
+    settings.RLSTUDIO_INGEST_MAX_REQUEST_BYTES = 10_000
+    bomb = json.dumps({"events": [], "pad": "0" * 200_000}).encode()
+    assert post(run.pk, token, None, raw=bomb, gz=True).status_code == 413  # small gzip, huge inside
+    assert post(run.pk, token, None, raw=bomb).status_code == 413
+    settings.RLSTUDIO_INGEST_MAX_EVENTS = 3
+    assert post(run.pk, token, [metrics_event(i, i) for i in range(1, 5)]).status_code == 413
+
+
+def test_samples_memory_heartbeat_checkpoint_logs(run_and_token):
+    run, token = run_and_token
+    batch = [
+        sample_event(1, index=0, reward=1.0), sample_event(2, index=1, reward=0.0, tool=True, finish="length"),
+        {"seq": 3, "type": "memory", "time": T0 + 3, "data": {"step": 1, "phase": "rollout", "device": "cpu",
+                                                             "rss": 123456, "peak": 200000}},
+        {"seq": 4, "type": "heartbeat", "time": T0 + 4, "data": {"step": 2}},
+        {"seq": 5, "type": "checkpoint", "time": T0 + 5, "data": {"step": 2, "path": "/ckpt/global_step_2"}},
+        {"seq": 6, "type": "log", "time": T0 + 6, "data": {"level": "warning", "message": "hello"}},
+    ]
+    assert post(run.pk, token, batch).json()["accepted"] == 6
+    s0, s1 = Sample.objects.filter(run=run).order_by("index")
+    assert (s0.reward, s0.has_tool_call, s1.has_tool_call, s1.finish_reason) == (1.0, False, True, "length")
+    assert s0.transcript["messages"][1]["content"] == "<b>#### 5</b>" and s0.token_view["logprobs"] == [-0.1, -2.0]
+    # The replay source holds the sample's summary with its id, not the transcript.
+    ev = RunEvent.objects.get(run=run, seq=2).data
+    assert ev["sample_id"] == s1.pk and ev["has_tool_call"] is True and "messages" not in ev
+    mp = MemoryPoint.objects.get(run=run)
+    assert (mp.phase, mp.rss, mp.peak) == ("rollout", 123456, 200000)
+    run.refresh_from_db()
+    assert run.last_heartbeat is not None and run.checkpoint_path == "/ckpt/global_step_2" and run.step == 2
+    lines = [json.loads(x) for x in (rollout_dir(run.pk) / "step_000001.jsonl").read_text().splitlines()]
+    assert [x["seq"] for x in lines] == [1, 2] and lines[0]["data"]["messages"][0]["content"] == "2+3?"
+
+
+def test_status_events_move_the_run_only_where_legal(run_and_token):
+    run, token = run_and_token
+
+    def status(seq, state, **extra):
+        return {"seq": seq, "type": "status", "time": T0 + seq, "data": {"state": state, **extra}}
+
+    post(run.pk, token, [status(1, "running", total_steps=20)])
+    run.refresh_from_db()
+    assert run.status == "queued" and run.total_steps == 20  # queued → running is not legal: ignored
+    run_transition(run=run, to="submitting")
+    post(run.pk, token, [status(2, "running")])
+    run.refresh_from_db()
+    assert run.status == "running" and run.started is not None
+    post(run.pk, token, [status(3, "failed", message="CUDA out of memory")])
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error == "CUDA out of memory"
+    post(run.pk, token, [status(4, "succeeded")])  # terminal: nothing follows
+    assert Run.objects.get(pk=run.pk).status == "failed"
+    actions = list(AuditEvent.objects.filter(action="run.transition").order_by("id").values_list("data__to", flat=True))
+    assert actions == ["submitting", "running", "failed"]
+
+
+def test_stopped_from_running_goes_through_stopping(run_and_token):
+    run, token = run_and_token
+    run_transition(run=run, to="submitting")
+    run_transition(run=run, to="running")
+    post(run.pk, token, [{"seq": 1, "type": "status", "time": T0, "data": {"state": "stopped"}}])
+    assert Run.objects.get(pk=run.pk).status == "stopped"
+
+
+def test_retention_per_step_and_every_kth(run_and_token):
+    run, token = run_and_token
+    retention_set(run=run, mode="per_step", k=2, by=None)
+    post(run.pk, token, [sample_event(i, step=1, index=i) for i in range(1, 4)])
+    post(run.pk, token, [sample_event(i, step=1, index=i) for i in range(4, 6)])
+    assert Sample.objects.filter(run=run).count() == 2
+    assert RunEvent.objects.filter(run=run, type="sample").count() == 5  # summaries all kept
+    retention_set(run=run, mode="every_kth_step", k=3, by=None)
+    post(run.pk, token, [sample_event(10 + s, step=s) for s in range(2, 8)])
+    assert sorted(Sample.objects.filter(run=run, step__gt=1).values_list("step", flat=True)) == [3, 6]
+    dumped = sum(len(p.read_text().splitlines()) for p in rollout_dir(run.pk).glob("*.jsonl"))
+    assert dumped == 11  # the files keep every sample
+    with pytest.raises(ValueError):
+        retention_set(run=run, mode="per_step", k=0, by=None)
+
+
+def test_throughput_5000_events_one_request(run_and_token):
+    run, token = run_and_token
+    batch = [metrics_event(i, i, **{"critic/score/mean": 0.5, "actor/pg_loss": -0.1}) for i in range(1, 5001)]
+    t = time.perf_counter()
+    assert post(run.pk, token, batch, gz=True).json()["accepted"] == 5000
+    assert time.perf_counter() - t < 20
+    assert RunEvent.objects.filter(run=run).count() == 5000 and MetricRow.objects.filter(run=run).count() == 5000
