@@ -1,4 +1,4 @@
-"""URLs of the runs pages."""
+"""URLs of the runs pages: list, launch form, a run's page and its control POSTs, the quota page."""
 from django.urls import path
 
 from . import views
@@ -7,5 +7,10 @@ app_name = "runs"
 
 urlpatterns = [
     path("", views.run_list, name="list"),
-    path("<int:run_id>/", __import__("rlstudio.telemetry.views", fromlist=["run_detail"]).run_detail, name="detail"),
+    path("new/", views.run_new, name="new"),
+    path("quota/", views.quota_page, name="quota"),
+    path("<int:run_id>/", __import__("rlstudio.telemetry.views", fromlist=["run_detail"]).run_detail, name="detail"),  # the live page (LIVE)
+    path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
+    path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
+    path("<int:run_id>/clone/", views.run_clone_view, name="clone"),
 ]

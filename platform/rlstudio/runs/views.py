@@ -27,12 +27,22 @@ def _row(run) -> dict:
     return {"run": run, "reward": latest_reward(run), "duration": _duration(run), "progress": progress}
 
 
+# ?sort= keys of the runs list (a leading "-" = descending); newest first by default.
+SORTS = {"created": "created", "name": "name", "status": "status", "step": "step", "started": "started"}
+
+
 @login_required
 def run_list(request):
     status = request.GET.get("status") or None
     if status not in RunStatus.values:
         status = None
-    runs = run_list_for(user=request.user, status=status)[:500]
+    sort = request.GET.get("sort") or "-created"
+    if sort.lstrip("-") not in SORTS:
+        sort = "-created"
+    desc = sort.startswith("-")
+    key = SORTS[sort.lstrip("-")]
+    order = [f"-{key}" if desc else key, "-id" if desc else "id"]
+    runs = run_list_for(user=request.user, status=status).order_by(*order)[:500]
     return render(
         request,
         "runs/run_list.html",
@@ -40,6 +50,7 @@ def run_list(request):
             "rows": [_row(r) for r in runs],
             "status": status,
             "statuses": RunStatus.values,
+            "sort": sort,
             "has_datasets": dataset_list_for(user=request.user).exists(),
         },
     )
@@ -47,14 +58,120 @@ def run_list(request):
 
 @login_required
 def run_detail(request, run_id: int):
+    from .selectors import run_header_context
+
     run = run_get_for(user=request.user, run_id=run_id)
     return render(
         request,
         "runs/run_detail.html",
         {
+            **run_header_context(run=run, user=request.user),
             "row": _row(run),
             "run": run,
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
             "metrics_json": json.dumps(run.latest_metrics, indent=2, sort_keys=True) if run.latest_metrics else "",
         },
     )
+
+
+# ------------------------------------------------------------------ launch form and run controls
+def _form(request, data=None):
+    from rlstudio.catalog.selectors import model_asset_list_for
+    from trainer.recipes import REGISTRY
+
+    from .forms import RunForm
+    from .selectors import run_config_list_for
+
+    datasets = dataset_list_for(user=request.user).filter(status="ready")
+    return RunForm(data, datasets=datasets, models=model_asset_list_for(user=request.user),
+                   configs=run_config_list_for(user=request.user), presets=list(REGISTRY),
+                   initial={"preset": "cpu_smoke", "gpus": 0})
+
+
+@login_required
+def run_new(request):
+    """GET: the run form. POST: validate with the trainer's schema, save (optional) and launch."""
+    from django.contrib import messages
+    from django.shortcuts import redirect
+
+    from .launch import ConfigInvalid, parse_config_text
+    from .services import RunInputInvalid, run_config_save
+    from .services import run_new as service_run_new
+
+    form = _form(request, request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        d = form.cleaned_data
+        config = d["saved_config"].config if d.get("saved_config") else None
+        try:
+            if d.get("config_yaml", "").strip():
+                config = parse_config_text(d["config_yaml"])
+            if d.get("save_as"):
+                from .launch import build_config
+
+                base = build_config(preset=d["preset"], config=config, overrides=form.override_list())
+                run_config_save(owner=request.user, name=d["save_as"], config=base)
+            run = service_run_new(
+                owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
+                model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config,
+                overrides=form.override_list(),
+            )
+        except ConfigInvalid as exc:
+            form.add_error(form.field_for_key(exc.key) or "config_yaml", f"{exc.key}: {exc.message}")
+        except RunInputInvalid as exc:
+            form.add_error(form.field_for_key(exc.field), f"{exc.field}: {exc}")
+        else:
+            messages.success(request, f"Run “{run.name}” is {run.status}.")
+            return redirect("runs:detail", run_id=run.pk)
+    return render(request, "runs/run_form.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def _control(request, run_id: int, do):
+    """POST-only handler shell: the run must be visible (else 404); refusals become messages."""
+    from django.contrib import messages
+    from django.http import HttpResponseNotAllowed
+    from django.shortcuts import redirect
+
+    from .services import RunInputInvalid, RunRefused
+
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    run = run_get_for(user=request.user, run_id=run_id)
+    try:
+        target = do(run)
+    except (RunRefused, RunInputInvalid) as exc:
+        messages.error(request, str(exc))
+        target = run
+    return redirect("runs:detail", run_id=target.pk)
+
+
+@login_required
+def run_stop_view(request, run_id: int):
+    from .services import run_stop
+
+    # An unticked "save a checkpoint first" box is absent from the POST: then the run is killed now.
+    checkpoint = request.POST.get("checkpoint") == "1"
+    force = request.POST.get("force") == "1"
+    return _control(request, run_id,
+                    lambda run: run_stop(run=run, by=request.user, checkpoint=checkpoint, force=force))
+
+
+@login_required
+def run_resume_view(request, run_id: int):
+    from .services import run_resume
+
+    return _control(request, run_id, lambda run: run_resume(run=run, by=request.user))
+
+
+@login_required
+def run_clone_view(request, run_id: int):
+    from .services import run_clone
+
+    return _control(request, run_id, lambda run: run_clone(run=run, by=request.user))
+
+
+@login_required
+def quota_page(request):
+    """The caller's quota and usage, with their queued runs' positions and reasons."""
+    from rlstudio.quotas.selectors import quota_usage_for
+
+    return render(request, "runs/quota.html", {"usage": quota_usage_for(user=request.user)})

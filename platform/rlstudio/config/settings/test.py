@@ -27,3 +27,11 @@ STORAGES = {
 # Serve static files straight from static/ (no collectstatic needed outside production).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
+
+# Each test session gets a Celery queue of its own (the worker the tests start inherits the variable),
+# so two suites sharing one Redis never take each other's tasks.
+import os as _os  # noqa: E402
+
+CELERY_TASK_DEFAULT_QUEUE = _os.environ.setdefault(
+    "RLSTUDIO_CELERY_QUEUE", f"rlstudio-test-{_os.getpid()}"
+)

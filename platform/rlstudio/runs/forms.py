@@ -1,0 +1,68 @@
+"""The run form: dataset, model, preset, the important fields, whole-config YAML, dotted overrides.
+
+The form only collects; `rlstudio.runs.services.run_new` validates the config with the trainer's
+schema and the view maps its error (which names the key) back onto the form.
+"""
+from __future__ import annotations
+
+from django import forms
+
+# The fields a user most often changes, as (form field, verl key, label, type).
+IMPORTANT_FIELDS = [
+    ("samples_per_prompt", "actor_rollout_ref.rollout.n", "Samples per prompt", int),
+    ("train_batch_size", "data.train_batch_size", "Batch size (prompts per step)", int),
+    ("learning_rate", "actor_rollout_ref.actor.optim.lr", "Learning rate", float),
+    ("kl_loss_coef", "actor_rollout_ref.actor.kl_loss_coef", "KL loss coefficient", float),
+    ("max_turns", "actor_rollout_ref.rollout.multi_turn.max_turns", "Max turns", int),
+    ("total_training_steps", "trainer.total_training_steps", "Steps", int),
+    ("save_freq", "trainer.save_freq", "Save a checkpoint every N steps (-1: at the end)", int),
+]
+
+
+class RunForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    dataset = forms.ModelChoiceField(queryset=None)
+    val_dataset = forms.ModelChoiceField(queryset=None, required=False, label="Validation dataset")
+    model = forms.ModelChoiceField(queryset=None)
+    preset = forms.ChoiceField(choices=(), help_text="A trainer recipe to start from.")
+    saved_config = forms.ModelChoiceField(queryset=None, required=False, label="Or a saved config",
+                                          help_text="Starts from this config instead of the preset.")
+    gpus = forms.IntegerField(min_value=0, max_value=1024, initial=0, label="GPUs")
+    config_yaml = forms.CharField(widget=forms.Textarea, required=False, label="Whole config (YAML)",
+                                  help_text="Optional: replaces the preset / saved config.")
+    overrides = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), required=False,
+                                help_text="One dotted key=value per line, verl's key names.")
+    save_as = forms.CharField(max_length=200, required=False, label="Save this config as",
+                              help_text="Optional: also save it as a named config.")
+
+    def __init__(self, *args, datasets, models, configs, presets, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].queryset = datasets
+        self.fields["val_dataset"].queryset = datasets
+        self.fields["model"].queryset = models
+        self.fields["saved_config"].queryset = configs
+        self.fields["preset"].choices = [(p, p) for p in presets]
+        for name, key, label, tp in IMPORTANT_FIELDS:
+            field = forms.IntegerField if tp is int else forms.FloatField
+            self.fields[name] = field(required=False, label=label, help_text=key)
+
+    def override_list(self) -> list[str]:
+        """The important fields that were filled in, then the free-text overrides (later wins)."""
+        out = []
+        for name, key, _label, _tp in IMPORTANT_FIELDS:
+            value = self.cleaned_data.get(name)
+            if value is not None:
+                out.append(f"{key}={value}")
+        for line in (self.cleaned_data.get("overrides") or "").splitlines():
+            if line.strip() and not line.strip().startswith("#"):
+                out.append(line.strip())
+        return out
+
+    def field_for_key(self, key: str) -> str | None:
+        """The form field that shows errors for a config key."""
+        for name, k, _label, _tp in IMPORTANT_FIELDS:
+            if k == key:
+                return name
+        if key in self.fields:
+            return key
+        return None

@@ -1,0 +1,278 @@
+// The live run page: charts grouped as verl groups them, the memory timeline with phase bands, the
+// samples table, the log; kept live over /ws/runs/<id>/ by seq (reconnects with resume_after).
+// Untrusted text (model, tool, log output) only ever goes through textContent, never innerHTML.
+(function () {
+  "use strict";
+  const live = JSON.parse(document.getElementById("live-data").textContent);
+  const runId = live.run_id;
+  let lastSeq = live.last_seq;
+  let xMode = "step";
+
+  // ------------------------------------------------------------------ metrics, grouped as verl does
+  const GROUPS = [
+    ["Rewards and scores", (k) => /^(critic\/(score|rewards|advantages|returns)|val-core|val-aux|reward)/.test(k)],
+    ["Policy", (k) => /^actor\//.test(k)],
+    ["Lengths and turns", (k) => /^(response_length|prompt_length|num_turns|tool_calls)/.test(k)],
+    ["Timing and throughput", (k) => /^(timing_s|timing_per_token_ms|perf)\//.test(k)],
+    ["Other", () => true],
+  ];
+  const steps = live.metrics.slice();  // [{step, t, metrics}]
+  const groupDivs = new Map();
+
+  function groupOf(key) {
+    for (const [name, test] of GROUPS) if (test(key)) return name;
+    return "Other";
+  }
+
+  function chartDiv(name) {
+    if (!groupDivs.has(name)) {
+      const wrap = document.createElement("div");
+      wrap.className = "chart";
+      const title = document.createElement("h3");
+      title.textContent = name;
+      const div = document.createElement("div");
+      div.className = "plot";
+      wrap.append(title, div);
+      // keep the GROUPS order on the page
+      const order = GROUPS.map((g) => g[0]);
+      const after = [...groupDivs.keys()].filter((n) => order.indexOf(n) > order.indexOf(name));
+      const container = document.getElementById("charts");
+      const next = after.length ? groupDivs.get(after.sort((a, b) => order.indexOf(a) - order.indexOf(b))[0]).parentNode : null;
+      container.insertBefore(wrap, next);
+      groupDivs.set(name, div);
+    }
+    return groupDivs.get(name);
+  }
+
+  function layout(extra) {
+    const dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+    return Object.assign({
+      margin: { t: 10, r: 10, b: 40, l: 50 }, height: 280, hovermode: "x unified",
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: dark ? "#ddd" : "#222", size: 11 }, legend: { orientation: "h", y: -0.25 },
+      xaxis: { title: { text: xMode === "step" ? "step" : "time" }, type: xMode === "step" ? "linear" : "date" },
+    }, extra || {});
+  }
+
+  function drawMetrics() {
+    if (!window.Plotly || !steps.length) return;
+    document.getElementById("charts-empty").hidden = true;
+    const byGroup = new Map();
+    const keys = new Set();
+    for (const row of steps) for (const k of Object.keys(row.metrics)) keys.add(k);
+    for (const k of [...keys].sort()) {
+      const g = groupOf(k);
+      if (!byGroup.has(g)) byGroup.set(g, []);
+      byGroup.get(g).push({
+        name: k, mode: "lines+markers", type: "scatter", marker: { size: 4 },
+        x: steps.filter((r) => k in r.metrics).map((r) => (xMode === "step" ? r.step : new Date(r.t * 1000))),
+        y: steps.filter((r) => k in r.metrics).map((r) => r.metrics[k]),
+        customdata: steps.filter((r) => k in r.metrics).map((r) => r.step),
+      });
+    }
+    for (const [g, traces] of byGroup) {
+      const div = chartDiv(g);
+      Plotly.react(div, traces, layout(), { responsive: true, displaylogo: false });
+      if (g === "Rewards and scores" && !div.dataset.clickBound) { div.dataset.clickBound = "1"; rewardClickable(div); }
+    }
+  }
+
+  function rewardClickable(div) {
+    // Clicking a point of the reward chart opens that step's samples.
+    div.on && div.on("plotly_click", (ev) => {
+      const step = ev.points && ev.points[0] && ev.points[0].customdata;
+      if (step === undefined) return;
+      const form = document.getElementById("sample-filters");
+      form.elements.step.value = step;
+      offset = 0;
+      loadSamples();
+      document.getElementById("samples-card").scrollIntoView({ behavior: "smooth" });
+    });
+  }
+
+  // -------------------------------------------------------------------------- memory timeline
+  const memory = live.memory.slice();
+  const PHASE_COLOURS = { rollout: "#4e79a7", old_log_prob: "#f28e2b", ref: "#59a14f", update: "#e15759", sync: "#b07aa1", idle: "#bab0ac" };
+
+  function drawMemory() {
+    if (!window.Plotly || !memory.length) return;
+    document.getElementById("memory-empty").hidden = true;
+    const x = memory.map((p) => new Date(p.t * 1000));
+    const mb = (v) => (v == null ? null : v / 1048576);
+    const gpu = memory.some((p) => p.allocated || p.reserved);
+    const series = gpu ? [["allocated", "allocated"], ["reserved", "reserved"], ["peak", "peak"]] : [["rss", "RSS (process)"], ["peak", "peak RSS"]];
+    const traces = series.map(([key, label]) => ({
+      name: label + " (MiB)", x, y: memory.map((p) => mb(p[key])), mode: "lines+markers", type: "scatter",
+      text: memory.map((p) => "step " + p.step + " · " + p.phase + " · " + p.device), hoverinfo: "x+y+text+name",
+    }));
+    const shapes = [];
+    for (let i = 0; i < memory.length; i++) {
+      const end = i + 1 < memory.length ? memory[i + 1].t : memory[i].t + 0.5;
+      shapes.push({ type: "rect", xref: "x", yref: "paper", y0: 0, y1: 1, x0: new Date(memory[i].t * 1000), x1: new Date(end * 1000),
+        fillcolor: PHASE_COLOURS[memory[i].phase] || "#999", opacity: 0.15, line: { width: 0 }, layer: "below" });
+    }
+    // Legend entries for the phase bands (empty traces with the band colour).
+    for (const [phase, colour] of Object.entries(PHASE_COLOURS)) {
+      if (memory.some((p) => p.phase === phase)) traces.push({ name: phase, x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: colour, symbol: "square", size: 12, opacity: 0.5 } });
+    }
+    const l = layout({ shapes, height: 320 });
+    l.xaxis = { title: { text: "time" }, type: "date" };
+    Plotly.react(document.getElementById("memory-chart"), traces, l, { responsive: true, displaylogo: false });
+  }
+
+  // ------------------------------------------------------------------------------ samples table
+  let offset = 0;
+  let count = null;
+  const body = document.getElementById("samples-body");
+
+  function filterParams() {
+    const params = new URLSearchParams();
+    for (const el of document.getElementById("sample-filters").elements) {
+      if (el.name && el.value !== "") params.set(el.name, el.value);
+    }
+    return params;
+  }
+
+  function cell(tr, text) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    tr.appendChild(td);
+    return td;
+  }
+
+  function link(href, text) {
+    const a = document.createElement("a");
+    a.href = href;
+    a.textContent = text;
+    return a;
+  }
+
+  function fmt(v) { return v == null ? "" : Number(v).toFixed(3); }
+
+  function sampleRow(s) {
+    const tr = document.createElement("tr");
+    cell(tr, s.step);
+    cell(tr, "").appendChild(link(`/runs/${runId}/prompts/?uid=${encodeURIComponent(s.uid)}`, s.uid.length > 24 ? s.uid.slice(0, 23) + "…" : s.uid));
+    cell(tr, s.index); cell(tr, fmt(s.reward)); cell(tr, fmt(s.advantage));
+    cell(tr, s.response_length); cell(tr, s.num_turns); cell(tr, s.finish_reason); cell(tr, s.has_tool_call ? "yes" : "");
+    const actions = cell(tr, "");
+    if (s.id || s.sample_id) actions.appendChild(link(`/runs/${runId}/samples/${s.id || s.sample_id}/`, "transcript"));
+    actions.append(" · ");
+    actions.appendChild(link(`/runs/${runId}/groups/?step=${s.step}&uid=${encodeURIComponent(s.uid)}`, "group"));
+    return tr;
+  }
+
+  async function loadSamples() {
+    const params = filterParams();
+    params.set("limit", live.page_size);
+    params.set("offset", offset);
+    const resp = await fetch(live.samples_api + "?" + params.toString(), { credentials: "same-origin" });
+    if (!resp.ok) return;
+    const page = await resp.json();
+    count = page.count;
+    body.replaceChildren(...page.results.map(sampleRow));
+    document.getElementById("samples-count").textContent = count ? `${offset + 1}–${offset + page.results.length} of ${count}` : "no samples";
+    document.getElementById("samples-prev").disabled = offset === 0;
+    document.getElementById("samples-next").disabled = offset + page.results.length >= count;
+    const url = new URL(window.location);
+    url.search = filterParams().toString();
+    history.replaceState(null, "", url);  // the view state is shareable
+  }
+
+  function sampleMatches(s) {
+    const p = filterParams();
+    if (p.has("step") && Number(p.get("step")) !== s.step) return false;
+    if (p.has("min_reward") && s.reward < Number(p.get("min_reward"))) return false;
+    if (p.has("max_reward") && s.reward > Number(p.get("max_reward"))) return false;
+    if (p.has("finish_reason") && p.get("finish_reason") !== s.finish_reason) return false;
+    if (p.has("has_tool_call") && (p.get("has_tool_call") === "true") !== !!s.has_tool_call) return false;
+    return true;
+  }
+
+  document.getElementById("sample-filters").addEventListener("submit", (ev) => { ev.preventDefault(); offset = 0; loadSamples(); });
+  document.getElementById("samples-prev").addEventListener("click", () => { offset = Math.max(0, offset - live.page_size); loadSamples(); });
+  document.getElementById("samples-next").addEventListener("click", () => { offset += live.page_size; loadSamples(); });
+  for (const th of document.querySelectorAll("#samples-table th[data-order]")) {
+    th.classList.add("sortable");
+    th.addEventListener("click", () => {
+      const order = document.getElementById("sample-filters").elements.order;
+      order.value = order.value === "-" + th.dataset.order ? th.dataset.order : "-" + th.dataset.order;
+      offset = 0;
+      loadSamples();
+    });
+  }
+
+  // ------------------------------------------------------------------------------ live events
+  let pending = false;
+  function redraw() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; drawMetrics(); drawMemory(); });
+  }
+
+  function apply(ev) {
+    if (typeof ev.seq !== "number" || ev.seq <= lastSeq) return;  // already applied
+    lastSeq = ev.seq;
+    const d = ev.data || {};
+    if (ev.type === "metrics") {
+      const row = steps.find((r) => r.step === d.step);
+      if (row) Object.assign(row.metrics, d.metrics);
+      else { steps.push({ step: d.step, t: ev.time, metrics: Object.assign({}, d.metrics) }); steps.sort((a, b) => a.step - b.step); }
+      const r = d.metrics["critic/score/mean"];
+      if (typeof r === "number") document.getElementById("live-reward").textContent = r.toFixed(4);
+      setStep(d.step);
+      redraw();
+    } else if (ev.type === "memory") {
+      memory.push(Object.assign({ t: ev.time }, d));
+      redraw();
+    } else if (ev.type === "sample") {
+      if (offset === 0 && sampleMatches(d)) {
+        const empty = body.querySelector("tr.empty");
+        if (empty) empty.remove();
+        if (!document.getElementById("sample-filters").elements.order.value.match(/reward|length|turns|advantage|index/)) {
+          body.appendChild(sampleRow(d));
+          while (body.children.length > live.page_size) body.lastChild.remove();
+        }
+      }
+    } else if (ev.type === "status") {
+      const badge = document.querySelector("#live-badge .badge, #run-controls .badge");
+      if (badge) badge.textContent = d.state;
+      if (d.total_steps && document.getElementById("live-total")) document.getElementById("live-total").textContent = d.total_steps;
+    } else if (ev.type === "heartbeat") {
+      setStep(d.step);
+    } else if (ev.type === "log") {
+      const logEl = document.getElementById("live-log");
+      if (logEl) {
+        const atBottom = logEl.scrollTop + logEl.clientHeight >= logEl.scrollHeight - 4;
+        logEl.append(document.createTextNode(`[${d.level}] ${d.message}\n`));
+        if (atBottom) logEl.scrollTop = logEl.scrollHeight;
+      }
+    }
+  }
+
+  function setStep(step) {
+    const el = document.getElementById("live-step");
+    if (el && Number(el.textContent) < step) el.textContent = step;
+  }
+
+  let retry = 500;
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?resume_after=${lastSeq}`);
+    const conn = document.getElementById("live-conn");
+    ws.onopen = () => { conn.textContent = "live"; retry = 500; };
+    ws.onmessage = (msg) => { try { apply(JSON.parse(msg.data)); } catch (e) { console.error(e); } };
+    ws.onclose = (ev) => {
+      if (ev.code === 4401 || ev.code === 4403) { conn.textContent = "not allowed to watch this run"; return; }
+      conn.textContent = "reconnecting…";
+      setTimeout(connect, retry);
+      retry = Math.min(retry * 2, 10000);
+    };
+  }
+
+  document.getElementById("x-axis").addEventListener("change", (ev) => { xMode = ev.target.value; drawMetrics(); });
+  drawMetrics();
+  drawMemory();
+  connect();
+  window.rlstudioLive = { apply, lastSeq: () => lastSeq };  // for tests and the bench
+})();

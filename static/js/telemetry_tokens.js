@@ -1,0 +1,36 @@
+// The transcript page: switch between the chat and the token view, and colour each token by its
+// log-prob, reference log-prob or advantage (values come from data- attributes, text is never parsed).
+(function () {
+  "use strict";
+  for (const btn of document.querySelectorAll(".tabs button[data-tab]")) {
+    btn.addEventListener("click", () => {
+      for (const b of document.querySelectorAll(".tabs button")) b.classList.toggle("active", b === btn);
+      for (const t of ["chat", "tokens"]) document.getElementById("tab-" + t).hidden = t !== btn.dataset.tab;
+    });
+  }
+  const select = document.getElementById("token-colour");
+  if (!select) return;
+  const tokens = [...document.querySelectorAll("#tokens .tok")];
+  function colour() {
+    const key = select.value;
+    const values = tokens.map((t) => (t.dataset[key] === "" ? null : Number(t.dataset[key])));
+    const finite = values.filter((v) => v !== null && isFinite(v));
+    const lo = Math.min(...finite), hi = Math.max(...finite);
+    const span = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+    tokens.forEach((t, i) => {
+      const v = values[i];
+      if (v === null) { t.style.backgroundColor = ""; return; }
+      if (key === "adv") {
+        // advantage: green above zero, red below
+        const a = Math.min(Math.abs(v) / span, 1) * 0.6;
+        t.style.backgroundColor = v >= 0 ? `rgba(40,160,60,${a})` : `rgba(220,50,50,${a})`;
+      } else {
+        // log-probs: 0 (certain) transparent, the lowest in view fully red
+        const a = hi === lo ? 0 : Math.min((hi - v) / (hi - lo), 1) * 0.7;
+        t.style.backgroundColor = `rgba(230,120,30,${a})`;
+      }
+    });
+  }
+  select.addEventListener("change", colour);
+  colour();
+})();

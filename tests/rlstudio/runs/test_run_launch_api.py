@@ -1,0 +1,266 @@
+"""Run creation, config validation, quota admission, stop/resume/clone refusals and the run pages.
+
+Real PostgreSQL; no Ray or worker here (tests/e2e/test_run_lifecycle.py runs them). With the
+non-transactional `db`, on-commit task sends never fire, so nothing is queued to Celery.
+"""
+from datetime import datetime, timedelta, timezone as dt_tz
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from rlstudio.accounts.models import AuditEvent
+from rlstudio.quotas.models import GpuQuota
+from rlstudio.quotas.services import admission_reason
+from rlstudio.runs import ray_jobs
+from rlstudio.runs.launch import ConfigInvalid, build_config, freeze_spec, submission_id_for
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.reconcile import TrainerView, decide, read_trainer_view
+from rlstudio.runs.services import RunRefused, run_admit, run_stop, run_transition
+
+pytestmark = pytest.mark.django_db
+S = RunStatus
+
+
+@pytest.fixture
+def api(alice):
+    c = APIClient()
+    c.force_authenticate(alice)
+    return c
+
+
+@pytest.fixture
+def ready(alice, make_dataset, make_model):
+    return {"dataset": make_dataset(alice, status="ready"), "model": make_model(alice)}
+
+
+def _body(ready, **extra):
+    return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
+            **extra}
+
+
+def test_create_validates_builds_the_config_and_admits(api, ready, alice):
+    resp = api.post("/api/v1/runs/", _body(ready, overrides={"actor_rollout_ref.rollout.n": 4}), format="json")
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert body["status"] == S.SUBMITTING and body["queue_reason"] == ""
+    cfg = body["config"]
+    assert cfg["actor_rollout_ref"]["rollout"]["n"] == 4
+    assert cfg["data"]["train_files"] == ready["dataset"].file_path
+    assert cfg["actor_rollout_ref"]["model"]["path"] == ready["model"].path
+    assert body["total_steps"] == 2
+    actions = list(AuditEvent.objects.filter(object_id=str(body["id"])).values_list("action", flat=True))
+    assert {"run.create", "run.transition", "run.launch"} <= set(actions)
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"overrides": {"actor_rollout_ref.rollout.nn": 4}}, "actor_rollout_ref.rollout.nn"),
+    ({"overrides": {"data.train_batch_size": 0}}, "data.train_batch_size"),
+    ({"overrides": {"trainer.save_freq": "often"}}, "trainer.save_freq"),
+    ({"preset": "nope"}, "preset"),
+    ({"config": {"trainer": {"bogus": 1}}}, "trainer.bogus"),
+    ({"gpus": -1}, "gpus"),
+])
+def test_bad_configs_are_refused_naming_the_key_before_anything_is_queued(api, ready, extra, field):
+    resp = api.post("/api/v1/runs/", _body(ready, **extra), format="json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["field"] == field
+    assert Run.objects.count() == 0
+
+
+def test_another_users_dataset_is_not_usable(api, ready, bob, make_dataset):
+    theirs = make_dataset(bob, name="bobs", status="ready")
+    resp = api.post("/api/v1/runs/", _body(ready, dataset=theirs.pk), format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "dataset"
+
+
+def test_a_dataset_that_is_not_ready_is_refused(api, alice, make_dataset, make_model):
+    ds = make_dataset(alice, status="validating")
+    resp = api.post("/api/v1/runs/", {"name": "x", "dataset": ds.pk, "model": make_model(alice).pk}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "dataset"
+
+
+def test_saved_config_round_trip_and_launch_from_it(api, ready):
+    resp = api.post("/api/v1/configs/", {"name": "n8", "config": {"actor_rollout_ref": {"rollout": {"n": 8}}}},
+                    format="json")
+    assert resp.status_code == 201, resp.content
+    config_id = resp.json()["id"]
+    assert api.post("/api/v1/configs/", {"name": "n8", "config": {}}, format="json").status_code == 400
+    bad = api.post("/api/v1/configs/", {"name": "bad", "config": {"data": {"max_prompt_length": -3}}}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "data.max_prompt_length"
+    run = api.post("/api/v1/runs/", _body(ready, config_id=config_id), format="json").json()
+    assert run["config"]["actor_rollout_ref"]["rollout"]["n"] == 8
+
+
+def test_presets_list_the_trainer_recipes(api):
+    names = {p["name"] for p in api.get("/api/v1/presets/").json()}
+    assert "cpu_smoke" in names
+
+
+def test_quota_reasons(alice, make_run):
+    GpuQuota.objects.create(user=alice, max_gpus=4, gpu_hours_per_month=10, max_concurrent_runs=3)
+    holder = make_run(alice, "holder", gpus=4)
+    run_transition(run=holder, to=S.SUBMITTING)
+    waiting = make_run(alice, "waiting", gpus=1)
+    assert admission_reason(run=waiting, cluster_free_gpus=8) == "you hold 4 of your 4 GPUs and this run needs 1"
+    cpu = make_run(alice, "cpu", gpus=0)
+    assert admission_reason(run=cpu, cluster_free_gpus=None) == ""
+    run_transition(run=holder, to=S.FAILED)
+    assert admission_reason(run=waiting, cluster_free_gpus=0) == "the cluster has 0 free GPUs and this run needs 1"
+    # 11 GPU-hours used this month → over the 10 allowed.
+    now = datetime.now(dt_tz.utc)
+    Run.objects.filter(pk=holder.pk).update(started=now - timedelta(hours=2, minutes=45), finished=now)
+    assert admission_reason(run=waiting, cluster_free_gpus=8).startswith("you used 11.0 of your 10 GPU-hours")
+
+
+def test_without_ray_a_gpu_run_waits_for_the_cluster(alice, make_run, settings):
+    settings.RAY_ADDRESS = None
+    GpuQuota.objects.create(user=alice, max_gpus=4, gpu_hours_per_month=10, max_concurrent_runs=3)
+    run = make_run(alice, "gpu", gpus=1)
+    assert run_admit(run=run, by=alice) is False
+    assert Run.objects.get(pk=run.pk).queue_reason == "the cluster has 0 free GPUs and this run needs 1"
+
+
+def test_per_user_fifo(alice, make_run):
+    first, second = make_run(alice, "first"), make_run(alice, "second")
+    assert run_admit(run=second, by=alice) is False
+    assert "earlier queued run #%d" % first.pk in Run.objects.get(pk=second.pk).queue_reason
+    assert run_admit(run=first, by=alice) is True
+
+
+def test_stop_cancels_a_queued_run_and_refuses_finished_ones(alice, make_run, api):
+    run = make_run(alice)
+    run_stop(run=run, by=alice)
+    assert Run.objects.get(pk=run.pk).status == S.STOPPED
+    resp = api.post(f"/api/v1/runs/{run.pk}/stop/", {}, format="json")
+    assert resp.status_code == 409 and resp.json()["error"]["code"] == "conflict"
+    with pytest.raises(RunRefused, match="no checkpoint"):
+        from rlstudio.runs.services import run_resume
+
+        run_resume(run=Run.objects.get(pk=run.pk), by=alice)
+
+
+def test_running_run_goes_stopping_with_the_time_recorded(alice, make_run):
+    run = make_run(alice)
+    for to in (S.SUBMITTING, S.RUNNING):
+        run_transition(run=run, to=to)
+    run_stop(run=run, by=alice)
+    stored = Run.objects.get(pk=run.pk)
+    assert stored.status == S.STOPPING and stored.stop_requested is not None
+    with pytest.raises(RunRefused, match="already stopping"):
+        run_stop(run=stored, by=alice)
+
+
+def test_clone_copies_the_config_with_overrides(alice, api, ready):
+    src = api.post("/api/v1/runs/", _body(ready), format="json").json()
+    resp = api.post(f"/api/v1/runs/{src['id']}/clone/", {"name": "c", "overrides": {"actor_rollout_ref.rollout.n": 3}},
+                    format="json")
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert body["parent"] == src["id"] and body["parent_kind"] == "clone" and body["name"] == "c"
+    assert body["config"]["actor_rollout_ref"]["rollout"]["n"] == 3
+    # alice's default quota allows 2 concurrent runs: the source and the clone are both admitted.
+    assert body["status"] == S.SUBMITTING
+
+
+def test_other_users_get_404_on_every_control(bob, make_run, alice):
+    run = make_run(alice)
+    api = APIClient()
+    api.force_authenticate(bob)
+    for verb in ("stop", "resume", "clone"):
+        assert api.post(f"/api/v1/runs/{run.pk}/{verb}/", {}, format="json").status_code == 404
+    page = Client()
+    page.force_login(bob)
+    for verb in ("stop", "resume", "clone"):
+        assert page.post(f"/runs/{run.pk}/{verb}/").status_code == 404
+    assert Run.objects.get(pk=run.pk).status == S.QUEUED and Run.objects.count() == 1
+
+
+def test_freeze_spec_sets_the_output_folder_and_jsonl(tmp_path, ready, alice, make_run):
+    cfg = build_config(preset="cpu_smoke", dataset=ready["dataset"], model=ready["model"])
+    spec = freeze_spec(run_id=1, config=cfg, out_dir=tmp_path / "7")
+    assert spec["trainer"]["default_local_dir"] == str(tmp_path / "7")
+    assert "jsonl" in spec["trainer"]["logger"]
+    run = make_run(alice)
+    assert submission_id_for(run) == submission_id_for(Run.objects.get(pk=run.pk))
+    with pytest.raises(ConfigInvalid) as info:
+        build_config(preset="cpu_smoke", overrides=["actor_rollout_ref.rollout.n=zero"])
+    assert info.value.key == "actor_rollout_ref.rollout.n"
+
+
+NOW = datetime(2026, 11, 29, 12, tzinfo=dt_tz.utc)
+
+
+def _job(status, message=""):
+    return ray_jobs.JobInfo(submission_id="x", status=status, message=message, driver_exit_code=None)
+
+
+@pytest.mark.parametrize("status,job,view,expected", [
+    (S.SUBMITTING, _job("PENDING"), TrainerView(), S.RUNNING),
+    (S.RUNNING, _job("RUNNING"), TrainerView(last_time=NOW), None),
+    (S.RUNNING, _job("SUCCEEDED"), TrainerView(state="succeeded"), S.SUCCEEDED),
+    (S.STOPPING, _job("STOPPED"), TrainerView(state="stopped"), S.STOPPED),
+    (S.STOPPING, _job("SUCCEEDED"), TrainerView(state="stopped"), S.STOPPED),
+    (S.RUNNING, _job("FAILED", "exit -9"), TrainerView(), S.FAILED),
+    (S.RUNNING, None, TrainerView(), S.LOST),
+    (S.RUNNING, _job("RUNNING"), TrainerView(last_time=NOW - timedelta(seconds=121)), S.LOST),
+])
+def test_reconcile_decision_table(status, job, view, expected):
+    d = decide(status=status, job=job, view=view, now=NOW, started=NOW - timedelta(minutes=5),
+               stop_requested=None, heartbeat_timeout_s=120, grace_s=60)
+    assert d.to == expected
+    assert d.need_logs == (expected == S.FAILED)
+
+
+def test_stopping_past_the_grace_is_forced():
+    d = decide(status=S.STOPPING, job=_job("RUNNING"), view=TrainerView(last_time=NOW), now=NOW,
+               started=NOW, stop_requested=NOW - timedelta(seconds=80), heartbeat_timeout_s=120, grace_s=60)
+    assert d.force_stop and d.to is None
+
+
+def test_trainer_view_reads_the_events_file(tmp_path):
+    lines = [
+        '{"seq":1,"type":"status","time":1764417600.0,"data":{"state":"running","step":0,"total_steps":5}}',
+        '{"seq":2,"type":"metrics","time":1764417601.0,"data":{"step":1,"metrics":{}}}',
+        '{"seq":3,"type":"checkpoint","time":1764417602.0,"data":{"step":1,"path":"/x/global_step_1"}}',
+        '{"seq":4,"type":"heartbeat","time":1764417603.5,"data":{"step":1}}',
+        '{"seq":5,"type":"heart',  # a line being written
+    ]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines))
+    view = read_trainer_view(tmp_path)
+    assert view.step == 1 and view.total_steps == 5 and view.state == "running"
+    assert view.checkpoint == "/x/global_step_1"
+    assert view.last_time == datetime.fromtimestamp(1764417603.5, tz=dt_tz.utc)
+
+
+def test_run_pages_form_controls_and_quota(alice, ready, make_run):
+    page = Client()
+    page.force_login(alice)
+    assert page.get("/runs/new/").status_code == 200
+    resp = page.post("/runs/new/", {"name": "f", "dataset": ready["dataset"].pk, "model": ready["model"].pk,
+                                    "preset": "cpu_smoke", "gpus": 0, "samples_per_prompt": 0})
+    assert resp.status_code == 400 and "actor_rollout_ref.rollout.n" in resp.content.decode()
+    resp = page.post("/runs/new/", {"name": "f", "dataset": ready["dataset"].pk, "model": ready["model"].pk,
+                                    "preset": "cpu_smoke", "gpus": 0, "samples_per_prompt": 4,
+                                    "overrides": "trainer.total_training_steps=3", "save_as": "mine"})
+    assert resp.status_code == 302, resp.content.decode()[-2000:]
+    run = Run.objects.get(name="f")
+    assert run.config["actor_rollout_ref"]["rollout"]["n"] == 4 and run.total_steps == 3
+    assert alice.run_configs.filter(name="mine").exists()
+    hostile = make_run(alice, "<script>alert(1)</script>")
+    Run.objects.filter(pk=hostile.pk).update(queue_reason="<b>why</b>")
+    html = page.get(f"/runs/{hostile.pk}/").content.decode()
+    assert "<script>alert(1)</script>" not in html
+    from django.template.loader import render_to_string
+
+    from rlstudio.runs.selectors import run_header_context
+
+    hostile.refresh_from_db()
+    controls = render_to_string("runs/_controls.html", run_header_context(run=hostile, user=alice))
+    assert "&lt;b&gt;why&lt;/b&gt;" in controls and "position 1" in controls
+    assert 'action="/runs/%d/stop/"' % hostile.pk in controls
+    assert page.get("/runs/%d/stop/" % hostile.pk).status_code == 405
+    resp = page.post("/runs/%d/stop/" % hostile.pk)
+    assert resp.status_code == 302 and Run.objects.get(pk=hostile.pk).status == S.STOPPED
+    quota = page.get("/runs/quota/").content.decode()
+    assert "Your quota" in quota

@@ -1,0 +1,127 @@
+"""The run page and the telemetry pages render a finished run from stored data; reads are owner-only."""
+import json
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.test import Client, TestCase
+
+from rlstudio.runs.services import run_create
+from rlstudio.telemetry.models import Sample
+
+pytestmark = pytest.mark.django_db
+T0 = 1_764_440_000.0
+
+
+@pytest.fixture(autouse=True)
+def _rollout_dir(settings, tmp_path):
+    settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
+
+
+def _sample(seq, step, uid, index, reward, adv):
+    return {"seq": seq, "type": "sample", "time": T0 + seq, "data": {
+        "step": step, "uid": uid, "index": index, "reward": reward, "advantage": adv, "response_length": 5,
+        "num_turns": 2, "finish_reason": "stop", "tool_calls": 1, "reward_extra": {"format": 0.5},
+        "ground_truth": "42",
+        "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "6*7?"},
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"name": "calculator", "arguments": {"expression": "6*7 <img src=x>"}}]},
+                     {"role": "tool", "content": "42"},
+                     {"role": "assistant", "content": "<script>alert(1)</script>#### 42"}],
+        "token_view": {"ids": [1, 2, 3], "pieces": ["<b>", "4", "2"], "loss_mask": [0, 1, 1],
+                       "logprobs": [-0.5, -1.25, -0.01], "ref_logprobs": [-0.4, -1.0, -0.02],
+                       "advantages": [adv, adv, adv]}}}
+
+
+@pytest.fixture
+def finished(alice, make_dataset, make_model):
+    run, token = run_create(owner=alice, name="done-run", dataset=make_dataset(alice), model=make_model(alice),
+                            config={}, gpus=0)
+    events = [{"seq": 1, "type": "metrics", "time": T0 + 1, "data": {"step": 1, "metrics": {
+        "critic/score/mean": 0.25, "actor/pg_loss": -0.1, "response_length/mean": 5.0, "timing_s/step": 1.5}}},
+              {"seq": 2, "type": "memory", "time": T0 + 2, "data": {"step": 1, "phase": "update", "device": "cpu",
+                                                                    "rss": 1 << 28, "peak": 1 << 29}}]
+    events += [_sample(10 + i, 1, "p-flat", i, 1.0, 0.0) for i in range(2)]
+    events += [_sample(20 + i, 1, "p<x>", i, float(i), (-0.7071, 0.7071)[i]) for i in range(2)]
+    events += [_sample(30 + i, 2, "p<x>", i, 1.0, 0.0) for i in range(2)]
+    events += [{"seq": 40, "type": "log", "time": T0 + 40, "data": {"level": "info", "message": "<i>done</i>"}}]
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        r = Client().post(f"/api/v1/runs/{run.pk}/events/", json.dumps({"events": events}),
+                          content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert r.json()["accepted"] == len(events)
+    return run
+
+
+@pytest.fixture
+def alice_client(alice):
+    c = Client()
+    c.force_login(alice)
+    return c
+
+
+def test_run_page_embeds_history_and_renders_samples(alice_client, finished):
+    page = alice_client.get(f"/runs/{finished.pk}/").content.decode()
+    assert 'id="live-data"' in page and "critic/score/mean" in page and '"phase": "update"' in page
+    assert "/static/vendor/plotly.min.js" in page and "/static/js/run_live.js" in page
+    assert page.count('href="/runs/%d/samples/' % finished.pk) == 6
+    assert "&lt;i&gt;done&lt;/i&gt;" in page and "<i>done</i>" not in page
+    filtered = alice_client.get(f"/runs/{finished.pk}/?step=2").content.decode()
+    assert filtered.count('href="/runs/%d/samples/' % finished.pk) == 2
+    assert finders.find("vendor/plotly.min.js")  # served from the plotly wheel
+
+
+def test_transcript_and_token_view_escaped(alice_client, finished):
+    s = Sample.objects.get(run=finished, seq=20)
+    page = alice_client.get(f"/runs/{finished.pk}/samples/{s.pk}/").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;#### 42" in page and "<script>alert(1)" not in page
+    assert "&quot;expression&quot;: &quot;6*7 &lt;img src=x&gt;&quot;" in page  # pretty JSON arguments
+    assert "role-tool" in page and "final answer" in page and "&quot;format&quot;: 0.5" in page
+    assert page.count('class="tok trained"') == 2 and page.count('class="tok masked"') == 1
+    assert 'data-lp="-1.25"' in page and 'data-ref="-0.4"' in page and "&lt;b&gt;</span>" in page
+
+
+def test_group_view_stats_and_flat_flag(alice_client, finished):
+    flat = alice_client.get(f"/runs/{finished.pk}/groups/?step=1&uid=p-flat").content.decode()
+    assert "zero advantage" in flat
+    mixed = alice_client.get(f"/runs/{finished.pk}/groups/", {"step": 1, "uid": "p<x>"}).content.decode()
+    assert "zero advantage" not in mixed and "0.5000" in mixed and "0.7071" in mixed  # mean, unbiased std
+    overview = alice_client.get(f"/runs/{finished.pk}/groups/?step=1").content.decode()
+    assert overview.count('class="flat-group"') == 1 and "p&lt;x&gt;" in overview
+
+
+def test_prompt_across_training(alice_client, finished):
+    page = alice_client.get(f"/runs/{finished.pk}/prompts/", {"uid": "p<x>"}).content.decode()
+    assert page.index("groups/?step=1") < page.index("groups/?step=2")
+    api = alice_client.get(f"/api/v1/runs/{finished.pk}/groups/?step=2&uid=p%3Cx%3E").json()
+    assert api["flat"] is True and api["n"] == 2
+
+
+def test_read_api(alice_client, finished):
+    base = f"/api/v1/runs/{finished.pk}"
+    assert alice_client.get(f"{base}/metrics/").json()["steps"][0]["metrics"]["actor/pg_loss"] == -0.1
+    assert alice_client.get(f"{base}/metrics/?since_step=1").json() == {"steps": []}
+    page = alice_client.get(f"{base}/samples/?order=-reward&limit=2").json()
+    assert page["count"] == 6 and len(page["results"]) == 2 and page["results"][0]["reward"] == 1.0
+    assert alice_client.get(f"{base}/samples/?max_reward=0.5").json()["count"] == 1
+    assert alice_client.get(f"{base}/samples/?has_tool_call=true&step=2").json()["count"] == 2
+    assert alice_client.get(f"{base}/samples/?order=bogus").json()["error"]["field"] == "order"
+    assert alice_client.get(f"{base}/samples/?min_reward=abc").status_code == 400
+    sid = page["results"][0]["id"]
+    detail = alice_client.get(f"{base}/samples/{sid}/").json()
+    assert detail["token_view"]["loss_mask"] == [0, 1, 1] and detail["messages"][3]["role"] == "tool"
+    assert alice_client.get(f"{base}/memory/").json()["points"][0]["rss"] == 1 << 28
+    assert alice_client.get(f"{base}/memory/?since={T0 + 5}").json()["points"] == []
+    assert alice_client.get(f"{base}/logs/?tail=5").json()["lines"][0]["message"] == "<i>done</i>"
+    assert alice_client.put(f"{base}/retention/", {"mode": "per_step", "k": 4},
+                            content_type="application/json").json() == {"mode": "per_step", "k": 4}
+    assert alice_client.put(f"{base}/retention/", {"mode": "nope"}, content_type="application/json").status_code == 400
+
+
+def test_other_users_get_404(bob, finished):
+    c = Client()
+    c.force_login(bob)
+    s = Sample.objects.filter(run=finished).first()
+    for url in [f"/runs/{finished.pk}/", f"/runs/{finished.pk}/samples/{s.pk}/", f"/runs/{finished.pk}/groups/?step=1",
+                f"/api/v1/runs/{finished.pk}/samples/", f"/api/v1/runs/{finished.pk}/samples/{s.pk}/",
+                f"/api/v1/runs/{finished.pk}/metrics/", f"/api/v1/runs/{finished.pk}/logs/"]:
+        assert c.get(url).status_code == 404, url
+    assert Client().get(f"/api/v1/runs/{finished.pk}/metrics/").status_code == 401
