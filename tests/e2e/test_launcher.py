@@ -243,11 +243,30 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
             assert cur.fetchone() == (True,)
             cur.execute("SELECT count(*) FROM django_migrations")
             assert cur.fetchone()[0] > 10
+            # The demo content of the first start: the tiny demo model, GSM8K test converted by the
+            # worker, and a saved demo config.
+            cur.execute("SELECT count(*) FROM catalog_modelasset WHERE tokenizer_ok")
+            assert cur.fetchone()[0] >= 1
+            deadline, row = time.monotonic() + 90, None
+            while time.monotonic() < deadline:  # validated in the background by the worker
+                cur.execute("SELECT status, num_rows FROM catalog_dataset WHERE name = 'gsm8k-test'")
+                row = cur.fetchone()
+                conn.commit()
+                if row and row[0] != "validating":
+                    break
+                time.sleep(1)
+            assert row == ("ready", 1319), row
+            cur.execute("SELECT count(*) FROM runs_runconfig WHERE name = 'demo_tool_arith'")
+            assert cur.fetchone()[0] == 1
 
         # A real Redis with a live Celery worker on it.
         from celery import Celery
 
-        replies = Celery("probe", broker=ep["REDIS_URL"]).control.ping(timeout=5)
+        probe, replies = Celery("probe", broker=ep["REDIS_URL"]), []
+        for _ in range(6):  # a solo-pool worker answers between tasks (beat's reconcile, the demo's)
+            replies = probe.control.ping(timeout=5)
+            if replies:
+                break
         assert replies and all("ok" in next(iter(r.values())) for r in replies), replies
 
         # `manage.py` in another shell with the same state dir reaches the same database.

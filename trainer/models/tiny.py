@@ -45,6 +45,12 @@ class Preset:
     num_key_value_heads: int
     intermediate_size: int
     max_position_embeddings: int = 2048
+    # Std of the normal init of every weight matrix. HF's default 0.02 suits widths in the
+    # thousands (about 1/sqrt(hidden)); at width 128 it leaves query.key products so small that
+    # attention stays uniform and the model cannot learn to copy tokens (operands into the tool
+    # call) within minutes: measured, a pure copy task reached 42% digit accuracy in 300 SFT steps at
+    # 0.02 and 100% in 200 steps at 0.08. None keeps transformers' default.
+    initializer_range: float | None = None
 
 
 PRESETS: dict[str, Preset] = {
@@ -52,8 +58,9 @@ PRESETS: dict[str, Preset] = {
     "smoke": Preset(vocab_size=1024, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, intermediate_size=256),
     # The learning demo: ~1 M parameters.
+    # initializer_range ~ 1/sqrt(hidden_size): see Preset.initializer_range.
     "demo": Preset(vocab_size=2048, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-                   num_key_value_heads=2, intermediate_size=384),
+                   num_key_value_heads=2, intermediate_size=384, initializer_range=0.08),
 }
 
 
@@ -142,6 +149,7 @@ def make_tiny_model(out_dir: str | Path, *, preset: str = "smoke", seed: int = 0
         eos_token_id=ids[IM_END],
         pad_token_id=ids[ENDOFTEXT],
         torch_dtype="float32",
+        **({"initializer_range": p.initializer_range} if p.initializer_range is not None else {}),
     )
     # Seed a private generator state so building a model never disturbs the caller's RNG stream.
     with torch.random.fork_rng(devices=[]):

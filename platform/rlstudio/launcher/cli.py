@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None, environ: dict[str, str]) -> argparse.Name
                    help="first port tried for the other services (env RLSTUDIO_PORT_BASE, default PORT+1)")
     p.add_argument("--no-ray", action="store_true", help="do not start a Ray head")
     p.add_argument("--no-celery", action="store_true", help="do not start the Celery worker and beat")
+    p.add_argument("--no-demo", action="store_true", default=environ.get("RLSTUDIO_DEMO", "1") == "0",
+                   help="do not register the demo model, dataset and config (RLSTUDIO_DEMO=0)")
     p.add_argument("--ray-cpus", type=int, default=int(environ.get("RLSTUDIO_RAY_CPUS") or (os.cpu_count() or 1)))
     p.add_argument("--ray-object-store-mb", type=int,
                    default=int(environ.get("RLSTUDIO_RAY_OBJECT_STORE_MB") or 512))
@@ -195,6 +197,14 @@ class Launcher:
         health = self._wait_health(timeout=120)
         if not a.no_celery:
             self._wait_worker(urls["REDIS_URL"], f"rlstudio-{tag}@{socket.gethostname()}", timeout=90)
+        if not a.no_demo and not a.no_celery:
+            # Idempotent: the demo model, the GSM8K test split (validated by the worker) and a demo
+            # config, owned by the admin. A failure here is reported, never fatal to the platform.
+            rc = self.sup.run_to_end("demo", [sys.executable, str(REPO / "manage.py"), "rlstudio_demo",
+                                              "--user", user], env=env, cwd=REPO, timeout=600,
+                                     should_stop=self.should_stop)
+            say(f"demo content {'registered' if rc == 0 else f'NOT registered (exit {rc}), see logs/demo.log'}"
+                f"  [{self._elapsed()}]")
         self.ready_s = time.monotonic() - self.t0
         procs = self.sup.processes()
         url_host = "127.0.0.1" if a.host in ("0.0.0.0", "::") else a.host

@@ -8,10 +8,33 @@ from .models import GpuQuota
 
 @admin.register(GpuQuota)
 class GpuQuotaAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "user", "is_default", "max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "updated"]
+    list_display = ["__str__", "user", "is_default", "max_gpus", "gpu_hours_per_month", "max_concurrent_runs",
+                    "held_now", "hours_this_month", "queued_runs", "updated"]
     list_filter = ["is_default"]
     search_fields = ["user__username"]
     raw_id_fields = ["user"]
+
+    def _usage(self, obj):
+        from .selectors import quota_usage_for
+
+        return quota_usage_for(user=obj.user) if obj.user_id else None
+
+    @admin.display(description="held now (GPUs / runs)")
+    def held_now(self, obj) -> str:
+        u = self._usage(obj)
+        return f"{u.gpus_held} GPUs / {u.runs_active} runs" if u else "—"
+
+    @admin.display(description="GPU-hours this month")
+    def hours_this_month(self, obj) -> str:
+        u = self._usage(obj)
+        return f"{u.gpu_hours_this_month:.2f}" if u else "—"
+
+    @admin.display(description="queued runs (position: reason)")
+    def queued_runs(self, obj) -> str:
+        u = self._usage(obj)
+        if not u or not u.queued:
+            return "—"
+        return "; ".join(f"#{q.id} at {q.position}: {q.reason or 'next reconcile'}" for q in u.queued[:5])
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

@@ -182,6 +182,9 @@ def job_env(*, run_id: int, token: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         # Ray sends SIGTERM on stop_job and SIGKILLs after this many seconds: our grace period.
         "RAY_JOB_STOP_WAIT_TIME_S": str(int(settings.RLSTUDIO_STOP_GRACE_S)),
+        # The http sink's last flush at exit must fit well inside that grace: what it cannot send
+        # stays in events.jsonl / its spool, and the platform learns the outcome from Ray anyway.
+        "RLSTUDIO_INGEST_CLOSE_TIMEOUT": str(int(settings.RLSTUDIO_INGEST_CLOSE_TIMEOUT_S)),
     }
 
 

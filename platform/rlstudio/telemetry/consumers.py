@@ -105,8 +105,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             if len(chunk) < REPLAY_CHUNK:
                 break
 
+    async def run_events(self, message):
+        """A chunk of events from one ingest batch (broadcast.run_events_send)."""
+        for event in message["events"]:
+            await self._forward(event)
+
     async def run_event(self, message):
-        event = message["event"]
+        await self._forward(message["event"])
+
+    async def _forward(self, event):
         seq = event.get("seq") if isinstance(event, dict) else None
         if isinstance(seq, int) and self.last_sent is not None and seq <= self.last_sent:
             return  # already sent by a replay

@@ -66,3 +66,16 @@ def test_no_quota_row_is_a_clear_409(alice):
     client.force_login(alice)
     response = client.get("/api/v1/quota/")
     assert response.status_code == 409 and response.json()["error"]["code"] == "no_quota"
+
+
+def test_admin_list_shows_usage_and_queued_runs(alice, staff, make_run):
+    GpuQuota.objects.create(user=alice, max_gpus=2, gpu_hours_per_month=10, max_concurrent_runs=1)
+    running = make_run(alice, "running", gpus=2)
+    run_transition(run=running, to=S.SUBMITTING)
+    waiting = make_run(alice, "waiting", gpus=1)
+    Run.objects.filter(pk=waiting.pk).update(queue_reason="you run 1 of your 1 concurrent run")
+    admin = Client()
+    admin.force_login(staff)
+    page = admin.get("/admin/quotas/gpuquota/").content.decode()
+    assert "2 GPUs / 1 runs" in page
+    assert f"#{waiting.pk} at 1: you run 1 of your 1 concurrent run" in page

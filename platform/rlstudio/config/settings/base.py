@@ -219,6 +219,8 @@ import os as _os  # noqa: E402
 RLSTUDIO_PUBLIC_URL = _os.environ.get("RLSTUDIO_PUBLIC_URL") or f"http://127.0.0.1:{PORT}"
 # Seconds between SIGTERM (graceful: finish the step, checkpoint, exit) and the forced SIGKILL.
 RLSTUDIO_STOP_GRACE_S = float(_os.environ.get("RLSTUDIO_STOP_GRACE_S") or 60)
+# How long a run's trainer may spend at exit flushing events to an unreachable ingest endpoint.
+RLSTUDIO_INGEST_CLOSE_TIMEOUT_S = float(_os.environ.get("RLSTUDIO_INGEST_CLOSE_TIMEOUT_S") or 10)
 # A running run whose newest heartbeat (events.jsonl / ingest) is older than this is marked lost.
 RLSTUDIO_HEARTBEAT_TIMEOUT_S = float(_os.environ.get("RLSTUDIO_HEARTBEAT_TIMEOUT_S") or 120)
 # Seconds between two reconciles (Celery beat); log lines kept as a failed run's error.
