@@ -301,13 +301,20 @@ def _metrics(c: _Checker, d: Mapping[str, Any]) -> MetricsData:
     if len(metrics) > MAX_METRICS:
         c.fail("data.metrics", f"must have at most {MAX_METRICS} entries (got {len(metrics)})")
     out: dict[str, float | None] = {}
-    for name in metrics:
+    for name, value in metrics.items():
         if not isinstance(name, str) or not name or len(name) > MAX_METRIC_NAME:
             c.fail(
                 "data.metrics",
                 f"names must be non-empty strings of at most {MAX_METRIC_NAME} characters",
             )
-        out[name] = c.num(metrics, name, f"data.metrics[{name!r}]", nullable=True)
+        # Fast path for the common cases (the ingest checks thousands per request); anything
+        # else goes through c.num, which gives the same result or the reason.
+        if value is None:
+            out[name] = None
+        elif type(value) is float and math.isfinite(value):
+            out[name] = value
+        else:
+            out[name] = c.num(metrics, name, f"data.metrics[{name!r}]", nullable=True)
     return MetricsData(step=step, metrics=out)
 
 
@@ -329,6 +336,16 @@ def _messages(c: _Checker, d: Mapping[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def _all_finite_floats(values: list[Any]) -> bool:
+    """True when every entry is a float or None and the floats are finite (a quick whole-list check:
+    a sum of floats is finite only if every term is; an overflowing sum just takes the slow path)."""
+    kinds = set(map(type, values))
+    if not kinds <= {float, type(None)}:
+        return False
+    floats = values if type(None) not in kinds else [v for v in values if v is not None]
+    return math.isfinite(sum(floats))
+
+
 def _token_view(c: _Checker, d: Any) -> TokenView:
     if not isinstance(d, dict):
         c.fail("data.token_view", "must be an object")
@@ -345,18 +362,27 @@ def _token_view(c: _Checker, d: Any) -> TokenView:
                 f"data.token_view.{key}", f"must have one entry per token ({n}), got {len(value)}"
             )
         lists[key] = value
-    for i, tok in enumerate(ids):
-        if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
-            c.fail(f"data.token_view.ids[{i}]", "must be an int >= 0")
-    for i, piece in enumerate(lists["pieces"] or []):
-        if not isinstance(piece, str):
-            c.fail(f"data.token_view.pieces[{i}]", "must be a string")
-    for i, m in enumerate(lists["loss_mask"] or []):
-        if m not in (0, 1) or isinstance(m, bool):
-            c.fail(f"data.token_view.loss_mask[{i}]", "must be 0 or 1")
+    # Each list is first checked whole with C-speed builtins; only a list that fails that quick
+    # check is walked element by element, which finds (and names) the bad entry.
+    if not (set(map(type, ids)) <= {int} and (not ids or min(ids) >= 0)):
+        for i, tok in enumerate(ids):
+            if isinstance(tok, bool) or not isinstance(tok, int) or tok < 0:
+                c.fail(f"data.token_view.ids[{i}]", "must be an int >= 0")
+    pieces = lists["pieces"] or []
+    if not set(map(type, pieces)) <= {str}:
+        for i, piece in enumerate(pieces):
+            if not isinstance(piece, str):
+                c.fail(f"data.token_view.pieces[{i}]", "must be a string")
+    mask = lists["loss_mask"] or []
+    if not (set(map(type, mask)) <= {int} and set(mask) <= {0, 1}):
+        for i, m in enumerate(mask):
+            if m not in (0, 1) or isinstance(m, bool):
+                c.fail(f"data.token_view.loss_mask[{i}]", "must be 0 or 1")
     for key in ("logprobs", "ref_logprobs", "advantages"):
         values = lists[key]
-        for i, v in enumerate(values or []):
+        if values is None or _all_finite_floats(values):
+            continue
+        for i, v in enumerate(values):
             if v is not None and (
                 isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
             ):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone as dt_timezone
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from django.utils import timezone
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import IllegalTransition, run_transition
-from trainer.events import EventError, validate_event
+from trainer.events import Event, EventError, TokenView, validate_event
 
 from .broadcast import run_events_send
 from .models import MemoryPoint, RetentionMode, RunRetention, Sample
@@ -98,6 +98,39 @@ def sample_summary(data: dict[str, Any], *, sample_id: int | None) -> dict[str, 
     return out
 
 
+_OPTIONAL_SAMPLE_KEYS = ("reward_extra", "data_source", "ground_truth", "tool_calls", "token_view")
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _fields_of(obj: Any) -> dict[str, Any]:
+    """A dataclass instance's fields as a dict, shallow (field names cached per class)."""
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return {name: getattr(obj, name) for name in names}
+
+
+def wire_form(event: Event) -> dict[str, Any]:
+    """`event.to_dict()` without its deep copy.
+
+    `Event.to_dict` goes through `dataclasses.asdict`, which deep-copies every list element: for a
+    sample with a token view that is most of the ingest's CPU time. A validated event's values are
+    plain JSON already (the parsed request body, which nothing else holds), so a shallow conversion
+    gives the same dict; tests/rlstudio/telemetry/test_ingest_perf_shape.py checks they agree.
+    """
+    data = _fields_of(event.data)
+    if event.type == "sample":
+        if isinstance(data.get("token_view"), TokenView):
+            data["token_view"] = _fields_of(data["token_view"])
+        for key in _OPTIONAL_SAMPLE_KEYS:
+            if data.get(key) in (None, {}):
+                data.pop(key, None)
+        if not data.get("validation"):
+            data.pop("validation", None)
+    return {"seq": event.seq, "type": event.type, "time": event.time, "data": data}
+
+
 def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[dict[str, Any]], list[Refusal], int]:
     """Validate a batch: (valid events in wire form, first per seq), refusals, in-batch duplicates."""
     valid: dict[int, dict[str, Any]] = {}
@@ -116,7 +149,7 @@ def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[d
                                                f"exceeds the per-event limit of {max_event_bytes}"))
             continue
         try:
-            event = validate_event(raw).to_dict()
+            event = wire_form(validate_event(raw))
         except EventError as exc:
             refused.append(Refusal(index, seq, exc.reason))
             continue
@@ -128,15 +161,19 @@ def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[d
 
 
 def _insert_run_events(run_id: int, events: list[dict[str, Any]], compact: dict[int, dict[str, Any]]) -> set[int]:
-    """INSERT the events' RunEvents, skipping (run, seq) already stored; the seqs actually inserted."""
+    """INSERT the events' RunEvents, skipping (run, seq) already stored; the seqs actually inserted.
+
+    One statement whatever the batch size: the columns travel as four arrays (`unnest`), which
+    PostgreSQL parses far faster than thousands of VALUES tuples with five parameters each.
+    """
     if not events:
         return set()
-    rows, params = [], []
-    for ev in events:
-        rows.append("(%s, %s, %s, %s, %s::jsonb)")
-        params += [run_id, ev["seq"], ev["type"], _when(ev["time"]), json.dumps(compact[ev["seq"]])]
-    sql = ("INSERT INTO telemetry_runevent (run_id, seq, type, time, data) VALUES " + ", ".join(rows)
-           + " ON CONFLICT (run_id, seq) DO NOTHING RETURNING seq")
+    sql = ("INSERT INTO telemetry_runevent (run_id, seq, type, time, data) "
+           "SELECT %s, u.seq, u.type, to_timestamp(u.t), u.data FROM unnest("
+           "%s::bigint[], %s::varchar[], %s::float8[], %s::jsonb[]) AS u(seq, type, t, data) "
+           "ON CONFLICT (run_id, seq) DO NOTHING RETURNING seq")
+    params = [run_id, [ev["seq"] for ev in events], [ev["type"] for ev in events],
+              [ev["time"] for ev in events], [json.dumps(compact[ev["seq"]]) for ev in events]]
     with connection.cursor() as cur:
         cur.execute(sql, params)
         return {row[0] for row in cur.fetchall()}
@@ -151,13 +188,13 @@ def _upsert_metrics(run_id: int, events: list[dict[str, Any]]) -> None:
         merged[step] = (ev["time"], {**metrics, **ev["data"]["metrics"]})
     if not merged:
         return
-    rows, params = [], []
-    for step, (when, metrics) in sorted(merged.items()):
-        rows.append("(%s, %s, %s, %s::jsonb)")
-        params += [run_id, step, _when(when), json.dumps(metrics)]
-    sql = ("INSERT INTO telemetry_metricrow (run_id, step, time, metrics) VALUES " + ", ".join(rows)
-           + " ON CONFLICT (run_id, step) DO UPDATE SET metrics = telemetry_metricrow.metrics || "
-             "EXCLUDED.metrics, time = EXCLUDED.time")
+    steps = sorted(merged)
+    sql = ("INSERT INTO telemetry_metricrow (run_id, step, time, metrics) "
+           "SELECT %s, u.step, to_timestamp(u.t), u.metrics FROM unnest("
+           "%s::integer[], %s::float8[], %s::jsonb[]) AS u(step, t, metrics) "
+           "ON CONFLICT (run_id, step) DO UPDATE SET metrics = telemetry_metricrow.metrics || "
+           "EXCLUDED.metrics, time = EXCLUDED.time")
+    params = [run_id, steps, [merged[s][0] for s in steps], [json.dumps(merged[s][1]) for s in steps]]
     with connection.cursor() as cur:
         cur.execute(sql, params)
 
