@@ -117,7 +117,7 @@ def write_section(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--warm-seconds", type=float, default=150.0)
+    ap.add_argument("--warm-seconds", type=float, default=240.0)
     ap.add_argument("--grpo-seconds", type=float, default=300.0)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--test-freq", type=int, default=5)

@@ -6,7 +6,9 @@
   with RAY_ADDRESS pointing at `ray_head`; tests that use it need `transactional_db` so that what
   they write is committed and visible to the worker.
 - `asgi_server`: Daphne serving `rlstudio.config.asgi:application` on the test database; yields its
-  base URL.
+  base URL. The worker's runs report to it (RLSTUDIO_PUBLIC_URL), so the trainer's HTTP sink, the
+  ingest API and the database are all in the loop.
+- `celery_beat`: a real Celery beat running the runs' reconcile every second.
 
 Each is started once per session, only when a test asks for it, and stopped (with every process it
 started) at the end. Nothing here is a mock.
@@ -155,12 +157,13 @@ def _sweep(marker: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(test_database_url, ray_head, tmp_path_factory):
+def celery_worker(test_database_url, ray_head, asgi_server, tmp_path_factory):
     """A real Celery worker (solo pool) on the test database, Redis and Ray head."""
     log = tmp_path_factory.mktemp("celery") / "worker.log"
     state = tmp_path_factory.mktemp("state")
     env = _service_env(DATABASE_URL=test_database_url, RAY_ADDRESS=ray_head,
-                       RAY_DASHBOARD_URL=ray_head, RLSTUDIO_STATE_DIR=str(state))
+                       RAY_DASHBOARD_URL=ray_head, RLSTUDIO_STATE_DIR=str(state),
+                       RLSTUDIO_PUBLIC_URL=asgi_server)
     args = [str(VENV_BIN / "celery"), "-A", "rlstudio", "worker", "--pool", "solo",
             "--loglevel", "INFO", "--without-gossip", "--without-mingle",
             "-n", f"test-{os.getpid()}@%h"]
@@ -199,5 +202,25 @@ def asgi_server(test_database_url, tmp_path_factory):
     try:
         wait_until(ready, timeout=60, what="Daphne", proc=proc, log=log)
         yield base
+    finally:
+        stop_process_group(proc, grace=10)
+
+
+@pytest.fixture(scope="session")
+def celery_beat(celery_worker, test_database_url, ray_head, tmp_path_factory):
+    """A real Celery beat (the runs' reconcile every second) beside the session's worker."""
+    folder = tmp_path_factory.mktemp("beat")
+    log = folder / "beat.log"
+    env = _service_env(DATABASE_URL=test_database_url, RAY_ADDRESS=ray_head,
+                       RAY_DASHBOARD_URL=ray_head, RLSTUDIO_RECONCILE_INTERVAL_S="1")
+    args = [str(VENV_BIN / "celery"), "-A", "rlstudio", "beat", "--loglevel", "INFO",
+            "-s", str(folder / "schedule")]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env,
+                                start_new_session=True)
+    try:
+        wait_until(lambda: b"beat: Starting" in log.read_bytes(), timeout=60, what="Celery beat",
+                   proc=proc, log=log)
+        yield {"process": proc, "log": log}
     finally:
         stop_process_group(proc, grace=10)

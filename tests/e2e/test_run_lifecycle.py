@@ -6,9 +6,7 @@ tiny smoke model and GSM8K rows converted to the trainer's verl row shape.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -25,7 +23,8 @@ from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_admit, run_create, run_stop, run_submit
 
 S = RunStatus
-GSM8K = Path("/work/shared/data/gsm8k/train.jsonl")
+# ../shared/ beside the checkout (CI lays a copy of it there too).
+GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "train.jsonl"
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
@@ -55,34 +54,17 @@ def assets(tmp_path_factory):
     return {"model": str(model_dir), "data": str(data)}
 
 
-def _start_beat(*, test_database_url, ray_head, folder: Path) -> subprocess.Popen:
-    repo = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="rlstudio.config.settings.test",
-               PYTHONPATH=os.pathsep.join([str(repo / "platform"), str(repo)]), PYTHONUNBUFFERED="1",
-               DATABASE_URL=test_database_url, RAY_ADDRESS=ray_head, RAY_DASHBOARD_URL=ray_head,
-               RLSTUDIO_RECONCILE_INTERVAL_S="1")
-    celery = Path(os.sys.executable).with_name("celery")
-    log = open(folder / "beat.log", "wb")
-    return subprocess.Popen([str(celery), "-A", "rlstudio", "beat", "--loglevel", "INFO",
-                             "-s", str(folder / "schedule")], stdout=log, stderr=subprocess.STDOUT,
-                            cwd=repo, env=env, start_new_session=True)
-
-
 @pytest.fixture(scope="module")
-def services(celery_worker, test_database_url, ray_head, tmp_path_factory):
-    """The session's worker and Ray head, plus a beat of this module's own."""
-    folder = tmp_path_factory.mktemp("beat")
-    proc = _start_beat(test_database_url=test_database_url, ray_head=ray_head, folder=folder)
+def services(celery_worker, celery_beat, ray_head):
+    """The session's worker, beat and Ray head."""
     from django.conf import settings
 
     old = settings.RAY_ADDRESS, settings.RAY_DASHBOARD_URL
     settings.RAY_ADDRESS = settings.RAY_DASHBOARD_URL = ray_head  # the test process talks to Ray too
     try:
-        yield {"worker": celery_worker, "ray": ray_head, "beat_log": folder / "beat.log"}
+        yield {"worker": celery_worker, "ray": ray_head, "beat_log": celery_beat["log"]}
     finally:
         settings.RAY_ADDRESS, settings.RAY_DASHBOARD_URL = old
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=20)
 
 
 @pytest.fixture
@@ -150,7 +132,15 @@ def test_launch_goes_queued_submitting_running_succeeded_with_a_checkpoint(world
     assert spec["data"]["train_files"] == world["dataset"].file_path
     assert spec["actor_rollout_ref"]["model"]["path"] == world["model"].path
     assert "jsonl" in spec["trainer"]["logger"]
-    job = ray_jobs.job_info(run.ray_submission_id)
+    assert "http" in spec["trainer"]["logger"]
+    # The trainer reports "succeeded" through the ingest API just before its process exits, so
+    # Ray's job may still be RUNNING for a moment: it must end SUCCEEDED.
+    deadline, job = time.monotonic() + 60, None
+    while time.monotonic() < deadline:
+        job = ray_jobs.job_info(run.ray_submission_id)
+        if job is not None and job.status != "RUNNING":
+            break
+        time.sleep(0.5)
     assert job is not None and job.status == ray_jobs.SUCCEEDED
     logs = world["api"].get(f"/api/v1/runs/{run.pk}/job-log/?tail=5").json()
     assert logs["source"] == "ray" and 0 < len(logs["lines"]) <= 5

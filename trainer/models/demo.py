@@ -20,7 +20,6 @@ of episodes that called the tool.
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ WARM_START_BATCH = 32
 WARM_START_LR = 3e-3
 WARM_START_CONVERSATIONS = 20000
 WARM_START_TOOL_FRACTION = 0.4
+COPY_PHASE = 0.6  # share of the warm-start time on tool-only conversations
 
 
 @dataclass
@@ -43,12 +43,21 @@ class EvalResult:
     seconds: float
 
 
-def make_demo_model(out_dir: str | Path, *, warm_start_seconds: float = 150.0, seed: int = 0,
-                    max_steps: int = 100_000, threads: int | None = 1, log=None) -> Path:
+def make_demo_model(out_dir: str | Path, *, warm_start_seconds: float = 240.0, seed: int = 0,
+                    max_steps: int = 100_000, copy_phase: float = COPY_PHASE, threads: int | None = 1,
+                    log=None) -> Path:
     """Build the tiny demo model and warm-start it on the arithmetic tool task; returns ``out_dir``.
+
+    Two SFT phases, each a full warmup + cosine schedule (trainer.sft): ``copy_phase`` of the time
+    on conversations that all call the calculator (the model learns the call format and to copy
+    the operands and the tool's reply), then the rest on the 40%-tool mix (it learns to answer
+    directly too, so it calls the tool only some of the time). Trained on the mix from the start,
+    the model never learned to copy within 5 minutes here (teacher-forced operand digits at chance
+    after 290 steps) while the tool-only phase learns it in about 150 steps.
 
     Writes an HF folder (model, tokenizer with the chat template) loadable with ``AutoTokenizer`` /
     ``AutoModelForCausalLM``, plus ``warm_start.json`` (steps, seconds, final loss, settings).
+    ``max_steps`` bounds each phase.
     """
     from trainer import sft
     from trainer.models.tiny import make_tiny_model
@@ -56,20 +65,33 @@ def make_demo_model(out_dir: str | Path, *, warm_start_seconds: float = 150.0, s
 
     if warm_start_seconds <= 0:
         raise ValueError(f"warm_start_seconds must be > 0, got {warm_start_seconds}")
+    if not 0.0 < copy_phase < 1.0:
+        raise ValueError(f"copy_phase must be in (0, 1), got {copy_phase}")
     out = Path(out_dir)
+    phases = [("tool-only", 1.0, warm_start_seconds * copy_phase),
+              ("mix", WARM_START_TOOL_FRACTION, warm_start_seconds * (1.0 - copy_phase))]
+    info: dict[str, Any] = {"preset": "demo", "seed": seed, "batch_size": WARM_START_BATCH,
+                            "lr": WARM_START_LR, "conversations": WARM_START_CONVERSATIONS,
+                            "warm_start_seconds": warm_start_seconds, "phases": []}
     with tempfile.TemporaryDirectory(prefix="demo_base_") as tmp:
-        base = make_tiny_model(Path(tmp) / "base", preset="demo", seed=seed)
-        rows = arith.make_sft_conversations(WARM_START_CONVERSATIONS, seed=seed + 2,
-                                            tool_fraction=WARM_START_TOOL_FRACTION)
-        res = sft.sft_train(model_dir=base, rows=rows, out=out, steps=max_steps,
-                            batch_size=WARM_START_BATCH, lr=WARM_START_LR, seed=seed,
-                            max_seconds=warm_start_seconds, threads=threads, log=log)
-        # Generation defaults (eos ids, sampling) of the base model travel with the weights.
-        shutil.copy(base / "generation_config.json", out / "generation_config.json")
-    info = {"preset": "demo", "seed": seed, "steps": res.steps, "seconds": round(res.seconds, 2),
-            "final_loss": res.losses[-1] if res.losses else None, "batch_size": WARM_START_BATCH,
-            "lr": WARM_START_LR, "conversations": WARM_START_CONVERSATIONS,
-            "tool_fraction": WARM_START_TOOL_FRACTION, "warm_start_seconds": warm_start_seconds}
+        src = make_tiny_model(Path(tmp) / "base", preset="demo", seed=seed)
+        gen_config = (src / "generation_config.json").read_bytes()
+        for k, (name, fraction, seconds) in enumerate(phases):
+            rows = arith.make_sft_conversations(WARM_START_CONVERSATIONS, seed=seed + 2 + k,
+                                                tool_fraction=fraction)
+            dst = out if k == len(phases) - 1 else Path(tmp) / f"phase{k}"
+            res = sft.sft_train(model_dir=src, rows=rows, out=dst, steps=max_steps,
+                                batch_size=WARM_START_BATCH, lr=WARM_START_LR, seed=seed + k,
+                                max_seconds=seconds, threads=threads, log=log)
+            info["phases"].append({"name": name, "tool_fraction": fraction, "steps": res.steps,
+                                   "seconds": round(res.seconds, 2),
+                                   "final_loss": sum(res.losses[-20:]) / len(res.losses[-20:])})
+            src = dst
+    # Generation defaults (eos ids, sampling) of the base model travel with the weights.
+    (out / "generation_config.json").write_bytes(gen_config)
+    info["steps"] = sum(p["steps"] for p in info["phases"])
+    info["seconds"] = round(sum(p["seconds"] for p in info["phases"]), 2)
+    info["final_loss"] = info["phases"][-1]["final_loss"]
     (out / "warm_start.json").write_text(json.dumps(info, indent=2) + "\n")
     return out
 

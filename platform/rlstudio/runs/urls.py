@@ -1,6 +1,8 @@
 """URLs of the runs pages: list, launch form, a run's page and its control POSTs, the quota page."""
 from django.urls import path
 
+from rlstudio.telemetry import views as telemetry_views
+
 from . import views
 
 app_name = "runs"
@@ -9,7 +11,7 @@ urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
     path("quota/", views.quota_page, name="quota"),
-    path("<int:run_id>/", __import__("rlstudio.telemetry.views", fromlist=["run_detail"]).run_detail, name="detail"),  # the live page (LIVE)
+    path("<int:run_id>/", telemetry_views.run_detail, name="detail"),  # the live run page
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
     path("<int:run_id>/clone/", views.run_clone_view, name="clone"),

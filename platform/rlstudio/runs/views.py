@@ -1,5 +1,4 @@
 """Pages of the runs app: the runs list (home page) and a run's detail."""
-import json
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
@@ -52,24 +51,6 @@ def run_list(request):
             "statuses": RunStatus.values,
             "sort": sort,
             "has_datasets": dataset_list_for(user=request.user).exists(),
-        },
-    )
-
-
-@login_required
-def run_detail(request, run_id: int):
-    from .selectors import run_header_context
-
-    run = run_get_for(user=request.user, run_id=run_id)
-    return render(
-        request,
-        "runs/run_detail.html",
-        {
-            **run_header_context(run=run, user=request.user),
-            "row": _row(run),
-            "run": run,
-            "config_json": json.dumps(run.config, indent=2, sort_keys=True),
-            "metrics_json": json.dumps(run.latest_metrics, indent=2, sort_keys=True) if run.latest_metrics else "",
         },
     )
 

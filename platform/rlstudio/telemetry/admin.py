@@ -1,7 +1,7 @@
 """Admin pages of telemetry (read mostly: these rows come from the trainer)."""
 from django.contrib import admin
 
-from .models import MemoryPoint, MetricRow, RunEvent, Sample
+from .models import MemoryPoint, MetricRow, RunEvent, RunRetention, Sample
 
 
 @admin.register(RunEvent)
@@ -33,4 +33,12 @@ class MemoryPointAdmin(admin.ModelAdmin):
     list_display = ["run", "seq", "time", "step", "phase", "device", "allocated", "reserved", "peak", "rss"]
     list_filter = ["phase", "device"]
     search_fields = ["run__name", "phase"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(RunRetention)
+class RunRetentionAdmin(admin.ModelAdmin):
+    list_display = ["run", "mode", "k"]
+    list_filter = ["mode"]
+    search_fields = ["run__name"]
     raw_id_fields = ["run"]

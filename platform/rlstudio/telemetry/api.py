@@ -174,7 +174,7 @@ class RunSamplesView(_RunReadView):
 
 
 class RunSampleDetailView(_RunReadView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(operation_id="runs_sample_detail", responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int, sample_id: int):
         return Response(sel.sample_detail_dict(sel.sample_get(run=self.run, sample_id=sample_id)))
 

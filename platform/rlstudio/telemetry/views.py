@@ -11,12 +11,10 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import render
-from django.template import TemplateDoesNotExist
-from django.template.loader import get_template
 from django.utils import timezone
 
 from rlstudio.api.errors import ApiError
-from rlstudio.runs.selectors import latest_reward, run_get_for
+from rlstudio.runs.selectors import latest_reward, run_get_for, run_header_context
 
 from . import selectors as sel
 from .api import sample_filter_from
@@ -25,16 +23,8 @@ from .models import RetentionMode, RunRetention
 SAMPLES_PAGE = 50
 
 
-def _template_exists(name: str) -> bool:
-    try:
-        get_template(name)
-        return True
-    except TemplateDoesNotExist:
-        return False
-
-
 def _header(run) -> dict[str, Any]:
-    """What the header shows; RUNS' run_header_context (controls, badges) wins where it exists."""
+    """What the header shows; the runs app's run_header_context (controls, badges) is merged on top."""
     progress = min(100, round(100 * run.step / run.total_steps)) if run.total_steps else None
     duration = ""
     if run.started is not None:
@@ -49,12 +39,7 @@ def _header(run) -> dict[str, Any]:
 def run_detail(request, run_id: int):
     run = run_get_for(user=request.user, run_id=run_id)
     ctx = _header(run)
-    try:
-        from rlstudio.runs.selectors import run_header_context
-    except ImportError:
-        pass
-    else:
-        ctx.update(run_header_context(run=run, user=request.user))
+    ctx.update(run_header_context(run=run, user=request.user))
     try:
         flt = sample_filter_from(request.GET)
     except ApiError:
@@ -72,8 +57,6 @@ def run_detail(request, run_id: int):
         "logs": sel.logs_tail(run=run, tail=200),
         "retention": retention.get_mode_display() if retention else RetentionMode.ALL.label,
         "retention_k": retention.k if retention else None,
-        "has_controls": _template_exists("runs/_controls.html"),
-        "has_logs": _template_exists("runs/_logs.html"),
     })
     return render(request, "runs/run_detail.html", ctx)
 

@@ -18,7 +18,7 @@ from rlstudio.catalog.models import Dataset
 from rlstudio.catalog.services import dataset_validate
 
 GSM8K_TEST = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "gsm8k" / "test.jsonl"
-GSM8K_TEST = GSM8K_TEST.resolve() if GSM8K_TEST.exists() else Path("/work/shared/data/gsm8k/test.jsonl")
+GSM8K_TEST = GSM8K_TEST.resolve()
 GOOD = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}
 
 

@@ -9,7 +9,8 @@ from rest_framework.test import APIClient
 
 from rlstudio.catalog.models import Dataset
 
-GSM8K_TEST = Path("/work/shared/data/gsm8k/test.jsonl")
+# ../shared/ beside the checkout (CI lays a copy of it there too).
+GSM8K_TEST = Path(__file__).resolve().parents[4] / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 
 @pytest.mark.django_db(transaction=True)

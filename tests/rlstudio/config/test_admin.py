@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import api_token_create
 from rlstudio.runs.models import RunConfig
-from rlstudio.telemetry.models import MemoryPoint, MetricRow, RunEvent, Sample
+from rlstudio.telemetry.models import MemoryPoint, MetricRow, RunEvent, RunRetention, Sample
 
 pytestmark = pytest.mark.django_db
 OUR_APPS = {"accounts", "catalog", "runs", "telemetry", "quotas"}
@@ -23,10 +23,11 @@ def test_every_model_is_registered_and_renders(staff, alice, make_run):
     MemoryPoint.objects.create(run=run, seq=1, time=now, phase="rollout", rss=123)
     api_token_create(user=alice, name="t")
     RunConfig.objects.create(owner=alice, name="base", config={"a": 1})
+    RunRetention.objects.create(run=run, mode="per_step", k=4)
     client = Client()
     client.force_login(staff)
     models = [m for m in apps.get_models() if m._meta.app_label in OUR_APPS]
-    assert len(models) == 11
+    assert len(models) == 12
     for model in models:
         assert admin.site.is_registered(model), model
         info = (model._meta.app_label, model._meta.model_name)

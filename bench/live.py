@@ -1,0 +1,378 @@
+"""Live telemetry speed: ingest throughput, emit → browser latency, run page server time (issue 6).
+
+    .venv/bin/python bench/live.py [--quick] [--json out.json]
+
+Runs against the real stack on this machine, nothing mocked: a fresh PostgreSQL database
+(`rlstudio_bench_<pid>` on 127.0.0.1:5432, migrated, dropped at the end), Redis at 127.0.0.1:6379 as
+the channel layer, and Daphne serving `rlstudio.config.asgi:application` in a subprocess.
+
+  1. ingest: batches of 500 events, gzip'd (built before the clock starts, as the trainer's sender
+     thread does), POSTed one after the other to /api/v1/runs/<id>/events/ while N websocket clients
+     watch the run; events/s into PostgreSQL (HTTP replies) and out to every client (last received).
+     Two workloads: "small" (metrics with 40 keys, memory, heartbeat, log) and "samples" (GSM8K-sized
+     transcripts with a 256-token view).
+  2. latency: the trainer's own HttpSink (trainer/sinks_http.py, default 0.5 s send interval) emits
+     at 200 events/s while 100 websocket viewers watch; latency = viewer receive time − the event's
+     `time` (set at emit; one machine, one clock). The viewers run in this process (asyncio).
+  3. page: 200 steps × 64 samples (+ metrics and memory) stored through the ingest API, then the
+     run page /runs/<id>/ is fetched over HTTP with a logged-in session; server time per request.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import platform as _platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "platform"), str(REPO)]
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+# ------------------------------------------------------------------------------------------- events
+def metrics_ev(seq: int, step: int) -> dict:
+    return {"seq": seq, "type": "metrics", "time": time.time(),
+            "data": {"step": step, "metrics": {f"actor/metric_{k}": 0.01 * k for k in range(40)}}}
+
+
+def small_ev(seq: int) -> dict:
+    kind = seq % 4
+    if kind == 0:
+        return metrics_ev(seq, seq)
+    if kind == 1:
+        return {"seq": seq, "type": "memory", "time": time.time(),
+                "data": {"step": seq, "phase": "rollout", "device": "cpu", "rss": 10_000_000 + seq}}
+    if kind == 2:
+        return {"seq": seq, "type": "heartbeat", "time": time.time(), "data": {"step": seq}}
+    return {"seq": seq, "type": "log", "time": time.time(), "data": {"level": "info", "message": f"step {seq} done"}}
+
+
+def sample_ev(seq: int, step: int, index: int, *, tokens: int = 256) -> dict:
+    return {"seq": seq, "type": "sample", "time": time.time(), "data": {
+        "step": step, "uid": f"gsm8k-{step}-{index // 8}", "index": index % 8, "reward": float(index % 2),
+        "advantage": 0.5 - (index % 2), "response_length": tokens, "num_turns": 1, "finish_reason": "stop",
+        "messages": [{"role": "user", "content": "Natalia sold clips to 48 of her friends in April, " * 4},
+                     {"role": "assistant", "content": "She sold 48 / 2 = 24 clips in May. " * 12 + "#### 72"}],
+        "ground_truth": "72", "data_source": "gsm8k",
+        "token_view": {"ids": list(range(tokens)), "pieces": ["tok"] * tokens, "loss_mask": [1] * tokens,
+                       "logprobs": [-0.25] * tokens, "ref_logprobs": [-0.3] * tokens,
+                       "advantages": [0.5] * tokens}}}
+
+
+def gz_body(events: list[dict]) -> bytes:
+    return gzip.compress(json.dumps({"events": events}).encode(), compresslevel=1)
+
+
+# ---------------------------------------------------------------------------------------- the stack
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """A bench database + Django in this process + Daphne in a subprocess."""
+
+    def __init__(self) -> None:
+        self.db = f"rlstudio_bench_{os.getpid()}"
+        self.tmp = Path(tempfile.mkdtemp(prefix="rls-live-bench-"))
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Stack":
+        import psycopg2
+
+        con = psycopg2.connect(f"{PG}/postgres")
+        con.autocommit = True
+        con.cursor().execute(f'CREATE DATABASE "{self.db}"')
+        con.close()
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()  # never leave the database or Daphne behind
+            raise
+
+    def _start(self) -> "Stack":
+        os.environ.update(DATABASE_URL=f"{PG}/{self.db}", DJANGO_SETTINGS_MODULE="rlstudio.config.settings.test",
+                          RLSTUDIO_ROLLOUT_DIR=str(self.tmp / "runs"))
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        t = time.monotonic()
+        call_command("migrate", verbosity=0)
+        print(f"[bench] database {self.db} migrated in {time.monotonic() - t:.1f}s", flush=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "platform"), str(REPO)]),
+                   PYTHONUNBUFFERED="1")
+        self.log = open(self.tmp / "daphne.log", "wb")
+        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p",
+                                      str(self.port), "rlstudio.config.asgi:application"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(self.base + "/healthz", timeout=2)
+                break
+            except urllib.error.HTTPError:
+                break  # 503 still means Daphne answers
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("Daphne did not start: " + (self.tmp / "daphne.log").read_text()[-2000:])
+                time.sleep(0.3)
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        from rlstudio.accounts.services import api_token_create
+
+        self.user = get_user_model().objects.create_user(username="bench", password="bench-pw-1")
+        self.api_key = api_token_create(user=self.user, name="bench").key
+        client = Client()
+        client.force_login(self.user)
+        self.session = client.cookies["sessionid"].value
+        return self
+
+    def new_run(self, name: str):
+        from rlstudio.catalog.models import Dataset, ModelAsset
+        from rlstudio.runs.services import run_create
+
+        ds = Dataset.objects.create(owner=self.user, name=f"{name}-d", file_path="/tmp/x.jsonl", sha256="ab" * 32)
+        model = ModelAsset.objects.create(owner=self.user, name=f"{name}-m", path="/models/x")
+        run, token = run_create(owner=self.user, name=name, dataset=ds, model=model,
+                                config={"trainer": {"total_steps": 200}}, gpus=0)
+        return run.pk, token
+
+    def post(self, run_id: int, token: str, body: bytes) -> dict:
+        req = urllib.request.Request(f"{self.base}/api/v1/runs/{run_id}/events/", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {token}", "Content-Encoding": "gzip",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())
+
+    def ws_url(self, run_id: int) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/runs/{run_id}/?token={self.api_key}"
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        try:
+            from django.db import connections
+
+            connections.close_all()
+        except Exception:  # Django never got set up: nothing to close
+            pass
+        import psycopg2
+
+        con = psycopg2.connect(f"{PG}/postgres")
+        con.autocommit = True
+        con.cursor().execute(f'DROP DATABASE IF EXISTS "{self.db}" WITH (FORCE)')
+        con.close()
+
+
+# ------------------------------------------------------------------------------------------ viewers
+class Viewer:
+    """One websocket watching a run: counts events, records receive − emit times."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last_at = 0.0
+        self.latencies: list[float] = []
+        self.ready = asyncio.Event()
+        self.done = asyncio.Event()
+
+    async def watch(self, url: str, origin: str, expect: int, *, latency: bool) -> None:
+        from websockets.asyncio.client import connect
+
+        async with connect(url, origin=origin, max_size=None, open_timeout=60) as ws:
+            self.ready.set()
+            async for msg in ws:
+                now = time.time()
+                ev = json.loads(msg)
+                self.count += 1
+                self.last_at = now
+                if latency:
+                    self.latencies.append(now - ev["time"])
+                if self.count >= expect:
+                    break
+        self.done.set()
+
+
+async def _watchers(stack: Stack, run_id: int, n: int, expect: int, *, latency: bool):
+    viewers = [Viewer() for _ in range(n)]
+    tasks = [asyncio.create_task(v.watch(stack.ws_url(run_id), stack.base, expect, latency=latency)) for v in viewers]
+    await asyncio.wait_for(asyncio.gather(*(v.ready.wait() for v in viewers)), 120)
+    await asyncio.sleep(0.5)  # group_add is done before accept; a little slack for the last ones
+    return viewers, tasks
+
+
+async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, batches: int, viewers: int) -> dict:
+    run_id, token = run
+    bodies, seq = [], 1
+    for b in range(batches):
+        if workload == "small":
+            events = [small_ev(seq + i) for i in range(500)]
+        else:
+            events = [sample_ev(seq + i, (seq + i) // 64, (seq + i) % 64) for i in range(500)]
+        seq += 500
+        bodies.append(gz_body(events))
+    total = 500 * batches
+    vs, tasks = await _watchers(stack, run_id, viewers, total, latency=False)
+    loop = asyncio.get_running_loop()
+    per_post: list[float] = []
+
+    def send_all() -> None:
+        for body in bodies:
+            t = time.perf_counter()
+            reply = stack.post(run_id, token, body)
+            per_post.append(time.perf_counter() - t)
+            assert reply["accepted"] == 500 and not reply["refused"], reply
+
+    t0 = time.time()
+    await loop.run_in_executor(None, send_all)
+    t_stored = time.time() - t0
+    try:
+        await asyncio.wait_for(asyncio.gather(*tasks), 300)
+    except asyncio.TimeoutError:
+        pass
+    for t in tasks:
+        t.cancel()
+    got = [v.count for v in vs]
+    t_out = max(v.last_at for v in vs) - t0
+    return {"workload": workload, "events": total, "batch": 500, "viewers": viewers,
+            "bytes_gzip_per_batch": int(statistics.mean(len(b) for b in bodies)),
+            "ingest_events_per_s": round(total / t_stored), "post_ms_median": round(1000 * statistics.median(per_post)),
+            "delivered_events_per_s_per_viewer": round(min(got) / t_out) if t_out > 0 else None,
+            "all_viewers_got_all": min(got) == total}
+
+
+async def bench_latency(stack: Stack, run: tuple[int, str], *, viewers: int, rate: int, seconds: float) -> dict:
+    from trainer.sinks_http import HttpSink
+
+    run_id, token = run
+    total = int(rate * seconds)
+    vs, tasks = await _watchers(stack, run_id, viewers, total, latency=True)
+    sink = HttpSink(out_dir=stack.tmp / "sink", url=f"{stack.base}/api/v1/runs/{run_id}/events/", token=token)
+
+    def emit() -> None:
+        t0 = time.monotonic()
+        for i in range(total):
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            seq = i + 1
+            # a step's worth of traffic: mostly samples, with metrics / memory / heartbeat between
+            ev = (sample_ev(seq, seq // 64, seq % 64, tokens=64) if seq % 8 else small_ev(seq))
+            ev["time"] = time.time()
+            sink.write(ev)
+        sink.close()
+
+    await asyncio.get_running_loop().run_in_executor(None, emit)
+    try:
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    except asyncio.TimeoutError:
+        pass
+    for t in tasks:
+        t.cancel()
+    lat = sorted(x for v in vs for x in v.latencies)
+    got = sum(v.count for v in vs)
+    q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [float("nan")] * 99
+    return {"viewers": viewers, "rate_events_per_s": rate, "seconds": seconds, "events": total,
+            "received": got, "expected": total * viewers, "sink_interval_s": sink.interval,
+            "sink_posts": sink.posts, "latency_ms_p50": round(1000 * q[49], 1), "latency_ms_p99": round(1000 * q[98], 1),
+            "latency_ms_max": round(1000 * lat[-1], 1) if lat else None}
+
+
+def bench_page(stack: Stack, *, steps: int, per_step: int, repeats: int) -> dict:
+    run_id, token = stack.new_run("page")
+    seq, events, t0 = 1, [], time.perf_counter()
+    for step in range(1, steps + 1):
+        events.append(metrics_ev(seq, step))
+        seq += 1
+        for i in range(per_step):
+            events.append(sample_ev(seq, step, i, tokens=128))
+            seq += 1
+        events.append({"seq": seq, "type": "memory", "time": time.time(),
+                       "data": {"step": step, "phase": "update", "device": "cpu", "rss": 10 ** 9}})
+        seq += 1
+    for i in range(0, len(events), 500):
+        stack.post(run_id, token, gz_body(events[i:i + 500]))
+    fill_s = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        req = urllib.request.Request(f"{stack.base}/runs/{run_id}/", headers={"Cookie": f"sessionid={stack.session}"})
+        t = time.perf_counter()
+        with urllib.request.urlopen(req, timeout=60) as r:
+            body = r.read()
+            assert r.status == 200
+        times.append(time.perf_counter() - t)
+    return {"steps": steps, "samples_per_step": per_step, "stored_events": len(events),
+            "fill_s": round(fill_s, 1), "page_bytes": len(body), "page_ms_median": round(1000 * statistics.median(times)),
+            "page_ms_max": round(1000 * max(times)), "repeats": repeats}
+
+
+def machine() -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), _platform.processor())
+    return {"cpus": os.cpu_count(), "cpu": cpu, "load_1min_at_start": round(os.getloadavg()[0], 2),
+            "python": _platform.python_version()}
+
+
+def run_all(args) -> dict:
+    """The three benches in order (Django's ORM only outside the event loops)."""
+    out: dict = {"machine": machine(), "command": " ".join([".venv/bin/python bench/live.py", *sys.argv[1:]])}
+    with Stack() as stack:
+        out["ingest"] = [
+            asyncio.run(bench_ingest(stack, stack.new_run("ingest-small"), workload="small",
+                                     batches=args.batches, viewers=args.ingest_viewers)),
+            asyncio.run(bench_ingest(stack, stack.new_run("ingest-samples"), workload="samples",
+                                     batches=max(args.batches // 2, 1), viewers=args.ingest_viewers)),
+        ]
+        print(json.dumps(out["ingest"], indent=1), flush=True)
+        out["latency"] = asyncio.run(bench_latency(stack, stack.new_run("latency"), viewers=args.viewers,
+                                                   rate=args.rate, seconds=args.seconds))
+        print(json.dumps(out["latency"], indent=1), flush=True)
+        out["page"] = bench_page(stack, steps=args.steps, per_step=64, repeats=5)
+        print(json.dumps(out["page"], indent=1), flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, default=20, help="ingest batches of 500 (small workload)")
+    p.add_argument("--ingest-viewers", type=int, default=5)
+    p.add_argument("--viewers", type=int, default=100)
+    p.add_argument("--rate", type=int, default=200)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the bench itself)")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.batches, args.ingest_viewers, args.viewers, args.seconds, args.steps = 2, 2, 5, 2.0, 4
+    out = run_all(args)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
