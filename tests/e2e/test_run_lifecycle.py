@@ -217,7 +217,19 @@ def _config(world) -> dict:
                         dataset=world["dataset"], model=world["model"])
 
 
+def _wait_ray_idle(timeout: float = 90) -> None:
+    """Earlier tests' jobs may still be exiting; admission also waits for free cluster CPUs."""
+    c = ray_jobs.client()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(str(j.status) not in ("PENDING", "RUNNING", "JobStatus.PENDING", "JobStatus.RUNNING")
+               for j in c.list_jobs()):
+            return
+        time.sleep(1)
+
+
 def test_twenty_concurrent_launches_against_a_quota_of_one(world):
+    _wait_ray_idle()
     GpuQuota.objects.filter(user=world["user"]).update(max_concurrent_runs=1)
     config = _config(world)
     runs = [run_create(owner=world["user"], name=f"q{i}", dataset=world["dataset"], model=world["model"],
