@@ -184,3 +184,38 @@ def test_common_prefix_keeps_a_trained_token_out_of_the_prefix():
     d = sft.Example([1, 2, 8, 8], [0, 0, 0, 1])
     assert sft.common_prefix_length([c, d]) == 2
     assert sft.common_prefix_length([c, sft.Example([7, 2], [0, 1])]) == 0
+
+
+def _copy_rows(n, seed):
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        rows.append({"messages": [{"role": "user", "content": f"repeat: {a} {b}"},
+                                  {"role": "assistant", "content": f"{a} {b}"}]})
+    return rows
+
+
+def test_copy_task_is_learned_quickly_by_the_demo_preset(tmp_path):
+    """Regression for the warm start that never learned to copy operands into the tool call.
+
+    A pure copy task through the same sft path must be learned within ~150 steps. With HF's default
+    init (std 0.02) the demo-width model stayed near chance on the copied digits after 300 steps;
+    with the preset's 0.08 it copies every digit after ~200 steps (measured).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = make_tiny_model(tmp_path / "demo", preset="demo", seed=0)
+    res = sft.sft_train(model_dir=base, rows=_copy_rows(4000, 0), out=tmp_path / "copy", steps=150,
+                        batch_size=32, lr=3e-3, seed=0, threads=1, log=None)
+    assert res.steps == 150
+    tok = AutoTokenizer.from_pretrained(tmp_path / "copy")
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "copy").eval()
+    exs = [sft.build_example(tok, r["messages"]) for r in _copy_rows(100, 123)]
+    ids, att, labels = sft.collate(exs, tok.pad_token_id)
+    with torch.no_grad():
+        pred = model(input_ids=ids, attention_mask=att).logits.argmax(-1)
+    digits = torch.tensor(tok.convert_tokens_to_ids(list("0123456789")))
+    on = (labels != sft.IGNORE) & torch.isin(labels, digits)
+    acc = (pred[on] == labels[on]).float().mean().item()
+    assert on.sum() == 400 and acc > 0.9, acc  # chance is 0.1

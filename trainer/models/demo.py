@@ -29,7 +29,7 @@ from typing import Any
 WARM_START_BATCH = 32
 WARM_START_LR = 3e-3
 WARM_START_CONVERSATIONS = 20000
-WARM_START_TOOL_FRACTION = 0.4
+WARM_START_TOOL_FRACTION = 0.6  # phase 2 mix; 0.4 left the sampled tool use at 11%
 COPY_PHASE = 0.6  # share of the warm-start time on tool-only conversations
 
 

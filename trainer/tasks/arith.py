@@ -13,13 +13,10 @@ Warm start (SFT) data: ``tool_fraction`` (default 0.4) of the conversations call
 answer only for easy sums and a plausible wrong number otherwise, so a short warm start teaches the
 format but leaves the model unreliable (the GRPO demo needs room to improve).
 
-Warm start, measured on this project's 2-core machine (demo preset, 1 torch thread, machine
-shared with other jobs, load 5-8): ``python -m trainer sft --model BASE --data sft.jsonl --out WARM
---batch-size 32 --lr 3e-3 --max-seconds 240`` ran 372 steps (1.55 steps/s); batch 32 / lr 6e-3 /
-270 s ran 644 steps (2.4 steps/s). Neither taught the model to copy the operands into the tool call
-(teacher-forced digit accuracy at chance): sampled held-out reward 0.004 with the tool called in
-13-20% of episodes. The 0.2-0.4 target range is NOT reached yet by a warm start of this length
-here; a longer warm start (more steps) is the next thing to try.
+Warm start: `trainer.models.demo.make_demo_model` trains first on conversations that all call the
+tool (``tool_fraction=1.0``: the model learns to copy the operands into the call and the reply into
+the answer), then on a mix (``tool_fraction=0.6``). Trained on the 40% mix from the start, the
+demo model never learned to copy within 5 minutes (operand digits at chance); see docs/demo.md.
 """
 from __future__ import annotations
 

@@ -177,6 +177,11 @@ def test_cli_demo_preset_size(tmp_path, capsys):
     n = sum(p.numel() for p in model.parameters())
     assert 0.8e6 <= n <= 3e6
     assert model.config.num_hidden_layers == 4 and model.config.hidden_size == 128
+    # Regression: HF's default init (std 0.02, tuned for widths in the thousands) kept the demo
+    # model's attention near uniform and it could not learn to copy operands (see Preset docs).
+    assert model.config.initializer_range == pytest.approx(0.08)
+    w = model.model.layers[0].self_attn.q_proj.weight
+    assert 0.07 < float(w.detach().std()) < 0.09
 
 
 def test_unknown_preset_is_refused(tmp_path):

@@ -1,0 +1,148 @@
+"""Journeys 1–3 in a real Chromium against the whole running platform, as one user's afternoon:
+
+1. log in; upload GSM8K's test split with the gsm8k preset through the upload page; the worker makes it
+   ready; see its preview; run the reward check on its page;
+2. launch a cpu_smoke run on a tiny model through /runs/new/; on the run page, without reloading, the
+   reward chart gets points and the samples table gets rows; open a transcript, switch to tokens;
+3. stop the run with "save a checkpoint first" ticked, see it stopped with its checkpoint; resume it
+   and see the new run continue after that step.
+
+One test because each step needs the one before (the database is flushed between tests).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+REWARD_TRACE = """() => {
+    for (const h of document.querySelectorAll('#charts .chart h3')) {
+        if (h.textContent !== 'Rewards and scores') continue;
+        const plot = h.parentNode.querySelector('.plot');
+        const t = (plot.data || []).find((d) => d.name === 'critic/score/mean');
+        return t ? t.x.length : 0;
+    }
+    return 0;
+}"""
+
+
+def _badge(page) -> str:
+    return page.locator("#run-controls .badge").inner_text().strip().lower()
+
+
+def _reload_until(page, pred, *, timeout_s: float, what: str):
+    """What a user does: reload the page every couple of seconds until it shows `pred`."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        page.reload()
+        page.wait_for_load_state("load")
+        if pred():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not shown within {timeout_s:.0f}s (badge {_badge(page)!r})")
+        page.wait_for_timeout(2000)
+
+
+def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_model, ui, gsm8k_test_file):
+    from rlstudio.catalog.models import Dataset
+    from rlstudio.runs.models import Run
+
+    alice = make_user("alice")
+    register_model(alice, "tiny-smoke")
+    page = page_as(alice)
+
+    # --- 1. upload, ready, preview, reward check
+    page.goto("/datasets/upload/")
+    ui.shot(page, "01-dataset-upload")
+    ds_id = ui.upload_dataset(page, gsm8k_test_file, name="gsm8k-test", timeout_ms=150_000)
+    ds = Dataset.objects.get(pk=ds_id)
+    assert ds.owner == alice and ds.num_rows == 1319 and ds.preset == "gsm8k"
+    assert page.locator("#dataset-status").inner_text().strip().lower() == "ready"
+    rows = page.locator(".chat-row")
+    assert rows.count() == 5
+    assert "Janet" in rows.first.inner_text() and rows.first.locator("code").inner_text() == "18"
+    page.select_option("select[name=reward]", "gsm8k")
+    page.check("input[name=tools][value=calculator]")
+    page.click("button:has-text('Check on 3 rows')")
+    page.wait_for_load_state("load")
+    table = page.locator("section.card:has(h2:has-text('Reward check')) table tbody tr")
+    checks = [[c.strip() for c in table.nth(i).locator("td").all_inner_texts()] for i in range(table.count())]
+    by_kind = {}
+    for row, kind, _answer, score, tool_score, _note in checks:
+        by_kind.setdefault(kind, []).append((row, score, tool_score))
+    assert [s for _, s, _ in by_kind["correct"]] == ["1.0"] * 3, checks
+    assert [s for _, s, _ in by_kind["wrong"]] == ["0.0"] * 3, checks
+    assert len(by_kind["tool_call:calculator"]) == 3, checks
+    ui.shot(page, "02-dataset-reward-check")
+
+    # --- 2. launch through the form; watch it live
+    run_id = ui.launch_run(page, name="grpo-live", dataset="gsm8k-test", model="tiny-smoke", steps=100,
+                           save_freq=-1)
+    run = Run.objects.get(pk=run_id)
+    assert run.owner == alice and run.dataset_id == ds_id and run.total_steps == 100
+    assert run.config["trainer"]["total_training_steps"] == 100
+    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    page.evaluate("window.__noReload = 1")
+    page.wait_for_function("(" + REWARD_TRACE + ")() >= 2", timeout=180_000)
+    page.wait_for_function("document.querySelectorAll('#samples-body tr:not(.empty)').length >= 2",
+                           timeout=30_000)
+    assert page.evaluate("window.__noReload") == 1, "the page reloaded"
+    assert int(page.locator("#live-step").inner_text()) >= 2
+    assert page.locator("#live-reward").inner_text() != "—"
+    assert _badge(page) == "running"
+    page.locator("#charts-card").scroll_into_view_if_needed()
+    ui.shot(page, "03-run-live-charts")
+    page.locator("#samples-card").scroll_into_view_if_needed()
+    ui.shot(page, "04-run-live-samples")
+
+    # A transcript: one with a tool call when the tiny model made one, else the first.
+    links = page.locator("#samples-body tr:has(td:nth-child(9):text-is('yes')) a:text-is('transcript')")
+    with_tool = links.count() > 0
+    (links.first if with_tool else page.locator("#samples-body a:text-is('transcript')").first).click()
+    page.wait_for_url(re.compile(r"/runs/\d+/samples/\d+/$"))
+    chat = page.locator("#tab-chat .msg")
+    assert chat.count() >= 2 and chat.first.locator(".role").text_content().strip() in ("user", "system")
+    if with_tool:
+        assert page.locator("#tab-chat .toolcall code").first.inner_text() == "calculator"
+    ui.shot(page, "05-transcript")
+    page.click(".tabs button[data-tab=tokens]")
+    tokens = page.locator("#tokens .tok")
+    assert page.locator("#tab-tokens").is_visible() and tokens.count() > 0
+    assert page.locator("#tokens .tok.trained").count() > 0 and page.locator("#tokens .tok.masked").count() > 0
+    page.select_option("#token-colour", "adv")
+    ui.shot(page, "06-transcript-tokens")
+
+    # --- 3. stop with a checkpoint, see it stopped, resume
+    page.goto(f"/runs/{run_id}/")
+    box = page.locator("#run-controls input[name=checkpoint]")
+    assert box.is_checked()
+    page.click("#run-controls button.danger:text-is('Stop')")
+    page.wait_for_load_state("load")
+    assert page.dialogs and page.dialogs[-1][0] == "confirm" and "grpo-live" in page.dialogs[-1][1]
+    _reload_until(page, lambda: _badge(page) == "stopped", timeout_s=120, what="stopped")
+    run.refresh_from_db()
+    assert run.status == "stopped" and run.checkpoint_path, run.error
+    done = int(run.checkpoint_path.rsplit("_", 1)[-1])
+    assert done >= 2 and f"global_step_{done}" in page.locator("dl.fields").inner_text()
+    ui.shot(page, "07-run-stopped")
+
+    page.click("#run-controls button:text-is('Resume')")
+    page.wait_for_url(lambda url: not url.rstrip("/").endswith(f"/runs/{run_id}"))
+    child_id = int(page.url.rstrip("/").rsplit("/", 1)[-1])
+    child = Run.objects.get(pk=child_id)
+    assert child.parent_id == run_id and child.config["trainer"]["resume_from_path"] == run.checkpoint_path
+    assert page.locator(f"#run-controls a[href='/runs/{run_id}/']").count() == 1
+    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    # The resumed run's first step is the one after the checkpoint, seen live on its page.
+    page.wait_for_function(f"Number(document.getElementById('live-step').textContent) >= {done + 1}",
+                           timeout=150_000)
+    metrics = page.evaluate("fetch('/api/v1/runs/%d/metrics/').then((r) => r.json())" % child_id)
+    assert metrics["steps"] and metrics["steps"][0]["step"] == done + 1, metrics["steps"][:3]
+    ui.shot(page, "08-run-resumed")
+    page.reload()
+    page.click("#run-controls button:text-is('Force stop')")
+    _reload_until(page, lambda: _badge(page) == "stopped", timeout_s=60, what="force-stopped")
