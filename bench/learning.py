@@ -1,6 +1,6 @@
 """Benchmark: the learning demo end to end — warm start, then GRPO through the real trainer.
 
-Run: .venv/bin/python bench/learning.py [--warm-seconds 150] [--grpo-seconds 300] [--steps 40]
+Run: .venv/bin/python bench/learning.py [--warm-seconds 240] [--grpo-seconds 300] [--steps 80]
      [--val 128] [--seed 0] [--threads 1] [--out /tmp/rlstudio_learning] [--write docs/benchmarks.md]
 
 1. `trainer.models.demo.make_demo_model`: the tiny demo-preset model, warm-started with trainer.sft for

@@ -170,3 +170,37 @@ def parse_database_url(url: str) -> dict[str, Any]:
         "PORT": port,
         "OPTIONS": query,
     }
+
+
+# --- Tunables: optional numeric / text settings, one environment variable each ----------------
+# Settings modules read them through these (never os.environ directly), so that the web server, the
+# Celery worker and the tests agree, and a bad value names its variable.
+def env_int(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
+    raw = (os.environ if environ is None else environ).get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise EnvError(f"{name} must be an integer (got {raw!r})") from None
+
+
+def env_float(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
+    raw = (os.environ if environ is None else environ).get(name, "")
+    if raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise EnvError(f"{name} must be a number (got {raw!r})") from None
+
+
+def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    raw = (os.environ if environ is None else environ).get(name, "")
+    return raw if raw.strip() else default
+
+
+def env_paths(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """A colon-separated list of paths (like PATH)."""
+    raw = (os.environ if environ is None else environ).get(name, "")
+    return [p for p in raw.split(":") if p] or list(default)

@@ -167,42 +167,29 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "INFO"},
 }
 
-# --- Catalog (issue 4, DATA): upload and validation limits. Each can be overridden by the env
-# variable of the same name (read here because the Celery worker must see the same values).
-import os as _os  # noqa: E402
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = _os.environ.get(name)
-    return default if raw in (None, "") else int(raw)
-
-
-RLSTUDIO_MAX_UPLOAD_BYTES = _env_int("RLSTUDIO_MAX_UPLOAD_BYTES", 1 << 30)  # 1 GiB, the stored file
-RLSTUDIO_MAX_LINE_BYTES = _env_int("RLSTUDIO_MAX_LINE_BYTES", 8 << 20)  # one JSONL line / CSV record
-RLSTUDIO_MAX_NESTING_DEPTH = _env_int("RLSTUDIO_MAX_NESTING_DEPTH", 32)  # JSON nesting in one row
-RLSTUDIO_MAX_DECOMPRESSED_BYTES = _env_int("RLSTUDIO_MAX_DECOMPRESSED_BYTES", 4 << 30)  # gzip / zip
-RLSTUDIO_MAX_JSON_DOCUMENT_BYTES = _env_int("RLSTUDIO_MAX_JSON_DOCUMENT_BYTES", 256 << 20)  # .json
-# Where registered model folders may live (colon-separated absolute paths); the demo model is
-# built under STATE_DIR/models.
-RLSTUDIO_MODEL_ROOTS = [p for p in _os.environ.get("RLSTUDIO_MODEL_ROOTS", "").split(":") if p] or [
-    str(STATE_DIR / "models")
-]
-
-# --- Telemetry (LIVE, issue 6): ingest size limits and rollout dumps ------------------------------
-# Read here with env overrides so the web process and bench agree (candidates for config/env.py).
-import os as _os  # noqa: E402
-
+# --- Tunables (each overridable by the environment variable of the same name, read through
+# rlstudio.config.env so the web server, the Celery worker and the tests see the same values).
+from rlstudio.config.env import env_float, env_int, env_paths, env_str  # noqa: E402
 from trainer.events import MAX_EVENT_BYTES as _TRAINER_MAX_EVENT_BYTES  # noqa: E402
 
-# One POST to /api/v1/runs/{id}/events/: its (decompressed) body, its number of events, one event.
-RLSTUDIO_INGEST_MAX_REQUEST_BYTES = int(_os.environ.get("RLSTUDIO_INGEST_MAX_REQUEST_BYTES", 16 << 20))
-RLSTUDIO_INGEST_MAX_EVENTS = int(_os.environ.get("RLSTUDIO_INGEST_MAX_EVENTS", 10000))
-RLSTUDIO_INGEST_MAX_EVENT_BYTES = int(
-    _os.environ.get("RLSTUDIO_INGEST_MAX_EVENT_BYTES", _TRAINER_MAX_EVENT_BYTES)
-)
+# Catalog: upload and validation limits.
+RLSTUDIO_MAX_UPLOAD_BYTES = env_int("RLSTUDIO_MAX_UPLOAD_BYTES", 1 << 30)  # 1 GiB, the stored file
+RLSTUDIO_MAX_LINE_BYTES = env_int("RLSTUDIO_MAX_LINE_BYTES", 8 << 20)  # one JSONL line / CSV record
+RLSTUDIO_MAX_NESTING_DEPTH = env_int("RLSTUDIO_MAX_NESTING_DEPTH", 32)  # JSON nesting in one row
+RLSTUDIO_MAX_DECOMPRESSED_BYTES = env_int("RLSTUDIO_MAX_DECOMPRESSED_BYTES", 4 << 30)  # gzip / zip
+RLSTUDIO_MAX_JSON_DOCUMENT_BYTES = env_int("RLSTUDIO_MAX_JSON_DOCUMENT_BYTES", 256 << 20)  # .json
+# Where registered model folders may live (colon-separated absolute paths); the demo model is
+# built under STATE_DIR/models.
+RLSTUDIO_MODEL_ROOTS = env_paths("RLSTUDIO_MODEL_ROOTS", [str(STATE_DIR / "models")])
+
+# Telemetry: one POST to /api/v1/runs/{id}/events/: its (decompressed) body, its number of events,
+# one event.
+RLSTUDIO_INGEST_MAX_REQUEST_BYTES = env_int("RLSTUDIO_INGEST_MAX_REQUEST_BYTES", 16 << 20)
+RLSTUDIO_INGEST_MAX_EVENTS = env_int("RLSTUDIO_INGEST_MAX_EVENTS", 10000)
+RLSTUDIO_INGEST_MAX_EVENT_BYTES = env_int("RLSTUDIO_INGEST_MAX_EVENT_BYTES", _TRAINER_MAX_EVENT_BYTES)
 # Every sample of a run is also appended to <dir>/<run id>/rollouts/step_<n>.jsonl (retention only
 # trims the database, never these files).
-RLSTUDIO_ROLLOUT_DIR = _os.environ.get("RLSTUDIO_ROLLOUT_DIR") or str(RUNS_DIR)
+RLSTUDIO_ROLLOUT_DIR = env_str("RLSTUDIO_ROLLOUT_DIR", str(RUNS_DIR))
 # plotly.js is served from the installed plotly wheel as static/vendor/plotly.min.js (no CDN).
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
@@ -210,21 +197,17 @@ STATICFILES_FINDERS = [
     "rlstudio.telemetry.staticfinders.PlotlyFinder",
 ]
 
-# --- Runs (RUNS, issue 5): launching, stopping, reconciling runs on Ray. ---
-# RLSTUDIO_PUBLIC_URL: the base URL the trainer reaches the platform at (its ingest endpoint).
-# Read here rather than in env.py while env.py is the foundation's; the Celery worker, which builds
-# the jobs, must see the same value as the web server.
-import os as _os  # noqa: E402
-
-RLSTUDIO_PUBLIC_URL = _os.environ.get("RLSTUDIO_PUBLIC_URL") or f"http://127.0.0.1:{PORT}"
+# Runs: launching, stopping, reconciling runs on Ray.
+# The base URL the trainer reaches the platform at (its ingest endpoint).
+RLSTUDIO_PUBLIC_URL = env_str("RLSTUDIO_PUBLIC_URL", f"http://127.0.0.1:{PORT}")
 # Seconds between SIGTERM (graceful: finish the step, checkpoint, exit) and the forced SIGKILL.
-RLSTUDIO_STOP_GRACE_S = float(_os.environ.get("RLSTUDIO_STOP_GRACE_S") or 60)
+RLSTUDIO_STOP_GRACE_S = env_float("RLSTUDIO_STOP_GRACE_S", 60)
 # How long a run's trainer may spend at exit flushing events to an unreachable ingest endpoint.
-RLSTUDIO_INGEST_CLOSE_TIMEOUT_S = float(_os.environ.get("RLSTUDIO_INGEST_CLOSE_TIMEOUT_S") or 10)
+RLSTUDIO_INGEST_CLOSE_TIMEOUT_S = env_float("RLSTUDIO_INGEST_CLOSE_TIMEOUT_S", 10)
 # A running run whose newest heartbeat (events.jsonl / ingest) is older than this is marked lost.
-RLSTUDIO_HEARTBEAT_TIMEOUT_S = float(_os.environ.get("RLSTUDIO_HEARTBEAT_TIMEOUT_S") or 120)
+RLSTUDIO_HEARTBEAT_TIMEOUT_S = env_float("RLSTUDIO_HEARTBEAT_TIMEOUT_S", 120)
 # Seconds between two reconciles (Celery beat); log lines kept as a failed run's error.
-RLSTUDIO_RECONCILE_INTERVAL_S = float(_os.environ.get("RLSTUDIO_RECONCILE_INTERVAL_S") or 3)
+RLSTUDIO_RECONCILE_INTERVAL_S = env_float("RLSTUDIO_RECONCILE_INTERVAL_S", 3)
 RLSTUDIO_ERROR_LOG_LINES = 30
 # CPUs Ray reserves for one run's entrypoint (the trainer's driver process).
 RLSTUDIO_RUN_NUM_CPUS = 1
