@@ -224,3 +224,22 @@ def celery_beat(celery_worker, test_database_url, ray_head, tmp_path_factory):
         yield {"process": proc, "log": log}
     finally:
         stop_process_group(proc, grace=10)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Run the tests in three bands (stable within each, after pytest-django's own ordering):
+
+    0. everything that needs none of the session's long-lived services;
+    1. tests that use the session's Ray head (directly or through the Celery worker / beat), so that
+       the head is started only once the launcher's and the trainer's own Ray clusters are gone
+       (three Ray clusters on two cores starve each other's raylets);
+    2. browser tests last: Playwright's sync API keeps an event loop running in the main thread,
+       which no asyncio.run() after it may share.
+    """
+    def band(item) -> int:
+        if "tests/browser/" in item.nodeid.replace("\\", "/"):
+            return 2
+        return 1 if "ray_head" in getattr(item, "fixturenames", ()) else 0
+
+    items.sort(key=band)

@@ -221,7 +221,7 @@ def upload_dataset(page, path: Path, *, name: str, preset: str = "gsm8k", timeou
 
 
 def launch_run(page, *, name: str, dataset: str, model: str, steps: int, save_freq: int | None = None,
-               preset: str = "cpu_smoke", gpus: int = 0) -> int:
+               preset: str = "cpu_smoke", gpus: int = 0, overrides: str = "") -> int:
     """Fill /runs/new/ and press Launch; returns the new run's id (from the page it lands on)."""
     page.goto("/runs/new/")
     page.fill("#id_name", name)
@@ -232,6 +232,8 @@ def launch_run(page, *, name: str, dataset: str, model: str, steps: int, save_fr
     page.fill("#id_total_training_steps", str(steps))
     if save_freq is not None:
         page.fill("#id_save_freq", str(save_freq))
+    if overrides:
+        page.fill("#id_overrides", overrides)
     page.click("form.run-form button[type=submit]")
     page.wait_for_url("**/runs/*/")
     page.wait_for_load_state("load")

@@ -141,12 +141,32 @@ def _mark_invalid(dataset: Dataset, *, message: str, line: int | None = None, fi
                                 "num_rows"])
 
 
+_VALIDATE_LOCK_SPACE = 0x524C5356  # "RLSV": the advisory-lock key space of dataset validation
+
+
 def dataset_validate(*, dataset: Dataset) -> Dataset:
     """Validate and convert a `validating` dataset (the Celery task's one call).
 
     Ends `ready` (file moved to its content-hash name, rows converted, statistics computed) or
     `invalid` (the message names line and field; the upload and any partial rows are removed).
+    One validator at a time per dataset: a redelivered or duplicated task (late acks) that finds
+    another one at work returns at once, leaving the dataset to it.
     """
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset.pk])
+        if not cur.fetchone()[0]:
+            return dataset
+    try:
+        dataset.refresh_from_db()
+        return _dataset_validate_locked(dataset=dataset)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset.pk])
+
+
+def _dataset_validate_locked(*, dataset: Dataset) -> Dataset:
     if dataset.status != Dataset.Status.VALIDATING:
         return dataset
     part = Path(dataset.file_path)

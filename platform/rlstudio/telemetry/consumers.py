@@ -14,6 +14,9 @@ with seq > N (RunEvent, seq order) and then the live ones, with no gap and no du
     that were both replayed and queued.
 A `resume_after` message sent after live events were already forwarded replays only the stored
 events above the last one sent (order is never broken); use the URL form to resume at connect.
+
+Viewers only ever send tiny control messages: anything over MAX_CLIENT_MESSAGE_BYTES (text or
+binary) closes the socket with 1009 ("message too big") before it is parsed.
 """
 from urllib.parse import parse_qs
 
@@ -28,6 +31,8 @@ from .selectors import events_after
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 REPLAY_CHUNK = 1000
+CLOSE_TOO_BIG = 1009
+MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
 
 
 @database_sync_to_async
@@ -81,6 +86,14 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code):
         if self.group is not None:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        # Checked before json decoding: a huge message must not cost a parse.
+        size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")
+        if size > MAX_CLIENT_MESSAGE_BYTES:
+            await self.close(code=CLOSE_TOO_BIG)
+            return
+        await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
 
     async def receive_json(self, content, **kwargs):
         if self.group is None:

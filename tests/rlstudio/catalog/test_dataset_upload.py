@@ -4,6 +4,7 @@ calls (the worker test is test_dataset_worker.py)."""
 import gzip
 import io
 import json
+import time
 import zipfile
 from pathlib import Path
 
@@ -52,6 +53,11 @@ def upload_and_validate(api, name, content, **fields) -> tuple[int, dict]:
     if resp.status_code != 201:
         return resp.status_code, resp.json()
     ds = dataset_validate(dataset=Dataset.objects.get(pk=resp.json()["id"]))
+    # When a session's Celery worker is up it may have taken the upload's task first: wait for it.
+    deadline = time.monotonic() + 60
+    while ds.status == Dataset.Status.VALIDATING and time.monotonic() < deadline:
+        time.sleep(0.2)
+        ds.refresh_from_db()
     return resp.status_code, api.get(f"/api/v1/datasets/{ds.pk}/").json()
 
 

@@ -18,8 +18,6 @@ if ENV.test_database_name:
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# A prefix of its own so tests never cross messages with a running development platform.
-CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = "rlstudio-test"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
@@ -34,4 +32,9 @@ import os as _os  # noqa: E402
 
 CELERY_TASK_DEFAULT_QUEUE = _os.environ.setdefault(
     "RLSTUDIO_CELERY_QUEUE", f"rlstudio-test-{_os.getpid()}"
+)
+# Likewise a channel-layer prefix of its own (run ids restart in every test database, so two suites
+# on one Redis would otherwise hear each other's `run.<id>` groups); never a development platform's.
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = _os.environ.setdefault(
+    "RLSTUDIO_CHANNELS_PREFIX", f"rlstudio-test-{_os.getpid()}"
 )

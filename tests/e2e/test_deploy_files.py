@@ -1,0 +1,145 @@
+"""Deployment files: compose parses (docker-compose when installed, else PyYAML), Dockerfiles COPY only
+what exists and install the pinned CPU / CUDA torch, the KubeRay manifest has its head and GPU workers.
+
+Run: .venv/bin/python -m pytest tests/e2e/test_deploy_files.py -q
+No container engine runs on these machines: this is everything checkable without building an image.
+"""
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKER = ROOT / "docker"
+COMPOSE = DOCKER / "compose.yaml"
+REQUIRED_ENV = {"SECRET_KEY": "s" * 60, "ALLOWED_HOSTS": "studio.example.com", "POSTGRES_PASSWORD": "pw",
+                "RLSTUDIO_PUBLIC_URL": "https://studio.example.com"}
+APP_SERVICES = {"web", "worker", "beat", "migrate", "ray-head", "ray-gpu-worker"}
+
+
+def _compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _resolved() -> dict:
+    """The compose file as an engine sees it (anchors merged): docker-compose's own, else PyYAML's."""
+    if shutil.which("docker-compose"):
+        out = subprocess.run(["docker-compose", "-f", str(COMPOSE), "--profile", "gpu", "--profile", "tls",
+                              "config"], env={**os.environ, **REQUIRED_ENV}, capture_output=True,
+                             text=True, timeout=60, check=True)
+        return yaml.safe_load(out.stdout)
+    return _compose()  # PyYAML resolves << merges; ${...} stay unexpanded
+
+
+@pytest.mark.skipif(not shutil.which("docker-compose"), reason="docker-compose not installed (apt: docker-compose)")
+def test_docker_compose_config_accepts_it_and_refuses_missing_secrets():
+    env = {**os.environ, **REQUIRED_ENV}
+    ok = subprocess.run(["docker-compose", "-f", str(COMPOSE), "--profile", "gpu", "--profile", "tls",
+                         "config", "-q"], env=env, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    no_secret = {k: v for k, v in env.items() if k != "SECRET_KEY"}
+    refused = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "-q"], env=no_secret,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "SECRET_KEY" in refused.stderr
+
+
+def test_compose_services_volumes_and_env():
+    spec = _resolved()
+    services = spec["services"]
+    assert {"postgres", "redis", "proxy"} | APP_SERVICES <= set(services)
+    assert {"pgdata", "redisdata", "state"} <= set(spec["volumes"])
+    for name in APP_SERVICES:
+        svc = services[name]
+        assert svc["build"]["target"] in {"web", "worker", "trainer"}, name
+        assert svc["build"]["dockerfile"] == "docker/Dockerfile", name
+        env = svc["environment"]
+        # The variables rlstudio.config.env reads: the same everywhere, production settings.
+        for var in ["DJANGO_SETTINGS_MODULE", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL",
+                    "RAY_ADDRESS", "RLSTUDIO_STATE_DIR", "RLSTUDIO_PUBLIC_URL", "RLSTUDIO_BEHIND_TLS_PROXY"]:
+            assert var in env, (name, var)
+        assert env["DJANGO_SETTINGS_MODULE"] == "rlstudio.config.settings.production"
+        assert env["RLSTUDIO_STATE_DIR"] == "/data"
+        mounts = [v if isinstance(v, str) else f"{v['source']}:{v['target']}" for v in svc["volumes"]]
+        assert any(m.split(":")[:2] == ["state", "/data"] for m in mounts), name  # one shared state: datasets, checkpoints, run folders
+    assert services["web"]["build"]["target"] == "web"
+    assert services["ray-head"]["build"]["target"] == "trainer"
+    gpu = services["ray-gpu-worker"]
+    assert gpu["profiles"] == ["gpu"]
+    assert str(gpu["build"]["args"]["TORCH_VARIANT"]).startswith(("cu", "${TORCH_CUDA_VARIANT:-cu"))
+    device = gpu["deploy"]["resources"]["reservations"]["devices"][0]
+    assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
+    for name in ["postgres", "redis", "web", "ray-head"]:
+        assert "healthcheck" in services[name], name
+    assert services["web"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_only_the_tls_proxy_listens_beyond_loopback():
+    services = _compose()["services"]
+    for name, svc in services.items():
+        for port in svc.get("ports", []):
+            published = str(port)
+            if name == "proxy":
+                assert published in {"80:80", "443:443"}
+            else:
+                assert published.startswith("127.0.0.1:"), (name, published)
+    assert not services["postgres"].get("ports") and not services["redis"].get("ports")
+
+
+def _dockerfile() -> str:
+    return (DOCKER / "Dockerfile").read_text()
+
+
+def test_dockerfile_copies_only_existing_paths_and_has_the_three_targets():
+    text = _dockerfile()
+    copies = re.findall(r"^COPY\s+(?!--from)(.+)$", text, flags=re.M)
+    assert copies
+    for line in copies:
+        *sources, _dest = line.split()
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+    targets = set(re.findall(r"^FROM\s+\S+\s+AS\s+(\w+)", text, flags=re.M | re.I))
+    assert {"base", "web", "worker", "trainer"} <= targets
+    # The run entrypoint (runs/launch.py) cds to the code and runs it with the same interpreter path
+    # in every image; the web app reads templates/ and static/ from the repository root.
+    assert "WORKDIR /app" in text and "PYTHONPATH=/app/platform:/app" in text
+    for needed in ["manage.py", "platform", "trainer", "templates", "static"]:
+        assert any(line.split()[0] == needed for line in copies), needed
+
+
+def test_dockerfile_installs_pinned_torch_from_the_variant_index():
+    text = _dockerfile()
+    assert re.search(r"^ARG TORCH_VARIANT=cpu$", text, flags=re.M)
+    assert 'download.pytorch.org/whl/${TORCH_VARIANT}' in text
+    assert "grep -E '^torch==' requirements.txt" in text and "pip install -r requirements.txt" in text
+    pins = [line for line in (ROOT / "requirements.txt").read_text().splitlines() if line.startswith("torch==")]
+    assert len(pins) == 1 and re.fullmatch(r"torch==\d+\.\d+\.\d+", pins[0])  # exact: CPU or +cuXXX build
+    compose = _compose()["services"]
+    assert compose["ray-gpu-worker"]["build"]["args"]["TORCH_VARIANT"] == "${TORCH_CUDA_VARIANT:-cu128}"
+
+
+def test_kuberay_manifest():
+    docs = list(yaml.safe_load_all((DOCKER / "k8s" / "raycluster.yaml").read_text()))
+    by_kind = {d["kind"]: d for d in docs}
+    assert by_kind["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteMany"]
+    cluster = by_kind["RayCluster"]
+    assert cluster["apiVersion"] == "ray.io/v1"
+    ray_pin = re.search(r"^ray\[default\]==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M).group(1)
+    assert cluster["spec"]["rayVersion"] == ray_pin
+    head = cluster["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-gpus"] == "0"
+    head_container = head["template"]["spec"]["containers"][0]
+    assert 8265 in [p["containerPort"] for p in head_container["ports"]]  # Jobs API = RAY_ADDRESS
+    groups = cluster["spec"]["workerGroupSpecs"]
+    gpu = [g for g in groups if "nvidia.com/gpu" in g["template"]["spec"]["containers"][0]["resources"]["limits"]]
+    assert gpu and gpu[0]["maxReplicas"] >= gpu[0]["minReplicas"]
+    for pod in [head["template"]] + [g["template"] for g in groups]:
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+        assert claims == ["rlstudio-state"]
+        mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+        assert "/data" in mounts
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert env["RLSTUDIO_STATE_DIR"] == "/data"
