@@ -4,7 +4,7 @@ Run: .venv/bin/python bench/learning.py [--warm-seconds 240] [--grpo-seconds 300
      [--val 128] [--seed 0] [--threads 1] [--out /tmp/rlstudio_learning] [--write docs/benchmarks.md]
 
 1. `trainer.models.demo.make_demo_model`: the tiny demo-preset model, warm-started with trainer.sft for
-   --warm-seconds on 20,000 arithmetic conversations (a tool-only phase, then a 50%-tool mix).
+   --warm-seconds on 20,000 arithmetic conversations (a tool-only phase, then a 60%-tool mix).
 2. Held-out data (trainer.tasks.arith: operand pairs never seen in training), and a sampled
    (temperature 1) evaluation of the warm start: reward and share of episodes that call the tool.
 3. `python -m trainer run --recipe demo_tool_arith actor_rollout_ref.model.path=WARM ...` in a

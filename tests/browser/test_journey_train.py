@@ -92,7 +92,7 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
     page.evaluate("window.__noReload = 1")
     try:
-        page.wait_for_function("(" + REWARD_TRACE + ")() >= 1", timeout=180_000)  # TEMP
+        page.wait_for_function("(" + REWARD_TRACE + ")() >= 2", timeout=180_000)
     except Exception:
         run.refresh_from_db()
         raise AssertionError(f"no reward points: run {run.status} step {run.step} error {run.error[-1500:]!r}; "
@@ -102,7 +102,7 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     page.wait_for_function("document.querySelectorAll('#samples-body tr:not(.empty)').length >= 2",
                            timeout=30_000)
     assert page.evaluate("window.__noReload") == 1, "the page reloaded"
-    assert int(page.locator("#live-step").inner_text()) >= 1  # TEMP
+    assert int(page.locator("#live-step").inner_text()) >= 2
     assert page.locator("#live-reward").inner_text() != "—"
     assert _badge(page) == "running"
     page.locator("#charts-card").scroll_into_view_if_needed()

@@ -17,7 +17,9 @@ def recipe() -> Config:
     return Config.from_dict(
         {
             "data": {
-                "max_prompt_length": 256,
+                # Room for GSM8K prompts with the tool schema under the tiny tokenizer (~300-600
+                # tokens), so the smoke recipe runs on a GSM8K upload too, not only on the demo data.
+                "max_prompt_length": 1024,
                 "max_response_length": 16,
                 "train_batch_size": 2,
                 "filter_overlong_prompts": True,

@@ -131,6 +131,17 @@ def wire_form(event: Event) -> dict[str, Any]:
     return {"seq": event.seq, "type": event.type, "time": event.time, "data": data}
 
 
+def _without_nul(value: Any) -> Any:
+    """`value` with every NUL character in its strings (keys included) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
 def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[dict[str, Any]], list[Refusal], int]:
     """Validate a batch: (valid events in wire form, first per seq), refusals, in-batch duplicates."""
     valid: dict[int, dict[str, Any]] = {}
@@ -140,10 +151,15 @@ def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[d
         seq = raw.get("seq") if isinstance(raw, dict) else None
         seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
         try:
-            size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+            text = json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             refused.append(Refusal(index, seq, f"event {index}: not JSON-encodable ({exc})"))
             continue
+        if "\\u0000" in text:
+            # PostgreSQL stores no NUL in text or jsonb, and a model can emit one: keep the event with
+            # U+FFFD in its place (what a browser shows for an undecodable character).
+            raw = _without_nul(raw)
+        size = len(text.encode("utf-8"))
         if size > max_event_bytes:
             refused.append(Refusal(index, seq, f"event {seq if seq is not None else index}: {size} bytes "
                                                f"exceeds the per-event limit of {max_event_bytes}"))

@@ -95,7 +95,7 @@ def sample_detail(request, run_id: int, sample_id: int):
     run = sel.run_visible(user=request.user, run_id=run_id)
     sample = sel.sample_detail_dict(sel.sample_get(run=run, sample_id=sample_id))
     return render(request, "telemetry/sample_detail.html", {
-        "run": run, "sample": sample, "messages": _pretty_tool_calls(sample["messages"]),
+        "run": run, "sample": sample, "transcript": _pretty_tool_calls(sample["messages"]),
         "reward_parts": json.dumps(sample["reward_extra"], indent=2, ensure_ascii=False),
         "ground_truth": json.dumps(sample["ground_truth"], ensure_ascii=False),
         "tokens": _tokens(sample["token_view"]),

@@ -142,6 +142,22 @@ def test_samples_memory_heartbeat_checkpoint_logs(run_and_token):
     assert [x["seq"] for x in lines] == [1, 2] and lines[0]["data"]["messages"][0]["content"] == "2+3?"
 
 
+def test_nul_characters_from_the_model_are_stored_not_a_500(run_and_token):
+    """PostgreSQL refuses NUL in text and jsonb; a tiny model emits one now and then (found by the
+    browser journey: the whole batch answered 500 and the trainer resent it forever)."""
+    run, token = run_and_token
+    ev = sample_event(1)
+    ev["data"]["messages"][1]["content"] = "#### 5\x00tail"
+    ev["data"]["token_view"]["pieces"] = ["#", "\x00"]
+    log = {"seq": 2, "type": "log", "time": T0 + 2, "data": {"level": "info", "message": "a\x00b"}}
+    resp = post(run.pk, token, [ev, log])
+    assert resp.status_code == 200 and resp.json()["accepted"] == 2
+    sample = Sample.objects.get(run=run)
+    assert sample.transcript["messages"][1]["content"] == "#### 5\ufffdtail"
+    assert sample.token_view["pieces"] == ["#", "\ufffd"]
+    assert RunEvent.objects.get(run=run, seq=2).data["message"] == "a\ufffdb"
+
+
 def test_status_events_move_the_run_only_where_legal(run_and_token):
     run, token = run_and_token
 

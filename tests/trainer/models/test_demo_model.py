@@ -18,7 +18,7 @@ def test_make_demo_model_two_phases_bounded_and_evaluable(tmp_path):
     out = make_demo_model(tmp_path / "demo", warm_start_seconds=30.0, max_steps=3, seed=0)
     info = json.loads((out / "warm_start.json").read_text())
     assert [p["name"] for p in info["phases"]] == ["tool-only", "mix"]
-    assert [p["tool_fraction"] for p in info["phases"]] == [1.0, 0.5]
+    assert [p["tool_fraction"] for p in info["phases"]] == [1.0, 0.6]
     assert info["steps"] == 6 and info["seconds"] < 30.0
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
