@@ -373,30 +373,30 @@ def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Sour
 DEMO_MODEL_NAME = "demo-tiny-qwen2"
 
 
-def model_register_demo(*, owner, warm_start: bool = False, sft_steps: int = 150) -> ModelAsset:
+def model_register_demo(*, owner, warm_start: bool = False, warm_start_seconds: float = 240.0) -> ModelAsset:
     """Build the trainer's tiny demo model under STATE_DIR/models (once) and register it for `owner`.
 
-    `warm_start`: also run the trainer's supervised warm start on its synthetic tool-use
-    conversations (slower: minutes on a CPU) and register that checkpoint instead.
+    `warm_start`: register instead the warm-started demo model of `trainer.models.demo` (the two-phase
+    supervised warm start that leaves it calling the calculator in about half of its episodes with a
+    sampled reward near 0.35, so that GRPO has something to improve; minutes on a CPU).
     """
     from trainer.models.tiny import make_tiny_model
 
-    base = Path(settings.RLSTUDIO_MODEL_ROOTS[0]) / "demo-tiny"
+    root = Path(settings.RLSTUDIO_MODEL_ROOTS[0])
+    if warm_start:
+        from trainer.models.demo import make_demo_model
+
+        base, name, build = root / "demo-tiny-warm", DEMO_MODEL_NAME + "-warm", (
+            lambda out: make_demo_model(out, warm_start_seconds=warm_start_seconds, log=log.info))
+    else:
+        base, name, build = root / "demo-tiny", DEMO_MODEL_NAME, (lambda out: make_tiny_model(out, preset="demo"))
     if not (base / "config.json").is_file():
         tmp = base.with_name(base.name + f".{uuid.uuid4().hex[:8]}.tmp")
-        make_tiny_model(tmp, preset="demo")
+        build(tmp)
         if (base / "config.json").is_file():  # another process built it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             shutil.rmtree(base, ignore_errors=True)
             os.replace(tmp, base)
-    target, name = base, DEMO_MODEL_NAME
-    if warm_start:
-        warm = base.with_name("demo-tiny-warm")
-        if not (warm / "config.json").is_file():
-            from trainer.sft import sft_train
-            from trainer.tasks.arith import make_sft_conversations
-
-            sft_train(model_dir=base, rows=make_sft_conversations(2000), out=warm, steps=sft_steps, log=log.info)
-        target, name = warm, DEMO_MODEL_NAME + "-warm"
+    target = base
     return model_register(owner=owner, name=name, path=str(target))
