@@ -172,6 +172,11 @@ def celery_worker(test_database_url, ray_head, asgi_server, tmp_path_factory):
                                 start_new_session=True)
     from rlstudio.config.celery import app
 
+    # `shared_task`s send through Celery's *current* app: make sure it is ours (a probe app made by
+    # an earlier test must never become the one that .delay() uses).
+    app.set_current()
+    app.set_default()
+
     def ready():
         return app.control.ping(timeout=1.0)
 

@@ -262,7 +262,7 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
         # A real Redis with a live Celery worker on it.
         from celery import Celery
 
-        probe, replies = Celery("probe", broker=ep["REDIS_URL"]), []
+        probe, replies = Celery("probe", broker=ep["REDIS_URL"], set_as_current=False), []
         for _ in range(6):  # a solo-pool worker answers between tasks (beat's reconcile, the demo's)
             replies = probe.control.ping(timeout=5)
             if replies:

@@ -251,7 +251,7 @@ class Launcher:
         """Wait until the Celery worker answers a broadcast ping (it connects after Daphne is up)."""
         from celery import Celery
 
-        probe = Celery("rlstudio-launcher-probe", broker=broker)
+        probe = Celery("rlstudio-launcher-probe", broker=broker, set_as_current=False)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
