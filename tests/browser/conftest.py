@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -211,7 +212,7 @@ def upload_dataset(page, path: Path, *, name: str, preset: str = "gsm8k", timeou
     page.fill("input[name=name]", name)
     page.select_option("select[name=preset]", preset)
     page.click("#upload-form button[type=submit]")
-    page.wait_for_url("**/datasets/*/")
+    page.wait_for_url(re.compile(r".*/datasets/\d+/$"), timeout=60_000)
     page.wait_for_selector("#dataset-status[data-status=ready], #dataset-status[data-status=invalid]",
                            timeout=timeout_ms)
     page.wait_for_load_state("load")
@@ -235,7 +236,8 @@ def launch_run(page, *, name: str, dataset: str, model: str, steps: int, save_fr
     if overrides:
         page.fill("#id_overrides", overrides)
     page.click("form.run-form button[type=submit]")
-    page.wait_for_url("**/runs/*/")
+    # A run's page, not /runs/new/ itself (a glob like **/runs/*/ matches the form's own URL at once).
+    page.wait_for_url(re.compile(r".*/runs/\d+/$"), timeout=60_000)
     page.wait_for_load_state("load")
     return int(page.url.rstrip("/").rsplit("/", 1)[-1])
 

@@ -7,6 +7,7 @@ samples go in through the real ingest endpoint (with the run's token) while the 
 """
 from __future__ import annotations
 
+import re
 import json
 
 import pytest
@@ -78,7 +79,7 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
     }""", ["hostile.jsonl", _rows()])
     assert page.locator("#file-name").inner_text() == "hostile.jsonl"
     page.click("#upload-form button[type=submit]")
-    page.wait_for_url("**/datasets/*/")
+    page.wait_for_url(re.compile(r".*/datasets/\d+/$"), timeout=60_000)
     page.wait_for_selector("#dataset-status[data-status=ready]", timeout=90_000)
     page.wait_for_load_state("load")
     ds = Dataset.objects.get(owner=alice)
