@@ -124,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{m.get('timing_s/reshard', 0):.4f} | {m.get('perf/weight_sync_mb', 0):.2f} | "
                   f"{100 * m['perf/mfu/actor_update']:.3f}% | {m.get('perf/max_memory_allocated_gb', 0):.3f} |")
     md.append(f"\nMemory timeline: {len(memory)} samples, phases {', '.join(result['phases_seen'])}.")
+    from trainer.memory import nvml_unavailable
+
+    used = [m.get("device_used", 0) for m in memory]
+    result["nvml"] = {"max_device_used_gb": max(used, default=0) / 2**30, "unavailable": nvml_unavailable("cuda:0")}
+    md.append(f"Device memory in use (NVML), max: {result['nvml']['max_device_used_gb']:.3f} GB"
+              if any(used) else f"NVML not read: {result['nvml']['unavailable']}")
     (out / "results.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     ok = result["nccl"]["all_reduce_ok"] and result["fsdp2_sharded"] and len(steps) == args.steps

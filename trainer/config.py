@@ -344,7 +344,9 @@ class TrainerConfig:
 class ReportConfig:
     samples_per_step: int = _f(8, "Trajectories per step emitted as sample events; -1 = all.")
     token_view: bool = _f(True, "Attach the token view (ids, pieces, masks, log-probs) to samples.")
-    memory_interval_s: float = _f(1.0, "Seconds between memory events.")
+    memory_interval_s: float = _f(
+        0.25, "Seconds between memory samples in each worker (and one at every phase boundary); 0 = "
+        "phase boundaries only.")
     heartbeat_interval_s: float = _f(5.0, "Seconds between heartbeat events.")
     val_samples: int = _f(8, "Validation samples emitted per validation.")
 

@@ -171,6 +171,11 @@ class Trainer:
         self.group = build_worker_group(worker_cfg.to_dict(), world_size=self.world_size, launcher=tr.launcher,
                                         device_type=self.device.type)
         self.emit_worker_memory()
+        for info in getattr(self.group, "info", None) or []:
+            if info.get("nvml_unavailable") and self.emitter is not None:
+                self.emitter.log("warning", f"rank {info['rank']} ({info['device']}): the device's used memory "
+                                 f"cannot be read from NVML ({info['nvml_unavailable']}); the memory timeline "
+                                 "shows torch's allocator only (install the gpu extra: nvidia-ml-py)")
         self.reward_fn = get_reward_fn(cfg)
         self.kl_ctrl = get_kl_controller(cfg.algorithm.kl_ctrl)
         self.stop_ids = self._stop_token_ids()
@@ -398,7 +403,7 @@ class Trainer:
         return sorted({round(i * (count - 1) / max(1, k - 1)) for i in range(k)}) if k > 1 else [0]
 
     def emit_samples(self, step: int, exp: Experience, *, validation: bool = False) -> None:
-        from trainer.events import SampleData, TokenView, fit_sample
+        from trainer.events import SampleData, TokenView, fit_sample, plain
 
         rep = self.cfg.report
         b = exp.batch
@@ -421,7 +426,7 @@ class Trainer:
                               ground_truth=_jsonable(tr.prompt.ground_truth), tool_calls=int(tr.tool_calls),
                               token_view=view, validation=validation)
             data = fit_sample(data) or data
-            self.emitter.sample(_jsonable(dataclasses.asdict(data)))
+            self.emitter.sample(_jsonable(plain(data)))
 
     # ------------------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:

@@ -7,7 +7,10 @@ and a heartbeat every `report.heartbeat_interval_s` (so the platform can tell a 
 one even during a long rollout).
 
 Readings: process RSS from /proc/self/statm (psutil when present, for non-Linux), and on CUDA
-`torch.cuda.memory_allocated / memory_reserved / max_memory_allocated`. Bytes everywhere.
+`torch.cuda.memory_allocated / memory_reserved / max_memory_allocated` plus the device's used memory
+as NVML reports it (`device_used`). torch's counters see only torch's caching allocator; NVML sees the
+whole device: the CUDA context, NCCL buffers and a rollout engine with its own allocator (SGLang's KV
+cache pool), which is what actually runs a GPU out of memory. Bytes everywhere.
 """
 from __future__ import annotations
 
@@ -34,15 +37,43 @@ def rss_bytes() -> int:
             return 0
 
 
+_NVML_UNAVAILABLE: dict[str, str] = {}  # device -> why NVML could not be read (asked once, not per sample)
+
+
+def nvml_used_bytes(device: str) -> int | None:
+    """Used memory of the whole CUDA `device` ("cuda:<i>", torch's numbering) from NVML, or None.
+
+    `torch.cuda.device_memory_used` maps torch's index through CUDA_VISIBLE_DEVICES to NVML's and
+    asks NVML (it needs the `nvidia-ml-py` package, the `gpu` extra); where it is missing or NVML
+    fails, the reason is kept in `nvml_unavailable(device)` and None is returned from then on.
+    """
+    if not device.startswith("cuda") or device in _NVML_UNAVAILABLE:
+        return None
+    try:
+        import torch
+
+        return int(torch.cuda.device_memory_used(torch.device(device)))
+    except Exception as exc:  # ModuleNotFoundError (no pynvml), NVML errors, an old torch
+        _NVML_UNAVAILABLE[device] = f"{type(exc).__name__}: {exc}"
+        return None
+
+
+def nvml_unavailable(device: str) -> str | None:
+    """Why NVML could not be read for `device`, or None if it could (or was never asked)."""
+    return _NVML_UNAVAILABLE.get(device)
+
+
 def read_memory(device: str) -> dict[str, int]:
-    """{rss, allocated, reserved, peak} in bytes; the CUDA fields are 0 on the CPU."""
-    out = {"rss": rss_bytes(), "allocated": 0, "reserved": 0, "peak": 0}
+    """{rss, allocated, reserved, peak, device_used} in bytes; the CUDA fields are 0 on the CPU, and
+    device_used is 0 where NVML cannot be read (see nvml_used_bytes)."""
+    out = {"rss": rss_bytes(), "allocated": 0, "reserved": 0, "peak": 0, "device_used": 0}
     if device.startswith("cuda"):
         import torch
 
         out["allocated"] = int(torch.cuda.memory_allocated(device))
         out["reserved"] = int(torch.cuda.memory_reserved(device))
         out["peak"] = int(torch.cuda.max_memory_allocated(device))
+        out["device_used"] = nvml_used_bytes(device) or 0
     else:
         out["peak"] = out["rss"]
     return out

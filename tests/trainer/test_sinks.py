@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+import torch
 
 from trainer.events import EventError
 from trainer.memory import MemoryMonitor, read_memory
@@ -97,3 +98,16 @@ def test_memory_monitor_phases_and_heartbeats(tmp_path):
     assert sum(e["type"] == "heartbeat" for e in got) >= 2
     assert [e["seq"] for e in got] == list(range(1, len(got) + 1))
     assert read_memory("cpu")["allocated"] == 0
+    assert read_memory("cpu")["device_used"] == 0 and all(m["device_used"] == 0 for m in mem)
+
+
+def test_nvml_reading_is_none_off_cuda_and_a_failure_is_remembered_with_its_reason():
+    from trainer import memory
+
+    assert memory.nvml_used_bytes("cpu") is None and memory.nvml_unavailable("cpu") is None
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: tests/trainer/parallel/test_parallel_gpu.py reads NVML for real")
+    # No CUDA here: torch's NVML query fails; the reason is kept and the reading is 0, not an error.
+    assert memory.nvml_used_bytes("cuda:0") is None
+    assert memory.nvml_unavailable("cuda:0")
+    assert memory.nvml_used_bytes("cuda:0") is None  # asked once: later samples do not retry

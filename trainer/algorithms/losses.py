@@ -250,6 +250,15 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
 
 
+def entropy_from_log_probs(log_probs: torch.Tensor) -> torch.Tensor:
+    """Entropy from a finite log_softmax output: -sum p log p over the last axis. (B, T, V) -> (B, T).
+
+    The actor already holds log_softmax(logits) for the token log-probs, so this costs one exp, one
+    product and one sum, instead of entropy_from_logits' second softmax and logsumexp.
+    """
+    return -(log_probs.exp() * log_probs).sum(dim=-1)
+
+
 def entropy_from_logits_chunked(logits: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
     """Same as entropy_from_logits on a (N, V) or (B, T, V) tensor, chunked to bound the softmax memory."""
     flat = logits.reshape(-1, logits.shape[-1])

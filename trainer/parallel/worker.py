@@ -159,8 +159,11 @@ class RankWorker:
         self.monitor.start()
         with self.phase("sync", 0):
             sync = self.sync_weights(step=0, _phase=False)  # the engine starts from the actor's weights
+        from trainer.memory import nvml_unavailable
+
         return {"rank": self.rank, "device": dev_name, "pid": os.getpid(), "engine": self.engine_name,
-                "shared_engine": self.shared_engine, "initial_sync": sync}
+                "shared_engine": self.shared_engine, "initial_sync": sync,
+                "nvml_unavailable": nvml_unavailable(dev_name)}
 
     # ------------------------------------------------------------------------------------ phases
     @contextlib.contextmanager
@@ -206,6 +209,11 @@ class RankWorker:
         if self.device.type == "cuda":  # "max" in the name: the driver keeps the largest rank's value
             metrics["perf/max_memory_allocated_gb"] = [torch.cuda.max_memory_allocated(self.device) / 2**30]
             metrics["perf/max_memory_reserved_gb"] = [torch.cuda.max_memory_reserved(self.device) / 2**30]
+            from trainer.memory import nvml_used_bytes
+
+            used = nvml_used_bytes(f"cuda:{self.device.index or 0}")
+            if used is not None:  # the whole device, engines' own pools included (NVML)
+                metrics["perf/max_device_memory_used_gb"] = [used / 2**30]
         out: dict[str, Any] = {"metrics": metrics}
         if capture:
             out["old_log_probs"], out["entropy"] = batch.old_log_probs, self.actor.last_entropy

@@ -69,6 +69,20 @@ def equalize_chunks(chunks: list[list[int]], target: int) -> list[list[int]]:
     return out
 
 
+def fused_adamw_ok(params: list[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW kernel can update `params`: plain (not FSDP-sharded DTensor)
+    floating-point tensors on the CPU or a CUDA device. Same update rule as the per-tensor loop, one
+    kernel instead of ~10 small ops per tensor (bench/grpo_vs_trl.py: 3.3 ms vs 11.7 ms a step on the
+    demo model, one CPU thread)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - every torch we support has it
+        DTensor = ()  # type: ignore[assignment]
+    return bool(params) and all(
+        not isinstance(p, DTensor) and p.device.type in ("cpu", "cuda")
+        and p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
+
+
 def resolve_device(name: str) -> torch.device:
     """trainer.device: auto -> cuda when available, else cpu."""
     if name in (None, "", "auto"):
@@ -138,8 +152,10 @@ class ActorWorker:
             if actor_cfg is None:
                 raise ValueError("a trainable ActorWorker needs actor_cfg (actor_rollout_ref.actor)")
             optim = actor_cfg.optim
-            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=optim.lr, betas=tuple(optim.betas),
-                                               weight_decay=optim.weight_decay)
+            params = list(self.model.parameters())
+            self._fused_optim = fused_adamw_ok(params)
+            self.optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas),
+                                               weight_decay=optim.weight_decay, fused=self._fused_optim or None)
             total = int(optim.total_training_steps) if optim.total_training_steps and optim.total_training_steps > 0 \
                 else int(total_steps)
             warmup = int(optim.lr_warmup_steps) if optim.lr_warmup_steps is not None and optim.lr_warmup_steps >= 0 \
@@ -156,10 +172,14 @@ class ActorWorker:
         use = self.trainable and self.compute_dtype in (torch.bfloat16, torch.float16)
         return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=use)
 
-    def _forward(self, batch: ExperienceBatch, idx: list[int], *, with_entropy: bool
-                 ) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """Log-probs (b, R_mb) of the response tokens of rows `idx` (and entropy), from one forward."""
-        from trainer.algorithms.losses import entropy_from_logits
+    def _forward(self, batch: ExperienceBatch, idx: list[int], *, with_entropy: bool,
+                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """Log-probs (b, R_mb) of the response tokens of rows `idx` (and entropy), from one forward.
+
+        The entropy is graph-free unless `entropy_grad` (an entropy bonus in the loss): as a metric it
+        must not make autograd keep a second (b, R_mb, V) tensor alive through the backward.
+        """
+        from trainer.algorithms.losses import entropy_from_log_probs
 
         mb = pack_micro_batch([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx],
                               pad_id=self.pad_token_id, device=self.device)
@@ -168,9 +188,20 @@ class ActorWorker:
             out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
                              position_ids=mb.position_ids, use_cache=False, logits_to_keep=r + 1)
         # Logit row t predicts token t+1: the last R_mb+1 rows minus the final one cover the response.
-        logits = out.logits[:, -(r + 1):-1, :].float() / self.temperature  # (b, R_mb, V)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, mb.responses.unsqueeze(-1)).squeeze(-1)
-        ent = entropy_from_logits(logits) if with_entropy else None
+        logits = out.logits[:, -(r + 1):-1, :]  # (b, R_mb, V)
+        if logits.dtype != torch.float32:
+            logits = logits.float()
+        if self.temperature != 1.0:  # dividing by 1 would only copy (b, R_mb, V)
+            logits = logits / self.temperature
+        log_probs = torch.log_softmax(logits, dim=-1)
+        logp = log_probs.gather(-1, mb.responses.unsqueeze(-1)).squeeze(-1)
+        ent = None
+        if with_entropy:
+            if entropy_grad:
+                ent = entropy_from_log_probs(log_probs)
+            else:
+                with torch.no_grad():
+                    ent = entropy_from_log_probs(log_probs.detach())
         return logp, ent, r
 
     def _micro_chunks(self, batch: ExperienceBatch, idx: list[int], micro_size: int | None) -> list[list[int]]:
@@ -252,7 +283,8 @@ class ActorWorker:
                 mini_pg = mini_kl = 0.0
                 for micro in self._micro_chunks(batch, mini, cfg.ppo_micro_batch_size_per_gpu):
                     rows = torch.as_tensor(micro)
-                    logp, ent, r = self._forward(batch, micro, with_entropy=need_entropy)
+                    logp, ent, r = self._forward(batch, micro, with_entropy=need_entropy,
+                                                  entropy_grad=cfg.entropy_coeff != 0)
                     mask = batch.loss_mask[rows, :r].to(self.device)
                     adv = batch.advantages[rows, :r].to(self.device)
                     old = logp.detach() if on_policy_skip else batch.old_log_probs[rows, :r].to(self.device)
@@ -319,10 +351,18 @@ class ActorWorker:
             state["scheduler"] = self.scheduler.state_dict()
         return state
 
+    def _keep_fused(self) -> None:
+        """A loaded optimizer state brings its param groups' `fused` flag with it (a checkpoint written
+        before the fused kernel was used says None): keep this worker's choice, so a resumed run takes
+        the same update path as an uninterrupted one."""
+        for group in self.optimizer.param_groups:
+            group["fused"] = self._fused_optim or None
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
         if self.trainable:
             self.optimizer.load_state_dict(state["optimizer"])
+            self._keep_fused()
             self.scheduler.load_state_dict(state["scheduler"])
 
     def save_sharded(self, path: str) -> None:
@@ -355,6 +395,7 @@ class ActorWorker:
                 dcp.load(state, checkpoint_id=path)
             set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                            optim_state_dict=state["optim"])
+            self._keep_fused()
             self.scheduler.load_state_dict(torch.load(f"{path}/scheduler.pt", weights_only=False))
         else:
             state = {"model": self.model.state_dict()}

@@ -11,6 +11,7 @@ from trainer.algorithms.losses import (
     agg_loss,
     apply_kl_penalty,
     compute_policy_loss,
+    entropy_from_log_probs,
     entropy_from_logits,
     entropy_from_logits_chunked,
     get_kl_controller,
@@ -224,3 +225,14 @@ def test_entropy_matches_float64_reference():
     torch.testing.assert_close(entropy_from_logits_chunked(logits, chunk_size=4), got)
     uniform = entropy_from_logits(torch.zeros(1, 1, 8))
     assert uniform.item() == pytest.approx(math.log(8), abs=1e-6)
+
+
+def test_entropy_from_log_probs_matches_float64_reference_even_with_underflowing_probs():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 4, 13, generator=gen) * 4
+    logits[0, 0, 0] = 120.0  # every other probability underflows to 0 in float32: 0 * log p must be 0
+    p = torch.softmax(logits.double(), dim=-1)
+    expected = -(torch.special.xlogy(p, p)).sum(-1)
+    got = entropy_from_log_probs(torch.log_softmax(logits, dim=-1))
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)

@@ -44,3 +44,17 @@ def test_nccl_all_reduce_and_cuda_memory_phases(tiny_model_dir, demo_data_dir):
             group.shutdown()
     finally:
         dist.destroy_process_group()
+
+
+def test_nvml_sees_the_whole_device_beyond_torchs_allocator():
+    """device_used (NVML) counts the CUDA context and every allocator, so it is at least what torch's
+    allocator reserved; with nvidia-ml-py missing the reason is reported instead of a 0 passing silently."""
+    from trainer.memory import nvml_unavailable, nvml_used_bytes, read_memory
+
+    block = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda:0")
+    used = nvml_used_bytes("cuda:0")
+    if used is None:
+        pytest.skip(f"NVML not readable here: {nvml_unavailable('cuda:0')} (install the gpu extra: nvidia-ml-py)")
+    reading = read_memory("cuda:0")
+    assert reading["device_used"] >= reading["reserved"] >= block.numel()
+    del block
