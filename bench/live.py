@@ -162,8 +162,8 @@ class Stack:
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.loads(r.read())
 
-    def ws_url(self, run_id: int) -> str:
-        return f"ws://127.0.0.1:{self.port}/ws/runs/{run_id}/?token={self.api_key}"
+    def ws_url(self, run_id: int, *, batch: bool = True) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/runs/{run_id}/?token={self.api_key}" + ("&batch=1" if batch else "")
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -193,37 +193,55 @@ class Viewer:
 
     def __init__(self) -> None:
         self.count = 0
+        self.frames = 0
         self.last_at = 0.0
         self.latencies: list[float] = []
         self.ready = asyncio.Event()
         self.done = asyncio.Event()
 
-    async def watch(self, url: str, origin: str, expect: int, *, latency: bool) -> None:
+    async def watch(self, url: str, origin: str, expect: int, *, latency: bool, gate: asyncio.Semaphore) -> None:
         from websockets.asyncio.client import connect
 
-        async with connect(url, origin=origin, max_size=None, open_timeout=60) as ws:
+        # Handshakes go through the gate, a few at a time: 100 at once queue behind each other's
+        # database checks in the server's one sync thread and overrun Daphne's 5 s handshake limit
+        # (viewers of a real run arrive one by one).
+        async with gate:
+            ws = await connect(url, origin=origin, max_size=None, open_timeout=60)
+        async with ws:
             self.ready.set()
             async for msg in ws:
                 now = time.time()
-                ev = json.loads(msg)
-                self.count += 1
+                frame = json.loads(msg)
+                events = frame["events"] if frame.get("type") == "batch" else [frame]
+                self.count += len(events)
+                self.frames += 1
                 self.last_at = now
                 if latency:
-                    self.latencies.append(now - ev["time"])
+                    self.latencies.extend(now - ev["time"] for ev in events)
                 if self.count >= expect:
                     break
         self.done.set()
 
 
-async def _watchers(stack: Stack, run_id: int, n: int, expect: int, *, latency: bool):
+async def _watchers(stack: Stack, run_id: int, n: int, expect: int, *, latency: bool, batch: bool):
     viewers = [Viewer() for _ in range(n)]
-    tasks = [asyncio.create_task(v.watch(stack.ws_url(run_id), stack.base, expect, latency=latency)) for v in viewers]
-    await asyncio.wait_for(asyncio.gather(*(v.ready.wait() for v in viewers)), 120)
+    gate = asyncio.Semaphore(10)
+    tasks = [asyncio.create_task(v.watch(stack.ws_url(run_id, batch=batch), stack.base, expect, latency=latency,
+                                         gate=gate)) for v in viewers]
+    async def ready(viewer: Viewer, task: asyncio.Task) -> None:
+        waiter = asyncio.ensure_future(viewer.ready.wait())
+        await asyncio.wait([waiter, task], return_when=asyncio.FIRST_COMPLETED)
+        if not viewer.ready.is_set():
+            waiter.cancel()
+            task.result()  # the viewer failed to connect: raise its error now, not after a timeout
+
+    await asyncio.wait_for(asyncio.gather(*(ready(v, t) for v, t in zip(viewers, tasks))), 120)
     await asyncio.sleep(0.5)  # group_add is done before accept; a little slack for the last ones
     return viewers, tasks
 
 
-async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, batches: int, viewers: int) -> dict:
+async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, batches: int, viewers: int,
+                       batch_frames: bool) -> dict:
     run_id, token = run
     bodies, seq = [], 1
     for b in range(batches):
@@ -234,7 +252,7 @@ async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, bat
         seq += 500
         bodies.append(gz_body(events))
     total = 500 * batches
-    vs, tasks = await _watchers(stack, run_id, viewers, total, latency=False)
+    vs, tasks = await _watchers(stack, run_id, viewers, total, latency=False, batch=batch_frames)
     loop = asyncio.get_running_loop()
     per_post: list[float] = []
 
@@ -256,20 +274,24 @@ async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, bat
         t.cancel()
     got = [v.count for v in vs]
     t_out = max(v.last_at for v in vs) - t0
-    return {"workload": workload, "events": total, "batch": 500, "viewers": viewers,
+    return {"workload": workload, "events": total, "batch": 500, "viewers": viewers, "batch_frames": batch_frames,
+            "frames_per_viewer": round(statistics.mean(v.frames for v in vs)),
             "bytes_gzip_per_batch": int(statistics.mean(len(b) for b in bodies)),
             "ingest_events_per_s": round(total / t_stored), "post_ms_median": round(1000 * statistics.median(per_post)),
             "delivered_events_per_s_per_viewer": round(min(got) / t_out) if t_out > 0 else None,
             "all_viewers_got_all": min(got) == total}
 
 
-async def bench_latency(stack: Stack, run: tuple[int, str], *, viewers: int, rate: int, seconds: float) -> dict:
+async def bench_latency(stack: Stack, run: tuple[int, str], *, viewers: int, rate: int, seconds: float,
+                        batch_frames: bool, sink_interval: float | None) -> dict:
     from trainer.sinks_http import HttpSink
 
     run_id, token = run
     total = int(rate * seconds)
-    vs, tasks = await _watchers(stack, run_id, viewers, total, latency=True)
-    sink = HttpSink(out_dir=stack.tmp / "sink", url=f"{stack.base}/api/v1/runs/{run_id}/events/", token=token)
+    vs, tasks = await _watchers(stack, run_id, viewers, total, latency=True, batch=batch_frames)
+    own = {} if sink_interval is None else {"interval": sink_interval}
+    sink = HttpSink(out_dir=stack.tmp / "sink", url=f"{stack.base}/api/v1/runs/{run_id}/events/", token=token,
+                    **own)
 
     def emit() -> None:
         t0 = time.monotonic()
@@ -294,7 +316,8 @@ async def bench_latency(stack: Stack, run: tuple[int, str], *, viewers: int, rat
     lat = sorted(x for v in vs for x in v.latencies)
     got = sum(v.count for v in vs)
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [float("nan")] * 99
-    return {"viewers": viewers, "rate_events_per_s": rate, "seconds": seconds, "events": total,
+    return {"viewers": viewers, "batch_frames": batch_frames, "frames_per_viewer": round(statistics.mean(v.frames for v in vs)),
+            "rate_events_per_s": rate, "seconds": seconds, "events": total,
             "received": got, "expected": total * viewers, "sink_interval_s": sink.interval,
             "sink_posts": sink.posts, "latency_ms_p50": round(1000 * q[49], 1), "latency_ms_p99": round(1000 * q[98], 1),
             "latency_ms_max": round(1000 * lat[-1], 1) if lat else None}
@@ -336,22 +359,84 @@ def machine() -> dict:
 
 
 def run_all(args) -> dict:
-    """The three benches in order (Django's ORM only outside the event loops)."""
+    """The benches asked for (`--only`), in order (Django's ORM only outside the event loops)."""
     out: dict = {"machine": machine(), "command": " ".join([".venv/bin/python bench/live.py", *sys.argv[1:]])}
+    batch = not args.no_batch
     with Stack() as stack:
-        out["ingest"] = [
-            asyncio.run(bench_ingest(stack, stack.new_run("ingest-small"), workload="small",
-                                     batches=args.batches, viewers=args.ingest_viewers)),
-            asyncio.run(bench_ingest(stack, stack.new_run("ingest-samples"), workload="samples",
-                                     batches=max(args.batches // 2, 1), viewers=args.ingest_viewers)),
-        ]
-        print(json.dumps(out["ingest"], indent=1), flush=True)
-        out["latency"] = asyncio.run(bench_latency(stack, stack.new_run("latency"), viewers=args.viewers,
-                                                   rate=args.rate, seconds=args.seconds))
-        print(json.dumps(out["latency"], indent=1), flush=True)
-        out["page"] = bench_page(stack, steps=args.steps, per_step=64, repeats=5)
-        print(json.dumps(out["page"], indent=1), flush=True)
+        if "ingest" in args.only:
+            out["ingest"] = [
+                asyncio.run(bench_ingest(stack, stack.new_run("ingest-small"), workload="small",
+                                         batches=args.batches, viewers=args.ingest_viewers, batch_frames=batch)),
+                asyncio.run(bench_ingest(stack, stack.new_run("ingest-samples"), workload="samples",
+                                         batches=max(args.batches // 2, 1), viewers=args.ingest_viewers,
+                                         batch_frames=batch)),
+            ]
+            print(json.dumps(out["ingest"], indent=1), flush=True)
+        if "latency" in args.only:
+            out["latency"] = asyncio.run(bench_latency(stack, stack.new_run("latency"), viewers=args.viewers,
+                                                       rate=args.rate, seconds=args.seconds, batch_frames=batch,
+                                                       sink_interval=args.sink_interval))
+            print(json.dumps(out["latency"], indent=1), flush=True)
+        if "page" in args.only:
+            out["page"] = bench_page(stack, steps=args.steps, per_step=64, repeats=5)
+            print(json.dumps(out["page"], indent=1), flush=True)
+    out["machine"]["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     return out
+
+
+BEGIN, END = "<!-- bench:live:begin -->", "<!-- bench:live:end -->"
+
+
+def _met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def render(out: dict) -> str:
+    """The bench:live section of docs/benchmarks.md from one run's figures."""
+    m = out["machine"]
+    lines = [BEGIN, "## Live telemetry (issue 6): ingest, emit → browser latency, run page", "",
+             f"Command: `{out['command']}` (fresh PostgreSQL database, Redis channel layer, one Daphne process;",
+             "viewers in the bench process take batch frames (`?batch=1`, as the run page does) unless",
+             f"`--no-batch`). Machine: {m['cpus']} CPUs ({m['cpu']}), Python {m['python']}, load average "
+             f"{m['load_1min_at_start']} at the start and {m.get('load_1min_at_end', '?')} at the end (other jobs share "
+             "the machine; PostgreSQL, Redis, Daphne and the bench's clients all run on it).",
+             "Targets: ≥ 5,000 events/s, p99 ≤ 250 ms, page ≤ 500 ms.", "",
+             "| measure | result | target |", "|---|---|---|"]
+    for r in out.get("ingest", []):
+        what = ("small events (metrics with 40 keys / memory / heartbeat / log)" if r["workload"] == "small"
+                else "GSM8K-sized samples with a 256-token view")
+        target = _met(r["ingest_events_per_s"] >= 5000) if r["workload"] == "small" else "(same target)" \
+            if r["ingest_events_per_s"] >= 5000 else "(same target) **missed**"
+        lines.append(f"| ingest, {what}, {r['events'] // r['batch']} x {r['batch']} gzip'd POSTs "
+                     f"(~{r['bytes_gzip_per_batch'] // 1000} KB each), {r['viewers']} viewers | "
+                     f"**{r['ingest_events_per_s']:,} events/s** stored (median POST {r['post_ms_median']} ms), "
+                     f"{r['delivered_events_per_s_per_viewer']:,} events/s to each viewer, all delivered: "
+                     f"{r['all_viewers_got_all']} | {target} |")
+    if "latency" in out:
+        r = out["latency"]
+        lines.append(f"| emit → viewer latency, {r['rate_events_per_s']} events/s (7 of 8 samples with a 64-token view), "
+                     f"{r['viewers']} viewers, trainer's HttpSink (interval {r['sink_interval_s']} s, "
+                     f"{r['sink_posts']} POSTs), {r['seconds']:.0f} s | p50 **{r['latency_ms_p50']} ms**, "
+                     f"p99 **{r['latency_ms_p99']} ms**, max {r['latency_ms_max']} ms; {r['received']:,} of "
+                     f"{r['expected']:,} events received in {r['frames_per_viewer']} frames per viewer | "
+                     f"{_met(r['latency_ms_p99'] <= 250)} |")
+    if "page" in out:
+        r = out["page"]
+        lines.append(f"| run page `/runs/<id>/`, {r['steps']} steps x {r['samples_per_step']} samples stored, "
+                     f"{r['repeats']} fetches | median **{r['page_ms_median']} ms**, max {r['page_ms_max']} ms "
+                     f"({r['page_bytes'] // 1000} KB HTML) | {_met(r['page_ms_median'] <= 500)} |")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def write_section(path: Path, text: str) -> None:
+    doc = path.read_text()
+    if BEGIN in doc and END in doc:
+        head, rest = doc.split(BEGIN, 1)
+        doc = head + text + rest.split(END, 1)[1]
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(doc)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -362,14 +447,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=int, default=200)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--no-batch", action="store_true",
+                   help="viewers take one frame per event (the API's default) instead of batch frames")
+    p.add_argument("--sink-interval", type=float, default=None,
+                   help="the HttpSink's send interval in the latency bench (default: the sink's own)")
+    p.add_argument("--only", default="ingest,latency,page", help="comma-separated: ingest,latency,page")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the bench itself)")
     p.add_argument("--json", type=Path)
+    p.add_argument("--write", type=Path, help="replace the bench:live section of this markdown file")
     args = p.parse_args(argv)
+    args.only = {part.strip() for part in args.only.split(",") if part.strip()}
+    if args.only - {"ingest", "latency", "page"}:
+        p.error(f"--only takes ingest, latency, page; got {', '.join(sorted(args.only))}")
     if args.quick:
         args.batches, args.ingest_viewers, args.viewers, args.seconds, args.steps = 2, 2, 5, 2.0, 4
     out = run_all(args)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
+    if args.write:
+        write_section(args.write, render(out))
     print(json.dumps(out))
     return 0
 

@@ -250,6 +250,17 @@
     }
   }
 
+  function receive(frame) {
+    // A batch holds events in seq order; apply() skips any seq already applied, one by one.
+    if (frame.type === "batch" && Array.isArray(frame.events)) {
+      for (const ev of frame.events) {
+        try { apply(ev); } catch (e) { console.error(e); }
+      }
+    } else {
+      apply(frame);
+    }
+  }
+
   function setStep(step) {
     const el = document.getElementById("live-step");
     if (el && Number(el.textContent) < step) el.textContent = step;
@@ -258,10 +269,12 @@
   let retry = 500;
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?resume_after=${lastSeq}`);
+    // batch=1: the server sends {"type": "batch", "events": [...]} frames (docs/live.md), one per
+    // ingest chunk, so a busy run costs a frame per chunk instead of one per event.
+    const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?batch=1&resume_after=${lastSeq}`);
     const conn = document.getElementById("live-conn");
     ws.onopen = () => { conn.textContent = "live"; retry = 500; };
-    ws.onmessage = (msg) => { try { apply(JSON.parse(msg.data)); } catch (e) { console.error(e); } };
+    ws.onmessage = (msg) => { try { receive(JSON.parse(msg.data)); } catch (e) { console.error(e); } };
     ws.onclose = (ev) => {
       if (ev.code === 4401 || ev.code === 4403) { conn.textContent = "not allowed to watch this run"; return; }
       conn.textContent = "reconnecting…";
@@ -274,5 +287,5 @@
   drawMetrics();
   drawMemory();
   connect();
-  window.rlstudioLive = { apply, lastSeq: () => lastSeq };  // for tests and the bench
+  window.rlstudioLive = { apply, receive, lastSeq: () => lastSeq };  // for tests and the bench
 })();

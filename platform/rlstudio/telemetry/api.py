@@ -119,7 +119,11 @@ class RunEventsIngestView(APIView):
             raise ApiError(f"at most {settings.RLSTUDIO_INGEST_MAX_EVENTS} events per request "
                            f"(got {len(payload['events'])})", code="too_many_events", field="events",
                            status_code=413)
-        result = events_ingest(run=run, raw_events=payload["events"])
+        # A UTF-8 JSON text can only hold a NUL as the escape \u0000 (json.loads refuses a raw one);
+        # json.loads also reads UTF-16/32 bodies, where that byte search would not hold.
+        utf8 = json.detect_encoding(body[:4]) == "utf-8"
+        result = events_ingest(run=run, raw_events=payload["events"], body_bytes=len(body) if utf8 else None,
+                               body_may_hold_nul=not utf8 or b"\\u0000" in body)
         return Response(result.as_json())
 
     @staticmethod

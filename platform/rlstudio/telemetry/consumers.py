@@ -15,9 +15,22 @@ with seq > N (RunEvent, seq order) and then the live ones, with no gap and no du
 A `resume_after` message sent after live events were already forwarded replays only the stored
 events above the last one sent (order is never broken); use the URL form to resume at connect.
 
+Batched frames (opt-in): with `?batch=1` on the URL, or a `{"batch": true}` message (alone or next to
+`resume_after`), the socket sends `{"type": "batch", "seq": <last seq>, "events": [event, ...]}` frames
+instead of one frame per event: one frame per replay chunk and one per group message (an ingest
+batch is sent in `run.events` messages of up to 100 events). Events keep their own form, seq order,
+and the same no-gap / no-duplicate filter; a batch is never empty. Without the opt-in nothing
+changes (one `{"seq", "type", "data", ...}` frame per event, as api.md describes). One frame per
+event per viewer was what made a busy run slow to watch: 100 viewers x 200 events/s is 20,000 frames/s
+through one server process and its clients; batched, it is the ingest's POST rate x viewers.
+
 Viewers only ever send tiny control messages: anything over MAX_CLIENT_MESSAGE_BYTES (text or
-binary) closes the socket with 1009 ("message too big") before it is parsed.
+binary) closes the socket with 4009 ("message too big") before it is parsed. Not 1009: Daphne closes
+through autobahn, which accepts only 1000 and 3000-4999 from an application and otherwise raises, and
+a consumer that raises is closed with 1011. 4009 mirrors 1009 as 4401/4403 mirror HTTP 401/403.
+(A message over Daphne's own limit, 1 MiB by default, never gets here: autobahn drops the connection.)
 """
+import json
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -30,8 +43,8 @@ from .selectors import events_after
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
-REPLAY_CHUNK = 1000
-CLOSE_TOO_BIG = 1009
+REPLAY_CHUNK = 1000  # stored events per database read, and per frame in batch mode
+CLOSE_TOO_BIG = 4009  # 1009's meaning in the application range (see the module docstring)
 MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
 
 
@@ -43,6 +56,17 @@ def _may_watch(user, run_id: int) -> bool:
 
 
 _events_after = database_sync_to_async(events_after)
+
+
+def _batch_arg(value) -> bool | None:
+    """A batch opt-in value (`true`/`false`, or "1"/"0" from a query string), or None when it is not one."""
+    if isinstance(value, bool):
+        return value
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    return None
 
 
 def _resume_arg(value) -> int | None:
@@ -62,6 +86,21 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
     run_id: int = 0
     last_sent: int | None = None  # None until something with a seq was sent: no filtering yet
+    batch: bool = False  # the client asked for `{"type": "batch", "events": [...]}` frames
+
+    async def dispatch(self, message):
+        """Group messages go straight to their handler.
+
+        Channels' own dispatch first runs `close_old_connections` through `sync_to_async` for every
+        message, i.e. on the server's one thread for sync code, where it waits behind whatever ingest
+        POST runs there: with 100 viewers that queued every live frame behind the database work
+        (py-spy of bench/live.py). The live handlers touch no database (a replay goes through
+        database_sync_to_async, which closes stale connections itself), so they skip it.
+        """
+        if message.get("type") in ("run.events", "run.event"):
+            await getattr(self, message["type"].replace(".", "_"))(message)
+            return
+        await super().dispatch(message)
 
     async def connect(self):
         user = self.scope.get("user")
@@ -79,6 +118,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        self.batch = bool(_batch_arg((query.get("batch") or [None])[0]))
         resume = _resume_arg((query.get("resume_after") or [None])[0])
         if resume is not None:
             await self._replay(resume)
@@ -98,7 +138,19 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content, **kwargs):
         if self.group is None:
             return
-        resume = _resume_arg(content.get("resume_after")) if isinstance(content, dict) else None
+        if not isinstance(content, dict) or not ({"resume_after", "batch"} & content.keys()):
+            await self.send_json({"error": 'send {"resume_after": N} with N an integer >= 0 '
+                                           'and/or {"batch": true|false}'})
+            return
+        if "batch" in content:
+            batch = content["batch"] if isinstance(content["batch"], bool) else None
+            if batch is None:
+                await self.send_json({"error": '"batch" must be true or false'})
+                return
+            self.batch = batch
+        if "resume_after" not in content:
+            return
+        resume = _resume_arg(content.get("resume_after"))
         if resume is None:
             await self.send_json({"error": 'send {"resume_after": N} with N an integer >= 0'})
             return
@@ -109,27 +161,57 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         cursor = max(after, self.last_sent or 0)
         while True:
             chunk = await _events_after(run_id=self.run_id, after=cursor, limit=REPLAY_CHUNK)
-            for event in chunk:
-                await self.send_json(event)
             if not chunk:
                 break
+            if self.batch:
+                await self._send_batch(chunk)
+            else:
+                for event in chunk:
+                    await self.send_json(event)
             cursor = chunk[-1]["seq"]
             self.last_sent = cursor
             if len(chunk) < REPLAY_CHUNK:
                 break
 
     async def run_events(self, message):
-        """A chunk of events from one ingest batch (broadcast.run_events_send)."""
-        for event in message["events"]:
-            await self._forward(event)
+        """A chunk of events from one ingest batch (broadcast.run_events_message).
+
+        A batch-mode viewer that has sent nothing of the chunk yet gets the pre-encoded frame as is;
+        otherwise the frame is decoded and filtered like any other events."""
+        frame = message.get("frame")
+        if frame is None:  # the older form: the events themselves
+            await self._forward_all(message["events"])
+            return
+        first, last = message.get("first"), message.get("last")
+        if (self.batch and isinstance(first, int) and isinstance(last, int)
+                and (self.last_sent is None or first > self.last_sent)):
+            await self.send(text_data=frame)
+            self.last_sent = last
+            return
+        await self._forward_all(json.loads(frame)["events"])
 
     async def run_event(self, message):
-        await self._forward(message["event"])
+        await self._forward_all([message["event"]])
 
-    async def _forward(self, event):
+    def _fresh(self, event) -> bool:
+        """Not sent yet (by a replay or an earlier message); advances last_sent when it is fresh."""
         seq = event.get("seq") if isinstance(event, dict) else None
-        if isinstance(seq, int) and self.last_sent is not None and seq <= self.last_sent:
-            return  # already sent by a replay
-        await self.send_json(event)
-        if isinstance(seq, int):
-            self.last_sent = seq if self.last_sent is None else max(self.last_sent, seq)
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return True
+        if self.last_sent is not None and seq <= self.last_sent:
+            return False
+        self.last_sent = seq
+        return True
+
+    async def _forward_all(self, events) -> None:
+        fresh = [event for event in events if self._fresh(event)]
+        if self.batch:
+            if fresh:
+                await self._send_batch(fresh)
+            return
+        for event in fresh:
+            await self.send_json(event)
+
+    async def _send_batch(self, events: list) -> None:
+        seqs = [e["seq"] for e in events if isinstance(e, dict) and isinstance(e.get("seq"), int)]
+        await self.send_json({"type": "batch", "seq": seqs[-1] if seqs else None, "events": events})

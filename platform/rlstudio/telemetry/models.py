@@ -1,6 +1,8 @@
 """Records of what a run reports, each stored once per (run, seq) or (run, step)."""
 from django.db import models
 
+from .fields import CompressedJSONField
+
 
 class RunEvent(models.Model):
     """One event as the trainer sent it (its per-run sequence number makes re-sends idempotent)."""
@@ -51,7 +53,8 @@ class Sample(models.Model):
     finish_reason = models.CharField(max_length=32, blank=True)
     has_tool_call = models.BooleanField(default=False)
     transcript = models.JSONField(default=list)
-    token_view = models.JSONField(null=True, blank=True)
+    # Compressed JSON, not jsonb: see fields.py (jsonb's number parsing was most of the ingest).
+    token_view = CompressedJSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "seq"]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone as dt_timezone
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ from rlstudio.runs.services import IllegalTransition, run_transition
 from trainer.events import Event, EventError, TokenView, validate_event
 
 from .broadcast import run_events_send
-from .models import MemoryPoint, RetentionMode, RunRetention, Sample
+from .models import RetentionMode, RunRetention, Sample
 
 log = logging.getLogger(__name__)
 S = RunStatus
@@ -78,10 +77,6 @@ class IngestResult:
             "duplicates": self.duplicates,
             "refused": [{"index": r.index, "seq": r.seq, "reason": r.reason} for r in self.refused],
         }
-
-
-def _when(unix: float) -> datetime:
-    return datetime.fromtimestamp(unix, tz=dt_timezone.utc)
 
 
 def _has_tool_call(data: dict[str, Any]) -> bool:
@@ -142,28 +137,40 @@ def _without_nul(value: Any) -> Any:
     return value
 
 
-def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[dict[str, Any]], list[Refusal], int]:
-    """Validate a batch: (valid events in wire form, first per seq), refusals, in-batch duplicates."""
+def parse_events(raw_events: list[Any], *, max_event_bytes: int, body_bytes: int | None = None,
+                 body_may_hold_nul: bool = True) -> tuple[list[dict[str, Any]], list[Refusal], int]:
+    """Validate a batch: (valid events in wire form, first per seq), refusals, in-batch duplicates.
+
+    The per-event size check encodes each event, which for small events is a large part of the
+    ingest's CPU. When the caller knows the whole request body (`body_bytes`, `body_may_hold_nul`
+    from the API view) is no bigger than `max_event_bytes` and holds no `\\u0000`, no event in it
+    can exceed the limit or hold a NUL, and only sample events are encoded (their text is the line
+    of the rollout dump, kept as `ev["_line"]` so the dump does not encode the event again).
+    """
     valid: dict[int, dict[str, Any]] = {}
     refused: list[Refusal] = []
     duplicates = 0
+    body_fits = body_bytes is not None and body_bytes <= max_event_bytes and not body_may_hold_nul
     for index, raw in enumerate(raw_events):
         seq = raw.get("seq") if isinstance(raw, dict) else None
         seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-        try:
-            text = json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            refused.append(Refusal(index, seq, f"event {index}: not JSON-encodable ({exc})"))
-            continue
-        if "\\u0000" in text:
-            # PostgreSQL stores no NUL in text or jsonb, and a model can emit one: keep the event with
-            # U+FFFD in its place (what a browser shows for an undecodable character).
-            raw = _without_nul(raw)
-        size = len(text.encode("utf-8"))
-        if size > max_event_bytes:
-            refused.append(Refusal(index, seq, f"event {seq if seq is not None else index}: {size} bytes "
-                                               f"exceeds the per-event limit of {max_event_bytes}"))
-            continue
+        text = None
+        if not body_fits or (isinstance(raw, dict) and raw.get("type") == "sample"):
+            try:
+                text = json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
+            except (TypeError, ValueError) as exc:
+                refused.append(Refusal(index, seq, f"event {index}: not JSON-encodable ({exc})"))
+                continue
+            if "\\u0000" in text:
+                # PostgreSQL stores no NUL in text or jsonb, and a model can emit one: keep the event
+                # with U+FFFD in its place (what a browser shows for an undecodable character).
+                raw = _without_nul(raw)
+                text = json.dumps(raw, separators=(",", ":"), ensure_ascii=False)
+            size = len(text.encode("utf-8"))
+            if size > max_event_bytes:
+                refused.append(Refusal(index, seq, f"event {seq if seq is not None else index}: {size} bytes "
+                                                   f"exceeds the per-event limit of {max_event_bytes}"))
+                continue
         try:
             event = wire_form(validate_event(raw))
         except EventError as exc:
@@ -172,6 +179,8 @@ def parse_events(raw_events: list[Any], *, max_event_bytes: int) -> tuple[list[d
         if event["seq"] in valid:
             duplicates += 1
             continue
+        if event["type"] == "sample":
+            event["_line"] = text  # the event as received (valid, NUL-free): its rollout dump line
         valid[event["seq"]] = event
     return [valid[s] for s in sorted(valid)], refused, duplicates
 
@@ -211,6 +220,25 @@ def _upsert_metrics(run_id: int, events: list[dict[str, Any]]) -> None:
            "ON CONFLICT (run_id, step) DO UPDATE SET metrics = telemetry_metricrow.metrics || "
            "EXCLUDED.metrics, time = EXCLUDED.time")
     params = [run_id, steps, [merged[s][0] for s in steps], [json.dumps(merged[s][1]) for s in steps]]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+
+
+def _insert_memory(run_id: int, events: list[dict[str, Any]]) -> None:
+    """The MemoryPoints of the batch's memory events, in one statement (columns as arrays, like
+    _insert_run_events: the ORM's bulk_create built a model instance and ten parameters per point)."""
+    if not events:
+        return
+    cols = {name: [ev["data"].get(name) for ev in events] for name in
+            ("step", "phase", "device", "allocated", "reserved", "peak", "rss")}
+    sql = ("INSERT INTO telemetry_memorypoint (run_id, seq, time, step, phase, device, allocated, reserved, "
+           "peak, rss) SELECT %s, u.seq, to_timestamp(u.t), u.step, u.phase, u.device, u.allocated, "
+           "u.reserved, u.peak, u.rss FROM unnest(%s::bigint[], %s::float8[], %s::integer[], %s::varchar[], "
+           "%s::varchar[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) "
+           "AS u(seq, t, step, phase, device, allocated, reserved, peak, rss) "
+           "ON CONFLICT (run_id, seq) DO NOTHING")
+    params = [run_id, [ev["seq"] for ev in events], [ev["time"] for ev in events],
+              *(cols[name] for name in ("step", "phase", "device", "allocated", "reserved", "peak", "rss"))]
     with connection.cursor() as cur:
         cur.execute(sql, params)
 
@@ -288,10 +316,16 @@ def _apply_status(run: Run, events: list[dict[str, Any]]) -> list[str]:
     return made
 
 
-def events_ingest(*, run: Run, raw_events: list[Any]) -> IngestResult:
-    """Store a batch of trainer events for `run` (see the module docstring); never stores one twice."""
+def events_ingest(*, run: Run, raw_events: list[Any], body_bytes: int | None = None,
+                  body_may_hold_nul: bool = True) -> IngestResult:
+    """Store a batch of trainer events for `run` (see the module docstring); never stores one twice.
+
+    `body_bytes` / `body_may_hold_nul` describe the request body the events were parsed from (the
+    API view knows them): they let parse_events skip per-event encoding where it cannot matter.
+    """
     events, refused, in_batch_dups = parse_events(
-        raw_events, max_event_bytes=settings.RLSTUDIO_INGEST_MAX_EVENT_BYTES
+        raw_events, max_event_bytes=settings.RLSTUDIO_INGEST_MAX_EVENT_BYTES, body_bytes=body_bytes,
+        body_may_hold_nul=body_may_hold_nul,
     )
     result = IngestResult(refused=refused, duplicates=in_batch_dups)
     if not events:
@@ -311,13 +345,7 @@ def events_ingest(*, run: Run, raw_events: list[Any]) -> IngestResult:
         _link_sample_ids(run.pk, ids)
         for seq, pk in ids.items():
             compact[seq] = {**compact[seq], "sample_id": pk}
-        MemoryPoint.objects.bulk_create([
-            MemoryPoint(run=run, seq=ev["seq"], time=_when(ev["time"]), step=ev["data"]["step"],
-                        phase=ev["data"]["phase"], device=ev["data"]["device"],
-                        allocated=ev["data"].get("allocated"), reserved=ev["data"].get("reserved"),
-                        peak=ev["data"].get("peak"), rss=ev["data"].get("rss"))
-            for ev in by_type.get("memory", [])
-        ], ignore_conflicts=True)
+        _insert_memory(run.pk, by_type.get("memory", []))
         _update_run(run, new, by_type)
         result.transitions = _apply_status(run, by_type.get("status", []))
         live = [{"seq": ev["seq"], "type": ev["type"], "time": ev["time"], "data": compact[ev["seq"]]}
@@ -361,12 +389,15 @@ def rollout_dir(run_id: int) -> Path:
 
 
 def rollout_dump_append(*, run_id: int, samples: list[dict[str, Any]]) -> None:
-    """Append each sample event (whole, one JSON line) to rollouts/step_<step>.jsonl of the run."""
+    """Append each sample event (whole, one JSON line) to rollouts/step_<step>.jsonl of the run.
+
+    The line is the event as the trainer sent it (`_line`, from parse_events) when there is one."""
     folder = rollout_dir(run_id)
     folder.mkdir(parents=True, exist_ok=True)
     by_step: dict[int, list[str]] = {}
     for ev in samples:
-        by_step.setdefault(ev["data"]["step"], []).append(json.dumps(ev, ensure_ascii=False))
+        line = ev.get("_line") or json.dumps({k: v for k, v in ev.items() if k != "_line"}, ensure_ascii=False)
+        by_step.setdefault(ev["data"]["step"], []).append(line)
     for step, lines in by_step.items():
         with open(folder / f"step_{step:06d}.jsonl", "a", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")

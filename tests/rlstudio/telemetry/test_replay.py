@@ -135,3 +135,70 @@ def test_real_websocket_through_the_asgi_server(asgi_server, alice, bob, run):
 
     refused, got = asyncio.run(scenario())
     assert refused == 4403 and got == list(range(11, 26))
+
+
+# ------------------------------------------------------------------------------ batched frames
+async def batch_frames(ws, n_events, timeout=20):
+    """Read `{"type": "batch"}` frames until n_events events came; (frames, their events' seqs)."""
+    frames, seqs = [], []
+    while len(seqs) < n_events:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        assert frame["type"] == "batch" and frame["events"], frame
+        assert frame["seq"] == frame["events"][-1]["seq"]
+        frames.append(frame)
+        seqs += [ev["seq"] for ev in frame["events"]]
+    return frames, seqs
+
+
+def test_batch_mode_burst_of_5000_through_the_asgi_server(asgi_server, alice, run):
+    """Opted-in batch frames carry a 5,000-event ingest complete, in order, in far fewer frames."""
+    key = api_token_create(user=alice, name="ws").key
+    ws_base = asgi_server.replace("http://", "ws://")
+
+    async def scenario():
+        async with websockets.connect(f"{ws_base}/ws/runs/{run.pk}/?token={key}&batch=1",
+                                      origin="http://127.0.0.1", max_size=None) as ws:
+            await sync_to_async(events_ingest)(run=run, raw_events=logs(1, 5000))
+            frames, seqs = await batch_frames(ws, 5000)
+            try:
+                extra = await asyncio.wait_for(ws.recv(), 0.5)
+            except asyncio.TimeoutError:
+                extra = None
+        return frames, seqs, extra
+
+    frames, seqs, extra = asyncio.run(scenario())
+    assert seqs == list(range(1, 5001)) and extra is None
+    assert len(frames) == 50  # one frame per `run.events` group message of 100
+    assert frames[0]["events"][0] == {"seq": 1, "type": "log", "time": T0 + 1,
+                                      "data": {"level": "info", "message": "m1"}}
+
+
+def test_batch_mode_resume_after_is_exact_through_the_asgi_server(asgi_server, alice, run):
+    key = api_token_create(user=alice, name="ws").key
+    events_ingest(run=run, raw_events=logs(1, 2500))
+    ws_base = asgi_server.replace("http://", "ws://")
+
+    async def scenario():
+        url = f"{ws_base}/ws/runs/{run.pk}/?token={key}"
+        async with websockets.connect(url + "&batch=1&resume_after=40", origin="http://127.0.0.1",
+                                      max_size=None) as ws:
+            replay_frames, replayed = await batch_frames(ws, 2460)
+            await sync_to_async(events_ingest)(run=run, raw_events=logs(2495, 2510))  # 2495..2500 resent
+            _, live = await batch_frames(ws, 10)
+            try:
+                extra = await asyncio.wait_for(ws.recv(), 0.5)
+            except asyncio.TimeoutError:
+                extra = None
+        # The message form: opt in and resume in one message on a plain connection.
+        async with websockets.connect(url, origin="http://127.0.0.1", max_size=None) as ws:
+            await ws.send(json.dumps({"batch": "yes"}))
+            bad = json.loads(await asyncio.wait_for(ws.recv(), 10))
+            await ws.send(json.dumps({"resume_after": 2505, "batch": True}))
+            _, by_message = await batch_frames(ws, 5)
+        return [len(f["events"]) for f in replay_frames], replayed, live, extra, bad, by_message
+
+    sizes, replayed, live, extra, bad, by_message = asyncio.run(scenario())
+    assert replayed == list(range(41, 2501)) and sizes == [1000, 1000, 460]  # one frame per replay chunk
+    assert live == list(range(2501, 2511)) and extra is None
+    assert "batch" in bad["error"]
+    assert by_message == list(range(2506, 2511))
