@@ -97,19 +97,33 @@
   function drawMemory() {
     if (!window.Plotly || !memory.length) return;
     document.getElementById("memory-empty").hidden = true;
-    const x = memory.map((p) => new Date(p.t * 1000));
     const mb = (v) => (v == null ? null : v / 1048576);
     const gpu = memory.some((p) => p.allocated || p.reserved);
     const series = gpu ? [["allocated", "allocated"], ["reserved", "reserved"], ["peak", "peak"]] : [["rss", "RSS (process)"], ["peak", "peak RSS"]];
-    const traces = series.map(([key, label]) => ({
-      name: label + " (MiB)", x, y: memory.map((p) => mb(p[key])), mode: "lines+markers", type: "scatter",
-      text: memory.map((p) => "step " + p.step + " · " + p.phase + " · " + p.device), hoverinfo: "x+y+text+name",
-    }));
+    // NVML's view of the whole device: what torch's allocator does not see (context, NCCL, SGLang's pool).
+    if (memory.some((p) => p.device_used)) series.push(["device_used", "device used (NVML)"]);
+    // One line per series and worker rank: several ranks report into one timeline.
+    const ranks = [...new Set(memory.map((p) => p.rank || 0))].sort((a, b) => a - b);
+    const traces = [];
+    for (const rank of ranks) {
+      const pts = memory.filter((p) => (p.rank || 0) === rank);
+      const x = pts.map((p) => new Date(p.t * 1000));
+      const text = pts.map((p) => "step " + p.step + " · " + p.phase + " · " + p.device + " · rank " + (p.rank || 0));
+      for (const [key, label] of series) {
+        traces.push({ name: (ranks.length > 1 ? "rank " + rank + " · " : "") + label + " (MiB)", x, y: pts.map((p) => mb(p[key])),
+          mode: "lines+markers", type: "scatter", text, hoverinfo: "x+y+text+name" });
+      }
+    }
+    // Phase bands from the lowest rank, one band per stretch of the same phase (not one per sample).
+    const base = memory.filter((p) => (p.rank || 0) === ranks[0]);
     const shapes = [];
-    for (let i = 0; i < memory.length; i++) {
-      const end = i + 1 < memory.length ? memory[i + 1].t : memory[i].t + 0.5;
-      shapes.push({ type: "rect", xref: "x", yref: "paper", y0: 0, y1: 1, x0: new Date(memory[i].t * 1000), x1: new Date(end * 1000),
-        fillcolor: PHASE_COLOURS[memory[i].phase] || "#999", opacity: 0.15, line: { width: 0 }, layer: "below" });
+    let from = 0;
+    for (let i = 1; i <= base.length; i++) {
+      if (i < base.length && base[i].phase === base[from].phase) continue;
+      const end = i < base.length ? base[i].t : base[i - 1].t + 0.5;
+      shapes.push({ type: "rect", xref: "x", yref: "paper", y0: 0, y1: 1, x0: new Date(base[from].t * 1000), x1: new Date(end * 1000),
+        fillcolor: PHASE_COLOURS[base[from].phase] || "#999", opacity: 0.15, line: { width: 0 }, layer: "below" });
+      from = i;
     }
     // Legend entries for the phase bands (empty traces with the band colour).
     for (const [phase, colour] of Object.entries(PHASE_COLOURS)) {

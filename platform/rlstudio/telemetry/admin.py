@@ -30,7 +30,7 @@ class SampleAdmin(admin.ModelAdmin):
 
 @admin.register(MemoryPoint)
 class MemoryPointAdmin(admin.ModelAdmin):
-    list_display = ["run", "seq", "time", "step", "phase", "device", "allocated", "reserved", "peak", "rss"]
+    list_display = ["run", "seq", "time", "step", "phase", "device", "rank", "allocated", "reserved", "peak", "rss", "device_used"]
     list_filter = ["phase", "device"]
     search_fields = ["run__name", "phase"]
     raw_id_fields = ["run"]

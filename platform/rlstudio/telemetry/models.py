@@ -69,7 +69,8 @@ class Sample(models.Model):
 
 
 class MemoryPoint(models.Model):
-    """Memory at one moment of a run: GPU allocated/reserved/peak bytes, or process RSS on CPU."""
+    """Memory at one moment of a run, from one worker: GPU allocated/reserved/peak bytes and the
+    device's NVML-used bytes, or process RSS on CPU."""
 
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="memory_points")
     seq = models.BigIntegerField()
@@ -81,6 +82,10 @@ class MemoryPoint(models.Model):
     reserved = models.BigIntegerField(null=True, blank=True)
     peak = models.BigIntegerField(null=True, blank=True)
     rss = models.BigIntegerField(null=True, blank=True)
+    # Which worker measured it (several ranks report into one timeline), and the whole device's used
+    # memory as NVML sees it (the CUDA context, NCCL, a rollout engine's own pool), 0 without NVML.
+    rank = models.IntegerField(default=0)
+    device_used = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["run", "seq"]

@@ -146,7 +146,7 @@ def memory_for(*, run: Run, since: datetime | None = None) -> list[dict[str, Any
         qs = qs.filter(time__gt=since)
     return [{"seq": p.seq, "time": p.time.isoformat(), "t": p.time.timestamp(), "step": p.step,
              "phase": p.phase, "device": p.device, "allocated": p.allocated, "reserved": p.reserved,
-             "peak": p.peak, "rss": p.rss} for p in qs]
+             "peak": p.peak, "rss": p.rss, "rank": p.rank, "device_used": p.device_used} for p in qs]
 
 
 def logs_tail(*, run: Run, tail: int = 500) -> list[dict[str, Any]]:

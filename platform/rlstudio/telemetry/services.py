@@ -229,16 +229,17 @@ def _insert_memory(run_id: int, events: list[dict[str, Any]]) -> None:
     _insert_run_events: the ORM's bulk_create built a model instance and ten parameters per point)."""
     if not events:
         return
-    cols = {name: [ev["data"].get(name) for ev in events] for name in
-            ("step", "phase", "device", "allocated", "reserved", "peak", "rss")}
+    names = ("step", "phase", "device", "allocated", "reserved", "peak", "rss", "rank", "device_used")
+    cols = {name: [ev["data"].get(name) for ev in events] for name in names}
+    cols["rank"] = [r or 0 for r in cols["rank"]]
     sql = ("INSERT INTO telemetry_memorypoint (run_id, seq, time, step, phase, device, allocated, reserved, "
-           "peak, rss) SELECT %s, u.seq, to_timestamp(u.t), u.step, u.phase, u.device, u.allocated, "
-           "u.reserved, u.peak, u.rss FROM unnest(%s::bigint[], %s::float8[], %s::integer[], %s::varchar[], "
-           "%s::varchar[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[]) "
-           "AS u(seq, t, step, phase, device, allocated, reserved, peak, rss) "
+           "peak, rss, rank, device_used) SELECT %s, u.seq, to_timestamp(u.t), u.step, u.phase, u.device, "
+           "u.allocated, u.reserved, u.peak, u.rss, u.rank, u.device_used FROM unnest(%s::bigint[], "
+           "%s::float8[], %s::integer[], %s::varchar[], %s::varchar[], %s::bigint[], %s::bigint[], "
+           "%s::bigint[], %s::bigint[], %s::integer[], %s::bigint[]) "
+           "AS u(seq, t, step, phase, device, allocated, reserved, peak, rss, rank, device_used) "
            "ON CONFLICT (run_id, seq) DO NOTHING")
-    params = [run_id, [ev["seq"] for ev in events], [ev["time"] for ev in events],
-              *(cols[name] for name in ("step", "phase", "device", "allocated", "reserved", "peak", "rss"))]
+    params = [run_id, [ev["seq"] for ev in events], [ev["time"] for ev in events], *(cols[name] for name in names)]
     with connection.cursor() as cur:
         cur.execute(sql, params)
 

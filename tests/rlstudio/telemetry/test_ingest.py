@@ -142,6 +142,21 @@ def test_samples_memory_heartbeat_checkpoint_logs(run_and_token):
     assert [x["seq"] for x in lines] == [1, 2] and lines[0]["data"]["messages"][0]["content"] == "2+3?"
 
 
+def test_memory_points_keep_the_worker_rank_and_the_nvml_device_reading(run_and_token):
+    from rlstudio.telemetry.selectors import memory_for
+
+    run, token = run_and_token
+    gib = 2**30
+    batch = [{"seq": 1 + r, "type": "memory", "time": T0 + r, "data": {
+        "step": 3, "phase": "update", "device": f"cuda:{r}", "rss": 1000, "allocated": 2 * gib, "reserved": 3 * gib,
+        "peak": 2 * gib, "rank": r, "device_used": 5 * gib + r}} for r in range(2)]
+    batch.append({"seq": 3, "type": "memory", "time": T0 + 3,  # an older trainer: no rank, no NVML
+                  "data": {"step": 3, "phase": "rollout", "device": "cpu", "rss": 1000}})
+    assert post(run.pk, token, batch).json()["accepted"] == 3
+    got = [(p["rank"], p["device"], p["device_used"]) for p in memory_for(run=run)]
+    assert got == [(0, "cuda:0", 5 * gib), (1, "cuda:1", 5 * gib + 1), (0, "cpu", 0)]
+
+
 def test_nul_characters_from_the_model_are_stored_not_a_500(run_and_token):
     """PostgreSQL refuses NUL in text and jsonb; a tiny model emits one now and then (found by the
     browser journey: the whole batch answered 500 and the trainer resent it forever)."""
