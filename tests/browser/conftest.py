@@ -66,9 +66,27 @@ def browser(services):
         pw.stop()
 
 
+def restore_default_quota() -> None:
+    """Put back the default GpuQuota row of the data migration if a flush removed it.
+
+    Transactional tests end with a flush (TRUNCATE of every table), which also removes what data
+    migrations made: after the first such test the default quota was gone, so a user without a quota
+    row of their own could not launch (quota_for raises GpuQuota.DoesNotExist, /runs/new/ answered
+    500 and the train journey timed out waiting for the run's page, but only after other journeys).
+    The migration's own function makes it, so the values cannot drift.
+    """
+    import importlib
+
+    from django.apps import apps
+
+    importlib.import_module("rlstudio.quotas.migrations.0002_default_quota").create_default(apps, None)
+
+
 @pytest.fixture
 def make_user(transactional_db):
     from django.contrib.auth import get_user_model
+
+    restore_default_quota()
 
     def make(username: str, *, staff: bool = False):
         return get_user_model().objects.create_user(username=username, password=PASSWORD,
@@ -248,4 +266,4 @@ def ui():
     from types import SimpleNamespace
 
     return SimpleNamespace(upload_dataset=upload_dataset, launch_run=launch_run, wait_for=wait_for,
-                           shot=save_shot)
+                           shot=save_shot, login=login, post_events=post_events)

@@ -47,11 +47,6 @@ def _reload_until(page, pred, *, timeout_s: float, what: str):
         page.wait_for_timeout(2000)
 
 
-# Deselected by default (`-m slow` runs it): it passes on its own (twice in a row here), but in one run
-# after the other browser journeys the launch form did not land on the run's page within 60 s, and the
-# cause is not found yet (issue 8's note). The upload, preview and reward check it starts with are also
-# covered by the catalog tests; launch, stop and resume by tests/e2e/test_run_lifecycle.py.
-@pytest.mark.slow
 def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_model, ui, gsm8k_test_file):
     from rlstudio.catalog.models import Dataset
     from rlstudio.runs.models import Run

@@ -19,6 +19,7 @@ from rlstudio.accounts.models import AuditEvent
 from rlstudio.catalog.models import Dataset, ModelAsset
 from rlstudio.quotas.models import GpuQuota
 from rlstudio.runs import ray_jobs
+from rlstudio.runs.launch import submission_id_for
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import queue_admit_all, run_admit, run_create, run_stop, run_submit
 
@@ -83,7 +84,8 @@ def world(services, assets, make_user):
     GpuQuota.objects.create(user=user, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=50)
     api = APIClient()
     api.force_authenticate(user)
-    return {"user": user, "dataset": dataset, "model": model, "api": api}
+    return {"user": user, "dataset": dataset, "model": model, "api": api,
+            "worker_state": services["worker"]["state_dir"]}
 
 
 def _launch(world, name: str, **overrides) -> dict:
@@ -276,6 +278,8 @@ def test_twenty_concurrent_launches_against_a_quota_of_one(world):
 
 
 def test_another_user_cannot_see_stop_resume_or_clone(world, make_user):
+    # A quota of 0 runs keeps it queued: the session's reconcile (every second) would admit it.
+    GpuQuota.objects.filter(user=world["user"]).update(max_concurrent_runs=0)
     run, _ = run_create(owner=world["user"], name="private", dataset=world["dataset"], model=world["model"],
                         config=_config(world), gpus=0)
     other = APIClient()
@@ -288,3 +292,112 @@ def test_another_user_cannot_see_stop_resume_or_clone(world, make_user):
     assert Run.objects.get(pk=run.pk).status == S.QUEUED
     assert Run.objects.filter(parent=run).count() == 0
     run_stop(run=run, by=world["user"])
+
+
+# ------------------------------------------------------------ submit tasks that never arrive
+def _submitting(world, name: str, **fields) -> Run:
+    """A run in submitting whose submit task was never sent (a lost task), made in one transaction
+    so that the session's reconcile never sees it queued; `fields` are then stored on it."""
+    from django.db import transaction
+
+    from rlstudio.runs.services import run_transition
+
+    with transaction.atomic():
+        run, _ = run_create(owner=world["user"], name=name, dataset=world["dataset"], model=world["model"],
+                            config=_config(world), gpus=0)
+        run_transition(run=run, to=S.SUBMITTING)
+        if fields:
+            Run.objects.filter(pk=run.pk).update(**fields)
+    return Run.objects.get(pk=run.pk)
+
+
+def _long_ago():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return timezone.now() - timedelta(minutes=10)  # past RLSTUDIO_SUBMIT_TIMEOUT_S (120 s)
+
+
+def test_a_lost_submit_task_is_sent_again_by_the_reconcile(world):
+    _wait_ray_idle()
+    run = _submitting(world, "lost-task", submit_requested=_long_ago())
+    run = _wait(run.pk, lambda r: r.is_terminal, timeout=150, what="a terminal state")
+    assert run.status == S.SUCCEEDED, run.error
+    resent = AuditEvent.objects.filter(action="run.resubmit", object_id=str(run.pk))
+    assert [e.data["resend"] for e in resent] == [1]
+    assert _path_of_states(run.pk) == [S.QUEUED, S.SUBMITTING, S.RUNNING, S.SUCCEEDED]
+
+
+def test_a_job_ray_already_runs_is_adopted_with_its_token(world, asgi_server):
+    """The submit task reached Ray and died before its commit: the run knows nothing of the job."""
+    from rlstudio.runs import launch
+    from rlstudio.runs.services import run_token_check
+    from rlstudio.telemetry.models import MetricRow
+
+    _wait_ray_idle()
+    run = _submitting(world, "adopt-me")
+    # What run_submit did before it died: the spec in the worker's run folder, a token, the job.
+    out_dir = Path(world["worker_state"]) / "runs" / str(run.pk)
+    spec = launch.freeze_spec(run_id=run.pk, config=run.config, out_dir=out_dir)
+    spec_path = launch.write_spec(spec, out_dir)
+    token = "rit_" + "lost-with-the-rollback-" + str(run.pk)
+    env = {**launch.job_env(run_id=run.pk, token=token),
+           "RLSTUDIO_INGEST_URL": f"{asgi_server}/api/v1/runs/{run.pk}/events/"}
+    submission_id = launch.submission_id_for(run)
+    assert ray_jobs.submit(submission_id=submission_id, entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
+                           env_vars=env, num_cpus=1, num_gpus=0, metadata={"rlstudio_run": str(run.pk)})
+    Run.objects.filter(pk=run.pk).update(submit_requested=_long_ago())
+    run = _wait(run.pk, lambda r: r.is_terminal, timeout=150, what="a terminal state")
+    assert run.status == S.SUCCEEDED, run.error
+    assert run.ray_submission_id == submission_id and run.config == spec
+    assert run_token_check(run=run, token=token)
+    assert AuditEvent.objects.get(action="run.adopt", object_id=str(run.pk)).data["token"] is True
+    assert not AuditEvent.objects.filter(action="run.resubmit", object_id=str(run.pk)).exists()
+    # The job's reports were accepted with its own token: the last step's metrics are stored.
+    assert MetricRow.objects.filter(run=run, step=1).exists()
+    mine = [j for j in ray_jobs.client().list_jobs() if (j.metadata or {}).get("rlstudio_run") == str(run.pk)]
+    assert len(mine) == 1
+
+
+def test_a_run_whose_submits_never_reach_ray_fails_saying_so(world):
+    from django.conf import settings
+
+    run = _submitting(world, "never-submitted", submit_requested=_long_ago(),
+                      submit_resends=settings.RLSTUDIO_SUBMIT_MAX_RESENDS)
+    run = _wait(run.pk, lambda r: r.is_terminal, timeout=30, what="failed")
+    assert run.status == S.FAILED
+    assert run.error.startswith("not submitted to Ray: its submit task was sent 3 times"), run.error
+    assert submission_id_for(run) in run.error and not run.ray_submission_id
+
+
+def test_a_launch_during_a_broker_outage_runs_once_the_reconcile_admits_it(world, test_database_url, tmp_path):
+    """The web's broker is down (a Daphne on a Redis of this test's own, killed): the launch answers
+    201 with the run queued; the reconcile (the session's beat and worker) admits it and it runs."""
+    import urllib.request
+
+    from rlstudio.accounts.services import api_token_create
+    from tests.e2e.fault_procs import DaphneServer, RedisServer
+
+    _wait_ray_idle()
+    redis = RedisServer(folder=tmp_path / "redis")
+    redis.start()
+    web = DaphneServer(folder=tmp_path / "web", env={"DATABASE_URL": test_database_url, "REDIS_URL": redis.url})
+    web.start()
+    try:
+        redis.kill()
+        key = api_token_create(user=world["user"], name="outage").key
+        body = {"name": "outage", "dataset": world["dataset"].pk, "model": world["model"].pk,
+                "preset": "cpu_smoke", "gpus": 0, "overrides": {"trainer.total_training_steps": 1}}
+        req = urllib.request.Request(web.base + "/api/v1/runs/", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Authorization": f"Token {key}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert resp.status == 201
+            run_id = json.loads(resp.read())["id"]
+    finally:
+        web.stop()
+        redis.kill()
+    run = _wait(run_id, lambda r: r.is_terminal, timeout=150, what="a terminal state")
+    assert run.status == S.SUCCEEDED, run.error
+    assert AuditEvent.objects.filter(action="run.submit_unsent", object_id=str(run_id)).count() == 1
+    assert _path_of_states(run_id) == [S.QUEUED, S.SUBMITTING, S.QUEUED, S.SUBMITTING, S.RUNNING, S.SUCCEEDED]

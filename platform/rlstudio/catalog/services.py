@@ -15,11 +15,13 @@ import logging
 import os
 import shutil
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.api.errors import ApiError
@@ -115,11 +117,51 @@ def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split
         )
         audit_record(actor=owner, action="dataset.upload", obj=dataset,
                      data={"name": dataset.name, "sha256": sha, "size_bytes": size, "preset": preset})
-        from .tasks import validate_dataset
-
         dataset_id = dataset.pk
-        transaction.on_commit(lambda: validate_dataset.delay(dataset_id))
+        transaction.on_commit(lambda: _send_validation(dataset_id, actor=owner))
     return dataset, True
+
+
+def _send_validation(dataset_id: int, *, actor=None) -> bool:
+    """Publish the validation task; when the broker is unreachable, say so in the log and the audit
+    trail and leave the dataset `validating`: `dataset_resend_stuck` (Celery beat) sends it again once
+    the broker is back, and the upload itself answers normally instead of a 500."""
+    from kombu.exceptions import OperationalError
+
+    from .tasks import validate_dataset
+
+    try:
+        validate_dataset.delay(dataset_id)
+    except (OperationalError, OSError) as exc:
+        log.warning("dataset %s: validation not sent, the task queue is unreachable: %s", dataset_id, exc)
+        dataset = Dataset.objects.filter(pk=dataset_id).first()
+        if dataset is not None:
+            audit_record(actor=actor, action="dataset.validate_unsent", obj=dataset, data={"error": str(exc)[:500]})
+        return False
+    return True
+
+
+def dataset_resend_stuck(*, older_than_s: float | None = None) -> list[int]:
+    """Re-send validation for datasets `validating` for longer than `older_than_s` (default
+    settings.RLSTUDIO_VALIDATION_RESEND_S) that no validator holds (its advisory lock is free): their
+    task was never published (broker down at upload) or was lost. A duplicate is harmless: the
+    validator takes the dataset's lock or returns. Returns the ids sent."""
+    from django.db import connection
+
+    age = float(settings.RLSTUDIO_VALIDATION_RESEND_S if older_than_s is None else older_than_s)
+    cutoff = timezone.now() - timedelta(seconds=age)
+    sent: list[int] = []
+    for dataset_id in Dataset.objects.filter(status=Dataset.Status.VALIDATING, created__lt=cutoff) \
+            .order_by("id").values_list("id", flat=True)[:100]:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset_id])
+            if not cur.fetchone()[0]:
+                continue  # a validator is at work on it
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset_id])
+        if not _send_validation(dataset_id):
+            break  # the broker is still down: try again on the next pass
+        sent.append(dataset_id)
+    return sent
 
 
 def _remove(path: str | Path | None) -> None:
@@ -373,21 +415,26 @@ def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Sour
 DEMO_MODEL_NAME = "demo-tiny-qwen2"
 
 
-def model_register_demo(*, owner, warm_start: bool = False, warm_start_seconds: float = 240.0) -> ModelAsset:
+def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: int | None = None,
+                        progress=None) -> ModelAsset:
     """Build the trainer's tiny demo model under STATE_DIR/models (once) and register it for `owner`.
 
     `warm_start`: register instead the warm-started demo model of `trainer.models.demo` (the two-phase
-    supervised warm start that leaves it calling the calculator in about half of its episodes with a
-    sampled reward near 0.35, so that GRPO has something to improve; minutes on a CPU).
+    supervised warm start, bounded by `warm_start_steps`, default its WARM_START_STEPS, that leaves it
+    calling the calculator in only some of its episodes, so that GRPO has something to improve;
+    minutes on a CPU). Built once per step count: the folder name carries it, so a second start
+    reuses it. `progress(done, total)` is called after each warm-start step.
     """
     from trainer.models.tiny import make_tiny_model
 
     root = Path(settings.RLSTUDIO_MODEL_ROOTS[0])
     if warm_start:
-        from trainer.models.demo import make_demo_model
+        from trainer.models.demo import WARM_START_STEPS, make_demo_model
 
-        base, name, build = root / "demo-tiny-warm", DEMO_MODEL_NAME + "-warm", (
-            lambda out: make_demo_model(out, warm_start_seconds=warm_start_seconds, log=log.info))
+        steps = int(warm_start_steps or WARM_START_STEPS)
+        suffix = "" if steps == WARM_START_STEPS else f"-{steps}steps"
+        base, name, build = root / f"demo-tiny-warm-{steps}steps", f"{DEMO_MODEL_NAME}-warm{suffix}", (
+            lambda out: make_demo_model(out, steps=steps, log=log.info, progress=progress))
     else:
         base, name, build = root / "demo-tiny", DEMO_MODEL_NAME, (lambda out: make_tiny_model(out, preset="demo"))
     if not (base / "config.json").is_file():

@@ -2,7 +2,8 @@
 
 Run a worker: `celery -A rlstudio worker -l info` (beat: `celery -A rlstudio beat`).
 Tasks live in each app's `tasks.py` and are found by autodiscovery. The beat schedule below runs
-the runs' reconcile every RLSTUDIO_RECONCILE_INTERVAL_S seconds (default 3).
+the runs' reconcile every RLSTUDIO_RECONCILE_INTERVAL_S seconds (default 3), and every 30 s
+re-sends the validation of datasets whose task never reached the queue.
 """
 import os
 
@@ -29,5 +30,10 @@ def _beat_schedule(sender, **_kwargs):
             # Expire stale copies: a reconcile queued behind a long task is useless once the next is due.
             "schedule": interval,
             "options": {"expires": max(interval * 2, 5.0)},
+        },
+        "catalog-resend-validations": {
+            "task": "catalog.resend_validations",
+            "schedule": 30.0,
+            "options": {"expires": 30.0},
         },
     }

@@ -71,6 +71,13 @@ class Run(models.Model):
     stop_requested = models.DateTimeField(
         null=True, blank=True, help_text="When a graceful stop was asked (the force-stop grace counts from it)."
     )
+    submit_requested = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the submit task was last sent (the reconcile's submit timeout counts from it).",
+    )
+    submit_resends = models.PositiveSmallIntegerField(
+        default=0, help_text="How many times the reconcile re-sent a lost submit task in this submitting phase."
+    )
     error = models.TextField(blank=True)
     checkpoint_path = models.CharField(max_length=1024, blank=True)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
@@ -30,6 +30,8 @@ class JobInfo:
     status: str
     message: str
     driver_exit_code: int | None
+    # The job's runtime_env env_vars (what the platform gave it at submit, the ingest token included).
+    env_vars: dict[str, str] = field(default_factory=dict)
 
 
 def ray_address() -> str:
@@ -72,6 +74,7 @@ def job_info(submission_id: str) -> JobInfo | None:
         status=str(getattr(info.status, "value", info.status)),
         message=info.message or "",
         driver_exit_code=getattr(info, "driver_exit_code", None),
+        env_vars={str(k): str(v) for k, v in ((info.runtime_env or {}).get("env_vars") or {}).items()},
     )
 
 

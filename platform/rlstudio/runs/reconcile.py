@@ -14,13 +14,18 @@ endpoint) and moves the run through the services:
     no heartbeat for RLSTUDIO_HEARTBEAT_TIMEOUT_S while Ray says running → lost (and the job stopped)
     stopping for longer than the grace period → forced stop
 
+A submitting run without a submission id after RLSTUDIO_SUBMIT_TIMEOUT_S has lost its submit task
+(`decide_unsubmitted`): when Ray knows the run's derived submission id, the job is adopted and the
+table above applies; otherwise the submit task is sent again, at most RLSTUDIO_SUBMIT_MAX_RESENDS
+times (each with a fresh timeout), and then the run fails with an error that says so.
+
 Decisions are a pure function (`decide`) of what was read, so they are tested without Ray.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone as dt_tz
+from datetime import datetime, timezone as dt_tz
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +37,13 @@ from .models import Run, RunStatus
 from .services import (
     IllegalTransition,
     queue_admit_all,
+    run_adopt_job,
     run_force_kill,
     run_mark_finished,
     run_mark_running,
     run_output_dir,
     run_record_progress,
+    run_resubmit,
 )
 
 S = RunStatus
@@ -116,6 +123,59 @@ def decide(*, status: str, job: ray_jobs.JobInfo | None, view: TrainerView, now:
     return Decision(None)
 
 
+# What to do with a submitting run that has no Ray submission id (see `decide_unsubmitted`).
+WAIT, ADOPT, RESEND, FAIL = "wait", "adopt", "resend", "fail"
+
+
+def decide_unsubmitted(*, waited_s: float, timeout_s: float, job_known: bool | None, resends: int,
+                       max_resends: int) -> str:
+    """A submitting run without a submission id, `waited_s` after its submit task was (last) sent.
+
+    Within the timeout the task may still be queued behind others or retrying a busy Ray: wait.
+    After it, Ray is asked about the run's derived submission id (`job_known`; None: not asked yet,
+    which means wait): a job Ray knows is adopted; otherwise the task was lost, and it is sent again
+    until `max_resends` re-sends have been spent, then the run fails.
+    """
+    if waited_s <= timeout_s or job_known is None:
+        return WAIT
+    if job_known:
+        return ADOPT
+    return RESEND if resends < max_resends else FAIL
+
+
+def _reconcile_unsubmitted(run: Run, *, now: datetime) -> str | None:
+    """Wait, adopt Ray's job, re-send the submit task or fail (a submitting run with no submission id).
+    Returns "adopted" when the run now has its submission id (the caller reconciles it as usual)."""
+    since = run.submit_requested or run.created or now
+    waited = (now - since).total_seconds()
+    timeout = float(settings.RLSTUDIO_SUBMIT_TIMEOUT_S)
+    max_resends = int(settings.RLSTUDIO_SUBMIT_MAX_RESENDS)
+    if waited <= timeout:
+        return None  # only then is Ray asked
+    submission_id = launch.submission_id_for(run)
+    job = ray_jobs.job_info(submission_id)
+    action = decide_unsubmitted(waited_s=waited, timeout_s=timeout, job_known=job is not None,
+                                resends=run.submit_resends, max_resends=max_resends)
+    if action == ADOPT:
+        adopted = run_adopt_job(run_id=run.pk, submission_id=submission_id, job_env=job.env_vars)
+        return "adopted" if adopted else None
+    if action == RESEND:
+        run_resubmit(run_id=run.pk)
+        log.warning("run %s: no Ray job %.0f s after its submit task was sent; sent it again (%d of %d)",
+                    run.pk, waited, run.submit_resends + 1, max_resends)
+        return None
+    sends = run.submit_resends + 1
+    error = (f"not submitted to Ray: its submit task was sent {sends} time{'s' if sends > 1 else ''}, "
+             f"{timeout:.0f} s apart, and Ray never received job {submission_id}. Is a Celery worker "
+             f"running, and can it reach Ray at RAY_ADDRESS? Its log says more.")
+    try:
+        run_mark_finished(run=run, to=S.FAILED, error=error)
+    except IllegalTransition as exc:
+        log.info("reconcile: %s", exc)
+        return None
+    return S.FAILED
+
+
 def _out_dir(run: Run) -> Path:
     return run_output_dir(run)
 
@@ -124,9 +184,12 @@ def reconcile_run(run: Run, *, now: datetime | None = None) -> str | None:
     """Bring one live run up to date; returns the status it moved to, if any."""
     now = now or timezone.now()
     if not run.ray_submission_id:
-        if run.status == S.SUBMITTING and (now - (run.created or now)) > timedelta(minutes=10):
-            log.warning("run %s has been submitting for 10 minutes without a job", run.pk)
-        return None
+        if run.status != S.SUBMITTING:
+            return None
+        outcome = _reconcile_unsubmitted(run, now=now)
+        if outcome != "adopted":
+            return outcome
+        run.refresh_from_db()
     job = ray_jobs.job_info(run.ray_submission_id)
     view = read_trainer_view(_out_dir(run))
     ckpt = launch.read_latest_checkpoint(_out_dir(run))

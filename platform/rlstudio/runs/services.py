@@ -81,6 +81,10 @@ def run_transition(
         if to == S.RUNNING and locked.started is None:
             locked.started = now
             fields.append("started")
+        if to == S.SUBMITTING:
+            # The reconcile measures a lost submit task from here (and counts its re-sends from 0).
+            locked.submit_requested, locked.submit_resends = now, 0
+            fields += ["submit_requested", "submit_resends"]
         if to in TERMINAL_STATUSES:
             locked.finished = now
             fields.append("finished")
@@ -170,12 +174,33 @@ def _cluster_free_gpus(*, needed: int) -> float | None:
     return max(total - held, 0.0)
 
 
-def _enqueue(task_name: str, *args) -> None:
-    """Send a Celery task once the current transaction commits (the worker must see our writes)."""
-    from . import tasks
+# The queue reason of a run whose submit task could not be published (Redis unreachable).
+SUBMIT_UNSENT_REASON = "waiting to be submitted: the task queue is unreachable"
 
-    task = getattr(tasks, task_name)
-    transaction.on_commit(lambda: task.delay(*args))
+
+def _enqueue(task_name: str, *args, on_unsent=None) -> None:
+    """Send a Celery task once the current transaction commits (the worker must see our writes);
+    `on_unsent(error)` runs instead when the broker cannot be reached (see `dispatch`)."""
+    from .dispatch import send_after_commit
+
+    send_after_commit(task_name, *args, on_unsent=on_unsent)
+
+
+def _enqueue_submit(run_id: int) -> None:
+    _enqueue("submit_run", run_id, on_unsent=lambda exc: run_requeue_unsent(run_id=run_id, error=exc))
+
+
+def run_requeue_unsent(*, run_id: int, error: Exception | str) -> bool:
+    """A submitting run whose submit task never reached the broker goes back to the queue (first in
+    line: it keeps its creation time) with SUBMIT_UNSENT_REASON; the reconcile's admission pass sends
+    it again once the broker answers. Returns whether it moved (not when a task got it meanwhile)."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().filter(pk=run_id).first()
+        if locked is None or locked.status != S.SUBMITTING or locked.ray_submission_id:
+            return False
+        run_transition(run=locked, to=S.QUEUED, reason=SUBMIT_UNSENT_REASON)
+        audit_record(actor=None, action="run.submit_unsent", obj=locked, data={"error": str(error)[:500]})
+    return True
 
 
 def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus: float | None = None,
@@ -210,9 +235,10 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
             run.queue_reason = reason
             return False
         run_transition(run=locked, to=S.SUBMITTING, by=by)
-        _enqueue("submit_run", locked.pk)
-    run.status, run.queue_reason = locked.status, locked.queue_reason
-    return True
+        _enqueue_submit(locked.pk)
+    # The submit task is sent on commit; an unreachable broker puts the run back in the queue.
+    run.refresh_from_db(fields=["status", "queue_reason"])
+    return run.status != S.QUEUED
 
 
 def models_q_earlier(run: Run):
@@ -253,6 +279,8 @@ def queue_admit_all() -> list[int]:
             admitted.append(run.pk)
             if run.gpus > 0 and free is not None:
                 free -= run.gpus
+        elif run.queue_reason == SUBMIT_UNSENT_REASON:
+            break  # the broker is down: the runs behind it would wait for it too
         elif run.gpus > 0 and run.queue_reason.startswith("the cluster"):
             cluster_blocked = True
     return admitted
@@ -300,6 +328,14 @@ def run_submit(*, run_id: int) -> str:
             num_gpus=run.gpus,
             metadata={"rlstudio_run": str(run.pk), "owner": str(run.owner_id)},
         )
+        if not created:
+            # A task that reached Ray and died before this commit (a killed worker; the task is
+            # redelivered) left a job carrying the token issued then, whose hash was rolled back:
+            # keep that one, or every report of the job is refused.
+            job = ray_jobs.job_info(submission_id)
+            carried = job.env_vars.get("RLSTUDIO_INGEST_TOKEN", "") if job else ""
+            if carried:
+                Run.objects.filter(pk=run.pk).update(ingest_token_hash=_token_hash(carried))
         run.ray_submission_id = submission_id
         run.config = spec
         run.total_steps = launch.total_steps_of(spec)
@@ -307,6 +343,57 @@ def run_submit(*, run_id: int) -> str:
         audit_record(actor=None, action="run.submit", obj=run,
                      data={"submission_id": submission_id, "new_job": created})
     return "submitted" if created else "already in Ray"
+
+
+def run_resubmit(*, run_id: int) -> bool:
+    """Send the submit task again for a run stuck in submitting without a Ray job (its task was lost:
+    a worker died before acking, a broker restart dropped the queue). Safe to overlap a slow task:
+    run_submit is idempotent by the run's lock and derived submission id. Returns whether it sent."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().filter(pk=run_id).first()
+        if locked is None or locked.status != S.SUBMITTING or locked.ray_submission_id:
+            return False
+        locked.submit_resends += 1
+        locked.submit_requested = timezone.now()  # the next timeout counts from this send
+        locked.save(update_fields=["submit_resends", "submit_requested"])
+        audit_record(actor=None, action="run.resubmit", obj=locked, data={"resend": locked.submit_resends})
+        _enqueue_submit(locked.pk)
+    return True
+
+
+def run_adopt_job(*, run_id: int, submission_id: str, job_env: dict[str, str] | None = None) -> bool:
+    """Record a job Ray already runs under the run's derived submission id while the run, still
+    submitting, does not know it (the submit task reached Ray, then died before its commit).
+
+    Takes the frozen spec the task wrote before submitting (so the output folder is the job's), and
+    the ingest token the job carries in its environment (its hash: the one the task had issued was
+    rolled back with it), so that the job's reports are accepted. Returns whether it recorded it.
+    """
+    import json
+
+    from . import launch
+
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().filter(pk=run_id).first()
+        if locked is None or locked.status != S.SUBMITTING or locked.ray_submission_id:
+            return False
+        fields = ["ray_submission_id"]
+        locked.ray_submission_id = submission_id
+        try:
+            spec = json.loads((launch.run_dir(locked.pk) / "spec.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            spec = None
+        if isinstance(spec, dict):
+            locked.config, locked.total_steps = spec, launch.total_steps_of(spec)
+            fields += ["config", "total_steps"]
+        token = (job_env or {}).get("RLSTUDIO_INGEST_TOKEN", "")
+        if token:
+            locked.ingest_token_hash = _token_hash(token)
+            fields.append("ingest_token_hash")
+        locked.save(update_fields=fields)
+        audit_record(actor=None, action="run.adopt", obj=locked,
+                     data={"submission_id": submission_id, "spec": isinstance(spec, dict), "token": bool(token)})
+    return True
 
 
 # -------------------------------------------------------------------------------------------- stop
@@ -328,7 +415,11 @@ def run_stop(*, run: Run, by: AbstractBaseUser, checkpoint: bool = True, force: 
                 locked.stop_requested = timezone.now()
                 locked.save(update_fields=["stop_requested"])
             audit_record(actor=by, action="run.stop", obj=locked, data={"checkpoint": checkpoint, "force": force})
-            _enqueue("force_stop_run" if hard else "stop_run", locked.pk)
+            # Unsent (broker down): the run stays stopping and the reconcile forces it after the grace.
+            _enqueue("force_stop_run" if hard else "stop_run", locked.pk,
+                     on_unsent=lambda exc, pk=locked.pk: audit_record(
+                         actor=None, action="run.stop_unsent", obj=Run.objects.get(pk=pk),
+                         data={"error": str(exc)[:500]}))
         elif status == S.STOPPING:
             raise RunRefused("the run is already stopping; use force to kill it now")
         else:

@@ -12,9 +12,11 @@ from celery import shared_task
 from . import ray_jobs
 
 RETRY = {"max_retries": 5, "countdown": 3}
+# Every task ignores its result: nobody reads them, and a send then never touches the result store
+# (whose Redis consumer would add its own ~20 s of retries to a launch while Redis is down).
 
 
-@shared_task(bind=True, name="runs.submit_run", acks_late=True)
+@shared_task(bind=True, name="runs.submit_run", acks_late=True, ignore_result=True)
 def submit_run(self, run_id: int) -> str:
     from .models import Run, RunStatus
     from .services import run_submit, run_transition
@@ -30,7 +32,7 @@ def submit_run(self, run_id: int) -> str:
         raise self.retry(exc=exc, countdown=RETRY["countdown"])
 
 
-@shared_task(bind=True, name="runs.stop_run", acks_late=True)
+@shared_task(bind=True, name="runs.stop_run", acks_late=True, ignore_result=True)
 def stop_run(self, run_id: int) -> str:
     from .models import Run
 
@@ -43,7 +45,7 @@ def stop_run(self, run_id: int) -> str:
         raise self.retry(exc=exc, countdown=RETRY["countdown"], max_retries=RETRY["max_retries"])
 
 
-@shared_task(name="runs.force_stop_run", acks_late=True)
+@shared_task(name="runs.force_stop_run", acks_late=True, ignore_result=True)
 def force_stop_run(run_id: int) -> str:
     from .services import run_force_kill
 

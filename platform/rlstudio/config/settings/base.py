@@ -4,6 +4,8 @@ from __future__ import annotations
 import hashlib
 
 from rlstudio.config.env import REPO_ROOT, load_env, parse_database_url
+from rlstudio.config.env import env_float as _env_float
+from rlstudio.config.env import env_int as _env_int
 
 ENV = load_env()
 BASE_DIR = REPO_ROOT
@@ -76,9 +78,17 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": parse_database_url(ENV.database_url)}
-# Persistent connections do not mix well with ASGI's thread-per-request sync views; health checks
-# make a dropped connection visible instead of failing the next request.
-DATABASES["default"]["CONN_MAX_AGE"] = 0
+# Seconds a database connection is kept for reuse (RLSTUDIO_DB_CONN_MAX_AGE; 0 closes it after each
+# request). Connections belong to threads: the ingest API's database work runs on the server's
+# long-lived thread pool, and the websocket consumers on Channels' one sync thread, so those
+# connections are reused instead of opening one (a PostgreSQL backend fork) per request. Sync views
+# under ASGI get a fresh thread per request, whose connection goes with the thread. Celery closes
+# its workers' stale ones between tasks. Health checks make a connection the database dropped
+# visible before a request uses it, instead of failing that request.
+_CONN_MAX_AGE = _env_int("RLSTUDIO_DB_CONN_MAX_AGE", 60)
+if _CONN_MAX_AGE < 0:
+    raise ValueError(f"RLSTUDIO_DB_CONN_MAX_AGE must be >= 0 seconds (got {_CONN_MAX_AGE})")
+DATABASES["default"]["CONN_MAX_AGE"] = _CONN_MAX_AGE
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -129,6 +139,26 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULE: dict = {}
+# A task whose worker died without acking it (SIGKILL, OOM, a lost machine) goes back to its queue
+# once it has been unacknowledged this long (kombu's Redis transport restores it; its default is an
+# hour, which left a run "submitting" for an hour after a worker crash). Every task is safe to run
+# twice (runs.submit_run by its derived submission id, dataset validation by its lock), which also
+# covers a task that outlives this timeout and is handed out a second time.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": _env_int("RLSTUDIO_CELERY_VISIBILITY_TIMEOUT_S", 300),
+}
+# Publishing fails fast when Redis is unreachable: a launch publishes its submit task from the web
+# request, and kombu's defaults wait forever on a Redis that accepts connections but never answers.
+# Refused: about 1 s (the retries below); hung: about RLSTUDIO_BROKER_TIMEOUT_S per try. The run then
+# waits in the queue and the reconcile sends it once the broker is back (docs/runs.md).
+_BROKER_TIMEOUT_S = _env_float("RLSTUDIO_BROKER_TIMEOUT_S", 3.0)
+CELERY_BROKER_CONNECTION_TIMEOUT = _BROKER_TIMEOUT_S
+CELERY_BROKER_TRANSPORT_OPTIONS.update(
+    socket_connect_timeout=_BROKER_TIMEOUT_S,
+    socket_timeout=_BROKER_TIMEOUT_S,
+)
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.25,
+                                    "interval_max": 0.5}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -209,5 +239,12 @@ RLSTUDIO_HEARTBEAT_TIMEOUT_S = env_float("RLSTUDIO_HEARTBEAT_TIMEOUT_S", 120)
 # Seconds between two reconciles (Celery beat); log lines kept as a failed run's error.
 RLSTUDIO_RECONCILE_INTERVAL_S = env_float("RLSTUDIO_RECONCILE_INTERVAL_S", 3)
 RLSTUDIO_ERROR_LOG_LINES = 30
+# A run submitting this long without a Ray job has lost its submit task: the reconcile re-sends it
+# (at most RLSTUDIO_SUBMIT_MAX_RESENDS times, each with a new timeout), then marks the run failed.
+RLSTUDIO_SUBMIT_TIMEOUT_S = env_float("RLSTUDIO_SUBMIT_TIMEOUT_S", 120)
+RLSTUDIO_SUBMIT_MAX_RESENDS = env_int("RLSTUDIO_SUBMIT_MAX_RESENDS", 2)
+# A dataset `validating` this long with no validator holding it had its task lost or never sent
+# (broker down at upload): Celery beat re-sends it (catalog.resend_validations, every 30 s).
+RLSTUDIO_VALIDATION_RESEND_S = env_float("RLSTUDIO_VALIDATION_RESEND_S", 60)
 # CPUs Ray reserves for one run's entrypoint (the trainer's driver process).
 RLSTUDIO_RUN_NUM_CPUS = 1

@@ -1,0 +1,53 @@
+"""Sending the runs' Celery tasks once the caller's transaction commits, and what to do when Redis is down.
+
+A launch or a stop answers a web request, and the task it sends is published from that request (in
+`transaction.on_commit`: the worker must see the committed rows). When the broker does not answer,
+publishing raises kombu's `OperationalError` within the bounded timeouts of the Celery settings
+(`CELERY_BROKER_CONNECTION_TIMEOUT`, the socket timeouts in `CELERY_BROKER_TRANSPORT_OPTIONS`,
+`CELERY_TASK_PUBLISH_RETRY_POLICY`; kombu's defaults wait forever on a Redis that accepts the TCP
+connection and never answers). `send_after_commit` catches that, logs it and hands the error to the
+caller's `on_unsent`, which leaves the run where the periodic reconcile finds it again once the broker
+is back (a submit goes back to the queue; a stop stays `stopping` and is forced after the grace).
+The web request itself answers normally instead of a 500.
+
+The runs' tasks ignore their results (nobody reads them), so publishing never touches Celery's
+result store either: its Redis pub/sub consumer retries for about 20 s and then refuses to work
+until the process restarts.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from django.db import transaction
+from kombu.exceptions import OperationalError
+
+log = logging.getLogger(__name__)
+
+# What publishing raises when the broker is unreachable: kombu wraps the transport's connection and
+# timeout errors in OperationalError; a bare socket error can still escape from connection set-up.
+BROKER_ERRORS: tuple[type[BaseException], ...] = (OperationalError, OSError)
+
+
+def send_now(task_name: str, *args) -> Exception | None:
+    """Publish `runs.<task_name>(*args)`; returns the broker's error instead of raising it."""
+    from . import tasks
+
+    task = getattr(tasks, task_name)
+    try:
+        task.delay(*args)
+    except BROKER_ERRORS as exc:
+        log.warning("could not send %s%r: the task queue is unreachable: %s", task.name, args, exc)
+        return exc
+    return None
+
+
+def send_after_commit(task_name: str, *args, on_unsent: Callable[[Exception], None] | None = None) -> None:
+    """Publish the task once the current transaction commits; `on_unsent(error)` if the broker fails."""
+
+    def send() -> None:
+        error = send_now(task_name, *args)
+        if error is not None and on_unsent is not None:
+            on_unsent(error)
+
+    transaction.on_commit(send)

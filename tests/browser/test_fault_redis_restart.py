@@ -1,0 +1,101 @@
+"""Fault: Redis is restarted (killed, started empty) while a browser watches a run: the page catches up.
+
+A Redis and a Daphne of this test's own (the session's Redis at 6379 serves every other suite and
+must not be restarted): the run page is open in Chromium on that Daphne, live over its websocket.
+Then Redis is SIGKILLed and started again on its port with nothing in it (no persistence: channel
+groups and queued messages are gone, as after a crash without a volume). Meanwhile the "trainer"
+keeps reporting through the real ingest API, which must store every event in PostgreSQL although
+the broadcast fails. Once Redis is back the page must show every event, in seq order, none missing:
+the websocket reconnects with resume_after=<last seq applied> and the consumer replays the gap.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.fault_procs import DaphneServer, RedisServer
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+T0 = 1_764_440_000.0
+LAST_SEQ = "window.rlstudioLive.lastSeq()"
+
+
+def _log(seq: int) -> dict:
+    return {"seq": seq, "type": "log", "time": T0 + seq, "data": {"level": "info", "message": f"event {seq}"}}
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = RedisServer(folder=tmp_path / "redis")
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def daphne(redis, test_database_url, tmp_path):
+    server = DaphneServer(folder=tmp_path / "daphne", env={"DATABASE_URL": test_database_url, "REDIS_URL": redis.url})
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.timeout(300)
+def test_page_catches_up_with_no_gap_after_redis_restart(browser, daphne, redis, make_user, ui):
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import RunEvent
+
+    alice = make_user("alice")
+    # Never admitted (the session's beat may run): only the ingest API writes to this run.
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, token = run_create(owner=alice, name="redis-restart", dataset=dataset, model=model, config={}, gpus=0)
+
+    def ingest(first: int, last: int) -> None:
+        answer = ui.post_events(daphne.base, run.pk, token, [_log(s) for s in range(first, last + 1)])
+        assert answer["accepted"] == last - first + 1 and not answer["refused"], answer
+
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base)
+    ctx.set_default_timeout(20_000)
+    try:
+        page = ctx.new_page()
+        ui.login(page, daphne.base, "alice")
+        page.goto(f"/runs/{run.pk}/")
+        page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+        page.evaluate("""() => {
+            window.__noReload = 1;
+            window.__conn = [];  // every state the connection indicator shows from now on
+            const el = document.getElementById('live-conn');
+            new MutationObserver(() => window.__conn.push(el.textContent))
+                .observe(el, {childList: true, characterData: true, subtree: true});
+        }""")
+        ingest(1, 20)
+        page.wait_for_function(f"{LAST_SEQ} === 20")
+
+        redis.kill()
+        for first in range(21, 61, 10):  # reported while Redis is down: stored, not broadcast
+            ingest(first, first + 9)
+        assert RunEvent.objects.filter(run=run).count() == 60
+        assert page.evaluate(LAST_SEQ) == 20  # nothing can have reached the page
+        # The consumer's Redis connection breaks, the socket closes, and the page tries again (and
+        # fails, with backoff, while Redis is still down: the consumer cannot join its group).
+        page.wait_for_function("window.__conn.includes('reconnecting…')", timeout=30_000)
+        page.wait_for_timeout(3000)
+        assert page.evaluate(LAST_SEQ) == 20
+
+        redis.start()  # same port, empty
+        ingest(61, 80)
+        page.wait_for_function(f"{LAST_SEQ} === 80", timeout=60_000)
+        ui.wait_for(lambda: page.locator("#live-log").inner_text().count("\n") >= 80, timeout=10,
+                    what="80 log lines on the page")
+        lines = page.locator("#live-log").inner_text().strip().splitlines()
+        assert lines == [f"[info] event {s}" for s in range(1, 81)]  # in seq order, none missing or twice
+        assert page.evaluate("window.__noReload") == 1, "the page reloaded"
+        page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+        # And the socket is live again, not only caught up: a new event arrives without a reconnect.
+        ingest(81, 81)
+        page.wait_for_function(f"{LAST_SEQ} === 81", timeout=20_000)
+    finally:
+        ctx.close()
