@@ -5,9 +5,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rlstudio.api.errors import ApiError
-
-from .models import GpuQuota
 from .selectors import quota_usage_for
 from .serializers import QuotaUsageSerializer
 
@@ -17,11 +14,5 @@ class QuotaView(APIView):
 
     @extend_schema(responses=QuotaUsageSerializer)
     def get(self, request):
-        try:
-            usage = quota_usage_for(user=request.user)
-        except GpuQuota.DoesNotExist:
-            raise ApiError(
-                "No quota applies: there is no default quota row (an admin must create one).",
-                code="no_quota", status_code=409,
-            ) from None
+        usage = quota_usage_for(user=request.user)
         return Response(QuotaUsageSerializer(asdict(usage)).data)

@@ -3,6 +3,10 @@ from django.conf import settings
 from django.db import models
 
 
+# The default quota the platform ships with (migration 0002 creates it; quota_for puts it back if deleted).
+SHIPPED_DEFAULT = {"max_gpus": 1, "gpu_hours_per_month": 100.0, "max_concurrent_runs": 2}
+
+
 class GpuQuota(models.Model):
     """Limits for one user (`user` set) or the default for users without a row (`is_default`)."""
 

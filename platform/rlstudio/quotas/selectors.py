@@ -5,24 +5,33 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 
-from .models import GpuQuota
+from .models import SHIPPED_DEFAULT, GpuQuota
 
 
 def quota_for(*, user: AbstractBaseUser) -> GpuQuota:
     """The user's own quota row, else the default row.
 
-    Raises GpuQuota.DoesNotExist when neither exists (the initial migration creates the default;
-    an admin who deletes it must create another rather than have every user silently unlimited).
+    The default row comes with the initial migrations; if it is gone (an admin deleted it, or a test
+    emptied the table), the shipped default is put back rather than every launch and quota page
+    failing: a finite quota (never "unlimited"), visible and editable in the admin.
     """
     own = GpuQuota.objects.filter(user=user).first()
     if own is not None:
         return own
-    return GpuQuota.objects.get(is_default=True)
+    default = GpuQuota.objects.filter(is_default=True).first()
+    if default is not None:
+        return default
+    try:
+        with transaction.atomic():
+            return GpuQuota.objects.create(is_default=True, user=None, **SHIPPED_DEFAULT)
+    except IntegrityError:  # another request put it back first (one default row: a unique constraint)
+        return GpuQuota.objects.get(is_default=True)
 
 
 def month_start(now: datetime) -> datetime:

@@ -60,12 +60,20 @@ def test_usage_counts_active_runs_and_queue_positions(alice, bob, make_run):
     assert body["gpu_hours_this_month"] >= 0
 
 
-def test_no_quota_row_is_a_clear_409(alice):
+def test_a_deleted_default_quota_is_put_back_as_shipped_not_a_500(alice):
+    """Deleting the default row (admin, or a test emptying the table) once made every launch and
+    quota page answer 500; the shipped default (finite, editable in the admin) comes back instead."""
+    from rlstudio.quotas.models import SHIPPED_DEFAULT
+
     GpuQuota.objects.all().delete()
     client = Client()
     client.force_login(alice)
     response = client.get("/api/v1/quota/")
-    assert response.status_code == 409 and response.json()["error"]["code"] == "no_quota"
+    assert response.status_code == 200, response.content
+    assert response.json()["max_gpus"] == SHIPPED_DEFAULT["max_gpus"]
+    restored = GpuQuota.objects.get(is_default=True)
+    assert (restored.max_gpus, restored.gpu_hours_per_month, restored.max_concurrent_runs) == (1, 100.0, 2)
+    assert quota_for(user=alice) == restored and GpuQuota.objects.count() == 1
 
 
 def test_admin_list_shows_usage_and_queued_runs(alice, staff, make_run):
