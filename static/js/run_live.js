@@ -17,31 +17,57 @@
     ["Other", () => true],
   ];
   const steps = live.metrics.slice();  // [{step, t, metrics}]
-  const groupDivs = new Map();
+  const groupDivs = new Map();  // group name -> its panel grid
+  const panelDivs = new Map();  // panel (metric family) -> its plot div
 
   function groupOf(key) {
     for (const [name, test] of GROUPS) if (test(key)) return name;
     return "Other";
   }
 
-  function chartDiv(name) {
+  // One panel per metric family, as W&B shows one metric per panel: verl reports
+  // `critic/score/mean|max|min`, drawn as the mean line over a min-max band, so that values of very
+  // different scales (entropy ~6, a clip fraction ~0.01) never share one y axis.
+  const STAT = /\/(mean|max|min)$/;
+  function familyOf(key) { return STAT.test(key) ? key.replace(STAT, "") : key; }
+
+  function groupGrid(name) {
     if (!groupDivs.has(name)) {
       const wrap = document.createElement("div");
-      wrap.className = "chart";
+      wrap.className = "chart-group";
       const title = document.createElement("h3");
       title.textContent = name;
-      const div = document.createElement("div");
-      div.className = "plot";
-      wrap.append(title, div);
+      const grid = document.createElement("div");
+      grid.className = "panel-grid";
+      wrap.append(title, grid);
       // keep the GROUPS order on the page
       const order = GROUPS.map((g) => g[0]);
       const after = [...groupDivs.keys()].filter((n) => order.indexOf(n) > order.indexOf(name));
       const container = document.getElementById("charts");
       const next = after.length ? groupDivs.get(after.sort((a, b) => order.indexOf(a) - order.indexOf(b))[0]).parentNode : null;
       container.insertBefore(wrap, next);
-      groupDivs.set(name, div);
+      groupDivs.set(name, grid);
     }
     return groupDivs.get(name);
+  }
+
+  function panelDiv(group, family) {
+    if (!panelDivs.has(family)) {
+      const wrap = document.createElement("div");
+      wrap.className = "chart";
+      const title = document.createElement("h4");
+      title.textContent = family;
+      const div = document.createElement("div");
+      div.className = "plot";
+      div.dataset.family = family;
+      wrap.append(title, div);
+      const grid = groupGrid(group);
+      // panels sorted by family name within their group
+      const next = [...grid.children].find((el) => el.querySelector(".plot").dataset.family > family) || null;
+      grid.insertBefore(wrap, next);
+      panelDivs.set(family, div);
+    }
+    return panelDivs.get(family);
   }
 
   function layout(extra) {
@@ -54,26 +80,53 @@
     }, extra || {});
   }
 
+  function series(key) {
+    const rows = steps.filter((r) => key in r.metrics);
+    return {
+      x: rows.map((r) => (xMode === "step" ? r.step : new Date(r.t * 1000))),
+      y: rows.map((r) => r.metrics[key]),
+      customdata: rows.map((r) => r.step),
+    };
+  }
+
+  function familyTraces(family, members) {
+    const has = (stat) => members.includes(family + "/" + stat);
+    const traces = [];
+    if (has("mean") && has("min") && has("max")) {
+      // the min-max band first (max, then min filled up to it), the mean line on top
+      traces.push(Object.assign(series(family + "/max"), { name: "max", meta: family + "/max", mode: "lines",
+        line: { width: 0 }, showlegend: false, hoverinfo: "skip", type: "scatter" }));
+      traces.push(Object.assign(series(family + "/min"), { name: "min–max", meta: family + "/min", mode: "lines",
+        line: { width: 0 }, fill: "tonexty", fillcolor: "rgba(78,121,167,0.18)", type: "scatter", hoverinfo: "skip" }));
+      traces.push(Object.assign(series(family + "/mean"), { name: "mean", meta: family + "/mean",
+        mode: "lines+markers", marker: { size: 4 }, line: { color: "#4e79a7" }, type: "scatter" }));
+      return traces;
+    }
+    for (const key of members) {
+      traces.push(Object.assign(series(key), { name: key === family ? key.split("/").pop() : key.slice(family.length + 1),
+        meta: key, mode: "lines+markers", marker: { size: 4 }, type: "scatter" }));
+    }
+    return traces;
+  }
+
   function drawMetrics() {
     if (!window.Plotly || !steps.length) return;
     document.getElementById("charts-empty").hidden = true;
-    const byGroup = new Map();
-    const keys = new Set();
-    for (const row of steps) for (const k of Object.keys(row.metrics)) keys.add(k);
-    for (const k of [...keys].sort()) {
-      const g = groupOf(k);
-      if (!byGroup.has(g)) byGroup.set(g, []);
-      byGroup.get(g).push({
-        name: k, mode: "lines+markers", type: "scatter", marker: { size: 4 },
-        x: steps.filter((r) => k in r.metrics).map((r) => (xMode === "step" ? r.step : new Date(r.t * 1000))),
-        y: steps.filter((r) => k in r.metrics).map((r) => r.metrics[k]),
-        customdata: steps.filter((r) => k in r.metrics).map((r) => r.step),
-      });
+    const families = new Map();  // family -> member keys
+    for (const row of steps) for (const k of Object.keys(row.metrics)) {
+      const f = familyOf(k);
+      if (!families.has(f)) families.set(f, new Set());
+      families.get(f).add(k);
     }
-    for (const [g, traces] of byGroup) {
-      const div = chartDiv(g);
-      Plotly.react(div, traces, layout(), { responsive: true, displaylogo: false });
-      if (g === "Rewards and scores" && !div.dataset.clickBound) { div.dataset.clickBound = "1"; rewardClickable(div); }
+    for (const [family, keys] of families) {
+      const members = [...keys].sort();
+      const group = groupOf(members[0]);
+      const div = panelDiv(group, family);
+      const traces = familyTraces(family, members);
+      const band = traces.some((t) => t.fill);
+      const l = layout({ height: 200, margin: { t: 6, r: 8, b: 34, l: 48 }, showlegend: !band && members.length > 1 });
+      Plotly.react(div, traces, l, { responsive: true, displaylogo: false });
+      if (group === "Rewards and scores" && !div.dataset.clickBound) { div.dataset.clickBound = "1"; rewardClickable(div); }
     }
   }
 
@@ -217,11 +270,20 @@
   }
 
   // ------------------------------------------------------------------------------ live events
-  let pending = false;
-  function redraw() {
+  // Charts are redrawn at most once a second, and only those whose data changed: memory samples come
+  // every 250 ms per worker and a metrics event re-renders dozens of panels.
+  const REDRAW_MS = 1000;
+  let pending = false, lastDraw = 0, metricsDirty = false, memoryDirty = false;
+  function redraw(kind) {
+    if (kind === "memory") memoryDirty = true; else metricsDirty = true;
     if (pending) return;
     pending = true;
-    requestAnimationFrame(() => { pending = false; drawMetrics(); drawMemory(); });
+    setTimeout(() => requestAnimationFrame(() => {
+      pending = false;
+      lastDraw = performance.now();
+      if (metricsDirty) { metricsDirty = false; drawMetrics(); }
+      if (memoryDirty) { memoryDirty = false; drawMemory(); }
+    }), Math.max(0, REDRAW_MS - (performance.now() - lastDraw)));
   }
 
   function apply(ev) {
@@ -235,10 +297,10 @@
       const r = d.metrics["critic/score/mean"];
       if (typeof r === "number") document.getElementById("live-reward").textContent = r.toFixed(4);
       setStep(d.step);
-      redraw();
+      redraw("metrics");
     } else if (ev.type === "memory") {
       memory.push(Object.assign({ t: ev.time }, d));
-      redraw();
+      redraw("memory");
     } else if (ev.type === "sample") {
       if (offset === 0 && sampleMatches(d)) {
         const empty = body.querySelector("tr.empty");

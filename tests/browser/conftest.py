@@ -6,7 +6,8 @@ platform (Daphne, Celery worker and beat, Ray, PostgreSQL, Redis from tests/conf
 - `page_as(user)`: a fresh browser context logged in through the real login form; every dialog it
   opens is recorded on `page.dialogs` (and confirmed, so the stop buttons' confirm() goes through);
 - `make_user`, `tiny_model` (a registered tiny Qwen2 under a model root), `shot(page, name)` which
-  writes docs/screenshots/<name>.png (1280x800, stable names so reruns overwrite).
+  writes <RLSTUDIO_SCREENSHOT_DIR or var/screenshots>/<name>.png (1280x800, stable names so reruns
+  overwrite): test artifacts, out of git. `RLSTUDIO_SCREENSHOT_DIR=docs/screenshots` refreshes the docs'.
 
 Run: RLSTUDIO_TEST_DATABASE_NAME=test_browser .venv/bin/python -m pytest tests/browser -q
 """
@@ -24,7 +25,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # ../shared/ beside the checkout (CI lays a copy of it there too).
 GSM8K_TEST = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
-SCREENSHOTS = REPO / "docs" / "screenshots"
+SCREENSHOTS = Path(os.environ.get("RLSTUDIO_SCREENSHOT_DIR") or REPO / "var" / "screenshots")
 PASSWORD = "pw-for-browser-1"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -131,7 +132,7 @@ def page_as(browser, services):
 
 
 def save_shot(page, name: str) -> Path:
-    """Save a viewport screenshot as docs/screenshots/<name>.png (overwritten on every run)."""
+    """Save a viewport screenshot as <SCREENSHOTS>/<name>.png (overwritten on every run)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path))
@@ -140,7 +141,7 @@ def save_shot(page, name: str) -> Path:
 
 @pytest.fixture
 def shot():
-    """shot(page, name): a screenshot under docs/screenshots/ (see save_shot)."""
+    """shot(page, name): a screenshot under SCREENSHOTS (see save_shot)."""
     return save_shot
 
 

@@ -18,13 +18,9 @@ import pytest
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 REWARD_TRACE = """() => {
-    for (const h of document.querySelectorAll('#charts .chart h3')) {
-        if (h.textContent !== 'Rewards and scores') continue;
-        const plot = h.parentNode.querySelector('.plot');
-        const t = (plot.data || []).find((d) => d.name === 'critic/score/mean');
-        return t ? t.x.length : 0;
-    }
-    return 0;
+    const plot = document.querySelector('#charts .plot[data-family="critic/score"]');
+    const t = plot && (plot.data || []).find((d) => d.meta === 'critic/score/mean');
+    return t ? t.x.length : 0;
 }"""
 
 
@@ -83,11 +79,12 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     # The gsm8k preset's prompts (system prompt + question + instruction) are longer than cpu_smoke's
     # max_prompt_length of 256 tokens for the tiny model's small-vocabulary tokenizer: every one would
     # be filtered out ("0 usable prompts"), so the form raises the limit, as the stats card suggests.
-    run_id = ui.launch_run(page, name="grpo-live", dataset="gsm8k-test", model="tiny-smoke", steps=100,
+    # Steps enough that the run is still going when the journey stops it (it is force-stopped at the end).
+    run_id = ui.launch_run(page, name="grpo-live", dataset="gsm8k-test", model="tiny-smoke", steps=2000,
                            save_freq=-1, overrides="data.max_prompt_length=1024")
     run = Run.objects.get(pk=run_id)
-    assert run.owner == alice and run.dataset_id == ds_id and run.total_steps == 100
-    assert run.config["trainer"]["total_training_steps"] == 100
+    assert run.owner == alice and run.dataset_id == ds_id and run.total_steps == 2000
+    assert run.config["trainer"]["total_training_steps"] == 2000
     assert run.config["data"]["max_prompt_length"] == 1024
     page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
     page.evaluate("window.__noReload = 1")
@@ -153,7 +150,15 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     # The resumed run's first step is the one after the checkpoint, seen live on its page.
     page.wait_for_function(f"Number(document.getElementById('live-step').textContent) >= {done + 1}",
                            timeout=150_000)
-    metrics = page.evaluate("fetch('/api/v1/runs/%d/metrics/').then((r) => r.json())" % child_id)
+    # The page's step counter also follows heartbeats, which can come before the step's metrics row.
+    import time
+
+    deadline = time.monotonic() + 60
+    while True:
+        metrics = page.evaluate("fetch('/api/v1/runs/%d/metrics/').then((r) => r.json())" % child_id)
+        if metrics["steps"] or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     assert metrics["steps"] and metrics["steps"][0]["step"] == done + 1, metrics["steps"][:3]
     ui.shot(page, "08-run-resumed")
     page.reload()
