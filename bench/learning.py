@@ -1,10 +1,11 @@
 """Benchmark: the learning demo end to end — warm start, then GRPO through the real trainer.
 
-Run: .venv/bin/python bench/learning.py [--warm-seconds 240] [--grpo-seconds 300] [--steps 80]
+Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] [--steps 80]
      [--val 128] [--seed 0] [--threads 1] [--out /tmp/rlstudio_learning] [--write docs/benchmarks.md]
 
 1. `trainer.models.demo.make_demo_model`: the tiny demo-preset model, warm-started with trainer.sft for
-   --warm-seconds on 20,000 arithmetic conversations (a tool-only phase, then a 60%-tool mix).
+   --warm-steps steps (default the demo's own) on 20,000 arithmetic conversations (a tool-only
+   phase, then a 60%-tool mix); bounded by steps, so the same seed gives the same model.
 2. Held-out data (trainer.tasks.arith: operand pairs never seen in training), and a sampled
    (temperature 1) evaluation of the warm start: reward and share of episodes that call the tool.
 3. `python -m trainer run --recipe demo_tool_arith actor_rollout_ref.model.path=WARM ...` in a
@@ -13,8 +14,8 @@ Run: .venv/bin/python bench/learning.py [--warm-seconds 240] [--grpo-seconds 300
    from the run's events.jsonl: val-core/arith/reward/mean@1 against step and against seconds since
    the run's first event.
 4. With --write, the figures, the machine and the command replace the text between
-   `<!-- learning:begin -->` and `<!-- learning:end -->` in the given markdown file (markers appended
-   when absent).
+   `<!-- bench:learning:begin -->` and `<!-- bench:learning:end -->` in the given markdown file (markers
+   appended when absent).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-BEGIN, END = "<!-- learning:begin -->", "<!-- learning:end -->"
+BEGIN, END = "<!-- bench:learning:begin -->", "<!-- bench:learning:end -->"
 VAL_KEY = "val-core/arith/reward/mean@1"
 
 
@@ -90,8 +91,10 @@ def machine() -> str:
 def render(res: dict) -> str:
     lines = [BEGIN, "## Learning demo (`demo_tool_arith`)", "",
              f"Command: `{res['command']}`  ", f"Machine: {res['machine']}; torch threads {res['threads']}.", "",
-             f"Warm start (`make_demo_model`, trainer.sft, batch 32, lr 3e-3 cosine): {res['warm']['steps']} steps "
-             f"in {res['warm']['seconds']:.0f} s, final loss {res['warm']['final_loss']:.3f}. Sampled "
+             f"Warm start (`make_demo_model`, trainer.sft, batch 32, lr 3e-3 cosine, bounded by steps): "
+             f"{res['warm']['steps']}/{res['warm'].get('steps_requested', res['warm']['steps'])} steps "
+             f"in {res['warm']['seconds']:.0f} s{' (SAFETY CAP HIT)' if res['warm'].get('cap_hit') else ''}, "
+             f"final loss {res['warm']['final_loss']:.3f}. Sampled "
              f"(temperature 1) on {res['warm_eval']['episodes']} held-out prompts: reward "
              f"**{res['warm_eval']['reward']:.3f}**, tool called in {100 * res['warm_eval']['tool_use']:.0f}% "
              f"of episodes ({res['warm_eval']['seconds']:.0f} s to evaluate).", "",
@@ -105,10 +108,10 @@ def render(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, text: str) -> None:
+def write_section(path: Path, text: str, *, begin: str = BEGIN, end: str = END) -> None:
     doc = path.read_text(encoding="utf-8") if path.exists() else ""
-    if BEGIN in doc and END in doc:
-        a, b = doc.index(BEGIN), doc.index(END) + len(END)
+    if begin in doc and end in doc:
+        a, b = doc.index(begin), doc.index(end) + len(end)
         doc = doc[:a] + text.rstrip("\n") + doc[b:]
     else:
         doc = doc.rstrip("\n") + "\n\n" + text
@@ -117,7 +120,7 @@ def write_section(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--warm-seconds", type=float, default=240.0)
+    ap.add_argument("--warm-steps", type=int, default=None, help="warm-start steps (default: the demo's)")
     ap.add_argument("--grpo-seconds", type=float, default=300.0)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--test-freq", type=int, default=5)
@@ -142,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm:
         warm = Path(args.warm)
     else:
-        warm = make_demo_model(out / "warm", warm_start_seconds=args.warm_seconds, seed=args.seed,
+        from trainer.models.demo import WARM_START_STEPS
+
+        warm = make_demo_model(out / "warm", steps=args.warm_steps or WARM_START_STEPS, seed=args.seed,
                                threads=args.threads, log=None)
     info = json.loads((warm / "warm_start.json").read_text())
     print(f"warm start: {info['steps']} steps in {info['seconds']} s, final loss {info['final_loss']:.3f}")

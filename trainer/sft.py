@@ -218,9 +218,14 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
               steps: int, batch_size: int = 64, lr: float = 2e-3, seed: int = 0,
               max_seconds: float | None = None, threads: int | None = 1, warmup: float = 0.05,
               weight_decay: float = 0.01, grad_clip: float = 1.0, log_every: int = 10,
-              share_prefix: int = 16,
+              share_prefix: int = 16, schedule_by_time: bool = True, on_step=None,
               log=print) -> SFTResult:
-    """Warm-start the model in ``model_dir`` on ``rows``; save model + tokenizer to ``out``."""
+    """Warm-start the model in ``model_dir`` on ``rows``; save model + tokenizer to ``out``.
+
+    ``schedule_by_time=False`` makes ``max_seconds`` a plain safety stop: the learning-rate schedule
+    then follows steps only, so a run that ends before the cap is repeatable bit for bit.
+    ``on_step(done, steps)`` is called after each step (progress for a caller's status page).
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -258,7 +263,8 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
         if max_seconds:
             if elapsed >= max_seconds:
                 break
-            progress = max(progress, elapsed / max_seconds)
+            if schedule_by_time:
+                progress = max(progress, elapsed / max_seconds)
         for g in opt.param_groups:
             g["lr"] = lr * lr_factor(progress, warmup)
         if not queue:
@@ -274,6 +280,8 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
         result.losses.append(loss.item())
         result.tokens += computed
         result.target_tokens += sum(sum(e.loss_mask[1:]) for e in batch)
+        if on_step is not None:
+            on_step(result.steps, steps)
         if log and (step % log_every == 0 or step == steps - 1):
             dt = time.perf_counter() - start
             log(f"step {step + 1}/{steps} loss {result.losses[-1]:.4f} lr {opt.param_groups[0]['lr']:.2e} "

@@ -63,7 +63,8 @@ def launcher_env(state: Path, port: int) -> dict[str, str]:
                 "RLSTUDIO_PORT_BASE", OWNER_ENV):
         env.pop(key, None)
     env.update(RLSTUDIO_STATE_DIR=str(state), PORT=str(port), PYTHONUNBUFFERED="1",
-               RLSTUDIO_ADMIN_PASSWORD=ADMIN_PASSWORD, RLSTUDIO_RAY_CPUS="1")
+               RLSTUDIO_ADMIN_PASSWORD=ADMIN_PASSWORD, RLSTUDIO_RAY_CPUS="1",
+               RLSTUDIO_DEMO_WARM_STEPS="4")  # the demo's warm start: 4 steps, not minutes
     return env
 
 
@@ -243,10 +244,18 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
             assert cur.fetchone() == (True,)
             cur.execute("SELECT count(*) FROM django_migrations")
             assert cur.fetchone()[0] > 10
-            # The demo content of the first start: the tiny demo model, GSM8K test converted by the
-            # worker, and a saved demo config.
+            # The demo content of the first start, prepared in the background after the platform is
+            # up: the tiny demo models, GSM8K test converted by the worker, and the one-click demo
+            # config, saved last.
+            deadline, n = time.monotonic() + 180, 0
+            while time.monotonic() < deadline and n == 0:
+                cur.execute("SELECT count(*) FROM runs_runconfig WHERE name = 'Demo: tool-calling arithmetic (GRPO)'")
+                n = cur.fetchone()[0]
+                conn.commit()
+                time.sleep(0 if n else 1)
+            assert n == 1, (state / "logs" / "demo.log").read_text(errors="replace")[-3000:]
             cur.execute("SELECT count(*) FROM catalog_modelasset WHERE tokenizer_ok")
-            assert cur.fetchone()[0] >= 1
+            assert cur.fetchone()[0] >= 2  # the untrained and the warm-started demo model
             deadline, row = time.monotonic() + 90, None
             while time.monotonic() < deadline:  # validated in the background by the worker
                 cur.execute("SELECT status, num_rows FROM catalog_dataset WHERE name = 'gsm8k-test'")
@@ -256,8 +265,6 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
                     break
                 time.sleep(1)
             assert row == ("ready", 1319), row
-            cur.execute("SELECT count(*) FROM runs_runconfig WHERE name = 'demo_tool_arith'")
-            assert cur.fetchone()[0] == 1
 
         # A real Redis with a live Celery worker on it.
         from celery import Celery

@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None, environ: dict[str, str]) -> argparse.Name
     p.add_argument("--no-celery", action="store_true", help="do not start the Celery worker and beat")
     p.add_argument("--no-demo", action="store_true", default=environ.get("RLSTUDIO_DEMO", "1") == "0",
                    help="do not register the demo model, dataset and config (RLSTUDIO_DEMO=0)")
+    p.add_argument("--demo-warm-steps", type=int, default=int(environ.get("RLSTUDIO_DEMO_WARM_STEPS") or 0),
+                   help="warm-start steps of the demo model (env RLSTUDIO_DEMO_WARM_STEPS; default the trainer's)")
     p.add_argument("--ray-cpus", type=int, default=int(environ.get("RLSTUDIO_RAY_CPUS") or (os.cpu_count() or 1)))
     p.add_argument("--ray-object-store-mb", type=int,
                    default=int(environ.get("RLSTUDIO_RAY_OBJECT_STORE_MB") or 512))
@@ -62,6 +64,7 @@ class Launcher:
         self.stop_signal: int | None = None
         self.t0 = time.monotonic()
         self._lock_fd: int | None = None
+        self.demo = None  # the background `rlstudio_demo` child, until it has ended
 
     # -- signals ---------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -198,13 +201,16 @@ class Launcher:
         if not a.no_celery:
             self._wait_worker(urls["REDIS_URL"], f"rlstudio-{tag}@{socket.gethostname()}", timeout=90)
         if not a.no_demo and not a.no_celery:
-            # Idempotent: the demo model, the GSM8K test split (validated by the worker) and a demo
-            # config, owned by the admin. A failure here is reported, never fatal to the platform.
-            rc = self.sup.run_to_end("demo", [sys.executable, str(REPO / "manage.py"), "rlstudio_demo",
-                                              "--user", user], env=env, cwd=REPO, timeout=600,
-                                     should_stop=self.should_stop)
-            say(f"demo content {'registered' if rc == 0 else f'NOT registered (exit {rc}), see logs/demo.log'}"
-                f"  [{self._elapsed()}]")
+            # Idempotent: the demo model (warm-started once, then cached under the state folder), the
+            # GSM8K test split and the arithmetic demo datasets (validated by the worker) and the
+            # one-click demo config, owned by the admin. In the background: the warm start takes
+            # minutes and the platform is usable meanwhile (the runs page shows the time left). A
+            # failure is reported, never fatal to the platform.
+            argv = [sys.executable, str(REPO / "manage.py"), "rlstudio_demo", "--user", user]
+            if a.demo_warm_steps:
+                argv += ["--warm-steps", str(a.demo_warm_steps)]
+            self.demo = self.sup.spawn("demo", argv, env=env, cwd=REPO, grace=10.0, critical=False)
+            say(f"preparing the demo in the background (logs/demo.log)  [{self._elapsed()}]")
         self.ready_s = time.monotonic() - self.t0
         procs = self.sup.processes()
         url_host = "127.0.0.1" if a.host in ("0.0.0.0", "::") else a.host
@@ -274,8 +280,18 @@ class Launcher:
                 say(f"{dead.name} exited unexpectedly (code {dead.popen.returncode}); stopping. "
                     f"Last log lines:\n{self._tail(dead.name)}")
                 return 1
+            self._report_demo()
             time.sleep(0.5)
         return 0
+
+    def _report_demo(self) -> None:
+        """Say once how the background demo preparation ended."""
+        if self.demo is None or self.demo.alive():
+            return
+        rc, self.demo = self.demo.popen.returncode, None
+        outcome = ("ready: one click on 'Launch the demo' on the runs page" if rc == 0
+                   else f"NOT registered (exit {rc}), see logs/demo.log")
+        say(f"demo content {outcome}  [{self._elapsed()}]")
 
     def _shutdown(self) -> None:
         t = time.monotonic()

@@ -3,7 +3,7 @@ from django.urls import path
 
 from rlstudio.telemetry import views as telemetry_views
 
-from . import views
+from . import demo_views, views
 
 app_name = "runs"
 
@@ -11,6 +11,7 @@ urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
     path("quota/", views.quota_page, name="quota"),
+    path("demo/launch/", demo_views.demo_launch_view, name="demo_launch"),
     path("<int:run_id>/", telemetry_views.run_detail, name="detail"),  # the live run page
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),

@@ -1,4 +1,4 @@
-"""The platform's demo model: built in bounded time in two SFT phases, loadable, and evaluable."""
+"""The platform's demo model: built in a bounded number of steps in two SFT phases, loadable, evaluable."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from trainer.models.demo import evaluate_sampled, make_demo_model
+from trainer.models.demo import evaluate_sampled, make_demo_model, phase_steps
 from trainer.tasks import arith
 
 torch.set_num_threads(1)
@@ -15,11 +15,16 @@ torch.set_num_threads(1)
 def test_make_demo_model_two_phases_bounded_and_evaluable(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = make_demo_model(tmp_path / "demo", warm_start_seconds=30.0, max_steps=3, seed=0)
+    seen = []
+    out = make_demo_model(tmp_path / "demo", steps=5, seed=0, progress=lambda done, total: seen.append((done, total)))
     info = json.loads((out / "warm_start.json").read_text())
     assert [p["name"] for p in info["phases"]] == ["tool-only", "mix"]
-    assert [p["tool_fraction"] for p in info["phases"]] == [1.0, 0.6]
-    assert info["steps"] == 6 and info["seconds"] < 30.0
+    assert [p["tool_fraction"] for p in info["phases"]] == [1.0, 0.5]
+    # The steps bound is honoured exactly (3 + 2 of 5), far from the safety cap, which is not hit.
+    assert [p["steps"] for p in info["phases"]] == [3, 2]
+    assert info["steps"] == info["steps_requested"] == 5 and info["cap_hit"] is False
+    assert not any(p["cap_hit"] for p in info["phases"])
+    assert seen == [(k, 5) for k in range(1, 6)]
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.hidden_size == 128 and tok.chat_template is not None
@@ -31,8 +36,27 @@ def test_make_demo_model_two_phases_bounded_and_evaluable(tmp_path):
     assert 0.0 <= res.reward <= 1.0 and 0.0 <= res.tool_use <= 1.0
 
 
-def test_make_demo_model_refuses_bad_bounds(tmp_path):
-    with pytest.raises(ValueError, match="warm_start_seconds"):
-        make_demo_model(tmp_path / "x", warm_start_seconds=0)
+def test_same_seed_and_steps_give_the_same_weights(tmp_path):
+    """Bounded by steps (not seconds), the build is repeatable whatever the machine's load."""
+    from safetensors.torch import load_file
+
+    a = load_file(make_demo_model(tmp_path / "a", steps=3, seed=1) / "model.safetensors")
+    b = load_file(make_demo_model(tmp_path / "b", steps=3, seed=1) / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_safety_cap_stops_early_and_is_reported(tmp_path):
+    out = make_demo_model(tmp_path / "capped", steps=400, max_seconds=1e-6, seed=0)
+    info = json.loads((out / "warm_start.json").read_text())
+    assert info["cap_hit"] is True and info["steps"] < 400
+    assert all(p["cap_hit"] for p in info["phases"])
+
+
+def test_phase_split_and_bad_bounds(tmp_path):
+    assert phase_steps(600) == (400, 200) and phase_steps(3) == (2, 1) and phase_steps(2) == (1, 1)
+    with pytest.raises(ValueError, match="steps must be >= 2"):
+        make_demo_model(tmp_path / "w", steps=1)
+    with pytest.raises(ValueError, match="max_seconds"):
+        make_demo_model(tmp_path / "x", max_seconds=0)
     with pytest.raises(ValueError, match="copy_phase"):
         make_demo_model(tmp_path / "y", copy_phase=1.0)

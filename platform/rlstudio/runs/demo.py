@@ -1,0 +1,212 @@
+"""The one-click learning demo: its preparation status, its saved config, and launching it for a user.
+
+The demo kit is made once by `manage.py rlstudio_demo` (the launcher runs it in the background after
+the platform is up) and owned by the admin: the warm-started demo model, the arithmetic train and
+held-out datasets (uploaded and validated through the catalog's own services) and the saved RunConfig
+`DEMO_CONFIG_NAME`, built from recipe `demo_tool_arith` with the paths of those three objects.
+
+Users see only their own objects, so a click by any other user first copies the kit into their
+account, through the same services a user would use by hand: the model is registered for them (the
+same folder: a database row, no copy of the weights), each dataset is uploaded for them from the
+admin's stored file and validated (identical bytes share one content-addressed file on disk; the
+converted rows are theirs), and the config is saved under the same name with their paths. Then
+`run_new` launches it exactly like the run form. A second click reuses the copies.
+
+While the kit is being made, `demo_state()` says so with the seconds left of the warm start, read
+from a status file the command keeps under STATE_DIR/demo/ (never a guess: no progress yet means
+no estimate; a status that stopped moving is reported as stalled).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+
+DEMO_CONFIG_NAME = "Demo: tool-calling arithmetic (GRPO)"
+DEMO_RECIPE = "demo_tool_arith"
+DEMO_RUN_PREFIX = "demo-tool-arith"
+# A preparing status whose file has not changed for this long belongs to a command that died.
+STALE_AFTER_S = 180.0
+
+
+class DemoUnavailable(Exception):
+    """The demo cannot be launched now; the message says why (and what to do)."""
+
+
+# ----------------------------------------------------------------------------- status file
+def status_path() -> Path:
+    return Path(settings.STATE_DIR) / "demo" / "status.json"
+
+
+def write_status(**fields: Any) -> dict[str, Any]:
+    """Replace the status file atomically with ``fields`` plus ``updated`` (epoch seconds)."""
+    path = status_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {**fields, "updated": time.time()}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+    return data
+
+
+def read_status() -> dict[str, Any] | None:
+    try:
+        data = json.loads(status_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def seconds_left(status: dict[str, Any], now: float) -> int | None:
+    """Seconds left of the warm start, from its measured pace; None before the first step."""
+    done, total = int(status.get("steps_done") or 0), int(status.get("steps_total") or 0)
+    started, updated = status.get("warm_started"), status.get("updated")
+    if done <= 0 or total <= 0 or started is None or updated is None:
+        return None
+    per_step = max(0.0, float(updated) - float(started)) / done
+    return max(0, round(per_step * (total - done) - max(0.0, now - float(updated))))
+
+
+# ----------------------------------------------------------------------------- state
+@dataclass
+class DemoState:
+    """What the demo button shows."""
+
+    state: str  # "ready" | "preparing" | "failed" | "absent"
+    message: str
+    seconds_left: int | None = None
+    config_id: int | None = None
+
+
+def demo_config():
+    """The admin's (staff-owned) demo RunConfig, or None."""
+    from .models import RunConfig
+
+    return (RunConfig.objects.filter(name=DEMO_CONFIG_NAME, owner__is_staff=True)
+            .select_related("owner").order_by("id").first())
+
+
+def demo_state(now: float | None = None) -> DemoState:
+    now = time.time() if now is None else now
+    status = read_status()
+    if status and status.get("state") == "preparing":
+        if now - float(status.get("updated") or 0) > STALE_AFTER_S:
+            return DemoState("failed", "The demo preparation stopped making progress "
+                                       f"(no news for over {STALE_AFTER_S:.0f} s); see logs/demo.log "
+                                       "and run `manage.py rlstudio_demo` again.")
+        stage = status.get("stage") or ""
+        left = seconds_left(status, now) if stage == "warm-start" else None
+        if stage == "warm-start":
+            msg = ("The demo model is being prepared "
+                   + (f"({left} s left)." if left is not None else "(estimating the time left).")
+                   + f" Warm start step {int(status.get('steps_done') or 0)} of {int(status.get('steps_total') or 0)}.")
+        else:
+            msg = f"The demo is being prepared ({stage or 'starting'})."
+        return DemoState("preparing", msg, seconds_left=left)
+    if status and status.get("state") == "failed":
+        return DemoState("failed", f"The demo could not be prepared: {status.get('error') or 'unknown error'} "
+                                   "(see logs/demo.log; run `manage.py rlstudio_demo` again).")
+    cfg = demo_config()
+    if cfg is None:
+        return DemoState("absent", "The demo is not installed here (an admin runs `manage.py rlstudio_demo`, "
+                                   "which `make run` does by itself).")
+    return DemoState("ready", "Launch the learning demo: GRPO teaches a tiny model to use a calculator; "
+                              "the reward chart rises within minutes.", config_id=cfg.pk)
+
+
+# ----------------------------------------------------------------------------- launch
+def _kit(cfg) -> tuple[Any, Any, Any]:
+    """(model, train dataset, held-out dataset) the admin's demo config points at."""
+    from rlstudio.catalog.models import Dataset, ModelAsset
+
+    c = cfg.config or {}
+    model_path = ((c.get("actor_rollout_ref") or {}).get("model") or {}).get("path")
+    train_path = (c.get("data") or {}).get("train_files")
+    val_path = (c.get("data") or {}).get("val_files")
+    model = ModelAsset.objects.filter(owner=cfg.owner, path=model_path).first()
+    ready = Dataset.objects.filter(owner=cfg.owner, status=Dataset.Status.READY)
+    train = ready.filter(converted_path=train_path).first()
+    val = ready.filter(converted_path=val_path).first()
+    missing = [what for what, obj in (("model", model), ("train dataset", train), ("held-out dataset", val))
+               if obj is None]
+    if missing:
+        raise DemoUnavailable(f"the demo config points at a {', '.join(missing)} that is gone; "
+                              "run `manage.py rlstudio_demo` again")
+    return model, train, val
+
+
+def _copy_dataset(src, *, user, stats_model, wait_s: float = 120.0):
+    """The user's own ready copy of ``src``: uploaded from its stored file and validated."""
+    from django.core.files import File
+
+    from rlstudio.catalog.models import Dataset
+    from rlstudio.catalog.services import dataset_upload, dataset_validate
+
+    mine = (Dataset.objects.filter(owner=user, sha256=src.sha256, split=src.split, preset=src.preset)
+            .exclude(status=Dataset.Status.INVALID).order_by("-id").first())
+    if mine is None:
+        with open(src.file_path, "rb") as f:
+            mine, _created = dataset_upload(owner=user, upload=File(f, name=src.source_name or src.name),
+                                            name=src.name, preset=src.preset, split=src.split,
+                                            stats_model=stats_model)
+    if mine.status == Dataset.Status.VALIDATING:
+        # The same validation the Celery task runs (it queued one too; one of the two does the work,
+        # the other finds the advisory lock taken or the dataset ready and returns).
+        dataset_validate(dataset=mine)
+        deadline = time.monotonic() + wait_s
+        mine.refresh_from_db()
+        while mine.status == Dataset.Status.VALIDATING and time.monotonic() < deadline:
+            time.sleep(0.3)
+            mine.refresh_from_db()
+    if mine.status != Dataset.Status.READY:
+        raise DemoUnavailable(f"your copy of the demo dataset {src.name!r} is {mine.status}"
+                              + (f": {mine.error}" if mine.error else ""))
+    return mine
+
+
+_DEMO_COPY_LOCK_SPACE = 0x5D3E  # advisory-lock namespace of the demo kit copies
+
+
+def demo_launch(*, user: AbstractBaseUser):
+    """Launch the demo for ``user`` (copying the kit into their account first); returns the Run."""
+    from django.db import connection
+
+    from rlstudio.catalog.services import model_register
+
+    from . import launch
+    from .models import Run, RunConfig
+    from .services import RunInputInvalid, run_new
+
+    state = demo_state()
+    if state.state != "ready":
+        raise DemoUnavailable(state.message)
+    cfg = demo_config()
+    model, train, val = _kit(cfg)
+    config = cfg.config
+    if user.pk != cfg.owner_id:
+        # One copy of the kit per user, even for two quick clicks: the second waits for the first's
+        # copy (a session-level advisory lock keyed by the user) and then finds it.
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s, %s)", [_DEMO_COPY_LOCK_SPACE, user.pk])
+        try:
+            model = model_register(owner=user, name=model.name, path=model.path)
+            train = _copy_dataset(train, user=user, stats_model=model)
+            val = _copy_dataset(val, user=user, stats_model=model)
+            try:
+                config = launch.build_config(config=cfg.config, dataset=train, val_dataset=val, model=model)
+            except launch.ConfigInvalid as exc:
+                raise RunInputInvalid(exc.message, field=exc.key) from None
+            RunConfig.objects.update_or_create(owner=user, name=DEMO_CONFIG_NAME,
+                                               defaults={"config": config, "description": cfg.description})
+        finally:
+            with connection.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_DEMO_COPY_LOCK_SPACE, user.pk])
+    number = Run.objects.filter(owner=user, name__startswith=DEMO_RUN_PREFIX).count() + 1
+    return run_new(owner=user, name=f"{DEMO_RUN_PREFIX}-{number}", dataset=train, val_dataset=val,
+                   model=model, gpus=0, config=config)
