@@ -8,10 +8,12 @@ the channel layer, and Daphne serving `rlstudio.config.asgi:application` in a su
 
   1. ingest: batches of 500 events, gzip'd (built before the clock starts, as the trainer's sender
      thread does), POSTed one after the other to /api/v1/runs/<id>/events/ while N websocket clients
-     watch the run; events/s into PostgreSQL (HTTP replies) and out to every client (last received).
+     watch the run; events/s into PostgreSQL (HTTP replies) and out to every client (last received),
+     and Daphne's CPU time per 1,000 events (user + system, from /proc: steadier than events/s on a
+     machine shared with other jobs).
      Two workloads: "small" (metrics with 40 keys, memory, heartbeat, log) and "samples" (GSM8K-sized
      transcripts with a 256-token view).
-  2. latency: the trainer's own HttpSink (trainer/sinks_http.py, default 0.5 s send interval) emits
+  2. latency: the trainer's own HttpSink (trainer/sinks_http.py, its default send interval) emits
      at 200 events/s while 100 websocket viewers watch; latency = viewer receive time − the event's
      `time` (set at emit; one machine, one clock). The viewers run in this process (asyncio).
   3. page: 200 steps × 64 samples (+ metrics and memory) stored through the ingest API, then the
@@ -162,6 +164,12 @@ class Stack:
         with urllib.request.urlopen(req, timeout=120) as r:
             return json.loads(r.read())
 
+    def server_cpu_s(self) -> float:
+        """CPU seconds (user + system) Daphne has used so far: on a shared machine, where wall-clock
+        figures move with the other jobs' load, the server's CPU per event is the steadier figure."""
+        fields = (Path("/proc") / str(self.proc.pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def ws_url(self, run_id: int, *, batch: bool = True) -> str:
         return f"ws://127.0.0.1:{self.port}/ws/runs/{run_id}/?token={self.api_key}" + ("&batch=1" if batch else "")
 
@@ -263,9 +271,10 @@ async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, bat
             per_post.append(time.perf_counter() - t)
             assert reply["accepted"] == 500 and not reply["refused"], reply
 
-    t0 = time.time()
+    cpu0, t0 = stack.server_cpu_s(), time.time()
     await loop.run_in_executor(None, send_all)
     t_stored = time.time() - t0
+    cpu_stored = stack.server_cpu_s() - cpu0
     try:
         await asyncio.wait_for(asyncio.gather(*tasks), 300)
     except asyncio.TimeoutError:
@@ -278,6 +287,7 @@ async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, bat
             "frames_per_viewer": round(statistics.mean(v.frames for v in vs)),
             "bytes_gzip_per_batch": int(statistics.mean(len(b) for b in bodies)),
             "ingest_events_per_s": round(total / t_stored), "post_ms_median": round(1000 * statistics.median(per_post)),
+            "server_cpu_ms_per_1000_events": round(1000 * cpu_stored / total * 1000),
             "delivered_events_per_s_per_viewer": round(min(got) / t_out) if t_out > 0 else None,
             "all_viewers_got_all": min(got) == total}
 
@@ -365,11 +375,10 @@ def run_all(args) -> dict:
     with Stack() as stack:
         if "ingest" in args.only:
             out["ingest"] = [
-                asyncio.run(bench_ingest(stack, stack.new_run("ingest-small"), workload="small",
-                                         batches=args.batches, viewers=args.ingest_viewers, batch_frames=batch)),
-                asyncio.run(bench_ingest(stack, stack.new_run("ingest-samples"), workload="samples",
-                                         batches=max(args.batches // 2, 1), viewers=args.ingest_viewers,
-                                         batch_frames=batch)),
+                asyncio.run(bench_ingest(stack, stack.new_run(f"ingest-{workload}"), workload=workload,
+                                         batches=args.batches if workload == "small" else max(args.batches // 2, 1),
+                                         viewers=args.ingest_viewers, batch_frames=batch))
+                for workload in args.workloads
             ]
             print(json.dumps(out["ingest"], indent=1), flush=True)
         if "latency" in args.only:
@@ -409,7 +418,8 @@ def render(out: dict) -> str:
             if r["ingest_events_per_s"] >= 5000 else "(same target) **missed**"
         lines.append(f"| ingest, {what}, {r['events'] // r['batch']} x {r['batch']} gzip'd POSTs "
                      f"(~{r['bytes_gzip_per_batch'] // 1000} KB each), {r['viewers']} viewers | "
-                     f"**{r['ingest_events_per_s']:,} events/s** stored (median POST {r['post_ms_median']} ms), "
+                     f"**{r['ingest_events_per_s']:,} events/s** stored (median POST {r['post_ms_median']} ms; "
+                     f"Daphne CPU {r['server_cpu_ms_per_1000_events']} ms per 1,000 events), "
                      f"{r['delivered_events_per_s_per_viewer']:,} events/s to each viewer, all delivered: "
                      f"{r['all_viewers_got_all']} | {target} |")
     if "latency" in out:
@@ -452,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sink-interval", type=float, default=None,
                    help="the HttpSink's send interval in the latency bench (default: the sink's own)")
     p.add_argument("--only", default="ingest,latency,page", help="comma-separated: ingest,latency,page")
+    p.add_argument("--workloads", default="small,samples", help="ingest workloads, comma-separated: small,samples")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the bench itself)")
     p.add_argument("--json", type=Path)
     p.add_argument("--write", type=Path, help="replace the bench:live section of this markdown file")
@@ -459,6 +470,9 @@ def main(argv: list[str] | None = None) -> int:
     args.only = {part.strip() for part in args.only.split(",") if part.strip()}
     if args.only - {"ingest", "latency", "page"}:
         p.error(f"--only takes ingest, latency, page; got {', '.join(sorted(args.only))}")
+    args.workloads = [part.strip() for part in args.workloads.split(",") if part.strip()]
+    if set(args.workloads) - {"small", "samples"} or not args.workloads:
+        p.error(f"--workloads takes small, samples; got {', '.join(args.workloads)}")
     if args.quick:
         args.batches, args.ingest_viewers, args.viewers, args.seconds, args.steps = 2, 2, 5, 2.0, 4
     out = run_all(args)

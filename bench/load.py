@@ -268,7 +268,8 @@ def render(out: dict) -> str:
     for name, mem in r["memory"].items():
         if name == "postgres backends":
             lines.append(f"| memory: PostgreSQL backends of the bench database (at most {mem['count_max']} at once; "
-                         f"{mem['connections_seen']} different ones seen by the 0.5 s sampler: `CONN_MAX_AGE = 0` opens one per request) | "
+                         f"{mem['connections_seen']} different ones seen by the 0.5 s sampler; the ingest thread pool keeps its "
+                         f"connections `RLSTUDIO_DB_CONN_MAX_AGE` s, {out.get('conn_max_age', '?')} here) | "
                          f"peak RSS {mem['peak_rss_mib_max']} MiB per backend (anonymous {mem['peak_anon_mib_max']} MiB; "
                          f"RSS counts the shared buffers a backend touched); at one moment at most "
                          f"{mem['peak_concurrent_rss_mib']} MiB RSS / {mem['peak_concurrent_anon_mib']} MiB anonymous |")
@@ -312,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
 
         connections.close_all()  # the bench's own backend is not part of the platform's memory
         out["load"] = asyncio.run(_load(stack, runs, args))
+        from django.conf import settings
+
+        out["conn_max_age"] = settings.DATABASES["default"]["CONN_MAX_AGE"]  # Daphne's: same settings, same env
     out["machine"]["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(out, indent=1))
     if args.json:

@@ -94,6 +94,23 @@ def _service_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's test database; on the way out, first close the connection of asgiref's one
+    sync thread.
+
+    Channels' consumers (and `sync_to_async` outside a request) do their database work on that one
+    shared thread, which lives as long as the process. With persistent connections
+    (RLSTUDIO_DB_CONN_MAX_AGE) it keeps its connection open after the last test, and PostgreSQL
+    refuses to drop a database a session is connected to. Not asyncio.run: after the browser tests
+    the main thread already runs an event loop (see pytest_collection_modifyitems)."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+
+
+@pytest.fixture(scope="session")
 def test_database_url(django_db_setup, django_db_blocker) -> str:
     """DATABASE_URL of the test database pytest-django created (for child processes)."""
     from django.db import connection

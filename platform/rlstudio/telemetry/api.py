@@ -1,7 +1,8 @@
 """API views of telemetry under /api/v1/runs/{id}/ (api.md): the trainer's ingest and the reads.
 
   POST events/           the trainer's ingest: `Authorization: Bearer <run token>`, JSON body
-                         `{"events": [...]}` (optionally `Content-Encoding: gzip`)
+                         `{"events": [...]}` (optionally `Content-Encoding: gzip`); routed to
+                         `run_events_ingest`, which runs RunEventsIngestView off the request's thread
   GET  metrics/          ?since_step=
   GET  samples/          ?step=&uid=&min_reward=&max_reward=&finish_reason=&has_tool_call=&order=&limit=&offset=
   GET  samples/{sid}/    the whole transcript and token view
@@ -16,7 +17,10 @@ import json
 import zlib
 from datetime import datetime, timezone as dt_timezone
 
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -148,6 +152,45 @@ class RunEventsIngestView(APIView):
             if len(raw) > limit or inflater.unconsumed_tail:
                 raise too_big
         return raw
+
+
+_ingest_view = RunEventsIngestView.as_view()
+
+
+def _ingest_rendered(request, run_id: int):
+    """The ingest view's response, rendered in the thread that made it (no extra hop to render it)."""
+    response = _ingest_view(request, run_id=run_id)
+    response.render()
+    return response
+
+
+# Under ASGI, Django runs a sync view on a thread of its own made for the request: its database
+# connection is opened for that request and goes with the thread. The server's thread pool lives as
+# long as the process, so there the connection is kept (CONN_MAX_AGE) and the next POST skips the
+# connect (a PostgreSQL backend fork: under load the largest fixed cost of a small POST). Channels'
+# database_sync_to_async closes stale or broken connections before and after each call.
+_ingest_on_pool = database_sync_to_async(_ingest_rendered, thread_sensitive=False)
+# The caller's thread is Django's usual place for a sync view; Django's request signals manage its
+# connection (and a test's connection holds the test's transaction: closing it would end the test).
+_ingest_on_caller = sync_to_async(_ingest_rendered, thread_sensitive=True)
+
+
+async def run_events_ingest(request, run_id: int):
+    """POST events/: RunEventsIngestView (one transaction, stored once per (run, seq), broadcast after
+    commit), with its database work on the server's thread pool.
+
+    Only an ASGI request goes to the pool. A WSGI request (Django's test Client) stays on the caller's
+    thread, whose connection may hold a transaction the rest of the caller's work must see (a test's)."""
+    if isinstance(request, ASGIRequest):
+        return await _ingest_on_pool(request, run_id)
+    return await _ingest_on_caller(request, run_id)
+
+
+# The URL's view for drf-spectacular and Django's CSRF check: it is RunEventsIngestView's, and
+# exempt like every APIView (the run token authenticates; there is no session).
+run_events_ingest.cls = RunEventsIngestView  # type: ignore[attr-defined]
+run_events_ingest.initkwargs = {}  # type: ignore[attr-defined]
+run_events_ingest.csrf_exempt = True  # type: ignore[attr-defined]
 
 
 class _RunReadView(APIView):

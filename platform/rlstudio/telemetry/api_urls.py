@@ -4,7 +4,7 @@ from django.urls import path
 from . import api
 
 urlpatterns = [
-    path("runs/<int:run_id>/events/", api.RunEventsIngestView.as_view(), name="run-events"),
+    path("runs/<int:run_id>/events/", api.run_events_ingest, name="run-events"),
     path("runs/<int:run_id>/metrics/", api.RunMetricsView.as_view(), name="run-metrics"),
     path("runs/<int:run_id>/samples/", api.RunSamplesView.as_view(), name="run-samples"),
     path("runs/<int:run_id>/samples/<int:sample_id>/", api.RunSampleDetailView.as_view(), name="run-sample"),

@@ -188,19 +188,20 @@ def parse_events(raw_events: list[Any], *, max_event_bytes: int, body_bytes: int
 def _insert_run_events(run_id: int, events: list[dict[str, Any]], compact: dict[int, dict[str, Any]]) -> set[int]:
     """INSERT the events' RunEvents, skipping (run, seq) already stored; the seqs actually inserted.
 
-    One statement whatever the batch size: the columns travel as four arrays (`unnest`), which
-    PostgreSQL parses far faster than thousands of VALUES tuples with five parameters each.
+    One statement whatever the batch size, and one parameter: the rows travel as one JSON array read
+    by `jsonb_to_recordset`. Encoding the batch in one json.dumps, and quoting one string, costs
+    about a third less CPU than a JSON text per event quoted into a jsonb[] literal (and far less than
+    thousands of VALUES tuples with five parameters each).
     """
     if not events:
         return set()
+    rows = [{"seq": ev["seq"], "type": ev["type"], "t": ev["time"], "data": compact[ev["seq"]]} for ev in events]
     sql = ("INSERT INTO telemetry_runevent (run_id, seq, type, time, data) "
-           "SELECT %s, u.seq, u.type, to_timestamp(u.t), u.data FROM unnest("
-           "%s::bigint[], %s::varchar[], %s::float8[], %s::jsonb[]) AS u(seq, type, t, data) "
+           "SELECT %s, u.seq, u.type, to_timestamp(u.t), u.data "
+           "FROM jsonb_to_recordset(%s::jsonb) AS u(seq bigint, type varchar, t float8, data jsonb) "
            "ON CONFLICT (run_id, seq) DO NOTHING RETURNING seq")
-    params = [run_id, [ev["seq"] for ev in events], [ev["type"] for ev in events],
-              [ev["time"] for ev in events], [json.dumps(compact[ev["seq"]]) for ev in events]]
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        cur.execute(sql, [run_id, json.dumps(rows)])
         return {row[0] for row in cur.fetchall()}
 
 
@@ -213,20 +214,19 @@ def _upsert_metrics(run_id: int, events: list[dict[str, Any]]) -> None:
         merged[step] = (ev["time"], {**metrics, **ev["data"]["metrics"]})
     if not merged:
         return
-    steps = sorted(merged)
+    rows = [{"step": step, "t": merged[step][0], "metrics": merged[step][1]} for step in sorted(merged)]
     sql = ("INSERT INTO telemetry_metricrow (run_id, step, time, metrics) "
-           "SELECT %s, u.step, to_timestamp(u.t), u.metrics FROM unnest("
-           "%s::integer[], %s::float8[], %s::jsonb[]) AS u(step, t, metrics) "
+           "SELECT %s, u.step, to_timestamp(u.t), u.metrics "
+           "FROM jsonb_to_recordset(%s::jsonb) AS u(step integer, t float8, metrics jsonb) "
            "ON CONFLICT (run_id, step) DO UPDATE SET metrics = telemetry_metricrow.metrics || "
            "EXCLUDED.metrics, time = EXCLUDED.time")
-    params = [run_id, steps, [merged[s][0] for s in steps], [json.dumps(merged[s][1]) for s in steps]]
     with connection.cursor() as cur:
-        cur.execute(sql, params)
+        cur.execute(sql, [run_id, json.dumps(rows)])
 
 
 def _insert_memory(run_id: int, events: list[dict[str, Any]]) -> None:
-    """The MemoryPoints of the batch's memory events, in one statement (columns as arrays, like
-    _insert_run_events: the ORM's bulk_create built a model instance and ten parameters per point)."""
+    """The MemoryPoints of the batch's memory events, in one statement (columns as arrays: the ORM's
+    bulk_create built a model instance and ten parameters per point)."""
     if not events:
         return
     names = ("step", "phase", "device", "allocated", "reserved", "peak", "rss", "rank", "device_used")
