@@ -37,7 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.learning import VAL_KEY, machine, write_section  # noqa: E402
+from bench.learning import VAL_KEY, machine  # noqa: E402
+from bench.md_sections import replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:demo:begin -->", "<!-- bench:demo:end -->"
 PASSWORD = "demo-bench-pw-1"
@@ -209,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                "target": args.target}
         (state.parent / f"{state.name}-result.json").write_text(json.dumps(res, indent=2) + "\n")
         if args.write:
-            write_section(Path(args.write), render(res), begin=BEGIN, end=END)
+            replace_section(Path(args.write), render(res), begin=BEGIN, end=END)
             print(f"updated {args.write}")
     finally:
         if proc.poll() is None:

@@ -29,6 +29,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from md_sections import replace_section  # noqa: E402
+
 BEGIN, END = "<!-- bench:launch:begin -->", "<!-- bench:launch:end -->"
 TERMINAL = ("stopped", "failed", "lost", "succeeded")
 
@@ -126,16 +129,6 @@ def render(res: dict) -> str:
     ]) + "\n"
 
 
-def write_section(path: Path, text: str) -> None:
-    doc = path.read_text(encoding="utf-8") if path.exists() else ""
-    if BEGIN in doc and END in doc:
-        a, b = doc.index(BEGIN), doc.index(END) + len(END)
-        doc = doc[:a] + text.rstrip("\n") + doc[b:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    path.write_text(doc, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default=os.environ.get("RLSTUDIO_BASE_URL", "http://127.0.0.1:8000"))
@@ -186,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     if args.write:
-        write_section(Path(args.write), render(result))
+        replace_section(Path(args.write), render(result), begin=BEGIN, end=END)
     return 0
 
 

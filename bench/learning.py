@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.md_sections import replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:learning:begin -->", "<!-- bench:learning:end -->"
 VAL_KEY = "val-core/arith/reward/mean@1"
@@ -108,16 +109,6 @@ def render(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: Path, text: str, *, begin: str = BEGIN, end: str = END) -> None:
-    doc = path.read_text(encoding="utf-8") if path.exists() else ""
-    if begin in doc and end in doc:
-        a, b = doc.index(begin), doc.index(end) + len(end)
-        doc = doc[:a] + text.rstrip("\n") + doc[b:]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    path.write_text(doc, encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warm-steps", type=int, default=None, help="warm-start steps (default: the demo's)")
@@ -176,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
            "warm_eval": ev.__dict__, "grpo_seconds": secs, "curve": curve, "grpo_cmd": cmd}
     (out / "learning.json").write_text(json.dumps(res, indent=2) + "\n")
     if args.write:
-        write_section(Path(args.write), render(res))
+        replace_section(Path(args.write), render(res), begin=BEGIN, end=END)
         print(f"updated {args.write}")
     return 0
 

@@ -40,6 +40,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
+from bench.md_sections import replace_section  # noqa: E402
+
 PG = "postgresql://postgres@127.0.0.1:5432"
 
 
@@ -439,16 +441,6 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, text: str) -> None:
-    doc = path.read_text()
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        doc = head + text + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, default=20, help="ingest batches of 500 (small workload)")
@@ -479,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     if args.write:
-        write_section(args.write, render(out))
+        replace_section(args.write, render(out), begin=BEGIN, end=END)
     print(json.dumps(out))
     return 0
 

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import live  # noqa: E402  (bench/live.py: the stack and the event shapes)
+from md_sections import replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:load:begin -->", "<!-- bench:load:end -->"
 
@@ -281,16 +282,6 @@ def render(out: dict) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, text: str) -> None:
-    doc = path.read_text()
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        doc = head + text + rest.split(END, 1)[1]
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(doc)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--emit"]:
@@ -321,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     if args.write:
-        write_section(args.write, render(out))
+        replace_section(args.write, render(out), begin=BEGIN, end=END)
     return 0 if out["load"]["delivery_complete"] else 1
 
 

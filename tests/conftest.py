@@ -59,6 +59,32 @@ def wait_until(pred, *, timeout: float, what: str, proc: subprocess.Popen | None
     raise TimeoutError(f"{what} not ready after {timeout:.0f}s\n{tail}")
 
 
+def poll_until(pred, *, timeout: float, what: str, interval: float = 0.3):
+    """pred()'s first truthy value within `timeout` seconds, else an AssertionError naming `what`.
+
+    Unlike wait_until (for services starting up), an exception raised by `pred` propagates: a test's
+    own check must fail loudly, not be retried until the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not reached within {timeout:.0f}s")
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A redis-server of this test's own (free port, no persistence), to stop and restart at will: the
+    session's Redis serves every other suite and is never touched."""
+    from tests.e2e.fault_procs import RedisServer
+
+    server = RedisServer(folder=tmp_path / "redis")
+    server.start()
+    yield server
+    server.kill()
+
+
 def stop_process_group(proc: subprocess.Popen, *, grace: float = 20.0) -> None:
     """SIGTERM the process group, SIGKILL what is left after the grace period."""
     if proc.poll() is not None:

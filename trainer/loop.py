@@ -403,7 +403,7 @@ class Trainer:
         return sorted({round(i * (count - 1) / max(1, k - 1)) for i in range(k)}) if k > 1 else [0]
 
     def emit_samples(self, step: int, exp: Experience, *, validation: bool = False) -> None:
-        from trainer.events import SampleData, TokenView, fit_sample, plain
+        from trainer.events import SampleData, TokenView, fit_sample
 
         rep = self.cfg.report
         b = exp.batch
@@ -426,7 +426,7 @@ class Trainer:
                               ground_truth=_jsonable(tr.prompt.ground_truth), tool_calls=int(tr.tool_calls),
                               token_view=view, validation=validation)
             data = fit_sample(data) or data
-            self.emitter.sample(_jsonable(plain(data)))
+            self.emitter.sample(_jsonable(data))
 
     # ------------------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
@@ -525,7 +525,8 @@ def _finite_list(t: torch.Tensor) -> list[float | None]:
 
 
 def _jsonable(obj: Any) -> Any:
-    """Plain-JSON copy (tuples -> lists, numpy scalars -> numbers, anything else -> str)."""
+    """Plain-JSON copy (dataclasses -> dicts, tuples -> lists, numpy scalars -> numbers, non-finite
+    floats -> None, anything else -> str)."""
     if obj is None or isinstance(obj, (bool, int, str)):
         return obj
     if isinstance(obj, float):
@@ -536,4 +537,6 @@ def _jsonable(obj: Any) -> Any:
         return [_jsonable(v) for v in obj]
     if isinstance(obj, (np.generic,)):
         return _jsonable(obj.item())
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     return str(obj)

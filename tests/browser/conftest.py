@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import poll_until
+
 REPO = Path(__file__).resolve().parents[2]
 # ../shared/ beside the checkout (CI lays a copy of it there too).
 GSM8K_TEST = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
@@ -180,14 +182,7 @@ def gsm8k_test_file() -> Path:
     return GSM8K_TEST
 
 
-def wait_for(pred, *, timeout: float, what: str, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not reached within {timeout:.0f}s")
+wait_for = poll_until  # ui.wait_for(pred, timeout=, what=)
 
 
 def post_events(base: str, run_id: int, token: str, events: list[dict]) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.fault_procs import DaphneServer, RedisServer
+from tests.e2e.fault_procs import DaphneServer
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 T0 = 1_764_440_000.0
@@ -24,11 +24,8 @@ def _log(seq: int) -> dict:
 
 
 @pytest.fixture
-def redis(tmp_path):
-    server = RedisServer(folder=tmp_path / "redis")
-    server.start()
-    yield server
-    server.kill()
+def redis(private_redis):
+    return private_redis
 
 
 @pytest.fixture

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from tests.e2e.fault_procs import CeleryWorker, RedisServer
+from tests.conftest import poll_until
+from tests.e2e.fault_procs import CeleryWorker
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 REPO = Path(__file__).resolve().parents[2]
@@ -32,11 +33,8 @@ VISIBILITY_S = 4
 
 
 @pytest.fixture
-def broker(tmp_path):
-    redis = RedisServer(folder=tmp_path / "redis")
-    redis.start()
-    yield redis
-    redis.kill()
+def broker(private_redis):
+    return private_redis
 
 
 @pytest.fixture
@@ -82,14 +80,8 @@ def _jobs_of(ray: str, run) -> list[str]:
             and j.submission_id.endswith(run.created.strftime("%Y%m%d%H%M%S%f"))]
 
 
-def _wait(pred, *, timeout: float, what: str, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not reached within {timeout:.0f}s")
+def _wait(pred, *, timeout: float, what: str):
+    return poll_until(pred, timeout=timeout, what=what, interval=0.5)
 
 
 @pytest.mark.timeout(420)

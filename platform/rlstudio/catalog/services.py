@@ -126,19 +126,18 @@ def _send_validation(dataset_id: int, *, actor=None) -> bool:
     """Publish the validation task; when the broker is unreachable, say so in the log and the audit
     trail and leave the dataset `validating`: `dataset_resend_stuck` (Celery beat) sends it again once
     the broker is back, and the upload itself answers normally instead of a 500."""
-    from kombu.exceptions import OperationalError
+    from rlstudio.config.celery import publish
 
     from .tasks import validate_dataset
 
-    try:
-        validate_dataset.delay(dataset_id)
-    except (OperationalError, OSError) as exc:
-        log.warning("dataset %s: validation not sent, the task queue is unreachable: %s", dataset_id, exc)
-        dataset = Dataset.objects.filter(pk=dataset_id).first()
-        if dataset is not None:
-            audit_record(actor=actor, action="dataset.validate_unsent", obj=dataset, data={"error": str(exc)[:500]})
-        return False
-    return True
+    error = publish(validate_dataset, dataset_id)
+    if error is None:
+        return True
+    log.warning("dataset %s: validation not sent, the task queue is unreachable: %s", dataset_id, error)
+    dataset = Dataset.objects.filter(pk=dataset_id).first()
+    if dataset is not None:
+        audit_record(actor=actor, action="dataset.validate_unsent", obj=dataset, data={"error": str(error)[:500]})
+    return False
 
 
 def dataset_resend_stuck(*, older_than_s: float | None = None) -> list[int]:

@@ -17,6 +17,23 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def publish(task, *args) -> Exception | None:
+    """Send `task(*args)`; return the broker's error instead of raising it.
+
+    What publishing raises when the broker is unreachable: kombu wraps the transport's connection and
+    timeout errors in OperationalError; a bare socket error can still escape from connection set-up.
+    The Celery settings bound how long it tries (docs/runs.md), so a web request that publishes can
+    answer normally and leave the work where a periodic task finds it again.
+    """
+    from kombu.exceptions import OperationalError
+
+    try:
+        task.delay(*args)
+    except (OperationalError, OSError) as exc:
+        return exc
+    return None
+
+
 @app.on_after_finalize.connect
 def _beat_schedule(sender, **_kwargs):
     """Periodic tasks (read from settings once Django is configured)."""

@@ -20,13 +20,10 @@ import logging
 from typing import Callable
 
 from django.db import transaction
-from kombu.exceptions import OperationalError
+
+from rlstudio.config.celery import publish
 
 log = logging.getLogger(__name__)
-
-# What publishing raises when the broker is unreachable: kombu wraps the transport's connection and
-# timeout errors in OperationalError; a bare socket error can still escape from connection set-up.
-BROKER_ERRORS: tuple[type[BaseException], ...] = (OperationalError, OSError)
 
 
 def send_now(task_name: str, *args) -> Exception | None:
@@ -34,12 +31,10 @@ def send_now(task_name: str, *args) -> Exception | None:
     from . import tasks
 
     task = getattr(tasks, task_name)
-    try:
-        task.delay(*args)
-    except BROKER_ERRORS as exc:
-        log.warning("could not send %s%r: the task queue is unreachable: %s", task.name, args, exc)
-        return exc
-    return None
+    error = publish(task, *args)
+    if error is not None:
+        log.warning("could not send %s%r: the task queue is unreachable: %s", task.name, args, error)
+    return error
 
 
 def send_after_commit(task_name: str, *args, on_unsent: Callable[[Exception], None] | None = None) -> None:
