@@ -10,6 +10,7 @@ endpoint) and moves the run through the services:
     Ray SUCCEEDED                            → succeeded (stopped when the trainer said "stopped")
     Ray STOPPED                              → stopped
     Ray FAILED                               → failed, with the job's last log lines as the error
+                                               (stopped when a stop was asked for: a forced stop kills the job)
     Ray does not know the job                → lost
     no heartbeat for RLSTUDIO_HEARTBEAT_TIMEOUT_S while Ray says running → lost (and the job stopped)
     stopping for longer than the grace period → forced stop
@@ -106,7 +107,9 @@ def decide(*, status: str, job: ray_jobs.JobInfo | None, view: TrainerView, now:
     if job.status == ray_jobs.STOPPED:
         return Decision(S.STOPPED)
     if job.status == ray_jobs.FAILED:
-        if status == S.STOPPING and view.state == "stopped":
+        # A stop was asked for: a forced stop kills the driver itself (Ray then says FAILED, not
+        # STOPPED), and so does Ray's SIGKILL after the grace. The run ends as the user asked.
+        if status == S.STOPPING:
             return Decision(S.STOPPED)
         return Decision(S.FAILED, error=job.message, need_logs=True)
     # PENDING or RUNNING

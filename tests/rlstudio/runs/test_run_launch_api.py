@@ -202,6 +202,8 @@ def _job(status, message=""):
     (S.STOPPING, _job("STOPPED"), TrainerView(state="stopped"), S.STOPPED),
     (S.STOPPING, _job("SUCCEEDED"), TrainerView(state="stopped"), S.STOPPED),
     (S.RUNNING, _job("FAILED", "exit -9"), TrainerView(), S.FAILED),
+    # A forced stop kills the driver: Ray says FAILED, the run ends stopped, as asked.
+    (S.STOPPING, _job("FAILED", "exit -9"), TrainerView(), S.STOPPED),
     (S.RUNNING, None, TrainerView(), S.LOST),
     (S.RUNNING, _job("RUNNING"), TrainerView(last_time=NOW - timedelta(seconds=121)), S.LOST),
 ])
