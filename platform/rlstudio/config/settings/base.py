@@ -144,8 +144,13 @@ CELERY_BEAT_SCHEDULE: dict = {}
 # hour, which left a run "submitting" for an hour after a worker crash). Every task is safe to run
 # twice (runs.submit_run by its derived submission id, dataset validation by its lock), which also
 # covers a task that outlives this timeout and is handed out a second time.
+# kombu looks for such tasks on a timer (`unacked_restore_interval`, 10 s) but by default scans Redis
+# only on every 10th tick (`unacked_restore_throttle`): up to 100 s more than the timeout, which made
+# a redelivery after a killed worker miss a 90 s window under load. One cheap ZRANGE every 10 s.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": _env_int("RLSTUDIO_CELERY_VISIBILITY_TIMEOUT_S", 300),
+    "unacked_restore_interval": 10,
+    "unacked_restore_throttle": 1,
 }
 # Publishing fails fast when Redis is unreachable: a launch publishes its submit task from the web
 # request, and kombu's defaults wait forever on a Redis that accepts connections but never answers.
