@@ -1,13 +1,57 @@
-// The run page's controls and log tail (RUNS): confirmations on stop buttons, and a log tail
-// polled from /api/v1/runs/<id>/job-log/ that auto-scrolls unless the user scrolled up.
-// Log text is untrusted: it only ever goes in through textContent.
+// The run page's controls and log tail (RUNS): confirmations on stop buttons, the controls card kept
+// current, and a log tail polled from /api/v1/runs/<id>/job-log/ that auto-scrolls unless the user
+// scrolled up. Log text is untrusted: it only ever goes in through textContent.
 (function () {
   "use strict";
-  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
-    form.addEventListener("submit", function (ev) {
-      if (!window.confirm(form.getAttribute("data-confirm"))) { ev.preventDefault(); }
-    });
+  // Delegated: the controls card is replaced while the page is open, its forms with it.
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target.closest && ev.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.getAttribute("data-confirm"))) { ev.preventDefault(); }
   });
+
+  // While the run is live, the card (badge, progress, which buttons make sense) is fetched again every
+  // few seconds and at once on a status event from the live page (run_live.js dispatches
+  // "rlstudio:status"): a stop, a reconcile or a force stop changes it without a reload. The fragment
+  // is the server's own template, escaped there. The card is replaced only when the run's state
+  // changed (its forms carry fresh CSRF tokens on every fetch, and a button must not move under a
+  // click); otherwise only the step and progress are copied over. The checkpoint box keeps its tick.
+  var refreshing = false;
+  function refreshControls() {
+    var card = document.getElementById("run-controls");
+    if (!card || refreshing || !card.getAttribute("data-url")) { return; }
+    refreshing = true;
+    fetch(card.getAttribute("data-url"), { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (!html) { return; }
+        var holder = document.createElement("div");
+        holder.innerHTML = html.trim();
+        var fresh = holder.querySelector("#run-controls");
+        var now = document.getElementById("run-controls");
+        if (!fresh || !now) { return; }
+        if (fresh.getAttribute("data-status") !== now.getAttribute("data-status")) {
+          var box = now.querySelector("input[name=checkpoint]");
+          var freshBox = fresh.querySelector("input[name=checkpoint]");
+          if (box && freshBox) { freshBox.checked = box.checked; }
+          now.replaceWith(fresh);
+          return;
+        }
+        var progress = [".run-progress [data-field=step]", ".run-progress [data-field=total_steps]", ".run-progress progress"];
+        progress.forEach(function (sel) {
+          var a = now.querySelector(sel), b = fresh.querySelector(sel);
+          if (!a || !b) { return; }
+          if (a.tagName === "PROGRESS") { a.value = b.value; } else if (a.textContent !== b.textContent) { a.textContent = b.textContent; }
+        });
+      })
+      .catch(function () { /* the next tick tries again */ })
+      .finally(function () { refreshing = false; });
+  }
+  document.addEventListener("rlstudio:status", refreshControls);
+  (function tick() {
+    var card = document.getElementById("run-controls");
+    if (!card || card.getAttribute("data-live") !== "1") { return; }  // a finished run stays as it is
+    window.setTimeout(function () { refreshControls(); tick(); }, 5000);
+  })();
   var box = document.getElementById("run-logs");
   if (!box) { return; }
   var pre = box.querySelector(".log-tail");

@@ -313,6 +313,7 @@
     } else if (ev.type === "status") {
       const badge = document.querySelector("#live-badge .badge, #run-controls .badge");
       if (badge) badge.textContent = d.state;
+      document.dispatchEvent(new CustomEvent("rlstudio:status", { detail: { state: d.state } }));
       if (d.total_steps && document.getElementById("live-total")) document.getElementById("live-total").textContent = d.total_steps;
     } else if (ev.type === "heartbeat") {
       setStep(d.step);

@@ -13,6 +13,7 @@ urlpatterns = [
     path("quota/", views.quota_page, name="quota"),
     path("demo/launch/", demo_views.demo_launch_view, name="demo_launch"),
     path("<int:run_id>/", telemetry_views.run_detail, name="detail"),  # the live run page
+    path("<int:run_id>/controls/", views.run_controls_view, name="controls"),  # fragment, refreshed live
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
     path("<int:run_id>/clone/", views.run_clone_view, name="clone"),

@@ -3,6 +3,7 @@
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.utils import timezone
+from django.views.decorators.http import require_GET
 
 from rlstudio.catalog.selectors import dataset_list_for
 
@@ -148,6 +149,20 @@ def run_clone_view(request, run_id: int):
     from .services import run_clone
 
     return _control(request, run_id, lambda run: run_clone(run=run, by=request.user))
+
+
+@login_required
+@require_GET
+def run_controls_view(request, run_id: int):
+    """GET: the run page's controls card (badge, progress, buttons) as it is now, as an HTML fragment.
+
+    The run page refreshes its controls from this while the run is live and whenever a status event
+    arrives: a stop asked for, a reconcile that found the job gone, a force stop whose killed trainer
+    reports nothing, all change the buttons without a reload. Owner or staff only (404 otherwise)."""
+    from .selectors import run_header_context
+
+    run = run_get_for(user=request.user, run_id=run_id)
+    return render(request, "runs/_controls.html", run_header_context(run=run, user=request.user))
 
 
 @login_required

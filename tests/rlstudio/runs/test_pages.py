@@ -70,3 +70,30 @@ def test_catalog_pages(client_alice, alice, make_dataset, make_model):
     detail = client_alice.get(f"/datasets/{ds.pk}/").content.decode()
     assert "line 3: no &#x27;question&#x27; field" in detail and "ds-invalid" in detail
     assert "tiny-model" in client_alice.get("/models/").content.decode()
+
+
+def test_controls_fragment_follows_the_run_for_its_owner_only(client_alice, alice, bob, make_run):
+    """GET /runs/<id>/controls/: the card the run page swaps in while it is open (static/js/run_controls.js)."""
+    run = make_run(alice, "<b>ctl</b>-run")
+    url = f"/runs/{run.pk}/controls/"
+    run_transition(run=run, to=RunStatus.SUBMITTING)
+    card = client_alice.get(url).content.decode()
+    assert 'id="run-controls"' in card
+    assert 'data-live="1"' in card and f'data-url="{url}"' in card
+    assert "Force stop" not in card  # nothing to kill yet
+    run_transition(run=run, to=RunStatus.RUNNING)
+    card = client_alice.get(url).content.decode()
+    assert "Force stop" in card and 'class="badge state-running"' in card
+    assert "&lt;b&gt;ctl&lt;/b&gt;-run" in card and "<b>ctl</b>" not in card  # in the confirm text, escaped
+    run_transition(run=run, to=RunStatus.STOPPING)
+    run_transition(run=run, to=RunStatus.STOPPED)
+    card = client_alice.get(url).content.decode()
+    assert 'data-live=""' in card and "Force stop" not in card and 'class="badge state-stopped"' in card
+    # the run page carries the same card, so the swap has something to compare with
+    assert 'id="run-controls"' in client_alice.get(f"/runs/{run.pk}/").content.decode()
+
+    other = Client()
+    other.force_login(bob)
+    assert other.get(url).status_code == 404
+    assert Client().get(url).status_code == 302  # to the login page
+    assert client_alice.post(url).status_code == 405
