@@ -32,10 +32,21 @@ def _reload_until(page, pred, *, timeout_s: float, what: str):
     """What a user does: reload the page every couple of seconds until it shows `pred`."""
     import time
 
+    from playwright.sync_api import Error as PlaywrightError
+
     deadline = time.monotonic() + timeout_s
     while True:
-        page.reload()
-        page.wait_for_load_state("load")
+        try:
+            page.reload()
+            page.wait_for_load_state("load")
+        except PlaywrightError as exc:
+            # A reload that meets a navigation still under way (the form's redirect, or the page's own
+            # refresh) is refused by Chromium ("Not attached to an active page"): a user reloads again.
+            if time.monotonic() > deadline:
+                raise
+            print(f"reload refused ({exc}); again")
+            page.wait_for_timeout(500)
+            continue
         if pred():
             return
         if time.monotonic() > deadline:
@@ -102,9 +113,11 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     assert int(page.locator("#live-step").inner_text()) >= 2
     assert page.locator("#live-reward").inner_text() != "—"
     assert _badge(page) == "running"
-    page.locator("#charts-card").scroll_into_view_if_needed()
+    # Scrolled by the page itself: Playwright's scroll waits for the element to hold still, and a
+    # live card whose charts grow every step may not, for seconds, on a loaded machine.
+    page.evaluate("document.getElementById('charts-card').scrollIntoView()")
     ui.shot(page, "03-run-live-charts")
-    page.locator("#samples-card").scroll_into_view_if_needed()
+    page.evaluate("document.getElementById('samples-card').scrollIntoView()")
     ui.shot(page, "04-run-live-samples")
 
     # A transcript: one with a tool call when the tiny model made one, else the first.
@@ -130,7 +143,8 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     page.goto(f"/runs/{run_id}/")
     box = page.locator("#run-controls input[name=checkpoint]")
     assert box.is_checked()
-    page.click("#run-controls button.danger:text-is('Stop')")
+    with page.expect_navigation():  # the form's POST and its redirect back to the run page
+        page.click("#run-controls button.danger:text-is('Stop')")
     page.wait_for_load_state("load")
     assert page.dialogs and page.dialogs[-1][0] == "confirm" and "grpo-live" in page.dialogs[-1][1]
     _reload_until(page, lambda: _badge(page) == "stopped", timeout_s=120, what="stopped")
@@ -162,5 +176,6 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     assert metrics["steps"] and metrics["steps"][0]["step"] == done + 1, metrics["steps"][:3]
     ui.shot(page, "08-run-resumed")
     page.reload()
-    page.click("#run-controls button:text-is('Force stop')")
+    with page.expect_navigation():
+        page.click("#run-controls button:text-is('Force stop')")
     _reload_until(page, lambda: _badge(page) == "stopped", timeout_s=60, what="force-stopped")

@@ -220,6 +220,71 @@ def assert_all_gone(l: Launched, pids: list[psutil.Process]) -> None:
 # end to end
 
 
+REWARD_POINTS = """() => {
+    // the held-out reward before training (val-core/...) and GRPO's own (critic/score/mean)
+    let n = 0;
+    for (const plot of document.querySelectorAll('#charts .plot')) {
+        const family = plot.dataset.family || '';
+        if (family !== 'critic/score' && !family.startsWith('val-core/')) continue;
+        for (const t of plot.data || []) {
+            if (t.meta === 'critic/score/mean' || (t.meta || '').startsWith('val-core/')) n += t.x.length;
+        }
+    }
+    return n;
+}"""
+
+
+def click_the_demo_and_watch_it_learn(l: "Launched") -> None:
+    """The one-click demo through the launched platform's pages, in Debian's Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, login, save_shot
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (Debian's package)")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport=VIEWPORT).new_page()
+            page.set_default_timeout(30_000)
+            page.on("dialog", lambda dialog: dialog.accept())
+            login(page, l.url(""), "admin", ADMIN_PASSWORD)
+            page.goto(l.url("/runs/"))
+            assert page.locator("#demo").get_attribute("data-demo-state") == "ready", \
+                page.locator("#demo").inner_text()
+            save_shot(page, "00-demo-ready")
+            with page.expect_navigation():
+                page.click("#demo button[type=submit]")
+            page.wait_for_url(re.compile(r".*/runs/\d+/$"))
+            run_id = int(page.url.rstrip("/").rsplit("/", 1)[-1])
+            page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+            page.evaluate("window.__noReload = 1")
+            # The demo validates on its 256 held-out prompts before its first step (its first point:
+            # the held-out reward before GRPO). With the 4-step warm start of this test every answer runs
+            # to the length limit, so that takes minutes on a loaded machine: the wait is long.
+            try:
+                page.wait_for_function("(" + REWARD_POINTS + ")() >= 1", timeout=420_000)
+            except Exception:
+                raise AssertionError(f"demo run {run_id}: no reward point live; badge "
+                                     f"{page.locator('#run-controls .badge').inner_text()!r}, step "
+                                     f"{page.locator('#live-step').inner_text()!r}\n{l.text()[-3000:]}") from None
+            assert page.evaluate("window.__noReload") == 1, "the page reloaded"
+            assert "demo-tool-arith" in page.locator("h1").inner_text()
+            save_shot(page, "00-demo-live")
+            # The controls card follows the run without a reload: "Force stop" appears once the run is
+            # running (the page was rendered while it was being submitted), and "stopped" after it.
+            with page.expect_navigation():
+                page.click("#run-controls button:text-is('Force stop')", timeout=60_000)
+            page.evaluate("window.__noReload = 1")
+            page.wait_for_function("document.querySelector('#run-controls .badge').textContent.trim()"
+                                   ".toLowerCase() === 'stopped'", timeout=90_000)
+            assert page.evaluate("window.__noReload") == 1, "the page reloaded"
+            assert page.locator("#run-controls button:text-is('Force stop')").count() == 0
+        finally:
+            browser.close()
+
+
+@pytest.mark.timeout(900)  # the launch, the demo's preparation and its first live step
 def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
     port = free_port_block()
     state = tmp_path / "st"
@@ -310,6 +375,10 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
             time.sleep(0.5)
         assert client.get_job_status(job) == JobStatus.SUCCEEDED
         assert "ray-says 42" in client.get_job_logs(job)
+
+        # The README's promise, in a real Chromium: log in as the demo admin, one click on "Launch
+        # the demo", and GRPO's reward chart grows live on the run's page. Then force-stop it.
+        click_the_demo_and_watch_it_learn(l)
 
         procs = l.processes()
         names = {p.name() for p in procs if alive(p)}
