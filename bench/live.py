@@ -10,10 +10,12 @@ the channel layer, and Daphne serving `rlstudio.config.asgi:application` in a su
      thread does), POSTed one after the other to /api/v1/runs/<id>/events/ while N websocket clients
      watch the run; events/s into PostgreSQL (HTTP replies) and out to every client (last received),
      and Daphne's CPU time per 1,000 events (user + system, from /proc: steadier than events/s on a
-     machine shared with other jobs).
+     machine shared with other jobs). A second small-events row has `--senders` runs (4) reporting at
+     once, each its own run and token, each sender one POST after the other: the server then overlaps
+     PostgreSQL and Python work, as a platform with several runs does.
      Two workloads: "small" (metrics with 40 keys, memory, heartbeat, log) and "samples" (GSM8K-sized
      transcripts with a 256-token view).
-  2. latency: the trainer's own HttpSink (trainer/sinks_http.py, its default send interval) emits
+  2. latency: the trainer's own HttpSink (trainer/sinks_http.py, its default linger) emits
      at 200 events/s while 100 websocket viewers watch; latency = viewer receive time − the event's
      `time` (set at emit; one machine, one clock). The viewers run in this process (asyncio).
   3. page: 200 steps × 64 samples (+ metrics and memory) stored through the ingest API, then the
@@ -250,23 +252,40 @@ async def _watchers(stack: Stack, run_id: int, n: int, expect: int, *, latency: 
     return viewers, tasks
 
 
-async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, batches: int, viewers: int,
-                       batch_frames: bool) -> dict:
-    run_id, token = run
+def ingest_bodies(workload: str, batches: int) -> list[bytes]:
+    """`batches` gzip'd bodies of 500 events each, seqs from 1 (one run's reports)."""
     bodies, seq = [], 1
-    for b in range(batches):
+    for _ in range(batches):
         if workload == "small":
             events = [small_ev(seq + i) for i in range(500)]
         else:
             events = [sample_ev(seq + i, (seq + i) // 64, (seq + i) % 64) for i in range(500)]
         seq += 500
         bodies.append(gz_body(events))
-    total = 500 * batches
-    vs, tasks = await _watchers(stack, run_id, viewers, total, latency=False, batch=batch_frames)
+    return bodies
+
+
+async def bench_ingest(stack: Stack, runs: list[tuple[int, str]], *, workload: str, batches: int, viewers: int,
+                       batch_frames: bool) -> dict:
+    """Each run's sender POSTs its `batches` bodies one after the other (as one trainer's HttpSink
+    does); with several runs the senders go at once, each in a thread of its own, so the server sees
+    concurrent POSTs, as a platform with several runs reporting does. `viewers` watch the runs,
+    split evenly (at least one per run). Events/s = all events stored / time until the last reply."""
+    bodies = ingest_bodies(workload, batches)  # the same seqs for every run (each run has its own)
+    per_run = batches * 500
+    total = per_run * len(runs)
+    per_view = max(viewers // len(runs), 1)
+    vs, tasks = [], []
+    for run_id, _ in runs:
+        v, t = await _watchers(stack, run_id, per_view, per_run, latency=False, batch=batch_frames)
+        vs += v
+        tasks += t
     loop = asyncio.get_running_loop()
     per_post: list[float] = []
+    start = threading.Barrier(len(runs))
 
-    def send_all() -> None:
+    def send_all(run_id: int, token: str) -> None:
+        start.wait()
         for body in bodies:
             t = time.perf_counter()
             reply = stack.post(run_id, token, body)
@@ -274,7 +293,7 @@ async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, bat
             assert reply["accepted"] == 500 and not reply["refused"], reply
 
     cpu0, t0 = stack.server_cpu_s(), time.time()
-    await loop.run_in_executor(None, send_all)
+    await asyncio.gather(*(loop.run_in_executor(None, send_all, run_id, token) for run_id, token in runs))
     t_stored = time.time() - t0
     cpu_stored = stack.server_cpu_s() - cpu0
     try:
@@ -285,23 +304,24 @@ async def bench_ingest(stack: Stack, run: tuple[int, str], *, workload: str, bat
         t.cancel()
     got = [v.count for v in vs]
     t_out = max(v.last_at for v in vs) - t0
-    return {"workload": workload, "events": total, "batch": 500, "viewers": viewers, "batch_frames": batch_frames,
+    return {"workload": workload, "senders": len(runs), "events": total, "batch": 500,
+            "viewers": per_view * len(runs), "batch_frames": batch_frames,
             "frames_per_viewer": round(statistics.mean(v.frames for v in vs)),
             "bytes_gzip_per_batch": int(statistics.mean(len(b) for b in bodies)),
             "ingest_events_per_s": round(total / t_stored), "post_ms_median": round(1000 * statistics.median(per_post)),
             "server_cpu_ms_per_1000_events": round(1000 * cpu_stored / total * 1000),
             "delivered_events_per_s_per_viewer": round(min(got) / t_out) if t_out > 0 else None,
-            "all_viewers_got_all": min(got) == total}
+            "all_viewers_got_all": min(got) == per_run}
 
 
 async def bench_latency(stack: Stack, run: tuple[int, str], *, viewers: int, rate: int, seconds: float,
-                        batch_frames: bool, sink_interval: float | None) -> dict:
+                        batch_frames: bool, sink_linger: float | None) -> dict:
     from trainer.sinks_http import HttpSink
 
     run_id, token = run
     total = int(rate * seconds)
     vs, tasks = await _watchers(stack, run_id, viewers, total, latency=True, batch=batch_frames)
-    own = {} if sink_interval is None else {"interval": sink_interval}
+    own = {} if sink_linger is None else {"linger": sink_linger}
     sink = HttpSink(out_dir=stack.tmp / "sink", url=f"{stack.base}/api/v1/runs/{run_id}/events/", token=token,
                     **own)
 
@@ -318,11 +338,13 @@ async def bench_latency(stack: Stack, run: tuple[int, str], *, viewers: int, rat
             sink.write(ev)
         sink.close()
 
+    cpu0, own0 = stack.server_cpu_s(), time.process_time()
     await asyncio.get_running_loop().run_in_executor(None, emit)
     try:
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
     except asyncio.TimeoutError:
         pass
+    cpu, own = stack.server_cpu_s() - cpu0, time.process_time() - own0
     for t in tasks:
         t.cancel()
     lat = sorted(x for v in vs for x in v.latencies)
@@ -330,8 +352,9 @@ async def bench_latency(stack: Stack, run: tuple[int, str], *, viewers: int, rat
     q = statistics.quantiles(lat, n=100) if len(lat) > 1 else [float("nan")] * 99
     return {"viewers": viewers, "batch_frames": batch_frames, "frames_per_viewer": round(statistics.mean(v.frames for v in vs)),
             "rate_events_per_s": rate, "seconds": seconds, "events": total,
-            "received": got, "expected": total * viewers, "sink_interval_s": sink.interval,
-            "sink_posts": sink.posts, "latency_ms_p50": round(1000 * q[49], 1), "latency_ms_p99": round(1000 * q[98], 1),
+            "received": got, "expected": total * viewers, "sink_linger_s": sink.linger,
+            "sink_posts": sink.posts, "server_cpu_ms_per_1000_events": round(1000 * cpu / total * 1000),
+            "bench_process_cpu_s": round(own, 2), "latency_ms_p50": round(1000 * q[49], 1), "latency_ms_p99": round(1000 * q[98], 1),
             "latency_ms_max": round(1000 * lat[-1], 1) if lat else None}
 
 
@@ -377,16 +400,21 @@ def run_all(args) -> dict:
     with Stack() as stack:
         if "ingest" in args.only:
             out["ingest"] = [
-                asyncio.run(bench_ingest(stack, stack.new_run(f"ingest-{workload}"), workload=workload,
+                asyncio.run(bench_ingest(stack, [stack.new_run(f"ingest-{workload}")], workload=workload,
                                          batches=args.batches if workload == "small" else max(args.batches // 2, 1),
                                          viewers=args.ingest_viewers, batch_frames=batch))
                 for workload in args.workloads
             ]
+            if args.senders > 1:  # the same small workload from several runs at once
+                runs = [stack.new_run(f"ingest-concurrent-{i}") for i in range(args.senders)]
+                out["ingest"].append(asyncio.run(bench_ingest(
+                    stack, runs, workload="small", batches=max(args.batches // args.senders, 1),
+                    viewers=args.ingest_viewers, batch_frames=batch)))
             print(json.dumps(out["ingest"], indent=1), flush=True)
         if "latency" in args.only:
             out["latency"] = asyncio.run(bench_latency(stack, stack.new_run("latency"), viewers=args.viewers,
                                                        rate=args.rate, seconds=args.seconds, batch_frames=batch,
-                                                       sink_interval=args.sink_interval))
+                                                       sink_linger=args.sink_linger))
             print(json.dumps(out["latency"], indent=1), flush=True)
         if "page" in args.only:
             out["page"] = bench_page(stack, steps=args.steps, per_step=64, repeats=5)
@@ -418,7 +446,11 @@ def render(out: dict) -> str:
                 else "GSM8K-sized samples with a 256-token view")
         target = _met(r["ingest_events_per_s"] >= 5000) if r["workload"] == "small" else "(same target)" \
             if r["ingest_events_per_s"] >= 5000 else "(same target) **missed**"
-        lines.append(f"| ingest, {what}, {r['events'] // r['batch']} x {r['batch']} gzip'd POSTs "
+        senders = r.get("senders", 1)
+        posts = (f"{r['events'] // r['batch']} x {r['batch']} gzip'd POSTs" if senders == 1 else
+                 f"{senders} runs reporting at once, each {r['events'] // r['batch'] // senders} x {r['batch']} "
+                 f"gzip'd POSTs one after the other")
+        lines.append(f"| ingest, {what}, {posts} "
                      f"(~{r['bytes_gzip_per_batch'] // 1000} KB each), {r['viewers']} viewers | "
                      f"**{r['ingest_events_per_s']:,} events/s** stored (median POST {r['post_ms_median']} ms; "
                      f"Daphne CPU {r['server_cpu_ms_per_1000_events']} ms per 1,000 events), "
@@ -427,10 +459,12 @@ def render(out: dict) -> str:
     if "latency" in out:
         r = out["latency"]
         lines.append(f"| emit → viewer latency, {r['rate_events_per_s']} events/s (7 of 8 samples with a 64-token view), "
-                     f"{r['viewers']} viewers, trainer's HttpSink (interval {r['sink_interval_s']} s, "
+                     f"{r['viewers']} viewers, trainer's HttpSink (linger {r['sink_linger_s']} s, "
                      f"{r['sink_posts']} POSTs), {r['seconds']:.0f} s | p50 **{r['latency_ms_p50']} ms**, "
                      f"p99 **{r['latency_ms_p99']} ms**, max {r['latency_ms_max']} ms; {r['received']:,} of "
-                     f"{r['expected']:,} events received in {r['frames_per_viewer']} frames per viewer | "
+                     f"{r['expected']:,} events received in {r['frames_per_viewer']} frames per viewer; Daphne CPU "
+                     f"{r.get('server_cpu_ms_per_1000_events', '?')} ms per 1,000 events (fan-out to the viewers "
+                     f"included) | "
                      f"{_met(r['latency_ms_p99'] <= 250)} |")
     if "page" in out:
         r = out["page"]
@@ -445,14 +479,16 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, default=20, help="ingest batches of 500 (small workload)")
     p.add_argument("--ingest-viewers", type=int, default=5)
+    p.add_argument("--senders", type=int, default=4,
+                   help="runs reporting at once in the concurrent ingest row (1 = no such row)")
     p.add_argument("--viewers", type=int, default=100)
     p.add_argument("--rate", type=int, default=200)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--no-batch", action="store_true",
                    help="viewers take one frame per event (the API's default) instead of batch frames")
-    p.add_argument("--sink-interval", type=float, default=None,
-                   help="the HttpSink's send interval in the latency bench (default: the sink's own)")
+    p.add_argument("--sink-linger", type=float, default=None,
+                   help="the HttpSink's linger in the latency bench, seconds (default: the sink's own)")
     p.add_argument("--only", default="ingest,latency,page", help="comma-separated: ingest,latency,page")
     p.add_argument("--workloads", default="small,samples", help="ingest workloads, comma-separated: small,samples")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the bench itself)")

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import math
 import time as _time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 # ------------------------------------------------------------------------------------------ limits
 MAX_EVENT_BYTES = 1 << 20  # one encoded event (a JSON line)
@@ -135,6 +136,9 @@ DATA_CLASSES: dict[str, type] = {
     "log": LogData,
     "checkpoint": CheckpointData,
 }
+# The `data` keys each event type allows (validate_event checks every event against them).
+_DATA_KEYS: dict[str, frozenset[str]] = {k: frozenset(cls.__dataclass_fields__) for k, cls in DATA_CLASSES.items()}
+_EVENT_KEYS = frozenset({"seq", "type", "time", "data"})
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -327,6 +331,12 @@ def _metrics(c: _Checker, d: Mapping[str, Any]) -> MetricsData:
         c.fail("data.metrics", "must be an object {name: number}")
     if len(metrics) > MAX_METRICS:
         c.fail("data.metrics", f"must have at most {MAX_METRICS} entries (got {len(metrics)})")
+    # The usual event, checked whole with C-speed builtins: names are non-empty strings within the
+    # limit, values are finite floats or None. Anything else is walked below, which names the fault.
+    if (not metrics or (set(map(type, metrics)) <= {str} and min(map(len, metrics)) > 0
+                        and max(map(len, metrics)) <= MAX_METRIC_NAME
+                        and _all_finite_floats(list(metrics.values())))):
+        return MetricsData(step=step, metrics=dict(metrics))
     out: dict[str, float | None] = {}
     for name, value in metrics.items():
         if not isinstance(name, str) or not name or len(name) > MAX_METRIC_NAME:
@@ -345,6 +355,10 @@ def _metrics(c: _Checker, d: Mapping[str, Any]) -> MetricsData:
     return MetricsData(step=step, metrics=out)
 
 
+_STR = frozenset({str})
+_JSON_SCALARS = frozenset({str, type(None), bool, int})
+
+
 def _messages(c: _Checker, d: Mapping[str, Any]) -> list[dict[str, Any]]:
     messages = c.list_(d, "messages", "data.messages", limit=MAX_MESSAGES)
     for i, msg in enumerate(messages):
@@ -359,7 +373,10 @@ def _messages(c: _Checker, d: Mapping[str, Any]) -> list[dict[str, Any]]:
             c.fail(f"{path}.content", "must be a string (null only on a message with tool_calls)")
         if "tool_calls" in msg and not isinstance(msg["tool_calls"], list):
             c.fail(f"{path}.tool_calls", "must be a list")
-        c.json_value(msg, path)
+        # A message of string keys and string / null / bool / int values is plain JSON as it is (the
+        # usual chat message); anything else (tool calls, floats) is checked by encoding it.
+        if not (set(map(type, msg)) <= _STR and set(map(type, msg.values())) <= _JSON_SCALARS):
+            c.json_value(msg, path)
     return messages
 
 
@@ -488,12 +505,12 @@ def validate_event(obj: Any) -> Event:
     """Check one wire-form event strictly and return it typed; EventError(reason) otherwise."""
     if isinstance(obj, Event):
         obj = obj.to_dict()
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):
         raise EventError("event: must be an object with seq, type, time and data")
     seq = obj.get("seq")
     where = f"event {seq}" if isinstance(seq, int) and not isinstance(seq, bool) else "event"
     c = _Checker(where)
-    unknown = set(obj) - {"seq", "type", "time", "data"}
+    unknown = obj.keys() - _EVENT_KEYS
     if unknown:
         c.fail(sorted(unknown)[0], "is not allowed (an event has seq, type, time, data)")
     seq = c.int_(obj, "seq", "seq", minimum=1)
@@ -502,10 +519,10 @@ def validate_event(obj: Any) -> Event:
     if when <= 0:
         c.fail("time", "must be unix seconds > 0")
     data = obj.get("data")
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         c.fail("data", "must be an object")
-    allowed = set(DATA_CLASSES[kind].__dataclass_fields__)
-    unknown = set(data) - allowed
+    allowed = _DATA_KEYS[kind]
+    unknown = data.keys() - allowed
     if unknown:
         c.fail(
             f"data.{sorted(unknown)[0]}",

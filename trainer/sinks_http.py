@@ -5,11 +5,13 @@ Selected with `trainer.logger=[...,"http"]`; reads RLSTUDIO_INGEST_URL (the run'
 
   * `write` only appends to an in-memory queue: a training step never waits on the network;
   * a background thread sends batches of up to `batch_size` events (or `max_batch_bytes`), gzip'd JSON
-    `{"events": [...]}` with `Authorization: Bearer <token>`; an event waits at most `interval`
-    seconds (0.1 by default) in the queue before its batch goes, counted from the oldest queued event
-    (so a lone event leaves after `interval`, and under load a batch is what arrived during the
-    previous POST: one POST at a time, no fixed pause between them; the live page's latency target,
-    p99 <= 250 ms from emit to browser, leaves no room for a 0.5 s period);
+    `{"events": [...]}` with `Authorization: Bearer <token>`, one POST at a time, adaptively (as
+    Nagle's algorithm or Kafka's `linger.ms`): when no POST is in flight, what is queued goes after
+    at most `linger` seconds (0.005 by default, counted from the oldest queued event, so that a burst
+    written in one go leaves as one batch); while a POST is in flight, events accumulate and leave as
+    one batch as soon as it returns. A lone event is on the wire within milliseconds, and under load
+    the batch size follows the platform's reply time instead of a fixed period (the live page's
+    target, p99 <= 250 ms from emit to browser, left no room for the 0.1 s interval this replaced);
   * a failed send (platform down, 5xx, 408/429) is retried with exponential backoff; meanwhile the
     batch and everything queued after it go to `<out_dir>/http_spool.jsonl`, which is always sent
     before newer events, so the platform receives events in seq order when it comes back (the
@@ -59,7 +61,7 @@ class HttpSink(Sink):
         token: str | None = None,
         batch_size: int = 500,
         max_batch_bytes: int = 4 << 20,
-        interval: float = 0.1,
+        linger: float = 0.005,
         timeout: float = 10.0,
         backoff_initial: float = 0.25,
         backoff_max: float = 5.0,
@@ -71,7 +73,7 @@ class HttpSink(Sink):
             raise RuntimeError("trainer.logger lists 'http' but RLSTUDIO_INGEST_URL / RLSTUDIO_INGEST_TOKEN "
                                "are not set (the platform sets them when it launches a run)")
         self.batch_size, self.max_batch_bytes = int(batch_size), int(max_batch_bytes)
-        self.interval, self.timeout = float(interval), float(timeout)
+        self.linger, self.timeout = float(linger), float(timeout)
         self.backoff_initial, self.backoff_max = float(backoff_initial), float(backoff_max)
         self.close_timeout = float(close_timeout if close_timeout is not None
                                    else os.environ.get("RLSTUDIO_INGEST_CLOSE_TIMEOUT", 60))
@@ -100,7 +102,7 @@ class HttpSink(Sink):
         with self._cond:
             if not self._queue:
                 self._oldest = time.monotonic()
-                self._cond.notify()  # the sender starts this event's `interval`
+                self._cond.notify()  # the sender starts this event's `linger`
             self._queue.append(line)
             if len(self._queue) >= self.batch_size:
                 self._cond.notify()
@@ -174,7 +176,11 @@ class HttpSink(Sink):
                 self._cond.wait(left)
 
     def _next_batch(self) -> tuple[list[str] | None, bool]:
-        """The next batch: spooled events first, else queued ones (the oldest waits up to `interval`)."""
+        """The next batch: spooled events first, else queued ones.
+
+        Called when no POST is in flight: events queued while the last one was (their oldest has
+        waited at least `linger` by then, as a rule) go at once; otherwise the oldest waits up to
+        `linger`. Idle, the thread sleeps until write() wakes it (1 s at most, to notice close)."""
         if self._spool_pending():
             if self._out_of_time():
                 return None, False
@@ -182,11 +188,11 @@ class HttpSink(Sink):
         with self._cond:
             while not self._closing and len(self._queue) < self.batch_size and not self._flush_now:
                 if not self._queue:
-                    self._cond.wait(self.interval)  # idle: write() wakes us
+                    self._cond.wait(1.0)  # idle: write() wakes us
                     if not self._queue:
                         break
                     continue
-                left = (self._oldest or 0.0) + self.interval - time.monotonic()
+                left = (self._oldest or 0.0) + self.linger - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)

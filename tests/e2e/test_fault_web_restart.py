@@ -68,7 +68,7 @@ def _stored(run_id: int) -> list[int]:
 def test_daphne_killed_and_restarted_mid_run_loses_no_event(daphne, run_and_token, tmp_path):
     run, token = run_and_token
     sink = HttpSink(out_dir=tmp_path / "run", url=f"{daphne.base}/api/v1/runs/{run.pk}/events/", token=token,
-                    batch_size=50, interval=0.05, timeout=5, backoff_initial=0.1, backoff_max=0.5,
+                    batch_size=50, linger=0.05, timeout=5, backoff_initial=0.1, backoff_max=0.5,
                     close_timeout=120)
     written = threading.Event()
 

@@ -35,6 +35,8 @@ class Platform:
         self.url = f"http://127.0.0.1:{self.port}/api/v1/runs/1/events/"
         self.received: list[dict] = []
         self.posts = 0
+        self.batches: list[list[int]] = []  # the seqs of each POST received, in order
+        self.delay = 0.0  # seconds each POST takes before its reply (a slow platform)
         self.status = 200
         self.server: ThreadingHTTPServer | None = None
         self.lock = threading.Lock()
@@ -55,7 +57,9 @@ class Platform:
                     events = json.loads(gzip.decompress(body))["events"]
                     with platform.lock:
                         platform.received.extend(events)
+                        platform.batches.append([e["seq"] for e in events])
                         platform.posts += 1
+                    time.sleep(platform.delay)
                 answer = json.dumps({"accepted": 0, "duplicates": 0, "refused": []}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -91,7 +95,7 @@ def ev(seq: int) -> dict:
 
 def test_batches_gzip_bearer_and_close_flushes(platform, tmp_path):
     platform.start()
-    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=50, interval=0.2)
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=50, linger=0.2)
     for i in range(1, 1001):
         sink.write(ev(i))
     sink.close()
@@ -100,9 +104,9 @@ def test_batches_gzip_bearer_and_close_flushes(platform, tmp_path):
     assert not (tmp_path / SPOOL_FILE).exists()
 
 
-def test_time_batching_sends_a_lone_event_within_the_interval(platform, tmp_path):
+def test_time_batching_sends_a_lone_event_within_the_linger(platform, tmp_path):
     platform.start()
-    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=500, interval=0.3)
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=500, linger=0.3)
     sink.write(ev(1))
     t0 = time.monotonic()
     while platform.seqs() != [1] and time.monotonic() - t0 < 5:
@@ -112,7 +116,7 @@ def test_time_batching_sends_a_lone_event_within_the_interval(platform, tmp_path
 
 
 def test_down_then_up_spools_and_replays_in_order_without_blocking(platform, tmp_path):
-    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=100, interval=0.05,
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=100, linger=0.05,
                     backoff_initial=0.05, backoff_max=0.3, close_timeout=20)
     t0 = time.perf_counter()
     for i in range(1, 5001):
@@ -130,9 +134,49 @@ def test_down_then_up_spools_and_replays_in_order_without_blocking(platform, tmp
     assert not (tmp_path / SPOOL_FILE).exists()
 
 
+def test_a_lone_event_leaves_at_once_when_nothing_is_in_flight(platform, tmp_path):
+    platform.start()
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, linger=0.0)
+    for seq in (1, 2, 3):  # one at a time, each after the previous one's POST came back
+        sink.write(ev(seq))
+        t0 = time.monotonic()
+        while len(platform.seqs()) < seq and time.monotonic() - t0 < 5:
+            time.sleep(0.002)
+        assert len(platform.seqs()) == seq and time.monotonic() - t0 < 0.5
+    sink.close()
+    assert platform.batches == [[1], [2], [3]]
+
+
+def test_events_written_during_a_post_leave_as_one_batch_when_it_returns(platform, tmp_path):
+    platform.start()
+    platform.delay = 0.4
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=500, linger=0.0)
+    sink.write(ev(1))
+    t0 = time.monotonic()
+    while platform.seqs() != [1] and time.monotonic() - t0 < 5:
+        time.sleep(0.002)
+    assert platform.seqs() == [1]  # received; its reply waits 0.4 s
+    for seq in range(2, 102):
+        sink.write(ev(seq))
+    platform.delay = 0.0
+    sink.close()
+    assert platform.batches == [[1], list(range(2, 102))]
+
+
+def test_batch_caps_hold_under_adaptive_sending(platform, tmp_path):
+    platform.start()
+    platform.delay = 0.2
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, batch_size=30, linger=0.0)
+    for seq in range(1, 201):
+        sink.write(ev(seq))
+    sink.close()
+    assert platform.seqs() == list(range(1, 201))
+    assert max(len(b) for b in platform.batches) <= 30
+
+
 def test_refused_token_is_dropped_not_retried_forever(platform, tmp_path, capfd):
     platform.start()
-    sink = HttpSink(out_dir=tmp_path, url=platform.url, token="rit_wrong", interval=0.05, close_timeout=5)
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token="rit_wrong", linger=0.05, close_timeout=5)
     sink.write(ev(1))
     t0 = time.monotonic()
     sink.close()
@@ -143,7 +187,7 @@ def test_refused_token_is_dropped_not_retried_forever(platform, tmp_path, capfd)
 def test_spool_left_by_a_dead_process_is_sent_first(platform, tmp_path):
     (tmp_path / SPOOL_FILE).write_text("".join(json.dumps(ev(i)) + "\n" for i in (1, 2, 3)) + '{"seq": 4, "ty')
     platform.start()
-    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, interval=0.05)
+    sink = HttpSink(out_dir=tmp_path, url=platform.url, token=TOKEN, linger=0.05)
     sink.write(ev(4))
     sink.close()
     assert platform.seqs() == [1, 2, 3, 4]  # the torn line of the dead writer is skipped

@@ -34,6 +34,7 @@ from rlstudio.runs.models import Run
 from rlstudio.runs.services import run_token_check
 from trainer.events import FINISH_REASONS
 
+from . import codec
 from . import selectors as sel
 from .models import RetentionMode, RunRetention
 from .services import events_ingest, retention_set
@@ -114,7 +115,7 @@ class RunEventsIngestView(APIView):
             raise ApiError("Invalid ingest token for this run.", code="invalid_token", status_code=401)
         body = self._read_body(request)
         try:
-            payload = json.loads(body)
+            payload = codec.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(f"body is not JSON: {exc}", code="parse_error") from None
         if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):

@@ -11,11 +11,12 @@ per channel by the Redis layer, a string costs nothing to copy. `first` / `last`
 first and last event (events in seq order), or None when some event has no integer seq.
 Send after the events are committed (`transaction.on_commit`) so a browser never sees an uncommitted one.
 """
-import json
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+
+from . import codec
 
 
 def run_group(run_id: int) -> str:
@@ -37,8 +38,7 @@ def run_events_message(events: list[dict[str, Any]]) -> dict[str, Any]:
     """The group message that carries several events (in seq order) as one pre-encoded batch frame."""
     seqs = [_seq(ev) for ev in events]
     known = all(s is not None for s in seqs)
-    frame = json.dumps({"type": "batch", "seq": seqs[-1] if seqs else None, "events": events},
-                       ensure_ascii=False, separators=(",", ":"))
+    frame = codec.dumps({"type": "batch", "seq": seqs[-1] if seqs else None, "events": events})
     return {"type": "run.events", "first": seqs[0] if known and seqs else None,
             "last": seqs[-1] if known and seqs else None, "frame": frame}
 

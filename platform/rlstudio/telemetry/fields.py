@@ -17,12 +17,14 @@ from typing import Any
 
 from django.db import models
 
+from . import codec
+
 _ZLIB_HEADER = 0x78
 
 
 def json_pack(value: Any) -> bytes:
     """The stored form of a JSON value: zlib(level 1) of its compact UTF-8 JSON."""
-    return zlib.compress(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"), 1)
+    return zlib.compress(codec.dumpb(value), 1)
 
 
 def json_unpack(raw: bytes | memoryview) -> Any:
@@ -30,7 +32,7 @@ def json_unpack(raw: bytes | memoryview) -> Any:
     raw = bytes(raw)
     if raw and raw[0] == _ZLIB_HEADER:
         raw = zlib.decompress(raw)
-    return json.loads(raw)
+    return codec.loads(raw)
 
 
 class CompressedJSONField(models.BinaryField):

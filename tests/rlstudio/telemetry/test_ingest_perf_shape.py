@@ -118,3 +118,53 @@ def test_fast_metric_path_keeps_values_and_reasons():
         with pytest.raises(EventError) as exc:
             validate_event({"seq": 1, "type": "metrics", "time": T0, "data": {"step": 1, "metrics": {"x": bad}}})
         assert exc.value.reason == "event 1: field data.metrics['x'] must be a finite number"
+
+
+@pytest.mark.parametrize("metrics,reason", [
+    ({"a": 0.5, "b": None, "c": -1e-9}, None),  # the whole-dict fast path
+    ({}, None),
+    ({"a": 1e308, "b": 1e308}, None),  # the sum overflows: slow path, still valid
+    ({"a": 0.5, "b": math.inf}, "event 1: field data.metrics['b'] must be a finite number"),
+    ({"a": 0.5, "": 1.0}, "event 1: field data.metrics names must be non-empty strings of at most 200 characters"),
+    ({"a": 0.5, "n" * 201: 1.0}, "event 1: field data.metrics names must be non-empty strings of at most 200 characters"),
+    ({"a": 0.5, "b": False}, "event 1: field data.metrics['b'] must be a finite number"),
+])
+def test_whole_dict_metric_check_gives_the_walks_result(metrics, reason):
+    raw = {"seq": 1, "type": "metrics", "time": T0, "data": {"step": 1, "metrics": metrics}}
+    if reason is None:
+        assert validate_event(raw).data.metrics == metrics
+        return
+    with pytest.raises(EventError) as exc:
+        validate_event(raw)
+    assert exc.value.reason == reason
+
+
+def test_event_keys_checked_on_any_mapping():
+    from types import MappingProxyType
+
+    raw = {"seq": 1, "type": "heartbeat", "time": T0, "data": MappingProxyType({"step": 2})}
+    assert validate_event(MappingProxyType(raw)).data.step == 2
+    with pytest.raises(EventError) as exc:
+        validate_event({**raw, "extra": 1})
+    assert exc.value.reason == "event 1: field extra is not allowed (an event has seq, type, time, data)"
+    with pytest.raises(EventError) as exc:
+        validate_event({**raw, "data": {"step": 2, "bogus": 1}})
+    assert exc.value.reason == "event 1: field data.bogus is not a field of a heartbeat event (step)"
+
+
+@pytest.mark.parametrize("extra,ok", [
+    ({}, True),  # role and content: plain JSON as it is, not encoded
+    ({"name": None, "n": 3, "flag": True}, True),
+    ({"score": 0.5}, True),  # a float: checked by encoding
+    ({"score": math.nan}, False),
+    ({"meta": {"x": math.inf}}, False),
+])
+def test_message_check_skips_only_plain_messages(extra, ok):
+    raw = sample(7, 1, tokens=2)
+    raw["data"]["messages"][0].update(extra)
+    if ok:
+        assert validate_event(raw).data.messages[0] == raw["data"]["messages"][0]
+        return
+    with pytest.raises(EventError) as exc:
+        validate_event(raw)
+    assert exc.value.reason.startswith("event 7: field data.messages[0] must be plain JSON with finite numbers")

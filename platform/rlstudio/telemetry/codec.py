@@ -1,0 +1,50 @@
+"""JSON of the ingest path (request bodies, rows for PostgreSQL, websocket frames) through orjson.
+
+Owns one choice: orjson where it reads or writes the same JSON as the standard library, and the
+standard library where it does not, so the ingest contract stays what `json` made it. orjson is
+several times faster; JSON coding was most of the ingest's CPU (bench/live.py: the body, the
+per-event size check, the RunEvent rows, the transcripts and token views, the batch frame).
+
+Where they differ, and what is done:
+  * reading NaN / Infinity, a lone surrogate (`"\\ud800"`), a UTF-8 byte order mark or a UTF-16/32
+    text: orjson refuses them and `loads` falls back to `json.loads`, which reads them (validation
+    then refuses a non-finite number with its usual reason) or raises its usual error for a text that
+    is not JSON at all;
+  * integers beyond 64 bits: orjson reads them as floats (so such a seq or token id is refused as
+    "must be an int"; with `json` it reached PostgreSQL's bigint and failed the whole request);
+  * writing: a value orjson cannot write (an int beyond 64 bits, a non-str key, a lone surrogate)
+    goes through `json.dumps` instead. orjson writes NaN / Infinity as null where `json` wrote
+    invalid JSON; what is written here was validated first, so holds only finite numbers.
+Output is compact and UTF-8 (non-ASCII characters as themselves); floats are written shortest-exact,
+though not always as `repr` writes them (`0.00001` for `1e-05`): the same numbers.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+def loads(data: bytes | str) -> Any:
+    """The JSON value of `data` (bytes in UTF-8, or str); ValueError when it is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def dumpb(value: Any) -> bytes:
+    """Compact UTF-8 JSON of `value`, as bytes."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON text of `value` (non-ASCII characters as themselves)."""
+    try:
+        return orjson.dumps(value).decode("utf-8")
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
