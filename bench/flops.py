@@ -11,6 +11,11 @@ Used by bench/grpo_vs_trl.py (and any other bench that wants a compute floor). T
    token i of a fresh sequence sees i+1 positions, a decode token sees its whole cache) and the LM head
    (only at the positions whose logits are used). Norms, RoPE, softmax, sampling, the optimizer and the
    embedding lookup are not matmuls and are left out: the floor is a lower bound.
+   With `shared_prompts=True` the prompt of each GROUP (trajectories with the same prompt, GRPO's n
+   samples, consecutive) is counted once in the rollout prefill and in every scoring forward, the
+   responses on top of its cache: the work of an engine and trainer that compute each distinct prompt
+   once (RL Studio's hf engine prefill, trainer/workers/prefix.py); False counts every trajectory's
+   prompt, as a plain trainer (TRL) computes it.
 
 2. Roofline: `measure_rate(shape, dtype)` times a plain `torch.matmul` / `torch.bmm` at exactly a work
    item's shape on the current threads and precision (best of a few repeats), and `compute_floor(work)`
@@ -108,16 +113,23 @@ def backward_of(work: list[Work], phase: str = "policy_bwd") -> list[Work]:
     return out
 
 
-def rollout_work(s: ModelShape, prompt_lens: list[int], response_lens: list[int]) -> list[Work]:
+def _distinct_prompts(prompt_lens: list[int], group: int) -> list[int]:
+    """Prompt lengths of the groups of `group` consecutive trajectories (the first of each)."""
+    return prompt_lens[::group]
+
+
+def rollout_work(s: ModelShape, prompt_lens: list[int], response_lens: list[int], *, group: int = 1) -> list[Work]:
     """Prefill (logits of the last position only) + one cached decode step per new token after the first.
 
-    A response of R tokens needs the prefill (which yields token 1) and R - 1 decode forwards.
+    A response of R tokens needs the prefill (which yields token 1) and R - 1 decode forwards. `group` > 1:
+    each run of `group` trajectories shares its prompt, prefilled once.
     """
     B = len(prompt_lens)
     p_max = max(prompt_lens)
-    ctx_prefill = sum(p * (p + 1) / 2 for p in prompt_lens)
-    work = forward_work(s, phase="rollout", batch=B, new_tokens=p_max, cached=0, logits=1,
-                        tokens_total=sum(prompt_lens), ctx_sum=ctx_prefill)
+    pre = _distinct_prompts(prompt_lens, group)
+    ctx_prefill = sum(p * (p + 1) / 2 for p in pre)
+    work = forward_work(s, phase="rollout", batch=len(pre), new_tokens=p_max, cached=0, logits=1,
+                        tokens_total=sum(pre), ctx_sum=ctx_prefill)
     steps = max(response_lens) - 1
     if steps > 0:
         decode_tokens = sum(max(0, r - 1) for r in response_lens)
@@ -134,8 +146,27 @@ def rollout_work(s: ModelShape, prompt_lens: list[int], response_lens: list[int]
     return work
 
 
-def scoring_work(s: ModelShape, prompt_lens: list[int], response_lens: list[int], *, phase: str) -> list[Work]:
-    """One log-prob forward over prompt + response with logits at the response positions only."""
+def scoring_work(s: ModelShape, prompt_lens: list[int], response_lens: list[int], *, phase: str,
+                 group: int = 1) -> list[Work]:
+    """One log-prob forward over prompt + response with logits at the response positions only.
+
+    `group` > 1: each run of `group` trajectories shares its prompt, computed once; the responses (all
+    but their last token, which predicts nothing) run on top of its keys/values.
+    """
+    if group > 1:
+        pre = _distinct_prompts(prompt_lens, group)
+        p_max = max(pre)
+        work = [w for w in forward_work(s, phase=phase, batch=len(pre), new_tokens=p_max, cached=0, logits=1,
+                                        tokens_total=sum(pre), ctx_sum=sum(p * (p + 1) / 2 for p in pre))]
+        fed = [max(0, r - 1) for r in response_lens]
+        if max(fed) > 0:
+            ctx = sum(sum(p + j for j in range(1, f + 1)) for p, f in zip(prompt_lens, fed))
+            work += forward_work(s, phase=phase, batch=len(prompt_lens), new_tokens=max(fed), cached=p_max,
+                                 logits=max(fed), tokens_total=sum(fed), ctx_sum=ctx)
+        # LM head: exactly one logit row per response token (the prompt's last row and the fed tokens').
+        head = [w for w in work if w.op == "lm_head"][-1]
+        rest = [w for w in work if w.op != "lm_head"]
+        return rest + [Work(phase, "lm_head", head.shape, _mm(1, sum(response_lens), s.hidden, s.vocab))]
     B = len(prompt_lens)
     lens = [p + r for p, r in zip(prompt_lens, response_lens)]
     work = forward_work(s, phase=phase, batch=B, new_tokens=max(lens), cached=0, logits=max(response_lens),
@@ -149,16 +180,21 @@ def scoring_work(s: ModelShape, prompt_lens: list[int], response_lens: list[int]
 
 
 def step_work(s: ModelShape, prompt_lens: list[int], response_lens: list[int], *, with_ref: bool = True,
-              with_old_log_prob: bool = False) -> list[Work]:
-    """Every matmul of one GRPO step on these trajectories (see the module docstring)."""
+              with_old_log_prob: bool = False, group: int = 1) -> list[Work]:
+    """Every matmul of one GRPO step on these trajectories (see the module docstring).
+
+    `group`: trajectories per shared prompt, consecutive (1 = every prompt computed per trajectory).
+    """
     if len(prompt_lens) != len(response_lens) or not prompt_lens:
         raise ValueError("prompt_lens and response_lens must be non-empty and of equal length")
-    work = rollout_work(s, prompt_lens, response_lens)
+    if group < 1 or len(prompt_lens) % group:
+        raise ValueError(f"group={group} must divide the {len(prompt_lens)} trajectories")
+    work = rollout_work(s, prompt_lens, response_lens, group=group)
     if with_ref:
-        work += scoring_work(s, prompt_lens, response_lens, phase="ref")
+        work += scoring_work(s, prompt_lens, response_lens, phase="ref", group=group)
     if with_old_log_prob:
-        work += scoring_work(s, prompt_lens, response_lens, phase="old_log_prob")
-    fwd = scoring_work(s, prompt_lens, response_lens, phase="policy_fwd")
+        work += scoring_work(s, prompt_lens, response_lens, phase="old_log_prob", group=group)
+    fwd = scoring_work(s, prompt_lens, response_lens, phase="policy_fwd", group=group)
     return work + fwd + backward_of(fwd)
 
 

@@ -214,6 +214,13 @@ class ActorConfig:
         16384, "Token budget of a micro batch when use_dynamic_bsz."
     )
     shuffle: bool = _f(False, "Shuffle trajectories before splitting into mini batches.")
+    use_torch_compile: bool = _f(
+        False,
+        "torch.compile (dynamic shapes) the policy's forward used for log-probs and the update; the "
+        "rollout is unaffected. Off by default: on a CPU the first step compiles for minutes (verl's "
+        "key of the same name, default on, compiles only its entropy helper). Ignored under FSDP "
+        "(world size > 1).",
+    )
     optim: OptimConfig = _section(OptimConfig, "Optimizer and learning-rate schedule.")
     fsdp_config: ActorFsdpConfig = _section(ActorFsdpConfig, "FSDP memory options.")
 
@@ -227,6 +234,9 @@ class RefFsdpConfig:
 class RefConfig:
     log_prob_micro_batch_size_per_gpu: Union[int, None] = _f(
         None, "Sequences per reference forward; None = all at once."
+    )
+    use_torch_compile: Union[bool, None] = _f(
+        None, "torch.compile the reference forward; None = actor.use_torch_compile (as verl)."
     )
     fsdp_config: RefFsdpConfig = _section(RefFsdpConfig, "FSDP memory options.")
 
@@ -871,7 +881,8 @@ def validate(cfg: Config, *, require_paths: bool = True) -> Config:
 
 
 def resolve(cfg: Config) -> Config:
-    """Fill the derived defaults (response_length, max_model_len, max_turns, clip bounds).
+    """Fill the derived defaults (response_length, max_model_len, max_turns, clip bounds,
+    ref.use_torch_compile).
 
     Pure config maths; device-dependent choices (dtype auto, device auto, rollout name auto) need torch
     and are left to the loop.
@@ -893,8 +904,17 @@ def resolve(cfg: Config) -> Config:
         if actor.clip_ratio_high is None
         else actor.clip_ratio_high,
     )
+    new_ref = dataclasses.replace(
+        arr.ref,
+        use_torch_compile=actor.use_torch_compile
+        if arr.ref.use_torch_compile is None
+        else arr.ref.use_torch_compile,
+    )
     return dataclasses.replace(
-        cfg, actor_rollout_ref=dataclasses.replace(arr, rollout=new_rollout, actor=new_actor)
+        cfg,
+        actor_rollout_ref=dataclasses.replace(
+            arr, rollout=new_rollout, actor=new_actor, ref=new_ref
+        ),
     )
 
 

@@ -134,11 +134,12 @@ class RankWorker:
         self.actor = ActorWorker(**common, actor_cfg=arr.actor, trainable=True, total_steps=self.total_steps,
                                  log_prob_micro_batch_size=arr.rollout.log_prob_micro_batch_size_per_gpu,
                                  gradient_checkpointing=arr.model.enable_gradient_checkpointing,
-                                 model=load(torch.float32))
+                                 use_torch_compile=arr.actor.use_torch_compile, model=load(torch.float32))
         self.ref = None
         if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
             self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),
-                                   log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu)
+                                   log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
+                                   use_torch_compile=bool(arr.ref.use_torch_compile))
         self.engine_name = resolve_engine_name(arr.rollout.name)
         # One hf worker: the engine runs on the actor's module itself. Otherwise it holds its own weights.
         self.shared_engine = self.engine_name == "hf" and not self.sharded

@@ -11,6 +11,12 @@ its share of the batch, whether the group is the in-process one (world 1) or Ray
   save_sharded(dir) / load_sharded(dir)                            the same through torch.distributed.checkpoint
   named_tensors()                                                  (HF name, tensor) pairs for weight sync
 
+Forward: rows of a micro-batch that share a prompt (GRPO's n samples of one prompt) take the
+shared-prompt forward of trainer.workers.prefix (each distinct prompt computed once, its keys/values
+handed to every sample; gradients flow back through them), the others one padded forward. With
+`use_torch_compile` (actor/ref.use_torch_compile) that forward is `torch.compile(model.forward,
+dynamic=True)` (see `compiled_forward`); the rollout engine keeps the eager module.
+
 Precision: weights stay float32 for the trainable actor (master weights); `model.dtype=bfloat16` runs
 forward/backward under bf16 autocast. The reference worker is loaded directly in the compute dtype.
 Dropout is off (eval mode) in every pass: RL recomputes log-probs and expects the update's first
@@ -36,6 +42,7 @@ import torch
 
 from trainer.workers.experience import (ExperienceBatch, length_sorted_chunks, pack_micro_batch,
                                         token_budget_chunks)
+from trainer.workers.prefix import group_prompts, pack_shared, prompt_sorted_chunks, shared_response_logits
 
 
 def _dist_world() -> int:
@@ -83,6 +90,36 @@ def fused_adamw_ok(params: list[torch.Tensor]) -> bool:
         and p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
 
 
+def _is_sharded(model: Any) -> bool:
+    """Whether any parameter is an FSDP2 shard (DTensor)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - every torch we support has it
+        return False
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
+def _takes_cache(model: Any) -> bool:
+    import inspect
+
+    try:
+        return "cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a builtin forward
+        return False
+
+
+def compiled_forward(model: Any) -> Any:
+    """`torch.compile(model.forward, dynamic=True)`: the log-prob / update forward as fused kernels.
+
+    The bound `forward` is compiled, not the module: the module, its parameter names (state_dict keys,
+    checkpoints) and every other caller (the rollout engine runs on the same module) are untouched, and
+    a checkpoint written with compile on loads with it off and back. Dynamic shapes: micro-batches of
+    any size and length reuse one graph per mode (grad / no grad; shared-prompt or plain forward).
+    Plain (not FSDP-sharded) modules only: calling `forward` directly would bypass FSDP2's hooks.
+    """
+    return torch.compile(model.forward, dynamic=True)
+
+
 def resolve_device(name: str) -> torch.device:
     """trainer.device: auto -> cuda when available, else cpu."""
     if name in (None, "", "auto"):
@@ -126,7 +163,8 @@ class ActorWorker:
     def __init__(self, *, model_path: str, device: torch.device, dtype: torch.dtype, actor_cfg: Any = None,
                  trainable: bool = True, temperature: float = 1.0, total_steps: int = 1,
                  log_prob_micro_batch_size: int | None = None, trust_remote_code: bool = False,
-                 gradient_checkpointing: bool = False, pad_token_id: int = 0, model: Any = None):
+                 gradient_checkpointing: bool = False, pad_token_id: int = 0, model: Any = None,
+                 use_torch_compile: bool = False, share_prompts: bool = True):
         from transformers import AutoModelForCausalLM
 
         self.device = device
@@ -146,6 +184,13 @@ class ActorWorker:
         if trainable and gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
             self.model.config.use_cache = False
+        plain = not _is_sharded(self.model)
+        # The shared-prompt forward (trainer.workers.prefix) needs plain weights, no checkpointing and
+        # a module that takes transformers' `cache` argument.
+        self.share_prompts = bool(share_prompts and plain and not gradient_checkpointing
+                                  and _takes_cache(self.model))
+        self._call = compiled_forward(self.model) if use_torch_compile and plain else self.model
+        self.compiled = self._call is not self.model
         self.optimizer = None
         self.scheduler = None
         if trainable:
@@ -172,29 +217,42 @@ class ActorWorker:
         use = self.trainable and self.compute_dtype in (torch.bfloat16, torch.float16)
         return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=use)
 
+    def _response_logits(self, prompts: list[list[int]], responses: list[list[int]]
+                         ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Logits (b, R_mb, V) predicting each response token, the labels (b, R_mb) and R_mb.
+
+        Rows sharing a prompt (GRPO's n samples) take the shared-prompt forward (trainer.workers.prefix:
+        each distinct prompt computed once) where it applies; otherwise one padded forward.
+        """
+        groups = group_prompts(prompts) if self.share_prompts else None
+        with self._autocast():
+            if groups is not None:
+                inp = pack_shared(groups[0], groups[1], responses, pad_id=self.pad_token_id, device=self.device)
+                return shared_response_logits(self.model, inp, self._call), inp.responses, inp.response_width
+            mb = pack_micro_batch(prompts, responses, pad_id=self.pad_token_id, device=self.device)
+            r = mb.response_width
+            out = self._call(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                             position_ids=mb.position_ids, use_cache=False, logits_to_keep=r + 1)
+        # Logit row t predicts token t+1: the last R_mb+1 rows minus the final one cover the response.
+        return out.logits[:, -(r + 1):-1, :], mb.responses, r
+
     def _forward(self, batch: ExperienceBatch, idx: list[int], *, with_entropy: bool,
                  entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, int]:
-        """Log-probs (b, R_mb) of the response tokens of rows `idx` (and entropy), from one forward.
+        """Log-probs (b, R_mb) of the response tokens of rows `idx` (and entropy), from their logits.
 
         The entropy is graph-free unless `entropy_grad` (an entropy bonus in the loss): as a metric it
         must not make autograd keep a second (b, R_mb, V) tensor alive through the backward.
         """
         from trainer.algorithms.losses import entropy_from_log_probs
 
-        mb = pack_micro_batch([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx],
-                              pad_id=self.pad_token_id, device=self.device)
-        r = mb.response_width
-        with self._autocast():
-            out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-                             position_ids=mb.position_ids, use_cache=False, logits_to_keep=r + 1)
-        # Logit row t predicts token t+1: the last R_mb+1 rows minus the final one cover the response.
-        logits = out.logits[:, -(r + 1):-1, :]  # (b, R_mb, V)
+        logits, labels, r = self._response_logits([batch.prompt_ids[i] for i in idx],
+                                                  [batch.response_ids[i] for i in idx])
         if logits.dtype != torch.float32:
             logits = logits.float()
         if self.temperature != 1.0:  # dividing by 1 would only copy (b, R_mb, V)
             logits = logits / self.temperature
         log_probs = torch.log_softmax(logits, dim=-1)
-        logp = log_probs.gather(-1, mb.responses.unsqueeze(-1)).squeeze(-1)
+        logp = log_probs.gather(-1, labels.unsqueeze(-1)).squeeze(-1)
         ent = None
         if with_entropy:
             if entropy_grad:
@@ -208,6 +266,8 @@ class ActorWorker:
         lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
         if self.cfg is not None and getattr(self.cfg, "use_dynamic_bsz", False):
             local = token_budget_chunks(lengths, int(self.cfg.ppo_max_token_len_per_gpu))
+        elif self.share_prompts and micro_size and micro_size < len(idx):
+            local = prompt_sorted_chunks([batch.prompt_ids[i] for i in idx], lengths, micro_size)
         else:
             local = length_sorted_chunks(lengths, micro_size)
         if _dist_world() > 1:  # FSDP: the same number of forwards on every rank

@@ -10,7 +10,8 @@ left-padded to the micro-batch's longest prompt, responses right-padded to its l
 response window is one column slice and only `R_mb + 1` logit rows are materialised
 (`logits_to_keep`). Together with length-sorted micro-batches (`length_sorted_chunks`) this is our
 padding policy on every device: padding never costs more than the spread of lengths inside one
-micro-batch. (Full packing into one row would need a varlen attention kernel to pay off; with SDPA a
+micro-batch. Rows repeating a prompt go through trainer.workers.prefix instead, which runs each
+distinct prompt once. (Full packing into one row would need a varlen attention kernel to pay off; with SDPA a
 packed row's block mask costs O(total_tokens^2).)
 """
 from __future__ import annotations
