@@ -92,3 +92,18 @@ def test_measure_rate_is_a_plausible_rate():
 def test_step_work_rejects_bad_lengths():
     with pytest.raises(ValueError):
         flops.step_work(TOY, [3], [2, 1])
+
+
+def test_shared_prompt_counts_each_prompt_once():
+    # Two trajectories of one 3-token prompt (group=2), responses 2 and 1 (trainer/workers/prefix.py).
+    # Scoring: the prompt runs once (3 tokens) and each row feeds its response but the last token:
+    # 1 + 0 tokens; linear 4*288 = 1152; attention 2*8*(1+2+3) + 2*8*4 = 160; logit rows = 2+1 = 3: 240.
+    b = flops.breakdown(flops.scoring_work(TOY, [3, 3], [2, 1], phase="ref", group=2))["ref"]
+    assert (b["linear"], b["attention"], b["lm_head"], b["total"]) == (1152, 160, 240, 1552)
+    # Rollout: one prefill of the prompt (1040, its last row gives both first tokens' logits), then the
+    # one decode token of row 0 (432): the same as a single trajectory of (3, 2).
+    assert total(flops.rollout_work(TOY, [3, 3], [2, 1], group=2)) == 1472
+    # Without sharing, the same rows cost more, and group must divide the rows.
+    assert total(flops.scoring_work(TOY, [3, 3], [2, 1], phase="ref")) > 1552
+    with pytest.raises(ValueError):
+        flops.step_work(TOY, [3, 3, 3], [2, 1, 1], group=2)
