@@ -158,3 +158,33 @@ def test_lr_schedule_and_token_budget():
     assert sorted(i for c in chunks for i in c) == [0, 1, 2, 3, 4]
     assert chunks[-1] == [4]  # longer than the budget: alone, never dropped
     assert all(len(c) * max([10, 3, 8, 5, 30][i] for i in c) <= 16 for c in chunks[:-1])
+
+
+def test_gradient_checkpointing_recomputes_and_gives_the_same_gradient(tiny_model_dir, worker):
+    """model.enable_gradient_checkpointing: the update keeps few activations for backward (transformers
+    checkpoints only in training mode, so the update runs in train mode with every dropout rate at 0;
+    in eval mode the option did nothing), the gradient is the one without checkpointing, and the model
+    is back in eval mode after the update (the rollout engine generates with it, with its KV cache)."""
+    ckpt = ActorWorker(model_path=str(tiny_model_dir), device=torch.device("cpu"), dtype=torch.float32,
+                       actor_cfg=actor_cfg(), trainable=True, temperature=0.7, total_steps=10,
+                       gradient_checkpointing=True)
+    b = toy_batch()
+    b.advantages = torch.randn(4, 8, generator=torch.Generator().manual_seed(3)) * b.loss_mask
+
+    def grads_and_saved(w):
+        saved = [0]
+
+        def pack(t):
+            saved[0] += 1
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            grads, _ = _grads(w, b)
+        return grads, saved[0]
+
+    want, saved_plain = grads_and_saved(worker)
+    got, saved_ckpt = grads_and_saved(ckpt)
+    assert saved_ckpt < saved_plain / 2, (saved_ckpt, saved_plain)  # activations recomputed, not kept
+    for n in want:
+        assert torch.allclose(want[n], got[n], atol=1e-6, rtol=1e-4), n
+    assert not ckpt.model.training

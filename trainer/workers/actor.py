@@ -19,8 +19,9 @@ dynamic=True)` (see `compiled_forward`); the rollout engine keeps the eager modu
 
 Precision: weights stay float32 for the trainable actor (master weights); `model.dtype=bfloat16` runs
 forward/backward under bf16 autocast. The reference worker is loaded directly in the compute dtype.
-Dropout is off (eval mode) in every pass: RL recomputes log-probs and expects the update's first
-forward to equal them, which dropout would break.
+Dropout is off in every pass (eval mode; with gradient checkpointing the update runs in training mode,
+which transformers needs to checkpoint, with every dropout rate set to 0): RL recomputes log-probs and
+expects the update's first forward to equal them, which dropout would break.
 
 Loss normalisation is global: each micro-batch's loss is weighted by its share of the WHOLE
 mini-batch (all micro-batches of all ranks): tokens for token-mean, rows for the seq-mean modes; the
@@ -157,6 +158,18 @@ def lr_lambda_factory(*, warmup_steps: int, total_steps: int, style: str, min_lr
     return fn
 
 
+def _without_dropout(model: torch.nn.Module) -> None:
+    """Set every dropout probability of `model` to 0 (nn.Dropout modules and attention's own rate)."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "attention_dropout"):
+        config.attention_dropout = 0.0
+
+
 class ActorWorker:
     """Policy (trainable=True) or reference (trainable=False) model on one device."""
 
@@ -181,9 +194,14 @@ class ActorWorker:
         # A module passed in is placed by its owner (FSDP2 sharding, CPU offload of the reference).
         self.model = model
         self.model.eval()  # dropout off everywhere (see module docstring)
-        if trainable and gradient_checkpointing:
+        self.checkpointing = bool(trainable and gradient_checkpointing)
+        if self.checkpointing:
             self.model.gradient_checkpointing_enable()
             self.model.config.use_cache = False
+            # transformers recomputes activations only in training mode (`self.gradient_checkpointing
+            # and self.training`): in eval mode the option did nothing. Training mode with every
+            # dropout probability at 0 is the same forward as eval mode, and checkpoints.
+            _without_dropout(self.model)
         plain = not _is_sharded(self.model)
         # The shared-prompt forward (trainer.workers.prefix) needs plain weights, no checkpointing and
         # a module that takes transformers' `cache` argument.
@@ -330,7 +348,7 @@ class ActorWorker:
 
         gen = torch.Generator().manual_seed(int(seed))
         world = _dist_world()
-        self.model.eval()
+        self.model.train(self.checkpointing)  # eval, or train with no dropout when checkpointing
         for _epoch in range(int(cfg.ppo_epochs)):
             order = torch.randperm(B, generator=gen).tolist() if cfg.shuffle else list(range(B))
             for m0 in range(0, B, mini_batch_size):
@@ -388,6 +406,7 @@ class ActorWorker:
         add("actor/lr", self.current_lr())
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.model.eval()  # the rollout engine generates with this module: cached decoding, no checkpointing
         if on_policy_skip or capture:
             batch.old_log_probs = batch.old_log_probs if batch.old_log_probs is not None \
                 else captured_logp * batch.response_mask
