@@ -272,22 +272,42 @@
   // ------------------------------------------------------------------------------ live events
   // Charts are redrawn at most once a second, and only those whose data changed: memory samples come
   // every 250 ms per worker and a metrics event re-renders dozens of panels.
+  // The pause between redraws also grows with what a redraw costs (3x its last duration): on a slow
+  // or busy machine dozens of panels can take most of a second to draw, and redrawing them back to back
+  // left the page no time for clicks, navigation or the websocket. Drawing then takes at most a quarter
+  // of the page's time.
   const REDRAW_MS = 1000;
-  let pending = false, lastDraw = 0, metricsDirty = false, memoryDirty = false;
+  let pending = false, lastDraw = 0, lastCost = 0, metricsDirty = false, memoryDirty = false;
   function redraw(kind) {
     if (kind === "memory") memoryDirty = true; else metricsDirty = true;
     if (pending) return;
     pending = true;
+    const gap = Math.max(REDRAW_MS, 3 * lastCost);
     setTimeout(() => requestAnimationFrame(() => {
       pending = false;
-      lastDraw = performance.now();
+      const t0 = performance.now();
       if (metricsDirty) { metricsDirty = false; drawMetrics(); }
       if (memoryDirty) { memoryDirty = false; drawMemory(); }
-    }), Math.max(0, REDRAW_MS - (performance.now() - lastDraw)));
+      lastDraw = performance.now();
+      lastCost = lastDraw - t0;
+    }), Math.max(0, gap - (performance.now() - lastDraw)));
   }
 
+  // At-most-once delivery (docs/live.md): an event published while the server's subscription to
+  // Redis was down never comes live. A seq past lastSeq + 1 is such a gap: the page reconnects with
+  // resume_after=lastSeq (the server replays the stored events) and applies nothing past the gap
+  // meanwhile, so order holds. Once per gap position: if the replay still jumps from the same
+  // lastSeq, that seq was never stored (e.g. refused at ingest) and the page goes on.
+  let gapRetriedAt = null;  // the lastSeq at which a gap last made the page reconnect
+
+  // Applies one event; false when it is past a gap and the page reconnects instead (stop the frame).
   function apply(ev) {
-    if (typeof ev.seq !== "number" || ev.seq <= lastSeq) return;  // already applied
+    if (typeof ev.seq !== "number" || ev.seq <= lastSeq) return true;  // already applied
+    if (ev.seq > lastSeq + 1 && gapRetriedAt !== lastSeq && socket) {
+      gapRetriedAt = lastSeq;
+      resync();
+      return false;
+    }
     lastSeq = ev.seq;
     const d = ev.data || {};
     if (ev.type === "metrics") {
@@ -325,13 +345,17 @@
         if (atBottom) logEl.scrollTop = logEl.scrollHeight;
       }
     }
+    return true;
   }
 
   function receive(frame) {
-    // A batch holds events in seq order; apply() skips any seq already applied, one by one.
+    // A batch holds events in seq order; apply() skips any seq already applied, one by one, and
+    // stops the batch at a gap (the reconnect's replay brings the rest in order).
     if (frame.type === "batch" && Array.isArray(frame.events)) {
       for (const ev of frame.events) {
-        try { apply(ev); } catch (e) { console.error(e); }
+        let ok = true;
+        try { ok = apply(ev); } catch (e) { console.error(e); }
+        if (!ok) return;
       }
     } else {
       apply(frame);
@@ -344,20 +368,37 @@
   }
 
   let retry = 500;
+  let socket = null;  // the current websocket; frames and closes of a replaced one are ignored
   function connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     // batch=1: the server sends {"type": "batch", "events": [...]} frames (docs/live.md), one per
     // ingest chunk, so a busy run costs a frame per chunk instead of one per event.
     const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?batch=1&resume_after=${lastSeq}`);
+    socket = ws;
     const conn = document.getElementById("live-conn");
-    ws.onopen = () => { conn.textContent = "live"; retry = 500; };
-    ws.onmessage = (msg) => { try { receive(JSON.parse(msg.data)); } catch (e) { console.error(e); } };
+    ws.onopen = () => { if (ws === socket) { conn.textContent = "live"; retry = 500; } };
+    ws.onmessage = (msg) => {
+      if (ws !== socket) return;
+      try { receive(JSON.parse(msg.data)); } catch (e) { console.error(e); }
+    };
     ws.onclose = (ev) => {
+      if (ws !== socket) return;
+      socket = null;
       if (ev.code === 4401 || ev.code === 4403) { conn.textContent = "not allowed to watch this run"; return; }
+      // 4503: the server lost its channel layer (Redis restart); like any other close, reconnect
+      // with resume_after and the server replays what this page has not applied.
       conn.textContent = "reconnecting…";
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 10000);
     };
+  }
+
+  // A gap: drop this socket (its later frames are ignored) and reconnect now with resume_after.
+  function resync() {
+    const old = socket;
+    socket = null;
+    if (old) old.close(1000);
+    connect();
   }
 
   document.getElementById("x-axis").addEventListener("change", (ev) => { xMode = ev.target.value; drawMetrics(); });

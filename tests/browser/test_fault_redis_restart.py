@@ -96,3 +96,48 @@ def test_page_catches_up_with_no_gap_after_redis_restart(browser, daphne, redis,
         page.wait_for_function(f"{LAST_SEQ} === 81", timeout=20_000)
     finally:
         ctx.close()
+
+
+@pytest.mark.timeout(180)
+def test_page_fills_a_seq_gap_from_the_store(browser, daphne, make_user, ui):
+    """An event delivered live past a gap (6..10 stored but never broadcast, as when the server's
+    subscription was down) makes the page reconnect with resume_after: it ends with 1..11 in order.
+    A seq never stored (12) is passed after one retry, and the page stays live."""
+    from django.utils import timezone
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import RunEvent
+
+    alice = make_user("alice")
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, token = run_create(owner=alice, name="gap", dataset=dataset, model=model, config={}, gpus=0)
+
+    def ingest(*seqs: int) -> None:
+        answer = ui.post_events(daphne.base, run.pk, token, [_log(s) for s in seqs])
+        assert answer["accepted"] == len(seqs) and not answer["refused"], answer
+
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base)
+    ctx.set_default_timeout(20_000)
+    try:
+        page = ctx.new_page()
+        ui.login(page, daphne.base, "alice")
+        page.goto(f"/runs/{run.pk}/")
+        page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+        page.evaluate("() => { window.__noReload = 1; }")
+        ingest(1, 2, 3, 4, 5)
+        page.wait_for_function(f"{LAST_SEQ} === 5")
+        RunEvent.objects.bulk_create([  # stored, never broadcast
+            RunEvent(run=run, seq=s, type="log", time=timezone.now(), data=_log(s)["data"]) for s in range(6, 11)])
+        ingest(11)  # live, past the gap
+        page.wait_for_function(f"{LAST_SEQ} === 11")
+        ingest(13)  # 12 never existed: one retry, then accepted
+        page.wait_for_function(f"{LAST_SEQ} === 13")
+        ingest(14)
+        page.wait_for_function(f"{LAST_SEQ} === 14")
+        lines = page.locator("#live-log").inner_text().strip().splitlines()
+        assert lines == [f"[info] event {s}" for s in (*range(1, 12), 13, 14)]
+        assert page.evaluate("window.__noReload") == 1, "the page reloaded"
+    finally:
+        ctx.close()

@@ -7,13 +7,25 @@ the browser receives the code (a close before accept becomes a bare HTTP 403).
 Resume: `?resume_after=N` on the URL, or a `{"resume_after": N}` message, sends the stored events
 with seq > N (RunEvent, seq order) and then the live ones, with no gap and no duplicate:
   * the consumer joins the run's group *before* reading the database, so an event committed during
-    the replay is either in the replay or queued in the channel layer (or both);
+    the replay is either in the replay or delivered live (or both). The layer is Redis pub/sub
+    (channels_redis.pubsub): group_add sends SUBSCRIBE without waiting for Redis's reply, but the
+    command is on its socket before the database read starts, and a missed event would be published
+    after a commit that came after that read began;
   * a consumer handles one message at a time, so live messages that arrive during the replay wait
-    in the channel layer (its capacity is sized for bursts) and are handled afterwards;
+    in this process's queue for the consumer (an unbounded asyncio.Queue in the layer: nothing is
+    dropped for capacity) and are handled afterwards;
   * every message is forwarded only if its seq is above the last seq sent, which drops the events
-    that were both replayed and queued.
+    that were both replayed and delivered live.
 A `resume_after` message sent after live events were already forwarded replays only the stored
 events above the last one sent (order is never broken); use the URL form to resume at connect.
+
+Delivery through the layer is at most once: while the server's subscriber connection is down (a
+Redis restart) group messages are lost, and the layer reconnects and resubscribes without telling
+anyone. `layer_watch` probes the layer once per interval per process; when a probe fails every
+consumer closes its socket with 4503 (CLOSE_LAYER_LOST) and the browser reconnects with
+resume_after, so the replay brings what was lost. An outage shorter than the probe interval can go
+unseen by the server: the run page also reconnects with resume_after when an event's seq jumps
+past the last one it applied (static/js/run_live.js, docs/live.md).
 
 Batched frames (opt-in): with `?batch=1` on the URL, or a `{"batch": true}` message (alone or next to
 `resume_after`), the socket sends `{"type": "batch", "seq": <last seq>, "events": [event, ...]}` frames
@@ -30,7 +42,9 @@ through autobahn, which accepts only 1000 and 3000-4999 from an application and 
 a consumer that raises is closed with 1011. 4009 mirrors 1009 as 4401/4403 mirror HTTP 401/403.
 (A message over Daphne's own limit, 1 MiB by default, never gets here: autobahn drops the connection.)
 """
+import asyncio
 import json
+import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -39,12 +53,16 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from rlstudio.runs.models import Run
 
 from .broadcast import run_group
+from .layer_watch import layer_watch
 from .selectors import events_after
+
+log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 REPLAY_CHUNK = 1000  # stored events per database read, and per frame in batch mode
 CLOSE_TOO_BIG = 4009  # 1009's meaning in the application range (see the module docstring)
+CLOSE_LAYER_LOST = 4503  # the channel layer stopped delivering: reconnect with resume_after
 MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
 
 
@@ -117,6 +135,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.group = run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        layer_watch(self.channel_layer).add(self._layer_lost)
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.batch = bool(_batch_arg((query.get("batch") or [None])[0]))
         resume = _resume_arg((query.get("resume_after") or [None])[0])
@@ -125,7 +144,16 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         if self.group is not None:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            layer_watch(self.channel_layer).discard(self._layer_lost)
+            try:
+                await self.channel_layer.group_discard(self.group, self.channel_name)
+            except Exception as exc:  # Redis is down. The layer has already dropped the membership;
+                # at worst this process stays subscribed to the group's Redis channel and ignores it.
+                log.warning("run %s: group_discard failed: %r", self.run_id, exc)
+
+    def _layer_lost(self) -> None:
+        """layer_watch's callback: close so the browser reconnects and the replay brings what was lost."""
+        self._closing = asyncio.ensure_future(self.close(code=CLOSE_LAYER_LOST))
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         # Checked before json decoding: a huge message must not cost a parse.

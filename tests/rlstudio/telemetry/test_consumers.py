@@ -122,7 +122,8 @@ def test_foreign_origin_refused(asgi_server, alice, make_run):
 
 
 def test_burst_of_1000_arrives_whole(alice, make_run):
-    """The layer's capacity is sized so a burst is not silently cut (stack-notes: 100 lost 27%)."""
+    """A burst through the real layer arrives whole (stack-notes: the core layer's default capacity of
+    100 lost 27%; the pub/sub layer in use has no capacity, a busy consumer's messages queue)."""
     run = make_run(alice)
     cookie = _session_cookie(alice)
 
@@ -136,3 +137,22 @@ def test_burst_of_1000_arrives_whole(alice, make_run):
         return seqs
 
     assert asyncio.run(scenario()) == list(range(1000))
+
+
+def test_socket_closed_4503_when_the_layer_is_lost(alice, make_run, private_redis, settings):
+    """The pub/sub layer loses messages while Redis is down and tells no consumer: the layer watch
+    notices and the socket closes with 4503, so the browser reconnects with resume_after."""
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [{"address": private_redis.url}], "prefix": "lost-test"}}}
+    run = make_run(alice)
+    cookie = _session_cookie(alice)
+
+    async def scenario():
+        comm = await _connect(f"/ws/runs/{run.pk}/", cookie)
+        await asyncio.get_running_loop().run_in_executor(None, private_redis.kill)
+        closed = await comm.receive_output(timeout=15)
+        await comm.disconnect()
+        return closed
+
+    assert asyncio.run(scenario()) == {"type": "websocket.close", "code": 4503}

@@ -100,6 +100,7 @@ def test_replay_while_ingesting_has_no_gap_and_no_duplicate(alice, run):
 
 
 def test_burst_of_5000_reaches_a_connected_client_complete_and_in_order(alice, run):
+    """Through the real ingest and the real channel layer (settings: Redis pub/sub): nothing dropped."""
     c = cookie(alice)
 
     async def scenario():

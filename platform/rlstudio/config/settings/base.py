@@ -112,15 +112,25 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 MEDIA_ROOT = UPLOADS_DIR
 
-# Channels: the Redis layer drops messages silently past `capacity` (100 by default lost ~27% of a
-# burst of 1,000 here), and an idle websocket needs a socket timeout on the layer's connections.
+# Channels: Redis pub/sub (channels_redis.pubsub). The default layer (channels_redis.core) pushes a
+# group message once per member channel, one Redis round trip per viewer (most of Daphne's CPU with
+# 100 viewers), and drops past `capacity`; pub/sub publishes once per group and each process hands the
+# message to its own consumers. What channels_redis 4.3's pub/sub layer does (read from its source):
+# - group_add sends SUBSCRIBE and returns without waiting for Redis's reply (redis-py sends pub/sub
+#   commands and reads replies only in the layer's receive task);
+# - messages for a consumer busy elsewhere (e.g. a replay) queue in an unbounded asyncio.Queue in its
+#   process: nothing is dropped for capacity (there is none), memory grows instead;
+# - delivery is at most once: while the subscriber connection is down (Redis restart) messages are
+#   lost; the receive task logs, retries every second, reconnects and resubscribes (redis-py), but
+#   tells no consumer (`on_disconnect`/`on_reconnect` are accepted and never called). RunConsumer
+#   probes the layer itself and closes the socket, and run_live.js reconnects with resume_after on
+#   a seq gap (docs/live.md, WebSocket).
+# The socket timeout bounds a publish to a Redis that stopped answering.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {
             "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-            "capacity": 10000,
-            "expiry": 60,
             "prefix": "rlstudio",
         },
     }

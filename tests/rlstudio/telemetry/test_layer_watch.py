@@ -1,0 +1,57 @@
+"""layer_watch over the real Redis pub/sub layer (a private Redis, killed and started again)."""
+import asyncio
+import time
+
+import pytest
+from channels_redis.pubsub import RedisPubSubChannelLayer
+
+from rlstudio.telemetry.layer_watch import LayerWatch
+
+pytestmark = [pytest.mark.timeout(60)]
+
+
+def test_quiet_while_redis_answers_then_every_callback_once_when_it_is_gone(private_redis):
+    layer = RedisPubSubChannelLayer(hosts=[{"address": private_redis.url}], prefix="watch-test")
+    calls: list[str] = []
+
+    async def scenario():
+        watch = LayerWatch(layer, interval=0.2, timeout=1.0)
+        watch.add(lambda: calls.append("a"))
+        watch.add(lambda: calls.append("b"))
+        await asyncio.sleep(1.5)  # several probes go round
+        quiet = list(calls)
+        t0 = time.monotonic()
+        await asyncio.get_running_loop().run_in_executor(None, private_redis.kill)
+        while len(calls) < 2 and time.monotonic() - t0 < 10:
+            await asyncio.sleep(0.05)
+        lost_after = time.monotonic() - t0
+        await asyncio.sleep(0.5)  # the registry was emptied: nobody is called twice
+        # Redis back: a consumer that registers now is watched again, and stays quiet.
+        await asyncio.get_running_loop().run_in_executor(None, private_redis.start)
+        watch.add(lambda: calls.append("c"))
+        await asyncio.sleep(2.5)
+        after_restart = list(calls)
+        watch.discard(calls.append)  # not registered: no effect
+        return quiet, lost_after, after_restart
+
+    quiet, lost_after, after_restart = asyncio.run(scenario())
+    assert quiet == []
+    assert sorted(after_restart) == ["a", "b"], after_restart
+    assert lost_after < 5, lost_after
+
+
+def test_probing_stops_with_the_last_callback(private_redis):
+    layer = RedisPubSubChannelLayer(hosts=[{"address": private_redis.url}], prefix="watch-test")
+
+    async def scenario():
+        watch = LayerWatch(layer, interval=0.1, timeout=1.0)
+        callback = lambda: None  # noqa: E731
+        watch.add(callback)
+        await asyncio.sleep(0.5)
+        running = watch._task is not None and not watch._task.done()
+        watch.discard(callback)
+        await asyncio.sleep(0.5)
+        return running, watch._task
+
+    running, task = asyncio.run(scenario())
+    assert running and task is None
