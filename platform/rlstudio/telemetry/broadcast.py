@@ -6,15 +6,18 @@ Group messages (what `RunConsumer` receives):
 `frame` is the batch websocket frame, `{"type": "batch", "seq": M, "events": [...]}`, encoded once
 here: the consumer sends it as is to a batch-mode viewer that has seen nothing of it (the usual case),
 and decodes it only to filter or to send one frame per event. Encoding per viewer was most of the
-server's CPU with 100 viewers (py-spy of bench/live.py), and a nested message is serialised once
-per channel by the Redis layer, a string costs nothing to copy. `first` / `last` are the seqs of its
-first and last event (events in seq order), or None when some event has no integer seq.
+server's CPU with 100 viewers (py-spy of bench/live.py); the layer serialises a group message once
+(pub/sub: one PUBLISH per group message), so the frame is encoded once whatever the number of
+viewers. `first` / `last` are the seqs of its first and last event (events in seq order), or None
+when some event has no integer seq.
 Send after the events are committed (`transaction.on_commit`) so a browser never sees an uncommitted one.
 """
+import asyncio
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from . import codec
 
@@ -59,4 +62,9 @@ def run_events_send(*, run_id: int, events: list[dict[str, Any]], chunk: int = 1
         for i in range(0, len(events), chunk):
             await layer.group_send(group, run_events_message(events[i:i + chunk]))
 
-    async_to_sync(send_all)()
+    async def bounded() -> None:
+        # A hung Redis (connection accepted, never answered) would hold the trainer's POST for the
+        # layer's socket timeout; TimeoutError goes to the caller (the ingest logs it and answers).
+        await asyncio.wait_for(send_all(), timeout=settings.RLSTUDIO_BROADCAST_TIMEOUT_S)
+
+    async_to_sync(bounded)()

@@ -167,6 +167,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # Refused: about 1 s (the retries below); hung: about RLSTUDIO_BROKER_TIMEOUT_S per try. The run then
 # waits in the queue and the reconcile sends it once the broker is back (docs/runs.md).
 _BROKER_TIMEOUT_S = _env_float("RLSTUDIO_BROKER_TIMEOUT_S", 3.0)
+# The ingest's broadcast to the run's viewers (after commit, inside the trainer's POST) gives up after
+# this long: a hung Redis must not hold the trainer's POSTs for the layer's 30 s socket timeout. The
+# events are stored; viewers get them by replay (the layer watch and the page's gap check reconnect).
+RLSTUDIO_BROADCAST_TIMEOUT_S = _env_float("RLSTUDIO_BROADCAST_TIMEOUT_S", 3.0)
 CELERY_BROKER_CONNECTION_TIMEOUT = _BROKER_TIMEOUT_S
 CELERY_BROKER_TRANSPORT_OPTIONS.update(
     socket_connect_timeout=_BROKER_TIMEOUT_S,
