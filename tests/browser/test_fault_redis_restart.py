@@ -36,6 +36,15 @@ def daphne(redis, test_database_url, tmp_path):
     server.stop()
 
 
+def _watch_live(ctx, ui, base: str, run_id: int):
+    """A page of `ctx` logged in as alice on the run's page, its websocket live."""
+    page = ctx.new_page()
+    ui.login(page, base, "alice")
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    return page
+
+
 @pytest.mark.timeout(300)
 def test_page_catches_up_with_no_gap_after_redis_restart(browser, daphne, redis, make_user, ui):
     from rlstudio.catalog.models import Dataset, ModelAsset
@@ -57,10 +66,7 @@ def test_page_catches_up_with_no_gap_after_redis_restart(browser, daphne, redis,
     ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base)
     ctx.set_default_timeout(20_000)
     try:
-        page = ctx.new_page()
-        ui.login(page, daphne.base, "alice")
-        page.goto(f"/runs/{run.pk}/")
-        page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+        page = _watch_live(ctx, ui, daphne.base, run.pk)
         page.evaluate("""() => {
             window.__noReload = 1;
             window.__conn = [];  // every state the connection indicator shows from now on
@@ -121,10 +127,7 @@ def test_page_fills_a_seq_gap_from_the_store(browser, daphne, make_user, ui):
     ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base)
     ctx.set_default_timeout(20_000)
     try:
-        page = ctx.new_page()
-        ui.login(page, daphne.base, "alice")
-        page.goto(f"/runs/{run.pk}/")
-        page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+        page = _watch_live(ctx, ui, daphne.base, run.pk)
         page.evaluate("() => { window.__noReload = 1; }")
         ingest(1, 2, 3, 4, 5)
         page.wait_for_function(f"{LAST_SEQ} === 5")
