@@ -113,7 +113,7 @@ def render(res: dict) -> str:
     first = next((p for p in res["curve"] if p["reward"] >= res["target"]), None)
     lines = [BEGIN, "## The one-click demo through the platform (`bench/demo.py`)", "",
              f"Command: `{res['command']}`  ", f"Machine: {res['machine']}; load average {res['load_end']:.2f} "
-             "at the end (other sessions' tests shared the 2 cores).", "",
+             "at the end (the platform's own processes and the run included).", "",
              f"- `make run`'s launcher on a fresh state folder: platform up (/healthz 200) in **{res['up_s']:.0f} s**; "
              f"the demo prepared in the background, button ready **{res['demo_ready_s']:.0f} s** after the start.",
              f"- Warm start (`trainer.models.demo`, bounded by steps): {w['steps']}/{w['steps_requested']} steps in "
