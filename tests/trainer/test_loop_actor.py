@@ -7,14 +7,10 @@ import dataclasses
 import pytest
 import torch
 
-from trainer.config import Config, resolve
 from trainer.workers.actor import ActorWorker, lr_lambda_factory
 from trainer.workers.experience import make_batch, token_budget_chunks
 
-
-def actor_cfg(**kw):
-    cfg = resolve(Config.from_dict({"actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4, "optim": {"lr": 1e-3}, **kw}}}))
-    return cfg.actor_rollout_ref.actor
+from tests.trainer.actor_probe import actor_cfg, update_grads
 
 
 def toy_batch():
@@ -50,41 +46,18 @@ def test_log_probs_match_unpadded_forward(worker):
     worker.log_prob_micro = None
 
 
-def _grads(worker, batch, **kw):
-    worker.optimizer.zero_grad(set_to_none=True)
-    state = {k: v.clone() for k, v in worker.model.state_dict().items()}
-    opt_state = worker.optimizer.state_dict()
-    sched = worker.scheduler.state_dict()
-    # capture the gradient by making the step a no-op afterwards: restore weights
-    grads = {}
-    orig_step = worker.optimizer.step
-
-    def capture_step(*a, **k):
-        for n, p in worker.model.named_parameters():
-            grads[n] = p.grad.detach().clone()
-    worker.optimizer.step = capture_step
-    try:
-        metrics = worker.update_policy(batch, mini_batch_size=len(batch), **kw)
-    finally:
-        worker.optimizer.step = orig_step
-        worker.model.load_state_dict(state)
-        worker.optimizer.load_state_dict(opt_state)
-        worker.scheduler.load_state_dict(sched)
-    return grads, metrics
-
-
 def test_masked_tool_tokens_do_not_reach_the_gradient(worker):
     b1 = toy_batch()
     b1.advantages = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)) * b1.loss_mask
     b2 = dataclasses.replace(b1, advantages=b1.advantages.clone())
     b2.advantages[2, 2:5] = 100.0  # huge advantages on the tool-reply tokens (loss mask 0)
-    g1, m1 = _grads(worker, b1)
-    g2, _ = _grads(worker, b2)
+    g1, m1 = update_grads(worker, b1)
+    g2, _ = update_grads(worker, b2)
     assert all(torch.allclose(g1[n], g2[n], atol=1e-7) for n in g1)
     assert m1["actor/grad_norm"][0] > 0
     b3 = dataclasses.replace(b1, advantages=b1.advantages.clone())
     b3.advantages[2, 0] += 1.0  # a trained token: the gradient must change
-    g3, _ = _grads(worker, b3)
+    g3, _ = update_grads(worker, b3)
     assert any(not torch.allclose(g1[n], g3[n], atol=1e-7) for n in g1)
 
 
@@ -93,14 +66,14 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient(worker):
     try:
         b = toy_batch()
         b.advantages = torch.randn(4, 8, generator=torch.Generator().manual_seed(2)) * b.loss_mask
-        full, _ = _grads(worker, b)
+        full, _ = update_grads(worker, b)
         worker.cfg = actor_cfg(loss_agg_mode="seq-mean-token-sum", ppo_micro_batch_size_per_gpu=1)
-        micro, m = _grads(worker, b)
+        micro, m = update_grads(worker, b)
         assert len(m["actor/pg_clipfrac"]) == 4 and len(m["actor/pg_loss"]) == 1  # per micro / per mini-batch
         for n in full:
             assert torch.allclose(full[n], micro[n], atol=1e-6, rtol=1e-4), n
         worker.cfg = actor_cfg(loss_agg_mode="seq-mean-token-sum", use_dynamic_bsz=True, ppo_max_token_len_per_gpu=24)
-        dyn, _ = _grads(worker, b)
+        dyn, _ = update_grads(worker, b)
         for n in full:
             assert torch.allclose(full[n], dyn[n], atol=1e-6, rtol=1e-4), n
     finally:
@@ -179,7 +152,7 @@ def test_gradient_checkpointing_recomputes_and_gives_the_same_gradient(tiny_mode
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            grads, _ = _grads(w, b)
+            grads, _ = update_grads(w, b)
         return grads, saved[0]
 
     want, saved_plain = grads_and_saved(worker)

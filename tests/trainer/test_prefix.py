@@ -11,11 +11,7 @@ from trainer.workers.actor import ActorWorker
 from trainer.workers.experience import make_batch
 from trainer.workers.prefix import group_prompts, pack_shared, prompt_sorted_chunks
 
-
-def actor_cfg(**kw):
-    cfg = resolve(Config.from_dict({"actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4, "optim": {"lr": 1e-3},
-                                                                    **kw}}}))
-    return cfg.actor_rollout_ref.actor
+from tests.trainer.actor_probe import actor_cfg, update_grads
 
 
 def grouped_batch():
@@ -78,30 +74,12 @@ def test_shared_prompt_log_probs_match_unpadded_forward(worker):
     worker.log_prob_micro = None
 
 
-def _update(worker, batch):
-    """Gradients and metrics of one update, the weights left as they were."""
-    state = {k: v.clone() for k, v in worker.model.state_dict().items()}
-    opt, sched = worker.optimizer.state_dict(), worker.scheduler.state_dict()
-    grads = {}
-    step = worker.optimizer.step
-    worker.optimizer.step = lambda *a, **k: grads.update(
-        {n: p.grad.detach().clone() for n, p in worker.model.named_parameters()})
-    try:
-        metrics = worker.update_policy(batch, mini_batch_size=len(batch), capture=True)
-    finally:
-        worker.optimizer.step = step
-        worker.model.load_state_dict(state)
-        worker.optimizer.load_state_dict(opt)
-        worker.scheduler.load_state_dict(sched)
-    return grads, metrics
-
-
 def test_shared_prompt_update_equals_the_padded_forward(worker):
     b_shared, b_plain = grouped_batch(), grouped_batch()
-    g1, m1 = _update(worker, b_shared)
+    g1, m1 = update_grads(worker, b_shared, capture=True)
     worker.share_prompts = False
     try:
-        g2, m2 = _update(worker, b_plain)
+        g2, m2 = update_grads(worker, b_plain, capture=True)
     finally:
         worker.share_prompts = True
     assert m1["actor/grad_norm"][0] > 0
@@ -113,7 +91,7 @@ def test_shared_prompt_update_equals_the_padded_forward(worker):
     cfg = worker.cfg
     worker.cfg = actor_cfg(use_kl_loss=True, ppo_micro_batch_size_per_gpu=2)  # prompt-sorted micro-batches
     try:
-        g3, m3 = _update(worker, grouped_batch())
+        g3, m3 = update_grads(worker, grouped_batch(), capture=True)
     finally:
         worker.cfg = cfg
     assert len(m3["actor/pg_clipfrac"]) == 3

@@ -205,7 +205,7 @@ class ActorWorker:
         plain = not _is_sharded(self.model)
         # The shared-prompt forward (trainer.workers.prefix) needs plain weights, no checkpointing and
         # a module that takes transformers' `cache` argument.
-        self.share_prompts = bool(share_prompts and plain and not gradient_checkpointing
+        self.share_prompts = bool(share_prompts and plain and not self.checkpointing
                                   and _takes_cache(self.model))
         self._call = compiled_forward(self.model) if use_torch_compile and plain else self.model
         self.compiled = self._call is not self.model
