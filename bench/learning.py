@@ -5,7 +5,8 @@ Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] 
 
 1. `trainer.models.demo.make_demo_model`: the tiny demo-preset model, warm-started with trainer.sft for
    --warm-steps steps (default the demo's own) on 20,000 arithmetic conversations (a tool-only
-   phase, then a 60%-tool mix); bounded by steps, so the same seed gives the same model.
+   phase at lr 3e-3, then a 45%-tool mix at lr 1e-3); bounded by steps, so the same seed gives the
+   same model on the same machine.
 2. Held-out data (trainer.tasks.arith: operand pairs never seen in training), and a sampled
    (temperature 1) evaluation of the warm start: reward and share of episodes that call the tool.
 3. `python -m trainer run --recipe demo_tool_arith actor_rollout_ref.model.path=WARM ...` in a
@@ -89,10 +90,17 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start"
 
 
+def _phases(warm: dict) -> str:
+    """'N tool-only at lr X then M mix (P% tool) at lr Y, each warmup + cosine' from warm_start.json."""
+    parts = [f"{p['steps']} {p['name']}" + (f" ({100 * p['tool_fraction']:.0f}% tool)" if p["tool_fraction"] < 1 else "")
+             + f" at lr {p.get('lr', warm.get('lr')):g}" for p in warm.get("phases", [])]
+    return (" then ".join(parts) or f"lr {warm.get('lr', 3e-3):g}") + ", each warmup + cosine"
+
+
 def render(res: dict) -> str:
     lines = [BEGIN, "## Learning demo (`demo_tool_arith`)", "",
              f"Command: `{res['command']}`  ", f"Machine: {res['machine']}; torch threads {res['threads']}.", "",
-             f"Warm start (`make_demo_model`, trainer.sft, batch 32, lr 3e-3 cosine, bounded by steps): "
+             f"Warm start (`make_demo_model`, trainer.sft, batch 32, {_phases(res['warm'])}, bounded by steps): "
              f"{res['warm']['steps']}/{res['warm'].get('steps_requested', res['warm']['steps'])} steps "
              f"in {res['warm']['seconds']:.0f} s{' (SAFETY CAP HIT)' if res['warm'].get('cap_hit') else ''}, "
              f"final loss {res['warm']['final_loss']:.3f}. Sampled "

@@ -9,11 +9,12 @@ at most 3 assistant turns (so at most 2 tool calls), about 90 new tokens a turn.
 the faster of the two settings measured there (held-out reward 0.37 -> 0.87 in 10 steps against 0.63
 after a minute with lr 1e-4 and KL 0.04), so it is the one that fits a 5-minute run.
 
-Measured here (bench/learning.py, docs/benchmarks.md "bench:learning", docs/demo.md; 2 shared cores,
-1 thread) from `trainer.models.demo.make_demo_model(steps=600)` (400 tool-only SFT steps, then 200 on a
-50% tool mix; bounded by steps, so the same seed gives the same weights at any load): held-out sampled
-reward 0.29 (seed 0) / 0.23 (seed 1) after the warm start, first validation >= 0.8 at step 15 / 20
-(83 s / 99 s), 0.84-0.945 up to step 55-60; 60 steps take about 5 minutes, hence 60 steps.
+Measured here (bench/learning.py, docs/benchmarks.md "bench:learning", docs/demo.md; quiet AMD EPYC, 2
+cores, 1 thread) from `trainer.models.demo.make_demo_model(steps=600)` (400 tool-only SFT steps at lr
+3e-3, then 200 on a 45% tool mix at lr 1e-3; bounded by steps, so the same seed gives the same weights
+at any load on one machine; 174-176 s): held-out sampled reward 0.31 (seed 0) / 0.23 (seed 1) after
+the warm start, first validation >= 0.8 at step 15 / 10 (45 s / 26 s), 0.89-0.97 up to step 60
+(about 2 minutes); 60 steps leave room on slower or busier machines.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ format but leaves the model unreliable (the GRPO demo needs room to improve).
 
 Warm start: `trainer.models.demo.make_demo_model` trains first on conversations that all call the
 tool (``tool_fraction=1.0``: the model learns to copy the operands into the call and the reply into
-the answer), then on a mix (``tool_fraction=0.5``). Trained on the 40% mix from the start, the
-demo model never learned to copy within 5 minutes (operand digits at chance); see docs/demo.md.
+the answer), then on a mix (``tool_fraction=0.45``, at a third of the learning rate). Trained on
+the 40% mix from the start, the demo model never learned to copy within 5 minutes (operand digits at
+chance); see docs/demo.md.
 """
 from __future__ import annotations
 

@@ -16,15 +16,22 @@ def test_make_demo_model_two_phases_bounded_and_evaluable(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     seen = []
-    out = make_demo_model(tmp_path / "demo", steps=5, seed=0, progress=lambda done, total: seen.append((done, total)))
+    out = make_demo_model(tmp_path / "demo", steps=5, seed=0, copy_check=4,
+                          progress=lambda done, total: seen.append((done, total)))
     info = json.loads((out / "warm_start.json").read_text())
     assert [p["name"] for p in info["phases"]] == ["tool-only", "mix"]
-    assert [p["tool_fraction"] for p in info["phases"]] == [1.0, 0.5]
+    assert [p["tool_fraction"] for p in info["phases"]] == [1.0, 0.45]
+    # The mix phase runs at a third of the tool-only rate: at 3e-3 it undid the copy skill on some CPUs.
+    assert [p["lr"] for p in info["phases"]] == [3e-3, 1e-3] and info["mix_lr"] == 1e-3
     # The steps bound is honoured exactly (3 + 2 of 5), far from the safety cap, which is not hit.
     assert [p["steps"] for p in info["phases"]] == [3, 2]
     assert info["steps"] == info["steps_requested"] == 5 and info["cap_hit"] is False
     assert not any(p["cap_hit"] for p in info["phases"])
     assert seen == [(k, 5) for k in range(1, 6)]
+    # The copy skill is sampled after the tool-only phase (train-split prompts), and only there.
+    check = info["phases"][0]["copy_check"]
+    assert check["prompts"] == 4 and 0.0 <= check["reward"] <= 1.0 and 0.0 <= check["tool_use"] <= 1.0
+    assert check["weak"] is (check["reward"] < 0.9) and "copy_check" not in info["phases"][1]
     tok = AutoTokenizer.from_pretrained(out)
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.hidden_size == 128 and tok.chat_template is not None
@@ -40,13 +47,13 @@ def test_same_seed_and_steps_give_the_same_weights(tmp_path):
     """Bounded by steps (not seconds), the build is repeatable whatever the machine's load."""
     from safetensors.torch import load_file
 
-    a = load_file(make_demo_model(tmp_path / "a", steps=3, seed=1) / "model.safetensors")
-    b = load_file(make_demo_model(tmp_path / "b", steps=3, seed=1) / "model.safetensors")
+    a = load_file(make_demo_model(tmp_path / "a", steps=3, seed=1, copy_check=0) / "model.safetensors")
+    b = load_file(make_demo_model(tmp_path / "b", steps=3, seed=1, copy_check=0) / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_safety_cap_stops_early_and_is_reported(tmp_path):
-    out = make_demo_model(tmp_path / "capped", steps=400, max_seconds=1e-6, seed=0)
+    out = make_demo_model(tmp_path / "capped", steps=400, max_seconds=1e-6, seed=0, copy_check=0)
     info = json.loads((out / "warm_start.json").read_text())
     assert info["cap_hit"] is True and info["steps"] < 400
     assert all(p["cap_hit"] for p in info["phases"])
