@@ -97,12 +97,23 @@ def _phases(warm: dict) -> str:
     return (" then ".join(parts) or f"lr {warm.get('lr', 3e-3):g}") + ", each warmup + cosine"
 
 
+def _gate(warm: dict) -> str:
+    """The copy gate's part of the warm-start line: its checks, and the steps it added."""
+    checks = [p["copy_check"]["reward"] for p in warm.get("phases", []) if p.get("copy_check")]
+    if not checks:
+        return ""
+    extra = warm.get("extra_steps") or 0
+    return (f" (copy check after the tool-only steps: {' -> '.join(f'{c:.3f}' for c in checks)}"
+            + (f"; {extra} steps added by the copy gate)" if extra else ")"))
+
+
 def render(res: dict) -> str:
     lines = [BEGIN, "## Learning demo (`demo_tool_arith`)", "",
              f"Command: `{res['command']}`  ", f"Machine: {res['machine']}; torch threads {res['threads']}.", "",
              f"Warm start (`make_demo_model`, trainer.sft, batch 32, {_phases(res['warm'])}, bounded by steps): "
              f"{res['warm']['steps']}/{res['warm'].get('steps_requested', res['warm']['steps'])} steps "
-             f"in {res['warm']['seconds']:.0f} s{' (SAFETY CAP HIT)' if res['warm'].get('cap_hit') else ''}, "
+             f"in {res['warm']['seconds']:.0f} s{' (SAFETY CAP HIT)' if res['warm'].get('cap_hit') else ''}"
+             f"{_gate(res['warm'])}, "
              f"final loss {res['warm']['final_loss']:.3f}. Sampled "
              f"(temperature 1) on {res['warm_eval']['episodes']} held-out prompts: reward "
              f"**{res['warm_eval']['reward']:.3f}**, tool called in {100 * res['warm_eval']['tool_use']:.0f}% "
