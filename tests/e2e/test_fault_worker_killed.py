@@ -10,8 +10,11 @@ shared Redis that would hand other suites' running tasks out again), and two rea
 2. worker B starts; the late-acked task comes back after the visibility timeout; run_submit runs
    again, Ray refuses a second job with the run's derived submission id, and the run records the
    job that already runs, with the ingest token that job carries;
-3. exactly one Ray job exists for the run, and the run ends succeeded through its own reports (the
-   ingest API accepted the job's token: its events are stored).
+3. exactly one Ray job exists for the run, and the run ends succeeded through its own reports: the
+   ones posted after the adoption (the ingest API accepts the job's token) and, for a job that
+   reported before it (refused: its token's hash had been rolled back) or even finished, the ones
+   run_submit stores from the job's events.jsonl when it adopts the job (a failure seen in CI: a quiet
+   machine ran the 2-step job to its end within the redelivery's 10 s).
 """
 from __future__ import annotations
 

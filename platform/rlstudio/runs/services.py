@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from typing import Any
 
@@ -24,6 +25,8 @@ from django.utils import timezone
 from rlstudio.accounts.services import audit_record
 
 from .models import TERMINAL_STATUSES, Run, RunStatus
+
+log = logging.getLogger(__name__)
 
 S = RunStatus
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -342,7 +345,10 @@ def run_submit(*, run_id: int) -> str:
         run.save(update_fields=["ray_submission_id", "config", "total_steps"])
         audit_record(actor=None, action="run.submit", obj=run,
                      data={"submission_id": submission_id, "new_job": created})
-    return "submitted" if created else "already in Ray"
+    if created:
+        return "submitted"
+    backfilled = run_backfill_local_events(run_id=run_id)
+    return "already in Ray" + (f"; {backfilled} of its reports stored from its events file" if backfilled else "")
 
 
 def run_resubmit(*, run_id: int) -> bool:
@@ -393,7 +399,48 @@ def run_adopt_job(*, run_id: int, submission_id: str, job_env: dict[str, str] | 
         locked.save(update_fields=fields)
         audit_record(actor=None, action="run.adopt", obj=locked,
                      data={"submission_id": submission_id, "spec": isinstance(spec, dict), "token": bool(token)})
+    run_backfill_local_events(run_id=run_id)
     return True
+
+
+def run_backfill_local_events(*, run_id: int, chunk: int = 500) -> int:
+    """Store the reports in the run's own events file that the platform does not have; returns how
+    many were new.
+
+    A job adopted after its submit task died (run_submit finding it already in Ray, or run_adopt_job)
+    reported while the platform did not know its ingest token: the hash issued with the job was
+    rolled back with the task's transaction, so every POST was refused until the adoption, and a short
+    job may have finished by then. The trainer's JSONL sink writes every event to `events.jsonl` in the
+    run's folder (launch.run_dir, the job's `trainer.default_local_dir`) as it goes; those lines go
+    through the ingest (the same validation and limits; stored once per seq, so what did arrive is
+    skipped) and their status events end the run as its own reports would have. Nothing to read when
+    the job runs on another machine: then only its later reports arrive. A line that is not JSON (the
+    last one, mid-write) is skipped.
+    """
+    from rlstudio.telemetry import codec
+    from rlstudio.telemetry.services import events_ingest
+
+    from . import launch
+
+    path = launch.run_dir(run_id) / "events.jsonl"
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not path.is_file():
+        return 0
+    stored, batch = 0, []
+    with path.open("rb") as f:
+        for line in f:
+            try:
+                batch.append(codec.loads(line))
+            except ValueError:
+                continue
+            if len(batch) >= chunk:
+                stored += events_ingest(run=run, raw_events=batch).accepted
+                batch = []
+    if batch:
+        stored += events_ingest(run=run, raw_events=batch).accepted
+    if stored:
+        log.info("run %s: %d reports stored from %s (the job reported before it was adopted)", run_id, stored, path)
+    return stored
 
 
 # -------------------------------------------------------------------------------------------- stop

@@ -115,3 +115,66 @@ def test_reconcile_asks_ray_about_a_run_submitting_past_the_timeout(submitting, 
         reconcile_run(Run.objects.get(pk=submitting.pk))
     run = Run.objects.get(pk=submitting.pk)
     assert run.status == S.SUBMITTING and run.submit_resends == 0
+
+
+def _write_events(path, events, tail=""):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events) + tail, encoding="utf-8")
+
+
+def _job_events(steps: int = 2) -> list[dict]:
+    """What the trainer's JSONL sink writes for a short run: starting, running, a metrics event per
+    step, succeeded (the shapes of a real cpu_smoke events.jsonl)."""
+    events = [{"seq": 1, "type": "status", "time": 1.0, "data": {"state": "starting", "message": "loading",
+                                                                 "step": 0, "total_steps": 0}},
+              {"seq": 2, "type": "status", "time": 2.0, "data": {"state": "running", "message": "training",
+                                                                 "step": 0, "total_steps": steps}}]
+    for step in range(1, steps + 1):
+        events.append({"seq": 2 + step, "type": "metrics", "time": 2.0 + step,
+                       "data": {"step": step, "metrics": {"critic/score/mean": 0.25 * step}}})
+    events.append({"seq": 3 + steps, "type": "status", "time": 9.0,
+                   "data": {"state": "succeeded", "message": "done", "step": steps, "total_steps": steps}})
+    return events
+
+
+def test_adopting_a_job_stores_the_reports_it_made_before(submitting, settings, tmp_path):
+    """The job reported while its token was unknown here (refused) and finished: its events file
+    brings the run to its end, as its reports would have; a second pass stores nothing twice."""
+    from rlstudio.telemetry.models import MetricRow, RunEvent
+
+    settings.RUNS_DIR = tmp_path
+    # a half-written last line (the job still writing) is skipped, not an error
+    _write_events(tmp_path / str(submitting.pk) / "events.jsonl", _job_events(), tail='{"seq": 6, "ty')
+    assert run_adopt_job(run_id=submitting.pk, submission_id="rlstudio-run-z",
+                         job_env={"RLSTUDIO_INGEST_TOKEN": "rit_the-jobs-token"})
+    run = Run.objects.get(pk=submitting.pk)
+    assert run.status == S.SUCCEEDED and run.ray_submission_id == "rlstudio-run-z"
+    assert list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)) == [1, 2, 3, 4, 5]
+    assert MetricRow.objects.filter(run=run).count() == 2
+    from rlstudio.runs.services import run_backfill_local_events
+
+    assert run_backfill_local_events(run_id=run.pk) == 0  # all stored already
+
+
+def test_backfill_keeps_what_arrived_and_adds_only_the_missing(submitting, settings, tmp_path):
+    from rlstudio.runs.services import run_backfill_local_events
+    from rlstudio.telemetry.models import RunEvent
+    from rlstudio.telemetry.services import events_ingest
+
+    settings.RUNS_DIR = tmp_path
+    events = _job_events(steps=3)
+    events_ingest(run=submitting, raw_events=events[:3])  # what got through before
+    _write_events(tmp_path / str(submitting.pk) / "events.jsonl", events)
+    assert run_backfill_local_events(run_id=submitting.pk) == len(events) - 3
+    assert RunEvent.objects.filter(run=submitting).count() == len(events)
+    assert Run.objects.get(pk=submitting.pk).status == S.SUCCEEDED
+
+
+def test_backfill_without_an_events_file_does_nothing(submitting, settings, tmp_path):
+    from rlstudio.runs.services import run_backfill_local_events
+
+    settings.RUNS_DIR = tmp_path  # the job ran elsewhere: no file in this machine's run folder
+    assert run_backfill_local_events(run_id=submitting.pk) == 0
+    assert Run.objects.get(pk=submitting.pk).status == S.SUBMITTING
