@@ -47,8 +47,8 @@ WARM_START_TOOL_FRACTION = 0.45
 # ceiling (the tool gets called every time after GRPO; what is left is miscopied operands): 300
 # tool-only steps plateaued at 0.77-0.87 held out, 400 at 0.88-0.95. See docs/demo.md.
 COPY_PHASE = 2 / 3
-# Total SFT steps of both phases (400 tool-only + 200 mix): 157-190 s at load about 4 on the 2-core
-# machine; see docs/benchmarks.md (bench:demo) for the figures.
+# Total SFT steps of both phases (400 tool-only + 200 mix): 174-176 s on a quiet 2-core AMD EPYC
+# (bench:learning), 153 s inside the platform (bench:demo); see docs/benchmarks.md.
 WARM_START_STEPS = 600
 # Train-split prompts sampled after the tool-only phase to measure the copy skill (about 4 s).
 # Seeds 0 / 1 / 2 / 3 on the AMD EPYC: 0.965 / 0.953 / 0.816 / 0.848 (256 held-out prompts). GRPO
@@ -105,7 +105,8 @@ def make_demo_model(out_dir: str | Path, *, steps: int = WARM_START_STEPS, seed:
     ``max_seconds`` caps the wall time (each phase gets its share); hitting it stops that phase early
     and is recorded, never hidden: ``warm_start.json`` has ``steps_requested``, ``steps``,
     ``seconds``, ``cap_hit`` and the same per phase. Below the cap the learning-rate schedule follows
-    steps only, so the weights depend on ``seed`` and ``threads`` alone.
+    steps only, so on one machine the weights depend on ``seed`` and ``threads`` alone (the copy
+    gate's checks sample with a fixed seed too).
 
     The copy gate: ``copy_check`` prompts (0: no gate) of the train split are sampled after the
     tool-only phase, where the model calls the tool every time, so the reward measures the copy skill
