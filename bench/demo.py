@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.learning import VAL_KEY, _gate, machine  # noqa: E402
+from bench.learning import VAL_KEY, copy_gate_text, machine  # noqa: E402
 from bench.md_sections import replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:demo:begin -->", "<!-- bench:demo:end -->"
@@ -117,7 +117,7 @@ def render(res: dict) -> str:
              f"- `make run`'s launcher on a fresh state folder: platform up (/healthz 200) in **{res['up_s']:.0f} s**; "
              f"the demo prepared in the background, button ready **{res['demo_ready_s']:.0f} s** after the start.",
              f"- Warm start (`trainer.models.demo`, bounded by steps): {w['steps']}/{w['steps_requested']} steps in "
-             f"**{w['seconds']:.0f} s**{' (SAFETY CAP HIT)' if w.get('cap_hit') else ''}{_gate(w)}, seed {w['seed']}, "
+             f"**{w['seconds']:.0f} s**{' (SAFETY CAP HIT)' if w.get('cap_hit') else ''}{copy_gate_text(w)}, seed {w['seed']}, "
              f"{w['threads']} torch thread.",
              f"- Held-out reward after the warm start, sampled at temperature 1 on {res['eval']['episodes']} "
              f"held-out prompts: **{res['eval']['reward']:.3f}** (calculator called in "

@@ -97,7 +97,7 @@ def _phases(warm: dict) -> str:
     return (" then ".join(parts) or f"lr {warm.get('lr', 3e-3):g}") + ", each warmup + cosine"
 
 
-def _gate(warm: dict) -> str:
+def copy_gate_text(warm: dict) -> str:
     """The copy gate's part of the warm-start line: its checks, and the steps it added."""
     checks = [p["copy_check"]["reward"] for p in warm.get("phases", []) if p.get("copy_check")]
     if not checks:
@@ -113,7 +113,7 @@ def render(res: dict) -> str:
              f"Warm start (`make_demo_model`, trainer.sft, batch 32, {_phases(res['warm'])}, bounded by steps): "
              f"{res['warm']['steps']}/{res['warm'].get('steps_requested', res['warm']['steps'])} steps "
              f"in {res['warm']['seconds']:.0f} s{' (SAFETY CAP HIT)' if res['warm'].get('cap_hit') else ''}"
-             f"{_gate(res['warm'])}, "
+             f"{copy_gate_text(res['warm'])}, "
              f"final loss {res['warm']['final_loss']:.3f}. Sampled "
              f"(temperature 1) on {res['warm_eval']['episodes']} held-out prompts: reward "
              f"**{res['warm_eval']['reward']:.3f}**, tool called in {100 * res['warm_eval']['tool_use']:.0f}% "

@@ -10,9 +10,9 @@ trainer.sft for a fixed number of optimizer steps: first on conversations that a
 calculator, then on a 45%-tool mix at lr 1e-3 (why: see `make_demo_model` and docs/demo.md). The
 bound is in STEPS, so a build is the same bit for bit for a given seed and thread count on one
 machine, whatever its load (an earlier version bounded it by seconds, and the same seed gave
-held-out reward 0.34 on one build and 0.42 on another). ``max_seconds`` is only a safety cap: when a slow machine hits it, the
-phase stops early and ``warm_start.json`` says so (``cap_hit``); the result is then a weaker,
-machine-dependent warm start, never passed off as the normal one.
+held-out reward 0.34 on one build and 0.42 on another). ``max_seconds`` is only a safety cap: when a
+slow machine hits it, the phase stops early and ``warm_start.json`` says so (``cap_hit``); the result
+is then a weaker, machine-dependent warm start, never passed off as the normal one.
 
 `evaluate_sampled` runs held-out prompts through the same multi-turn rollout and reward the trainer
 uses (hf engine, calculator tool, temperature 1 by default) and returns the mean reward and the share
