@@ -119,6 +119,52 @@ def _service_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# PostgreSQL error codes a flush may meet while the session's worker or beat is mid-transaction.
+_FLUSH_RETRY_PGCODES = {"40P01": "deadlock detected", "55P03": "lock not available",
+                        "40001": "serialization failure"}
+
+
+def _flush_lock_conflict(exc: BaseException) -> str | None:
+    """The PostgreSQL lock conflict behind a failed flush, if that is what it was."""
+    while exc is not None:
+        code = getattr(exc, "pgcode", None)
+        if code in _FLUSH_RETRY_PGCODES:
+            return f"{code} {_FLUSH_RETRY_PGCODES[code]}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def pytest_configure(config):
+    """A transactional test ends with a flush: one TRUNCATE of every table, taking an exclusive lock
+    on each in turn. The session's Celery worker and beat are real and keep working between tests (a
+    launch's follow-up task, the reconcile every second), so a transaction of theirs that holds one
+    table and wants another meets the TRUNCATE holding that one, and PostgreSQL aborts one of the two
+    as a deadlock. When the flush is the one aborted, pytest-django reports the test as an error and
+    leaves its rows for the next test (CI: a browser test then found 'alice' already there). The
+    flush runs in one transaction, so a failed one changed nothing: try it again, a few times, and
+    say so on stderr. Any other flush failure is raised as it was."""
+    from django.core.management.base import CommandError
+    from django.test import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+    if getattr(original, "_retries_lock_conflicts", False):
+        return
+
+    def _fixture_teardown(self):
+        for attempt in range(1, 6):
+            try:
+                return original(self)
+            except CommandError as exc:
+                conflict = _flush_lock_conflict(exc)
+                if conflict is None or attempt == 5:
+                    raise
+                sys.stderr.write(f"\n[flush] {conflict} on try {attempt}; trying again\n")
+                time.sleep(0.5 * attempt)
+
+    _fixture_teardown._retries_lock_conflicts = True
+    TransactionTestCase._fixture_teardown = _fixture_teardown
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     """pytest-django's test database; on the way out, first close the connection of asgiref's one
