@@ -113,6 +113,10 @@ class RunEventsIngestView(APIView):
                            code="not_authenticated", status_code=401)
         if not run_token_check(run=run, token=token.strip()):
             raise ApiError("Invalid ingest token for this run.", code="invalid_token", status_code=401)
+        with codec.gc_paused():
+            return self._ingest(request, run)
+
+    def _ingest(self, request, run: Run) -> Response:
         body = self._read_body(request)
         try:
             payload = codec.loads(body)

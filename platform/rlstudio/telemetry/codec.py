@@ -20,7 +20,11 @@ though not always as `repr` writes them (`0.00001` for `1e-05`): the same number
 """
 from __future__ import annotations
 
+import gc
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
@@ -48,3 +52,36 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode("utf-8")
     except TypeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the block runs (in any thread); back as it was after the
+    last of the blocks that overlap.
+
+    An ingest request builds hundreds of thousands of containers (a 500-sample body with 256-token
+    views is ~800k lists, strings and numbers), none of them in a reference cycle: reference counting
+    frees them all. Each 700 allocations start a young-generation collection anyway, and the older
+    generations' collections walk everything the request holds, again and again: a third of the time
+    `orjson.loads` takes on such a body (49 vs 27 ms) and ~15% of the whole ingest's CPU. The pause is
+    bounded by the request (its body is size-limited), and what becomes garbage meanwhile is collected
+    by the first collection after it.
+    """
+    global _gc_pausers, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
