@@ -29,6 +29,7 @@ import gzip
 import json
 import os
 import platform as _platform
+import random
 import signal
 import socket
 import statistics
@@ -66,15 +67,21 @@ def small_ev(seq: int) -> dict:
 
 
 def sample_ev(seq: int, step: int, index: int, *, tokens: int = 256) -> dict:
+    """A GSM8K-sized sample event with a token view whose numbers look like the trainer's: varied
+    log-probs rounded to 6 decimals (trainer/loop.py `_view_floats`), not one short constant."""
+    rng = random.Random(seq)
+    logprobs = [round(-rng.expovariate(2.0), 6) for _ in range(tokens)]
+    ref_logprobs = [round(lp - abs(rng.gauss(0.0, 0.02)), 6) for lp in logprobs]
+    advantage = round(rng.gauss(0.0, 0.8), 6)
     return {"seq": seq, "type": "sample", "time": time.time(), "data": {
         "step": step, "uid": f"gsm8k-{step}-{index // 8}", "index": index % 8, "reward": float(index % 2),
-        "advantage": 0.5 - (index % 2), "response_length": tokens, "num_turns": 1, "finish_reason": "stop",
+        "advantage": advantage, "response_length": tokens, "num_turns": 1, "finish_reason": "stop",
         "messages": [{"role": "user", "content": "Natalia sold clips to 48 of her friends in April, " * 4},
                      {"role": "assistant", "content": "She sold 48 / 2 = 24 clips in May. " * 12 + "#### 72"}],
         "ground_truth": "72", "data_source": "gsm8k",
         "token_view": {"ids": list(range(tokens)), "pieces": ["tok"] * tokens, "loss_mask": [1] * tokens,
-                       "logprobs": [-0.25] * tokens, "ref_logprobs": [-0.3] * tokens,
-                       "advantages": [0.5] * tokens}}}
+                       "logprobs": logprobs, "ref_logprobs": ref_logprobs,
+                       "advantages": [advantage] * tokens}}}
 
 
 def gz_body(events: list[dict]) -> bytes:

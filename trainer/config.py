@@ -353,7 +353,9 @@ class TrainerConfig:
 @dataclass(frozen=True)
 class ReportConfig:
     samples_per_step: int = _f(8, "Trajectories per step emitted as sample events; -1 = all.")
-    token_view: bool = _f(True, "Attach the token view (ids, pieces, masks, log-probs) to samples.")
+    token_view: bool = _f(True, "Attach the token view (ids, pieces, masks, log-probs) to samples; its "
+                          "log-probs and advantages are rounded to 6 decimals (for reading; the step "
+                          "itself uses full precision).")
     memory_interval_s: float = _f(
         0.25, "Seconds between memory samples in each worker (and one at every phase boundary); 0 = "
         "phase boundaries only.")

@@ -416,9 +416,9 @@ class Trainer:
                     ids=list(tr.response_ids),
                     pieces=[self.tokenizer.decode([t]) for t in tr.response_ids],
                     loss_mask=[int(x) for x in tr.loss_mask],
-                    logprobs=_finite_list(b.old_log_probs[i, :r]),
-                    ref_logprobs=_finite_list(b.ref_log_probs[i, :r]) if b.ref_log_probs is not None else None,
-                    advantages=_finite_list(b.advantages[i, :r]))
+                    logprobs=_view_floats(b.old_log_probs[i, :r]),
+                    ref_logprobs=_view_floats(b.ref_log_probs[i, :r]) if b.ref_log_probs is not None else None,
+                    advantages=_view_floats(b.advantages[i, :r]))
             data = SampleData(step=step, uid=tr.uid, index=tr.index, reward=float(tr.reward),
                               advantage=float(tr.advantage), response_length=r, num_turns=int(tr.num_turns),
                               finish_reason=tr.finish_reason, messages=_jsonable(tr.messages),
@@ -520,8 +520,20 @@ class _NullMonitor:
         yield
 
 
-def _finite_list(t: torch.Tensor) -> list[float | None]:
-    return [float(x) if math.isfinite(x) else None for x in t.tolist()]
+VIEW_DECIMALS = 6
+
+
+def _view_floats(t: torch.Tensor) -> list[float | None]:
+    """A token view's numbers, rounded to VIEW_DECIMALS decimals (non-finite ones as None).
+
+    The view is for reading (the token page colours tokens by these numbers and shows them on
+    hover); the step's maths and metrics use the tensors at full precision. A float32 value as a Python float is written with up
+    to 17 digits ("-0.2512345612049103"); rounded in float64 it is written shortest ("-0.251235"),
+    which makes a 256-token sample event ~40% smaller on the wire, in PostgreSQL and in the dumps.
+    """
+    scale = 10.0 ** VIEW_DECIMALS
+    rounded = torch.round(t.detach().to(torch.float64) * scale) / scale
+    return [x if math.isfinite(x) else None for x in rounded.tolist()]
 
 
 def _jsonable(obj: Any) -> Any:

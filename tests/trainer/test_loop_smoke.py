@@ -72,6 +72,10 @@ def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
         assert len(tv["ids"]) == s["response_length"] == len(tv["loss_mask"]) == len(tv["advantages"])
         assert len(tv["ref_logprobs"]) == len(tv["ids"])
         assert all(a == 0 for a, m in zip(tv["advantages"], tv["loss_mask"]) if m == 0)
+        # Numbers rounded to 6 decimals for the page (short on the wire), within 5e-7 of the step's own.
+        numbers = [v for key in ("logprobs", "ref_logprobs", "advantages") for v in tv[key] if v is not None]
+        assert numbers and all(round(v, 6) == v and len(repr(v)) <= 10 for v in numbers)
+        assert all(abs(a - s["advantage"]) <= 5e-7 for a, m in zip(tv["advantages"], tv["loss_mask"]) if m == 1)
         assert "chars" in s["reward_extra"] and s["messages"][-1]["role"] in ("assistant", "tool", "user")
     assert any(e["data"].get("validation") for e in ev if e["type"] == "sample")
     phases = {e["data"]["phase"] for e in ev if e["type"] == "memory"}
