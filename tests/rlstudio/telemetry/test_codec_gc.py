@@ -40,10 +40,15 @@ def test_overlapping_blocks_in_two_threads_enable_only_after_the_last():
 
     ta = threading.Thread(target=block, args=(a_in, a_out, "a"))
     tb = threading.Thread(target=block, args=(b_in, b_out, "b"))
-    ta.start(), a_in.wait(10), tb.start(), b_in.wait(10)
-    a_out.set(), ta.join(10)
+    ta.start()
+    assert a_in.wait(10)
+    tb.start()
+    assert b_in.wait(10)
+    a_out.set()
+    ta.join(10)
     assert seen["a"] is False and not gc.isenabled()  # b is still inside
-    b_out.set(), tb.join(10)
+    b_out.set()
+    tb.join(10)
     assert seen["b"] is True and gc.isenabled()
 
 
