@@ -142,7 +142,7 @@ def pytest_configure(config):
     as a deadlock. When the flush is the one aborted, pytest-django reports the test as an error and
     leaves its rows for the next test (CI: a browser test then found 'alice' already there). The
     flush runs in one transaction, so a failed one changed nothing: try it again, a few times, and
-    say so on stderr. Any other flush failure is raised as it was."""
+    say so on stderr. Any other flush failure is raised with the database's own error in its message."""
     from django.core.management.base import CommandError
     from django.test import TransactionTestCase
 
@@ -157,7 +157,10 @@ def pytest_configure(config):
             except CommandError as exc:
                 conflict = _flush_lock_conflict(exc)
                 if conflict is None or attempt == 5:
-                    raise
+                    # Django's message lists possible reasons, not the one: put the database's own
+                    # error where pytest's one-line summary shows it.
+                    raise CommandError(f"{str(exc).splitlines()[0]} ({type(exc.__cause__).__name__}: "
+                                       f"{str(exc.__cause__).strip()}; try {attempt})") from exc
                 sys.stderr.write(f"\n[flush] {conflict} on try {attempt}; trying again\n")
                 time.sleep(0.5 * attempt)
 

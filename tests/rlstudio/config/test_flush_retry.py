@@ -61,3 +61,22 @@ def test_a_flush_that_loses_a_deadlock_is_tried_again(make_user, capsys):
     from django.contrib.auth import get_user_model
 
     assert not get_user_model().objects.filter(username="left-behind").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_any_other_flush_failure_is_raised_at_once_with_the_database_s_own_error(capsys):
+    from django.core.management.base import CommandError
+
+    # A table Django does not know, referencing one it truncates: PostgreSQL refuses the TRUNCATE.
+    with connection.cursor() as cur:
+        cur.execute("CREATE TABLE flush_probe_ref (user_id integer REFERENCES auth_user (id))")
+    try:
+        flusher = type("Flusher", (TransactionTestCase,), {"runTest": lambda self: None})()
+        with pytest.raises(CommandError) as raised:
+            flusher._fixture_teardown()
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("DROP TABLE flush_probe_ref")
+    message = str(raised.value)
+    assert "couldn't be flushed" in message and "cannot truncate a table referenced" in message
+    assert message.endswith("try 1)") and "trying again" not in capsys.readouterr().err
