@@ -9,7 +9,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def local_ray():
-    ray = pytest.importorskip("ray")
+    import ray  # a pinned requirement: missing, the parallel tests must fail, not be skipped
     if ray.is_initialized():
         yield ray
         return
