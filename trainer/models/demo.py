@@ -190,6 +190,12 @@ def make_demo_model(out_dir: str | Path, *, steps: int = WARM_START_STEPS, seed:
     return out
 
 
+def copy_gate_note(info: dict[str, Any]) -> str:
+    """' (N added by the copy gate)' for a warm_start.json whose copy gate added steps, else ''."""
+    extra = info.get("extra_steps") or 0
+    return f" ({extra} added by the copy gate)" if extra else ""
+
+
 def _copy_check(model_dir: Path, prompts: int, seed: int, threads: int | None, log) -> dict[str, Any]:
     """Sampled reward / tool use of the tool-only model on ``prompts`` train-split problems."""
     from trainer.tasks import arith
@@ -271,8 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                           threads=args.threads, copy_check=args.copy_check, log=print)
     info = json.loads((out / "warm_start.json").read_text())
     loss = "n/a" if info["final_loss"] is None else f"{info['final_loss']:.3f}"
-    gate = f" ({info['extra_steps']} added by the copy gate)" if info["extra_steps"] else ""
-    print(f"wrote {out}: {info['steps']}/{info['steps_requested']} SFT steps{gate} in {info['seconds']} s, "
+    print(f"wrote {out}: {info['steps']}/{info['steps_requested']} SFT steps{copy_gate_note(info)} in "
+          f"{info['seconds']} s, "
           f"final loss {loss}" + ("  (SAFETY CAP HIT)" if info["cap_hit"] else ""))
     return 0
 

@@ -61,12 +61,6 @@ def _raise_on_sigterm(signum, _frame):
     raise SystemExit(f"stopped by signal {signum} before the demo was ready")
 
 
-def _gate_note(info: dict) -> str:
-    """' (N of them added by the copy gate)' when the warm start's copy check asked for more steps."""
-    extra = info.get("extra_steps") or 0
-    return f" ({extra} of them added by the copy gate)" if extra else ""
-
-
 class Command(BaseCommand):
     help = "Register the demo model, datasets and the one-click demo config (idempotent)."
 
@@ -139,7 +133,7 @@ class Command(BaseCommand):
             self.stdout.write(f"dataset {ds.name} (id {ds.pk}, {ds.status}, {'new' if created else 'already there'})")
 
         # The long part; the worker validates the datasets meanwhile.
-        from trainer.models.demo import WARM_START_STEPS
+        from trainer.models.demo import WARM_START_STEPS, copy_gate_note
 
         steps = opts["warm_steps"] or WARM_START_STEPS
         self._stage("warm-start", warm_started=time.time(), steps_done=0, steps_total=steps)
@@ -157,7 +151,7 @@ class Command(BaseCommand):
         info = json.loads((Path(model.path) / "warm_start.json").read_text())
         self.stdout.write(f"model {model.name} (id {model.pk}) at {model.path}: {info['steps']}/"
                           f"{info['steps_requested']} warm-start steps in {info['seconds']} s"
-                          f"{_gate_note(info)}"
+                          f"{copy_gate_note(info)}"
                           f"{' (SAFETY CAP HIT)' if info.get('cap_hit') else ''}; this call {time.monotonic() - t0:.1f} s")
 
         self._stage("validating the datasets")
