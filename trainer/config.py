@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import types
 import typing
@@ -454,7 +455,13 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if origin is dict:
         if not isinstance(value, Mapping):
             raise ConfigError(key, f"expected an object, got {value!r}")
-        return json.loads(json.dumps(dict(value)))
+        try:
+            text = json.dumps(dict(value), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(key, f"expected a JSON object of finite numbers: {exc}") from None
+        if "\\u0000" in text:
+            raise ConfigError(key, "must not contain NUL characters")
+        return json.loads(text)
     if tp is bool:
         if not isinstance(value, bool):
             raise ConfigError(key, f"expected true or false, got {value!r}")
@@ -468,10 +475,14 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(key, f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(key, f"expected a finite number, got {value!r}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(key, f"expected a string, got {value!r}")
+        if "\x00" in value:
+            raise ConfigError(key, "must not contain NUL characters")
         return value
     raise ConfigError(key, f"unsupported type {tp!r}")  # a bug in this module, not in the spec
 
@@ -619,9 +630,14 @@ def apply_overrides(cfg: Config, overrides: Sequence[str] | Mapping[str, Any]) -
     """
     pairs: list[tuple[str, Any, bool]] = []
     if isinstance(overrides, Mapping):
+        for k in overrides:
+            if not isinstance(k, str):
+                raise ConfigError(str(k), "an override key must be a dotted string")
         pairs = [(k, v, isinstance(v, str)) for k, v in overrides.items()]
     else:
-        for item in overrides:
+        for i, item in enumerate(overrides):
+            if not isinstance(item, str):
+                raise ConfigError(f"overrides[{i}]", f"an override must be a 'key=value' string, got {item!r}")
             if "=" not in item:
                 raise ConfigError(item, "an override must look like key=value")
             k, v = item.split("=", 1)

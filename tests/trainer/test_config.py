@@ -326,3 +326,32 @@ def test_config_and_events_import_without_torch():
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["actor_rollout_ref.actor.optim.lr=nan"], "actor_rollout_ref.actor.optim.lr"),
+    (["actor_rollout_ref.rollout.temperature=inf"], "actor_rollout_ref.rollout.temperature"),
+    ({"actor_rollout_ref.rollout.temperature": float("-inf")}, "actor_rollout_ref.rollout.temperature"),
+    ({"reward.reward_kwargs": {"x": float("nan")}}, "reward.reward_kwargs"),
+    ({"reward.reward_kwargs": {"x": "a\x00"}}, "reward.reward_kwargs"),
+    ({"trainer.project_name": "a\x00b"}, "trainer.project_name"),
+    ([1, 2], "overrides[0]"),
+    (["tools.names=[1]"], "tools.names"),
+])
+def test_non_finite_nul_and_non_string_items_are_config_errors(overrides, key):
+    """Each of these once reached PostgreSQL (NaN / NUL in JSONB) or crashed the parser: a 500."""
+    from trainer.config import Config, ConfigError, apply_overrides, validate
+
+    with pytest.raises(ConfigError) as exc:
+        validate(apply_overrides(Config(), overrides), require_paths=False)
+    assert exc.value.key.startswith(key)
+
+
+def test_yaml_inf_is_a_config_error():
+    import yaml
+
+    from trainer.config import Config, ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        Config.from_dict(yaml.safe_load("actor_rollout_ref: {actor: {optim: {lr: .inf}}}"))
+    assert exc.value.key == "actor_rollout_ref.actor.optim.lr"

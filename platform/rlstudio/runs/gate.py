@@ -1,0 +1,356 @@
+"""The config gate: which trainer keys a user may set (with their bounds), and which only the platform sets.
+
+A run's trainer config reaches the platform in many ways (the new-run form's preset, fields, YAML and
+overrides; the API's `config`, `config_id` and `overrides`; clone overrides; a saved config). All of
+them are checked here, by one rule:
+
+- A key a user changed (its value differs from what it started from: the preset, or the schema's
+  default for a whole config) must be in `USER_KEYS`, and its value inside that key's `Bound`.
+- Every other key (anything naming a server path, an address, code or resources) is written by the
+  platform from catalog objects and the run's own record (`platform_values`); a user who sets one gets
+  a `GateRefused` naming the key and saying who sets it.
+
+The allow-list is explicit: a key added to `trainer.config` later is refused for users until it is
+listed here (a test walks every key of the schema). `user_view` turns a stored config (a saved config,
+a run's frozen spec) back into what its user owns: the platform's keys reset to the schema defaults,
+so that nothing the platform once wrote is ever read back as input.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from trainer.config import Config
+
+
+class GateRefused(ValueError):
+    """A config key a user may not set, or a value outside its bounds; `key` names it."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
+
+
+@dataclass(frozen=True)
+class Bound:
+    """What a user-settable key accepts beyond its schema type.
+
+    lo / hi bound numbers (and every number of a list); `choices` the strings (or list items) allowed;
+    `pattern` a regular expression a string must match in full; `max_items` the length of a list;
+    `max_json_bytes` the encoded size of an object.
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] | None = None
+    pattern: str | None = None
+    max_items: int | None = None
+    max_json_bytes: int | None = None
+
+
+FLAG = Bound()  # booleans and the schema's own closed choices (Literal): the schema checks them
+LENGTH = Bound(lo=1, hi=131_072)  # token lengths
+BATCH = Bound(lo=1, hi=65_536)
+STEPS = Bound(lo=-1, hi=10_000_000)
+SEED = Bound(lo=0, hi=2**31 - 1)
+UNIT = Bound(lo=0, hi=1)
+NAME = Bound(pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # names that may end up in folder names
+COLUMN = Bound(pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+
+# Tool names and loggers are checked against the trainer's registries when the gate runs.
+USER_LOGGERS = ("console", "jsonl", "tensorboard")
+
+USER_KEYS: dict[str, Bound] = {
+    # data (the files themselves come from the run's datasets)
+    "data.prompt_key": COLUMN,
+    "data.max_prompt_length": LENGTH,
+    "data.max_response_length": LENGTH,
+    "data.train_batch_size": BATCH,
+    "data.val_batch_size": BATCH,
+    "data.filter_overlong_prompts": FLAG,
+    "data.truncation": FLAG,
+    "data.shuffle": FLAG,
+    "data.seed": SEED,
+    "data.reward_fn_key": COLUMN,
+    "data.return_raw_chat": FLAG,
+    # model (its path, tokenizer and trust_remote_code belong to the catalog's model)
+    "actor_rollout_ref.model.dtype": FLAG,
+    "actor_rollout_ref.model.enable_gradient_checkpointing": FLAG,
+    "actor_rollout_ref.model.use_remove_padding": FLAG,
+    # rollout
+    "actor_rollout_ref.rollout.name": FLAG,
+    "actor_rollout_ref.rollout.n": Bound(lo=1, hi=1024),
+    "actor_rollout_ref.rollout.temperature": Bound(lo=0, hi=10),
+    "actor_rollout_ref.rollout.top_p": UNIT,
+    "actor_rollout_ref.rollout.top_k": Bound(lo=-1, hi=1_000_000),
+    "actor_rollout_ref.rollout.do_sample": FLAG,
+    "actor_rollout_ref.rollout.response_length": LENGTH,
+    "actor_rollout_ref.rollout.max_model_len": Bound(lo=1, hi=262_144),
+    "actor_rollout_ref.rollout.gpu_memory_utilization": UNIT,
+    "actor_rollout_ref.rollout.free_cache_engine": FLAG,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": BATCH,
+    "actor_rollout_ref.rollout.update_weights_bucket_megabytes": Bound(lo=1, hi=16_384),
+    "actor_rollout_ref.rollout.seed": SEED,
+    "actor_rollout_ref.rollout.multi_turn.enable": FLAG,
+    "actor_rollout_ref.rollout.multi_turn.max_turns": Bound(lo=1, hi=64),
+    "actor_rollout_ref.rollout.multi_turn.max_tool_response_length": Bound(lo=1, hi=32_768),
+    "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side": FLAG,
+    "actor_rollout_ref.rollout.multi_turn.max_parallel_calls": Bound(lo=1, hi=16),
+    "actor_rollout_ref.rollout.multi_turn.tool_timeout_s": Bound(lo=0.001, hi=300),
+    "actor_rollout_ref.rollout.multi_turn.format": FLAG,
+    "actor_rollout_ref.rollout.val_kwargs.n": Bound(lo=1, hi=1024),
+    "actor_rollout_ref.rollout.val_kwargs.temperature": Bound(lo=0, hi=10),
+    "actor_rollout_ref.rollout.val_kwargs.top_p": UNIT,
+    "actor_rollout_ref.rollout.val_kwargs.top_k": Bound(lo=-1, hi=1_000_000),
+    "actor_rollout_ref.rollout.val_kwargs.do_sample": FLAG,
+    # actor
+    "actor_rollout_ref.actor.strategy": FLAG,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": BATCH,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": BATCH,
+    "actor_rollout_ref.actor.ppo_epochs": Bound(lo=1, hi=100),
+    "actor_rollout_ref.actor.clip_ratio": Bound(lo=0, hi=10),
+    "actor_rollout_ref.actor.clip_ratio_low": Bound(lo=0, hi=10),
+    "actor_rollout_ref.actor.clip_ratio_high": Bound(lo=0, hi=10),
+    "actor_rollout_ref.actor.clip_ratio_c": Bound(lo=1, hi=100),
+    "actor_rollout_ref.actor.loss_agg_mode": FLAG,
+    "actor_rollout_ref.actor.policy_loss": FLAG,
+    "actor_rollout_ref.actor.entropy_coeff": Bound(lo=0, hi=10),
+    "actor_rollout_ref.actor.use_kl_loss": FLAG,
+    "actor_rollout_ref.actor.kl_loss_coef": Bound(lo=0, hi=100),
+    "actor_rollout_ref.actor.kl_loss_type": FLAG,
+    "actor_rollout_ref.actor.grad_clip": Bound(lo=0, hi=1e6),
+    "actor_rollout_ref.actor.use_dynamic_bsz": FLAG,
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": Bound(lo=1, hi=10_000_000),
+    "actor_rollout_ref.actor.shuffle": FLAG,
+    "actor_rollout_ref.actor.use_torch_compile": FLAG,
+    "actor_rollout_ref.actor.optim.lr": Bound(lo=0, hi=1),
+    "actor_rollout_ref.actor.optim.betas": Bound(lo=0, hi=1, max_items=2),
+    "actor_rollout_ref.actor.optim.weight_decay": Bound(lo=0, hi=10),
+    "actor_rollout_ref.actor.optim.lr_warmup_steps": STEPS,
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": UNIT,
+    "actor_rollout_ref.actor.optim.warmup_style": FLAG,
+    "actor_rollout_ref.actor.optim.min_lr_ratio": UNIT,
+    "actor_rollout_ref.actor.optim.total_training_steps": STEPS,
+    "actor_rollout_ref.actor.fsdp_config.param_offload": FLAG,
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": FLAG,
+    # reference
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": BATCH,
+    "actor_rollout_ref.ref.use_torch_compile": FLAG,
+    "actor_rollout_ref.ref.fsdp_config.param_offload": FLAG,
+    # algorithm
+    "algorithm.adv_estimator": FLAG,
+    "algorithm.norm_adv_by_std_in_grpo": FLAG,
+    "algorithm.gamma": UNIT,
+    "algorithm.lam": UNIT,
+    "algorithm.use_kl_in_reward": FLAG,
+    "algorithm.kl_penalty": FLAG,
+    "algorithm.kl_ctrl.type": FLAG,
+    "algorithm.kl_ctrl.kl_coef": Bound(lo=0, hi=100),
+    "algorithm.kl_ctrl.horizon": Bound(lo=1, hi=1e9),
+    "algorithm.kl_ctrl.target_kl": Bound(lo=0, hi=100),
+    # reward: a built-in or operator-registered name (checked by `check`), never a file
+    "reward.name": NAME,
+    "reward.reward_kwargs": Bound(lo=-1e12, hi=1e12, max_json_bytes=4096),
+    "reward.format_score": Bound(lo=-100, hi=100),
+    # tools: names from the trainer's registry (checked by `check`); tool sets are chosen by name
+    "tools.names": Bound(pattern=r"[A-Za-z0-9_.-]{1,64}", max_items=16),
+    # trainer
+    "trainer.project_name": NAME,
+    "trainer.experiment_name": NAME,
+    "trainer.total_epochs": Bound(lo=1, hi=10_000),
+    "trainer.total_training_steps": Bound(lo=1, hi=10_000_000),
+    "trainer.save_freq": STEPS,
+    "trainer.test_freq": STEPS,
+    "trainer.val_before_train": FLAG,
+    "trainer.max_actor_ckpt_to_keep": Bound(lo=1, hi=1000),
+    "trainer.seed": SEED,
+    "trainer.logger": Bound(choices=USER_LOGGERS, max_items=len(USER_LOGGERS)),
+    "trainer.critic_warmup": Bound(lo=0, hi=1_000_000),
+    "trainer.balance_batch": FLAG,
+    "trainer.export_hf": FLAG,
+    # report (too frequent reports flood the ingest; too rare heartbeats look like a lost run)
+    "report.samples_per_step": Bound(lo=-1, hi=4096),
+    "report.token_view": FLAG,
+    "report.memory_interval_s": Bound(lo=0.05, hi=3600),
+    "report.heartbeat_interval_s": Bound(lo=0.5, hi=60),
+    "report.val_samples": Bound(lo=-1, hi=4096),
+}
+
+# Keys only the platform writes, and from what (the refusal says so).
+PLATFORM_KEYS: dict[str, str] = {
+    "data.train_files": "the run's dataset",
+    "data.val_files": "the run's validation dataset",
+    "actor_rollout_ref.model.path": "the run's model (the catalog)",
+    "actor_rollout_ref.model.tokenizer_path": "the run's model (the catalog)",
+    "actor_rollout_ref.model.trust_remote_code": "the model's catalog entry (an operator decision)",
+    "custom_reward_function.path": "the operator's reward-function registry (choose one by reward.name)",
+    "custom_reward_function.name": "the operator's reward-function registry (choose one by reward.name)",
+    "tools.config_path": "the operator's tool-set registry (choose one by the run's tool set)",
+    "trainer.default_local_dir": "the run's own folder",
+    "trainer.resume_mode": "the resume action (from a checkpoint the platform recorded)",
+    "trainer.resume_from_path": "the resume action (from a checkpoint the platform recorded)",
+    "trainer.device": "the run's GPUs",
+    "trainer.nnodes": "the run's GPUs",
+    "trainer.n_gpus_per_node": "the run's GPUs",
+    "trainer.launcher": "the run's GPUs",
+    "trainer.torch_threads": "the CPUs the platform gives a run",
+}
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1} over the config's sections (leaf objects such as reward_kwargs
+    stay whole: `sections` says where the schema's sections are)."""
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping) and key in _SECTIONS:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _sections() -> frozenset[str]:
+    from trainer.config import describe_sections
+
+    return frozenset(key for key, _help in describe_sections())
+
+
+_SECTIONS = _sections()
+_DEFAULTS = flatten(Config().to_dict())
+
+
+def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *head, last = key.split(".")
+        node = out
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The leaf keys whose value differs between two nested configs, in schema order."""
+    a, b = flatten(before), flatten(after)
+    return [k for k in b if a.get(k, _DEFAULTS.get(k)) != b[k]]
+
+
+def _refuse_key(key: str) -> GateRefused:
+    if key in PLATFORM_KEYS:
+        return GateRefused(key, f"set by the platform from {PLATFORM_KEYS[key]}; users cannot set it")
+    return GateRefused(key, "not a key users may set (docs/security.md lists the ones they may)")
+
+
+def _check_number(key: str, value: Any, bound: Bound) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not math.isfinite(value):
+        raise GateRefused(key, f"must be a finite number, got {value!r}")
+    if bound.lo is not None and value < bound.lo:
+        raise GateRefused(key, f"must be >= {bound.lo:g}, got {value!r}")
+    if bound.hi is not None and value > bound.hi:
+        raise GateRefused(key, f"must be <= {bound.hi:g}, got {value!r}")
+
+
+def _check_string(key: str, value: str, bound: Bound) -> None:
+    if "\x00" in value:
+        raise GateRefused(key, "must not contain NUL characters")
+    if bound.choices is not None and value not in bound.choices:
+        raise GateRefused(key, f"{value!r} is not allowed; allowed values: {', '.join(bound.choices)}")
+    if bound.pattern is not None and not re.fullmatch(bound.pattern, value):
+        raise GateRefused(key, f"{value!r} is not allowed: letters, digits, '.', '_' and '-' only "
+                               "(no path separators), at most 64 characters")
+
+
+def _check_json(key: str, value: Any, bound: Bound, depth: int = 0) -> None:
+    """Objects and lists inside a value: finite numbers, strings without NUL, bounded depth."""
+    if depth > 8:
+        raise GateRefused(key, "nested too deeply")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str) or "\x00" in k:
+                raise GateRefused(key, f"keys must be strings without NUL characters, got {k!r}")
+            _check_json(f"{key}.{k}", v, bound, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_json(f"{key}[{i}]", v, bound, depth + 1)
+    elif isinstance(value, str):
+        if "\x00" in value:
+            raise GateRefused(key, "must not contain NUL characters")
+    elif value is not None:
+        _check_number(key, value, Bound(lo=bound.lo, hi=bound.hi))
+
+
+def check_value(key: str, value: Any, bound: Bound) -> None:
+    """One user-settable value against its bound."""
+    if isinstance(value, str):
+        _check_string(key, value, bound)
+    elif isinstance(value, (list, tuple)):
+        if bound.max_items is not None and len(value) > bound.max_items:
+            raise GateRefused(key, f"at most {bound.max_items} items, got {len(value)}")
+        for i, item in enumerate(value):
+            if isinstance(item, str):
+                _check_string(f"{key}[{i}]", item, bound)
+            else:
+                _check_number(f"{key}[{i}]", item, bound)
+    elif isinstance(value, Mapping):
+        _check_json(key, value, bound)
+        size = len(json.dumps(value, allow_nan=False))
+        if bound.max_json_bytes is not None and size > bound.max_json_bytes:
+            raise GateRefused(key, f"at most {bound.max_json_bytes} bytes as JSON, got {size}")
+    else:
+        _check_number(key, value, bound)
+
+
+def check(
+    *,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    reward_names: Iterable[str],
+    tool_names: Iterable[str],
+) -> None:
+    """Refuse what a user changed from `before` to `after` unless it is theirs to set, within bounds.
+
+    `reward_names` are the reward functions a user may pick (the trainer's built-ins and the operator's
+    registered ones); `tool_names` the trainer's registered tools.
+    """
+    rewards, tools = set(reward_names), set(tool_names)
+    flat = flatten(after)
+    for key in changed_keys(before, after):
+        bound = USER_KEYS.get(key)
+        if bound is None:
+            raise _refuse_key(key)
+        check_value(key, flat[key], bound)
+        if key == "reward.name" and flat[key] not in rewards:
+            raise GateRefused(key, f"{flat[key]!r} is not a reward function; one of: {', '.join(sorted(rewards))}")
+        if key == "tools.names":
+            for name in flat[key]:
+                if name not in tools:
+                    raise GateRefused(key, f"{name!r} is not a registered tool; one of: {', '.join(sorted(tools))}")
+
+
+def check_bounds(config: Mapping[str, Any]) -> None:
+    """Every user-settable value of a whole config inside its bound (a stored config read back)."""
+    flat = flatten(config)
+    for key, bound in USER_KEYS.items():
+        if key in flat:
+            check_value(key, flat[key], bound)
+
+
+def user_view(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored config with every platform key reset to the schema default: what its user owns."""
+    flat = flatten(config)
+    for key in PLATFORM_KEYS:
+        if key in flat:
+            flat[key] = _DEFAULTS[key]
+    return unflatten(flat)
+
+
+def unlisted_keys() -> list[str]:
+    """Keys of the schema that are on neither list (a test keeps this empty)."""
+    return [k for k in _DEFAULTS if k not in USER_KEYS and k not in PLATFORM_KEYS]

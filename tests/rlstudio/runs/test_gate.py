@@ -1,0 +1,139 @@
+"""The config gate (rlstudio.runs.gate), on its own: the lists cover the schema, platform keys are
+refused, user keys are bounded, stored configs are read back without the platform's keys."""
+import math
+
+import pytest
+
+from rlstudio.runs import gate
+from trainer.config import Config, ConfigError, apply_overrides, describe_config
+
+REWARDS = ["default", "gsm8k", "arith"]
+TOOLS = ["calculator", "calc_gsm8k_reward"]
+
+
+def _check(overrides, before=None):
+    before = before or Config()
+    after = apply_overrides(before, overrides)
+    gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=REWARDS, tool_names=TOOLS)
+
+
+def test_every_schema_key_is_on_one_list():
+    """A key added to trainer.config later is refused until someone puts it on a list."""
+    assert gate.unlisted_keys() == []
+    assert not set(gate.USER_KEYS) & set(gate.PLATFORM_KEYS)
+    schema = {key for key, *_ in describe_config()}
+    assert set(gate.USER_KEYS) <= schema and set(gate.PLATFORM_KEYS) <= schema
+
+
+def test_a_key_on_no_list_is_refused(monkeypatch):
+    monkeypatch.delitem(gate.USER_KEYS, "trainer.project_name")
+    with pytest.raises(gate.GateRefused) as exc:
+        _check({"trainer.project_name": "mine"})
+    assert exc.value.key == "trainer.project_name"
+    assert "not a key users may set" in exc.value.message
+
+
+STRING_KEYS = [key for key, tp, *_ in describe_config() if "str" in tp and not tp.startswith("dict")]
+
+
+@pytest.mark.parametrize("key", STRING_KEYS)
+def test_no_string_key_takes_a_path(key):
+    """Every string-valued key of the schema: a server path is refused, naming the key."""
+    value = ["/etc/passwd"] if key in ("tools.names", "trainer.logger") else "/etc/passwd"
+    if key == "data.val_files":
+        value = "/etc/passwd"
+    with pytest.raises(gate.GateRefused) as exc:
+        _check({key: value})
+    assert exc.value.key.startswith(key)
+
+
+PLATFORM_PROBES = {
+    "data.train_files": "/srv/other-user/data.jsonl",
+    "data.val_files": "/srv/other-user/val.jsonl",
+    "actor_rollout_ref.model.path": "/srv/models/x",
+    "actor_rollout_ref.model.tokenizer_path": "/srv/models/x",
+    "actor_rollout_ref.model.trust_remote_code": True,
+    "custom_reward_function.path": "/tmp/evil.py",
+    "custom_reward_function.name": "run_me",
+    "tools.config_path": "/etc/passwd",
+    "trainer.default_local_dir": "/srv/runs/1",
+    "trainer.resume_mode": "resume_path",
+    "trainer.resume_from_path": "/srv/runs/1/global_step_2",
+    "trainer.device": "cuda",
+    "trainer.nnodes": 2,
+    "trainer.n_gpus_per_node": 2,
+    "trainer.launcher": "ray",
+    "trainer.torch_threads": 4096,
+}
+
+
+def test_every_platform_key_is_probed():
+    assert set(PLATFORM_PROBES) == set(gate.PLATFORM_KEYS)
+
+
+@pytest.mark.parametrize("key", sorted(PLATFORM_PROBES))
+def test_platform_keys_name_who_sets_them(key):
+    with pytest.raises(gate.GateRefused) as exc:
+        _check({key: PLATFORM_PROBES[key]})
+    assert exc.value.key == key
+    assert "set by the platform" in exc.value.message
+
+
+@pytest.mark.parametrize("override,key", [
+    ({"trainer.project_name": "../../etc"}, "trainer.project_name"),
+    ({"trainer.experiment_name": "a/b"}, "trainer.experiment_name"),
+    ({"trainer.logger": ["console", "wandb"]}, "trainer.logger"),
+    ({"trainer.logger": ["http"]}, "trainer.logger"),
+    ({"reward.name": "not_registered"}, "reward.name"),
+    ({"tools.names": ["os.system"]}, "tools.names"),
+    ({"data.train_batch_size": 10**9}, "data.train_batch_size"),
+    ({"actor_rollout_ref.rollout.n": 100000}, "actor_rollout_ref.rollout.n"),
+    ({"report.heartbeat_interval_s": 3600.0}, "report.heartbeat_interval_s"),
+    ({"report.memory_interval_s": 0.0001}, "report.memory_interval_s"),
+    ({"reward.reward_kwargs": {"k": "x" * 5000}}, "reward.reward_kwargs"),
+    ({"reward.reward_kwargs": {"k": "a\x00b"}}, "reward.reward_kwargs"),
+    ({"data.prompt_key": "a\x00"}, "data.prompt_key"),
+])
+def test_user_keys_are_bounded(override, key):
+    with pytest.raises((gate.GateRefused, ConfigError)) as exc:  # NUL: the schema refuses it first
+        _check(override)
+    assert exc.value.key.startswith(key)
+
+
+def test_user_keys_within_bounds_pass():
+    _check({"actor_rollout_ref.rollout.n": 8, "actor_rollout_ref.actor.optim.lr": 1e-5,
+            "trainer.project_name": "gsm8k-grpo_v2.1", "trainer.logger": ["console", "tensorboard"],
+            "reward.name": "gsm8k", "reward.reward_kwargs": {"strict": True, "scale": 2},
+            "actor_rollout_ref.rollout.multi_turn.enable": True, "tools.names": ["calculator"]})
+
+
+def test_unchanged_platform_keys_in_a_whole_config_pass():
+    """A whole config that repeats the schema's defaults for platform keys is not setting them."""
+    cfg = Config().to_dict()
+    cfg["actor_rollout_ref"]["rollout"]["n"] = 4
+    gate.check(before=Config().to_dict(), after=cfg, reward_names=REWARDS, tool_names=TOOLS)
+
+
+def test_non_finite_numbers_are_refused_by_bounds():
+    with pytest.raises(gate.GateRefused) as exc:
+        gate.check_value("x", math.inf, gate.Bound(lo=0, hi=1))
+    assert "finite" in exc.value.message
+
+
+def test_user_view_resets_the_platform_keys():
+    stored = apply_overrides(Config(), {
+        "data.train_files": "/srv/other/secret.jsonl", "trainer.default_local_dir": "/srv/runs/9",
+        "custom_reward_function.path": "/tmp/evil.py", "trainer.torch_threads": 4096,
+        "actor_rollout_ref.rollout.n": 6}).to_dict()
+    view = gate.user_view(stored)
+    flat = gate.flatten(view)
+    defaults = gate.flatten(Config().to_dict())
+    for key in gate.PLATFORM_KEYS:
+        assert flat[key] == defaults[key], key
+    assert flat["actor_rollout_ref.rollout.n"] == 6
+
+
+def test_flatten_keeps_object_values_whole():
+    flat = gate.flatten(apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict())
+    assert flat["reward.reward_kwargs"] == {"a": {"b": 1}}
+    assert gate.unflatten(flat) == apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict()
