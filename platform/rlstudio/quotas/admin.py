@@ -9,7 +9,7 @@ from .models import GpuQuota
 @admin.register(GpuQuota)
 class GpuQuotaAdmin(admin.ModelAdmin):
     list_display = ["__str__", "user", "is_default", "max_gpus", "gpu_hours_per_month", "max_concurrent_runs",
-                    "held_now", "hours_this_month", "queued_runs", "updated"]
+                    "max_queued_runs", "held_now", "hours_this_month", "queued_runs", "updated"]
     list_filter = ["is_default"]
     search_fields = ["user__username"]
     raw_id_fields = ["user"]

@@ -3,6 +3,11 @@ from django.conf import settings
 from django.db import models
 
 
+def default_max_queued_runs() -> int:
+    """What a new quota row's max_queued_runs starts at (RLSTUDIO_DEFAULT_MAX_QUEUED_RUNS)."""
+    return settings.RLSTUDIO_DEFAULT_MAX_QUEUED_RUNS
+
+
 # The default quota the platform ships with (migration 0002 creates it; quota_for puts it back if deleted).
 SHIPPED_DEFAULT = {"max_gpus": 1, "gpu_hours_per_month": 100.0, "max_concurrent_runs": 2}
 
@@ -17,6 +22,10 @@ class GpuQuota(models.Model):
     max_gpus = models.IntegerField(default=1, help_text="GPUs held at once.")
     gpu_hours_per_month = models.FloatField(default=100.0)
     max_concurrent_runs = models.IntegerField(default=2)
+    max_queued_runs = models.IntegerField(
+        default=default_max_queued_runs,
+        help_text="Runs waiting in the queue at once; a launch past it is refused (staff included).",
+    )
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -29,6 +38,9 @@ class GpuQuota(models.Model):
             models.CheckConstraint(
                 condition=models.Q(max_concurrent_runs__gte=0), name="gpuquota_max_runs_nonneg"
             ),
+            models.CheckConstraint(
+                condition=models.Q(max_queued_runs__gte=0), name="gpuquota_max_queued_nonneg"
+            ),
             # Either a user's row or the default row, never both nor neither.
             models.CheckConstraint(
                 condition=(models.Q(user__isnull=True, is_default=True) | models.Q(user__isnull=False, is_default=False)),
@@ -39,4 +51,5 @@ class GpuQuota(models.Model):
 
     def __str__(self) -> str:
         who = "default" if self.is_default else str(self.user)
-        return f"{who}: {self.max_gpus} GPUs, {self.gpu_hours_per_month:g} GPU-h/month, {self.max_concurrent_runs} runs"
+        return (f"{who}: {self.max_gpus} GPUs, {self.gpu_hours_per_month:g} GPU-h/month, "
+                f"{self.max_concurrent_runs} runs, {self.max_queued_runs} queued")

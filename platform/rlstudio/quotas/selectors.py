@@ -71,6 +71,7 @@ class QuotaUsage:
     gpu_hours_this_month: float
     max_concurrent_runs: int
     runs_active: int
+    max_queued_runs: int
     is_default: bool
     queued: list[QueuedRun] = field(default_factory=list)
 
@@ -98,6 +99,7 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
         gpu_hours_this_month=round(gpu_hours_between(user=user, start=month_start(now), end=now), 6),
         max_concurrent_runs=quota.max_concurrent_runs,
         runs_active=active.count(),
+        max_queued_runs=quota.max_queued_runs,
         is_default=quota.is_default,
         queued=queued,
     )

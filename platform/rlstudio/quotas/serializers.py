@@ -16,5 +16,7 @@ class QuotaUsageSerializer(serializers.Serializer):
     gpu_hours_this_month = serializers.FloatField()
     max_concurrent_runs = serializers.IntegerField()
     runs_active = serializers.IntegerField(help_text="Runs submitting, running or stopping.")
+    max_queued_runs = serializers.IntegerField(
+        help_text="Queued runs allowed at once; a launch past it is refused (`queued` lists them).")
     is_default = serializers.BooleanField(help_text="True when the default quota applies.")
     queued = QueuedRunSerializer(many=True)

@@ -1,8 +1,11 @@
-"""Quota admission: may this run start now, and if not, the one sentence that says why.
+"""Quota admission: may this run start now, and if not, the one sentence that says why; and may the
+user queue one more run at all (`check_queue_cap`).
 
 `admission_reason` is called by `rlstudio.runs.services` inside a transaction that holds the owner's
 row lock (`lock_owner`), so that two launches by the same user are serialized: the usage it counts
-cannot change under it, and concurrent launches can never exceed a quota.
+cannot change under it, and concurrent launches can never exceed a quota. `check_queue_cap` is
+meant for the same place (after `lock_owner`, before the new run is created): under that lock two
+launches by one user cannot both see room for one more queued run.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Sum
 from django.utils import timezone
 
-from rlstudio.runs.models import ACTIVE_STATUSES, Run
+from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 
 from .selectors import gpu_hours_between, month_start, quota_for
 
@@ -23,6 +26,34 @@ def lock_owner(*, user: AbstractBaseUser) -> None:
 
 def _plural(n: float, word: str) -> str:
     return f"{n:g} {word}" + ("" if n == 1 else "s")
+
+
+class QueueCapReached(Exception):
+    """The user already has as many queued runs as their quota's `max_queued_runs`.
+
+    `message` is the sentence to show the user; `queued` and `limit` are the numbers in it."""
+
+    def __init__(self, *, queued: int, limit: int):
+        self.queued, self.limit = queued, limit
+        if limit == 0:
+            self.message = "your quota allows no queued runs (max_queued_runs is 0); ask an admin to raise it"
+        else:
+            self.message = (f"you already have {_plural(queued, 'queued run')} (your quota's max_queued_runs "
+                            f"is {limit}); stop one or wait for one to start")
+        super().__init__(self.message)
+
+
+def check_queue_cap(*, user: AbstractBaseUser) -> None:
+    """Raise QueueCapReached when `user`'s runs in status `queued` are >= their quota's max_queued_runs.
+
+    Staff are held to their quota like anyone (give them a quota row with a larger cap). Only reads,
+    plus (once) quota_for's savepoint-guarded re-creation of a deleted default row, so it is safe
+    inside the caller's transaction after `lock_owner(user=...)`, and does not end it.
+    """
+    limit = quota_for(user=user).max_queued_runs
+    queued = Run.objects.filter(owner=user, status=RunStatus.QUEUED).count()
+    if queued >= limit:
+        raise QueueCapReached(queued=queued, limit=limit)
 
 
 def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:

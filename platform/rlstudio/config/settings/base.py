@@ -236,6 +236,14 @@ RLSTUDIO_MODEL_ROOTS = env_paths("RLSTUDIO_MODEL_ROOTS", [str(STATE_DIR / "model
 RLSTUDIO_INGEST_MAX_REQUEST_BYTES = env_int("RLSTUDIO_INGEST_MAX_REQUEST_BYTES", 16 << 20)
 RLSTUDIO_INGEST_MAX_EVENTS = env_int("RLSTUDIO_INGEST_MAX_EVENTS", 10000)
 RLSTUDIO_INGEST_MAX_EVENT_BYTES = env_int("RLSTUDIO_INGEST_MAX_EVENT_BYTES", _TRAINER_MAX_EVENT_BYTES)
+# What one run may store through the ingest in all (docs/live.md, "Per-run caps"): events of any
+# type, sample events, metric rows (steps). Past a cap the ingest refuses the extra events, except the
+# status / heartbeat / checkpoint events that keep the run's state right.
+RLSTUDIO_RUN_MAX_EVENTS = env_int("RLSTUDIO_RUN_MAX_EVENTS", 20_000_000)
+RLSTUDIO_RUN_MAX_SAMPLES = env_int("RLSTUDIO_RUN_MAX_SAMPLES", 5_000_000)
+RLSTUDIO_RUN_MAX_METRIC_ROWS = env_int("RLSTUDIO_RUN_MAX_METRIC_ROWS", 1_000_000)
+# Quotas: the max_queued_runs a new quota row (and the shipped default quota) starts with.
+RLSTUDIO_DEFAULT_MAX_QUEUED_RUNS = env_int("RLSTUDIO_DEFAULT_MAX_QUEUED_RUNS", 5)
 # Every sample of a run is also appended to <dir>/<run id>/rollouts/step_<n>.jsonl (retention only
 # trims the database, never these files).
 RLSTUDIO_ROLLOUT_DIR = env_str("RLSTUDIO_ROLLOUT_DIR", str(RUNS_DIR))
