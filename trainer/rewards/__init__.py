@@ -6,19 +6,27 @@ Every reward function has verl's signature
 uses: `custom_reward_function.path` (a Python file named by the OPERATOR's config, never by uploaded
 data) and `.name` when a path is set, else the registry entry `reward.name` ("default" = dispatch by
 data_source), with `reward.reward_kwargs` bound as keyword arguments and `reward.format_score` passed
-to the built-in scorers.
+to the built-in scorers. On the platform a user never names a file: `custom_reward_function.path` is
+written by the platform from the operator's registry of checked reward functions (`check.py` is the
+check it runs, `python -m trainer.rewards.check`).
 """
 from __future__ import annotations
 
 import functools
 import importlib.util
 import inspect
+import keyword
+import re
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
-from trainer.rewards import arith as _arith
-from trainer.rewards import gsm8k as _gsm8k
+# By module path, not `from trainer.rewards import arith`: the function `arith` below replaces the
+# package's attribute of that name, so a second import of this file (a registered reward module that
+# is this package) would otherwise get the function instead of the submodule.
+from trainer.rewards.arith import compute_score as _arith_score
+from trainer.rewards.gsm8k import compute_score as _gsm8k_score
 
 RewardFn = Callable[..., "float | dict[str, Any]"]
 _REGISTRY: dict[str, RewardFn] = {}
@@ -44,19 +52,19 @@ def registered_rewards() -> list[str]:
 @register_reward("gsm8k")
 def gsm8k_strict(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
                  format_score: float = 0.0, **_: Any) -> float:
-    return _gsm8k.compute_score(solution_str, ground_truth, method="strict", format_score=format_score)
+    return _gsm8k_score(solution_str, ground_truth, method="strict", format_score=format_score)
 
 
 @register_reward("gsm8k_flexible")
 def gsm8k_flexible(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
                    format_score: float = 0.0, **_: Any) -> float:
-    return _gsm8k.compute_score(solution_str, ground_truth, method="flexible", format_score=format_score)
+    return _gsm8k_score(solution_str, ground_truth, method="flexible", format_score=format_score)
 
 
 @register_reward("arith")
 def arith(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
           format_score: float = 0.0, **_: Any) -> float:
-    return _arith.compute_score(solution_str, ground_truth, format_score=format_score)
+    return _arith_score(solution_str, ground_truth, format_score=format_score)
 
 
 @register_reward("default")
@@ -72,8 +80,29 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
         " (set reward.name or custom_reward_function.path)")
 
 
-def load_custom_function(path: str | Path, name: str = "compute_score") -> RewardFn:
-    """Import `name` from the Python file `path` (operator-configured). Clear errors when missing."""
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def module_file(module: str) -> str:
+    """The Python source file of the importable module `module` (a dotted path such as
+    "trainer.rewards.gsm8k"), to be loaded as a custom reward file. Imports its parent packages
+    (that is how Python finds a submodule), never the module itself."""
+    if not isinstance(module, str) or not _DOTTED.fullmatch(module) or any(
+            keyword.iskeyword(part) for part in module.split(".")):
+        raise ValueError(f"{module!r} is not a dotted module path (like package.module)")
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        raise ModuleNotFoundError(f"no module named {module!r}")
+    if not spec.has_location or not spec.origin or not spec.origin.endswith(".py"):
+        raise ImportError(f"module {module!r} is not a Python source file (origin {spec.origin!r})")
+    return str(Path(spec.origin).resolve())
+
+
+def load_custom_module(path: str | Path) -> ModuleType:
+    """Import the Python file `path` (operator-configured) as a module of its own name.
+
+    Runs the file's top-level code: SyntaxError, ImportError and whatever that code raises pass
+    through. Absolute imports work; relative ones do not (the file is loaded outside its package)."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"custom_reward_function.path: no such file {str(file)!r}")
@@ -85,15 +114,25 @@ def load_custom_function(path: str | Path, name: str = "compute_score") -> Rewar
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception:
+    except BaseException:
         sys.modules.pop(module_name, None)
         raise
+    return module
+
+
+def custom_function(module: ModuleType, name: str = "compute_score") -> RewardFn:
+    """The callable `name` of a module loaded by `load_custom_module`; clear errors when missing."""
     fn = getattr(module, name, None)
     if fn is None:
-        raise AttributeError(f"custom_reward_function.name: {str(file)!r} defines no {name!r}")
+        raise AttributeError(f"custom_reward_function.name: {module.__file__!r} defines no {name!r}")
     if not callable(fn):
-        raise TypeError(f"custom_reward_function.name: {name!r} in {str(file)!r} is not callable")
+        raise TypeError(f"custom_reward_function.name: {name!r} in {module.__file__!r} is not callable")
     return fn
+
+
+def load_custom_function(path: str | Path, name: str = "compute_score") -> RewardFn:
+    """Import `name` from the Python file `path` (operator-configured). Clear errors when missing."""
+    return custom_function(load_custom_module(path), name)
 
 
 def _section(cfg: Any, key: str) -> Any:

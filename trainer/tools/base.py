@@ -4,7 +4,8 @@ A tool is stateful per trajectory: the agent calls, for each request id (instanc
 `create` once, `execute` per call, `calc_reward` at the end, then `release`. All four are async so
 tools of many trajectories run concurrently. A subclass must set `name` and `schema` (OpenAI
 function format: {"type": "function", "function": {"name", "description", "parameters"}}) and
-implement `execute`; `create` / `calc_reward` / `release` default to no state and reward 0.0.
+implement `execute`; `create` / `calc_reward` / `release` default to no state and reward 0.0; it may
+set `verl_class_name` (the path verl's tool_config files name it by).
 Argument problems should raise `ToolArgumentError` (the agent turns any exception into an error
 message the model sees, but this one reads better).
 """
@@ -28,6 +29,9 @@ class ToolResult:
 class BaseTool:
     name: ClassVar[str] = ""
     schema: ClassVar[dict[str, Any]] = {}
+    verl_class_name: ClassVar[str] = ""
+    """The dotted class path verl's tool_config files use for the same tool, accepted as its
+    `class_name` (never imported); "" when verl has no such tool."""
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         self.config = dict(config or {})

@@ -16,6 +16,7 @@ from trainer.tools.base import BaseTool, ToolArgumentError, ToolResult, register
 @register_tool
 class Gsm8kTool(BaseTool):
     name = "calc_gsm8k_reward"
+    verl_class_name = "verl.tools.gsm8k_tool.Gsm8kTool"
     schema: dict[str, Any] = {
         "type": "function",
         "function": {

@@ -3,7 +3,8 @@ import asyncio
 
 import pytest
 
-from trainer.tools import ToolArgumentError, build_tools, get_tool, load_tool_config, registered_tools
+from trainer.tools import (ToolArgumentError, ToolConfigError, build_tools, get_tool, load_tool_config,
+                           registered_tools)
 from trainer.tools.calculator import CalculatorError, calculate
 
 
@@ -88,7 +89,7 @@ def test_registry_and_tool_config(tmp_path):
     assert sorted(both) == ["calc_gsm8k_reward", "calculator"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("tools:\n  - class_name: os.system\n")
-    with pytest.raises(KeyError, match="not a registered tool"):
+    with pytest.raises(ToolConfigError, match="not a registered tool"):
         load_tool_config(bad)
     with pytest.raises(KeyError):
         get_tool("nope")
