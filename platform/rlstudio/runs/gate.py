@@ -354,3 +354,30 @@ def user_view(config: Mapping[str, Any]) -> dict[str, Any]:
 def unlisted_keys() -> list[str]:
     """Keys of the schema that are on neither list (a test keeps this empty)."""
     return [k for k in _DEFAULTS if k not in USER_KEYS and k not in PLATFORM_KEYS]
+
+
+def markdown() -> str:
+    """The two lists as the tables of docs/security.md (a test keeps the page in step)."""
+
+    def num(x: float) -> str:
+        return f"{int(x):,}" if float(x).is_integer() else f"{x:g}"
+
+    def bound_text(b: Bound) -> str:
+        parts = []
+        if b.lo is not None and b.hi is not None:
+            parts.append(f"{num(b.lo)} … {num(b.hi)}")
+        if b.choices:
+            parts.append("one of " + ", ".join(f"`{c}`" for c in b.choices))
+        if b.pattern:
+            parts.append("a name: letters, digits, `.`, `_`, `-` (no path separators), up to 64")
+        if b.max_items:
+            parts.append(f"at most {b.max_items} items")
+        if b.max_json_bytes:
+            parts.append(f"at most {b.max_json_bytes} bytes as JSON")
+        return "; ".join(p for p in parts if p) or "the schema's type and choices"
+
+    lines = ["| key a user may set | bounds |", "|---|---|"]
+    lines += [f"| `{key}` | {bound_text(b)} |" for key, b in USER_KEYS.items()]
+    lines += ["", "| key only the platform sets | from |", "|---|---|"]
+    lines += [f"| `{key}` | {src} |" for key, src in PLATFORM_KEYS.items()]
+    return "\n".join(lines) + "\n"

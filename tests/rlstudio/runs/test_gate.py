@@ -137,3 +137,11 @@ def test_flatten_keeps_object_values_whole():
     flat = gate.flatten(apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict())
     assert flat["reward.reward_kwargs"] == {"a": {"b": 1}}
     assert gate.unflatten(flat) == apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict()
+
+
+def test_docs_security_lists_the_gate_as_the_code_has_it():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text(encoding="utf-8")
+    block = page.split("<!-- gate:begin -->\n", 1)[1].split("<!-- gate:end -->", 1)[0]
+    assert block == gate.markdown()
