@@ -1,5 +1,9 @@
-"""API views of the catalog: /api/v1/datasets/ (upload, read, rows, reward check, delete) and
-/api/v1/models/ (register, read)."""
+"""API views of the catalog: /api/v1/datasets/ (upload, read, rows, reward check, rename / share by
+PATCH, delete) and /api/v1/models/ (register, read, rename / share by PATCH, delete).
+
+Every read goes through the selectors (own, shared, or all for staff; another user's private object
+is a 404); the catalog's domain errors become HTTP here: NotPermitted 403, CatalogInUse 409,
+CatalogRefused 400 naming the field."""
 from dataclasses import asdict
 
 from rest_framework import mixins, status, viewsets
@@ -11,9 +15,39 @@ from rlstudio.api.errors import ApiError
 
 from .rewardcheck import CheckError, reward_check
 from .selectors import dataset_list_for, dataset_rows, model_asset_get_for, model_asset_list_for, row_view
-from .serializers import (DatasetSerializer, DatasetUploadSerializer, ModelAssetSerializer,
-                          ModelRegisterSerializer, RewardCheckSerializer)
-from .services import dataset_delete, dataset_upload, model_register
+from .serializers import (CatalogUpdateSerializer, DatasetSerializer, DatasetUploadSerializer,
+                          ModelAssetSerializer, ModelRegisterSerializer, RewardCheckSerializer)
+from .services import CatalogInUse, dataset_delete, dataset_upload, model_delete, model_register
+from .sharing import CatalogRefused, NotPermitted, catalog_update
+
+
+def api_error(exc: Exception) -> Exception:
+    """The catalog's domain error as the API's error (other exceptions unchanged)."""
+    if isinstance(exc, NotPermitted):
+        return ApiError(exc.message, code="permission_denied", field=exc.field, status_code=403)
+    if isinstance(exc, CatalogInUse):
+        return ApiError(exc.message, code=exc.code, field=exc.field, status_code=409)
+    if isinstance(exc, CatalogRefused):
+        return ApiError(exc.message, code=exc.code, field=exc.field)
+    return exc
+
+
+class CatalogViewSet(viewsets.GenericViewSet):
+    """What both catalog endpoints share: domain errors mapped, PATCH (no PUT) through `catalog_update`."""
+
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+    lookup_value_regex = r"\d+"
+
+    def handle_exception(self, exc):
+        return super().handle_exception(api_error(exc))
+
+    def partial_update(self, request, *args, **kwargs):
+        """Rename (owner or staff) and/or share / unshare (`visibility`, staff only)."""
+        item = self.get_object()
+        data = CatalogUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        catalog_update(item=item, by=request.user, **data.validated_data)
+        return Response(self.serializer_class(item).data)
 
 
 def check_request_size(request) -> None:
@@ -38,11 +72,12 @@ def _int_param(request, name: str, default: int, *, lo: int, hi: int) -> int:
     return max(lo, min(hi, value))
 
 
-class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
-    """The caller's datasets (staff: everyone's); another user's answers 404."""
+class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.ListModelMixin,
+                     mixins.RetrieveModelMixin, CatalogViewSet):
+    """The caller's datasets and the shared ones (staff: everyone's); another user's private one answers
+    404, a shared one is read-only to non-owners (403 on PATCH / DELETE)."""
 
     serializer_class = DatasetSerializer
-    lookup_value_regex = r"\d+"
     parser_classes = [MultiPartParser, FormParser, JSONParser]
 
     def get_queryset(self):
@@ -53,6 +88,8 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
             return DatasetUploadSerializer
         if self.action == "reward_check":
             return RewardCheckSerializer
+        if self.action == "partial_update":
+            return CatalogUpdateSerializer
         return DatasetSerializer
 
     def create(self, request, *args, **kwargs):
@@ -97,20 +134,31 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets
         return Response({"results": [asdict(r) for r in results]})
 
 
-class ModelAssetViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """The caller's model assets (staff: everyone's); POST registers a checkpoint folder."""
+class ModelAssetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.ListModelMixin,
+                       mixins.RetrieveModelMixin, CatalogViewSet):
+    """The caller's model assets and the shared ones (staff: everyone's); POST registers a checkpoint
+    folder (201; 200 with the shared model when the folder is already shared); PATCH / DELETE owner or
+    staff only."""
 
     serializer_class = ModelAssetSerializer
-    lookup_value_regex = r"\d+"
 
     def get_queryset(self):
         return model_asset_list_for(user=self.request.user)
 
     def get_serializer_class(self):
-        return ModelRegisterSerializer if self.action == "create" else ModelAssetSerializer
+        if self.action == "create":
+            return ModelRegisterSerializer
+        if self.action == "partial_update":
+            return CatalogUpdateSerializer
+        return ModelAssetSerializer
 
     def create(self, request, *args, **kwargs):
         data = ModelRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model = model_register(owner=request.user, name=data.validated_data["name"], path=data.validated_data["path"])
-        return Response(ModelAssetSerializer(model).data, status=status.HTTP_201_CREATED)
+        reused = model.owner_id != request.user.pk
+        return Response(dict(ModelAssetSerializer(model).data, reused=reused),
+                        status=status.HTTP_200_OK if reused else status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        model_delete(model=instance, by=self.request.user)

@@ -1,6 +1,12 @@
-"""Records of the catalog: uploaded datasets and registered model checkpoints."""
+"""Records of the catalog: uploaded datasets and registered model checkpoints, each private to its
+owner or shared with everyone (read-only for the others; only staff share or unshare)."""
 from django.conf import settings
 from django.db import models
+
+
+class Visibility(models.TextChoices):
+    PRIVATE = "private", "private"
+    EVERYONE = "everyone", "everyone"
 
 
 class DatasetPreset(models.TextChoices):
@@ -27,6 +33,7 @@ class Dataset(models.Model):
     Preset = DatasetPreset
     Split = DatasetSplit
     Status = DatasetStatus
+    Visibility = Visibility
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=200)
@@ -54,6 +61,10 @@ class Dataset(models.Model):
         "catalog.ModelAsset", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="The model whose tokenizer measured the prompt lengths.",
     )
+    visibility = models.CharField(
+        max_length=8, choices=Visibility.choices, default=Visibility.PRIVATE,
+        help_text="private: its owner (and staff) only; everyone: every user may read it and launch runs on it.",
+    )
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -68,6 +79,9 @@ class Dataset(models.Model):
                 condition=models.Q(split__in=DatasetSplit.values), name="dataset_split_valid"
             ),
             models.CheckConstraint(condition=models.Q(size_bytes__gte=0), name="dataset_size_nonneg"),
+            models.CheckConstraint(
+                condition=models.Q(visibility__in=Visibility.values), name="dataset_visibility_valid"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -83,6 +97,7 @@ class ModelAsset(models.Model):
     """A Hugging Face–format checkpoint (local path or URI) runs can start from."""
 
     Source = ModelSource
+    Visibility = Visibility
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="model_assets")
     name = models.CharField(max_length=200)
@@ -94,12 +109,19 @@ class ModelAsset(models.Model):
         "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="exported_models"
     )
     created = models.DateTimeField(auto_now_add=True)
+    visibility = models.CharField(
+        max_length=8, choices=Visibility.choices, default=Visibility.PRIVATE,
+        help_text="private: its owner (and staff) only; everyone: every user may read it and launch runs from it.",
+    )
 
     class Meta:
         ordering = ["-created", "-id"]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(source__in=ModelSource.values), name="modelasset_source_valid"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(visibility__in=Visibility.values), name="modelasset_visibility_valid"
             ),
         ]
 

@@ -1,30 +1,57 @@
-"""Reads of the catalog, always narrowed to what the user may see."""
+"""Reads of the catalog, always narrowed to what the user may see: their own objects, the ones shared
+with everyone, or everything for staff. Another user's private object looks absent (Http404), so an
+id can never reach it. What a user may change is `rlstudio.catalog.sharing`'s business."""
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.http import Http404
 
-from rlstudio.ownership import get_visible_or_404, owned_by_or_staff
+from .models import Dataset, ModelAsset, Visibility
 
-from .models import Dataset, ModelAsset
+
+def visible_to(queryset: QuerySet, *, user: AbstractBaseUser) -> QuerySet:
+    """`queryset` (datasets or models) narrowed to the user's own, the shared ones, or all for staff."""
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    if user.is_staff:
+        return queryset
+    return queryset.filter(Q(owner=user) | Q(visibility=Visibility.EVERYONE))
+
+
+def _get_visible(queryset: QuerySet, *, user: AbstractBaseUser, pk):
+    try:
+        obj = visible_to(queryset, user=user).filter(pk=pk).first()
+    except (TypeError, ValueError):  # a malformed id looks like a missing one
+        obj = None
+    if obj is None:
+        raise Http404("Not found")
+    return obj
 
 
 def dataset_list_for(*, user: AbstractBaseUser) -> QuerySet[Dataset]:
-    """Datasets the user may see, newest first."""
-    return owned_by_or_staff(Dataset.objects.select_related("owner"), user=user).order_by("-created", "-id")
+    """Datasets the user may see (own, shared; staff: all), newest first."""
+    return visible_to(Dataset.objects.select_related("owner"), user=user).order_by("-created", "-id")
 
 
 def dataset_get_for(*, user: AbstractBaseUser, dataset_id) -> Dataset:
     """One visible dataset, or Http404."""
-    return get_visible_or_404(Dataset.objects.select_related("owner"), user=user, pk=dataset_id)
+    return _get_visible(Dataset.objects.select_related("owner"), user=user, pk=dataset_id)
 
 
 def model_asset_list_for(*, user: AbstractBaseUser) -> QuerySet[ModelAsset]:
-    """Model assets the user may see, newest first."""
-    return owned_by_or_staff(ModelAsset.objects.select_related("owner"), user=user).order_by("-created", "-id")
+    """Model assets the user may see (own, shared; staff: all), newest first."""
+    return visible_to(ModelAsset.objects.select_related("owner"), user=user).order_by("-created", "-id")
 
 
 def model_asset_get_for(*, user: AbstractBaseUser, model_id) -> ModelAsset:
     """One visible model asset, or Http404."""
-    return get_visible_or_404(ModelAsset.objects.select_related("owner"), user=user, pk=model_id)
+    return _get_visible(ModelAsset.objects.select_related("owner"), user=user, pk=model_id)
+
+
+def model_asset_default_for(*, user: AbstractBaseUser) -> ModelAsset | None:
+    """The model whose tokenizer measures a new upload's prompts when none was picked: the user's newest
+    with a tokenizer, else the newest shared one."""
+    models = ModelAsset.objects.filter(tokenizer_ok=True).order_by("-created", "-id")
+    return models.filter(owner=user).first() or models.filter(visibility=Visibility.EVERYONE).first()
 
 
 def dataset_rows(*, dataset: Dataset, offset: int, limit: int) -> list[dict]:

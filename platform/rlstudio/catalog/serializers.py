@@ -1,7 +1,7 @@
-"""API representations of catalog records, and the upload / registration inputs."""
+"""API representations of catalog records, and the upload / registration / update inputs."""
 from rest_framework import serializers
 
-from .models import Dataset, ModelAsset
+from .models import Dataset, ModelAsset, Visibility
 from .presets import PRESETS
 
 
@@ -12,7 +12,8 @@ class DatasetSerializer(serializers.ModelSerializer):
         model = Dataset
         fields = [
             "id", "name", "owner", "status", "error", "error_line", "error_field", "format", "preset", "split",
-            "num_rows", "columns", "sha256", "size_bytes", "stats", "stats_model", "source_name", "created",
+            "num_rows", "columns", "sha256", "size_bytes", "stats", "stats_model", "source_name", "visibility",
+            "created",
         ]
         read_only_fields = fields
 
@@ -30,13 +31,21 @@ class ModelAssetSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ModelAsset
-        fields = ["id", "name", "owner", "path", "tokenizer_ok", "num_parameters", "source", "source_run", "created"]
+        fields = ["id", "name", "owner", "path", "tokenizer_ok", "num_parameters", "source", "source_run",
+                  "visibility", "created"]
         read_only_fields = fields
 
 
 class ModelRegisterSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     path = serializers.CharField(max_length=1024)
+
+
+class CatalogUpdateSerializer(serializers.Serializer):
+    """PATCH of a dataset or model: rename (owner or staff), share / unshare (staff)."""
+
+    name = serializers.CharField(max_length=200, required=False)
+    visibility = serializers.ChoiceField(choices=Visibility.values, required=False)
 
 
 class RewardCheckSerializer(serializers.Serializer):

@@ -1,4 +1,5 @@
-"""Writes of the catalog: upload, validate and convert, statistics, delete datasets; register models.
+"""Writes of the catalog: upload, validate and convert, statistics, delete datasets; register and
+delete models. Who may change or share an object: `rlstudio.catalog.sharing`.
 
 Storage layout under an uploads root (settings.UPLOADS_DIR when the upload arrives; every later step
 derives it from the absolute `file_path` stored on the dataset, so the web process and a Celery
@@ -28,8 +29,9 @@ from rlstudio.api.errors import ApiError
 
 from .conversion import convert_file, summarize_lengths, token_lengths
 from .formats import Limits, RowError, detect_format
-from .models import Dataset, ModelAsset
+from .models import Dataset, ModelAsset, Visibility
 from .presets import PRESETS
+from .sharing import CatalogRefused, check_can_change
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_PROMPT_LENGTH = 1024
@@ -258,14 +260,12 @@ def _dataset_validate_locked(*, dataset: Dataset) -> Dataset:
         locked.error, locked.error_line, locked.error_field = "", None, ""
         locked.save()
         dataset = locked
-    model = dataset.stats_model or _default_stats_model(dataset.owner)
+    from .selectors import model_asset_default_for
+
+    model = dataset.stats_model or model_asset_default_for(user=dataset.owner)
     if model is not None:
         dataset_compute_stats(dataset=dataset, model=model)
     return dataset
-
-
-def _default_stats_model(owner) -> ModelAsset | None:
-    return ModelAsset.objects.filter(owner=owner, tokenizer_ok=True).order_by("-created", "-id").first()
 
 
 def tool_schemas() -> dict[str, dict[str, Any]]:
@@ -295,19 +295,38 @@ def dataset_compute_stats(*, dataset: Dataset, model: ModelAsset,
     return dataset
 
 
+class CatalogInUse(CatalogRefused):
+    """The object is used by runs and cannot be deleted (the API answers 409)."""
+
+
+def _used_by(runs, *, by) -> str:
+    """'run(s): a, b' naming only the runs `by` may see, counting the others; '' when none."""
+    from rlstudio.ownership import owned_by_or_staff
+
+    total = runs.count()
+    if not total:
+        return ""
+    visible = owned_by_or_staff(runs, user=by)
+    names = list(visible.order_by("id").values_list("name", flat=True)[:20])
+    others = total - visible.count()
+    parts = names + ([f"{others} run(s) of other users"] if others else [])
+    return f"run(s): {', '.join(parts)}"
+
+
 def dataset_delete(*, dataset: Dataset, by) -> None:
     """Delete a dataset no run uses (its converted rows and, if no other dataset shares it, its file).
 
-    A dataset in use answers 409 with the runs' names.
+    Only its owner or staff may (NotPermitted). A dataset in use answers 409 with the runs' names
+    (another user's runs only counted).
     """
     from django.db.models import Q
 
     from rlstudio.runs.models import Run
 
-    runs = list(Run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)).values_list("name", flat=True)[:20])
-    if runs:
-        raise ApiError(f"dataset {dataset.name!r} is used by run(s): {', '.join(runs)}", code="in_use",
-                       status_code=409)
+    check_can_change(user=by, item=dataset, action="delete")
+    used = _used_by(Run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)), by=by)
+    if used:
+        raise ApiError(f"dataset {dataset.name!r} is used by {used}", code="in_use", status_code=409)
     paths = [dataset.converted_path]
     shared = Dataset.objects.filter(file_path=dataset.file_path).exclude(pk=dataset.pk).exists()
     if not shared:
@@ -393,14 +412,36 @@ def check_model_folder(path: str) -> tuple[Path, int]:
     return folder, params
 
 
+_MODEL_PATH_LOCK_SPACE = 0x524C534D  # "RLSM": the advisory-lock key space of model registration
+
+
 def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Source.REGISTERED,
                    source_run=None) -> ModelAsset:
-    """Check a checkpoint folder and register it (idempotent per owner and folder)."""
+    """Check a checkpoint folder and register it for `owner`.
+
+    One folder (its resolved real path), one registration: the owner's own registration of it is
+    updated (registering twice gives the same model); else one shared with everyone is returned as it
+    is (no duplicate row; read-only to a non-owner); else one another user registered privately is
+    refused (CatalogRefused on `path`). Registrations of one folder are serialized by an advisory lock.
+    """
+    from django.db import connection
+
     folder, params = check_model_folder(path)
     name = _clean_name(name or folder.name)
     if not name:
         raise ApiError("a name is required", field="name")
     with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_MODEL_PATH_LOCK_SPACE, str(folder)])
+        same = ModelAsset.objects.filter(path=str(folder))
+        if not same.filter(owner=owner).exists():
+            shared = same.filter(visibility=Visibility.EVERYONE).select_related("owner").order_by("id").first()
+            if shared is not None:
+                return shared
+            if same.exists():
+                raise CatalogRefused("this folder is already registered by someone else and not shared; ask "
+                                     "staff to share it, or register a copy in another folder",
+                                     field="path", code="registered_by_other")
         model, created = ModelAsset.objects.update_or_create(
             owner=owner, path=str(folder),
             defaults={"name": name, "tokenizer_ok": True, "num_parameters": params, "source": source,
@@ -446,3 +487,17 @@ def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: in
             os.replace(tmp, base)
     target = base
     return model_register(owner=owner, name=name, path=str(target))
+
+
+def model_delete(*, model: ModelAsset, by) -> None:
+    """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
+    operator's, or a run's export). In use: CatalogInUse naming the runs."""
+    from rlstudio.runs.models import Run
+
+    check_can_change(user=by, item=model, action="delete")
+    used = _used_by(Run.objects.filter(model=model), by=by)
+    if used:
+        raise CatalogInUse(f"model {model.name!r} is used by {used}", code="in_use")
+    with transaction.atomic():
+        audit_record(actor=by, action="model.delete", obj=model, data={"name": model.name, "path": model.path})
+        model.delete()

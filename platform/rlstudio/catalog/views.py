@@ -1,5 +1,7 @@
 """Pages of the catalog: datasets (list, upload, detail with preview, statistics and reward check)
-and models (list, register). Every write goes through the same services as the API."""
+and models (list, register, delete); share / unshare for staff. Every write goes through the same
+services as the API; a refused one (NotPermitted, CatalogRefused) comes back as a message, and the
+controls a user may not use are not shown."""
 import json
 
 from django.conf import settings
@@ -15,7 +17,8 @@ from .presets import PRESETS
 from .rewardcheck import CheckError, reward_check
 from .selectors import (dataset_get_for, dataset_list_for, dataset_rows, model_asset_get_for,
                         model_asset_list_for, row_view)
-from .services import dataset_compute_stats, dataset_delete, model_register
+from .services import dataset_compute_stats, dataset_delete, model_delete, model_register
+from .sharing import CatalogRefused, NotPermitted, can_change, catalog_set_visibility, check_can_change
 
 PREVIEW_ROWS = 5
 
@@ -60,9 +63,13 @@ def dataset_detail(request, dataset_id: int):
             check_error = str(exc)
     elif request.method == "POST" and request.POST.get("action") == "stats":
         try:
+            check_can_change(user=request.user, item=dataset, action="recompute the statistics of")
             model = model_asset_get_for(user=request.user, model_id=request.POST.get("model"))
             mpl = max(1, min(1 << 20, int(request.POST.get("max_prompt_length") or 1024)))
             dataset_compute_stats(dataset=dataset, model=model, max_prompt_length=mpl)
+            return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
+        except NotPermitted as exc:
+            messages.error(request, exc.message)
             return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
         except (ApiError, ValueError) as exc:
             messages.error(request, str(getattr(exc, "detail", exc)))
@@ -78,6 +85,7 @@ def dataset_detail(request, dataset_id: int):
         "rewards": rewards, "tools": tools, "check": check, "check_error": check_error,
         "models": model_asset_list_for(user=request.user).filter(tokenizer_ok=True)[:100],
         "runs": owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user),
+        "can_change": can_change(user=request.user, item=dataset),
     })
 
 
@@ -87,6 +95,9 @@ def dataset_delete_view(request, dataset_id: int):
     dataset = dataset_get_for(user=request.user, dataset_id=dataset_id)
     try:
         dataset_delete(dataset=dataset, by=request.user)
+    except NotPermitted as exc:
+        messages.error(request, exc.message)
+        return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
     except ApiError as exc:
         messages.error(request, str(exc.detail))
         return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
@@ -99,11 +110,48 @@ def model_list(request):
     error = ""
     if request.method == "POST":
         try:
-            model_register(owner=request.user, name=request.POST.get("name", ""), path=request.POST.get("path", ""))
+            model = model_register(owner=request.user, name=request.POST.get("name", ""),
+                                   path=request.POST.get("path", ""))
+            if model.owner_id != request.user.pk:
+                messages.info(request, f"That folder is already shared as model {model.name!r}: use it as it is.")
             return redirect("catalog:model_list")
+        except CatalogRefused as exc:
+            error = exc.message
         except ApiError as exc:
             error = str(exc.detail)
     return render(request, "catalog/model_list.html", {
         "models": model_asset_list_for(user=request.user)[:500], "register_error": error,
         "model_roots": settings.RLSTUDIO_MODEL_ROOTS, "json": json,
     })
+
+
+@login_required
+@require_POST
+def model_delete_view(request, model_id: int):
+    model = model_asset_get_for(user=request.user, model_id=model_id)
+    try:
+        model_delete(model=model, by=request.user)
+    except (NotPermitted, CatalogRefused) as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Deleted model {model.name}.")
+    return redirect("catalog:model_list")
+
+
+@login_required
+@require_POST
+def visibility_view(request, kind: str, item_id: int):
+    """Staff's share / unshare control: POST visibility=everyone|private."""
+    if kind == "datasets":
+        item = dataset_get_for(user=request.user, dataset_id=item_id)
+        back = redirect("catalog:dataset_detail", dataset_id=item.pk)
+    else:
+        item = model_asset_get_for(user=request.user, model_id=item_id)
+        back = redirect("catalog:model_list")
+    try:
+        if catalog_set_visibility(item=item, by=request.user, visibility=request.POST.get("visibility", "")):
+            now = "shared with everyone" if item.visibility == "everyone" else "private"
+            messages.success(request, f"{item.name} is now {now}.")
+    except (NotPermitted, CatalogRefused) as exc:
+        messages.error(request, exc.message)
+    return back

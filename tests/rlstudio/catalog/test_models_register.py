@@ -1,7 +1,9 @@
-"""Model registration: a real tiny checkpoint is checked and counted; bad folders are refused."""
+"""Model registration: a real tiny checkpoint is checked and counted; bad folders are refused; one folder
+is registered once across users (a shared one is reused, another user's private one refused)."""
 import json
 
 import pytest
+from django.test import Client
 from rest_framework.test import APIClient
 
 from rlstudio.catalog.models import ModelAsset, Dataset
@@ -74,3 +76,42 @@ def test_token_stats_with_the_models_tokenizer(api, tiny, alice):
     assert (stats["count"], stats["min"], stats["max"]) == (30, want[0], want[-1])
     assert stats["mean"] == round(sum(want) / 30, 2) and sum(stats["histogram"]["counts"]) == 30
     assert stats["over_max_prompt_length"] == sum(1 for w in want if w > 1024)
+
+
+@pytest.mark.django_db
+def test_one_folder_one_registration_across_users(api, tiny, tmp_path, alice, bob, staff):
+    from rlstudio.accounts.models import AuditEvent
+    from rlstudio.catalog.sharing import catalog_set_visibility
+
+    first = api.post("/api/v1/models/", {"name": "tiny", "path": str(tiny)}, format="json")
+    again = api.post("/api/v1/models/", {"name": "tiny", "path": str(tiny) + "/"}, format="json")
+    assert first.status_code == again.status_code == 201, again.json()
+    assert again.json()["id"] == first.json()["id"]  # the same user twice: their existing model
+    assert ModelAsset.objects.count() == 1
+
+    other = APIClient()
+    other.force_authenticate(bob)
+    link = tmp_path / "same-folder"  # the resolved real path is what counts, not the path typed
+    link.symlink_to(tiny, target_is_directory=True)
+    for path in (str(tiny), str(link)):
+        resp = other.post("/api/v1/models/", {"name": "mine", "path": path}, format="json")
+        assert resp.status_code == 400, resp.json()
+        error = resp.json()["error"]
+        assert error["field"] == "path" and error["code"] == "registered_by_other"
+        assert "already registered by someone else and not shared" in error["message"]
+    page = Client()
+    page.force_login(bob)
+    html = page.post("/models/", {"name": "mine", "path": str(link)}).content.decode()
+    assert "already registered by someone else and not shared" in html
+    assert ModelAsset.objects.count() == 1
+
+    catalog_set_visibility(item=ModelAsset.objects.get(), by=staff, visibility="everyone")
+    resp = other.post("/api/v1/models/", {"name": "mine", "path": str(link)}, format="json")
+    assert resp.status_code == 200, resp.json()
+    body = resp.json()
+    assert (body["id"], body["owner"], body["name"], body["reused"]) == (first.json()["id"], "alice", "tiny", True)
+    assert ModelAsset.objects.count() == 1
+    assert not AuditEvent.objects.filter(actor=bob).exists()
+    # Reused, not owned: bob still cannot change it.
+    assert other.delete(f"/api/v1/models/{body['id']}/").status_code == 403
+    assert other.patch(f"/api/v1/models/{body['id']}/", {"visibility": "private"}, format="json").status_code == 403
