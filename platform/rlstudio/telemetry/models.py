@@ -123,3 +123,22 @@ class RunRetention(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.mode} k={self.k}"
+
+
+class RunIngestCount(models.Model):
+    """What a run has stored through the ingest: the per-run caps (RLSTUDIO_RUN_MAX_*) are checked
+    against these counters, never by counting rows. The ingest locks this row and updates it in the
+    transaction that stores the batch, so the counts are exact and two POSTs of one run are serialized.
+    Created by the run's first batch (from a count of what is already stored, once).
+
+    `caps_reached` maps a cap ("events", "samples", "metric_rows") to the limit it was reached at, so
+    that reaching it is audited once (again only if an operator changes that limit)."""
+
+    run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="ingest_count")
+    events = models.BigIntegerField(default=0, help_text="RunEvents stored.")
+    samples = models.BigIntegerField(default=0, help_text="Sample events stored (a transcript each, under retention).")
+    metric_rows = models.BigIntegerField(default=0, help_text="MetricRows (steps with metrics).")
+    caps_reached = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"run {self.run_id}: {self.events} events, {self.samples} samples, {self.metric_rows} metric rows"

@@ -12,6 +12,11 @@
   3. after commit: one compact message per new event to the run's Channels group (seq order) and
      every new sample appended to the run's rollout dump files.
 
+Per-run caps (`ingest_caps`): in the same transaction, before anything is stored, the run's counter
+row is locked and the batch is split by RLSTUDIO_RUN_MAX_EVENTS / _SAMPLES / _METRIC_ROWS; events
+past a cap are refused with a reason naming it (the answer's `caps` says which caps refused), except
+control events (status, heartbeat, checkpoint), which past the events cap are applied, not stored.
+
 RunEvent.data of a sample holds its summary (and `sample_id` when the transcript was kept), not the
 transcript: RunEvents are the websocket replay source and must stay small; transcripts live in Sample.
 """
@@ -38,6 +43,7 @@ from trainer.events import Event, EventError, TokenView, validate_event
 from . import codec
 from .broadcast import run_events_send
 from .fields import json_pack
+from .ingest_caps import caps_plan, cap_message, counts_add, counts_lock
 from .models import RetentionMode, RunRetention, Sample
 
 log = logging.getLogger(__name__)
@@ -72,13 +78,17 @@ class IngestResult:
     duplicates: int = 0
     refused: list[Refusal] = field(default_factory=list)
     transitions: list[str] = field(default_factory=list)
+    caps: list[dict[str, Any]] = field(default_factory=list)  # [{cap, limit, message}] that refused events
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "accepted": self.accepted,
             "duplicates": self.duplicates,
             "refused": [{"index": r.index, "seq": r.seq, "reason": r.reason} for r in self.refused],
         }
+        if self.caps:
+            out["caps"] = self.caps
+        return out
 
 
 def _has_tool_call(data: dict[str, Any]) -> bool:
@@ -183,6 +193,7 @@ def parse_events(raw_events: list[Any], *, max_event_bytes: int, body_bytes: int
             continue
         if event["type"] == "sample":
             event["_line"] = text  # the event as received (valid, NUL-free): its rollout dump line
+        event["_index"] = index  # its place in the request (for a refusal after parsing)
         valid[event["seq"]] = event
     return [valid[s] for s in sorted(valid)], refused, duplicates
 
@@ -207,23 +218,28 @@ def _insert_run_events(run_id: int, events: list[dict[str, Any]], compact: dict[
         return {row[0] for row in cur.fetchall()}
 
 
-def _upsert_metrics(run_id: int, events: list[dict[str, Any]]) -> None:
-    """One MetricRow per step; a later metrics event of the same step adds/overrides keys."""
+def _upsert_metrics(run_id: int, events: list[dict[str, Any]]) -> int:
+    """One MetricRow per step; a later metrics event of the same step adds/overrides keys. The number
+    of rows created (not merged into): `old` reads the table as it was before the statement (all parts
+    of a WITH statement see one snapshot), so the count costs no extra round trip."""
     merged: dict[int, tuple[float, dict[str, Any]]] = {}
     for ev in events:
         step = ev["data"]["step"]
         _, metrics = merged.get(step, (0.0, {}))
         merged[step] = (ev["time"], {**metrics, **ev["data"]["metrics"]})
     if not merged:
-        return
+        return 0
     rows = [{"step": step, "t": merged[step][0], "metrics": merged[step][1]} for step in sorted(merged)]
-    sql = ("INSERT INTO telemetry_metricrow (run_id, step, time, metrics) "
-           "SELECT %s, u.step, to_timestamp(u.t), u.metrics "
-           "FROM jsonb_to_recordset(%s::jsonb) AS u(step integer, t float8, metrics jsonb) "
+    sql = ("WITH u AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS u(step integer, t float8, metrics jsonb)), "
+           "old AS (SELECT m.step FROM telemetry_metricrow m WHERE m.run_id = %s AND m.step IN (SELECT step FROM u)), "
+           "up AS (INSERT INTO telemetry_metricrow (run_id, step, time, metrics) "
+           "SELECT %s, u.step, to_timestamp(u.t), u.metrics FROM u "
            "ON CONFLICT (run_id, step) DO UPDATE SET metrics = telemetry_metricrow.metrics || "
-           "EXCLUDED.metrics, time = EXCLUDED.time")
+           "EXCLUDED.metrics, time = EXCLUDED.time RETURNING step) "
+           "SELECT count(*) FROM up WHERE step NOT IN (SELECT step FROM old)")
     with connection.cursor() as cur:
-        cur.execute(sql, [run_id, codec.dumps(rows)])
+        cur.execute(sql, [codec.dumps(rows), run_id, run_id])
+        return int(cur.fetchone()[0])
 
 
 def _insert_memory(run_id: int, events: list[dict[str, Any]]) -> None:
@@ -349,19 +365,31 @@ def events_ingest(*, run: Run, raw_events: list[Any], body_bytes: int | None = N
     compact = {ev["seq"]: (sample_summary(ev["data"], sample_id=None) if ev["type"] == "sample" else ev["data"])
                for ev in events}
     with transaction.atomic():
+        counts = counts_lock(run_id=run.pk)
+        plan = caps_plan(run_id=run.pk, counts=counts, events=events)
+        _refuse_capped(result, run.pk, plan.refused, plan.reached)
+        events = plan.store
         new_seqs = _insert_run_events(run.pk, events, compact)
         new = [ev for ev in events if ev["seq"] in new_seqs]
         result.accepted, result.duplicates = len(new), result.duplicates + len(events) - len(new)
         by_type: dict[str, list[dict[str, Any]]] = {}
         for ev in new:
             by_type.setdefault(ev["type"], []).append(ev)
-        _upsert_metrics(run.pk, by_type.get("metrics", []))
+        new_rows = _upsert_metrics(run.pk, by_type.get("metrics", []))
         samples = by_type.get("sample", [])
         ids = _store_samples(run, _retained(run, samples)) if samples else {}
         _link_sample_ids(run.pk, ids)
         for seq, pk in ids.items():
             compact[seq] = {**compact[seq], "sample_id": pk}
         _insert_memory(run.pk, by_type.get("memory", []))
+        counts_add(run=run, counts=counts, events=len(new), samples=len(samples), metric_rows=new_rows,
+                   reached=plan.reached)
+        if plan.apply_only:  # control events past the events cap: they act on the run, unstored
+            result.accepted += len(plan.apply_only)
+            new = sorted(new + plan.apply_only, key=lambda ev: ev["seq"])
+            for ev in plan.apply_only:
+                by_type.setdefault(ev["type"], []).append(ev)
+            by_type["status"] = sorted(by_type.get("status", []), key=lambda ev: ev["seq"])
         _update_run(run, new, by_type)
         result.transitions = _apply_status(run, by_type.get("status", []))
         live = [{"seq": ev["seq"], "type": ev["type"], "time": ev["time"], "data": compact[ev["seq"]]}
@@ -369,6 +397,17 @@ def events_ingest(*, run: Run, raw_events: list[Any], body_bytes: int | None = N
         run_id = run.pk
         transaction.on_commit(lambda: _after_commit(run_id, live, samples))
     return result
+
+
+def _refuse_capped(result: IngestResult, run_id: int, refused: list[tuple[dict[str, Any], str]],
+                   reached: dict[str, int]) -> None:
+    """Add the events a per-run cap refused to the answer (in request order), and the caps' sentences."""
+    for ev, cap in refused:
+        message = cap_message(run_id=run_id, cap=cap, limit=reached[cap])
+        result.refused.append(Refusal(ev["_index"], ev["seq"], f"event {ev['seq']}: {message}"))
+    result.refused.sort(key=lambda r: r.index)
+    result.caps = [{"cap": cap, "limit": limit, "message": cap_message(run_id=run_id, cap=cap, limit=limit)}
+                   for cap, limit in reached.items()]
 
 
 def _update_run(run: Run, new: list[dict[str, Any]], by_type: dict[str, list[dict[str, Any]]]) -> None:
@@ -412,7 +451,7 @@ def rollout_dump_append(*, run_id: int, samples: list[dict[str, Any]]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     by_step: dict[int, list[bytes]] = {}
     for ev in samples:
-        line = ev.get("_line") or codec.dumpb({k: v for k, v in ev.items() if k != "_line"})
+        line = ev.get("_line") or codec.dumpb({k: v for k, v in ev.items() if not k.startswith("_")})
         by_step.setdefault(ev["data"]["step"], []).append(line)
     for step, lines in by_step.items():
         with open(folder / f"step_{step:06d}.jsonl", "ab") as fh:
