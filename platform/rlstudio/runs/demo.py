@@ -3,14 +3,12 @@
 The demo kit is made once by `manage.py rlstudio_demo` (the launcher runs it in the background after
 the platform is up) and owned by the admin: the warm-started demo model, the arithmetic train and
 held-out datasets (uploaded and validated through the catalog's own services) and the saved RunConfig
-`DEMO_CONFIG_NAME`, built from recipe `demo_tool_arith` with the paths of those three objects.
+`DEMO_CONFIG_NAME`, built from recipe `demo_tool_arith` with the paths of those three objects. The
+model and datasets are shared with everyone (read-only for the other users).
 
-Users see only their own objects, so a click by any other user first copies the kit into their
-account, through the same services a user would use by hand: the model is registered for them (the
-same folder: a database row, no copy of the weights), each dataset is uploaded for them from the
-admin's stored file and validated (identical bytes share one content-addressed file on disk; the
-converted rows are theirs), and the config is saved under the same name with their paths. Then
-`run_new` launches it exactly like the run form. A second click reuses the copies.
+A click by any user finds the kit through the catalog's selectors (so a kit that is not shared is
+"not available", never reached around them) and `run_new` launches the saved config on it exactly
+like the run form: nothing is copied into the user's account.
 
 While the kit is being made, `demo_state()` says so with the seconds left of the warm start, read
 from a status file the command keeps under STATE_DIR/demo/ (never a guess: no progress yet means
@@ -121,92 +119,42 @@ def demo_state(now: float | None = None) -> DemoState:
 
 
 # ----------------------------------------------------------------------------- launch
-def _kit(cfg) -> tuple[Any, Any, Any]:
-    """(model, train dataset, held-out dataset) the admin's demo config points at."""
-    from rlstudio.catalog.models import Dataset, ModelAsset
+def _first(queryset, *, owner_id: int):
+    """The row owned by `owner_id` if there is one, else the oldest."""
+    return queryset.filter(owner_id=owner_id).first() or queryset.order_by("id").first()
+
+
+def _kit(cfg, *, user: AbstractBaseUser) -> tuple[Any, Any, Any]:
+    """(model, train dataset, held-out dataset) the admin's demo config points at, as `user` sees them."""
+    from rlstudio.catalog.models import Dataset
+    from rlstudio.catalog.selectors import dataset_list_for, model_asset_list_for
 
     c = cfg.config or {}
     model_path = ((c.get("actor_rollout_ref") or {}).get("model") or {}).get("path")
     train_path = (c.get("data") or {}).get("train_files")
     val_path = (c.get("data") or {}).get("val_files")
-    model = ModelAsset.objects.filter(owner=cfg.owner, path=model_path).first()
-    ready = Dataset.objects.filter(owner=cfg.owner, status=Dataset.Status.READY)
-    train = ready.filter(converted_path=train_path).first()
-    val = ready.filter(converted_path=val_path).first()
+    model = _first(model_asset_list_for(user=user).filter(path=model_path), owner_id=cfg.owner_id)
+    ready = dataset_list_for(user=user).filter(status=Dataset.Status.READY)
+    train = _first(ready.filter(converted_path=train_path), owner_id=cfg.owner_id)
+    val = _first(ready.filter(converted_path=val_path), owner_id=cfg.owner_id)
     missing = [what for what, obj in (("model", model), ("train dataset", train), ("held-out dataset", val))
                if obj is None]
     if missing:
-        raise DemoUnavailable(f"the demo config points at a {', '.join(missing)} that is gone; "
-                              "run `manage.py rlstudio_demo` again")
+        raise DemoUnavailable(f"the demo's {', '.join(missing)} is gone or not shared with you; an admin runs "
+                              "`manage.py rlstudio_demo` again (it makes the kit and shares it)")
     return model, train, val
 
 
-def _copy_dataset(src, *, user, stats_model, wait_s: float = 120.0):
-    """The user's own ready copy of ``src``: uploaded from its stored file and validated."""
-    from django.core.files import File
-
-    from rlstudio.catalog.models import Dataset
-    from rlstudio.catalog.services import dataset_upload, dataset_validate
-
-    mine = (Dataset.objects.filter(owner=user, sha256=src.sha256, split=src.split, preset=src.preset)
-            .exclude(status=Dataset.Status.INVALID).order_by("-id").first())
-    if mine is None:
-        with open(src.file_path, "rb") as f:
-            mine, _created = dataset_upload(owner=user, upload=File(f, name=src.source_name or src.name),
-                                            name=src.name, preset=src.preset, split=src.split,
-                                            stats_model=stats_model)
-    if mine.status == Dataset.Status.VALIDATING:
-        # The same validation the Celery task runs (it queued one too; one of the two does the work,
-        # the other finds the advisory lock taken or the dataset ready and returns).
-        dataset_validate(dataset=mine)
-        deadline = time.monotonic() + wait_s
-        mine.refresh_from_db()
-        while mine.status == Dataset.Status.VALIDATING and time.monotonic() < deadline:
-            time.sleep(0.3)
-            mine.refresh_from_db()
-    if mine.status != Dataset.Status.READY:
-        raise DemoUnavailable(f"your copy of the demo dataset {src.name!r} is {mine.status}"
-                              + (f": {mine.error}" if mine.error else ""))
-    return mine
-
-
-_DEMO_COPY_LOCK_SPACE = 0x5D3E  # advisory-lock namespace of the demo kit copies
-
-
 def demo_launch(*, user: AbstractBaseUser):
-    """Launch the demo for ``user`` (copying the kit into their account first); returns the Run."""
-    from django.db import connection
-
-    from rlstudio.catalog.services import model_register
-
-    from . import launch
-    from .models import Run, RunConfig
-    from .services import RunInputInvalid, run_new
+    """Launch the demo for ``user`` on the shared kit; returns the Run."""
+    from .models import Run
+    from .services import run_new
 
     state = demo_state()
     if state.state != "ready":
         raise DemoUnavailable(state.message)
     cfg = demo_config()
-    model, train, val = _kit(cfg)
-    config = cfg.config
-    if user.pk != cfg.owner_id:
-        # One copy of the kit per user, even for two quick clicks: the second waits for the first's
-        # copy (a session-level advisory lock keyed by the user) and then finds it.
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_lock(%s, %s)", [_DEMO_COPY_LOCK_SPACE, user.pk])
-        try:
-            model = model_register(owner=user, name=model.name, path=model.path)
-            train = _copy_dataset(train, user=user, stats_model=model)
-            val = _copy_dataset(val, user=user, stats_model=model)
-            try:
-                config = launch.build_config(config=cfg.config, dataset=train, val_dataset=val, model=model)
-            except launch.ConfigInvalid as exc:
-                raise RunInputInvalid(exc.message, field=exc.key) from None
-            RunConfig.objects.update_or_create(owner=user, name=DEMO_CONFIG_NAME,
-                                               defaults={"config": config, "description": cfg.description})
-        finally:
-            with connection.cursor() as cur:
-                cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_DEMO_COPY_LOCK_SPACE, user.pk])
+    model, train, val = _kit(cfg, user=user)
     number = Run.objects.filter(owner=user, name__startswith=DEMO_RUN_PREFIX).count() + 1
     return run_new(owner=user, name=f"{DEMO_RUN_PREFIX}-{number}", dataset=train, val_dataset=val,
-                   model=model, gpus=0, config=config)
+                   model=model, gpus=0, saved=cfg.config)

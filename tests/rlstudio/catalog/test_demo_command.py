@@ -3,7 +3,8 @@
 Against the real PostgreSQL and the real Celery worker (which validates the arithmetic datasets), with
 a 4-step warm start (the real one is 600 steps, minutes: docs/demo.md). The launched runs are held in
 the queue by a 0-run quota, so no GRPO job starts on the test machine; what is checked is the run
-the click makes: its recipe, model and datasets.
+the click makes: its recipe, model and datasets. The kit is shared with everyone, so a brand-new user
+sees it (models, datasets, the run form) and launches on it without copying anything.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
+from rlstudio.accounts.models import AuditEvent
 from rlstudio.catalog.models import Dataset, ModelAsset
+from rlstudio.catalog.sharing import catalog_set_visibility
 from rlstudio.quotas.models import GpuQuota
 from rlstudio.runs.demo import DEMO_CONFIG_NAME, demo_state, read_status, write_status
 from rlstudio.runs.models import Run, RunConfig
@@ -81,6 +84,11 @@ def test_demo_command_registers_the_kit_and_one_click_launches_it(celery_worker,
     assert "one click" in printed
     assert demo_state().state == "ready"
 
+    # Shared with everyone, owned by the admin: every demo model and dataset.
+    assert set(ModelAsset.objects.values_list("owner__username", "visibility")) == {(staff.username, "everyone")}
+    assert set(Dataset.objects.values_list("owner__username", "visibility")) == {(staff.username, "everyone")}
+    assert AuditEvent.objects.filter(action="model.share", actor=staff).count() == 2
+
     # Idempotent: a second call finds everything (and does not warm-start again).
     before, mtime = _counts(), (Path(model.path) / "warm_start.json").stat().st_mtime
     _run_command(staff)
@@ -88,41 +96,54 @@ def test_demo_command_registers_the_kit_and_one_click_launches_it(celery_worker,
     assert (Path(model.path) / "warm_start.json").stat().st_mtime == mtime
     assert read_status()["state"] == "ready"
 
-    # One click by another user, through the page: CSRF enforced, then a run of their own.
+    # A brand-new ordinary user sees the kit: the models and datasets lists, the new-run form.
     GpuQuota.objects.create(user=alice, max_concurrent_runs=0)  # queued: no Ray job on the test box
     client = Client(enforce_csrf_checks=True)
     assert client.login(username="alice", password=PASSWORD)
+    models = {m["name"]: m for m in client.get("/api/v1/models/").json()["results"]}
+    assert set(models) == {"demo-tiny-qwen2", model.name}
+    assert models[model.name]["visibility"] == "everyone" and models[model.name]["owner"] == staff.username
+    assert {d["name"] for d in client.get("/api/v1/datasets/").json()["results"]} == {train.name, val.name}
+    assert f"/models/{model.pk}/delete/" not in client.get("/models/").content.decode()  # read-only for her
+    form = client.get("/runs/new/").content.decode()
+    assert f'<option value="{model.pk}">{model.name}</option>' in form
+    assert f'<option value="{train.pk}">{train.name}</option>' in form
+
+    # One click by her, through the page: CSRF enforced, then a run of her own on the shared kit.
     assert client.post("/runs/demo/launch/").status_code == 403  # no CSRF token
     page = client.get("/runs/")
     assert page.status_code == 200 and b"Launch the demo" in page.content
     token = re.search(rb'name="csrfmiddlewaretoken" value="([^"]+)"', page.content).group(1).decode()
     t = time.monotonic()
     resp = client.post("/runs/demo/launch/", {"csrfmiddlewaretoken": token})
-    print(f"\n[measure] first demo click by a user: copy + validate 4,224 rows + launch in "
-          f"{time.monotonic() - t:.1f} s")
+    print(f"\n[measure] first demo click by a user (on the shared kit): {time.monotonic() - t:.2f} s")
     assert resp.status_code == 302, resp.content[:500]
     run = Run.objects.get(owner=alice)
     assert resp["Location"] == f"/runs/{run.pk}/"
     assert run.status == "queued" and "run" in run.queue_reason
-    # Alice's own copies: same model folder, same bytes, her converted rows.
-    assert run.model.owner == alice and run.model.path == model.path
-    assert run.dataset.owner == alice and run.dataset.sha256 == train.sha256 and run.dataset.status == "ready"
-    assert run.val_dataset.owner == alice and run.val_dataset.sha256 == val.sha256
-    assert run.dataset.converted_path != train.converted_path
-    assert run.config["data"]["train_files"] == run.dataset.converted_path
-    assert run.config["data"]["val_files"] == run.val_dataset.converted_path
+    # The shared kit itself: nothing copied into her account.
+    assert (run.model_id, run.dataset_id, run.val_dataset_id) == (model.pk, train.pk, val.pk)
+    assert _counts()[:2] == before[:2]
+    assert run.config["data"]["train_files"] == train.converted_path
+    assert run.config["data"]["val_files"] == val.converted_path
     assert run.config["actor_rollout_ref"]["model"]["path"] == model.path
     assert run.config["actor_rollout_ref"]["rollout"]["n"] == recipe["actor_rollout_ref"]["rollout"]["n"]
     assert run.config["tools"] == recipe["tools"]
-    assert RunConfig.objects.filter(owner=alice, name=DEMO_CONFIG_NAME).exists()
 
-    # A second click reuses her copies.
+    # A second click: another run on the same kit.
     resp = client.post("/runs/demo/launch/", {"csrfmiddlewaretoken": token})
     assert resp.status_code == 302
     runs = list(Run.objects.filter(owner=alice).order_by("id"))
     assert [r.name for r in runs] == ["demo-tool-arith-1", "demo-tool-arith-2"]
-    assert runs[1].dataset_id == runs[0].dataset_id and runs[1].model_id == runs[0].model_id
-    assert Dataset.objects.filter(owner=alice).count() == 2
+    assert runs[1].dataset_id == runs[0].dataset_id == train.pk and runs[1].model_id == model.pk
+    assert not Dataset.objects.filter(owner=alice).exists() and not ModelAsset.objects.filter(owner=alice).exists()
+
+    # Unshared, the kit is out of her reach: the click says so, and no run is made.
+    catalog_set_visibility(item=train, by=staff, visibility="private")
+    resp = client.post("/runs/demo/launch/", {"csrfmiddlewaretoken": token}, follow=True)
+    assert "train dataset is gone or not shared with you" in resp.content.decode()
+    assert Run.objects.filter(owner=alice).count() == 2
+    catalog_set_visibility(item=train, by=staff, visibility="everyone")
 
     # The admin's own click uses the kit as it is.
     GpuQuota.objects.create(user=staff, max_concurrent_runs=0)

@@ -3,7 +3,8 @@
     python manage.py rlstudio_demo [--user admin] [--warm-steps 600] [--gsm8k PATH] [--no-gsm8k]
                                    [--wait 600]
 
-For the owner (the admin), in this order:
+For the owner (the admin, who must be staff), in this order, each shared with everyone (read-only for the
+other users, who launch runs on them without registering anything):
 1. the untrained tiny demo model (quick; it also gives the datasets' token statistics);
 2. the GSM8K test split, uploaded through the same service as a browser upload;
 3. the arithmetic demo datasets (`trainer.tasks.arith`: 4,096 train rows, 128 held-out rows), written
@@ -31,8 +32,9 @@ from django.contrib.auth import get_user_model
 from django.core.files import File
 from django.core.management.base import BaseCommand, CommandError
 
-from rlstudio.catalog.models import Dataset
+from rlstudio.catalog.models import Dataset, Visibility
 from rlstudio.catalog.services import dataset_upload, model_register_demo
+from rlstudio.catalog.sharing import catalog_set_visibility
 
 ARITH_TRAIN_ROWS, ARITH_VAL_ROWS = 4096, 128  # what bench/learning.py measured the demo with
 ARITH_TRAIN_NAME, ARITH_VAL_NAME = "demo-arith-train", "demo-arith-heldout"
@@ -85,8 +87,8 @@ class Command(BaseCommand):
         if user is None:
             raise CommandError("no such user (create the admin first, or pass --user)")
         if not user.is_staff:
-            raise CommandError(f"the demo owner {user.get_username()!r} must be staff: every user's demo "
-                               "launch copies the kit from a staff-owned config")
+            raise CommandError(f"the demo owner {user.get_username()!r} must be staff: the demo kit is a "
+                               "staff-owned config, model and datasets shared with everyone")
         if opts["warm_steps"] is not None and opts["warm_steps"] < 2:
             raise CommandError(f"--warm-steps must be >= 2 (one per warm-start phase), got {opts['warm_steps']}")
         # The launcher stops a preparation still running with SIGTERM: end through the handler below,
@@ -107,8 +109,13 @@ class Command(BaseCommand):
         self.status.update(stage=stage, **fields)
         write_status(**self.status)
 
+    @staticmethod
+    def _share(item, user):
+        catalog_set_visibility(item=item, by=user, visibility=Visibility.EVERYONE)
+        return item
+
     def _prepare(self, user, opts) -> None:
-        base = model_register_demo(owner=user)
+        base = self._share(model_register_demo(owner=user), user)
         self.stdout.write(f"model {base.name} (id {base.pk}, {base.num_parameters} parameters) at {base.path}")
         if not opts["no_gsm8k"]:
             path = Path(opts["gsm8k"])
@@ -118,6 +125,7 @@ class Command(BaseCommand):
                 with open(path, "rb") as f:
                     gsm, created = dataset_upload(owner=user, upload=File(f, name=path.name), name="gsm8k-test",
                                                   preset="gsm8k", split="val", stats_model=base)
+                self._share(gsm, user)
                 self.stdout.write(f"dataset {gsm.name} (id {gsm.pk}, {gsm.status}, "
                                   f"{'new' if created else 'already there'})")
 
@@ -129,7 +137,7 @@ class Command(BaseCommand):
             with open(path, "rb") as f:
                 ds, created = dataset_upload(owner=user, upload=File(f, name=path.name), name=name, preset="verl",
                                              split=split, stats_model=base)
-            datasets[split] = ds
+            datasets[split] = self._share(ds, user)
             self.stdout.write(f"dataset {ds.name} (id {ds.pk}, {ds.status}, {'new' if created else 'already there'})")
 
         # The long part; the worker validates the datasets meanwhile.
@@ -146,8 +154,8 @@ class Command(BaseCommand):
                 self._stage("warm-start", steps_done=done, steps_total=total)
 
         t0 = time.monotonic()
-        model = model_register_demo(owner=user, warm_start=True, warm_start_steps=steps,
-                                    progress=progress)
+        model = self._share(model_register_demo(owner=user, warm_start=True, warm_start_steps=steps,
+                                                progress=progress), user)
         info = json.loads((Path(model.path) / "warm_start.json").read_text())
         self.stdout.write(f"model {model.name} (id {model.pk}) at {model.path}: {info['steps']}/"
                           f"{info['steps_requested']} warm-start steps in {info['seconds']} s"
