@@ -1,7 +1,8 @@
 """The `http` sink: POSTs events to the platform's ingest API (standard library only).
 
 Selected with `trainer.logger=[...,"http"]`; reads RLSTUDIO_INGEST_URL (the run's
-`.../api/v1/runs/<id>/events/`) and RLSTUDIO_INGEST_TOKEN (the run's own token) from the environment.
+`.../api/v1/runs/<id>/events/`) and RLSTUDIO_INGEST_TOKEN_FILE (a file holding the run's own token;
+RLSTUDIO_INGEST_TOKEN for a run started by hand) from the environment.
 
   * `write` only appends to an in-memory queue: a training step never waits on the network;
   * a background thread sends batches of up to `batch_size` events (or `max_batch_bytes`), gzip'd JSON
@@ -49,6 +50,19 @@ class IngestRefused(Exception):
     """The platform answered a status that a retry cannot fix."""
 
 
+def _token_from_environment() -> str:
+    """The run's ingest token: read from RLSTUDIO_INGEST_TOKEN_FILE (how the platform hands it over,
+    so that it never shows in the job's environment), else RLSTUDIO_INGEST_TOKEN (a run started by
+    hand)."""
+    path = os.environ.get("RLSTUDIO_INGEST_TOKEN_FILE", "")
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise RuntimeError(f"RLSTUDIO_INGEST_TOKEN_FILE: cannot read {path!r}: {exc}") from None
+    return os.environ.get("RLSTUDIO_INGEST_TOKEN", "")
+
+
 class HttpSink(Sink):
     """Batched, gzip'd, retrying, spooling event sink (see the module docstring)."""
 
@@ -68,10 +82,11 @@ class HttpSink(Sink):
         close_timeout: float | None = None,
     ):
         self.url = url or os.environ.get("RLSTUDIO_INGEST_URL", "")
-        self.token = token or os.environ.get("RLSTUDIO_INGEST_TOKEN", "")
+        self.token = token or _token_from_environment()
         if not self.url or not self.token:
-            raise RuntimeError("trainer.logger lists 'http' but RLSTUDIO_INGEST_URL / RLSTUDIO_INGEST_TOKEN "
-                               "are not set (the platform sets them when it launches a run)")
+            raise RuntimeError("trainer.logger lists 'http' but RLSTUDIO_INGEST_URL and the token "
+                               "(RLSTUDIO_INGEST_TOKEN_FILE or RLSTUDIO_INGEST_TOKEN) are not set (the "
+                               "platform sets them when it launches a run)")
         self.batch_size, self.max_batch_bytes = int(batch_size), int(max_batch_bytes)
         self.linger, self.timeout = float(linger), float(timeout)
         self.backoff_initial, self.backoff_max = float(backoff_initial), float(backoff_max)

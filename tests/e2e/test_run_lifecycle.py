@@ -168,7 +168,7 @@ def test_stop_saves_a_checkpoint_and_resume_continues_at_the_next_step(world):
     child = resp.json()
     assert child["parent"] == run.pk and child["parent_kind"] == "resume"
     new = _wait(child["id"], lambda r: r.step >= n + 1, timeout=120, what=f"step {n + 1}")
-    assert new.config["trainer"]["resume_from_path"] == str(ckpt)
+    assert new.config["trainer"]["resume_from_path"] == str(ckpt) == new.resume_from
     events = [json.loads(line) for line in
               (Path(new.config["trainer"]["default_local_dir"]) / "events.jsonl").read_text().splitlines()]
     steps = [e["data"]["step"] for e in events if e["type"] == "metrics"]
@@ -339,10 +339,10 @@ def test_a_job_ray_already_runs_is_adopted_with_its_token(world, asgi_server):
     run = _submitting(world, "adopt-me")
     # What run_submit did before it died: the spec in the worker's run folder, a token, the job.
     out_dir = Path(world["worker_state"]) / "runs" / str(run.pk)
-    spec = launch.freeze_spec(run_id=run.pk, config=run.config, out_dir=out_dir)
+    spec = launch.freeze_spec(run=run, out_dir=out_dir)
     spec_path = launch.write_spec(spec, out_dir)
     token = "rit_" + "lost-with-the-rollback-" + str(run.pk)
-    env = {**launch.job_env(run_id=run.pk, token=token),
+    env = {**launch.job_env(run_id=run.pk, token_file=launch.write_token(out_dir, token)),
            "RLSTUDIO_INGEST_URL": f"{asgi_server}/api/v1/runs/{run.pk}/events/"}
     submission_id = launch.submission_id_for(run)
     assert ray_jobs.submit(submission_id=submission_id, entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
@@ -351,7 +351,8 @@ def test_a_job_ray_already_runs_is_adopted_with_its_token(world, asgi_server):
     run = _wait(run.pk, lambda r: r.is_terminal, timeout=150, what="a terminal state")
     assert run.status == S.SUCCEEDED, run.error
     assert run.ray_submission_id == submission_id and run.config == spec
-    assert run_token_check(run=run, token=token)
+    assert token not in json.dumps(ray_jobs.client().get_job_info(submission_id).runtime_env or {})
+    assert not run_token_check(run=run, token=token)  # the token died with the run
     assert AuditEvent.objects.get(action="run.adopt", object_id=str(run.pk)).data["token"] is True
     assert not AuditEvent.objects.filter(action="run.resubmit", object_id=str(run.pk)).exists()
     # The job's reports were accepted with its own token: the last step's metrics are stored.

@@ -85,22 +85,24 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         val = d.get("val_dataset")
         val_dataset = _lookup(dataset_get_for, user=user, field="dataset", value=val) if val else None
         model = _lookup(model_asset_get_for, user=user, field="model", value=d["model"])
-        config = d.get("config")
+        config, saved = d.get("config"), None
         if d.get("config_id"):
             from django.http import Http404
 
             try:
-                config = run_config_get_for(user=user, config_id=d["config_id"]).config
+                saved = run_config_get_for(user=user, config_id=d["config_id"]).config
             except Http404:
                 raise ApiError(f"no config with id {d['config_id']}", field="config_id") from None
         if config is not None and not isinstance(config, dict):
             raise ApiError("config must be an object", field="config")
         try:
             run = run_new(owner=user, name=d["name"], dataset=dataset, val_dataset=val_dataset, model=model,
-                          gpus=d["gpus"], preset=d.get("preset") or None, config=config,
-                          overrides=d.get("overrides"))
+                          gpus=d["gpus"], preset=d.get("preset") or None, config=config, saved=saved,
+                          overrides=d.get("overrides"), tool_set=d.get("tool_set") or "")
         except RunInputInvalid as exc:
             raise _invalid(exc) from None
+        except RunRefused as exc:
+            raise _refused(exc) from None
         return self._answer(run)
 
     @extend_schema(request=RunStopSerializer, responses={202: RunDetailSerializer})
@@ -133,13 +135,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         run = self._run(pk)
         s = RunCloneSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        from .launch import ConfigInvalid
-
         try:
             new = run_clone(run=run, by=request.user, name=s.validated_data.get("name") or None,
                             overrides=s.validated_data.get("overrides"))
-        except ConfigInvalid as exc:
-            raise ApiError(exc.message, field=exc.key) from None
+        except RunInputInvalid as exc:
+            raise _invalid(exc) from None
+        except RunRefused as exc:
+            raise _refused(exc) from None
         return self._answer(new)
 
     @extend_schema(

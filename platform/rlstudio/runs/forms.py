@@ -34,9 +34,12 @@ class RunForm(forms.Form):
                                 help_text="One dotted key=value per line, verl's key names.")
     save_as = forms.CharField(max_length=200, required=False, label="Save this config as",
                               help_text="Optional: also save it as a named config.")
+    tool_set = forms.ChoiceField(choices=(), required=False, label="Tool set",
+                                 help_text="Tools an operator registered, offered in multi-turn rollout.")
 
-    def __init__(self, *args, datasets, models, configs, presets, **kwargs):
+    def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["tool_set"].choices = [("", "none")] + [(t, t) for t in tool_sets]
         self.fields["dataset"].queryset = datasets
         self.fields["val_dataset"].queryset = datasets
         self.fields["model"].queryset = models

@@ -2,13 +2,17 @@
 
 Pure functions of their inputs (plus settings for folders and URLs); the services call them.
 
-- `build_config`: preset (a trainer recipe) or a whole config object, then dotted overrides, then the
-  dataset / model paths; validated by the trainer's own schema (`trainer.config.validate`), errors
-  re-raised as `ConfigInvalid(key, message)` so that the API and the form name the key.
-- `freeze_spec`: the exact config handed to the trainer: run dir under RLSTUDIO_STATE_DIR/runs/<id>/,
+- `build_config`: a preset, a whole config a user typed, or a stored config, then dotted overrides;
+  what the user changed goes through the config gate (`gate.py`), then the platform's own keys are
+  written (`platform_values`: data and model paths, resources, the reward function's file); validated by
+  the trainer's schema (`trainer.config.validate`), errors re-raised as `ConfigInvalid(key, message)`
+  so that the API and the form name the key.
+- `freeze_spec`: the exact config handed to the trainer, made again from the run's record: its
+  folder under RLSTUDIO_STATE_DIR/runs/<id>/, the resume source the platform recorded, the tool set,
   the loggers (jsonl always: it is the heartbeat the reconcile falls back on).
-- `entrypoint` / `job_env`: `cd <repo> && exec <venv python> -m trainer run <spec> --output <dir>`
-  (exec: Ray's SIGTERM reaches the trainer itself, not a shell in between).
+- `entrypoint` / `job_env` / `write_token`: `cd <repo> && exec <venv python> -m trainer run <spec>
+  --output <dir>` (exec: Ray's SIGTERM reaches the trainer itself, not a shell in between); the ingest
+  token travels in a file of the run folder, never in the job's environment.
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from typing import Any, Mapping, Sequence
 from django.conf import settings
 
 from trainer.config import Config, ConfigError, apply_overrides, validate
+
+from . import gate
 
 # The trainer's sinks the platform always wants; "http" only once the trainer knows it (LIVE adds it).
 WANTED_LOGGERS = ("console", "jsonl", "http")
@@ -67,42 +73,113 @@ def parse_config_text(text: str) -> dict[str, Any]:
     return data
 
 
+def _reward_names() -> list[str]:
+    """Reward functions a user may pick by `reward.name`: the trainer's built-ins and the operator's."""
+    from rlstudio.registry.services import reward_function_names
+    from trainer.rewards import registered_rewards
+
+    return sorted(set(registered_rewards()) | set(reward_function_names()))
+
+
+def _tool_names() -> list[str]:
+    from trainer.tools import registered_tools
+
+    return registered_tools()
+
+
+def _gate(before: Config, after: Config) -> None:
+    gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=_reward_names(),
+               tool_names=_tool_names())
+
+
+def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0, reward_name: str = "default",
+                    out_dir: Path | None = None, resume_from: str = "", tool_config: Path | None = None,
+                    loggers: Sequence[str] = ()) -> dict[str, Any]:
+    """The keys only the platform sets (gate.PLATFORM_KEYS), from catalog objects and the run's record.
+
+    Paths come from the dataset and model records, the run's folder and a checkpoint the platform
+    recorded; code from the operator's reward registry; resources from the run's GPUs and settings.
+    """
+    values: dict[str, Any] = {
+        "data.train_files": dataset_path(dataset) if dataset is not None else "",
+        "data.val_files": dataset_path(val_dataset) if val_dataset is not None else None,
+        "actor_rollout_ref.model.path": str(model.path) if model is not None else "",
+        "actor_rollout_ref.model.tokenizer_path": None,
+        "actor_rollout_ref.model.trust_remote_code": bool(getattr(model, "trust_remote_code", False)),
+        "custom_reward_function.path": None,
+        "custom_reward_function.name": "compute_score",
+        "tools.config_path": str(tool_config) if tool_config is not None else None,
+        "trainer.default_local_dir": str(out_dir) if out_dir is not None else "outputs/run",
+        "trainer.resume_mode": "resume_path" if resume_from else "auto",
+        "trainer.resume_from_path": resume_from or None,
+        "trainer.device": "cuda" if gpus > 0 else "cpu",
+        "trainer.nnodes": 1,
+        "trainer.n_gpus_per_node": max(int(gpus), 1),
+        "trainer.launcher": "auto",
+        "trainer.torch_threads": settings.RLSTUDIO_RUN_TORCH_THREADS or None,
+    }
+    if reward_name:
+        from trainer.rewards import registered_rewards
+
+        if reward_name not in registered_rewards():
+            from rlstudio.registry.services import RegistryRefused, reward_function_resolve
+
+            try:
+                resolved = reward_function_resolve(name=reward_name)
+            except RegistryRefused as exc:
+                raise ConfigInvalid("reward.name", str(exc)) from None
+            values["custom_reward_function.path"] = resolved.path
+            values["custom_reward_function.name"] = resolved.function
+    if loggers:
+        values["trainer.logger"] = list(loggers)
+    return values
+
+
 def build_config(
     *,
     preset: str | None = None,
     config: Mapping[str, Any] | None = None,
+    base: Mapping[str, Any] | None = None,
     overrides: Sequence[str] | Mapping[str, Any] | None = None,
     dataset=None,
     val_dataset=None,
     model=None,
+    gpus: int = 0,
 ) -> dict[str, Any]:
     """The validated config of a new run, as the nested dict stored on it.
 
-    `config` (a whole config) wins over `preset`; neither means the default preset. Dataset and model
-    paths are set last: they belong to the catalog objects, not to what the user typed.
+    Where it starts: `base` (a stored config: a saved one, or the run a clone or resume comes from;
+    its platform keys are reset and its values re-checked against their bounds), else `config` (a
+    whole config the user typed: every key changed from the schema's defaults goes through the gate),
+    else `preset` (the default preset when none). The user's `overrides` go through the gate too.
+    Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`).
     """
     try:
-        if config:
+        if base is not None:
+            if not isinstance(base, Mapping):
+                raise ConfigInvalid("config", "must be an object")
+            cfg = Config.from_dict(gate.user_view(base))
+            gate.check_bounds(cfg.to_dict())
+        elif config:
             if not isinstance(config, Mapping):
                 raise ConfigInvalid("config", "must be an object")
             cfg = Config.from_dict(dict(config))
+            _gate(Config(), cfg)
         else:
             cfg = preset_config(preset or DEFAULT_PRESET)
         if overrides:
             if isinstance(overrides, str) or not isinstance(overrides, (Mapping, list, tuple)):
                 raise ConfigInvalid("overrides", "must be an object of dotted keys or a list of key=value")
-            cfg = apply_overrides(cfg, overrides)
-        paths: dict[str, Any] = {}
-        if dataset is not None:
-            paths["data.train_files"] = dataset_path(dataset)
-        if val_dataset is not None:
-            paths["data.val_files"] = dataset_path(val_dataset)
-        if model is not None:
-            paths["actor_rollout_ref.model.path"] = str(model.path)
-        if paths:
-            cfg = apply_overrides(cfg, paths)
+            changed = apply_overrides(cfg, overrides)
+            _gate(cfg, changed)
+            cfg = changed
+        cfg = apply_overrides(cfg, platform_values(
+            dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus,
+            reward_name=cfg.reward.name))
         validate(cfg, require_paths=dataset is not None)
     except ConfigError as exc:
+        raise ConfigInvalid(exc.key, exc.message) from None
+    except gate.GateRefused as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     return cfg.to_dict()
 
@@ -133,21 +210,70 @@ def _allowed_loggers() -> tuple[str, ...]:
     return tuple(out)
 
 
-def freeze_spec(*, run_id: int, config: Mapping[str, Any], out_dir: Path) -> dict[str, Any]:
-    """The config the trainer runs: the run's own, with its output folder and the platform's sinks."""
-    loggers = list((config.get("trainer") or {}).get("logger") or [])
-    for name in _allowed_loggers():
-        if name not in loggers:
-            loggers.append(name)
+def freeze_spec(*, run, out_dir: Path, tool_config: Path | None = None) -> dict[str, Any]:
+    """The config the trainer runs, made again from the run's record: the user's keys of its stored
+    config (re-checked against their bounds), then every platform key from the run's dataset, model,
+    GPUs, reward choice, tool set, resume source and its own folder, and the platform's sinks."""
     try:
-        cfg = apply_overrides(
-            Config.from_dict(dict(config)),
-            {"trainer.default_local_dir": str(out_dir), "trainer.logger": loggers},
-        )
+        cfg = Config.from_dict(gate.user_view(run.config))
+        gate.check_bounds(cfg.to_dict())
+        loggers = [name for name in cfg.trainer.logger if name in gate.USER_LOGGERS]
+        for name in _allowed_loggers():
+            if name not in loggers:
+                loggers.append(name)
+        cfg = apply_overrides(cfg, platform_values(
+            dataset=run.dataset, val_dataset=run.val_dataset, model=run.model, gpus=run.gpus,
+            reward_name=cfg.reward.name, out_dir=out_dir, resume_from=resume_source(run),
+            tool_config=tool_config, loggers=loggers))
         validate(cfg)
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
+    except gate.GateRefused as exc:
+        raise ConfigInvalid(exc.key, exc.message) from None
     return cfg.to_dict()
+
+
+def inside(path: str | Path, folder: Path) -> bool:
+    """Whether `path` (symlinks resolved) lies inside `folder`."""
+    try:
+        Path(path).resolve().relative_to(folder.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def run_folder(run) -> Path:
+    """The folder a run's job writes to: the one `freeze_spec` wrote into its spec when it was
+    submitted (the submitting worker's runs folder), else where it will be (`run_dir`).
+
+    Only a submitted run's spec is read, and only a folder named after the run: what the platform
+    froze, never a config a user typed."""
+    if run.ray_submission_id:
+        frozen = (run.config.get("trainer") or {}).get("default_local_dir") or ""
+        if frozen and Path(frozen).is_absolute() and Path(frozen).name == str(run.pk):
+            return Path(frozen)
+    return run_dir(run.pk)
+
+
+def resume_source(run) -> str:
+    """The checkpoint a resumed run starts from: the one recorded on it, and only when it lies in the
+    folder of its parent run of the same owner (the platform's own record, never user input)."""
+    if run.parent_kind != "resume" or not run.resume_from or run.parent is None:
+        return ""
+    if run.parent.owner_id != run.owner_id:
+        return ""
+    return run.resume_from if inside(run.resume_from, run_folder(run.parent)) else ""
+
+
+def latest_checkpoint_of(run) -> Path | None:
+    """A run's newest checkpoint in its own folder: the trainer's commit marker, else the path it
+    reported (when inside the folder)."""
+    folder = run_folder(run)
+    ckpt = read_latest_checkpoint(folder)
+    if ckpt is None and run.checkpoint_path and inside(run.checkpoint_path, folder):
+        path = Path(run.checkpoint_path)
+        ckpt = path if path.is_dir() else None
+    return ckpt
 
 
 def write_spec(spec: Mapping[str, Any], out_dir: Path) -> Path:
@@ -171,12 +297,44 @@ def ingest_url(run_id: int) -> str:
     return f"{settings.RLSTUDIO_PUBLIC_URL.rstrip('/')}/api/v1/runs/{run_id}/events/"
 
 
-def job_env(*, run_id: int, token: str) -> dict[str, str]:
-    """Environment of the job (also of Ray's job supervisor, which reads the stop grace period)."""
+TOKEN_FILE = "ingest_token"
+
+
+def write_token(out_dir: Path, token: str) -> Path:
+    """The run's ingest token in its folder (owner-only permissions): the job reads it from there,
+    so that it never appears in Ray's job API (whose `runtime_env.env_vars` anyone on it can read)."""
+    import os
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / TOKEN_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token)
+    tmp.replace(path)
+    return path
+
+
+def read_token(out_dir: Path) -> str:
+    """The token a job was given (its file in the run folder), or ''."""
+    try:
+        return (out_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def remove_token(out_dir: Path) -> None:
+    (out_dir / TOKEN_FILE).unlink(missing_ok=True)
+
+
+def job_env(*, run_id: int, token_file: Path) -> dict[str, str]:
+    """Environment of the job (also of Ray's job supervisor, which reads the stop grace period).
+
+    Holds no secret: the ingest token is in `token_file`, in the run's folder."""
     repo = str(Path(settings.BASE_DIR))
     return {
         "RLSTUDIO_INGEST_URL": ingest_url(run_id),
-        "RLSTUDIO_INGEST_TOKEN": token,
+        "RLSTUDIO_INGEST_TOKEN_FILE": str(token_file),
         "RLSTUDIO_RUN_ID": str(run_id),
         "PYTHONPATH": repo,
         "PYTHONUNBUFFERED": "1",

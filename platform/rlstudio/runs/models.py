@@ -82,6 +82,13 @@ class Run(models.Model):
     checkpoint_path = models.CharField(max_length=1024, blank=True)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     parent_kind = models.CharField(max_length=8, choices=RunParentKind.choices, blank=True, default="")
+    tool_set = models.CharField(
+        max_length=64, blank=True, help_text="The operator-registered tool set the run offers (by name)."
+    )
+    resume_from = models.CharField(
+        max_length=1024, blank=True,
+        help_text="The checkpoint a resumed run starts from, recorded by the platform in the parent's folder.",
+    )
 
     class Meta:
         ordering = ["-created", "-id"]

@@ -160,7 +160,7 @@ def _reconcile_unsubmitted(run: Run, *, now: datetime) -> str | None:
     action = decide_unsubmitted(waited_s=waited, timeout_s=timeout, job_known=job is not None,
                                 resends=run.submit_resends, max_resends=max_resends)
     if action == ADOPT:
-        adopted = run_adopt_job(run_id=run.pk, submission_id=submission_id, job_env=job.env_vars)
+        adopted = run_adopt_job(run_id=run.pk, submission_id=submission_id)
         return "adopted" if adopted else None
     if action == RESEND:
         run_resubmit(run_id=run.pk)

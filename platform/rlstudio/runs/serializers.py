@@ -27,7 +27,7 @@ class RunSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "owner", "status", "queue_reason", "step", "total_steps", "latest_reward",
             "latest_metrics", "gpus", "dataset", "val_dataset", "model", "created", "started",
-            "finished", "last_heartbeat", "error", "checkpoint", "parent", "parent_kind",
+            "finished", "last_heartbeat", "error", "checkpoint", "parent", "parent_kind", "tool_set",
         ]
         read_only_fields = fields
 
@@ -60,6 +60,8 @@ class RunCreateSerializer(serializers.Serializer):
     config_id = serializers.IntegerField(required=False, allow_null=True, help_text="A saved config.")
     overrides = serializers.JSONField(required=False, help_text='{"actor_rollout_ref.rollout.n": 8, ...}')
     gpus = serializers.IntegerField(min_value=0, max_value=1024, default=0)
+    tool_set = serializers.CharField(max_length=64, required=False, allow_blank=True,
+                                     help_text="An operator-registered tool set, by name (GET /api/v1/tool-sets/).")
 
 
 class RunStopSerializer(serializers.Serializer):

@@ -89,8 +89,9 @@ def run_transition(
             locked.submit_requested, locked.submit_resends = now, 0
             fields += ["submit_requested", "submit_resends"]
         if to in TERMINAL_STATUSES:
-            locked.finished = now
-            fields.append("finished")
+            # A final run takes no more reports: its ingest token dies with it.
+            locked.finished, locked.ingest_token_hash = now, ""
+            fields += ["finished", "ingest_token_hash"]
         if error:
             locked.error = error
             fields.append("error")
@@ -107,6 +108,10 @@ def run_transition(
         audit_record(actor=by, action="run.transition", obj=locked, data=data)
     for field in fields:
         setattr(run, field, getattr(locked, field))
+    if to in TERMINAL_STATUSES:
+        from . import launch
+
+        launch.remove_token(launch.run_dir(run.pk))
     return run
 
 
@@ -149,8 +154,9 @@ def run_create(
 
 
 def run_token_check(*, run: Run, token: str) -> bool:
-    """Whether `token` is this run's ingest token (constant-time comparison of the hashes)."""
-    if not token or not run.ingest_token_hash:
+    """Whether `token` is this run's ingest token (constant-time comparison of the hashes); a run in a
+    final state accepts none."""
+    if not token or not run.ingest_token_hash or run.status in TERMINAL_STATUSES:
         return False
     return hmac.compare_digest(_token_hash(token), run.ingest_token_hash)
 
@@ -307,7 +313,8 @@ def run_submit(*, run_id: int) -> str:
     from . import launch, ray_jobs
 
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("dataset", "model").filter(pk=run_id).first()
+        run = (Run.objects.select_for_update(of=("self",))
+               .select_related("dataset", "val_dataset", "model", "parent").filter(pk=run_id).first())
         if run is None:
             return "skipped: no such run"
         if run.status != S.SUBMITTING:
@@ -315,30 +322,34 @@ def run_submit(*, run_id: int) -> str:
         if run.ray_submission_id:
             return "skipped: already submitted"
         out_dir = launch.run_dir(run.pk)
-        try:
-            spec = launch.freeze_spec(run_id=run.pk, config=run.config, out_dir=out_dir)
-            spec_path = launch.write_spec(spec, out_dir)
-        except (launch.ConfigInvalid, OSError) as exc:
-            run_transition(run=run, to=S.FAILED, error=f"could not prepare the run: {exc}")
-            return "failed: config"
-        token = run_issue_ingest_token(run=run)
         submission_id = launch.submission_id_for(run)
-        created = ray_jobs.submit(
-            submission_id=submission_id,
-            entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
-            env_vars=launch.job_env(run_id=run.pk, token=token),
-            num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
-            num_gpus=run.gpus,
-            metadata={"rlstudio_run": str(run.pk), "owner": str(run.owner_id)},
-        )
-        if not created:
+        if ray_jobs.job_info(submission_id) is not None:
             # A task that reached Ray and died before this commit (a killed worker; the task is
-            # redelivered) left a job carrying the token issued then, whose hash was rolled back:
-            # keep that one, or every report of the job is refused.
-            job = ray_jobs.job_info(submission_id)
-            carried = job.env_vars.get("RLSTUDIO_INGEST_TOKEN", "") if job else ""
+            # redelivered) left a job holding the token written then, whose hash was rolled back:
+            # keep that one (from the job's token file), or every report of the job is refused.
+            carried = launch.read_token(out_dir)
             if carried:
                 Run.objects.filter(pk=run.pk).update(ingest_token_hash=_token_hash(carried))
+            spec = _read_spec(out_dir) or run.config
+            created = False
+        else:
+            try:
+                tool_config = _tool_set_file(run, out_dir)
+                spec = launch.freeze_spec(run=run, out_dir=out_dir, tool_config=tool_config)
+                spec_path = launch.write_spec(spec, out_dir)
+            except (launch.ConfigInvalid, OSError) as exc:
+                run_transition(run=run, to=S.FAILED, error=f"could not prepare the run: {exc}")
+                return "failed: config"
+            token = run_issue_ingest_token(run=run)
+            token_file = launch.write_token(out_dir, token)
+            created = ray_jobs.submit(
+                submission_id=submission_id,
+                entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
+                env_vars=launch.job_env(run_id=run.pk, token_file=token_file),
+                num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
+                num_gpus=run.gpus,
+                metadata={"rlstudio_run": str(run.pk), "owner": str(run.owner_id)},
+            )
         run.ray_submission_id = submission_id
         run.config = spec
         run.total_steps = launch.total_steps_of(spec)
@@ -349,6 +360,30 @@ def run_submit(*, run_id: int) -> str:
         return "submitted"
     backfilled = run_backfill_local_events(run_id=run_id)
     return "already in Ray" + (f"; {backfilled} of its reports stored from its events file" if backfilled else "")
+
+
+def _read_spec(out_dir) -> dict[str, Any] | None:
+    import json
+
+    try:
+        spec = json.loads((out_dir / "spec.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return spec if isinstance(spec, dict) else None
+
+
+def _tool_set_file(run: Run, out_dir):
+    """The run's registered tool set, written into its folder (None when it has none)."""
+    if not run.tool_set:
+        return None
+    from rlstudio.registry.services import RegistryRefused, tool_set_write
+
+    try:
+        return tool_set_write(name=run.tool_set, out_dir=out_dir)
+    except RegistryRefused as exc:
+        from .launch import ConfigInvalid
+
+        raise ConfigInvalid("tool_set", str(exc)) from None
 
 
 def run_resubmit(*, run_id: int) -> bool:
@@ -367,16 +402,15 @@ def run_resubmit(*, run_id: int) -> bool:
     return True
 
 
-def run_adopt_job(*, run_id: int, submission_id: str, job_env: dict[str, str] | None = None) -> bool:
+def run_adopt_job(*, run_id: int, submission_id: str) -> bool:
     """Record a job Ray already runs under the run's derived submission id while the run, still
     submitting, does not know it (the submit task reached Ray, then died before its commit).
 
     Takes the frozen spec the task wrote before submitting (so the output folder is the job's), and
-    the ingest token the job carries in its environment (its hash: the one the task had issued was
-    rolled back with it), so that the job's reports are accepted. Returns whether it recorded it.
+    the ingest token the task wrote into the run's folder for the job (its hash: the one the task had
+    issued was rolled back with it), so that the job's reports are accepted. Returns whether it
+    recorded it.
     """
-    import json
-
     from . import launch
 
     with transaction.atomic():
@@ -385,14 +419,11 @@ def run_adopt_job(*, run_id: int, submission_id: str, job_env: dict[str, str] | 
             return False
         fields = ["ray_submission_id"]
         locked.ray_submission_id = submission_id
-        try:
-            spec = json.loads((launch.run_dir(locked.pk) / "spec.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            spec = None
+        spec = _read_spec(launch.run_dir(locked.pk))
         if isinstance(spec, dict):
             locked.config, locked.total_steps = spec, launch.total_steps_of(spec)
             fields += ["config", "total_steps"]
-        token = (job_env or {}).get("RLSTUDIO_INGEST_TOKEN", "")
+        token = launch.read_token(launch.run_dir(locked.pk))
         if token:
             locked.ingest_token_hash = _token_hash(token)
             fields.append("ingest_token_hash")
@@ -493,13 +524,10 @@ def run_force_kill(*, run_id: int) -> str:
 
 
 def run_output_dir(run: Run):
-    """The run's output folder: the one frozen into its config at submit (absolute)."""
-    from pathlib import Path
-
+    """The run's output folder (launch.run_folder: the one its spec was frozen with)."""
     from . import launch
 
-    configured = (run.config.get("trainer") or {}).get("default_local_dir")
-    return Path(configured) if configured else launch.run_dir(run.pk)
+    return launch.run_folder(run)
 
 
 def _kill_job_processes(run: Run) -> list[int]:
@@ -528,49 +556,70 @@ def _kill_job_processes(run: Run) -> list[int]:
 
 # ---------------------------------------------------------------------------------- resume / clone
 def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
-    """A new run (parent = `run`, kind resume) that continues from `run`'s last checkpoint."""
-    from pathlib import Path
+    """A new run (parent = `run`, kind resume) that continues from `run`'s last checkpoint.
 
+    Only from a checkpoint in `run`'s own folder (the trainer's commit marker there, or the path it
+    reported when that lies inside the folder); the new run records it, and its spec is made again
+    from `run`'s record (its user keys, the platform's paths), never from what `run`'s config said."""
     from . import launch
 
     if not run.is_terminal:
         raise RunRefused(f"the run is {run.status}: only a finished run can be resumed (stop it first)")
-    out_dir = run_output_dir(run)
-    ckpt = launch.read_latest_checkpoint(out_dir)
-    if ckpt is None and run.checkpoint_path and Path(run.checkpoint_path).is_dir():
-        ckpt = Path(run.checkpoint_path)
+    ckpt = launch.latest_checkpoint_of(run)
     if ckpt is None:
         raise RunRefused("the run has no checkpoint to resume from")
-    config = launch.build_config(
-        config=run.config,
-        overrides={"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(ckpt)},
-    )
-    new, _token = run_create(
-        owner=run.owner, name=f"{run.name} (resumed)"[:200], dataset=run.dataset, model=run.model,
+    config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
+                                model=run.model, gpus=run.gpus)
+    new = _create_and_launch(
+        owner=run.owner, by=by, name=f"{run.name} (resumed)"[:200], dataset=run.dataset, model=run.model,
         val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run, parent_kind="resume",
-    )
-    Run.objects.filter(pk=new.pk).update(total_steps=launch.total_steps_of(config), step=0)
-    audit_record(actor=by, action="run.resume", obj=new, data={"parent": run.pk, "from": str(ckpt)})
-    return run_launch(run=new, by=by)
+        tool_set=run.tool_set, resume_from=str(ckpt),
+        audit=("run.resume", {"parent": run.pk, "from": str(ckpt)}))
+    return new
 
 
 def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None) -> Run:
-    """A new queued run with `run`'s config (its own output folder, no resume) and optional overrides."""
+    """A new queued run with `run`'s config (its user keys; the platform's paths from `run`'s dataset
+    and model; its own folder, no resume) and the caller's overrides, which go through the gate."""
+    config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
+                                val_dataset=run.val_dataset, model=run.model, gpus=run.gpus)
+    return _create_and_launch(
+        owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
+        model=run.model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
+        parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
+
+
+def _config_or_invalid(**kwargs) -> dict[str, Any]:
     from . import launch
 
-    base = dict(run.config)
-    base_overrides: dict[str, Any] = {"trainer.resume_mode": "auto", "trainer.resume_from_path": None}
-    config = launch.build_config(config=base, overrides=base_overrides)
-    if overrides:
-        config = launch.build_config(config=config, overrides=overrides)
-    new, _token = run_create(
-        owner=run.owner, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
-        model=run.model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
-        parent_kind="clone",
-    )
-    Run.objects.filter(pk=new.pk).update(total_steps=launch.total_steps_of(config))
-    audit_record(actor=by, action="run.clone", obj=new, data={"parent": run.pk})
-    return run_launch(run=new, by=by)
+    try:
+        return launch.build_config(**kwargs)
+    except launch.ConfigInvalid as exc:
+        raise RunInputInvalid(exc.message, field=exc.key) from None
+
+
+def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_from: str = "",
+                       tool_set: str = "", **fields) -> Run:
+    """Create a queued run (refused past the owner's queued-runs cap), record how it was made, and
+    launch it if the quota allows."""
+    from rlstudio.quotas.services import QueueCapReached, check_queue_cap, lock_owner
+
+    from . import launch
+
+    with transaction.atomic():
+        lock_owner(user=owner)
+        try:
+            check_queue_cap(user=owner)
+        except QueueCapReached as exc:
+            raise RunRefused(str(exc)) from None
+        run, _token = run_create(owner=owner, **fields)
+        Run.objects.filter(pk=run.pk).update(total_steps=launch.total_steps_of(fields["config"]), step=0,
+                                             tool_set=tool_set, resume_from=resume_from)
+        run.tool_set, run.resume_from = tool_set, resume_from
+        action, data = audit
+        if action:
+            audit_record(actor=by, action=action, obj=run, data=data)
+    return run_launch(run=run, by=by)
 
 
 # ---------------------------------------------------------------------------- what Ray reports
@@ -589,7 +638,13 @@ def run_mark_finished(*, run: Run, to: str, error: str = "") -> Run:
 
 def run_record_progress(*, run: Run, step: int | None = None, total_steps: int | None = None,
                         heartbeat=None, checkpoint_path: str | None = None) -> None:
-    """Progress read from the trainer's events (only ever moves forward)."""
+    """Progress read from the trainer's events (only ever moves forward). A checkpoint path outside
+    the run's own folder is not recorded (resume reads only from there)."""
+    from . import launch
+
+    if checkpoint_path and not launch.inside(checkpoint_path, launch.run_folder(run)):
+        log.warning("run %s: checkpoint path %r is outside its folder; not recorded", run.pk, checkpoint_path[:200])
+        checkpoint_path = None
     fields: dict[str, Any] = {}
     if step is not None and step > run.step:
         fields["step"] = step
@@ -624,15 +679,18 @@ def run_new(
     val_dataset=None,
     preset: str | None = None,
     config: dict[str, Any] | None = None,
+    saved: dict[str, Any] | None = None,
     overrides=None,
+    tool_set: str = "",
 ) -> Run:
-    """Validate the config (trainer schema, before anything is queued), create the run, launch it.
+    """Validate the config (the gate, then the trainer's schema, before anything is queued), create
+    the run, launch it.
 
-    `dataset` / `model` are objects the caller already checked the owner may see. A dataset that is
-    not ready is refused: the trainer would fail on it minutes later.
+    `config` is a whole config the user typed, `saved` a stored one (a saved config), `preset` a
+    recipe name; `overrides` are the user's dotted keys. `dataset` / `model` are objects the caller
+    already checked the owner may see. A dataset that is not ready is refused: the trainer would fail
+    on it minutes later. `tool_set` names an operator-registered tool set.
     """
-    from . import launch
-
     status = getattr(dataset, "status", "ready")
     if status != "ready":
         raise RunInputInvalid(f"dataset {dataset.name!r} is {status}, not ready", field="dataset")
@@ -640,31 +698,34 @@ def run_new(
         raise RunInputInvalid(f"dataset {val_dataset.name!r} is not ready", field="val_dataset")
     if gpus < 0:
         raise RunInputInvalid("gpus must be >= 0", field="gpus")
-    try:
-        frozen = launch.build_config(preset=preset, config=config, overrides=overrides, dataset=dataset,
-                                     val_dataset=val_dataset, model=model)
-    except launch.ConfigInvalid as exc:
-        raise RunInputInvalid(exc.message, field=exc.key) from None
-    if gpus == 0 and (frozen.get("trainer") or {}).get("device") == "cuda":
-        raise RunInputInvalid("trainer.device is cuda but the run asks for 0 GPUs", field="gpus")
-    run, _token = run_create(owner=owner, name=name, dataset=dataset, model=model, val_dataset=val_dataset,
-                             config=frozen, gpus=gpus)
-    Run.objects.filter(pk=run.pk).update(total_steps=launch.total_steps_of(frozen))
-    return run_launch(run=run, by=owner)
+    if tool_set:
+        from rlstudio.registry.services import tool_set_names
+
+        if tool_set not in tool_set_names():
+            raise RunInputInvalid(f"no ready tool set named {tool_set!r}", field="tool_set")
+    frozen = _config_or_invalid(preset=preset, config=config, base=saved, overrides=overrides,
+                                dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus)
+    if tool_set and not frozen["actor_rollout_ref"]["rollout"]["multi_turn"]["enable"]:
+        raise RunInputInvalid("a tool set is offered only in multi-turn rollout: set "
+                              "actor_rollout_ref.rollout.multi_turn.enable=true", field="tool_set")
+    return _create_and_launch(owner=owner, by=owner, name=name, dataset=dataset, model=model,
+                              val_dataset=val_dataset, config=frozen, gpus=gpus, tool_set=tool_set,
+                              audit=("", {}))
 
 
-def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any], description: str = ""):
-    """Save a named config (checked against the trainer's schema, data/model paths optional)."""
-    from . import launch
+def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any] | None = None,
+                    preset: str | None = None, overrides=None, description: str = ""):
+    """Save a named config: what the user typed (through the gate), stored without the platform's keys
+    (data and model paths, resources: a run sets them from its own record)."""
+    from . import gate
     from .models import RunConfig
 
-    try:
-        checked = launch.build_config(config=config or {}, preset=None if config else launch.DEFAULT_PRESET)
-    except launch.ConfigInvalid as exc:
-        raise RunInputInvalid(exc.message, field=exc.key) from None
+    checked = _config_or_invalid(config=config or None, preset=None if config else (preset or None),
+                                 overrides=overrides)
     if RunConfig.objects.filter(owner=owner, name=name).exists():
         raise RunInputInvalid(f"you already have a config named {name!r}", field="name")
     with transaction.atomic():
-        saved = RunConfig.objects.create(owner=owner, name=name, config=checked, description=description)
+        saved = RunConfig.objects.create(owner=owner, name=name, config=gate.user_view(checked),
+                                         description=description)
         audit_record(actor=owner, action="config.create", obj=saved, data={"name": name})
     return saved

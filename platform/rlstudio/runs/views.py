@@ -1,6 +1,7 @@
 """Pages of the runs app: the runs list (home page) and a run's detail."""
 
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -64,10 +65,12 @@ def _form(request, data=None):
     from .forms import RunForm
     from .selectors import run_config_list_for
 
+    from rlstudio.registry.services import tool_set_names
+
     datasets = dataset_list_for(user=request.user).filter(status="ready")
     return RunForm(data, datasets=datasets, models=model_asset_list_for(user=request.user),
                    configs=run_config_list_for(user=request.user), presets=list(REGISTRY),
-                   initial={"preset": "cpu_smoke", "gpus": 0})
+                   tool_sets=tool_set_names(), initial={"preset": "cpu_smoke", "gpus": 0})
 
 
 @login_required
@@ -77,30 +80,32 @@ def run_new(request):
     from django.shortcuts import redirect
 
     from .launch import ConfigInvalid, parse_config_text
-    from .services import RunInputInvalid, run_config_save
+    from .services import RunInputInvalid, RunRefused, run_config_save
     from .services import run_new as service_run_new
 
     form = _form(request, request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         d = form.cleaned_data
-        config = d["saved_config"].config if d.get("saved_config") else None
+        saved = d["saved_config"].config if d.get("saved_config") else None
+        config = None
         try:
             if d.get("config_yaml", "").strip():
-                config = parse_config_text(d["config_yaml"])
-            if d.get("save_as"):
-                from .launch import build_config
-
-                base = build_config(preset=d["preset"], config=config, overrides=form.override_list())
-                run_config_save(owner=request.user, name=d["save_as"], config=base)
-            run = service_run_new(
-                owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
-                model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config,
-                overrides=form.override_list(),
-            )
+                config, saved = parse_config_text(d["config_yaml"]), None
+            with transaction.atomic():
+                if d.get("save_as"):
+                    run_config_save(owner=request.user, name=d["save_as"], config=config or saved,
+                                    preset=d["preset"], overrides=form.override_list())
+                run = service_run_new(
+                    owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
+                    model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=saved,
+                    overrides=form.override_list(), tool_set=d.get("tool_set") or "",
+                )
         except ConfigInvalid as exc:
             form.add_error(form.field_for_key(exc.key) or "config_yaml", f"{exc.key}: {exc.message}")
         except RunInputInvalid as exc:
             form.add_error(form.field_for_key(exc.field), f"{exc.field}: {exc}")
+        except RunRefused as exc:
+            form.add_error(None, str(exc))
         else:
             messages.success(request, f"Run “{run.name}” is {run.status}.")
             return redirect("runs:detail", run_id=run.pk)

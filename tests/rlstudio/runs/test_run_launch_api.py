@@ -178,10 +178,11 @@ def test_other_users_get_404_on_every_control(bob, make_run, alice):
 
 def test_freeze_spec_sets_the_output_folder_and_jsonl(tmp_path, ready, alice, make_run):
     cfg = build_config(preset="cpu_smoke", dataset=ready["dataset"], model=ready["model"])
-    spec = freeze_spec(run_id=1, config=cfg, out_dir=tmp_path / "7")
+    run = make_run(alice)
+    Run.objects.filter(pk=run.pk).update(config=cfg, dataset=ready["dataset"], model=ready["model"])
+    spec = freeze_spec(run=Run.objects.get(pk=run.pk), out_dir=tmp_path / "7")
     assert spec["trainer"]["default_local_dir"] == str(tmp_path / "7")
     assert "jsonl" in spec["trainer"]["logger"]
-    run = make_run(alice)
     assert submission_id_for(run) == submission_id_for(Run.objects.get(pk=run.pk))
     with pytest.raises(ConfigInvalid) as info:
         build_config(preset="cpu_smoke", overrides=["actor_rollout_ref.rollout.n=zero"])

@@ -87,8 +87,8 @@ def test_adopting_a_job_takes_its_spec_and_its_ingest_token(submitting, settings
     # What the lost task froze and wrote before it submitted (run_submit writes spec.json first).
     spec = {"trainer": {"default_local_dir": str(tmp_path / str(submitting.pk)), "total_training_steps": 7}}
     launch.write_spec(spec, tmp_path / str(submitting.pk))
-    assert run_adopt_job(run_id=submitting.pk, submission_id="rlstudio-run-z",
-                         job_env={"RLSTUDIO_INGEST_TOKEN": "rit_the-jobs-token"})
+    launch.write_token(tmp_path / str(submitting.pk), "rit_the-jobs-token")  # written for the job
+    assert run_adopt_job(run_id=submitting.pk, submission_id="rlstudio-run-z")
     run = Run.objects.get(pk=submitting.pk)
     assert run.ray_submission_id == "rlstudio-run-z" and run.status == S.SUBMITTING
     assert run.config == spec and run.total_steps == 7
@@ -147,8 +147,7 @@ def test_adopting_a_job_stores_the_reports_it_made_before(submitting, settings, 
     settings.RUNS_DIR = tmp_path
     # a half-written last line (the job still writing) is skipped, not an error
     _write_events(tmp_path / str(submitting.pk) / "events.jsonl", _job_events(), tail='{"seq": 6, "ty')
-    assert run_adopt_job(run_id=submitting.pk, submission_id="rlstudio-run-z",
-                         job_env={"RLSTUDIO_INGEST_TOKEN": "rit_the-jobs-token"})
+    assert run_adopt_job(run_id=submitting.pk, submission_id="rlstudio-run-z")
     run = Run.objects.get(pk=submitting.pk)
     assert run.status == S.SUCCEEDED and run.ray_submission_id == "rlstudio-run-z"
     assert list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)) == [1, 2, 3, 4, 5]
