@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -230,6 +231,13 @@ def _require(module: str, sink: str) -> Any:
                            f"(pip install {sink}); remove it from trainer.logger or install it") from exc
 
 
+def path_part(name: Any) -> str:
+    """A name made safe as one folder name: letters, digits, '.', '_' and '-' kept, anything else
+    (separators included) as '_', no leading dots, at most 64 characters, never empty."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(name))[:64].lstrip(".")
+    return safe or "_"
+
+
 @register_sink("tensorboard")
 class TensorBoardSink(Sink):
     """Scalars under $TENSORBOARD_DIR or <out_dir>/tensorboard_log/<project>/<experiment>."""
@@ -237,8 +245,8 @@ class TensorBoardSink(Sink):
     def __init__(self, *, out_dir: Path, config: Any = None):
         _require("tensorboard", "tensorboard")
         tb = _require("torch.utils.tensorboard", "tensorboard")
-        project = getattr(getattr(config, "trainer", None), "project_name", "rlstudio")
-        exp = getattr(getattr(config, "trainer", None), "experiment_name", "run")
+        project = path_part(getattr(getattr(config, "trainer", None), "project_name", "rlstudio"))
+        exp = path_part(getattr(getattr(config, "trainer", None), "experiment_name", "run"))
         log_dir = os.environ.get("TENSORBOARD_DIR") or str(out_dir / "tensorboard_log" / project / exp)
         self.writer = tb.SummaryWriter(log_dir=log_dir)
 

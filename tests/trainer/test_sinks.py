@@ -111,3 +111,14 @@ def test_nvml_reading_is_none_off_cuda_and_a_failure_is_remembered_with_its_reas
     assert memory.nvml_used_bytes("cuda:0") is None
     assert memory.nvml_unavailable("cuda:0")
     assert memory.nvml_used_bytes("cuda:0") is None  # asked once: later samples do not retry
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("gsm8k-grpo_v1.2", "gsm8k-grpo_v1.2"), ("../../etc", "_.._etc"), ("a/b", "a_b"), ("..", "_"), ("", "_"),
+    ("x" * 100, "x" * 64),
+])
+def test_names_become_one_safe_folder_name(name, expected):
+    from trainer.sinks import path_part
+
+    assert path_part(name) == expected
+    assert "/" not in path_part(name) and not path_part(name).startswith(".")
