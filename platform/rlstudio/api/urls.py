@@ -5,6 +5,7 @@ from rest_framework.routers import DefaultRouter
 
 from rlstudio.catalog.api import DatasetViewSet, ModelAssetViewSet
 from rlstudio.quotas.api import QuotaView
+from rlstudio.registry.api import RewardFunctionViewSet, ToolSetViewSet
 from rlstudio.runs.api import PresetListView, RunConfigViewSet, RunViewSet
 
 from .docs import api_docs
@@ -15,6 +16,8 @@ router.register("runs", RunViewSet, basename="run")
 router.register("datasets", DatasetViewSet, basename="dataset")
 router.register("models", ModelAssetViewSet, basename="model")
 router.register("configs", RunConfigViewSet, basename="config")
+router.register("reward-functions", RewardFunctionViewSet, basename="reward-function")
+router.register("tool-sets", ToolSetViewSet, basename="tool-set")
 
 app_name = "api"
 

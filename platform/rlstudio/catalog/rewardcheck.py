@@ -5,7 +5,12 @@ spending GPU time.
 For each row: the ground truth as "#### <truth>" (correct), a wrong number, the truth without the
 "####" marker, and, per chosen tool, a Hermes tool call answering the truth (scored by the reward
 function on the text, and by the tool itself: create → execute → calc_reward → release). Refuses
-(CheckError) when the dataset and the reward do not fit. No Django here.
+(CheckError) when the dataset and the reward do not fit.
+
+The reward is a built-in (trainer.rewards' registry, scored in this process) or an operator-registered
+reward function (rlstudio.registry, by name): that one is operator code, so all its answers are scored
+in one separate process with the registry's time limit, exactly as the trainer would load and call it.
+`reward_names()` lists both.
 """
 from __future__ import annotations
 
@@ -67,13 +72,68 @@ async def _tool_score(tool: Any, *, truth: str, kwargs: dict[str, Any]) -> float
         await tool.release(instance)
 
 
+def reward_names() -> list[str]:
+    """What a reward check (and a run's `reward.name`) may use: the built-ins, then the operator's ready
+    reward functions (rlstudio.registry), each list sorted."""
+    from rlstudio.registry.services import reward_function_names
+    from trainer.rewards import registered_rewards
+
+    builtins = registered_rewards()
+    return builtins + [name for name in reward_function_names() if name not in builtins]
+
+
+def _registered_scorer(reward_name: str):
+    """A batch scorer for the operator's reward function `reward_name`: [(source, answer, truth,
+    extra_info)] -> [score or the row's error text], in a separate process with a time limit."""
+    from django.conf import settings
+
+    from rlstudio.registry.checks import check_reward_rows
+    from rlstudio.registry.services import RegistryRefused, reward_function_resolve
+
+    try:
+        resolved = reward_function_resolve(name=reward_name)
+    except RegistryRefused as exc:
+        raise CheckError(f"unknown reward {reward_name!r}: {exc.message}; known: {', '.join(reward_names())}") from None
+
+    def score(items: list[tuple[str, str, str, Any]]) -> list[float | str]:
+        rows = [{"data_source": source, "solution_str": answer, "ground_truth": truth,
+                 "extra_info": extra if isinstance(extra, dict) else {}} for source, answer, truth, extra in items]
+        result = check_reward_rows(path=resolved.path, function=resolved.function, rows=rows,
+                                   timeout_s=float(settings.RLSTUDIO_REGISTRY_CHECK_TIMEOUT_S))
+        if not result.ok:
+            raise CheckError(f"reward {reward_name!r} failed: {result.error}")
+        results = result.data.get("results") or []
+        if len(results) != len(items):
+            raise CheckError(f"reward {reward_name!r} returned {len(results)} scores for {len(items)} answers")
+        return [r["score"] if "score" in r else str(r.get("error")) for r in results]
+
+    return score
+
+
+def _builtin_scorer(reward_name: str):
+    from trainer.rewards import get_reward_fn
+
+    fn = get_reward_fn({"reward": {"name": reward_name}})
+
+    def score(items: list[tuple[str, str, str, Any]]) -> list[float | str]:
+        out: list[float | str] = []
+        for source, answer, truth, extra in items:
+            try:
+                out.append(_score_value(fn(source, answer, truth, extra)))
+            except NotImplementedError as exc:
+                raise CheckError(f"reward {reward_name!r} cannot score this dataset: {exc}") from None
+        return out
+
+    return score
+
+
 def reward_check(rows: list[dict[str, Any]], *, reward_name: str, tool_names: list[str]) -> list[Scored]:
     """Score the candidates of each converted row; CheckError when they cannot be scored at all."""
-    from trainer.rewards import get_reward_fn, registered_rewards
+    from trainer.rewards import registered_rewards
     from trainer.tools.base import get_tool, registered_tools
 
-    if reward_name not in registered_rewards():
-        raise CheckError(f"unknown reward {reward_name!r}; known: {', '.join(registered_rewards())}")
+    builtin = reward_name in registered_rewards()  # else the operator's registry, by name
+    score = _builtin_scorer(reward_name) if builtin else _registered_scorer(reward_name)
     unknown = [t for t in tool_names if t not in registered_tools()]
     if unknown:
         raise CheckError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(registered_tools())}")
@@ -82,28 +142,33 @@ def reward_check(rows: list[dict[str, Any]], *, reward_name: str, tool_names: li
     if all(ground_truth_of(r) in (None, "") for r in rows):
         raise CheckError("the dataset has no ground truth (reward_model.ground_truth is empty on every "
                          "checked row): a rule-based reward has nothing to compare against")
-    fn = get_reward_fn({"reward": {"name": reward_name}})
     out: list[Scored] = []
+    items: list[tuple[str, str, str, Any]] = []
     for i, row in enumerate(rows):
         truth = ground_truth_of(row)
         if truth in (None, ""):
             out.append(Scored(i, "correct", "", None, error="no ground truth on this row"))
             continue
         truth = str(truth)
-        source = row.get("data_source") or ""
-        tools_kwargs = (row.get("extra_info") or {}).get("tools_kwargs") or {}
         for kind, answer in candidates(truth, tool_names):
+            out.append(Scored(i, kind, answer, None))
+            items.append((row.get("data_source") or "", answer, truth, row.get("extra_info")))
+    scored = iter(score(items))
+    for item in out:
+        if item.error:
+            continue
+        value = next(scored)
+        if isinstance(value, str):  # the registered function failed on this answer: shown per row
+            item.error = f"reward {reward_name} failed: {value}"
+        else:
+            item.score = float(value)
+        if item.kind.startswith("tool_call:"):
+            name = item.kind.split(":", 1)[1]
+            row = rows[item.row]
+            tools_kwargs = (row.get("extra_info") or {}).get("tools_kwargs") or {}
             try:
-                score = _score_value(fn(source, answer, truth, row.get("extra_info")))
-            except NotImplementedError as exc:
-                raise CheckError(f"reward {reward_name!r} cannot score this dataset: {exc}") from None
-            item = Scored(i, kind, answer, score)
-            if kind.startswith("tool_call:"):
-                name = kind.split(":", 1)[1]
-                try:
-                    item.tool_score = asyncio.run(_tool_score(get_tool(name), truth=truth,
-                                                              kwargs=tools_kwargs.get(name) or {}))
-                except Exception as exc:  # a tool refusing the row is a finding, shown per row
-                    item.error = f"tool {name} failed: {type(exc).__name__}: {exc}"
-            out.append(item)
+                item.tool_score = asyncio.run(_tool_score(get_tool(name), truth=str(ground_truth_of(row)),
+                                                          kwargs=tools_kwargs.get(name) or {}))
+            except Exception as exc:  # a tool refusing the row is a finding, shown per row
+                item.error = "; ".join(filter(None, [item.error, f"tool {name} failed: {type(exc).__name__}: {exc}"]))
     return out

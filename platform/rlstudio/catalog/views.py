@@ -14,7 +14,7 @@ from rlstudio.api.errors import ApiError
 from rlstudio.ownership import owned_by_or_staff
 
 from .presets import PRESETS
-from .rewardcheck import CheckError, reward_check
+from .rewardcheck import CheckError, reward_check, reward_names
 from .selectors import (dataset_get_for, dataset_list_for, dataset_rows, model_asset_get_for,
                         model_asset_list_for, row_view)
 from .services import dataset_compute_stats, dataset_delete, model_delete, model_register
@@ -42,10 +42,9 @@ def dataset_upload_page(request):
 
 
 def _registries() -> tuple[list[str], list[str]]:
-    from trainer.rewards import registered_rewards
     from trainer.tools.base import registered_tools
 
-    return registered_rewards(), registered_tools()
+    return reward_names(), registered_tools()  # built-in and operator-registered rewards
 
 
 @login_required

@@ -204,3 +204,8 @@ def env_paths(name: str, default: list[str], environ: Mapping[str, str] | None =
     """A colon-separated list of paths (like PATH)."""
     raw = (os.environ if environ is None else environ).get(name, "")
     return [p for p in raw.split(":") if p] or list(default)
+
+
+def env_csv(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
+    """A comma-separated list (blank items dropped); the default when unset or blank."""
+    return list(_csv(os.environ if environ is None else environ, name, ())) or list(default)

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "rlstudio.runs",
     "rlstudio.telemetry",
     "rlstudio.quotas",
+    "rlstudio.registry",
 ]
 
 MIDDLEWARE = [
@@ -230,6 +231,13 @@ RLSTUDIO_MAX_JSON_DOCUMENT_BYTES = env_int("RLSTUDIO_MAX_JSON_DOCUMENT_BYTES", 2
 # Where registered model folders may live (colon-separated absolute paths); the demo model is
 # built under STATE_DIR/models.
 RLSTUDIO_MODEL_ROOTS = env_paths("RLSTUDIO_MODEL_ROOTS", [str(STATE_DIR / "models")])
+
+# Registry (docs/security.md): folders an operator's reward-function files may live in (comma-separated),
+# and how long the check of a reward function or tool set may run before it is killed (seconds).
+from rlstudio.config.env import env_csv  # noqa: E402
+
+RLSTUDIO_REWARD_ROOTS = env_csv("RLSTUDIO_REWARD_ROOTS", [str(STATE_DIR / "rewards")])
+RLSTUDIO_REGISTRY_CHECK_TIMEOUT_S = env_float("RLSTUDIO_REGISTRY_CHECK_TIMEOUT_S", 20)
 
 # Telemetry: one POST to /api/v1/runs/{id}/events/: its (decompressed) body, its number of events,
 # one event.
