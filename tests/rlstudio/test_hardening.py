@@ -119,7 +119,7 @@ def test_websocket_message_over_limit_closes_too_big(asgi_server, alice, make_ru
     run = make_run(alice)
     key = api_token_create(user=alice, name="ws").key
     url = asgi_server.replace("http://", "ws://") + f"/ws/runs/{run.pk}/?token={key}"
-    kw = {"origin": "http://127.0.0.1", "open_timeout": 10, "max_size": None}
+    kw = {"origin": asgi_server, "open_timeout": 10, "max_size": None}
 
     async def close_code_after(message) -> int | str | None:
         """The close code the server sent after `message`; "dropped" without a close frame, None if answered."""

@@ -1,12 +1,17 @@
-"""WebSocket authentication by `?token=<api token>` for scripts that hold no session cookie.
+"""WebSocket handshakes: the Origin check (host AND port) and authentication by `?token=`.
 
-Sits inside Channels' AuthMiddlewareStack: a token in the query string, when present, decides the
-user (an invalid one leaves the connection anonymous, so the consumer closes it with 4401).
+`SameOriginValidator` wraps everything: a handshake from another origin is refused with 403.
+`ApiTokenQueryAuthMiddleware` sits inside Channels' AuthMiddlewareStack, for scripts that hold no
+session cookie: a token in the query string, when present, decides the user (an invalid one leaves
+the connection anonymous, so the consumer closes it with 4401).
 """
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from channels.db import database_sync_to_async
+from channels.security.websocket import WebsocketDenier
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.http.request import validate_host
 
 from .services import api_token_authenticate
 
@@ -29,3 +34,76 @@ class ApiTokenQueryAuthMiddleware:
         if keys:
             scope = dict(scope, user=await _user_for_key(keys[0]))
         return await self.inner(scope, receive, send)
+
+
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _host_port(netloc: str) -> tuple[str, int | None] | None:
+    """("host", port or None) of a Host header / origin netloc; None when it does not parse."""
+    try:
+        parts = urlsplit("//" + netloc)
+        return (parts.hostname or "").lower(), parts.port
+    except ValueError:
+        return None
+
+
+def origin_allowed(*, origin: str | None, host: str | None, allowed_hosts: list[str],
+                   trusted_origins: list[str]) -> bool:
+    """True when a WebSocket handshake's Origin is this site: same host AND port as the Host header
+    the client connected to (a missing port is the scheme's default), the host among ALLOWED_HOSTS;
+    or exactly one of CSRF_TRUSTED_ORIGINS. No Origin (or "null") is refused, as Channels does.
+    """
+    if not origin or origin == "null" or not host:
+        return False
+    try:
+        parts = urlsplit(origin)
+        origin_port = parts.port
+    except ValueError:
+        return False
+    scheme, origin_host = parts.scheme.lower(), (parts.hostname or "").lower()
+    if scheme not in _DEFAULT_PORTS or not origin_host:
+        return False
+    if origin_port is None:
+        origin_port = _DEFAULT_PORTS[scheme]
+    if any(origin.rstrip("/").lower() == trusted.rstrip("/").lower() for trusted in trusted_origins):
+        return True
+    target = _host_port(host)
+    if target is None:
+        return False
+    host_name, host_port = target
+    if host_port is None:
+        host_port = _DEFAULT_PORTS[scheme]
+    if (origin_host, origin_port) != (host_name, host_port):
+        return False
+    return validate_host(origin_host, allowed_hosts)
+
+
+class SameOriginValidator:
+    """ASGI middleware for WebSockets: a handshake whose Origin is not this site (host and port,
+    see `origin_allowed`) is refused with 403 before it reaches authentication or a consumer.
+
+    Replaces Channels' AllowedHostsOriginValidator, which compares host names only: a page served by
+    another program on the same host (another port) could otherwise open a socket with the user's
+    cookies."""
+
+    def __init__(self, application):
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "websocket":
+            allowed_hosts = list(settings.ALLOWED_HOSTS)
+            if settings.DEBUG and not allowed_hosts:
+                allowed_hosts = ["localhost", "127.0.0.1", "[::1]"]
+            if not origin_allowed(origin=_header(scope, b"origin"), host=_header(scope, b"host"),
+                                  allowed_hosts=allowed_hosts,
+                                  trusted_origins=list(settings.CSRF_TRUSTED_ORIGINS)):
+                return await WebsocketDenier()(scope, receive, send)
+        return await self.application(scope, receive, send)

@@ -1,7 +1,9 @@
 """The ASGI application: Django for HTTP, Channels for WebSockets.
 
 Serve it: `daphne -b 127.0.0.1 -p 8000 rlstudio.config.asgi:application` (with platform/ on the
-path, or after `pip install -e .`).
+path, or after `pip install -e .`). Loading it inside Daphne also installs the request gate
+(rlstudio.config.request_gate): request bodies are checked (size, an upload's credentials, a
+minimum rate) between their headers and their first byte.
 """
 import os
 
@@ -13,15 +15,17 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from rlstudio.accounts.ws_auth import ApiTokenQueryAuthMiddleware  # noqa: E402
+from rlstudio.accounts.ws_auth import ApiTokenQueryAuthMiddleware, SameOriginValidator  # noqa: E402
+from rlstudio.config.request_gate import install_daphne_gate  # noqa: E402
 from rlstudio.telemetry.routing import websocket_urlpatterns  # noqa: E402
+
+install_daphne_gate()
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }

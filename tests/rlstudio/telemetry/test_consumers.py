@@ -118,7 +118,7 @@ def test_foreign_origin_refused(asgi_server, alice, make_run):
             return exc.response.status_code
 
     assert asyncio.run(attempt("http://evil.example")) == 403
-    assert asyncio.run(attempt("http://127.0.0.1")) == 101  # the same token from our own origin
+    assert asyncio.run(attempt(asgi_server)) == 101  # the same token from our own origin (host and port)
 
 
 def test_burst_of_1000_arrives_whole(alice, make_run):

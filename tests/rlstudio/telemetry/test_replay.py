@@ -121,14 +121,14 @@ def test_real_websocket_through_the_asgi_server(asgi_server, alice, bob, run):
 
     async def scenario():
         async with websockets.connect(f"{ws_base}/ws/runs/{run.pk}/?token={bob_key}",
-                                      origin="http://127.0.0.1") as ws:
+                                      origin=asgi_server) as ws:
             try:
                 await asyncio.wait_for(ws.recv(), 5)
                 refused = None
             except websockets.ConnectionClosed as exc:
                 refused = exc.rcvd.code
         async with websockets.connect(f"{ws_base}/ws/runs/{run.pk}/?token={key}&resume_after=10",
-                                      origin="http://127.0.0.1") as ws:
+                                      origin=asgi_server) as ws:
             got = [json.loads(await asyncio.wait_for(ws.recv(), 10))["seq"] for _ in range(10)]
             await sync_to_async(events_ingest)(run=run, raw_events=logs(21, 25))
             got += [json.loads(await asyncio.wait_for(ws.recv(), 10))["seq"] for _ in range(5)]
@@ -158,7 +158,7 @@ def test_batch_mode_burst_of_5000_through_the_asgi_server(asgi_server, alice, ru
 
     async def scenario():
         async with websockets.connect(f"{ws_base}/ws/runs/{run.pk}/?token={key}&batch=1",
-                                      origin="http://127.0.0.1", max_size=None) as ws:
+                                      origin=asgi_server, max_size=None) as ws:
             await sync_to_async(events_ingest)(run=run, raw_events=logs(1, 5000))
             frames, seqs = await batch_frames(ws, 5000)
             try:
@@ -181,7 +181,7 @@ def test_batch_mode_resume_after_is_exact_through_the_asgi_server(asgi_server, a
 
     async def scenario():
         url = f"{ws_base}/ws/runs/{run.pk}/?token={key}"
-        async with websockets.connect(url + "&batch=1&resume_after=40", origin="http://127.0.0.1",
+        async with websockets.connect(url + "&batch=1&resume_after=40", origin=asgi_server,
                                       max_size=None) as ws:
             replay_frames, replayed = await batch_frames(ws, 2460)
             await sync_to_async(events_ingest)(run=run, raw_events=logs(2495, 2510))  # 2495..2500 resent
@@ -191,7 +191,7 @@ def test_batch_mode_resume_after_is_exact_through_the_asgi_server(asgi_server, a
             except asyncio.TimeoutError:
                 extra = None
         # The message form: opt in and resume in one message on a plain connection.
-        async with websockets.connect(url, origin="http://127.0.0.1", max_size=None) as ws:
+        async with websockets.connect(url, origin=asgi_server, max_size=None) as ws:
             await ws.send(json.dumps({"batch": "yes"}))
             bad = json.loads(await asyncio.wait_for(ws.recv(), 10))
             await ws.send(json.dumps({"resume_after": 2505, "batch": True}))

@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "rlstudio.runs",
     "rlstudio.telemetry",
     "rlstudio.quotas",
+    "axes",  # login / API-token failure throttling (settings/web_hardening.py)
     "rlstudio.registry",
 ]
 
@@ -57,6 +58,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",  # Content-Security-Policy (settings/web_hardening.py)
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out login into the 429 page
 ]
 
 ROOT_URLCONF = "rlstudio.config.urls"
@@ -283,3 +286,7 @@ RLSTUDIO_SUBMIT_MAX_RESENDS = env_int("RLSTUDIO_SUBMIT_MAX_RESENDS", 2)
 RLSTUDIO_VALIDATION_RESEND_S = env_float("RLSTUDIO_VALIDATION_RESEND_S", 60)
 # CPUs Ray reserves for one run's entrypoint (the trainer's driver process).
 RLSTUDIO_RUN_NUM_CPUS = 1
+
+# Web hardening (docs/security.md): login / token throttling, the Content-Security-Policy, request
+# body limits enforced before the body is read (rlstudio.config.request_gate).
+from .web_hardening import *  # noqa: E402,F401,F403

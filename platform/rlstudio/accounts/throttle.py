@@ -1,0 +1,63 @@
+"""Throttling of failed logins and failed API tokens, per account and per address (django-axes).
+
+Both kinds of failure are counted by django-axes in its database tables (`axes_accessattempt`), so
+one lockout rule, one admin page and one command (`manage.py axes_reset`, `axes_reset_ip <ip>`,
+`axes_reset_username <name>`) cover them:
+
+- a login (the login page, the admin's login) counts against the username typed and the client's
+  address; after `AXES_FAILURE_LIMIT` failures within `AXES_COOLOFF_TIME` either one is locked, and
+  even the right password is refused until the cool-off has passed since the last failure;
+- an API token (`Authorization: Token <key>`) counts against the address and against the token's
+  public prefix (`token:<first 12 characters>`, what the profile page shows of a key). An invalid
+  key names no account, so the prefix stands for it.
+
+The address is REMOTE_ADDR: behind a reverse proxy the ASGI server must put the client's address
+there (`daphne --proxy-headers`), or every user shares the proxy's (docs/security.md).
+"""
+from __future__ import annotations
+
+import math
+
+from axes.handlers.proxy import AxesProxyHandler
+from axes.helpers import get_cool_off
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+TOKEN_PREFIX_CHARS = 12  # ApiToken.key_prefix
+
+
+def cooloff_minutes(request: HttpRequest | None = None) -> int:
+    """Whole minutes a lockout lasts after the last failure (at least 1)."""
+    cool_off = get_cool_off(request)
+    return max(1, math.ceil(cool_off.total_seconds() / 60)) if cool_off else 1
+
+
+def lockout_message(request: HttpRequest | None = None, *, what: str = "failed logins") -> str:
+    """What a locked-out client is told."""
+    minutes = cooloff_minutes(request)
+    return (f"Too many {what} for this account or from this address; "
+            f"try again in {minutes} minute{'s' if minutes != 1 else ''}.")
+
+
+def lockout_response(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
+    """AXES_LOCKOUT_CALLABLE: the login page again, with the lockout message, status 429.
+
+    (axes calls this with `(request, credentials)` on the async path and with three arguments on the
+    sync one; neither is needed here.)"""
+    return render(request, "accounts/locked_out.html", {"message": lockout_message(request)},
+                  status=429)
+
+
+def _token_credentials(key: str) -> dict[str, str]:
+    return {"username": "token:" + key[:TOKEN_PREFIX_CHARS]}
+
+
+def token_attempt_allowed(*, request: HttpRequest, key: str) -> bool:
+    """False while this address, or this token's prefix, is locked out for failed tokens."""
+    return AxesProxyHandler.is_allowed(request, _token_credentials(key))
+
+
+def token_failure_record(*, request: HttpRequest, key: str) -> None:
+    """Count one failed API token against the address and the token's prefix."""
+    AxesProxyHandler.user_login_failed(sender=token_failure_record, credentials=_token_credentials(key),
+                                       request=request)
