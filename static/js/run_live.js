@@ -16,7 +16,10 @@
     ["Timing and throughput", (k) => /^(timing_s|timing_per_token_ms|perf)\//.test(k)],
     ["Other", () => true],
   ];
-  const steps = live.metrics.slice();  // [{step, t, metrics}]
+  // [{step, t, metrics}] in step order: the page holds the first page of rows, loadMetricPages()
+  // fetches the others from the metrics API, the websocket adds new ones.
+  const steps = live.metrics.slice();
+  const byStep = new Map(steps.map((r) => [r.step, r]));
   const groupDivs = new Map();  // group name -> its panel grid
   const panelDivs = new Map();  // panel (metric family) -> its plot div
 
@@ -311,9 +314,14 @@
     lastSeq = ev.seq;
     const d = ev.data || {};
     if (ev.type === "metrics") {
-      const row = steps.find((r) => r.step === d.step);
+      const row = byStep.get(d.step);
       if (row) Object.assign(row.metrics, d.metrics);
-      else { steps.push({ step: d.step, t: ev.time, metrics: Object.assign({}, d.metrics) }); steps.sort((a, b) => a.step - b.step); }
+      else {
+        const added = { step: d.step, t: ev.time, metrics: Object.assign({}, d.metrics) };
+        byStep.set(d.step, added);
+        steps.push(added);
+        if (steps.length > 1 && steps[steps.length - 2].step > d.step) steps.sort((a, b) => a.step - b.step);
+      }
       const r = d.metrics["critic/score/mean"];
       if (typeof r === "number") document.getElementById("live-reward").textContent = r.toFixed(4);
       setStep(d.step);
@@ -362,6 +370,29 @@
     }
   }
 
+  // The metric rows past the page's first page, from GET metrics/?after_step=&limit= (keyed by step,
+  // next_after_step null on the last page). A step the websocket brought meanwhile keeps its values
+  // where both have a metric (the pushed one is the newer).
+  async function loadMetricPages(after) {
+    while (after !== null && after !== undefined) {
+      let page;
+      try {
+        const resp = await fetch(`${live.metrics_api}?after_step=${after}&limit=${live.metrics_page_size}`,
+          { credentials: "same-origin" });
+        if (!resp.ok) return;
+        page = await resp.json();
+      } catch (e) { console.error(e); return; }
+      for (const r of page.steps) {
+        const row = byStep.get(r.step);
+        if (row) row.metrics = Object.assign({}, r.metrics, row.metrics);
+        else { byStep.set(r.step, r); steps.push(r); }
+      }
+      steps.sort((a, b) => a.step - b.step);
+      redraw("metrics");
+      after = page.next_after_step;
+    }
+  }
+
   function setStep(step) {
     const el = document.getElementById("live-step");
     if (el && Number(el.textContent) < step) el.textContent = step;
@@ -405,5 +436,7 @@
   drawMetrics();
   drawMemory();
   connect();
-  window.rlstudioLive = { apply, receive, lastSeq: () => lastSeq };  // for tests and the bench
+  loadMetricPages(live.metrics_next_after_step);
+  // for tests and the bench
+  window.rlstudioLive = { apply, receive, lastSeq: () => lastSeq, metricSteps: () => steps.map((r) => r.step) };
 })();

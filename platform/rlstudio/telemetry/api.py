@@ -3,7 +3,7 @@
   POST events/           the trainer's ingest: `Authorization: Bearer <run token>`, JSON body
                          `{"events": [...]}` (optionally `Content-Encoding: gzip`); routed to
                          `run_events_ingest`, which runs RunEventsIngestView off the request's thread
-  GET  metrics/          ?since_step=
+  GET  metrics/          ?after_step=&limit= (a page of rows in step order; since_step= is after_step's old name)
   GET  samples/          ?step=&uid=&min_reward=&max_reward=&finish_reason=&has_tool_call=&order=&limit=&offset=
   GET  samples/{sid}/    the whole transcript and token view
   GET  groups/?step=&uid=   one GRPO group with mean / std / flat
@@ -23,9 +23,11 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
@@ -42,7 +44,7 @@ from .services import events_ingest, retention_set
 _TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no"}
 
 
-def _int_param(params, name: str, *, minimum: int | None = None) -> int | None:
+def _int_param(params, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
     raw = params.get(name)
     if raw in (None, ""):
         return None
@@ -52,6 +54,8 @@ def _int_param(params, name: str, *, minimum: int | None = None) -> int | None:
         raise ApiError(f"{name} must be an integer, got {raw!r}", field=name) from None
     if minimum is not None and value < minimum:
         raise ApiError(f"{name} must be >= {minimum}", field=name)
+    if maximum is not None and value > maximum:
+        raise ApiError(f"{name} must be <= {maximum}", field=name)
     return value
 
 
@@ -206,12 +210,50 @@ class _RunReadView(APIView):
         self.run = sel.run_visible(user=request.user, run_id=kwargs["run_id"])
 
 
+_STEP_MAX = 2**31 - 1  # MetricRow.step is a PostgreSQL integer
+_METRICS_PAGE = inline_serializer("MetricsPage", {
+    "steps": inline_serializer("MetricRow", {
+        "step": serializers.IntegerField(),
+        "time": serializers.DateTimeField(help_text="When the trainer reported the step (ISO 8601)."),
+        "t": serializers.FloatField(help_text="The same time in unix seconds."),
+        "metrics": serializers.DictField(child=serializers.FloatField(allow_null=True),
+                                         help_text="verl's metric names to values, merged over the step's events."),
+    }, many=True),
+    "next_after_step": serializers.IntegerField(
+        allow_null=True, help_text="Pass as after_step for the next page; null on the last page."),
+    "next": serializers.URLField(allow_null=True, help_text="The next page's URL; null on the last page."),
+})
+
+
 class RunMetricsView(_RunReadView):
-    @extend_schema(parameters=[OpenApiParameter("since_step", int, required=False)],
-                   responses={200: OpenApiTypes.OBJECT})
+    """A page of the run's metric rows in step order (`after_step` + `limit`, keyed by step)."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("after_step", int, required=False, description=(
+                "Only steps greater than this (-1 or absent: from the first). Use the previous page's "
+                "next_after_step.")),
+            OpenApiParameter("limit", int, required=False, description=(
+                f"Rows per page, 1 to {sel.METRICS_PAGE_MAX} (default {sel.METRICS_PAGE_DEFAULT}).")),
+            OpenApiParameter("since_step", int, required=False, deprecated=True,
+                             description="The older name of after_step (not both)."),
+        ],
+        responses={200: _METRICS_PAGE},
+    )
     def get(self, request, run_id: int):
-        since = _int_param(request.query_params, "since_step")
-        return Response({"steps": sel.metrics_for(run=self.run, since_step=since)})
+        params = request.query_params
+        after = _int_param(params, "after_step", minimum=-1, maximum=_STEP_MAX)
+        since = _int_param(params, "since_step", minimum=-1, maximum=_STEP_MAX)
+        if after is not None and since is not None:
+            raise ApiError("give after_step or its older name since_step, not both", field="since_step")
+        after = after if after is not None else since
+        limit = _int_param(params, "limit", minimum=1, maximum=sel.METRICS_PAGE_MAX) or sel.METRICS_PAGE_DEFAULT
+        steps, next_after = sel.metrics_page(run=self.run, after_step=after, limit=limit)
+        next_url = None
+        if next_after is not None:
+            next_url = remove_query_param(request.build_absolute_uri(), "since_step")
+            next_url = replace_query_param(replace_query_param(next_url, "after_step", next_after), "limit", limit)
+        return Response({"steps": steps, "next_after_step": next_after, "next": next_url})
 
 
 class RunSamplesView(_RunReadView):

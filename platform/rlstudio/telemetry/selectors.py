@@ -33,13 +33,28 @@ def run_visible(*, user: AbstractBaseUser, run_id) -> Run:
     return get_visible_or_404(Run.objects.select_related("owner", "dataset", "model"), user=user, pk=run_id)
 
 
-def metrics_for(*, run: Run, since_step: int | None = None) -> list[dict[str, Any]]:
-    """[{step, time (ISO), t (unix), metrics}] in step order, steps > since_step."""
+# Metric rows per page of the metrics API and of the run page's first paint (the page fetches the
+# rest from the API); the API's limit may go up to METRICS_PAGE_MAX.
+METRICS_PAGE_DEFAULT = 1000
+METRICS_PAGE_MAX = 5000
+
+
+def metrics_page(*, run: Run, after_step: int | None = None,
+                 limit: int = METRICS_PAGE_DEFAULT) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the run's metric rows: ([{step, time (ISO), t (unix), metrics}] in step order with
+    step > after_step, at most `limit` of them; the after_step of the next page, None on the last).
+
+    Keyed by step (unique per run, indexed), so a page costs one index range scan wherever it starts,
+    and rows stored while a client pages (a live run) land on a later page, never twice."""
     qs = MetricRow.objects.filter(run=run).order_by("step")
-    if since_step is not None:
-        qs = qs.filter(step__gt=since_step)
-    return [{"step": r.step, "time": r.time.isoformat(), "t": r.time.timestamp(), "metrics": r.metrics}
-            for r in qs]
+    if after_step is not None:
+        qs = qs.filter(step__gt=after_step)
+    rows = list(qs[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    page = [{"step": r.step, "time": r.time.isoformat(), "t": r.time.timestamp(), "metrics": r.metrics}
+            for r in rows]
+    return page, (rows[-1].step if more else None)
 
 
 @dataclass(frozen=True)

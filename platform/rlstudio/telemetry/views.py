@@ -1,6 +1,7 @@
 """Pages of a run's telemetry: the live run page, a sample's transcript and token view, a GRPO group,
-one prompt across training. Server-rendered from stored data; static/js/run_live.js makes the run
-page live (websocket with resume_after) and static/js/telemetry_tokens.js colours the token view.
+one prompt across training. Server-rendered from stored data (the run page holds the first page of
+metric rows); static/js/run_live.js fetches the other pages from the metrics API and makes the run
+page live (websocket with resume_after), static/js/telemetry_tokens.js colours the token view.
 All model and tool text is rendered through Django's autoescaping (never |safe).
 """
 from __future__ import annotations
@@ -46,11 +47,15 @@ def run_detail(request, run_id: int):
         flt = sel.SampleFilter()
     samples = list(sel.samples_for(run=run, flt=flt)[:SAMPLES_PAGE])
     retention = RunRetention.objects.filter(run=run).first()
+    # The first page of metric rows is in the page; run_live.js fetches the rest from the metrics API.
+    metrics, metrics_next = sel.metrics_page(run=run, limit=sel.METRICS_PAGE_DEFAULT)
     ctx.update({
         "run": run,
         "config_json": json.dumps(run.config, indent=2, sort_keys=True),
         "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
-                 "metrics": sel.metrics_for(run=run), "memory": sel.memory_for(run=run),
+                 "metrics": metrics, "metrics_next_after_step": metrics_next,
+                 "metrics_api": f"/api/v1/runs/{run.pk}/metrics/", "metrics_page_size": sel.METRICS_PAGE_MAX,
+                 "memory": sel.memory_for(run=run),
                  "samples_api": f"/api/v1/runs/{run.pk}/samples/", "page_size": SAMPLES_PAGE},
         "samples": samples,
         "sample_filter": flt,

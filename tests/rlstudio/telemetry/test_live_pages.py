@@ -98,7 +98,7 @@ def test_prompt_across_training(alice_client, finished):
 def test_read_api(alice_client, finished):
     base = f"/api/v1/runs/{finished.pk}"
     assert alice_client.get(f"{base}/metrics/").json()["steps"][0]["metrics"]["actor/pg_loss"] == -0.1
-    assert alice_client.get(f"{base}/metrics/?since_step=1").json() == {"steps": []}
+    assert alice_client.get(f"{base}/metrics/?since_step=1").json() == {"steps": [], "next_after_step": None, "next": None}
     page = alice_client.get(f"{base}/samples/?order=-reward&limit=2").json()
     assert page["count"] == 6 and len(page["results"]) == 2 and page["results"][0]["reward"] == 1.0
     assert alice_client.get(f"{base}/samples/?max_reward=0.5").json()["count"] == 1

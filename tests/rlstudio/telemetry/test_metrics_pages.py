@@ -1,0 +1,135 @@
+"""The metrics API a page at a time (?after_step=&limit=), its bounds, its schema, and the run page
+holding only the first page (static/js/run_live.js fetches the rest)."""
+import json
+import re
+
+import pytest
+from django.test import Client, TestCase
+
+from rlstudio.runs.services import run_create
+from rlstudio.telemetry import selectors as sel
+
+pytestmark = pytest.mark.django_db
+T0 = 1_764_440_000.0
+
+
+@pytest.fixture(autouse=True)
+def _rollout_dir(settings, tmp_path):
+    settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
+
+
+def _run_with_steps(owner, make_dataset, make_model, steps):
+    run, token = run_create(owner=owner, name="paged", dataset=make_dataset(owner), model=make_model(owner),
+                            config={}, gpus=0)
+    events = [{"seq": i + 1, "type": "metrics", "time": T0 + i, "data": {"step": step, "metrics": {"x": step / 2}}}
+              for i, step in enumerate(steps)]
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        r = Client().post(f"/api/v1/runs/{run.pk}/events/", json.dumps({"events": events}),
+                          content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert r.json()["accepted"] == len(steps)
+    return run
+
+
+@pytest.fixture
+def alice_client(alice):
+    c = Client()
+    c.force_login(alice)
+    return c
+
+
+STEPS = [0, 1, 2, 5, 6, 9, 10, 11, 17, 40, 41, 42, 100]  # gaps, so a step-keyed cursor is tested
+
+
+def test_pages_cover_every_row_exactly_once(alice, alice_client, make_dataset, make_model):
+    run = _run_with_steps(alice, make_dataset, make_model, list(reversed(STEPS)))
+    seen, url, pages = [], f"/api/v1/runs/{run.pk}/metrics/?limit=4", 0
+    while url:
+        body = alice_client.get(url).json()
+        pages += 1
+        assert len(body["steps"]) <= 4
+        seen += [row["step"] for row in body["steps"]]
+        assert all(row["metrics"] == {"x": row["step"] / 2} and row["t"] > T0 - 1 for row in body["steps"])
+        if body["next"] is not None:
+            assert body["next_after_step"] == body["steps"][-1]["step"]
+            assert f"after_step={body['next_after_step']}" in body["next"] and "limit=4" in body["next"]
+        else:
+            assert body["next_after_step"] is None
+        url = body["next"]
+    assert seen == STEPS and pages == 4  # 4 + 4 + 4 + 1
+
+    # The same walk by after_step by hand, with a page size that divides the rows exactly: the last
+    # full page says there is no next one only when there is none.
+    seen, after = [], None
+    while True:
+        q = "?limit=13" + (f"&after_step={after}" if after is not None else "")
+        body = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/{q}").json()
+        seen += [row["step"] for row in body["steps"]]
+        after = body["next_after_step"]
+        if after is None:
+            break
+    assert seen == STEPS
+
+
+def test_after_step_and_its_older_name(alice, alice_client, make_dataset, make_model):
+    run = _run_with_steps(alice, make_dataset, make_model, STEPS)
+    base = f"/api/v1/runs/{run.pk}/metrics/"
+    assert [r["step"] for r in alice_client.get(f"{base}?after_step=11").json()["steps"]] == [17, 40, 41, 42, 100]
+    assert [r["step"] for r in alice_client.get(f"{base}?since_step=41").json()["steps"]] == [42, 100]
+    assert alice_client.get(f"{base}?after_step=-1&limit=2").json()["next_after_step"] == 1  # -1: from step 0
+    assert alice_client.get(f"{base}?after_step=100").json() == {"steps": [], "next_after_step": None, "next": None}
+    # next drops since_step (it would contradict after_step on the next page).
+    nxt = alice_client.get(f"{base}?since_step=0&limit=2").json()["next"]
+    assert "since_step" not in nxt and "after_step=2" in nxt
+    assert [r["step"] for r in alice_client.get(nxt).json()["steps"]] == [5, 6]
+
+
+@pytest.mark.parametrize("query,field,message", [
+    ("limit=0", "limit", "limit must be >= 1"),
+    (f"limit={sel.METRICS_PAGE_MAX + 1}", "limit", f"limit must be <= {sel.METRICS_PAGE_MAX}"),
+    ("limit=ten", "limit", "limit must be an integer, got 'ten'"),
+    ("after_step=x", "after_step", "after_step must be an integer, got 'x'"),
+    ("after_step=-2", "after_step", "after_step must be >= -1"),
+    (f"after_step={2**31}", "after_step", f"after_step must be <= {2**31 - 1}"),
+    ("since_step=99999999999999999999", "since_step", f"since_step must be <= {2**31 - 1}"),
+    ("after_step=1&since_step=1", "since_step", "give after_step or its older name since_step, not both"),
+])
+def test_bad_parameters_are_400s_naming_the_field(alice, alice_client, make_dataset, make_model, query, field, message):
+    run = _run_with_steps(alice, make_dataset, make_model, [1, 2])
+    response = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/?{query}")
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == field and response.json()["error"]["message"] == message
+
+
+def test_default_and_largest_page(alice, alice_client, make_dataset, make_model):
+    n = sel.METRICS_PAGE_DEFAULT + 5
+    run = _run_with_steps(alice, make_dataset, make_model, list(range(n)))
+    base = f"/api/v1/runs/{run.pk}/metrics/"
+    first = alice_client.get(base).json()
+    assert len(first["steps"]) == sel.METRICS_PAGE_DEFAULT
+    assert first["next_after_step"] == sel.METRICS_PAGE_DEFAULT - 1
+    assert len(alice_client.get(first["next"]).json()["steps"]) == 5
+    whole = alice_client.get(f"{base}?limit={sel.METRICS_PAGE_MAX}").json()
+    assert len(whole["steps"]) == n and whole["next"] is None
+
+
+def test_schema_documents_the_paging(alice_client):
+    schema = alice_client.get("/api/v1/schema/?format=json").json()
+    op = schema["paths"]["/api/v1/runs/{run_id}/metrics/"]["get"]
+    params = {p["name"]: p for p in op["parameters"] if p["in"] == "query"}
+    assert {"after_step", "limit", "since_step"} <= set(params) and params["since_step"].get("deprecated")
+    assert str(sel.METRICS_PAGE_MAX) in params["limit"]["description"]
+    ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    page = schema["components"]["schemas"][ref]
+    assert {"steps", "next_after_step", "next"} <= set(page["properties"])
+
+
+def test_run_page_holds_the_first_page_and_where_the_rest_is(alice, alice_client, make_dataset, make_model,
+                                                             monkeypatch):
+    monkeypatch.setattr(sel, "METRICS_PAGE_DEFAULT", 5)
+    run = _run_with_steps(alice, make_dataset, make_model, STEPS)
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    live = json.loads(re.search(r'<script id="live-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    assert [r["step"] for r in live["metrics"]] == STEPS[:5]
+    assert live["metrics_next_after_step"] == 6 and live["metrics_api"] == f"/api/v1/runs/{run.pk}/metrics/"
+    rest = alice_client.get(f"{live['metrics_api']}?after_step=6&limit={live['metrics_page_size']}").json()
+    assert [r["step"] for r in rest["steps"]] == STEPS[5:] and rest["next"] is None
