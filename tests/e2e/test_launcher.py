@@ -410,6 +410,7 @@ def test_second_start_after_kill9_recovers_and_keeps_data(tmp_path):
         procs = first.processes()
         print(f"\n[measure] launcher without Ray/Celery: ready in {ready_s:.1f} s, "
               f"{rss_mib(procs):.0f} MiB RSS over {len(procs)} processes")
+        check_served_without_debug(first)
         ep = json.loads((state / "services" / "endpoints.json").read_text())
         import psycopg2
 
@@ -454,6 +455,41 @@ def test_second_start_after_kill9_recovers_and_keeps_data(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # the small parts
+
+
+def check_served_without_debug(l: Launched) -> None:
+    """`make run` serves with DEBUG off: a 404 is our page (not Django's debug page), static files
+    are still served (whitenoise), every page carries the Content-Security-Policy."""
+    assert "DEBUG off (DEBUG=1 make run turns it on for development)" in l.text()
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(l.url("/no-such-page/"), timeout=10)
+    page = missing.value.read().decode()
+    assert missing.value.code == 404
+    assert 'id="page-not-found"' in page and "/no-such-page/" in page
+    assert "Using the URLconf" not in page and "DEBUG = True" not in page
+    with urllib.request.urlopen(l.url("/static/css/rlstudio.css"), timeout=10) as css:
+        assert css.status == 200 and b".topbar" in css.read()
+    with urllib.request.urlopen(l.url("/accounts/login/"), timeout=10) as resp:
+        assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+
+
+def test_make_run_debug_is_off_unless_the_environment_turns_it_on(tmp_path):
+    """The launcher's children get DEBUG=0 by default and Django resolves it to False; DEBUG=1 is the
+    documented switch for development."""
+    from rlstudio.launcher.cli import Launcher, debug_flag, parse_args
+
+    assert debug_flag({}) == "0" and debug_flag({"DEBUG": "1"}) == "1"
+    environ = {k: v for k, v in os.environ.items() if k != "DEBUG"}
+    environ["RLSTUDIO_STATE_DIR"] = str(tmp_path / "state")
+    child = Launcher(parse_args([], environ), environ)._child_env({})
+    assert child["DEBUG"] == "0" and child["DJANGO_SETTINGS_MODULE"] == "rlstudio.config.settings.local"
+    probe = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+    for flag, expected in ((None, "False"), ("1", "True")):
+        env = dict(child, DEBUG=flag) if flag else child
+        out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=REPO, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.strip().splitlines()[-1] == expected
 
 
 def test_recover_removes_stale_pid_files_and_spares_strangers(tmp_path):

@@ -29,6 +29,13 @@ REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SETTINGS = "rlstudio.config.settings.local"
 
 
+def debug_flag(environ: dict[str, str]) -> str:
+    """DEBUG for the children: off unless the environment turns it on (`DEBUG=1 make run`, for
+    development only: tracebacks and settings in error pages). The settings module alone would
+    default to on (rlstudio.config.settings.local)."""
+    return environ.get("DEBUG") or "0"
+
+
 def say(msg: str) -> None:
     print(f"[rlstudio] {msg}", flush=True)
 
@@ -101,6 +108,7 @@ class Launcher:
         env["RLSTUDIO_STATE_DIR"] = str(self.layout.state)
         env["PORT"] = str(self.args.port)
         env["PYTHONUNBUFFERED"] = "1"
+        env["DEBUG"] = debug_flag(self.environ)
         # Ray >= 2.5x turns token auth on by itself once ~/.ray/auth_token exists (any local
         # ray.init() writes it), which would make our loopback-only head answer 401 to the
         # platform's plain HTTP calls. Pin the mode; RAY_AUTH_MODE=token in the environment wins.
@@ -217,6 +225,9 @@ class Launcher:
         say("=" * 66)
         say(f"RL Studio is up at http://{url_host}:{a.port}/   (ready in {self.ready_s:.1f} s)")
         say(f"  log in as {user!r} with password {password!r} (from {source})")
+        debug_on = env["DEBUG"].strip().lower() in ("1", "true", "yes", "on")
+        say("  DEBUG on (development: error pages show tracebacks)" if debug_on
+            else "  DEBUG off (DEBUG=1 make run turns it on for development)")
         say(f"  health: {json.dumps(health)}")
         say(f"  logs: {L.logs}/   state: {L.state}/")
         say(f"  memory: {total_rss(procs) / 2**20:.0f} MiB RSS over {len(procs)} processes")
