@@ -210,6 +210,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "rlstudio.runs.models.RunStatus",
         "DatasetStatusEnum": "rlstudio.catalog.models.DatasetStatus",
+        "RegistryStatusEnum": "rlstudio.registry.models.RegistryStatus",
     },
 }
 
