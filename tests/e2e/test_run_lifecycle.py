@@ -402,3 +402,37 @@ def test_a_launch_during_a_broker_outage_runs_once_the_reconcile_admits_it(world
     assert run.status == S.SUCCEEDED, run.error
     assert AuditEvent.objects.filter(action="run.submit_unsent", object_id=str(run_id)).count() == 1
     assert _path_of_states(run_id) == [S.QUEUED, S.SUBMITTING, S.QUEUED, S.SUBMITTING, S.RUNNING, S.SUCCEEDED]
+
+
+REWARD_FILE = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """Three quarters for everything: a score no built-in reward gives every sample."""
+    return 0.75
+'''
+
+
+def test_a_registered_reward_function_chosen_by_name_trains_and_scores(world, settings):
+    """An operator registers a reward file (checked in a process of its own); a user picks it by
+    `reward.name`; the worker resolves it to its file when it freezes the spec; the trainer scores
+    with it (every sample 0.75)."""
+    from django.contrib.auth import get_user_model
+
+    from rlstudio.registry.services import reward_function_register
+    from rlstudio.telemetry.models import MetricRow
+
+    root = Path(world["worker_state"]) / "rewards"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "three_quarters.py").write_text(REWARD_FILE, encoding="utf-8")
+    settings.RLSTUDIO_REWARD_ROOTS = [str(root)]  # the worker's default root, seen from here too
+    operator = get_user_model().objects.create_user(username="operator", password="pw-for-tests-1", is_staff=True)
+    registered = reward_function_register(by=operator, name="three_quarters", kind="file",
+                                          path=str(root / "three_quarters.py"))
+    assert registered.status == "ready"
+    assert [r.get("score") for r in registered.check_results] == [0.75] * len(registered.check_results)
+
+    body = _launch(world, "custom-reward", **{"reward.name": "three_quarters"})
+    run = _wait(body["id"], lambda r: r.is_terminal, timeout=150, what="a terminal state")
+    assert run.status == S.SUCCEEDED, run.error
+    assert run.config["custom_reward_function"]["path"] == str((root / "three_quarters.py").resolve())
+    scores = [row.metrics["critic/score/mean"] for row in MetricRow.objects.filter(run=run).order_by("step")]
+    assert scores and all(abs(s - 0.75) < 1e-6 for s in scores), scores

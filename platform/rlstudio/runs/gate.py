@@ -348,6 +348,8 @@ def user_view(config: Mapping[str, Any]) -> dict[str, Any]:
     for key in PLATFORM_KEYS:
         if key in flat:
             flat[key] = _DEFAULTS[key]
+    if isinstance(flat.get("trainer.logger"), list):  # the sinks the platform added at submit (http)
+        flat["trainer.logger"] = [name for name in flat["trainer.logger"] if name in USER_LOGGERS]
     return unflatten(flat)
 
 

@@ -124,8 +124,9 @@ def test_user_view_resets_the_platform_keys():
     stored = apply_overrides(Config(), {
         "data.train_files": "/srv/other/secret.jsonl", "trainer.default_local_dir": "/srv/runs/9",
         "custom_reward_function.path": "/tmp/evil.py", "trainer.torch_threads": 4096,
-        "actor_rollout_ref.rollout.n": 6}).to_dict()
+        "actor_rollout_ref.rollout.n": 6, "trainer.logger": ["console", "jsonl", "http"]}).to_dict()
     view = gate.user_view(stored)
+    assert view["trainer"]["logger"] == ["console", "jsonl"]
     flat = gate.flatten(view)
     defaults = gate.flatten(Config().to_dict())
     for key in gate.PLATFORM_KEYS:

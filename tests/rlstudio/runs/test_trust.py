@@ -261,3 +261,23 @@ def test_the_job_environment_holds_no_token(tmp_path):
     env = launch.job_env(run_id=3, token_file=path)
     assert "rit_secret" not in repr(env) and env["RLSTUDIO_INGEST_TOKEN_FILE"] == str(path)
     assert (path.stat().st_mode & 0o777) == 0o600 and launch.read_token(tmp_path) == "rit_secret"
+
+
+def test_a_submitted_runs_frozen_spec_clones_and_resumes_cleanly(api, ready, settings, tmp_path):
+    """The frozen spec holds what the platform wrote (its folder, the http sink, resources): reading it
+    back for a clone drops those, so the clone is not refused for keys its user never set."""
+    settings.RUNS_DIR = tmp_path
+    resp = api.post("/api/v1/runs/", _body(ready), format="json")
+    run = Run.objects.get(pk=resp.json()["id"])
+    spec = launch.freeze_spec(run=run, out_dir=launch.run_dir(run.pk))
+    assert "http" in spec["trainer"]["logger"]
+    Run.objects.filter(pk=run.pk).update(config=spec, ray_submission_id="rlstudio-run-x")
+    run.refresh_from_db()
+    run_transition(run=run, to=S.FAILED, error="for the test")
+    resp = api.post(f"/api/v1/runs/{run.pk}/clone/", {"overrides": {"actor_rollout_ref.rollout.n": 2}},
+                    format="json")
+    assert resp.status_code == 201, resp.content
+    clone = Run.objects.get(pk=resp.json()["id"])
+    assert clone.config["trainer"]["default_local_dir"] == "outputs/run"
+    assert "http" not in clone.config["trainer"]["logger"]
+    assert clone.config["actor_rollout_ref"]["rollout"]["n"] == 2
