@@ -8,6 +8,7 @@ Here: what those leave open.
 import asyncio
 import json
 import re
+from pathlib import Path
 
 import pytest
 from django.core.wsgi import get_wsgi_application
@@ -201,3 +202,53 @@ def test_api_token_requests_need_no_csrf(db, alice):
     response = client.post("/api/v1/configs/", {"name": "c", "config": {}},
                            content_type="application/json", HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 201, response.content
+
+
+@pytest.mark.django_db
+def test_every_page_carries_the_content_security_policy(alice):
+    """Scripts: this site or the request's nonce (which the page's inline script carries); no eval."""
+    client = Client()
+    client.force_login(alice)
+    for path in ("/runs/", "/accounts/login/", "/datasets/", "/no-such-page/"):
+        response = client.get(path)
+        policy = response["Content-Security-Policy"]
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
+        assert "'unsafe-eval'" not in policy
+        script_src = next(d for d in policy.split(";") if d.strip().startswith("script-src"))
+        assert "'unsafe-inline'" not in script_src
+    page = client.get("/runs/")
+    nonce = re.search(r"'nonce-([^']+)'", page["Content-Security-Policy"]).group(1)
+    assert f'<script nonce="{nonce}">' in page.content.decode()
+    assert "onchange=" not in page.content.decode()  # inline handlers would be blocked
+
+
+@pytest.mark.django_db
+def test_404_and_500_are_our_pages_and_500_needs_no_database(alice, django_assert_num_queries):
+    from django.test import RequestFactory
+    from django.views.defaults import server_error
+
+    client = Client()
+    client.force_login(alice)
+    missing = client.get("/runs/no/such/page/")
+    assert missing.status_code == 404 and 'id="page-not-found"' in missing.content.decode()
+    assert client.get("/api/v1/nothing/").json()["error"]["code"] == "not_found"  # the API stays JSON
+    with django_assert_num_queries(0):
+        broken = server_error(RequestFactory().get("/runs/"))
+    assert broken.status_code == 500 and b'id="server-error"' in broken.content
+
+
+def test_ray_head_dashboard_listens_on_loopback_only(ray_head):
+    """The launcher's (and the tests') Ray head: its dashboard / Jobs API port is bound to 127.0.0.1,
+    never to every interface (docs/deploy.md: an operator surface)."""
+    import psutil
+
+    from rlstudio.launcher import ray_head as rh
+
+    port = int(ray_head.rsplit(":", 1)[1])
+    listeners = [c.laddr for c in psutil.net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    assert listeners and all(addr.ip == "127.0.0.1" for addr in listeners), listeners
+    argv = rh.argv(ports=rh.RayPorts(*range(1, 10), workers=(10,)), temp_dir=Path("/tmp/x"), num_cpus=1,
+                   object_store_bytes=1)
+    assert "--dashboard-host=127.0.0.1" in argv and "--node-ip-address=127.0.0.1" in argv
+    assert not any("0.0.0.0" in a for a in argv)

@@ -8,7 +8,7 @@ Each tunable is an environment variable of the same name (README, Configuration)
 """
 from datetime import timedelta
 
-from csp.constants import NONCE, NONE, SELF
+from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 
 from rlstudio.config.env import env_float, env_int
 
@@ -40,13 +40,14 @@ RLSTUDIO_BODY_MIN_RATE = env_int("RLSTUDIO_BODY_MIN_RATE", 500)
 
 # --- Content-Security-Policy (django-csp) -------------------------------------------------------
 # Scripts only from this site or inline with the request's nonce (`nonce="{{ request.csp_nonce }}"`);
-# no inline event handlers, no eval. plotly.js is served from /static/ (no CDN). connect-src 'self'
-# covers the run page's WebSocket (same host and port).
+# no inline event handlers, no eval. plotly.js is served from /static/ (no CDN); it injects its own
+# <style> elements and style attributes at run time, so styles may be inline (a style cannot run
+# code). connect-src 'self' covers the run page's WebSocket (same host and port).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
         "script-src": [SELF, NONCE],
-        "style-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
         "img-src": [SELF, "data:", "blob:"],
         "font-src": [SELF, "data:"],
         "connect-src": [SELF],
