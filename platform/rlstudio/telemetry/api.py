@@ -107,7 +107,8 @@ class RunEventsIngestView(APIView):
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT}, auth=[])
     def post(self, request, run_id: int):
-        run = Run.objects.filter(pk=run_id).only("id", "status", "owner_id", "ingest_token_hash").first()
+        run = Run.objects.filter(pk=run_id).only(
+            "id", "status", "owner_id", "ingest_token_hash", "ray_submission_id", "config").first()
         if run is None:
             raise ApiError("No such run.", code="not_found", status_code=404)
         header = request.META.get("HTTP_AUTHORIZATION", "")

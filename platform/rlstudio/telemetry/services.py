@@ -36,6 +36,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.runs import launch
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import IllegalTransition, run_transition
 from trainer.events import Event, EventError, TokenView, validate_event
@@ -422,7 +423,14 @@ def _update_run(run: Run, new: list[dict[str, Any]], by_type: dict[str, list[dic
     if by_type.get("heartbeat"):
         updates["last_heartbeat"] = timezone.now()
     if by_type.get("checkpoint"):
-        updates["checkpoint_path"] = by_type["checkpoint"][-1]["data"]["path"][:1024]
+        # Resume reads only from the run's own folder: a path outside it is not recorded.
+        folder = launch.run_folder(run)
+        for ev in reversed(by_type["checkpoint"]):
+            path = ev["data"]["path"][:1024]
+            if launch.inside(path, folder):
+                updates["checkpoint_path"] = path
+                break
+            log.warning("run %s: reported checkpoint %r is outside its folder; not recorded", run.pk, path[:200])
     if updates:
         Run.objects.filter(pk=run.pk).update(**updates)
 

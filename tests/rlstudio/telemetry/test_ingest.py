@@ -118,16 +118,20 @@ def test_bad_bodies_never_500(run_and_token, settings):
 
 
 def test_samples_memory_heartbeat_checkpoint_logs(run_and_token):
+    from rlstudio.runs.launch import run_dir
+
     run, token = run_and_token
+    ckpt = run_dir(run.pk)
     batch = [
         sample_event(1, index=0, reward=1.0), sample_event(2, index=1, reward=0.0, tool=True, finish="length"),
         {"seq": 3, "type": "memory", "time": T0 + 3, "data": {"step": 1, "phase": "rollout", "device": "cpu",
                                                              "rss": 123456, "peak": 200000}},
         {"seq": 4, "type": "heartbeat", "time": T0 + 4, "data": {"step": 2}},
-        {"seq": 5, "type": "checkpoint", "time": T0 + 5, "data": {"step": 2, "path": "/ckpt/global_step_2"}},
+        {"seq": 5, "type": "checkpoint", "time": T0 + 5, "data": {"step": 2, "path": f"{ckpt}/global_step_2"}},
+        {"seq": 7, "type": "checkpoint", "time": T0 + 7, "data": {"step": 2, "path": "/elsewhere/global_step_2"}},
         {"seq": 6, "type": "log", "time": T0 + 6, "data": {"level": "warning", "message": "hello"}},
     ]
-    assert post(run.pk, token, batch).json()["accepted"] == 6
+    assert post(run.pk, token, batch).json()["accepted"] == 7
     s0, s1 = Sample.objects.filter(run=run).order_by("index")
     assert (s0.reward, s0.has_tool_call, s1.has_tool_call, s1.finish_reason) == (1.0, False, True, "length")
     assert s0.transcript["messages"][1]["content"] == "<b>#### 5</b>" and s0.token_view["logprobs"] == [-0.1, -2.0]
@@ -137,7 +141,8 @@ def test_samples_memory_heartbeat_checkpoint_logs(run_and_token):
     mp = MemoryPoint.objects.get(run=run)
     assert (mp.phase, mp.rss, mp.peak) == ("rollout", 123456, 200000)
     run.refresh_from_db()
-    assert run.last_heartbeat is not None and run.checkpoint_path == "/ckpt/global_step_2" and run.step == 2
+    # The last checkpoint event named a folder outside the run's own: the one inside it is kept.
+    assert run.last_heartbeat is not None and run.checkpoint_path == f"{ckpt}/global_step_2" and run.step == 2
     lines = [json.loads(x) for x in (rollout_dir(run.pk) / "step_000001.jsonl").read_text().splitlines()]
     assert [x["seq"] for x in lines] == [1, 2] and lines[0]["data"]["messages"][0]["content"] == "2+3?"
 

@@ -58,6 +58,8 @@ def cap_audits(run):
 
 
 def test_events_cap_refuses_with_its_name_but_the_run_still_finishes(run_and_token, settings):
+    from rlstudio.runs.launch import run_dir
+
     run, token = run_and_token
     settings.RLSTUDIO_RUN_MAX_EVENTS = 5
     run_transition(run=run, to="submitting")
@@ -77,11 +79,11 @@ def test_events_cap_refuses_with_its_name_but_the_run_still_finishes(run_and_tok
     # heartbeat and checkpoint are applied to the run (not stored).
     again = post(run.pk, token, [log(5), log(8), {"seq": 9, "type": "heartbeat", "time": T0 + 9, "data": {"step": 3}},
                                  {"seq": 10, "type": "checkpoint", "time": T0 + 10,
-                                  "data": {"step": 3, "path": "/ck/global_step_3"}}]).json()
+                                  "data": {"step": 3, "path": f"{run_dir(run.pk)}/global_step_3"}}]).json()
     assert (again["accepted"], again["duplicates"], [r["seq"] for r in again["refused"]]) == (2, 1, [8])
     assert len(cap_audits(run)) == 1
     run.refresh_from_db()
-    assert run.step == 3 and run.last_heartbeat is not None and run.checkpoint_path == "/ck/global_step_3"
+    assert run.step == 3 and run.last_heartbeat is not None and run.checkpoint_path == f"{run_dir(run.pk)}/global_step_3"
     # The final status passes the cap and ends the run.
     final = post(run.pk, token, [log(11), status(12, "succeeded")]).json()
     assert final["accepted"] == 1 and [r["seq"] for r in final["refused"]] == [11]
