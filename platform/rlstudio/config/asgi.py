@@ -17,14 +17,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from rlstudio.accounts.ws_auth import ApiTokenQueryAuthMiddleware, SameOriginValidator  # noqa: E402
-from rlstudio.config.request_gate import install_daphne_gate  # noqa: E402
+from rlstudio.config.request_gate import RequestGateMiddleware, install_daphne_gate  # noqa: E402
 from rlstudio.telemetry.routing import websocket_urlpatterns  # noqa: E402
 
 install_daphne_gate()
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": RequestGateMiddleware(django_asgi_app),
         "websocket": SameOriginValidator(
             AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(websocket_urlpatterns)))
         ),

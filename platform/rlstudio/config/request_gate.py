@@ -17,10 +17,12 @@ The gate therefore sits inside Daphne, between a request's headers and its body:
 A refusal is a complete HTTP/1.1 response in the API's error shape with `Connection: close`; the
 connection then reads and drops what the client still sends for a moment (so that it reads the
 answer rather than a reset) and closes. Django's own checks (catalog.api.check_request_size, CSRF,
-DRF authentication) still run on what passes.
+DRF authentication) still run on what passes. `RequestGateMiddleware` applies the same rules as ASGI
+middleware for servers that stream a body to the application (config/asgi.py wraps Django in it).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -153,6 +155,78 @@ def credentials_refusal(*, cookie: str | None, authorization: str | None, client
         if get_user(request).is_authenticated:
             return None
     return unauthenticated
+
+
+async def _answer(send, refusal: Refusal) -> None:
+    head, _, body = refusal.http_response().partition(b"\r\n\r\n")
+    headers = [tuple(part.strip().lower() if i == 0 else part.strip() for i, part in
+                     enumerate(line.split(b":", 1))) for line in head.split(b"\r\n")[1:]]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestGateMiddleware:
+    """The same gate as ASGI middleware, in front of Django, for servers that hand a body to the
+    application as it arrives (uvicorn, hypercorn): the declared size, an upload's credentials and
+    the minimum rate are checked before Django's handler reads the body. Under Daphne the body is in
+    before the application runs (the Daphne gate checked it), so these checks pass at once."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.lower(): v for k, v in scope.get("headers", ())}
+        chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        raw_length = headers.get(b"content-length")
+        if raw_length is None and not chunked:
+            return await self.app(scope, receive, send)  # no body
+        method, path = scope["method"], scope["path"]
+        try:
+            length = None if chunked else int(raw_length)
+        except ValueError:
+            return await _answer(send, Refusal(400, "invalid", "Content-Length is not a number"))
+        if length == 0:
+            return await self.app(scope, receive, send)
+        refusal = check_declared(method=method, path=path, length=length)
+        if refusal is None and is_upload(method, path):
+            from channels.db import database_sync_to_async
+
+            refusal = await database_sync_to_async(credentials_refusal)(
+                cookie=headers.get(b"cookie", b"").decode("latin-1"),
+                authorization=headers.get(b"authorization", b"").decode("latin-1"),
+                client_ip=(scope.get("client") or ("",))[0], path=path)
+        if refusal is not None:
+            return await _answer(send, refusal)
+        return await self.app(scope, self._gated_receive(receive, send, method, path), send)
+
+    @staticmethod
+    def _gated_receive(receive, send, method: str, path: str):
+        clock = BodyClock()
+        done = False
+
+        async def gated():
+            nonlocal done
+            if done:
+                return await receive()  # the body is in: waiting for a disconnect is not timed
+            try:
+                message = await asyncio.wait_for(receive(), max(0.001, clock.deadline() - time.monotonic()))
+            except asyncio.TimeoutError:
+                refusal = clock.refusal()
+            else:
+                if message["type"] != "http.request":
+                    return message
+                clock.add(len(message.get("body", b"")))
+                refusal = over_limit(method=method, path=path, received=clock.received)
+                if refusal is None:
+                    done = not message.get("more_body", False)
+                    return message
+            done = True
+            await _answer(send, refusal)
+            return {"type": "http.disconnect"}  # Django's handler stops reading and answers nothing
+
+        return gated
 
 
 def install_daphne_gate() -> bool:

@@ -162,3 +162,66 @@ def test_any_request_body_over_the_request_limit_is_refused(gated):
     small = (b"POST /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n"
              b"Content-Type: application/x-www-form-urlencoded\r\nConnection: close\r\n\r\n")
     assert exchange(gated, small, b"username=a")[0] == 403
+
+
+# --- the same rules as ASGI middleware (for servers that stream a body to the application) --------
+
+def run_gate(scope_headers, messages, *, method="POST", path="/api/v1/datasets/", delay=0.0):
+    """Drive RequestGateMiddleware in-process: `messages` are what the client's body delivers (each
+    after `delay` seconds). Returns (what was sent back, how many receive() calls the app made, what
+    the app received)."""
+    import asyncio
+
+    from rlstudio.config.request_gate import RequestGateMiddleware
+
+    sent, got, pulls = [], [], []
+    queue = list(messages)
+
+    async def receive():
+        pulls.append(1)
+        if delay:
+            await asyncio.sleep(delay)
+        return queue.pop(0) if queue else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    async def app(scope, recv, snd):
+        while True:
+            message = await recv()
+            got.append(message)
+            if message["type"] == "http.disconnect" or not message.get("more_body"):
+                break
+        if got[-1]["type"] == "http.request":
+            await snd({"type": "http.response.start", "status": 200, "headers": []})
+            await snd({"type": "http.response.body", "body": b"ok"})
+
+    scope = {"type": "http", "method": method, "path": path, "headers": scope_headers,
+             "client": ("10.9.9.9", 1234)}
+    asyncio.run(RequestGateMiddleware(app)(scope, receive, send))
+    return sent, len(pulls), got
+
+
+def test_asgi_gate_refuses_2gb_and_unauthenticated_uploads_without_receiving(settings):
+    sent, pulls, got = run_gate([(b"content-length", str(TWO_GB).encode())], [])
+    assert sent[0]["status"] == 413 and pulls == 0 and got == []
+    sent, pulls, got = run_gate([(b"content-length", b"1000")], [])
+    assert sent[0]["status"] == 401 and (b"www-authenticate", b"Token") in sent[0]["headers"]
+    assert pulls == 0 and got == []
+    sent, pulls, _ = run_gate([(b"transfer-encoding", b"chunked")], [])
+    assert sent[0]["status"] == 411 and pulls == 0
+
+
+def test_asgi_gate_times_out_a_slow_body_and_passes_a_normal_one(settings):
+    settings.RLSTUDIO_BODY_TIMEOUT_S = 0.2
+    headers = [(b"content-length", b"10")]
+    slow = [{"type": "http.request", "body": b"a", "more_body": True}]
+    sent, _, got = run_gate(headers, slow, path="/accounts/login/", delay=0.5)
+    assert sent[0]["status"] == 408 and got[-1] == {"type": "http.disconnect"}
+    body = [{"type": "http.request", "body": b"0123456789", "more_body": False}]
+    sent, _, got = run_gate(headers, body, path="/accounts/login/")
+    assert sent[0]["status"] == 200 and got == body
+    # A chunked body that grows past the request limit is cut off there.
+    settings.RLSTUDIO_MAX_REQUEST_BYTES = 8
+    sent, _, got = run_gate([(b"transfer-encoding", b"chunked")], body, path="/accounts/login/")
+    assert sent[0]["status"] == 413 and got[-1] == {"type": "http.disconnect"}
