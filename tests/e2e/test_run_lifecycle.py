@@ -169,9 +169,14 @@ def test_stop_saves_a_checkpoint_and_resume_continues_at_the_next_step(world):
     assert child["parent"] == run.pk and child["parent_kind"] == "resume"
     new = _wait(child["id"], lambda r: r.step >= n + 1, timeout=120, what=f"step {n + 1}")
     assert new.config["trainer"]["resume_from_path"] == str(ckpt) == new.resume_from
-    events = [json.loads(line) for line in
-              (Path(new.config["trainer"]["default_local_dir"]) / "events.jsonl").read_text().splitlines()]
-    steps = [e["data"]["step"] for e in events if e["type"] == "metrics"]
+    # A heartbeat names the step being worked on before its metrics exist: wait for the first metrics.
+    deadline, steps = time.monotonic() + 60, []
+    while not steps and time.monotonic() < deadline:
+        events = [json.loads(line) for line in
+                  (Path(new.config["trainer"]["default_local_dir"]) / "events.jsonl").read_text().splitlines()
+                  if line.strip()]
+        steps = [e["data"]["step"] for e in events if e["type"] == "metrics"]
+        time.sleep(0.3)
     assert steps and steps[0] == n + 1, steps
     run_stop(run=new, by=world["user"], force=True)
     _wait(new.pk, lambda r: r.is_terminal, timeout=60, what="force-stopped")

@@ -49,7 +49,18 @@ class DatasetAdmin(SharingAdmin):
 
 @admin.register(ModelAsset)
 class ModelAssetAdmin(SharingAdmin):
-    list_display = ["name", "owner", "visibility", "source", "tokenizer_ok", "num_parameters", "created"]
-    list_filter = ["visibility", "source", "tokenizer_ok", "created"]
+    """Models; `trust_remote_code` is set here only (staff), audited: runs never set it."""
+
+    list_display = ["name", "owner", "visibility", "trust_remote_code", "source", "tokenizer_ok", "num_parameters",
+                    "created"]
+    list_filter = ["visibility", "trust_remote_code", "source", "tokenizer_ok", "created"]
     search_fields = ["name", "path", "owner__username"]
     raw_id_fields = ["source_run"]
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if "trust_remote_code" in form.changed_data:
+            from rlstudio.accounts.services import audit_record
+
+            audit_record(actor=request.user, action="model.trust_remote_code", obj=obj,
+                         data={"trust_remote_code": obj.trust_remote_code})

@@ -105,6 +105,10 @@ class ModelAsset(models.Model):
     tokenizer_ok = models.BooleanField(default=False)
     num_parameters = models.BigIntegerField(null=True, blank=True)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.REGISTERED)
+    trust_remote_code = models.BooleanField(
+        default=False,
+        help_text="Let runs import Python code shipped in the model folder (an operator decision: staff only).",
+    )
     source_run = models.ForeignKey(
         "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="exported_models"
     )

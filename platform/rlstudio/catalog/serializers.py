@@ -32,7 +32,7 @@ class ModelAssetSerializer(serializers.ModelSerializer):
     class Meta:
         model = ModelAsset
         fields = ["id", "name", "owner", "path", "tokenizer_ok", "num_parameters", "source", "source_run",
-                  "visibility", "created"]
+                  "visibility", "trust_remote_code", "created"]
         read_only_fields = fields
 
 

@@ -39,14 +39,16 @@ def _invalid(exc: RunInputInvalid) -> ApiError:
     return ApiError(str(exc), code="invalid", field=exc.field)
 
 
-def _lookup(getter, *, user, field: str, value):
-    """A referenced object the caller may see; another user's (or a missing) one is a 400 on the field."""
+def _lookup(getter, *, user, field: str, value, kind: str | None = None):
+    """A referenced object the caller may see; another user's (or a missing) one is a 400 on the field
+    (`kind`: the getter's id keyword when it differs from the field, e.g. val_dataset -> dataset)."""
     from django.http import Http404
 
+    kind = kind or field
     try:
-        return getter(user=user, **{f"{field}_id": value})
+        return getter(user=user, **{f"{kind}_id": value})
     except Http404:
-        raise ApiError(f"no {field} with id {value}", code="invalid", field=field) from None
+        raise ApiError(f"no {kind} with id {value}", code="invalid", field=field) from None
 
 
 @extend_schema_view(
@@ -83,7 +85,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         d, user = s.validated_data, request.user
         dataset = _lookup(dataset_get_for, user=user, field="dataset", value=d["dataset"])
         val = d.get("val_dataset")
-        val_dataset = _lookup(dataset_get_for, user=user, field="dataset", value=val) if val else None
+        val_dataset = (_lookup(dataset_get_for, user=user, field="val_dataset", value=val, kind="dataset")
+                       if val else None)
         model = _lookup(model_asset_get_for, user=user, field="model", value=d["model"])
         config, saved = d.get("config"), None
         if d.get("config_id"):

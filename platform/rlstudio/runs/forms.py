@@ -37,9 +37,14 @@ class RunForm(forms.Form):
     tool_set = forms.ChoiceField(choices=(), required=False, label="Tool set",
                                  help_text="Tools an operator registered, offered in multi-turn rollout.")
 
-    def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), **kwargs):
+    reward_name = forms.ChoiceField(
+        choices=(), required=False, label="Reward function",
+        help_text="reward.name: a built-in, or one an operator registered (empty = the preset's).")
+
+    def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), rewards=(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tool_set"].choices = [("", "none")] + [(t, t) for t in tool_sets]
+        self.fields["reward_name"].choices = [("", "the preset's")] + [(r, r) for r in rewards]
         self.fields["dataset"].queryset = datasets
         self.fields["val_dataset"].queryset = datasets
         self.fields["model"].queryset = models
@@ -52,6 +57,8 @@ class RunForm(forms.Form):
     def override_list(self) -> list[str]:
         """The important fields that were filled in, then the free-text overrides (later wins)."""
         out = []
+        if self.cleaned_data.get("reward_name"):
+            out.append(f"reward.name={self.cleaned_data['reward_name']}")
         for name, key, _label, _tp in IMPORTANT_FIELDS:
             value = self.cleaned_data.get(name)
             if value is not None:
@@ -66,6 +73,8 @@ class RunForm(forms.Form):
         for name, k, _label, _tp in IMPORTANT_FIELDS:
             if k == key:
                 return name
+        if key == "reward.name":
+            return "reward_name"
         if key in self.fields:
             return key
         return None

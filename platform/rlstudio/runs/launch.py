@@ -73,7 +73,7 @@ def parse_config_text(text: str) -> dict[str, Any]:
     return data
 
 
-def _reward_names() -> list[str]:
+def reward_names() -> list[str]:
     """Reward functions a user may pick by `reward.name`: the trainer's built-ins and the operator's."""
     from rlstudio.registry.services import reward_function_names
     from trainer.rewards import registered_rewards
@@ -88,7 +88,7 @@ def _tool_names() -> list[str]:
 
 
 def _gate(before: Config, after: Config) -> None:
-    gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=_reward_names(),
+    gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=reward_names(),
                tool_names=_tool_names())
 
 

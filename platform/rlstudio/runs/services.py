@@ -568,6 +568,7 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
     ckpt = launch.latest_checkpoint_of(run)
     if ckpt is None:
         raise RunRefused("the run has no checkpoint to resume from")
+    _check_still_visible(run)
     config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
                                 model=run.model, gpus=run.gpus)
     new = _create_and_launch(
@@ -581,12 +582,32 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
 def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None) -> Run:
     """A new queued run with `run`'s config (its user keys; the platform's paths from `run`'s dataset
     and model; its own folder, no resume) and the caller's overrides, which go through the gate."""
+    _check_still_visible(run)
     config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
                                 val_dataset=run.val_dataset, model=run.model, gpus=run.gpus)
     return _create_and_launch(
         owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
         model=run.model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
         parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
+
+
+def _check_still_visible(run: Run) -> None:
+    """A clone or resume trains on the source run's dataset and model again: its owner must still be
+    allowed to see them (a shared one may have been made private since)."""
+    from django.http import Http404
+
+    from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
+
+    for field, getter, kind in (("dataset", dataset_get_for, "dataset"), ("val_dataset", dataset_get_for, "dataset"),
+                                ("model", model_asset_get_for, "model")):
+        obj_id = getattr(run, f"{field}_id")
+        if obj_id is None:
+            continue
+        try:
+            getter(user=run.owner, **{f"{kind}_id": obj_id})
+        except Http404:
+            raise RunInputInvalid(f"the run's {kind} (id {obj_id}) is no longer shared with its owner",
+                                  field=field) from None
 
 
 def _config_or_invalid(**kwargs) -> dict[str, Any]:

@@ -67,10 +67,12 @@ def _form(request, data=None):
 
     from rlstudio.registry.services import tool_set_names
 
+    from .launch import reward_names
+
     datasets = dataset_list_for(user=request.user).filter(status="ready")
     return RunForm(data, datasets=datasets, models=model_asset_list_for(user=request.user),
                    configs=run_config_list_for(user=request.user), presets=list(REGISTRY),
-                   tool_sets=tool_set_names(), initial={"preset": "cpu_smoke", "gpus": 0})
+                   tool_sets=tool_set_names(), rewards=reward_names(), initial={"preset": "cpu_smoke", "gpus": 0})
 
 
 @login_required

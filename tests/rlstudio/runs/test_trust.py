@@ -281,3 +281,69 @@ def test_a_submitted_runs_frozen_spec_clones_and_resumes_cleanly(api, ready, set
     assert clone.config["trainer"]["default_local_dir"] == "outputs/run"
     assert "http" not in clone.config["trainer"]["logger"]
     assert clone.config["actor_rollout_ref"]["rollout"]["n"] == 2
+
+
+def _registered_reward(tmp_path, settings, name="three_quarters"):
+    """A ready registry entry for a file under the reward root (as a passed check leaves it)."""
+    import hashlib
+
+    from rlstudio.registry.models import RewardFunction
+
+    root = tmp_path / "rewards"
+    root.mkdir(exist_ok=True)
+    path = root / f"{name}.py"
+    path.write_text("def compute_score(*a, **k):\n    return 0.75\n", encoding="utf-8")
+    settings.RLSTUDIO_REWARD_ROOTS = [str(root)]
+    RewardFunction.objects.create(name=name, kind="file", path=str(path.resolve()), status="ready",
+                                  checked_sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    return path.resolve()
+
+
+def test_the_form_offers_registered_rewards_and_the_platform_writes_their_file(alice, ready, settings, tmp_path):
+    path = _registered_reward(tmp_path, settings)
+    page = Client()
+    page.force_login(alice)
+    html = page.get("/runs/new/").content.decode()
+    assert 'value="three_quarters"' in html and 'value="gsm8k"' in html
+    resp = page.post("/runs/new/", {"name": "f1", "dataset": ready["dataset"].pk, "model": ready["model"].pk,
+                                    "preset": "cpu_smoke", "gpus": 0, "reward_name": "three_quarters"})
+    assert resp.status_code == 302, resp.content.decode()[-3000:]
+    run = Run.objects.get(name="f1")
+    assert run.config["reward"]["name"] == "three_quarters"
+    assert run.config["custom_reward_function"] == {"path": str(path), "name": "compute_score"}
+    # A name nobody registered is refused on the field.
+    resp = page.post("/runs/new/", {"name": "f2", "dataset": ready["dataset"].pk, "model": ready["model"].pk,
+                                    "preset": "cpu_smoke", "gpus": 0, "overrides": "reward.name=nobody"})
+    assert resp.status_code == 400 and "reward.name" in resp.content.decode()
+
+
+def test_trust_remote_code_comes_from_the_model_entry(api, ready):
+    from rlstudio.catalog.models import ModelAsset
+
+    ModelAsset.objects.filter(pk=ready["model"].pk).update(trust_remote_code=True)
+    resp = api.post("/api/v1/runs/", _body(ready), format="json")
+    assert resp.status_code == 201, resp.content
+    assert Run.objects.get(pk=resp.json()["id"]).config["actor_rollout_ref"]["model"]["trust_remote_code"] is True
+
+
+def test_a_hidden_val_dataset_is_refused_on_its_own_field(api, ready, bob, make_dataset):
+    theirs = make_dataset(bob, name="bobs-val", status="ready")
+    _refused(api.post("/api/v1/runs/", _body(ready, val_dataset=theirs.pk), format="json"), "val_dataset")
+
+
+def test_clone_and_resume_refuse_a_dataset_no_longer_shared(api, alice, staff, make_dataset, make_model,
+                                                           settings, tmp_path):
+    settings.RUNS_DIR = tmp_path
+    shared = make_dataset(staff, name="shared", status="ready", visibility="everyone")
+    model = make_model(alice)
+    resp = api.post("/api/v1/runs/", {"name": "r", "dataset": shared.pk, "model": model.pk, "preset": "cpu_smoke"},
+                    format="json")
+    assert resp.status_code == 201, resp.content
+    run = Run.objects.get(pk=resp.json()["id"])
+    run_transition(run=run, to=S.FAILED, error="for the test")
+    (tmp_path / str(run.pk) / "global_step_1").mkdir(parents=True)
+    (tmp_path / str(run.pk) / "latest_checkpointed_iteration.txt").write_text("1")
+    type(shared).objects.filter(pk=shared.pk).update(visibility="private")
+    _refused(api.post(f"/api/v1/runs/{run.pk}/clone/", {}, format="json"), "dataset")
+    _refused(api.post(f"/api/v1/runs/{run.pk}/resume/", {}, format="json"), "dataset")
+    assert Run.objects.count() == 1
