@@ -113,8 +113,11 @@ def page_as(browser, services):
     """page_as(user) -> a logged-in page in a context of its own; page.dialogs lists every dialog."""
     contexts = []
 
-    def make(user):
-        ctx = browser.new_context(viewport=VIEWPORT, base_url=services["base"])
+    def make(user, *, bypass_csp: bool = True):
+        # Playwright's wait_for_function polls its predicate with eval inside the page, which the
+        # site's Content-Security-Policy forbids (no 'unsafe-eval'): the journeys bypass the policy;
+        # test_csp.py does not, and checks that the pages themselves break none of it.
+        ctx = browser.new_context(viewport=VIEWPORT, base_url=services["base"], bypass_csp=bypass_csp)
         ctx.set_default_timeout(20_000)
         contexts.append(ctx)
         page = ctx.new_page()

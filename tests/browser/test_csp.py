@@ -11,6 +11,7 @@ import json
 import re
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -48,7 +49,7 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
     alice = make_user("alice", staff=True)
     model = register_model(alice)
     GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    page = page_as(alice)
+    page = page_as(alice, bypass_csp=False)
     console = _watch(page)
 
     # The upload page's drop zone, the upload through the request gate, the dataset page's histogram.
@@ -77,7 +78,8 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
                for s in (1, 2)]
     assert ingest(run.pk, token, metrics)["accepted"] == 2
     page.goto(f"/runs/{run.pk}/")
-    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    # Locator waits, not wait_for_function: its predicate is eval'd in the page, which the CSP refuses.
+    expect(page.locator("#live-conn")).to_have_text("live", timeout=20_000)
     page.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
     assert ingest(run.pk, token, [{"seq": 3, "type": "metrics", "time": T0 + 3,
                                    "data": {"step": 3, "metrics": {"critic/score/mean": 0.3}}}])["accepted"] == 1

@@ -63,7 +63,8 @@ def test_page_catches_up_with_no_gap_after_redis_restart(browser, daphne, redis,
         answer = ui.post_events(daphne.base, run.pk, token, [_log(s) for s in range(first, last + 1)])
         assert answer["accepted"] == last - first + 1 and not answer["refused"], answer
 
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base)
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base,
+                              bypass_csp=True)  # wait_for_function's eval (conftest.page_as)
     ctx.set_default_timeout(20_000)
     try:
         page = _watch_live(ctx, ui, daphne.base, run.pk)
@@ -124,7 +125,8 @@ def test_page_fills_a_seq_gap_from_the_store(browser, daphne, make_user, ui):
         answer = ui.post_events(daphne.base, run.pk, token, [_log(s) for s in seqs])
         assert answer["accepted"] == len(seqs) and not answer["refused"], answer
 
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base)
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, base_url=daphne.base,
+                              bypass_csp=True)  # wait_for_function's eval (conftest.page_as)
     ctx.set_default_timeout(20_000)
     try:
         page = _watch_live(ctx, ui, daphne.base, run.pk)

@@ -245,7 +245,8 @@ def click_the_demo_and_watch_it_learn(l: "Launched") -> None:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_context(viewport=VIEWPORT).new_page()
+            # bypass_csp: wait_for_function eval's its predicate in the page (tests/browser/conftest.py)
+            page = browser.new_context(viewport=VIEWPORT, bypass_csp=True).new_page()
             page.set_default_timeout(30_000)
             page.on("dialog", lambda dialog: dialog.accept())
             login(page, l.url(""), "admin", ADMIN_PASSWORD)
@@ -457,19 +458,19 @@ def test_second_start_after_kill9_recovers_and_keeps_data(tmp_path):
 # the small parts
 
 
-def check_served_without_debug(l: Launched) -> None:
+def check_served_without_debug(launched: Launched) -> None:
     """`make run` serves with DEBUG off: a 404 is our page (not Django's debug page), static files
     are still served (whitenoise), every page carries the Content-Security-Policy."""
-    assert "DEBUG off (DEBUG=1 make run turns it on for development)" in l.text()
+    assert "DEBUG off (DEBUG=1 make run turns it on for development)" in launched.text()
     with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(l.url("/no-such-page/"), timeout=10)
+        urllib.request.urlopen(launched.url("/no-such-page/"), timeout=10)
     page = missing.value.read().decode()
     assert missing.value.code == 404
     assert 'id="page-not-found"' in page and "/no-such-page/" in page
     assert "Using the URLconf" not in page and "DEBUG = True" not in page
-    with urllib.request.urlopen(l.url("/static/css/rlstudio.css"), timeout=10) as css:
+    with urllib.request.urlopen(launched.url("/static/css/rlstudio.css"), timeout=10) as css:
         assert css.status == 200 and b".topbar" in css.read()
-    with urllib.request.urlopen(l.url("/accounts/login/"), timeout=10) as resp:
+    with urllib.request.urlopen(launched.url("/accounts/login/"), timeout=10) as resp:
         assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
 
 

@@ -90,6 +90,9 @@ class GatedWebRequest(WebRequest):
         super().connectionLost(reason)
 
     # -- the gate --------------------------------------------------------------------------------
+    def _gate_client(self) -> str:
+        return getattr(self.getClientAddress(), "host", "") or ""  # "" on a unix socket
+
     def _gate_hold(self) -> None:
         """Stop reading and check the upload's credentials in a thread (they need the database)."""
         channel = self.channel
@@ -100,7 +103,7 @@ class GatedWebRequest(WebRequest):
         cookie = b"; ".join(headers.getRawHeaders(b"cookie") or []).decode("latin-1")
         authorization = (headers.getRawHeaders(b"authorization") or [b""])[0].decode("latin-1")
         check = database_sync_to_async(credentials_refusal)(
-            cookie=cookie, authorization=authorization, client_ip=self.getClientAddress().host,
+            cookie=cookie, authorization=authorization, client_ip=self._gate_client(),
             path=self._gate_path)
         asyncio.ensure_future(check).add_done_callback(self._gate_checked)
 
@@ -158,7 +161,7 @@ class GatedWebRequest(WebRequest):
         self._gate_cancel_timer()
         transport = self.channel.transport
         logger.info("request gate: %s %s from %s refused %s (%s)", self._gate_method, self._gate_path,
-                    self.getClientAddress().host, refusal.status, refusal.code)
+                    self._gate_client(), refusal.status, refusal.code)
         transport.write(refusal.http_response())
         try:
             transport.loseWriteConnection()  # FIN after the answer; keep reading to drop the rest
