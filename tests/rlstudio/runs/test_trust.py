@@ -347,3 +347,15 @@ def test_clone_and_resume_refuse_a_dataset_no_longer_shared(api, alice, staff, m
     _refused(api.post(f"/api/v1/runs/{run.pk}/clone/", {}, format="json"), "dataset")
     _refused(api.post(f"/api/v1/runs/{run.pk}/resume/", {}, format="json"), "dataset")
     assert Run.objects.count() == 1
+
+
+def test_the_queued_runs_cap_refuses_a_new_run_clearly(api, ready, alice):
+    from rlstudio.quotas.models import GpuQuota
+
+    GpuQuota.objects.create(user=alice, max_concurrent_runs=0, max_queued_runs=1)  # runs wait in the queue
+    first = api.post("/api/v1/runs/", _body(ready), format="json")
+    assert first.status_code == 201 and first.json()["status"] == S.QUEUED
+    second = api.post("/api/v1/runs/", _body(ready, name="r2"), format="json")
+    assert second.status_code == 409, second.content
+    assert "max_queued_runs" in second.json()["error"]["message"]
+    assert Run.objects.count() == 1
