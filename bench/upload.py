@@ -1,14 +1,14 @@
 """Upload benchmark: validation + conversion speed on GSM8K train, and peak memory against file size.
 
-    .venv/bin/python bench/upload.py [--train PATH] [--sizes-mib 64,256,1024]
+    .venv/bin/python bench/upload.py --data PATH/TO/gsm8k/train.jsonl [--sizes-mib 64,256,1024]
 
 Part 1 runs the same validate-and-convert code the Celery task runs (catalog.conversion) on GSM8K
-train (7,473 rows) end to end and reports rows/s. Part 2 writes JSONL files of growing size (GSM8K
-rows repeated) and validates each in a fresh process, reporting that process's peak RSS: flat memory
-means the reader streams. Results go to docs/benchmarks.md (the upload section) by hand.
+train (7,473 rows, given by `--data`: the repository carries only its first 64, tests/fixtures/gsm8k/)
+end to end and reports rows/s. Part 2 writes JSONL files of growing size (GSM8K rows repeated) and
+validates each in a fresh process, reporting that process's peak RSS: flat memory means the reader
+streams. Results go to docs/benchmarks.md (the upload section) by hand.
 """
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -35,13 +35,18 @@ print(r.num_rows, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--train", default=str(ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"))
+    ap.add_argument("--data", "--train", dest="data", default=None,
+                    help="GSM8K train.jsonl (7,473 rows, openai/grade-school-math) to validate and convert")
     ap.add_argument("--sizes-mib", default="64,256,1024")
     args = ap.parse_args()
+    if not args.data or not Path(args.data).is_file():
+        given = f"{args.data} is not a file" if args.data else "not given"
+        ap.error(f"--data: GSM8K's train.jsonl is needed ({given}); "
+                 "get it from openai/grade-school-math (grade_school_math/data/train.jsonl) and pass its path")
     from rlstudio.catalog.conversion import convert_file
     from rlstudio.catalog.formats import Limits, detect_format
 
-    src = Path(args.train)
+    src = Path(args.data)
     with tempfile.TemporaryDirectory() as tmp:
         t = time.perf_counter()
         r = convert_file(src, detected=detect_format(src.name, src.read_bytes()[:8]), preset="auto", split="train",

@@ -25,8 +25,8 @@ import pytest
 from tests.conftest import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
-# ../shared/ beside the checkout (CI lays a copy of it there too).
-GSM8K_TEST = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "test.jsonl"
+# The GSM8K test split the repository carries (MIT; tests/fixtures/gsm8k/README.md).
+GSM8K_TEST = REPO / "tests" / "fixtures" / "gsm8k" / "test.jsonl"
 SCREENSHOTS = Path(os.environ.get("RLSTUDIO_SCREENSHOT_DIR") or REPO / "var" / "screenshots")
 PASSWORD = "pw-for-browser-1"
 CHROMIUM = "/usr/bin/chromium"
@@ -181,7 +181,7 @@ def ingest(services):
 @pytest.fixture
 def gsm8k_test_file() -> Path:
     if not GSM8K_TEST.is_file():
-        pytest.fail(f"{GSM8K_TEST} is missing (the shared GSM8K data lies beside the checkout)")
+        pytest.fail(f"{GSM8K_TEST} is missing (the repository carries it: tests/fixtures/gsm8k/)")
     return GSM8K_TEST
 
 

@@ -31,7 +31,7 @@ from tests.e2e.fault_procs import CeleryWorker
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 REPO = Path(__file__).resolve().parents[2]
-GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "train.jsonl"
+GSM8K = REPO / "tests" / "fixtures" / "gsm8k" / "train_64.jsonl"  # MIT; tests/fixtures/gsm8k/README.md
 VISIBILITY_S = 4
 
 

@@ -24,8 +24,8 @@ from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import queue_admit_all, run_admit, run_create, run_stop, run_submit
 
 S = RunStatus
-# ../shared/ beside the checkout (CI lays a copy of it there too).
-GSM8K = Path(__file__).resolve().parents[3] / "shared" / "data" / "gsm8k" / "train.jsonl"
+# The first GSM8K train rows the repository carries (MIT; tests/fixtures/gsm8k/README.md).
+GSM8K = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k" / "train_64.jsonl"
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 

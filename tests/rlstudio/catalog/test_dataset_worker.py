@@ -9,8 +9,8 @@ from rest_framework.test import APIClient
 
 from rlstudio.catalog.models import Dataset
 
-# ../shared/ beside the checkout (CI lays a copy of it there too).
-GSM8K_TEST = Path(__file__).resolve().parents[4] / "shared" / "data" / "gsm8k" / "test.jsonl"
+# The GSM8K test split the repository carries (MIT; tests/fixtures/gsm8k/README.md).
+GSM8K_TEST = Path(__file__).resolve().parents[2] / "fixtures" / "gsm8k" / "test.jsonl"
 
 
 @pytest.mark.django_db(transaction=True)

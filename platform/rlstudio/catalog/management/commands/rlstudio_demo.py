@@ -70,7 +70,9 @@ class Command(BaseCommand):
         parser.add_argument("--user", default=None, help="owner (default: the first superuser)")
         parser.add_argument("--warm-steps", type=int, default=None,
                             help="warm-start SFT steps of the demo model (default: trainer.models.demo's)")
-        parser.add_argument("--gsm8k", default=str(Path(settings.BASE_DIR).parent / "shared" / "data" / "gsm8k" / "test.jsonl"))
+        # The GSM8K test split the repository carries (MIT; tests/fixtures/gsm8k/README.md).
+        parser.add_argument("--gsm8k", default=str(Path(settings.BASE_DIR) / "tests" / "fixtures" / "gsm8k" / "test.jsonl"),
+                            help="the GSM8K test split to register as gsm8k-test (JSONL)")
         parser.add_argument("--no-gsm8k", "--no-dataset", dest="no_gsm8k", action="store_true",
                             help="do not upload the GSM8K test split")
         parser.add_argument("--wait", type=float, default=600.0,
