@@ -353,7 +353,8 @@ class TrainerConfig:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    samples_per_step: int = _f(8, "Trajectories per step emitted as sample events; -1 = all.")
+    samples_per_step: int = _f(8, "Trajectories per step emitted as sample events, as whole GRPO groups "
+                               "(all n samples of a prompt): as many groups as fit, at least one; -1 = all.")
     token_view: bool = _f(True, "Attach the token view (ids, pieces, masks, log-probs) to samples; its "
                           "log-probs and advantages are rounded to 6 decimals (for reading; the step "
                           "itself uses full precision).")
@@ -361,7 +362,8 @@ class ReportConfig:
         0.25, "Seconds between memory samples in each worker (and one at every phase boundary); 0 = "
         "phase boundaries only.")
     heartbeat_interval_s: float = _f(5.0, "Seconds between heartbeat events.")
-    val_samples: int = _f(8, "Validation samples emitted per validation.")
+    val_samples: int = _f(8, "Validation samples emitted per validation, as whole groups (all val_kwargs.n "
+                          "samples of a prompt): as many as fit, at least one; -1 = all.")
 
 
 @dataclass(frozen=True)

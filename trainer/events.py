@@ -10,6 +10,13 @@ unix seconds, ``data`` depends on ``type`` (one dataclass per type below). ``val
 dict (or a JSON line via ``decode_event``) and returns a typed ``Event`` or raises ``EventError`` with a
 reason naming the event and field ("event 3: field data.step must be an int >= 0"). Floats on the wire
 are finite (strict JSON: PostgreSQL's jsonb rejects NaN); a metric that is not finite is sent as null.
+
+A sample's ``messages`` are chat messages ({role, content, tool_calls?, tool_call_id?, name?}); an
+assistant turn with a tool-call block that could not be parsed also carries ``raw`` (the turn's text as
+the model wrote it, a string) and ``tool_call_errors`` ([{reason, message}], see trainer.rollout.parser).
+A training sample may carry its GRPO group as the step computed it (``group_size``, ``group_mean``,
+``group_std``: the scores of the samples of its prompt, trainer.algorithms.advantages); the trainer
+reports whole groups.
 """
 
 from __future__ import annotations
@@ -38,6 +45,9 @@ MEMORY_PHASES = ("rollout", "old_log_prob", "ref", "update", "sync", "idle")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 FINISH_REASONS = ("stop", "length", "tool_calls", "error")
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+# Sample fields left out of the wire form when unset (older events have none of them).
+SAMPLE_OPTIONAL_KEYS = ("reward_extra", "data_source", "ground_truth", "tool_calls", "token_view",
+                        "group_size", "group_mean", "group_std")
 
 
 class EventError(ValueError):
@@ -97,6 +107,11 @@ class SampleData:
     tool_calls: Union[int, None] = None
     token_view: Union[TokenView, None] = None
     validation: bool = False  # True for samples from a validation pass
+    # The sample's GRPO group at this step, as the advantage estimator saw it: how many samples of the
+    # prompt, the mean and (unbiased) std of their scores (a group of one: mean 0, std 1, as verl).
+    group_size: Union[int, None] = None
+    group_mean: Union[float, None] = None
+    group_std: Union[float, None] = None
 
 
 @dataclass
@@ -178,7 +193,7 @@ class Event:
         """The wire form; optional sample fields that are unset are left out."""
         data = plain(self.data)
         if self.type == "sample":
-            for key in ("reward_extra", "data_source", "ground_truth", "tool_calls", "token_view"):
+            for key in SAMPLE_OPTIONAL_KEYS:
                 if data.get(key) in (None, {}):
                     data.pop(key, None)
             if not data.get("validation"):
@@ -373,6 +388,10 @@ def _messages(c: _Checker, d: Mapping[str, Any]) -> list[dict[str, Any]]:
             c.fail(f"{path}.content", "must be a string (null only on a message with tool_calls)")
         if "tool_calls" in msg and not isinstance(msg["tool_calls"], list):
             c.fail(f"{path}.tool_calls", "must be a list")
+        if "raw" in msg:
+            c.str_(msg, "raw", f"{path}.raw", limit=MAX_MESSAGE_CHARS)
+        if "tool_call_errors" in msg and not isinstance(msg["tool_call_errors"], list):
+            c.fail(f"{path}.tool_call_errors", "must be a list")
         # A message of string keys and string / null / bool / int values is plain JSON as it is (the
         # usual chat message); anything else (tool calls, floats) is checked by encoding it.
         if not (set(map(type, msg)) <= _STR and set(map(type, msg.values())) <= _JSON_SCALARS):
@@ -457,6 +476,9 @@ def _sample(c: _Checker, d: Mapping[str, Any]) -> SampleData:
         tool_calls=c.int_(d, "tool_calls", "data.tool_calls", optional=True),
         token_view=None if d.get("token_view") is None else _token_view(c, d["token_view"]),
         validation=validation,
+        group_size=c.int_(d, "group_size", "data.group_size", minimum=1, optional=True),
+        group_mean=c.num(d, "group_mean", "data.group_mean", optional=True),
+        group_std=c.num(d, "group_std", "data.group_std", optional=True),
     )
 
 
@@ -571,8 +593,9 @@ def fit_sample(data: SampleData, *, max_bytes: int = MAX_EVENT_BYTES - 4096) -> 
 
     messages = [dict(m) for m in data.messages[-MAX_MESSAGES:]]
     for m in messages:
-        if isinstance(m.get("content"), str):
-            m["content"] = cut(m["content"], MAX_MESSAGE_CHARS)
+        for key in ("content", "raw"):
+            if isinstance(m.get(key), str):
+                m[key] = cut(m[key], MAX_MESSAGE_CHARS)
     view = (
         data.token_view
         if data.token_view is not None and len(data.token_view.ids) <= MAX_TOKEN_VIEW
@@ -585,6 +608,7 @@ def fit_sample(data: SampleData, *, max_bytes: int = MAX_EVENT_BYTES - 4096) -> 
     while size(out) > max_bytes and cap > 64:
         cap //= 2
         for m in out.messages:
-            if isinstance(m.get("content"), str):
-                m["content"] = cut(m["content"], cap)
+            for key in ("content", "raw"):
+                if isinstance(m.get(key), str):
+                    m[key] = cut(m[key], cap)
     return out

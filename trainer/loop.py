@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import math
 import random
 import time
@@ -137,7 +136,6 @@ class Trainer:
             self.device = resolve_device(tr.device)
         tok_path = arr.model.tokenizer_path or arr.model.path
         self.tokenizer = AutoTokenizer.from_pretrained(tok_path, trust_remote_code=arr.model.trust_remote_code)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
 
         self.tools = build_tools(cfg.tools.names, cfg.tools.config_path)
         tool_schema = self._tool_schema
@@ -395,19 +393,20 @@ class Trainer:
         return {"training/rollout_probs_diff_max": d.max().item(), "training/rollout_probs_diff_mean": d.mean().item(),
                 "training/rollout_probs_diff_std": d.std().item() if d.numel() > 1 else 0.0}
 
-    def _pick(self, count: int, k: int) -> list[int]:
-        if k < 0 or k >= count:
-            return list(range(count))
-        if k == 0:
-            return []
-        return sorted({round(i * (count - 1) / max(1, k - 1)) for i in range(k)}) if k > 1 else [0]
-
     def emit_samples(self, step: int, exp: Experience, *, validation: bool = False) -> None:
+        """Sample events for whole groups (pick_groups); training samples carry their group's size,
+        mean and std of scores exactly as the advantage estimator computed them."""
+        from trainer.algorithms.advantages import _group_stats
         from trainer.events import SampleData, TokenView, fit_sample
 
         rep = self.cfg.report
         b = exp.batch
-        for i in self._pick(len(exp.trajectories), rep.val_samples if validation else rep.samples_per_step):
+        uids = [tr.uid for tr in exp.trajectories]
+        group = None
+        if not validation and b.token_level_rewards is not None:
+            # The scores and grouping compute_advantages handed the estimator (b.uids), same function.
+            group = [t.tolist() for t in _group_stats(b.token_level_rewards.sum(dim=-1), b.uids)]
+        for i in pick_groups(uids, rep.val_samples if validation else rep.samples_per_step):
             tr = exp.trajectories[i]
             r = len(tr.response_ids)
             view = None
@@ -425,6 +424,9 @@ class Trainer:
                               reward_extra=_jsonable(tr.reward_extra), data_source=tr.prompt.data_source or None,
                               ground_truth=_jsonable(tr.prompt.ground_truth), tool_calls=int(tr.tool_calls),
                               token_view=view, validation=validation)
+            if group is not None:
+                data.group_mean, data.group_std = _finite(group[0][i]), _finite(group[1][i])
+                data.group_size = int(group[2][i])
             data = fit_sample(data) or data
             self.emitter.sample(_jsonable(data))
 
@@ -518,6 +520,29 @@ class _NullMonitor:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         yield
+
+
+def pick_groups(uids: list[str], budget: int) -> list[int]:
+    """Rows to report: whole groups (every row of a uid, as GRPO groups them), spread over the batch.
+
+    `budget` counts rows (report.samples_per_step): as many whole groups as fit in it, at least one
+    when budget > 0; -1 = every row, 0 = none. Returns row indices in batch order.
+    """
+    if budget == 0 or not uids:
+        return []
+    groups: dict[str, list[int]] = {}
+    for i, uid in enumerate(uids):
+        groups.setdefault(uid, []).append(i)
+    rows = list(groups.values())
+    if budget < 0:
+        return list(range(len(uids)))
+    k = min(len(rows), max(1, budget // max(len(g) for g in rows)))
+    chosen = sorted({round(j * (len(rows) - 1) / max(1, k - 1)) for j in range(k)}) if k > 1 else [0]
+    return sorted(i for j in chosen for i in rows[j])
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
 
 
 VIEW_DECIMALS = 6

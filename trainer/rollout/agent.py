@@ -23,7 +23,9 @@ fit is truncated (finish_reason "length"). Tool replies longer than
 Finish reasons: stop (turn ended without a tool call), length (a budget ran out), tool_calls (the
 turn budget ended while the model was calling a tool; those calls are not executed).
 Bad calls never crash the rollout: malformed blocks, unknown tools, wrong arguments, a raising or
-timing-out tool each become a `tool` message starting "Error:" and count in `tool_errors`.
+timing-out tool each become a `tool` message starting "Error:" and count in `tool_errors`. An
+assistant message with a block that could not be parsed also keeps the turn's text as the model wrote
+it (`raw`) and why each block failed (`tool_call_errors`: [{reason, message}]).
 Only the first `multi_turn.max_parallel_calls` valid calls of a turn run (verl's truncation); with
 max_parallel_calls == 1, `</tool_call>` is also a stop token, so a turn holds one call.
 Tool lifecycle per request: create(**create_kwargs) for each offered tool, execute(**execute_kwargs),
@@ -331,6 +333,11 @@ class MultiTurnRollout:
             {"id": f"call_{r.num_turns}_{i}", "type": "function",
              "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
             for i, c in enumerate(calls)]
+        if parsed.errors:
+            # The content holds only the text outside the blocks (often nothing): keep what the model
+            # wrote, so the transcript can show the call that could not be parsed (trainer.events).
+            message["raw"] = text
+            message["tool_call_errors"] = [{"reason": e.reason, "message": e.message} for e in parsed.errors]
         r.messages.append(message)
         if r.num_turns >= self.max_turns:
             r.finish("tool_calls")

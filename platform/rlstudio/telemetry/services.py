@@ -39,7 +39,7 @@ from rlstudio.accounts.services import audit_record
 from rlstudio.runs import launch
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import IllegalTransition, run_transition
-from trainer.events import Event, EventError, TokenView, validate_event
+from trainer.events import SAMPLE_OPTIONAL_KEYS, Event, EventError, TokenView, validate_event
 
 from . import codec
 from .broadcast import run_events_send
@@ -106,7 +106,7 @@ def sample_summary(data: dict[str, Any], *, sample_id: int | None) -> dict[str, 
     return out
 
 
-_OPTIONAL_SAMPLE_KEYS = ("reward_extra", "data_source", "ground_truth", "tool_calls", "token_view")
+_OPTIONAL_SAMPLE_KEYS = SAMPLE_OPTIONAL_KEYS
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
@@ -309,7 +309,9 @@ def _store_samples(run: Run, samples: list[dict[str, Any]]) -> dict[int, int]:
             "finish_reason": d["finish_reason"], "has_tool_call": _has_tool_call(d),
             "transcript": {"messages": d["messages"], "reward_extra": d.get("reward_extra", {}),
                            "ground_truth": d.get("ground_truth"), "data_source": d.get("data_source"),
-                           "tool_calls": d.get("tool_calls"), "validation": d.get("validation", False)},
+                           "tool_calls": d.get("tool_calls"), "validation": d.get("validation", False),
+                           # the trainer's GRPO group (whole groups are reported); absent from older runs
+                           **{k: d[k] for k in ("group_size", "group_mean", "group_std") if d.get(k) is not None}},
             "token_view": None if view is None else base64.b64encode(json_pack(view)).decode("ascii"),
         })
     sql = ('INSERT INTO telemetry_sample (run_id, seq, step, uid, "index", reward, advantage, response_length, '

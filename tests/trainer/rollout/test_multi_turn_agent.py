@@ -275,3 +275,30 @@ def test_offered_tool_missing_from_registry_is_a_config_error(tiny_tokenizer):
     ro = rollout(tok, ScriptedEngine(tok, lambda rid, turn: ANSWER), {})
     with pytest.raises(KeyError, match="not in the tools registry"):
         ro.run([prompt], n=1, sampling=SamplingParams(max_new_tokens=8))
+
+
+def test_malformed_call_keeps_the_models_text(tiny_tokenizer):
+    """A turn whose only content is a block that does not parse keeps its text (`raw`) and the reasons,
+    and the sample event that carries it is valid (fit_sample cuts `raw` like content)."""
+    from trainer.events import MAX_MESSAGE_CHARS, SampleData, fit_sample, make_event
+
+    tok = tiny_tokenizer
+    tools = build_tools(["calculator"])
+    bad = '<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"</tool_call>'
+    engine = ScriptedEngine(tok, lambda rid, turn: bad if turn == 0 else ANSWER)
+    [traj] = rollout(tok, engine, tools).run([make_prompt(tok, tools)], n=1, sampling=SamplingParams(max_new_tokens=64))
+    turn = traj.messages[2]
+    assert turn["role"] == "assistant" and turn["content"] == "" and turn["tool_calls"] == []
+    assert turn["raw"] == bad
+    assert [e["reason"] for e in turn["tool_call_errors"]] == ["bad_json"]
+    assert traj.messages[3]["content"].startswith("Error: malformed tool call (bad_json)")
+    # A well-formed call has neither field.
+    assert "raw" not in traj.messages[-1] and "tool_call_errors" not in traj.messages[-1]
+    sample = SampleData(step=1, uid="u0", index=0, reward=0.0, advantage=0.0, response_length=1, num_turns=2,
+                        finish_reason="stop", messages=traj.messages)
+    assert make_event(1, sample).data.messages[2]["raw"] == bad
+    long = dict(turn, raw="x" * (MAX_MESSAGE_CHARS + 50))
+    fitted = fit_sample(SampleData(**{**sample.__dict__, "messages": [long]}))
+    assert len(fitted.messages[0]["raw"]) == MAX_MESSAGE_CHARS and fitted.messages[0]["raw"].endswith("[truncated]")
+    with pytest.raises(ValueError, match=r"messages\[0\].raw"):
+        make_event(1, SampleData(**{**sample.__dict__, "messages": [dict(turn, raw=7)]}))

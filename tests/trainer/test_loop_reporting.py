@@ -1,0 +1,103 @@
+"""Sample reporting of the GRPO loop: whole groups, carrying the group statistics the step used.
+
+`pick_groups` on its own, then one cpu_smoke step with n=4 whose reported samples are checked against
+the advantage estimator run again on their rewards (trainer.algorithms.advantages), and the sample
+events' new fields against the event schema (old events without them still validate).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from trainer.config import apply_overrides
+from trainer.events import SampleData, validate_event
+from trainer.loop import pick_groups
+from trainer.recipes import get_recipe
+from trainer.run import run
+
+# Scores that differ between samples of a prompt (the share of digits and spaces in the response).
+REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return sum(c.isdigit() or c == " " for c in solution_str) / max(1, len(solution_str))
+'''
+
+
+@pytest.mark.parametrize("uids, budget, rows", [
+    (["a"] * 4 + ["b"] * 4, 2, [0, 1, 2, 3]),  # under one group's size: still one whole group
+    (["a"] * 4 + ["b"] * 4, 5, [0, 1, 2, 3]),
+    (["a"] * 2 + ["b"] * 2 + ["c"] * 2, 4, [0, 1, 4, 5]),  # two groups, spread over the batch
+    (["a"] * 2 + ["b"] * 2, 100, [0, 1, 2, 3]),
+    (["a", "b", "a", "b"], 2, [0, 2]),  # a group is its uid's rows, wherever they lie
+    (["a"] * 3, -1, [0, 1, 2]),
+    (["a"] * 3, 0, []),
+    ([], 4, []),
+])
+def test_pick_groups_takes_whole_groups(uids, budget, rows):
+    assert pick_groups(uids, budget) == rows
+
+
+def test_a_step_reports_whole_groups_with_the_estimators_statistics(tmp_path, tiny_model_dir, demo_data_dir):
+    import torch
+
+    from trainer.algorithms.advantages import grpo_advantage
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+    n = 4
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "data.train_files": str(demo_data_dir / "train.jsonl"), "actor_rollout_ref.model.path": str(tiny_model_dir),
+        "trainer.default_local_dir": str(tmp_path / "out"), "custom_reward_function.path": str(reward),
+        "trainer.logger": ["jsonl"], "trainer.total_training_steps": 1, "trainer.save_freq": -1,
+        "actor_rollout_ref.rollout.n": n, "data.train_batch_size": 3, "actor_rollout_ref.actor.ppo_mini_batch_size": 3,
+        "report.samples_per_step": 6, "report.token_view": False})
+    assert run(cfg) == 0
+    events = [json.loads(line) for line in (tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    samples = [e for e in events if e["type"] == "sample"]
+    # 3 prompts x 4 samples; a budget of 6 trajectories holds one whole group of 4 (not 6 loose rows).
+    assert len(samples) == n
+    assert len({s["data"]["uid"] for s in samples}) == 1
+    assert sorted(s["data"]["index"] for s in samples) == list(range(n))
+    data = [s["data"] for s in samples]
+    rewards = [d["reward"] for d in data]
+    assert len(set(rewards)) > 1, rewards  # the check below means something only with different scores
+    for d in data:
+        assert d["group_size"] == n
+        assert d["group_mean"] == pytest.approx(statistics.mean(rewards), abs=1e-6)
+        assert d["group_std"] == pytest.approx(statistics.stdev(rewards), abs=1e-6)  # unbiased, as torch.std
+    # The advantages the update used are the estimator's on these scores (no KL in the reward here).
+    expected, _ = grpo_advantage(torch.tensor(rewards)[:, None], torch.ones(n, 1), [data[0]["uid"]] * n)
+    assert [d["advantage"] for d in data] == pytest.approx(expected[:, 0].tolist(), abs=1e-5)
+    assert [d["advantage"] for d in data] == pytest.approx(
+        [(r - d["group_mean"]) / (d["group_std"] + 1e-6) for r, d in zip(rewards, data)], abs=1e-5)
+    # The event schema takes the new fields, refuses bad ones, and still takes an event without them.
+    typed = validate_event(samples[0]).data
+    assert isinstance(typed, SampleData) and typed.group_size == n
+    old = {k: v for k, v in samples[0].items()}
+    old["data"] = {k: v for k, v in samples[0]["data"].items() if not k.startswith("group_")}
+    assert validate_event(old).data.group_mean is None and "group_mean" not in validate_event(old).to_dict()["data"]
+    bad = {**samples[0], "data": {**samples[0]["data"], "group_size": 0}}
+    with pytest.raises(ValueError, match="data.group_size"):
+        validate_event(bad)
+
+
+def test_validation_reports_whole_groups(tmp_path, tiny_model_dir, demo_data_dir):
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "data.train_files": str(demo_data_dir / "train.jsonl"), "data.val_files": str(demo_data_dir / "test.jsonl"),
+        "actor_rollout_ref.model.path": str(tiny_model_dir), "trainer.default_local_dir": str(tmp_path / "out"),
+        "custom_reward_function.path": str(reward), "trainer.logger": ["jsonl"], "trainer.total_training_steps": 1,
+        "trainer.save_freq": -1, "trainer.val_before_train": True, "trainer.test_freq": -1,
+        "actor_rollout_ref.rollout.val_kwargs.n": 2, "report.val_samples": 5, "report.samples_per_step": 0})
+    assert run(cfg) == 0
+    events = [json.loads(line) for line in Path(tmp_path / "out" / "events.jsonl").read_text().splitlines()]
+    val = [e["data"] for e in events if e["type"] == "sample"]
+    assert val and all(d["validation"] for d in val)  # samples_per_step 0: no training samples
+    by_uid: dict[str, list[int]] = {}
+    for d in val:
+        by_uid.setdefault(d["uid"], []).append(d["index"])
+    assert len(by_uid) == 2 and all(sorted(ix) == [0, 1] for ix in by_uid.values())  # 5 // 2 = 2 groups
+    assert all("group_mean" not in d for d in val)  # no advantages in validation
