@@ -1,7 +1,7 @@
 """Admin pages of telemetry (read mostly: these rows come from the trainer)."""
 from django.contrib import admin
 
-from .models import MemoryPoint, MetricRow, RunEvent, RunRetention, Sample
+from .models import MemoryPoint, MetricRow, RunEvent, RunIngestCount, RunRetention, Sample
 
 
 @admin.register(RunEvent)
@@ -42,3 +42,13 @@ class RunRetentionAdmin(admin.ModelAdmin):
     list_filter = ["mode"]
     search_fields = ["run__name"]
     raw_id_fields = ["run"]
+
+
+@admin.register(RunIngestCount)
+class RunIngestCountAdmin(admin.ModelAdmin):
+    """The per-run ingest counters the caps are checked against (written by the ingest only)."""
+
+    list_display = ["run", "events", "samples", "metric_rows", "caps_reached"]
+    search_fields = ["run__name"]
+    raw_id_fields = ["run"]
+    readonly_fields = ["events", "samples", "metric_rows", "caps_reached"]

@@ -38,7 +38,7 @@ from django.utils import timezone
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs import launch
 from rlstudio.runs.models import Run, RunStatus
-from rlstudio.runs.services import IllegalTransition, run_transition
+from rlstudio.runs.services import run_reach
 from trainer.events import SAMPLE_OPTIONAL_KEYS, Event, EventError, TokenView, validate_event
 
 from . import codec
@@ -50,16 +50,10 @@ from .models import RetentionMode, RunRetention, Sample
 log = logging.getLogger(__name__)
 S = RunStatus
 
-# Trainer status → the chain of run transitions that brings the run there, by the run's current
-# status. Only legal chains of `runs.services.ALLOWED_TRANSITIONS`; anything else is ignored (the
-# run already moved on, e.g. it was marked lost, or the platform is ahead of the trainer).
-STATUS_PATHS: dict[str, dict[str, tuple[str, ...]]] = {
-    "running": {S.SUBMITTING: (S.RUNNING,)},
-    "stopping": {S.RUNNING: (S.STOPPING,)},
-    "stopped": {S.STOPPING: (S.STOPPED,), S.RUNNING: (S.STOPPING, S.STOPPED)},
-    "succeeded": {S.RUNNING: (S.SUCCEEDED,), S.STOPPING: (S.SUCCEEDED,), S.SUBMITTING: (S.RUNNING, S.SUCCEEDED)},
-    "failed": {S.SUBMITTING: (S.FAILED,), S.RUNNING: (S.FAILED,), S.STOPPING: (S.FAILED,)},
-}
+# The trainer's states that move a run (runs.services.run_reach finds the legal chain to each; a run
+# that already moved on, e.g. marked lost, or is ahead of the trainer is left as it is).
+TRAINER_STATES = {"running": S.RUNNING, "stopping": S.STOPPING, "stopped": S.STOPPED,
+                  "succeeded": S.SUCCEEDED, "failed": S.FAILED}
 SAMPLE_SUMMARY_KEYS = ("step", "uid", "index", "reward", "advantage", "response_length", "num_turns",
                        "finish_reason", "tool_calls", "validation")
 
@@ -337,17 +331,10 @@ def _apply_status(run: Run, events: list[dict[str, Any]]) -> list[str]:
     """Move the run as the trainer's status events say, where legal; the transitions made."""
     made = []
     for ev in events:
-        state, message = ev["data"]["state"], ev["data"].get("message", "")
-        run.refresh_from_db(fields=["status"])
-        path = STATUS_PATHS.get(state, {}).get(run.status, ())
-        for to in path:
-            try:
-                error = (message or "the trainer reported a failure") if to == S.FAILED else ""
-                run_transition(run=run, to=to, error=error, reason="")
-                made.append(to)
-            except IllegalTransition as exc:  # another worker moved it first: theirs stands
-                log.info("ingest: %s", exc)
-                break
+        to = TRAINER_STATES.get(ev["data"]["state"])
+        if to is not None:
+            error = ev["data"].get("message", "") or "the trainer reported a failure"
+            made += run_reach(run=run, to=to, error=error)
     return made
 
 

@@ -8,10 +8,11 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import api_token_create
 from rlstudio.runs.models import RunConfig
-from rlstudio.telemetry.models import MemoryPoint, MetricRow, RunEvent, RunRetention, Sample
+from rlstudio.registry.models import RewardFunction, ToolSet
+from rlstudio.telemetry.models import MemoryPoint, MetricRow, RunEvent, RunIngestCount, RunRetention, Sample
 
 pytestmark = pytest.mark.django_db
-OUR_APPS = {"accounts", "catalog", "runs", "telemetry", "quotas"}
+OUR_APPS = {"accounts", "catalog", "runs", "telemetry", "quotas", "registry"}
 
 
 def test_every_model_is_registered_and_renders(staff, alice, make_run):
@@ -24,10 +25,13 @@ def test_every_model_is_registered_and_renders(staff, alice, make_run):
     api_token_create(user=alice, name="t")
     RunConfig.objects.create(owner=alice, name="base", config={"a": 1})
     RunRetention.objects.create(run=run, mode="per_step", k=4)
+    RunIngestCount.objects.create(run=run, events=1)
+    RewardFunction.objects.create(name="a_reward", kind="module", module="trainer.rewards.arith", status="ready")
+    ToolSet.objects.create(name="a_tools", config_yaml="tools: []\n", status="ready")
     client = Client()
     client.force_login(staff)
     models = [m for m in apps.get_models() if m._meta.app_label in OUR_APPS]
-    assert len(models) == 12
+    assert len(models) == 15
     for model in models:
         assert admin.site.is_registered(model), model
         info = (model._meta.app_label, model._meta.model_name)

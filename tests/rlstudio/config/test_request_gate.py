@@ -202,7 +202,7 @@ def run_gate(scope_headers, messages, *, method="POST", path="/api/v1/datasets/"
     return sent, len(pulls), got
 
 
-def test_asgi_gate_refuses_2gb_and_unauthenticated_uploads_without_receiving(settings):
+def test_asgi_gate_refuses_2gb_and_unauthenticated_uploads_without_receiving(settings, db):
     sent, pulls, got = run_gate([(b"content-length", str(TWO_GB).encode())], [])
     assert sent[0]["status"] == 413 and pulls == 0 and got == []
     sent, pulls, got = run_gate([(b"content-length", b"1000")], [])

@@ -152,13 +152,13 @@ def test_adopting_a_job_stores_the_reports_it_made_before(submitting, settings, 
     assert run.status == S.SUCCEEDED and run.ray_submission_id == "rlstudio-run-z"
     assert list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)) == [1, 2, 3, 4, 5]
     assert MetricRow.objects.filter(run=run).count() == 2
-    from rlstudio.runs.services import run_backfill_local_events
+    from rlstudio.telemetry.backfill import backfill_local_events as run_backfill_local_events
 
     assert run_backfill_local_events(run_id=run.pk) == 0  # all stored already
 
 
 def test_backfill_keeps_what_arrived_and_adds_only_the_missing(submitting, settings, tmp_path):
-    from rlstudio.runs.services import run_backfill_local_events
+    from rlstudio.telemetry.backfill import backfill_local_events as run_backfill_local_events
     from rlstudio.telemetry.models import RunEvent
     from rlstudio.telemetry.services import events_ingest
 
@@ -172,7 +172,7 @@ def test_backfill_keeps_what_arrived_and_adds_only_the_missing(submitting, setti
 
 
 def test_backfill_without_an_events_file_does_nothing(submitting, settings, tmp_path):
-    from rlstudio.runs.services import run_backfill_local_events
+    from rlstudio.telemetry.backfill import backfill_local_events as run_backfill_local_events
 
     settings.RUNS_DIR = tmp_path  # the job ran elsewhere: no file in this machine's run folder
     assert run_backfill_local_events(run_id=submitting.pk) == 0

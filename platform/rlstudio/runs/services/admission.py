@@ -1,0 +1,133 @@
+"""Admission: a queued run is admitted when its owner's quota and the cluster allow (the fair queue)."""
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from rlstudio.accounts.services import audit_record
+
+from ..models import Run, RunStatus
+from .errors import RunRefused
+from .transitions import run_transition
+
+S = RunStatus
+
+
+def _cluster_free_gpus(*, needed: int) -> float | None:
+    """GPUs Ray has minus those our active runs hold; None when the run needs none (not checked)."""
+    if needed <= 0:
+        return None
+    from django.db.models import Sum
+
+    from ..models import ACTIVE_STATUSES
+    from ..ray_jobs import RayUnavailable, cluster_total_gpus
+
+    try:
+        total = cluster_total_gpus()
+    except RayUnavailable:
+        return 0.0
+    held = Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0
+    return max(total - held, 0.0)
+
+SUBMIT_UNSENT_REASON = "waiting to be submitted: the task queue is unreachable"
+
+def enqueue(task_name: str, *args, on_unsent=None) -> None:
+    """Send a Celery task once the current transaction commits (the worker must see our writes);
+    `on_unsent(error)` runs instead when the broker cannot be reached (see `dispatch`)."""
+    from ..dispatch import send_after_commit
+
+    send_after_commit(task_name, *args, on_unsent=on_unsent)
+
+def enqueue_submit(run_id: int) -> None:
+    enqueue("submit_run", run_id, on_unsent=lambda exc: run_requeue_unsent(run_id=run_id, error=exc))
+
+def run_requeue_unsent(*, run_id: int, error: Exception | str) -> bool:
+    """A submitting run whose submit task never reached the broker goes back to the queue (first in
+    line: it keeps its creation time) with SUBMIT_UNSENT_REASON; the reconcile's admission pass sends
+    it again once the broker answers. Returns whether it moved (not when a task got it meanwhile)."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().filter(pk=run_id).first()
+        if locked is None or locked.status != S.SUBMITTING or locked.ray_submission_id:
+            return False
+        run_transition(run=locked, to=S.QUEUED, reason=SUBMIT_UNSENT_REASON)
+        audit_record(actor=None, action="run.submit_unsent", obj=locked, data={"error": str(error)[:500]})
+    return True
+
+def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus: float | None = None,
+              check_cluster: bool = True) -> bool:
+    """Admit a queued run if its owner's quota (and the cluster) allow: queued → submitting, and the
+    submit task is sent. Otherwise it stays queued with the reason updated. Returns admitted or not.
+
+    Inside one transaction holding the owner's row lock, so that concurrent admissions of one user's
+    runs are serialized and can never exceed the quota together.
+    """
+    from rlstudio.quotas.services import admission_reason, lock_owner
+
+    with transaction.atomic():
+        lock_owner(user=run.owner)
+        locked = Run.objects.select_for_update().select_related("owner").get(pk=run.pk)
+        if locked.status != S.QUEUED:
+            raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
+        earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
+                   .filter(models_q_earlier(locked)).order_by("created", "id").first())
+        if earlier is not None:
+            reason = f"waiting behind your earlier queued run #{earlier.pk} ({earlier.name})"
+        else:
+            free = cluster_free_gpus
+            if free is None and check_cluster:
+                free = _cluster_free_gpus(needed=locked.gpus)
+            reason = admission_reason(run=locked, cluster_free_gpus=free)
+        if reason:
+            if locked.queue_reason != reason:
+                locked.queue_reason = reason
+                locked.save(update_fields=["queue_reason"])
+                audit_record(actor=by, action="run.queue", obj=locked, data={"reason": reason})
+            run.queue_reason = reason
+            return False
+        run_transition(run=locked, to=S.SUBMITTING, by=by)
+        enqueue_submit(locked.pk)
+    # The submit task is sent on commit; an unreachable broker puts the run back in the queue.
+    run.refresh_from_db(fields=["status", "queue_reason"])
+    return run.status != S.QUEUED
+
+def models_q_earlier(run: Run):
+    """Q of the runs created before `run` (ties broken by id)."""
+    from django.db.models import Q
+
+    return Q(created__lt=run.created) | Q(created=run.created, id__lt=run.pk)
+
+def run_launch(*, run: Run, by: AbstractBaseUser) -> Run:
+    """Launch a queued run now if quota allows, else leave it queued with its reason."""
+    run_admit(run=run, by=by)
+    run.refresh_from_db()
+    audit_record(actor=by, action="run.launch", obj=run, data={"status": run.status})
+    return run
+
+def queue_admit_all() -> list[int]:
+    """Admit queued runs oldest first while quotas and the cluster allow (the fair queue).
+
+    A user at their quota does not block the others; a GPU run waiting for the cluster's GPUs keeps
+    later GPU runs from overtaking it (cluster GPUs are handed out in queue order).
+    """
+    admitted: list[int] = []
+    cluster_blocked = False
+    free: float | None = None
+    for run in Run.objects.filter(status=S.QUEUED).select_related("owner").order_by("created", "id"):
+        if run.gpus > 0:
+            if cluster_blocked:
+                continue
+            if free is None:
+                free = _cluster_free_gpus(needed=run.gpus)
+        try:
+            ok = run_admit(run=run, cluster_free_gpus=free if run.gpus > 0 else None, check_cluster=False)
+        except RunRefused:
+            continue  # cancelled meanwhile
+        if ok:
+            admitted.append(run.pk)
+            if run.gpus > 0 and free is not None:
+                free -= run.gpus
+        elif run.queue_reason == SUBMIT_UNSENT_REASON:
+            break  # the broker is down: the runs behind it would wait for it too
+        elif run.gpus > 0 and run.queue_reason.startswith("the cluster"):
+            cluster_blocked = True
+    return admitted

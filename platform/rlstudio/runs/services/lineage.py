@@ -1,0 +1,162 @@
+"""New runs and where they come from: a new run from a config, a resume, a clone, a saved config.
+
+Every config a user gives passes the config gate and the trainer's schema here (launch.build_config)
+before anything is queued; each new run is checked against its owner's queued-runs cap.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from rlstudio.accounts.services import audit_record
+
+from ..models import Run
+from .admission import run_launch
+from .creation import run_create
+from .errors import RunInputInvalid, RunRefused
+
+
+def run_new(
+    *,
+    owner: AbstractBaseUser,
+    name: str,
+    dataset,
+    model,
+    gpus: int = 0,
+    val_dataset=None,
+    preset: str | None = None,
+    config: dict[str, Any] | None = None,
+    saved: dict[str, Any] | None = None,
+    overrides=None,
+    tool_set: str = "",
+) -> Run:
+    """Validate the config (the gate, then the trainer's schema, before anything is queued), create
+    the run, launch it.
+
+    `config` is a whole config the user typed, `saved` a stored one (a saved config), `preset` a
+    recipe name; `overrides` are the user's dotted keys. `dataset` / `model` are objects the caller
+    already checked the owner may see. A dataset that is not ready is refused: the trainer would fail
+    on it minutes later. `tool_set` names an operator-registered tool set.
+    """
+    status = getattr(dataset, "status", "ready")
+    if status != "ready":
+        raise RunInputInvalid(f"dataset {dataset.name!r} is {status}, not ready", field="dataset")
+    if val_dataset is not None and getattr(val_dataset, "status", "ready") != "ready":
+        raise RunInputInvalid(f"dataset {val_dataset.name!r} is not ready", field="val_dataset")
+    if gpus < 0:
+        raise RunInputInvalid("gpus must be >= 0", field="gpus")
+    if tool_set:
+        from rlstudio.registry.services import tool_set_names
+
+        if tool_set not in tool_set_names():
+            raise RunInputInvalid(f"no ready tool set named {tool_set!r}", field="tool_set")
+    frozen = _config_or_invalid(preset=preset, config=config, base=saved, overrides=overrides,
+                                dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus)
+    if tool_set and not frozen["actor_rollout_ref"]["rollout"]["multi_turn"]["enable"]:
+        raise RunInputInvalid("a tool set is offered only in multi-turn rollout: set "
+                              "actor_rollout_ref.rollout.multi_turn.enable=true", field="tool_set")
+    return _create_and_launch(owner=owner, by=owner, name=name, dataset=dataset, model=model,
+                              val_dataset=val_dataset, config=frozen, gpus=gpus, tool_set=tool_set,
+                              audit=("", {}))
+
+def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
+    """A new run (parent = `run`, kind resume) that continues from `run`'s last checkpoint.
+
+    Only from a checkpoint in `run`'s own folder (the trainer's commit marker there, or the path it
+    reported when that lies inside the folder); the new run records it, and its spec is made again
+    from `run`'s record (its user keys, the platform's paths), never from what `run`'s config said."""
+    from .. import launch
+
+    if not run.is_terminal:
+        raise RunRefused(f"the run is {run.status}: only a finished run can be resumed (stop it first)")
+    ckpt = launch.latest_checkpoint_of(run)
+    if ckpt is None:
+        raise RunRefused("the run has no checkpoint to resume from")
+    _check_still_visible(run)
+    config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
+                                model=run.model, gpus=run.gpus)
+    new = _create_and_launch(
+        owner=run.owner, by=by, name=f"{run.name} (resumed)"[:200], dataset=run.dataset, model=run.model,
+        val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run, parent_kind="resume",
+        tool_set=run.tool_set, resume_from=str(ckpt),
+        audit=("run.resume", {"parent": run.pk, "from": str(ckpt)}))
+    return new
+
+def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None) -> Run:
+    """A new queued run with `run`'s config (its user keys; the platform's paths from `run`'s dataset
+    and model; its own folder, no resume) and the caller's overrides, which go through the gate."""
+    _check_still_visible(run)
+    config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
+                                val_dataset=run.val_dataset, model=run.model, gpus=run.gpus)
+    return _create_and_launch(
+        owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
+        model=run.model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
+        parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
+
+def _check_still_visible(run: Run) -> None:
+    """A clone or resume trains on the source run's dataset and model again: its owner must still be
+    allowed to see them (a shared one may have been made private since)."""
+    from django.http import Http404
+
+    from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
+
+    for field, getter, kind in (("dataset", dataset_get_for, "dataset"), ("val_dataset", dataset_get_for, "dataset"),
+                                ("model", model_asset_get_for, "model")):
+        obj_id = getattr(run, f"{field}_id")
+        if obj_id is None:
+            continue
+        try:
+            getter(user=run.owner, **{f"{kind}_id": obj_id})
+        except Http404:
+            raise RunInputInvalid(f"the run's {kind} (id {obj_id}) is no longer shared with its owner",
+                                  field=field) from None
+
+def _config_or_invalid(**kwargs) -> dict[str, Any]:
+    from .. import launch
+
+    try:
+        return launch.build_config(**kwargs)
+    except launch.ConfigInvalid as exc:
+        raise RunInputInvalid(exc.message, field=exc.key) from None
+
+def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_from: str = "",
+                       tool_set: str = "", **fields) -> Run:
+    """Create a queued run (refused past the owner's queued-runs cap), record how it was made, and
+    launch it if the quota allows."""
+    from rlstudio.quotas.services import QueueCapReached, check_queue_cap, lock_owner
+
+    from .. import launch
+
+    with transaction.atomic():
+        lock_owner(user=owner)
+        try:
+            check_queue_cap(user=owner)
+        except QueueCapReached as exc:
+            raise RunRefused(str(exc)) from None
+        run, _token = run_create(owner=owner, **fields)
+        Run.objects.filter(pk=run.pk).update(total_steps=launch.total_steps_of(fields["config"]), step=0,
+                                             tool_set=tool_set, resume_from=resume_from)
+        run.tool_set, run.resume_from = tool_set, resume_from
+        action, data = audit
+        if action:
+            audit_record(actor=by, action=action, obj=run, data=data)
+    return run_launch(run=run, by=by)
+
+def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any] | None = None,
+                    preset: str | None = None, overrides=None, description: str = ""):
+    """Save a named config: what the user typed (through the gate), stored without the platform's keys
+    (data and model paths, resources: a run sets them from its own record)."""
+    from .. import gate
+    from ..models import RunConfig
+
+    checked = _config_or_invalid(config=config or None, preset=None if config else (preset or None),
+                                 overrides=overrides)
+    if RunConfig.objects.filter(owner=owner, name=name).exists():
+        raise RunInputInvalid(f"you already have a config named {name!r}", field="name")
+    with transaction.atomic():
+        saved = RunConfig.objects.create(owner=owner, name=name, config=gate.user_view(checked),
+                                         description=description)
+        audit_record(actor=owner, action="config.create", obj=saved, data={"name": name})
+    return saved

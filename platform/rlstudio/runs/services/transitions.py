@@ -1,0 +1,154 @@
+"""THE run state machine: every status change of a run goes through `run_transition`.
+
+    queued ──▶ submitting ──▶ running ──▶ stopping ──▶ stopped | succeeded | failed | lost
+      │            │  ╰──▶ failed    ╰──▶ succeeded | failed | lost
+      │            ╰──▶ queued (back to the queue: no capacity after all)
+      ╰──▶ stopped (cancelled before it ever ran)
+
+stopped, succeeded, failed and lost are terminal: nothing follows them. `run_reach` is the one rule
+for reaching a state that Ray or the trainer reports through the legal chain of transitions (the
+reconcile and the ingest both use it).
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from rlstudio.accounts.services import audit_record
+
+from ..models import TERMINAL_STATUSES, Run, RunStatus
+
+log = logging.getLogger(__name__)
+
+S = RunStatus
+
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.QUEUED: frozenset({S.SUBMITTING, S.STOPPED}),
+    S.SUBMITTING: frozenset({S.RUNNING, S.FAILED, S.QUEUED}),
+    S.RUNNING: frozenset({S.STOPPING, S.SUCCEEDED, S.FAILED, S.LOST}),
+    S.STOPPING: frozenset({S.STOPPED, S.FAILED, S.LOST, S.SUCCEEDED}),
+    S.STOPPED: frozenset(),
+    S.SUCCEEDED: frozenset(),
+    S.FAILED: frozenset(),
+    S.LOST: frozenset(),
+}
+
+class IllegalTransition(Exception):
+    """A run was asked to move between two states the state machine does not connect."""
+
+    def __init__(self, *, run_id: int, current: str, to: str):
+        self.run_id, self.current, self.to = run_id, current, to
+        allowed = sorted(ALLOWED_TRANSITIONS.get(current, ()))
+        targets = ", ".join(allowed) if allowed else f"none ({current} is terminal)"
+        super().__init__(f"run {run_id}: illegal transition {current} → {to}; allowed from {current}: {targets}")
+
+def run_transition(
+    *,
+    run: Run,
+    to: str,
+    by: AbstractBaseUser | None = None,
+    error: str = "",
+    reason: str = "",
+) -> Run:
+    """Move `run` to status `to`, or raise `IllegalTransition`.
+
+    Locks the row so that two workers (a reconcile and a stop, say) cannot both move it; checks the
+    table against the status stored *now*, not the caller's possibly stale copy; sets `started` on
+    entering running and `finished` on a terminal state; keeps `error` for failed/lost and `reason`
+    as the queue reason on entering queued; records an AuditEvent. Updates `run` in place too.
+    """
+    if to not in ALLOWED_TRANSITIONS:
+        raise ValueError(f"unknown run status {to!r}; known: {', '.join(ALLOWED_TRANSITIONS)}")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        current = locked.status
+        if to not in ALLOWED_TRANSITIONS[current]:
+            raise IllegalTransition(run_id=locked.pk, current=current, to=to)
+        now = timezone.now()
+        fields = ["status"]
+        locked.status = to
+        if to == S.RUNNING and locked.started is None:
+            locked.started = now
+            fields.append("started")
+        if to == S.SUBMITTING:
+            # The reconcile measures a lost submit task from here (and counts its re-sends from 0).
+            locked.submit_requested, locked.submit_resends = now, 0
+            fields += ["submit_requested", "submit_resends"]
+        if to in TERMINAL_STATUSES:
+            # A final run takes no more reports: its ingest token dies with it.
+            locked.finished, locked.ingest_token_hash = now, ""
+            fields += ["finished", "ingest_token_hash"]
+        if error:
+            locked.error = error
+            fields.append("error")
+        if to == S.QUEUED or current == S.QUEUED:
+            # A queue reason describes waiting; it is cleared once the run leaves the queue.
+            locked.queue_reason = reason if to == S.QUEUED else ""
+            fields.append("queue_reason")
+        locked.save(update_fields=fields)
+        data: dict[str, Any] = {"from": current, "to": to}
+        if error:
+            data["error"] = error
+        if reason:
+            data["reason"] = reason
+        audit_record(actor=by, action="run.transition", obj=locked, data=data)
+    for field in fields:
+        setattr(run, field, getattr(locked, field))
+    if to in TERMINAL_STATUSES:
+        from .. import launch
+
+        launch.remove_token(launch.run_dir(run.pk))
+    return run
+
+
+def transition_path(current: str, to: str) -> tuple[str, ...]:
+    """The shortest chain of legal transitions from `current` to `to` that neither starts from nor
+    passes through `queued` (only admission takes a run out of the queue); () when there is none or
+    the run is already there."""
+    if current == to or current == S.QUEUED:
+        return ()
+    seen, todo = {current: ()}, deque([current])
+    while todo:
+        state = todo.popleft()
+        for nxt in sorted(ALLOWED_TRANSITIONS[state]):
+            if nxt in seen or nxt == S.QUEUED:
+                continue
+            seen[nxt] = seen[state] + (nxt,)
+            if nxt == to:
+                return seen[nxt]
+            todo.append(nxt)
+    return ()
+
+
+def run_reach(*, run: Run, to: str, error: str = "") -> list[str]:
+    """Move `run` to `to` through `transition_path` (error kept on a failed or lost end); the
+    transitions made. A chain another worker interrupts stops there: its move stands."""
+    run.refresh_from_db(fields=["status"])
+    made = []
+    for step in transition_path(run.status, to):
+        try:
+            run_transition(run=run, to=step, error=error if step in (S.FAILED, S.LOST) else "", reason="")
+        except IllegalTransition as exc:
+            log.info("%s", exc)
+            break
+        made.append(step)
+    return made
+
+
+def run_mark_running(*, run: Run) -> Run:
+    return run_transition(run=run, to=S.RUNNING) if run.status == S.SUBMITTING else run
+
+
+def run_mark_finished(*, run: Run, to: str, error: str = "") -> Run:
+    """Move a submitting/running/stopping run to a terminal state, through the states between."""
+    path = transition_path(run.status, to)
+    if not path:
+        raise IllegalTransition(run_id=run.pk, current=run.status, to=to)
+    for step in path:
+        run_transition(run=run, to=step, error=error if step == to else "")
+    return run
