@@ -1,6 +1,6 @@
 # RL Studio: the two commands of the README.
 #   make run    set up (virtualenv, requirements, the project) and run the whole platform
-#   make test   set up, then run every test (CI runs exactly this through .ci/run)
+#   make test   set up, lint (ruff), then run every test (CI runs exactly this through .ci/run)
 PYTHON ?= python3
 VENV   ?= .venv
 VPY    := $(VENV)/bin/python
@@ -20,6 +20,7 @@ run: install
 	$(VPY) -m rlstudio.launcher
 
 test: install
+	$(VENV)/bin/ruff check .
 	$(VPY) -m pytest
 
 check-deploy: install

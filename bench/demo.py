@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
 
         from trainer.models.demo import evaluate_sampled
 
-        held_out = [json.loads(l) for l in (state / "demo" / "data" / "demo-arith-heldout.jsonl")
-                    .read_text(encoding="utf-8").splitlines() if l.strip()]
+        held_out = [json.loads(line) for line in (state / "demo" / "data" / "demo-arith-heldout.jsonl")
+                    .read_text(encoding="utf-8").splitlines() if line.strip()]
         ev = evaluate_sampled(warm_dir, held_out, temperature=1.0, threads=1)
         print(f"warm start held-out reward {ev.reward:.3f}, tool use {ev.tool_use:.2f}", flush=True)
 

@@ -124,7 +124,7 @@ def render(res: dict) -> str:
         "RLSTUDIO_RECONCILE_INTERVAL_S), or the trainer's own `stopped` report through the ingest API, "
         "whichever comes first. The trainer stops between steps, so a stop sent right after the first "
         "heartbeat waits for the first step (the slowest: it warms up) to end.",
-        *([f"", res["note"]] if res.get("note") else []),
+        *(["", res["note"]] if res.get("note") else []),
         END,
     ]) + "\n"
 

@@ -84,7 +84,7 @@ def run_grpo(*, warm: Path, data: Path, out: Path, steps: int, test_freq: int, s
 
 def machine() -> str:
     try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         cpu = platform.processor()
     return f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start"

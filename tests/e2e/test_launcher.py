@@ -169,31 +169,31 @@ def rss_mib(procs: list[psutil.Process]) -> float:
     return total / 2**20
 
 
-def login(l: Launched, username: str, password: str) -> http.cookiejar.CookieJar:
+def login(launched: Launched, username: str, password: str) -> http.cookiejar.CookieJar:
     """Log in through the real login form (CSRF cookie + token); returns the session cookies."""
     jar = http.cookiejar.CookieJar()
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    with opener.open(l.url("/accounts/login/"), timeout=10) as resp:
+    with opener.open(launched.url("/accounts/login/"), timeout=10) as resp:
         assert resp.status == 200
         page = resp.read().decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     data = urllib.parse.urlencode({"username": username, "password": password,
                                    "csrfmiddlewaretoken": token}).encode()
-    with opener.open(l.url("/accounts/login/"), data=data, timeout=10) as resp:
+    with opener.open(launched.url("/accounts/login/"), data=data, timeout=10) as resp:
         assert "/accounts/login/" not in resp.url, "login failed: still on the login page"
     assert any(c.name == "sessionid" for c in jar)
     return jar
 
 
-def ws_close_code(l: Launched, path: str, headers: dict[str, str] | None = None) -> tuple[int, int | None]:
+def ws_close_code(launched: Launched, path: str, headers: dict[str, str] | None = None) -> tuple[int, int | None]:
     """Open a websocket through the ASGI server; returns (HTTP status of the upgrade, close code),
     the code None when the app accepted and kept the connection open."""
     from websockets.exceptions import ConnectionClosed
     from websockets.sync.client import connect
 
     # Channels' origin validator wants an Origin among the allowed hosts, as a browser sends.
-    with connect(f"ws://127.0.0.1:{l.port}{path}", additional_headers=headers or {},
-                 origin=f"http://127.0.0.1:{l.port}", open_timeout=10) as ws:
+    with connect(f"ws://127.0.0.1:{launched.port}{path}", additional_headers=headers or {},
+                 origin=f"http://127.0.0.1:{launched.port}", open_timeout=10) as ws:
         status = ws.response.status_code
         try:
             ws.recv(timeout=5)
@@ -204,16 +204,16 @@ def ws_close_code(l: Launched, path: str, headers: dict[str, str] | None = None)
     raise AssertionError("the server sent a message instead of closing")
 
 
-def assert_all_gone(l: Launched, pids: list[psutil.Process]) -> None:
+def assert_all_gone(launched: Launched, pids: list[psutil.Process]) -> None:
     deadline = time.monotonic() + 10  # the kernel may need a moment to reap
     left = [p for p in pids if alive(p)]
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
         left = [p for p in left if alive(p)]
     assert not left, f"left running: {[(p.pid, p.name()) for p in left]}"
-    assert marked(l.state) == []
-    assert not (l.state / "services" / "endpoints.json").exists()
-    assert list((l.state / "run").glob("*.pid")) == []
+    assert marked(launched.state) == []
+    assert not (launched.state / "services" / "endpoints.json").exists()
+    assert list((launched.state / "run").glob("*.pid")) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ REWARD_POINTS = """() => {
 }"""
 
 
-def click_the_demo_and_watch_it_learn(l: "Launched") -> None:
+def click_the_demo_and_watch_it_learn(launched: "Launched") -> None:
     """The one-click demo through the launched platform's pages, in Debian's Chromium."""
     from playwright.sync_api import sync_playwright
 
@@ -249,8 +249,8 @@ def click_the_demo_and_watch_it_learn(l: "Launched") -> None:
             page = browser.new_context(viewport=VIEWPORT, bypass_csp=True).new_page()
             page.set_default_timeout(30_000)
             page.on("dialog", lambda dialog: dialog.accept())
-            login(page, l.url(""), "admin", ADMIN_PASSWORD)
-            page.goto(l.url("/runs/"))
+            login(page, launched.url(""), "admin", ADMIN_PASSWORD)
+            page.goto(launched.url("/runs/"))
             assert page.locator("#demo").get_attribute("data-demo-state") == "ready", \
                 page.locator("#demo").inner_text()
             save_shot(page, "00-demo-ready")
@@ -268,7 +268,7 @@ def click_the_demo_and_watch_it_learn(l: "Launched") -> None:
             except Exception:
                 raise AssertionError(f"demo run {run_id}: no reward point live; badge "
                                      f"{page.locator('#run-controls .badge').inner_text()!r}, step "
-                                     f"{page.locator('#live-step').inner_text()!r}\n{l.text()[-3000:]}") from None
+                                     f"{page.locator('#live-step').inner_text()!r}\n{launched.text()[-3000:]}") from None
             assert page.evaluate("window.__noReload") == 1, "the page reloaded"
             assert "demo-tool-arith" in page.locator("h1").inner_text()
             save_shot(page, "00-demo-live")
@@ -289,10 +289,10 @@ def click_the_demo_and_watch_it_learn(l: "Launched") -> None:
 def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
     port = free_port_block()
     state = tmp_path / "st"
-    l = Launched(state, port)
+    launched = Launched(state, port)
     try:
-        health = l.wait_healthy(timeout=240)
-        ready_s = time.monotonic() - l.t0
+        health = launched.wait_healthy(timeout=240)
+        ready_s = time.monotonic() - launched.t0
         assert health["db"] == "ok" and health["redis"] == "ok", health
         assert health["ray"] == "ok", health
 
@@ -353,16 +353,16 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
         assert "admins 1" in shown.stdout, shown.stderr[-2000:]
 
         # The login page, and logging in with the printed credentials.
-        with urllib.request.urlopen(l.url("/accounts/login/"), timeout=10) as resp:
+        with urllib.request.urlopen(launched.url("/accounts/login/"), timeout=10) as resp:
             assert resp.status == 200
-        assert f"password {ADMIN_PASSWORD!r}" in l.text()
-        jar = login(l, "admin", ADMIN_PASSWORD)
+        assert f"password {ADMIN_PASSWORD!r}" in launched.text()
+        jar = login(launched, "admin", ADMIN_PASSWORD)
 
         # WebSockets through the ASGI server: upgraded (101), then Django's consumer closes an
         # anonymous connection with 4401; with the admin's session it is not the anonymous code.
-        assert ws_close_code(l, "/ws/runs/1/") == (101, 4401)
+        assert ws_close_code(launched, "/ws/runs/1/") == (101, 4401)
         cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
-        status, code = ws_close_code(l, "/ws/runs/1/", {"Cookie": cookie})
+        status, code = ws_close_code(launched, "/ws/runs/1/", {"Cookie": cookie})
         assert status == 101 and code != 4401
 
         # Ray's Jobs API at RAY_ADDRESS runs a job to completion.
@@ -379,23 +379,23 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
 
         # The README's promise, in a real Chromium: log in as the demo admin, one click on "Launch
         # the demo", and GRPO's reward chart grows live on the run's page. Then force-stop it.
-        click_the_demo_and_watch_it_learn(l)
+        click_the_demo_and_watch_it_learn(launched)
 
-        procs = l.processes()
+        procs = launched.processes()
         names = {p.name() for p in procs if alive(p)}
         assert {"postgres", "raylet", "gcs_server"} <= names, names
         assert any("redis-server" in n for n in names), names
         print(f"\n[measure] full launcher (Ray, Celery): ready in {ready_s:.1f} s, "
               f"{rss_mib(procs):.0f} MiB RSS over {len(procs)} processes")
     except BaseException:
-        l.kill_all()
+        launched.kill_all()
         raise
 
     t = time.monotonic()
-    rc = l.stop()
+    rc = launched.stop()
     print(f"[measure] stopped in {time.monotonic() - t:.1f} s")
-    assert rc == 0, l.text()[-3000:]
-    assert_all_gone(l, procs)
+    assert rc == 0, launched.text()[-3000:]
+    assert_all_gone(launched, procs)
     from rlstudio.launcher.layout import layout_for
 
     shutil.rmtree(layout_for(state).short, ignore_errors=True)  # Ray's session logs outside tmp_path

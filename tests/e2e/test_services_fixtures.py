@@ -1,5 +1,6 @@
 """The shared service fixtures start real Ray, Celery and Daphne processes that answer."""
-import json, urllib.request
+import json
+import urllib.request
 import pytest
 
 @pytest.mark.django_db(transaction=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import abc
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable
 

@@ -2,7 +2,6 @@
 import asyncio
 
 import pytest
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.test import Client
