@@ -149,6 +149,53 @@
   // -------------------------------------------------------------------------- memory timeline
   const memory = live.memory.slice();
   const PHASE_COLOURS = { rollout: "#4e79a7", old_log_prob: "#f28e2b", ref: "#59a14f", update: "#e15759", sync: "#b07aa1", idle: "#bab0ac" };
+  const BAND_OPACITY = 0.28;  // strong enough to tell the phases apart, light enough to read the lines over them
+  const BAND_MIN_PX = 3;  // a phase shorter than this many pixels at the current zoom is drawn this wide
+  const memoryDiv = document.getElementById("memory-chart");
+
+  // Phase stretches of the lowest rank: [{phase, from, to}] in unix seconds, one per run of points of
+  // the same phase (a stretch lasts until the next stretch starts; the last one half a second).
+  function phaseStretches() {
+    if (!memory.length) return [];
+    const lowest = Math.min(...memory.map((p) => p.rank || 0));
+    const base = memory.filter((p) => (p.rank || 0) === lowest).sort((a, b) => a.t - b.t);
+    const out = [];
+    let from = 0;
+    for (let i = 1; i <= base.length; i++) {
+      if (i < base.length && base[i].phase === base[from].phase) continue;
+      out.push({ phase: base[from].phase, from: base[from].t, to: i < base.length ? base[i].t : base[i - 1].t + 0.5 });
+      from = i;
+    }
+    return out;
+  }
+
+  // One rect per stretch behind the lines (layer "below"), the full height of the plot. `range`: the
+  // x range shown, [ms, ms], for the minimum width (a phase of milliseconds in an hour-long run
+  // would be narrower than a pixel: drawn BAND_MIN_PX wide, so every phase the trainer reported shows).
+  function phaseShapes(range) {
+    const stretches = phaseStretches();
+    if (!stretches.length) return [];
+    const lo = range ? range[0] : stretches[0].from * 1000;
+    const hi = range ? range[1] : stretches[stretches.length - 1].to * 1000;
+    const width = (memoryDiv.clientWidth || 800) - 60;  // the plot area, less the y axis's margin
+    const minMs = Math.max(0, hi - lo) * BAND_MIN_PX / Math.max(width, 100);
+    let end = -Infinity;  // where the previous band ends: a widened band pushes the next one's start
+    return stretches.map((s) => {
+      const x0 = Math.max(s.from * 1000, end);
+      end = Math.max(s.to * 1000, x0 + minMs);
+      return { type: "rect", xref: "x", yref: "paper", y0: 0, y1: 1, layer: "below", line: { width: 0 },
+        x0: new Date(x0), x1: new Date(end), fillcolor: PHASE_COLOURS[s.phase] || "#999999", opacity: BAND_OPACITY,
+        name: "phase " + s.phase };
+    });
+  }
+
+  function msRange(range) {
+    if (!range || range.length !== 2) return null;
+    // Plotly gives a date axis's range as local wall-clock strings ("2025-11-29 18:13:20.5"), as the
+    // Date objects it was drawn from: parsed back as local time.
+    const ms = range.map((v) => (v instanceof Date ? v.getTime() : typeof v === "number" ? v : Date.parse(String(v).replace(" ", "T"))));
+    return ms.every((v) => Number.isFinite(v)) ? ms : null;
+  }
 
   function drawMemory() {
     if (!window.Plotly || !memory.length) return;
@@ -170,24 +217,26 @@
           mode: "lines+markers", type: "scatter", text, hoverinfo: "x+y+text+name" });
       }
     }
-    // Phase bands from the lowest rank, one band per stretch of the same phase (not one per sample).
-    const base = memory.filter((p) => (p.rank || 0) === ranks[0]);
-    const shapes = [];
-    let from = 0;
-    for (let i = 1; i <= base.length; i++) {
-      if (i < base.length && base[i].phase === base[from].phase) continue;
-      const end = i < base.length ? base[i].t : base[i - 1].t + 0.5;
-      shapes.push({ type: "rect", xref: "x", yref: "paper", y0: 0, y1: 1, x0: new Date(base[from].t * 1000), x1: new Date(end * 1000),
-        fillcolor: PHASE_COLOURS[base[from].phase] || "#999", opacity: 0.15, line: { width: 0 }, layer: "below" });
-      from = i;
-    }
-    // Legend entries for the phase bands (empty traces with the band colour).
+    // Legend entries for the phase bands (empty traces in the band colour).
     for (const [phase, colour] of Object.entries(PHASE_COLOURS)) {
-      if (memory.some((p) => p.phase === phase)) traces.push({ name: phase, x: [null], y: [null], type: "scatter", mode: "markers", marker: { color: colour, symbol: "square", size: 12, opacity: 0.5 } });
+      if (memory.some((p) => p.phase === phase)) traces.push({ name: phase, x: [null], y: [null], type: "scatter", mode: "markers", hoverinfo: "skip", marker: { color: colour, symbol: "square", size: 12, opacity: BAND_OPACITY * 2 } });
     }
-    const l = layout({ shapes, height: 320 });
+    // Keep a zoom the user made: the bands' minimum width follows the range shown.
+    const zoomed = memoryDiv.layout && memoryDiv.layout.xaxis && !memoryDiv.layout.xaxis.autorange ? memoryDiv.layout.xaxis.range : null;
+    const l = layout({ shapes: phaseShapes(msRange(zoomed)), height: 320 });
     l.xaxis = { title: { text: "time" }, type: "date" };
-    Plotly.react(document.getElementById("memory-chart"), traces, l, { responsive: true, displaylogo: false });
+    if (zoomed) { l.xaxis.range = zoomed; l.xaxis.autorange = false; }
+    Plotly.react(memoryDiv, traces, l, { responsive: true, displaylogo: false });
+    if (!memoryDiv.dataset.zoomBound && memoryDiv.on) {
+      memoryDiv.dataset.zoomBound = "1";
+      // A zoom or a reset changes how many milliseconds a pixel is: redraw the bands for it (a
+      // relayout of the shapes alone fires this event too, without an x range: ignored).
+      memoryDiv.on("plotly_relayout", (ev) => {
+        if (!ev || !(("xaxis.range[0]" in ev) || ("xaxis.range" in ev) || ("xaxis.autorange" in ev))) return;
+        const range = ev["xaxis.autorange"] ? null : msRange(ev["xaxis.range"] || [ev["xaxis.range[0]"], ev["xaxis.range[1]"]]);
+        Plotly.relayout(memoryDiv, { shapes: phaseShapes(range) });
+      });
+    }
   }
 
   // ------------------------------------------------------------------------------ samples table
