@@ -15,7 +15,8 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_torch_thread():
-    # The test machine has 2 cores shared by everyone (COMMON.md): one thread per test process.
+    # Test machines may have 2 cores shared by several suites: one thread per test process
+    # (docs/design.md §5, "Threads").
     # Only where a test module already loaded torch: importing it here would hide import-cost bugs.
     torch = sys.modules.get("torch")
     if torch is not None:

@@ -5,5 +5,5 @@
                    entropy, masked statistics
     metrics.py     verl's data metrics (critic/*, response_length/*, ...) and their reduction
 
-Formulas and defaults follow verl (see the design notes' verl-notes.md §5, §7).
+Formulas and defaults follow verl (docs/design.md §4.5, §4.7).
 """

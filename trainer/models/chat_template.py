@@ -1,6 +1,6 @@
 """The chat template shipped with the tiny tokenizers (Qwen2.5-style ChatML with Hermes tool calls).
 
-Rendering rules (the contract in TRAINER.md; tests pin the exact text):
+Rendering rules (tests/trainer/models/test_tiny_model.py pins the exact text):
 - every turn is ``<|im_start|>{role}\\n{content}<|im_end|>\\n``;
 - ``tools=`` schemas go into the system turn, one JSON object per line inside ``<tools></tools>``,
   after the system message's own content (if any); without tools and without a system message no

@@ -7,7 +7,7 @@ reduce_dtype=fp32)`: fp32 master weights and gradients, bf16 compute. `offload=T
 parameters on the CPU (`CPUOffloadPolicy`, used for the frozen reference on GPUs).
 
 Why FSDP2 and not FSDP1: FSDP1's full-state gather segfaulted on CPU/gloo here; FSDP2 does not
-(stack-notes.md, "FSDP on CPU").
+(docs/design.md §5, "FSDP2 on CPU").
 
 `bucketed_full_tensors(model, bucket_bytes)` walks the parameters in a fixed order (every rank the
 same, since `full_tensor()` is a collective), groups them into buckets of about `bucket_bytes` of

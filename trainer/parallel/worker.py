@@ -13,7 +13,7 @@ One worker per device holds, colocated (verl's hybrid engine):
   monitor    a MemoryMonitor whose events are buffered here, tagged with this rank, and drained by
              the driver after each call
 
-Phase order per step (verl-notes.md section 6): generate (engine memory resumed, released after when
+Phase order per step (docs/design.md §4.6): generate (engine memory resumed, released after when
 rollout.free_cache_engine) -> old_log_prob -> ref -> update -> sync: the engine is resumed, the
 parameters flow from the FSDP shards in buckets of rollout.update_weights_bucket_megabytes (gather a
 bucket of full tensors, load it, free it), then flush_cache. Every phase boundary is a memory sample.

@@ -4,10 +4,11 @@
     python -m trainer run --recipe demo_tool_arith data.train_files=DATA/train.jsonl \
         data.val_files=DATA/test.jsonl actor_rollout_ref.model.path=WARM_MODEL
 
-Values from the prototype recorded in stack-notes.md: 8 prompts x 8 samples, lr 3e-4, no KL, clip 0.2,
-at most 3 assistant turns (so at most 2 tool calls), about 90 new tokens a turn. lr 3e-4 without KL is
-the faster of the two settings measured there (held-out reward 0.37 -> 0.87 in 10 steps against 0.63
-after a minute with lr 1e-4 and KL 0.04), so it is the one that fits a 5-minute run.
+Values from a plain-PyTorch prototype measured before this trainer existed: 8 prompts x 8 samples,
+lr 3e-4, no KL, clip 0.2, at most 3 assistant turns (so at most 2 tool calls), about 90 new tokens a
+turn. lr 3e-4 without KL is the faster of the two settings measured there (held-out reward 0.37 ->
+0.87 in 10 steps against 0.63 after a minute with lr 1e-4 and KL 0.04), so it is the one that fits
+a 5-minute run.
 
 Measured here (bench/learning.py, docs/benchmarks.md "bench:learning", docs/demo.md; quiet AMD EPYC, 2
 cores, 1 thread) from `trainer.models.demo.make_demo_model(steps=600)` (400 tool-only SFT steps at lr

@@ -3,7 +3,7 @@
     python -m trainer run --recipe gsm8k_multiturn_grpo actor_rollout_ref.model.path=/models/Qwen2.5-3B-Instruct \
         data.train_files=gsm8k/train.parquet data.val_files=gsm8k/test.parquet
 
-verl-notes.md §9 (run_qwen2.5-3b_gsm8k_multiturn.sh, 8 x H100). The model path is deliberately empty:
+verl's example run_qwen2.5-3b_gsm8k_multiturn.sh (8 x H100; docs/design.md §4.9). The model path is deliberately empty:
 it must be a local folder the operator provides (no downloads), and validate() refuses to run without it.
 verl's tensor_model_parallel_size=2 has no key here (one engine per device).
 """

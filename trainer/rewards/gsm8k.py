@@ -1,4 +1,4 @@
-"""GSM8K answer scoring with verl's semantics (verl-notes.md §4, verl 76f63).
+"""GSM8K answer scoring with verl's semantics (docs/design.md §4.4; verl 76f63).
 
 strict:   the FIRST `#### <number>` match (number = -?[0-9.,]+), with "," and "$" removed;
           no match -> None.

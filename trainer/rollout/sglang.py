@@ -1,7 +1,7 @@
 """The `sglang` rollout backend: the same engine interface over `sglang.Engine` (optional, GPU only).
 
 NOT YET RUN AGAINST A REAL SGLANG. SGLang cannot be installed on the machines this project is built
-and tested on (stack-notes.md: it brings its own CUDA torch and its Engine needs a GPU). The logic is
+and tested on (docs/design.md §5: it brings its own CUDA torch and its Engine needs a GPU). The logic is
 written against SGLang's documented Engine API and tested with an in-process stand-in that implements
 exactly the methods called here, with their documented signatures:
 

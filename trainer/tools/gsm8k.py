@@ -1,4 +1,4 @@
-"""The `calc_gsm8k_reward` tool (verl's Gsm8kTool semantics, verl-notes.md §4).
+"""The `calc_gsm8k_reward` tool (verl's Gsm8kTool semantics, docs/design.md §4.4).
 
 State per instance id (= request id): the last answer, the ground truth, the best reward so far.
 execute: the answer gets a "#### " prefix when missing and is scored with the flexible GSM8K method;

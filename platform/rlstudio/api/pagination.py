@@ -1,4 +1,4 @@
-"""Limit/offset pagination answering `{"count": N, "results": [...]}` (api.md)."""
+"""Limit/offset pagination answering `{"count": N, "results": [...]}` (docs/api.md, "Lists")."""
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 

@@ -1,4 +1,4 @@
-"""API views of runs and saved configs (api.md "Runs" and "Configs").
+"""API views of runs and saved configs (docs/api.md "Runs", "Configs and presets").
 
 /api/v1/runs/ (list, create = launch), /runs/{id}/ , /runs/{id}/stop|resume|clone/ (POST),
 /runs/{id}/job-log/?tail=&download= (Ray's driver log; /logs/ is LIVE's event log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.

@@ -49,7 +49,7 @@ class RunDetailSerializer(RunSerializer):
 
 
 class RunCreateSerializer(serializers.Serializer):
-    """POST /api/v1/runs/: what to train, on what, with which config (api.md)."""
+    """POST /api/v1/runs/: what to train, on what, with which config (docs/api.md)."""
 
     name = serializers.CharField(max_length=200)
     dataset = serializers.IntegerField()

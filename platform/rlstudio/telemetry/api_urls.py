@@ -1,4 +1,4 @@
-"""API routes of telemetry, included by rlstudio.api.urls before the runs router (api.md paths)."""
+"""API routes of telemetry, included by rlstudio.api.urls before the runs router (docs/api.md paths)."""
 from django.urls import path
 
 from . import api

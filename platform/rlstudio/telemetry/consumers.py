@@ -32,7 +32,7 @@ Batched frames (opt-in): with `?batch=1` on the URL, or a `{"batch": true}` mess
 instead of one frame per event: one frame per replay chunk and one per group message (an ingest
 batch is sent in `run.events` messages of up to 100 events). Events keep their own form, seq order,
 and the same no-gap / no-duplicate filter; a batch is never empty. Without the opt-in nothing
-changes (one `{"seq", "type", "data", ...}` frame per event, as api.md describes). One frame per
+changes (one `{"seq", "type", "data", ...}` frame per event, as docs/api.md describes). One frame per
 event per viewer was what made a busy run slow to watch: 100 viewers x 200 events/s is 20,000 frames/s
 through one server process and its clients; batched, it is the ingest's POST rate x viewers.
 

@@ -121,7 +121,7 @@ def test_foreign_origin_refused(asgi_server, alice, make_run):
 
 
 def test_burst_of_1000_arrives_whole(alice, make_run):
-    """A burst through the real layer arrives whole (stack-notes: the core layer's default capacity of
+    """A burst through the real layer arrives whole (docs/design.md §5: the core layer's default capacity of
     100 lost 27%; the pub/sub layer in use has no capacity, a busy consumer's messages queue)."""
     run = make_run(alice)
     cookie = _session_cookie(alice)
