@@ -130,9 +130,7 @@ def _send_validation(dataset_id: int, *, actor=None) -> bool:
     the broker is back, and the upload itself answers normally instead of a 500."""
     from rlstudio.config.celery import publish
 
-    from .tasks import validate_dataset
-
-    error = publish(validate_dataset, dataset_id)
+    error = publish("catalog.validate_dataset", dataset_id)
     if error is None:
         return True
     log.warning("dataset %s: validation not sent, the task queue is unreachable: %s", dataset_id, error)

@@ -17,8 +17,12 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-def publish(task, *args) -> Exception | None:
-    """Send `task(*args)`; return the broker's error instead of raising it.
+def publish(task_name: str, *args) -> Exception | None:
+    """Send the task registered as `task_name` (e.g. "runs.submit_run") with `args`; return the
+    broker's error instead of raising it.
+
+    Tasks are found in the Celery app's registry (filled by autodiscovery of each app's tasks.py),
+    so that services, which the tasks call, never import the task modules back.
 
     What publishing raises when the broker is unreachable: kombu wraps the transport's connection and
     timeout errors in OperationalError; a bare socket error can still escape from connection set-up.
@@ -27,6 +31,9 @@ def publish(task, *args) -> Exception | None:
     """
     from kombu.exceptions import OperationalError
 
+    if task_name not in app.tasks:
+        app.loader.import_default_modules()  # autodiscovery (a worker does it at start; a web process here)
+    task = app.tasks[task_name]
     try:
         task.delay(*args)
     except (OperationalError, OSError) as exc:

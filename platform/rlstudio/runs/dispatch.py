@@ -28,12 +28,10 @@ log = logging.getLogger(__name__)
 
 def send_now(task_name: str, *args) -> Exception | None:
     """Publish `runs.<task_name>(*args)`; returns the broker's error instead of raising it."""
-    from . import tasks
-
-    task = getattr(tasks, task_name)
-    error = publish(task, *args)
+    name = f"runs.{task_name}"
+    error = publish(name, *args)
     if error is not None:
-        log.warning("could not send %s%r: the task queue is unreachable: %s", task.name, args, error)
+        log.warning("could not send %s%r: the task queue is unreachable: %s", name, args, error)
     return error
 
 
