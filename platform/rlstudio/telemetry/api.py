@@ -1,4 +1,4 @@
-"""API views of telemetry under /api/v1/runs/{id}/ (api.md): the trainer's ingest and the reads.
+"""API views of telemetry under /api/v1/runs/{id}/ (docs/api.md): the trainer's ingest and the reads.
 
   POST events/           the trainer's ingest: `Authorization: Bearer <run token>`, JSON body
                          `{"events": [...]}` (optionally `Content-Encoding: gzip`); routed to

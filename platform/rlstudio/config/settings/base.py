@@ -203,7 +203,7 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "RL Studio API",
-    "DESCRIPTION": "Datasets, models, configs, runs and their telemetry (docs: api.md).",
+    "DESCRIPTION": "Datasets, models, configs, runs and their telemetry (docs/api.md in the repository).",
     "VERSION": RLSTUDIO_VERSION,
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
