@@ -27,6 +27,7 @@ from django.conf import settings
 from trainer.config import Config, ConfigError, apply_overrides, validate
 
 from . import gate
+from .adapt import adapt_preset
 
 # The trainer's sinks the platform always wants; "http" only once the trainer knows it (LIVE adds it).
 WANTED_LOGGERS = ("console", "jsonl", "http")
@@ -145,13 +146,16 @@ def build_config(
     val_dataset=None,
     model=None,
     gpus: int = 0,
+    adapt: bool | None = None,
 ) -> dict[str, Any]:
     """The validated config of a new run, as the nested dict stored on it.
 
     Where it starts: `base` (a stored config: a saved one, or the run a clone or resume comes from;
     its platform keys are reset and its values re-checked against their bounds), else `config` (a
     whole config the user typed: every key changed from the schema's defaults goes through the gate),
-    else `preset` (the default preset when none). The user's `overrides` go through the gate too.
+    else `preset` (the default preset when none), fitted to the run's GPUs (or CPU) by
+    `adapt.adapt_preset` when `adapt` (None: when a run's config is built, i.e. a dataset is given;
+    a saved config keeps the preset as written). The user's `overrides` go through the gate too.
     Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`).
     """
     try:
@@ -167,6 +171,8 @@ def build_config(
             _gate(Config(), cfg)
         else:
             cfg = preset_config(preset or DEFAULT_PRESET)
+            if adapt or (adapt is None and dataset is not None):
+                cfg = adapt_preset(cfg, gpus=gpus).config
         if overrides:
             if isinstance(overrides, str) or not isinstance(overrides, (Mapping, list, tuple)):
                 raise ConfigInvalid("overrides", "must be an object of dotted keys or a list of key=value")

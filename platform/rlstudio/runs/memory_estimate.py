@@ -1,0 +1,284 @@
+"""Memory per device of a run, estimated before it starts: from the model's config.json and the run's config.
+
+What the trainer keeps on each device (trainer/parallel/worker.py, trainer/workers/actor.py), for P
+parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W > 1):
+
+- actor weights: float32 master weights, 4 P / W bytes; gradients 4 P / W (during the update);
+  AdamW's two float32 moments 8 P / W;
+- reference (only with a KL term: actor.use_kl_loss or algorithm.use_kl_in_reward): P / W in the
+  compute dtype (bfloat16 on a GPU for dtype=auto, float32 on the CPU); nothing on a GPU with
+  ref.fsdp_config.param_offload;
+- rollout engine: `hf` on one worker runs on the actor's own float32 module (no copy, a float32 KV
+  cache); `hf` under FSDP holds a full copy in the compute dtype; `sglang` reserves
+  gpu_memory_utilization of the device (its weights and KV pool) while it generates;
+- rollout KV cache (hf): every trajectory of the worker's share of the step at once
+  (train_batch_size x n / W rows) x (max prompt + response) tokens x 2 x layers x kv heads x head dim;
+- update activations, rough: per token and layer about 6 h + 2 kv_heads x head_dim + 4 ffn values are
+  kept for backward (norm inputs, q/k/v, attention output, the MLP's gate/up/act; no attention matrix
+  with SDPA); with gradient checkpointing one hidden state per layer plus one layer recomputed; plus
+  the response logits (compute dtype and their float32 copy) of a micro batch;
+- old / reference log-prob passes: the response logits of a log-prob micro batch.
+
+Phases do not overlap: the peak is the largest of rollout, log-prob and update, each on top of what
+stays resident (weights, optimizer, reference). `estimate` is a pure function (unit-tested against
+numbers worked by hand); `read_model_config` reads a catalog model's config.json.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+GIB = 1024**3
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB
+
+
+class ModelConfigUnreadable(ValueError):
+    """The model folder's config.json is missing, too large, or lacks the sizes an estimate needs."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes of a decoder-only transformer that memory depends on."""
+
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    num_parameters: int
+
+
+def _int(cfg: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = cfg.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def count_parameters(*, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, vocab: int,
+                     ffn: int, tied: bool, qkv_bias: bool) -> int:
+    """Parameters of a Llama / Qwen2-style decoder: embeddings (+ an untied LM head), per layer q/k/v/o
+    projections (+ q/k/v biases), a gated MLP (gate, up, down) and two RMSNorms, and a final norm."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    attention = hidden * q + 2 * hidden * kv + q * hidden + ((q + 2 * kv) if qkv_bias else 0)
+    per_layer = attention + 3 * hidden * ffn + 2 * hidden
+    return vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
+
+
+def shape_from_config(cfg: Mapping[str, Any], *, num_parameters: int | None = None) -> ModelShape:
+    """A ModelShape from a Hugging Face config.json (a multimodal one's text_config); the parameter
+    count is `num_parameters` when the catalog knows it, else counted from the sizes."""
+    if not isinstance(cfg, Mapping):
+        raise ModelConfigUnreadable("config.json is not an object")
+    if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), Mapping):
+        cfg = cfg["text_config"]
+    hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
+    layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _int(cfg, "num_attention_heads", "n_head")
+    vocab = _int(cfg, "vocab_size")
+    missing = [n for n, v in (("hidden_size", hidden), ("num_hidden_layers", layers),
+                              ("num_attention_heads", heads), ("vocab_size", vocab)) if v is None]
+    if missing:
+        raise ModelConfigUnreadable(f"config.json lacks {', '.join(missing)}")
+    kv_heads = _int(cfg, "num_key_value_heads") or heads
+    head_dim = _int(cfg, "head_dim") or hidden // heads
+    ffn = _int(cfg, "intermediate_size", "n_inner") or 4 * hidden
+    if not num_parameters:
+        qkv_bias = bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2"))
+        num_parameters = count_parameters(hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
+                                          head_dim=head_dim, vocab=vocab, ffn=ffn,
+                                          tied=bool(cfg.get("tie_word_embeddings", False)), qkv_bias=qkv_bias)
+    return ModelShape(hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
+                      head_dim=head_dim, vocab_size=vocab, intermediate_size=ffn, num_parameters=int(num_parameters))
+
+
+def read_model_config(folder: str | Path) -> dict[str, Any]:
+    """<folder>/config.json of a catalog model (the catalog's own path, never user input)."""
+    path = Path(folder) / "config.json"
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError:
+        raise ModelConfigUnreadable("the model folder has no readable config.json") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ModelConfigUnreadable("config.json is larger than 1 MiB")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise ModelConfigUnreadable("config.json is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ModelConfigUnreadable("config.json is not an object")
+    return data
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    name: str
+    bytes: int
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes per device: each line, the peak phase, the device's capacity, and whether it fits."""
+
+    device: str  # "cpu" or "cuda"
+    workers: int
+    lines: tuple[MemoryLine, ...]
+    phases: dict[str, int]
+    peak_phase: str
+    peak_bytes: int
+    capacity_bytes: int
+    engine: str
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    @property
+    def warning(self) -> str:
+        if self.fits:
+            return ""
+        where = "the machine's memory" if self.device == "cpu" else "a GPU's memory"
+        return (f"estimated peak {self.peak_bytes / GIB:.1f} GiB per device (in the {self.peak_phase} phase) is more "
+                f"than {where}, {self.capacity_bytes / GIB:.1f} GiB: it will probably run out of memory")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device, "workers": self.workers, "engine": self.engine,
+            "lines": [{"name": x.name, "bytes": x.bytes, "gib": round(x.bytes / GIB, 3), "note": x.note}
+                      for x in self.lines],
+            "phases": {k: round(v / GIB, 3) for k, v in self.phases.items()},
+            "peak_phase": self.peak_phase, "peak_bytes": self.peak_bytes, "peak_gib": round(self.peak_bytes / GIB, 3),
+            "capacity_bytes": self.capacity_bytes, "capacity_gib": round(self.capacity_bytes / GIB, 3),
+            "fits": self.fits, "warning": self.warning,
+        }
+
+
+def _section(cfg: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else {}
+
+
+def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_bytes: int,
+             sglang_available: bool = False) -> MemoryEstimate:
+    """The memory per device of a run of `cfg` (a config as stored: nested dicts) on `gpus` GPUs (0: CPU)."""
+    data = _section(cfg, "data")
+    model, rollout = _section(cfg, "actor_rollout_ref.model"), _section(cfg, "actor_rollout_ref.rollout")
+    actor, ref = _section(cfg, "actor_rollout_ref.actor"), _section(cfg, "actor_rollout_ref.ref")
+    algorithm = _section(cfg, "algorithm")
+    gpu = gpus > 0
+    world = max(int(gpus), 1)
+    sharded = world > 1
+    dtype = model.get("dtype", "auto")
+    cb = DTYPE_BYTES.get(dtype, 2 if gpu else 4)  # auto: bfloat16 on a GPU, float32 on the CPU
+    p = shape.num_parameters
+
+    prompt = int(data.get("max_prompt_length") or 0)
+    response = int(rollout.get("response_length") or data.get("max_response_length") or 0)
+    seq = prompt + response
+    n = int(rollout.get("n") or 1)
+    rows = int(data.get("train_batch_size") or 1) * n // world  # trajectories of one step on one worker
+    mini_rows = int(actor.get("ppo_mini_batch_size") or 1) * n // world
+
+    engine = rollout.get("name", "auto")
+    if engine == "auto":
+        engine = "sglang" if (gpu and sglang_available) else "hf"
+
+    lines: list[MemoryLine] = []
+    shard_note = f", sharded over {world} workers" if sharded else ""
+    weights = 4 * p // world
+    grads = 4 * p // world
+    optim = 8 * p // world
+    lines.append(MemoryLine("actor weights", weights, f"float32 master weights, {p:,} parameters{shard_note}"))
+    lines.append(MemoryLine("actor gradients", grads, "float32, during the update"))
+    lines.append(MemoryLine("optimizer states", optim, "AdamW: two float32 moments"))
+
+    ref_bytes = 0
+    if actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward"):
+        offload = bool(_section(ref, "fsdp_config").get("param_offload")) and gpu
+        ref_bytes = 0 if offload else cb * p // world
+        lines.append(MemoryLine("reference weights", ref_bytes,
+                                "in host memory (param_offload)" if offload else f"{cb}-byte weights{shard_note}"))
+    else:
+        lines.append(MemoryLine("reference weights", 0, "no KL term: no reference model"))
+
+    kv_per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim
+    pool = 0
+    if engine == "sglang":
+        pool = int(float(rollout.get("gpu_memory_utilization") or 0.5) * capacity_bytes)
+        engine_bytes, kv_bytes = pool, 0
+        lines.append(MemoryLine("rollout engine (SGLang)", pool,
+                                "gpu_memory_utilization x the device: its weights and KV cache pool"))
+        kv_need = rows * seq * kv_per_token * cb
+        lines.append(MemoryLine("rollout KV cache", 0,
+                                f"inside SGLang's pool (the step's batch would need {kv_need / GIB:.2f} GiB; "
+                                "SGLang queues what does not fit)"))
+    else:
+        shared = not sharded
+        engine_bytes = 0 if shared else cb * p
+        kvb = 4 if shared else cb  # the shared module is the actor's float32 one
+        kv_bytes = rows * seq * kv_per_token * kvb
+        lines.append(MemoryLine("rollout engine (hf)", engine_bytes,
+                                "runs on the actor's own weights" if shared else "a full copy of the weights"))
+        lines.append(MemoryLine("rollout KV cache", kv_bytes,
+                                f"{rows} trajectories x {seq} tokens at once, {kvb}-byte values"))
+
+    h, kvd, ffn = shape.hidden_size, shape.num_kv_heads * shape.head_dim, shape.intermediate_size
+    micro = actor.get("ppo_micro_batch_size_per_gpu") or mini_rows
+    tokens = int(actor.get("ppo_max_token_len_per_gpu") or seq) if actor.get("use_dynamic_bsz") else micro * seq
+    per_layer = 6 * h + 2 * kvd + 4 * ffn
+    if model.get("enable_gradient_checkpointing"):
+        act = tokens * (shape.num_layers * h + per_layer) * cb
+        act_note = "gradient checkpointing: one hidden state per layer, one layer recomputed"
+    else:
+        act = tokens * shape.num_layers * per_layer * cb
+        act_note = "rough: what backward keeps per token and layer"
+    response_tokens = tokens * response // max(seq, 1)
+    logits = response_tokens * shape.vocab_size * (cb + 4)
+    lines.append(MemoryLine("update activations", act, f"{tokens} tokens per micro batch; {act_note}"))
+    lines.append(MemoryLine("update logits", logits, "response logits of a micro batch (and a float32 copy)"))
+    lp_rows = rollout.get("log_prob_micro_batch_size_per_gpu") or rows
+    lp_logits = int(lp_rows) * response * shape.vocab_size * (cb + 4)
+    lines.append(MemoryLine("log-prob logits", lp_logits, f"{lp_rows} trajectories per old / reference log-prob pass"))
+
+    resident = weights + optim + ref_bytes + (engine_bytes if engine == "hf" else 0)
+    free_cache = rollout.get("free_cache_engine", True)
+    held_pool = 0 if (engine != "sglang" or free_cache) else pool
+    phases = {
+        "rollout": resident + (pool if engine == "sglang" else kv_bytes),
+        "log-prob": resident + held_pool + lp_logits,
+        "update": resident + held_pool + grads + act + logits,
+    }
+    peak_phase = max(phases, key=lambda k: phases[k])
+    return MemoryEstimate(device="cuda" if gpu else "cpu", workers=world, lines=tuple(lines), phases=phases,
+                          peak_phase=peak_phase, peak_bytes=phases[peak_phase], capacity_bytes=int(capacity_bytes),
+                          engine=engine)
+
+
+def device_capacity(*, gpus: int) -> int:
+    """Bytes of one device: RLSTUDIO_GPU_MEMORY_GB GiB per GPU (80 by default), the machine's RAM on the CPU."""
+    if gpus > 0:
+        from django.conf import settings
+
+        return int(float(getattr(settings, "RLSTUDIO_GPU_MEMORY_GB", 80) or 80) * GIB)
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def estimate_for(*, model, cfg: Mapping[str, Any], gpus: int) -> MemoryEstimate:
+    """The estimate of a run of `cfg` on a catalog model (its folder's config.json)."""
+    import importlib.util
+
+    shape = shape_from_config(read_model_config(model.path), num_parameters=getattr(model, "num_parameters", None))
+    return estimate(shape, cfg, gpus=gpus, capacity_bytes=device_capacity(gpus=gpus),
+                    sglang_available=importlib.util.find_spec("sglang") is not None)

@@ -1,0 +1,145 @@
+"""The memory estimate against numbers worked by hand (platform/rlstudio/runs/memory_estimate.py)."""
+import json
+
+import pytest
+
+from rlstudio.runs.memory_estimate import (
+    GIB,
+    ModelConfigUnreadable,
+    count_parameters,
+    estimate,
+    read_model_config,
+    shape_from_config,
+)
+
+# trainer.models.tiny's "smoke" preset as its config.json says (tied embeddings, Qwen2 q/k/v biases).
+SMOKE = {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 256, "vocab_size": 837, "tie_word_embeddings": True}
+# Qwen2.5-3B-Instruct's config.json (sizes only).
+QWEN25_3B = {"model_type": "qwen2", "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
+             "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936, "tie_word_embeddings": True}
+
+
+def test_parameter_count_by_hand():
+    # smoke: embeddings 837*64 = 53,568 (tied: once); per layer q 64*64 + k, v 2*64*32 + o 64*64 = 12,288,
+    # biases 64 + 2*32 = 128, MLP 3*64*256 = 49,152, norms 128 -> 61,696; 2 layers 123,392; final norm 64.
+    assert shape_from_config(SMOKE).num_parameters == 53_568 + 123_392 + 64 == 177_024
+    # Qwen2.5-3B: 151,936*2,048 = 311,164,928; per layer 9,439,744 (attention with biases) + 67,633,152 (MLP)
+    # + 4,096 = 77,076,992; x 36 = 2,774,771,712; + 2,048: 3.09 B as published.
+    assert shape_from_config(QWEN25_3B).num_parameters == 3_085_938_688
+    untied = count_parameters(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, vocab=837, ffn=256,
+                              tied=False, qkv_bias=False)
+    assert untied == 177_024 + 53_568 - 2 * 128
+
+
+def test_the_count_matches_a_real_tiny_model(tmp_path):
+    import torch  # noqa: F401 - transformers needs it
+    from transformers import AutoModelForCausalLM
+
+    from trainer.models.tiny import make_tiny_model
+
+    folder = make_tiny_model(tmp_path / "tiny", preset="smoke", seed=0)
+    shape = shape_from_config(read_model_config(folder))
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert shape.num_parameters == sum(p.numel() for p in model.parameters())
+    assert (shape.head_dim, shape.num_kv_heads) == (16, 2)
+
+
+def _cfg(**over):
+    cfg = {
+        "data": {"max_prompt_length": 100, "max_response_length": 28, "train_batch_size": 4},
+        "actor_rollout_ref": {
+            "model": {"dtype": "float32", "enable_gradient_checkpointing": False},
+            "rollout": {"name": "hf", "n": 2, "response_length": None, "log_prob_micro_batch_size_per_gpu": None,
+                        "gpu_memory_utilization": 0.5, "free_cache_engine": True},
+            "actor": {"ppo_mini_batch_size": 4, "ppo_micro_batch_size_per_gpu": 2, "use_kl_loss": True,
+                      "use_dynamic_bsz": False},
+            "ref": {"fsdp_config": {"param_offload": False}},
+        },
+        "algorithm": {"use_kl_in_reward": False},
+    }
+    for dotted, value in over.items():
+        *head, last = dotted.split(".")
+        node = cfg
+        for part in head:
+            node = node[part]
+        node[last] = value
+    return cfg
+
+
+def test_cpu_estimate_by_hand():
+    shape = shape_from_config(SMOKE)
+    est = estimate(shape, _cfg(), gpus=0, capacity_bytes=GIB)
+    lines = {x.name: x.bytes for x in est.lines}
+    p = 177_024
+    assert lines["actor weights"] == lines["actor gradients"] == 4 * p == 708_096
+    assert lines["optimizer states"] == 8 * p
+    assert lines["reference weights"] == 4 * p  # float32 on the CPU
+    assert lines["rollout engine (hf)"] == 0  # one worker: the engine runs on the actor's module
+    # 4 prompts x 2 samples = 8 rows x (100 + 28) tokens x (2 x 2 layers x 2 kv heads x 16) x 4 bytes
+    assert lines["rollout KV cache"] == 8 * 128 * 128 * 4 == 524_288
+    # micro 2 x 128 tokens = 256; per token and layer 6*64 + 2*32 + 4*256 = 1,472 values; 2 layers; 4 bytes
+    assert lines["update activations"] == 256 * 2 * 1472 * 4 == 3_014_656
+    # 256 * 28 / 128 = 56 response tokens x 837 vocab x (4 + 4) bytes
+    assert lines["update logits"] == 56 * 837 * 8 == 374_976
+    assert lines["log-prob logits"] == 8 * 28 * 837 * 8 == 1_499_904
+    resident = 708_096 + 1_416_192 + 708_096
+    assert est.phases == {"rollout": resident + 524_288, "log-prob": resident + 1_499_904,
+                          "update": resident + 708_096 + 3_014_656 + 374_976}
+    assert est.peak_phase == "update" and est.peak_bytes == 6_930_112
+    assert est.fits and est.warning == "" and est.device == "cpu" and est.engine == "hf"
+    assert not estimate(shape, _cfg(), gpus=0, capacity_bytes=6_930_111).fits
+
+
+def test_checkpointing_and_no_kl():
+    shape = shape_from_config(SMOKE)
+    est = estimate(shape, _cfg(**{"actor_rollout_ref.model.enable_gradient_checkpointing": True,
+                                  "actor_rollout_ref.actor.use_kl_loss": False}), gpus=0, capacity_bytes=GIB)
+    lines = {x.name: x.bytes for x in est.lines}
+    # 256 tokens x (2 layers x 64 kept + 1,472 for the one layer recomputed) x 4 bytes
+    assert lines["update activations"] == 256 * (2 * 64 + 1472) * 4 == 1_638_400
+    assert lines["reference weights"] == 0
+
+
+QWEN_GSM8K = {
+    "data.max_prompt_length": 1024, "data.max_response_length": 1024, "data.train_batch_size": 256,
+    "actor_rollout_ref.model.dtype": "auto", "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+    "actor_rollout_ref.rollout.name": "sglang", "actor_rollout_ref.rollout.n": 16,
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 32,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 256, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 32,
+    "actor_rollout_ref.ref.fsdp_config": {"param_offload": True},
+}
+
+
+def test_qwen_3b_gsm8k_fits_on_8_gpus_not_on_one():
+    shape = shape_from_config(QWEN25_3B)
+    p = 3_085_938_688
+    one = estimate(shape, _cfg(**QWEN_GSM8K), gpus=1, capacity_bytes=80 * GIB)
+    lines = {x.name: x.bytes for x in one.lines}
+    assert lines["reference weights"] == 0  # offloaded to host memory on a GPU
+    assert lines["rollout engine (SGLang)"] == 40 * GIB  # gpu_memory_utilization 0.5 x 80 GiB
+    # checkpointing: 32 x 2,048 = 65,536 tokens x (36 x 2,048 + 6*2,048 + 2*256 + 4*11,008) x 2 bytes (bf16)
+    assert lines["update activations"] == 65_536 * (73_728 + 56_832) * 2 == 17_112_760_320
+    # 32,768 response tokens x 151,936 x (2 + 4) bytes
+    assert lines["update logits"] == 32_768 * 151_936 * 6 == 29_871_833_088
+    assert one.phases["update"] == 12 * p + 4 * p + 17_112_760_320 + 29_871_833_088 == 96_359_612_416
+    assert one.phases["rollout"] == 12 * p + 40 * GIB
+    assert one.peak_phase == "update" and not one.fits
+    assert "89.7 GiB" in one.warning and "80.0 GiB" in one.warning
+    eight = estimate(shape, _cfg(**QWEN_GSM8K), gpus=8, capacity_bytes=80 * GIB)
+    assert eight.phases["update"] == (12 * p) // 8 + (4 * p) // 8 + 17_112_760_320 + 29_871_833_088
+    assert eight.fits and eight.workers == 8
+
+
+def test_read_model_config_refuses_what_it_cannot_use(tmp_path):
+    with pytest.raises(ModelConfigUnreadable, match="no readable config.json"):
+        read_model_config(tmp_path)
+    (tmp_path / "config.json").write_text("[1]")
+    with pytest.raises(ModelConfigUnreadable, match="not an object"):
+        read_model_config(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    with pytest.raises(ModelConfigUnreadable, match="num_hidden_layers"):
+        shape_from_config(read_model_config(tmp_path))
+    (tmp_path / "config.json").write_text(" " * (2 << 20))
+    with pytest.raises(ModelConfigUnreadable, match="larger than 1 MiB"):
+        read_model_config(tmp_path)
