@@ -1,4 +1,5 @@
-"""Reads of quotas: a user's effective quota and what they use now."""
+"""Reads of quotas: a user's effective quota and what they use now; for staff, the whole picture
+(`quota_admin_overview`: the cluster's GPUs, every user's usage against their quota, the queue)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,10 +7,11 @@ from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
+from rlstudio.runs.services.admission import QUEUE_ORDER
 
 from .models import SHIPPED_DEFAULT, GpuQuota
 
@@ -24,6 +26,11 @@ def quota_for(*, user: AbstractBaseUser) -> GpuQuota:
     own = GpuQuota.objects.filter(user=user).first()
     if own is not None:
         return own
+    return default_quota()
+
+
+def default_quota() -> GpuQuota:
+    """The default row (put back as shipped if it was deleted; see quota_for)."""
     default = GpuQuota.objects.filter(is_default=True).first()
     if default is not None:
         return default
@@ -41,14 +48,21 @@ def month_start(now: datetime) -> datetime:
 
 def gpu_hours_between(*, user: AbstractBaseUser, start: datetime, end: datetime) -> float:
     """GPU-hours the user's runs held between `start` and `end`: gpus × overlap of [started, finished or now]."""
-    runs = Run.objects.filter(owner=user, gpus__gt=0, started__isnull=False, started__lt=end).filter(
+    return gpu_hours_by_owner(start=start, end=end, owner=user).get(user.pk, 0.0)
+
+
+def gpu_hours_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseUser | None = None) -> dict[int, float]:
+    """{owner id: GPU-hours} of every user's (or one `owner`'s) runs between `start` and `end`."""
+    runs = Run.objects.filter(gpus__gt=0, started__isnull=False, started__lt=end).filter(
         Q(finished__isnull=True) | Q(finished__gt=start)
     )
-    total_seconds = 0.0
-    for gpus, started, finished in runs.values_list("gpus", "started", "finished"):
+    if owner is not None:
+        runs = runs.filter(owner=owner)
+    seconds: dict[int, float] = {}
+    for owner_id, gpus, started, finished in runs.values_list("owner_id", "gpus", "started", "finished"):
         overlap = (min(finished or end, end) - max(started, start)).total_seconds()
-        total_seconds += gpus * max(overlap, 0.0)
-    return total_seconds / 3600.0
+        seconds[owner_id] = seconds.get(owner_id, 0.0) + gpus * max(overlap, 0.0)
+    return {owner_id: s / 3600.0 for owner_id, s in seconds.items()}
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,7 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
     quota = quota_for(user=user)
     active = Run.objects.filter(owner=user, status__in=ACTIVE_STATUSES)
     queue = list(
-        Run.objects.filter(status=RunStatus.QUEUED).order_by("created", "id").values_list(
+        Run.objects.filter(status=RunStatus.QUEUED).order_by(*QUEUE_ORDER).values_list(
             "id", "owner_id", "name", "queue_reason"
         )
     )
@@ -103,3 +117,108 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
         is_default=quota.is_default,
         queued=queued,
     )
+
+
+@dataclass(frozen=True)
+class ClusterCapacity:
+    """The cluster's GPUs (Ray's total; None with `error` when Ray does not answer) and what runs hold."""
+
+    total_gpus: float | None
+    error: str
+    gpus_held: int
+    runs_active: int
+    runs_queued: int
+
+    @property
+    def free_gpus(self) -> float | None:
+        return None if self.total_gpus is None else max(self.total_gpus - self.gpus_held, 0.0)
+
+
+@dataclass(frozen=True)
+class UserUsage:
+    """One user's quota (own or the default) next to what they use: the staff overview's row."""
+
+    user_id: int
+    username: str
+    is_default: bool
+    max_gpus: int
+    gpus_held: int
+    gpu_hours_per_month: float
+    gpu_hours_this_month: float
+    max_concurrent_runs: int
+    runs_active: int
+    max_queued_runs: int
+    runs_queued: int
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A queued run in admission order (`position` 1 = next) with its owner and why it waits."""
+
+    position: int
+    id: int
+    name: str
+    owner: str
+    gpus: int
+    created: datetime
+    priority: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class QuotaAdminOverview:
+    cluster: ClusterCapacity
+    default: GpuQuota
+    users: list[UserUsage]
+    queue: list[QueueEntry]
+
+
+def cluster_capacity() -> ClusterCapacity:
+    """Ray's total GPUs (asked over HTTP, 5 s at most) and the GPUs / runs our active runs hold."""
+    from rlstudio.runs.ray_jobs import RayUnavailable, cluster_total_gpus
+
+    try:
+        total, error = cluster_total_gpus(), ""
+    except RayUnavailable as exc:
+        total, error = None, str(exc)
+    active = Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Count("id"), g=Sum("gpus"))
+    return ClusterCapacity(total_gpus=total, error=error, gpus_held=active["g"] or 0, runs_active=active["n"],
+                           runs_queued=Run.objects.filter(status=RunStatus.QUEUED).count())
+
+
+def queue_in_order() -> list[QueueEntry]:
+    """Every queued run in the order admission takes them (QUEUE_ORDER)."""
+    runs = Run.objects.filter(status=RunStatus.QUEUED).select_related("owner").order_by(*QUEUE_ORDER)
+    return [QueueEntry(position=i + 1, id=r.pk, name=r.name, owner=r.owner.get_username(), gpus=r.gpus,
+                       created=r.created, priority=r.queue_priority, reason=r.queue_reason)
+            for i, r in enumerate(runs)]
+
+
+def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
+    """What the staff quota page shows: the cluster, each active user's usage this month against their
+    quota (users by name), and the queue in admission order. A fixed number of queries, whatever the
+    number of users."""
+    from django.contrib.auth import get_user_model
+
+    now = now or timezone.now()
+    default = default_quota()
+    own = {q.user_id: q for q in GpuQuota.objects.filter(user__isnull=False)}
+    active = {row["owner"]: row for row in Run.objects.filter(status__in=ACTIVE_STATUSES).values("owner")
+              .annotate(n=Count("id"), g=Sum("gpus"))}
+    queued = dict(Run.objects.filter(status=RunStatus.QUEUED).values("owner").annotate(n=Count("id"))
+                  .values_list("owner", "n"))
+    hours = gpu_hours_by_owner(start=month_start(now), end=now)
+    users = []
+    model = get_user_model()
+    for user in model.objects.filter(is_active=True).order_by(model.USERNAME_FIELD):
+        quota = own.get(user.pk, default)
+        act = active.get(user.pk, {"n": 0, "g": 0})
+        users.append(UserUsage(
+            user_id=user.pk, username=user.get_username(), is_default=quota.is_default,
+            max_gpus=quota.max_gpus, gpus_held=act["g"] or 0,
+            gpu_hours_per_month=quota.gpu_hours_per_month,
+            gpu_hours_this_month=round(hours.get(user.pk, 0.0), 6),
+            max_concurrent_runs=quota.max_concurrent_runs, runs_active=act["n"],
+            max_queued_runs=quota.max_queued_runs, runs_queued=queued.get(user.pk, 0),
+        ))
+    return QuotaAdminOverview(cluster=cluster_capacity(), default=default, users=users, queue=queue_in_order())

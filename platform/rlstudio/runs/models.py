@@ -60,6 +60,11 @@ class Run(models.Model):
     gpus = models.IntegerField(default=0)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)
     queue_reason = models.CharField(max_length=300, blank=True)
+    queue_priority = models.IntegerField(
+        default=0,
+        help_text="Admission order among queued runs: higher first, then oldest first (staff move a run "
+                  "to the front or back of the queue).",
+    )
     ray_submission_id = models.CharField(max_length=128, unique=True, null=True, blank=True)
     ingest_token_hash = models.CharField(max_length=64, blank=True)
     step = models.IntegerField(default=0)

@@ -60,15 +60,13 @@ def run_logs(*, run: Run, tail: int = 200) -> dict:
 
 
 def queue_position(*, run: Run) -> int | None:
-    """1-based place of a queued run in the whole queue (oldest first), None when not queued."""
+    """1-based place of a queued run in the whole queue (admission order: services.QUEUE_ORDER), None
+    when not queued."""
     if run.status != "queued":
         return None
-    from django.db.models import Q
+    from .services.admission import models_q_earlier
 
-    ahead = Run.objects.filter(status="queued").filter(
-        Q(created__lt=run.created) | Q(created=run.created, id__lt=run.pk)
-    ).count()
-    return ahead + 1
+    return Run.objects.filter(status="queued").filter(models_q_earlier(run)).count() + 1
 
 
 def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:

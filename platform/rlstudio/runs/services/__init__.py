@@ -3,18 +3,20 @@
     transitions  THE run state machine (`run_transition`) and `run_reach`, the one rule for reaching
                  a state Ray or the trainer reports
     creation     a queued run's record and its ingest token
-    admission    quotas, the cluster and the fair queue (`run_admit`, `queue_admit_all`)
+    admission    quotas, the cluster and the fair queue (`run_admit`, `queue_admit_all`, `run_queue_move`)
     submission   submit to Ray, re-send, adopt a job a lost task made, record progress
     stop         cancel, graceful stop, force kill
     lineage      new runs from a config, resume, clone, saved configs (the config gate runs here)
     errors       RunRefused (409), RunInputInvalid (400 naming the field)
 """
 from .admission import (
+    QUEUE_ORDER,
     SUBMIT_UNSENT_REASON,
     models_q_earlier,
     queue_admit_all,
     run_admit,
     run_launch,
+    run_queue_move,
     run_requeue_unsent,
 )
 from .creation import INGEST_TOKEN_PREFIX, run_create, run_issue_ingest_token, run_token_check, token_hash
@@ -39,10 +41,11 @@ from .transitions import (
 )
 
 __all__ = [
-    "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "SUBMIT_UNSENT_REASON", "IllegalTransition", "RunInputInvalid",
-    "RunRefused", "models_q_earlier", "on_job_adopted", "queue_admit_all", "run_adopt_job", "run_admit",
-    "run_clone", "run_config_save", "run_create", "run_force_kill", "run_issue_ingest_token", "run_launch",
-    "run_mark_finished", "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",
+    "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
+    "IllegalTransition", "RunInputInvalid", "RunRefused", "models_q_earlier", "on_job_adopted",
+    "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
+    "run_force_kill", "run_issue_ingest_token", "run_launch", "run_queue_move", "run_mark_finished",
+    "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",
     "run_requeue_unsent", "run_resubmit", "run_resume", "run_stop", "run_submit", "run_token_check",
     "run_transition", "token_hash", "transition_path",
 ]

@@ -1,4 +1,6 @@
-"""Admission: a queued run is admitted when its owner's quota and the cluster allow (the fair queue)."""
+"""Admission: a queued run is admitted when its owner's quota and the cluster allow (the fair queue),
+in the queue's order (QUEUE_ORDER: higher `queue_priority` first, then oldest first), which staff change
+with `run_queue_move`."""
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -11,6 +13,10 @@ from .errors import RunRefused
 from .transitions import run_transition
 
 S = RunStatus
+
+# The order in which queued runs are admitted (and numbered on the pages): a run staff moved to the
+# front (higher queue_priority) first, then oldest first, ties broken by id.
+QUEUE_ORDER = ("-queue_priority", "created", "id")
 
 
 def _cluster_free_gpus(*, needed: int) -> float | None:
@@ -69,7 +75,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
         earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
-                   .filter(models_q_earlier(locked)).order_by("created", "id").first())
+                   .filter(models_q_earlier(locked)).order_by(*QUEUE_ORDER).first())
         if earlier is not None:
             reason = f"waiting behind your earlier queued run #{earlier.pk} ({earlier.name})"
         else:
@@ -91,10 +97,53 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     return run.status != S.QUEUED
 
 def models_q_earlier(run: Run):
-    """Q of the runs created before `run` (ties broken by id)."""
+    """Q of the runs ahead of `run` in QUEUE_ORDER (higher priority; same priority and older; ties by id)."""
     from django.db.models import Q
 
-    return Q(created__lt=run.created) | Q(created=run.created, id__lt=run.pk)
+    p = run.queue_priority
+    return (Q(queue_priority__gt=p) | Q(queue_priority=p, created__lt=run.created)
+            | Q(queue_priority=p, created=run.created, id__lt=run.pk))
+
+QUEUE_MOVES = ("front", "back")
+
+def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
+    """Staff move a queued run to the front or the back of the whole queue (`to`: "front" | "back").
+
+    The run's `queue_priority` becomes one above (front) or below (back) every other queued run's, so
+    it is admitted first (or last) among them; its owner's other queued runs follow the same order
+    (a run moved to the front is no longer behind its owner's older ones). Quotas still apply: a run
+    at the front whose owner is at their quota waits, and the runs behind it are admitted meanwhile.
+    The queued rows are locked while the new priority is chosen, so two moves cannot tie. Audited
+    (`run.queue_move`). PermissionDenied for non-staff, RunRefused when the run is not queued,
+    ValueError for an unknown `to`.
+    """
+    from django.core.exceptions import PermissionDenied
+    from django.db.models import Max, Min
+
+    if not getattr(by, "is_staff", False):
+        raise PermissionDenied("only staff may reorder the queue")
+    if to not in QUEUE_MOVES:
+        raise ValueError(f"unknown queue move {to!r}; known: {', '.join(QUEUE_MOVES)}")
+    with transaction.atomic():
+        list(Run.objects.select_for_update().filter(status=S.QUEUED).values_list("pk", flat=True))
+        locked = Run.objects.get(pk=run.pk)
+        if locked.status != S.QUEUED:
+            raise RunRefused(f"run {run.pk} is {locked.status}, not queued: only a queued run can be moved")
+        others = Run.objects.filter(status=S.QUEUED).exclude(pk=locked.pk)
+        if to == "front":
+            edge = others.aggregate(p=Max("queue_priority"))["p"]
+            priority = locked.queue_priority if edge is None else max(edge + 1, locked.queue_priority)
+        else:
+            edge = others.aggregate(p=Min("queue_priority"))["p"]
+            priority = locked.queue_priority if edge is None else min(edge - 1, locked.queue_priority)
+        before = locked.queue_priority
+        if priority != before:
+            locked.queue_priority = priority
+            locked.save(update_fields=["queue_priority"])
+        audit_record(actor=by, action="run.queue_move", obj=locked,
+                     data={"to": to, "priority_before": before, "priority": priority})
+    run.refresh_from_db(fields=["queue_priority"])
+    return run
 
 def run_launch(*, run: Run, by: AbstractBaseUser) -> Run:
     """Launch a queued run now if quota allows, else leave it queued with its reason."""
@@ -104,7 +153,7 @@ def run_launch(*, run: Run, by: AbstractBaseUser) -> Run:
     return run
 
 def queue_admit_all() -> list[int]:
-    """Admit queued runs oldest first while quotas and the cluster allow (the fair queue).
+    """Admit queued runs in QUEUE_ORDER while quotas and the cluster allow (the fair queue).
 
     A user at their quota does not block the others; a GPU run waiting for the cluster's GPUs keeps
     later GPU runs from overtaking it (cluster GPUs are handed out in queue order).
@@ -112,7 +161,7 @@ def queue_admit_all() -> list[int]:
     admitted: list[int] = []
     cluster_blocked = False
     free: float | None = None
-    for run in Run.objects.filter(status=S.QUEUED).select_related("owner").order_by("created", "id"):
+    for run in Run.objects.filter(status=S.QUEUED).select_related("owner").order_by(*QUEUE_ORDER):
         if run.gpus > 0:
             if cluster_blocked:
                 continue
