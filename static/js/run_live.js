@@ -268,10 +268,30 @@
 
   function fmt(v) { return v == null ? "" : Number(v).toFixed(3); }
 
+  // The prompt's text by uid, from the rows the samples API gave: a sample pushed live carries no
+  // transcript, its row borrows the text when the prompt was seen, and the table is fetched again
+  // shortly after (refreshSamplesSoon) to fill in the others.
+  const promptOf = new Map();
+
+  function promptCell(tr, s) {
+    if (s.prompt !== undefined) promptOf.set(s.uid, { prompt: s.prompt, short: s.prompt_short });
+    const known = promptOf.get(s.uid);
+    const td = cell(tr, "");
+    td.className = "prompt";
+    // title and textContent take text: a prompt that looks like HTML stays text.
+    const a = link(`/runs/${runId}/prompts/?uid=${encodeURIComponent(s.uid)}`, known ? known.short || "(no user message)" : "…");
+    if (known) a.title = known.prompt;
+    const uid = document.createElement("span");
+    uid.className = "uid";
+    uid.title = s.uid;
+    uid.textContent = s.uid.length > 40 ? s.uid.slice(0, 39) + "…" : s.uid;
+    td.append(a, uid);
+  }
+
   function sampleRow(s) {
     const tr = document.createElement("tr");
     cell(tr, s.step);
-    cell(tr, "").appendChild(link(`/runs/${runId}/prompts/?uid=${encodeURIComponent(s.uid)}`, s.uid.length > 24 ? s.uid.slice(0, 23) + "…" : s.uid));
+    promptCell(tr, s);
     cell(tr, s.index); cell(tr, fmt(s.reward)); cell(tr, fmt(s.advantage));
     cell(tr, s.response_length); cell(tr, s.num_turns); cell(tr, s.finish_reason); cell(tr, s.has_tool_call ? "yes" : "");
     const actions = cell(tr, "");
@@ -279,6 +299,16 @@
     actions.append(" · ");
     actions.appendChild(link(`/runs/${runId}/groups/?step=${s.step}&uid=${encodeURIComponent(s.uid)}`, "group"));
     return tr;
+  }
+
+  for (const td of body.querySelectorAll("td.prompt")) {  // the server-rendered rows
+    const a = td.querySelector("a"), uid = td.querySelector(".uid");
+    if (a && uid && a.hasAttribute("title")) promptOf.set(uid.title, { prompt: a.title, short: a.textContent });
+  }
+
+  let refreshTimer = null;
+  function refreshSamplesSoon() {
+    if (refreshTimer === null) refreshTimer = setTimeout(() => { refreshTimer = null; loadSamples(); }, 1500);
   }
 
   async function loadSamples() {
@@ -382,10 +412,15 @@
       if (offset === 0 && sampleMatches(d)) {
         const empty = body.querySelector("tr.empty");
         if (empty) empty.remove();
-        if (!document.getElementById("sample-filters").elements.order.value.match(/reward|length|turns|advantage|index/)) {
+        const order = document.getElementById("sample-filters").elements.order.value;
+        if (order === "-step" || order === "-seq") {  // newest first (the page's default): at the top
+          body.insertBefore(sampleRow(d), body.firstChild);
+          while (body.children.length > live.page_size) body.lastChild.remove();
+        } else if (!order.match(/reward|length|turns|advantage|index/)) {
           body.appendChild(sampleRow(d));
           while (body.children.length > live.page_size) body.lastChild.remove();
         }
+        refreshSamplesSoon();  // its prompt text, the count, the order the server gives
       }
     } else if (ev.type === "status") {
       const badge = document.querySelector("#live-badge .badge, #run-controls .badge");

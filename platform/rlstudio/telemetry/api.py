@@ -265,7 +265,7 @@ class RunSamplesView(_RunReadView):
         qs = sel.samples_for(run=self.run, flt=sample_filter_from(request.query_params))
         paginator = CountResultsPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
-        return paginator.get_paginated_response([sel.sample_summary_dict(s) for s in page])
+        return paginator.get_paginated_response(sel.sample_rows(samples=list(page)))
 
 
 class RunSampleDetailView(_RunReadView):

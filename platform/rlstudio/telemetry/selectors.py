@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
+from django.db.models.expressions import RawSQL
 from django.http import Http404
 
 from rlstudio.ownership import get_visible_or_404
@@ -93,6 +94,36 @@ def samples_for(*, run: Run, flt: SampleFilter) -> QuerySet[Sample]:
 
 def sample_summary_dict(s: Sample) -> dict[str, Any]:
     return {f: getattr(s, f) for f in SUMMARY_FIELDS}
+
+
+# The samples table's prompt column: the text of the sample's first user message, shortened to
+# PROMPT_SHORT characters on one line (`prompt_short`) and whole, up to PROMPT_MAX characters, for
+# the cell's title (`prompt`). Read by PostgreSQL for the page's rows only: a transcript (TOASTed
+# jsonb) is never loaded into Python for this. Transcripts stored as a bare list of messages (older
+# rows) are read too.
+PROMPT_SHORT = 90
+PROMPT_MAX = 4000
+_FIRST_USER_TEXT = ("left(COALESCE(jsonb_path_query_first(transcript, '$.messages[*] ? (@.role == \"user\").content'), "
+                    "jsonb_path_query_first(transcript, '$[*] ? (@.role == \"user\").content')) #>> '{}', %s)")
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def sample_rows(*, samples: list[Sample]) -> list[dict[str, Any]]:
+    """Summary dicts of one page of samples (the table's rows) with their prompt's text:
+    `prompt` (up to PROMPT_MAX characters, "" when the transcript has no user message) and
+    `prompt_short` (whitespace collapsed, up to PROMPT_SHORT characters)."""
+    texts = dict(Sample.objects.filter(pk__in=[s.pk for s in samples])
+                 .annotate(prompt_text=RawSQL(_FIRST_USER_TEXT, (PROMPT_MAX + 1,)))
+                 .values_list("pk", "prompt_text")) if samples else {}
+    rows = []
+    for s in samples:
+        text = texts.get(s.pk) or ""
+        rows.append({**sample_summary_dict(s), "prompt": _shorten(text, PROMPT_MAX),
+                     "prompt_short": _shorten(" ".join(text.split()), PROMPT_SHORT)})
+    return rows
 
 
 def sample_get(*, run: Run, sample_id) -> Sample:

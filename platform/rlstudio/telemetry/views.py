@@ -6,6 +6,7 @@ All model and tool text is rendered through Django's autoescaping (never |safe).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -22,6 +23,7 @@ from .api import sample_filter_from
 from .models import RetentionMode, RunRetention
 
 SAMPLES_PAGE = 50
+SAMPLES_ORDER = "-step"
 
 
 def _header(run) -> dict[str, Any]:
@@ -45,7 +47,9 @@ def run_detail(request, run_id: int):
         flt = sample_filter_from(request.GET)
     except ApiError:
         flt = sel.SampleFilter()
-    samples = list(sel.samples_for(run=run, flt=flt)[:SAMPLES_PAGE])
+    if not request.GET.get("order"):  # the table starts at the newest step (the API's default is seq)
+        flt = dataclasses.replace(flt, order=SAMPLES_ORDER)
+    samples = sel.sample_rows(samples=list(sel.samples_for(run=run, flt=flt)[:SAMPLES_PAGE]))
     retention = RunRetention.objects.filter(run=run).first()
     # The first page of metric rows is in the page; run_live.js fetches the rest from the metrics API.
     metrics, metrics_next = sel.metrics_page(run=run, limit=sel.METRICS_PAGE_DEFAULT)
