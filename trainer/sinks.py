@@ -24,43 +24,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
+
+from trainer.sink_registry import _SINKS, Sink, available_sinks, register_sink
+
+__all__ = ["EVENTS_FILE", "Emitter", "Sink", "available_sinks", "build_sinks", "last_seq", "path_part",
+           "register_sink"]
 
 EVENTS_FILE = "events.jsonl"
-
-
-class Sink:
-    """A destination for events. Subclasses implement `write`; `flush`/`close` are optional."""
-
-    def write(self, event: dict[str, Any]) -> None:
-        raise NotImplementedError
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.flush()
-
-
-SinkFactory = Callable[..., Sink]
-_SINKS: dict[str, SinkFactory] = {}
-
-
-def register_sink(name: str) -> Callable[[SinkFactory], SinkFactory]:
-    """Decorator: make a sink class/factory selectable as `name` in trainer.logger.
-
-    The factory is called as `factory(out_dir=Path, config=Config)`.
-    """
-
-    def deco(factory: SinkFactory) -> SinkFactory:
-        _SINKS[name] = factory
-        return factory
-
-    return deco
-
-
-def available_sinks() -> list[str]:
-    return sorted(_SINKS)
 
 
 def build_sinks(names: list[str], *, out_dir: Path, config: Any = None) -> list[Sink]:
@@ -299,5 +270,6 @@ class MlflowSink(Sink):
         self.mlflow.end_run()
 
 
-# The platform's HTTP sink registers itself as "http" (its own module: it owns a sender thread).
+# The platform's HTTP sink registers itself as "http" (its own module: it owns a sender thread; it
+# imports the registry, never this module).
 from trainer import sinks_http as _sinks_http  # noqa: E402,F401

@@ -39,7 +39,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from trainer.sinks import Sink, register_sink
+from trainer.sink_registry import Sink, register_sink
 
 SPOOL_FILE = "http_spool.jsonl"
 SPOOL_OFFSET_FILE = "http_spool.offset"

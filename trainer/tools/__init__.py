@@ -20,6 +20,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from trainer.tools import calculator as _calculator  # noqa: F401  (registers `calculator`)
+from trainer.tools import gsm8k as _gsm8k  # noqa: F401  (registers `calc_gsm8k_reward`)
 from trainer.tools.base import (
     BaseTool,
     ToolArgumentError,

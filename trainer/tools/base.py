@@ -78,13 +78,7 @@ def register_tool(cls: type[BaseTool]) -> type[BaseTool]:
     return cls
 
 
-def _ensure_builtins() -> None:
-    # Importing the built-in modules registers them (kept lazy to avoid an import cycle).
-    from trainer.tools import calculator, gsm8k  # noqa: F401
-
-
 def get_tool_class(name: str) -> type[BaseTool]:
-    _ensure_builtins()
     if name not in _TOOLS:
         raise KeyError(f"unknown tool {name!r}; registered: {sorted(_TOOLS)}")
     return _TOOLS[name]
@@ -96,7 +90,6 @@ def get_tool(name: str, config: dict[str, Any] | None = None) -> BaseTool:
 
 
 def registered_tools() -> list[str]:
-    _ensure_builtins()
     return sorted(_TOOLS)
 
 

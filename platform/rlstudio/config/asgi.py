@@ -6,6 +6,7 @@ path, or after `pip install -e .`). Loading it inside Daphne also installs the r
 minimum rate) between their headers and their first byte.
 """
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
@@ -17,10 +18,13 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from rlstudio.accounts.ws_auth import ApiTokenQueryAuthMiddleware, SameOriginValidator  # noqa: E402
-from rlstudio.config.request_gate import RequestGateMiddleware, install_daphne_gate  # noqa: E402
+from rlstudio.config.request_gate import RequestGateMiddleware  # noqa: E402
 from rlstudio.telemetry.routing import websocket_urlpatterns  # noqa: E402
 
-install_daphne_gate()
+if "daphne.server" in sys.modules:  # only under the daphne command: daphne_gate loads Twisted's reactor
+    from rlstudio.config.daphne_gate import install_daphne_gate  # noqa: E402
+
+    install_daphne_gate()
 
 application = ProtocolTypeRouter(
     {

@@ -5,7 +5,7 @@ before any byte of its body is handled; Daphne's WebRequest then spools the body
 application only when all of it is in. `GatedWebRequest` decides at `gotLength` (policy in
 rlstudio.config.request_gate): refuse at once, hold the socket while an upload's credentials are
 checked, or read the body under the minimum-rate clock. Imported only inside a Daphne server (by
-`request_gate.install_daphne_gate`), where Twisted's asyncio reactor runs the event loop.
+`install_daphne_gate`, called by rlstudio.config.asgi), where Twisted's asyncio reactor runs the event loop.
 
 Twisted internals used (pinned: Twisted and daphne in requirements.txt; tests/rlstudio/
 test_hardening.py drives a real Daphne through each case): `HTTPChannel._command` / `_path` (the
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 
 from channels.db import database_sync_to_async
@@ -185,3 +186,17 @@ class GatedHTTPFactory(HTTPFactory):
         if protocol is not None:
             protocol.requestFactory = GatedWebRequest
         return protocol
+
+
+def install_daphne_gate() -> bool:
+    """Make the Daphne server of this process build gated requests; False when this process is
+    not a Daphne server (daphne.server not imported: its import would install Twisted's reactor).
+
+    Replaces `daphne.server.HTTPFactory` (the name `Server.run()` builds its factory from) by a
+    subclass whose protocols use `rlstudio.config.daphne_gate.GatedWebRequest`. Idempotent."""
+    server = sys.modules.get("daphne.server")
+    if server is None:
+        return False
+    if server.HTTPFactory is not GatedHTTPFactory:
+        server.HTTPFactory = GatedHTTPFactory
+    return True

@@ -3,8 +3,8 @@
 Daphne (Twisted underneath) reads a request's whole body into a temporary file before it calls the
 ASGI application, so no ASGI middleware can refuse a 2 GB upload before it has been written to disk.
 The gate therefore sits inside Daphne, between a request's headers and its body:
-`install_daphne_gate()` (called by rlstudio.config.asgi when the application is loaded, which the
-`daphne` command does before it builds its HTTP factory) makes Daphne's requests consult it:
+`daphne_gate.install_daphne_gate()` (called by rlstudio.config.asgi when the application is loaded,
+which the `daphne` command does before it builds its HTTP factory) makes Daphne's requests consult it:
 
 - every request with a body: a declared Content-Length over the limit answers 413 at once
   (uploads: RLSTUDIO_MAX_UPLOAD_BYTES + 1 MiB of multipart envelope; anything else:
@@ -26,7 +26,6 @@ import asyncio
 import json
 import logging
 import re
-import sys
 import time
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -227,22 +226,6 @@ class RequestGateMiddleware:
             return {"type": "http.disconnect"}  # Django's handler stops reading and answers nothing
 
         return gated
-
-
-def install_daphne_gate() -> bool:
-    """Make the Daphne server of this process build gated requests; False when this process is
-    not a Daphne server (daphne.server not imported: its import would install Twisted's reactor).
-
-    Replaces `daphne.server.HTTPFactory` (the name `Server.run()` builds its factory from) by a
-    subclass whose protocols use `rlstudio.config.daphne_gate.GatedWebRequest`. Idempotent."""
-    server = sys.modules.get("daphne.server")
-    if server is None:
-        return False
-    from rlstudio.config.daphne_gate import GatedHTTPFactory
-
-    if server.HTTPFactory is not GatedHTTPFactory:
-        server.HTTPFactory = GatedHTTPFactory
-    return True
 
 
 def request_target(raw: bytes) -> str:
