@@ -297,6 +297,12 @@ class CatalogInUse(CatalogRefused):
     """The object is used by runs and cannot be deleted (the API answers 409)."""
 
 
+def _run_model():
+    """The runs app's Run, reached through the dataset's reverse relation (`runs`): runs depends on
+    the catalog, so the catalog does not import it."""
+    return Dataset._meta.get_field("runs").related_model
+
+
 def _used_by(runs, *, by) -> str:
     """'run(s): a, b' naming only the runs `by` may see, counting the others; '' when none."""
     from rlstudio.ownership import owned_by_or_staff
@@ -319,10 +325,9 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     """
     from django.db.models import Q
 
-    from rlstudio.runs.models import Run
-
     check_can_change(user=by, item=dataset, action="delete")
-    used = _used_by(Run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)), by=by)
+    run = _run_model()
+    used = _used_by(run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)), by=by)
     if used:
         raise ApiError(f"dataset {dataset.name!r} is used by {used}", code="in_use", status_code=409)
     paths = [dataset.converted_path]
@@ -490,10 +495,8 @@ def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: in
 def model_delete(*, model: ModelAsset, by) -> None:
     """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
     operator's, or a run's export). In use: CatalogInUse naming the runs."""
-    from rlstudio.runs.models import Run
-
     check_can_change(user=by, item=model, action="delete")
-    used = _used_by(Run.objects.filter(model=model), by=by)
+    used = _used_by(_run_model().objects.filter(model=model), by=by)
     if used:
         raise CatalogInUse(f"model {model.name!r} is used by {used}", code="in_use")
     with transaction.atomic():

@@ -15,6 +15,7 @@ urlpatterns = [
     *auth_urlpatterns,
     path("accounts/", include("rlstudio.accounts.urls")),
     path("runs/", include("rlstudio.runs.urls")),
+    path("runs/", include("rlstudio.demo.urls")),  # the one-click demo's launch
     path("runs/", include("rlstudio.telemetry.urls")),  # samples, groups, prompts of a run (LIVE)
     path("", include("rlstudio.catalog.urls")),
     path("admin/", admin.site.urls),

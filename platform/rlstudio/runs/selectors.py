@@ -3,14 +3,17 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import JSONField, OuterRef, QuerySet, Subquery
 
 from rlstudio.ownership import get_visible_or_404, owned_by_or_staff
-from rlstudio.telemetry.models import MetricRow
 
 from .models import Run, RunConfig
 
 
 def _with_latest_metrics(queryset: QuerySet[Run]) -> QuerySet[Run]:
-    """Annotate `latest_metrics`: the metrics JSON of the run's highest step (None before any)."""
-    latest = MetricRow.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
+    """Annotate `latest_metrics`: the metrics JSON of the run's highest step (None before any).
+
+    The metric rows are telemetry's; they are reached through the run's own reverse relation
+    (`metric_rows`), so that runs does not import telemetry (which depends on runs)."""
+    metric_row = Run._meta.get_field("metric_rows").related_model
+    latest = metric_row.objects.filter(run=OuterRef("pk")).order_by("-step").values("metrics")[:1]
     return queryset.annotate(latest_metrics=Subquery(latest, output_field=JSONField()))
 
 

@@ -3,15 +3,15 @@ from django.urls import path
 
 from rlstudio.telemetry import views as telemetry_views
 
-from . import demo_views, views
+from . import views
 
 app_name = "runs"
 
 urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
+    path("new/preview/", views.run_new_preview, name="new_preview"),  # JSON for the form's preview
     path("quota/", views.quota_page, name="quota"),
-    path("demo/launch/", demo_views.demo_launch_view, name="demo_launch"),
     path("<int:run_id>/", telemetry_views.run_detail, name="detail"),  # the live run page
     path("<int:run_id>/controls/", views.run_controls_view, name="controls"),  # fragment, refreshed live
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),

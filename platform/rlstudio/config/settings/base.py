@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "rlstudio.quotas",
     "axes",  # login / API-token failure throttling (settings/web_hardening.py)
     "rlstudio.registry",
+    "rlstudio.demo",
 ]
 
 MIDDLEWARE = [
@@ -287,6 +288,9 @@ RLSTUDIO_SUBMIT_MAX_RESENDS = env_int("RLSTUDIO_SUBMIT_MAX_RESENDS", 2)
 RLSTUDIO_VALIDATION_RESEND_S = env_float("RLSTUDIO_VALIDATION_RESEND_S", 60)
 # CPUs Ray reserves for one run's entrypoint (the trainer's driver process).
 RLSTUDIO_RUN_NUM_CPUS = 1
+# torch threads a run's processes use (the platform sets trainer.torch_threads; users cannot):
+# 0 = torch's default, the machine's cores.
+RLSTUDIO_RUN_TORCH_THREADS = env_int("RLSTUDIO_RUN_TORCH_THREADS", 0)
 
 # Web hardening (docs/security.md): login / token throttling, the Content-Security-Policy, request
 # body limits enforced before the body is read (rlstudio.config.request_gate).

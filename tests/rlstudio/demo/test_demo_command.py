@@ -22,7 +22,7 @@ from rlstudio.accounts.models import AuditEvent
 from rlstudio.catalog.models import Dataset, ModelAsset
 from rlstudio.catalog.sharing import catalog_set_visibility
 from rlstudio.quotas.models import GpuQuota
-from rlstudio.runs.demo import DEMO_CONFIG_NAME, demo_state, read_status, write_status
+from rlstudio.demo.services import DEMO_CONFIG_NAME, demo_state, read_status, write_status
 from rlstudio.runs.models import Run, RunConfig
 from trainer.recipes import get_recipe
 

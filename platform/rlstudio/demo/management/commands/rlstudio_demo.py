@@ -15,7 +15,7 @@ other users, who launch runs on them without registering anything):
    STATE_DIR/models and reused by later starts;
 5. once the worker has validated the datasets: the saved RunConfig "Demo: tool-calling arithmetic
    (GRPO)", recipe `demo_tool_arith` with the paths of the model and both datasets. Launching it is
-   one click on the runs page (rlstudio.runs.demo).
+   one click on the runs page (rlstudio.demo.services).
 All along it keeps STATE_DIR/demo/status.json current (stage, warm-start steps done), which the
 runs page reads to say "the demo model is being prepared (N s left)"; it ends "ready" or "failed".
 Every step is idempotent: a second call finds everything and only refreshes the config.
@@ -79,7 +79,7 @@ class Command(BaseCommand):
                             help="seconds to wait for the worker to validate the demo datasets")
 
     def handle(self, *args, **opts):
-        from rlstudio.runs.demo import write_status
+        from rlstudio.demo.services import write_status
 
         User = get_user_model()
         if opts["user"]:
@@ -106,7 +106,7 @@ class Command(BaseCommand):
         write_status(**{**self.status, "state": "ready", "stage": "done", "finished": time.time()})
 
     def _stage(self, stage: str, **fields) -> None:
-        from rlstudio.runs.demo import write_status
+        from rlstudio.demo.services import write_status
 
         self.status.update(stage=stage, **fields)
         write_status(**self.status)
@@ -185,7 +185,7 @@ class Command(BaseCommand):
     def _save_config(self, user, model, train, val):
         from rlstudio.accounts.services import audit_record
         from rlstudio.runs import launch
-        from rlstudio.runs.demo import DEMO_CONFIG_NAME, DEMO_RECIPE
+        from rlstudio.demo.services import DEMO_CONFIG_NAME, DEMO_RECIPE
         from rlstudio.runs.models import RunConfig
         from trainer.recipes import REGISTRY
 

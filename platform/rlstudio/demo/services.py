@@ -84,7 +84,7 @@ class DemoState:
 
 def demo_config():
     """The admin's (staff-owned) demo RunConfig, or None."""
-    from .models import RunConfig
+    from rlstudio.runs.models import RunConfig
 
     return (RunConfig.objects.filter(name=DEMO_CONFIG_NAME, owner__is_staff=True)
             .select_related("owner").order_by("id").first())
@@ -147,8 +147,8 @@ def _kit(cfg, *, user: AbstractBaseUser) -> tuple[Any, Any, Any]:
 
 def demo_launch(*, user: AbstractBaseUser):
     """Launch the demo for ``user`` on the shared kit; returns the Run."""
-    from .models import Run
-    from .services import run_new
+    from rlstudio.runs.models import Run
+    from rlstudio.runs.services import run_new
 
     state = demo_state()
     if state.state != "ready":

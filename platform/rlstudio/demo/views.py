@@ -4,8 +4,9 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from .demo import DemoUnavailable, demo_launch
-from .services import RunInputInvalid, RunRefused
+from rlstudio.runs.services import RunInputInvalid, RunRefused
+
+from .services import DemoUnavailable, demo_launch
 
 
 @require_POST
