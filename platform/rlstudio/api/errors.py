@@ -1,7 +1,9 @@
 """The API's one error format: `{"error": {"code", "message", "field", "line"}}` with a 4xx.
 
 Every DRF exception, Django's Http404 / PermissionDenied / ValidationError and `ApiError` (raised
-by services with a code, and optionally the field and line that are wrong) become that shape.
+by services with a code, and optionally the field and line that are wrong) become that shape. A 400
+also carries `"errors": [{"field", "message"}, ...]`: every error found at once (all the serializer's
+fields; every key of a run's config, `ApiError(errors=...)`), the first being the one in `error`.
 """
 from __future__ import annotations
 
@@ -22,15 +24,21 @@ class ApiError(exceptions.APIException):
     default_code = "invalid"
 
     def __init__(self, message: str, *, code: str = "invalid", field: str | None = None,
-                 line: int | None = None, status_code: int | None = None):
+                 line: int | None = None, status_code: int | None = None,
+                 errors: list[dict[str, Any]] | None = None):
         super().__init__(detail=message, code=code)
         self.error_code, self.field, self.line = code, field, line
+        self.errors = errors  # every error found, [{"field", "message"}]; None: this one only
         if status_code is not None:
             self.status_code = status_code
 
 
-def error_body(*, code: str, message: str, field: str | None = None, line: int | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "field": field, "line": line}}
+def error_body(*, code: str, message: str, field: str | None = None, line: int | None = None,
+               errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"error": {"code": code, "message": message, "field": field, "line": line}}
+    if errors is not None:
+        body["errors"] = [{"field": e.get("field"), "message": str(e.get("message", ""))} for e in errors]
+    return body
 
 
 def _first_error(detail: Any, path: str | None = None) -> tuple[str | None, Any]:
@@ -44,6 +52,21 @@ def _first_error(detail: Any, path: str | None = None) -> tuple[str | None, Any]
     return path, detail
 
 
+def _all_errors(detail: Any, path: str | None = None) -> list[dict[str, Any]]:
+    """Every (field path, message) of a nested ValidationError detail, in order."""
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            out += _all_errors(value, None if key == "non_field_errors" else (key if path is None else f"{path}.{key}"))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for item in detail:
+            out += _all_errors(item, path)  # the same field path as `_first_error` gives
+        return out
+    return [{"field": path, "message": str(detail)}]
+
+
 def api_exception_handler(exc, context) -> Response | None:
     """DRF's EXCEPTION_HANDLER: the error shape for everything DRF knows, 400 for Django's
     ValidationError; None (a real 500) only for genuine server bugs."""
@@ -55,11 +78,15 @@ def api_exception_handler(exc, context) -> Response | None:
     if response is None:
         return None
     if isinstance(exc, ApiError):
-        body = error_body(code=exc.error_code, message=str(exc.detail), field=exc.field, line=exc.line)
+        errors = exc.errors
+        if errors is None and response.status_code == 400:
+            errors = [{"field": exc.field, "message": str(exc.detail)}]
+        body = error_body(code=exc.error_code, message=str(exc.detail), field=exc.field, line=exc.line,
+                          errors=errors)
     elif isinstance(exc, exceptions.ValidationError):
         field, first = _first_error(exc.detail)
         code = getattr(first, "code", None) or "invalid"
-        body = error_body(code=code, message=str(first), field=field)
+        body = error_body(code=code, message=str(first), field=field, errors=_all_errors(exc.detail))
     elif isinstance(exc, (Http404, exceptions.NotFound)):
         body = error_body(code="not_found", message="Not found.")
     elif isinstance(exc, DjangoPermissionDenied):

@@ -39,6 +39,16 @@ def _invalid(exc: RunInputInvalid) -> ApiError:
     return ApiError(str(exc), code="invalid", field=exc.field)
 
 
+def _invalid_all(exc: RunInputInvalid, **inputs) -> ApiError:
+    """A refused new run: `error` is what the service raised, `errors` everything wrong with the same
+    inputs at once (`preview.check_all`: each override and config key on its own, then the first
+    cross-field error)."""
+    from .preview import FieldError, check_all, merge
+
+    errors = merge(FieldError(exc.field, str(exc)), check_all(**inputs).errors)
+    return ApiError(str(exc), code="invalid", field=exc.field, errors=[e.as_dict() for e in errors])
+
+
 def _lookup(getter, *, user, field: str, value, kind: str | None = None):
     """A referenced object the caller may see; another user's (or a missing) one is a 400 on the field
     (`kind`: the getter's id keyword when it differs from the field, e.g. val_dataset -> dataset)."""
@@ -98,12 +108,12 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
                 raise ApiError(f"no config with id {d['config_id']}", field="config_id") from None
         if config is not None and not isinstance(config, dict):
             raise ApiError("config must be an object", field="config")
+        inputs = dict(dataset=dataset, val_dataset=val_dataset, model=model, gpus=d["gpus"],
+                      preset=d.get("preset") or None, config=config, overrides=d.get("overrides"))
         try:
-            run = run_new(owner=user, name=d["name"], dataset=dataset, val_dataset=val_dataset, model=model,
-                          gpus=d["gpus"], preset=d.get("preset") or None, config=config, saved=saved,
-                          overrides=d.get("overrides"), tool_set=d.get("tool_set") or "")
+            run = run_new(owner=user, name=d["name"], saved=saved, tool_set=d.get("tool_set") or "", **inputs)
         except RunInputInvalid as exc:
-            raise _invalid(exc) from None
+            raise _invalid_all(exc, base=saved, **inputs) from None
         except RunRefused as exc:
             raise _refused(exc) from None
         return self._answer(run)

@@ -1,7 +1,9 @@
 """The run form: dataset, model, preset, the important fields, whole-config YAML, dotted overrides.
 
 The form only collects; `rlstudio.runs.services.run_new` validates the config with the trainer's
-schema and the view maps its error (which names the key) back onto the form.
+schema, and on a refusal `rlstudio.runs.preview.check_all` finds every error of the same inputs; the
+view puts each on its field (`field_for_error`: an important field, the overrides or the YAML where
+the key was typed). `config_inputs` are those inputs, for the service, the check and the preview.
 """
 from __future__ import annotations
 
@@ -67,6 +69,29 @@ class RunForm(forms.Form):
             if line.strip() and not line.strip().startswith("#"):
                 out.append(line.strip())
         return out
+
+    def config_inputs(self, *, config=None) -> dict | None:
+        """The config's inputs from what cleaned (None without a valid preset and GPUs): the preset or a
+        saved config, the whole config `config` (parsed YAML), the overrides, dataset, model, GPUs."""
+        d = getattr(self, "cleaned_data", {})
+        if "preset" not in d or "gpus" not in d or d.get("gpus") is None:
+            return None
+        saved = d["saved_config"].config if d.get("saved_config") else None
+        return {"preset": d["preset"], "config": config, "base": None if config else saved,
+                "overrides": self.override_list(), "dataset": d.get("dataset"), "val_dataset": d.get("val_dataset"),
+                "model": d.get("model"), "gpus": d["gpus"]}
+
+    def field_for_error(self, field: str, *, source: str = "", typed: set[str] = frozenset()) -> str | None:
+        """The form field an error belongs on: the field of its config key, else where the key was typed
+        (the overrides, the YAML), else the form as a whole (None)."""
+        mapped = self.field_for_key(field)
+        if mapped:
+            return mapped
+        if source == "overrides" or field.startswith("overrides") or field in typed:
+            return "overrides"
+        if source == "config" or (self.data.get("config_yaml") or "").strip():
+            return "config_yaml"
+        return None
 
     def field_for_key(self, key: str) -> str | None:
         """The form field that shows errors for a config key."""

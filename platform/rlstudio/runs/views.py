@@ -75,43 +75,114 @@ def _form(request, data=None):
                    tool_sets=tool_set_names(), rewards=reward_names(), initial={"preset": "cpu_smoke", "gpus": 0})
 
 
+def _add_errors(form, errors, *, typed: set[str]) -> None:
+    """Each error on its field of the form (`RunForm.field_for_error`), keyed by what it names."""
+    for err in errors:
+        where = form.field_for_error(err.field, source=err.source, typed=typed)
+        if where is not None and where in form.errors and any(err.message in e for e in form.errors[where]):
+            continue  # the form's own cleaning said it already
+        form.add_error(where, f"{err.field}: {err.message}")
+
+
+def _config_errors(form, first=None, *, config=None):
+    """`first` (what the service refused) and every other error of the form's config inputs."""
+    from .preview import check_all, merge
+
+    inputs = form.config_inputs(config=config)
+    found = check_all(**inputs) if inputs is not None else None
+    return merge(first, found.errors if found else []), (found.override_keys if found else set())
+
+
 @login_required
 def run_new(request):
-    """GET: the run form. POST: validate with the trainer's schema, save (optional) and launch."""
+    """GET: the run form. POST: validate with the trainer's schema, save (optional) and launch; when
+    refused, every error of the inputs is shown at once, each on its field."""
     from django.contrib import messages
     from django.shortcuts import redirect
 
     from .launch import ConfigInvalid, parse_config_text
+    from .preview import FieldError
     from .services import RunInputInvalid, RunRefused, run_config_save
     from .services import run_new as service_run_new
 
     form = _form(request, request.POST if request.method == "POST" else None)
-    if request.method == "POST" and form.is_valid():
+    if request.method == "POST" and not form.is_valid():
+        config = None
+        try:
+            if (form.data.get("config_yaml") or "").strip():
+                config = parse_config_text(form.data["config_yaml"])
+        except ConfigInvalid:
+            pass  # the YAML's own error is shown once the form's fields are right
+        errors, typed = _config_errors(form, config=config)
+        _add_errors(form, errors, typed=typed)
+    elif request.method == "POST":
         d = form.cleaned_data
-        saved = d["saved_config"].config if d.get("saved_config") else None
         config = None
         try:
             if d.get("config_yaml", "").strip():
-                config, saved = parse_config_text(d["config_yaml"]), None
+                config = parse_config_text(d["config_yaml"])
+            inputs = form.config_inputs(config=config)
             with transaction.atomic():
                 if d.get("save_as"):
-                    run_config_save(owner=request.user, name=d["save_as"], config=config or saved,
-                                    preset=d["preset"], overrides=form.override_list())
+                    try:
+                        run_config_save(owner=request.user, name=d["save_as"], config=config or inputs["base"],
+                                        preset=d["preset"], overrides=form.override_list())
+                    except RunInputInvalid as exc:
+                        if exc.field == "name":  # the saved config's name is the form's save_as
+                            raise RunInputInvalid(str(exc), field="save_as") from None
+                        raise
                 run = service_run_new(
                     owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
-                    model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=saved,
-                    overrides=form.override_list(), tool_set=d.get("tool_set") or "",
+                    model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=inputs["base"],
+                    overrides=inputs["overrides"], tool_set=d.get("tool_set") or "",
                 )
-        except ConfigInvalid as exc:
+        except ConfigInvalid as exc:  # the YAML does not parse
             form.add_error(form.field_for_key(exc.key) or "config_yaml", f"{exc.key}: {exc.message}")
         except RunInputInvalid as exc:
-            form.add_error(form.field_for_key(exc.field), f"{exc.field}: {exc}")
+            errors, typed = _config_errors(form, FieldError(exc.field, str(exc)), config=config)
+            _add_errors(form, errors, typed=typed)
         except RunRefused as exc:
             form.add_error(None, str(exc))
         else:
             messages.success(request, f"Run “{run.name}” is {run.status}.")
-            return redirect("runs:detail", run_id=run.pk)
+            return redirect("telemetry:run", run_id=run.pk)
     return render(request, "runs/run_form.html", {"form": form}, status=400 if form.errors else 200)
+
+
+@login_required
+def run_new_preview(request):
+    """POST (the form's fields, as the form posts them): JSON with every error of the inputs (each with
+    the form field it belongs on), the preset's adaptations to the GPUs or CPU, the effective config as
+    YAML lines marked where they differ from the preset, and the memory estimate per device. Nothing is
+    stored; the form's script (static/js/run_form.js) calls it as the user edits."""
+    from django.http import HttpResponseNotAllowed, JsonResponse
+
+    from .launch import ConfigInvalid, parse_config_text
+    from .preview import FieldError, preview
+
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
+    form = _form(request, request.POST)
+    form.is_valid()
+    errors = [FieldError(name, message) for name, items in form.errors.as_data().items() for e in items
+              if e.code != "required" for message in e.messages]  # nothing typed yet is no error yet
+    config = None
+    if (form.data.get("config_yaml") or "").strip():
+        try:
+            config = parse_config_text(form.data["config_yaml"])
+        except ConfigInvalid as exc:
+            errors.append(FieldError(exc.key, exc.message, "config"))
+    inputs = form.config_inputs(config=config)
+    body = {"errors": [], "adapted": [], "lines": [], "yaml": "", "memory": None, "resources": "", "reference": ""}
+    typed: set[str] = set()
+    if inputs is not None and not any(e.source == "config" for e in errors):
+        body = preview(**inputs, adapt=True)
+        typed = {line.split("=", 1)[0].strip() for line in inputs["overrides"] if isinstance(line, str)}
+        errors += [FieldError(e["field"], e["message"], e.get("source", "")) for e in body["errors"]]
+    body["errors"] = [{"field": e.field, "message": e.message,
+                       "form_field": e.field if e.field in form.fields else
+                       form.field_for_error(e.field, source=e.source, typed=typed)} for e in errors]
+    return JsonResponse(body)
 
 
 def _control(request, run_id: int, do):
@@ -130,7 +201,7 @@ def _control(request, run_id: int, do):
     except (RunRefused, RunInputInvalid) as exc:
         messages.error(request, str(exc))
         target = run
-    return redirect("runs:detail", run_id=target.pk)
+    return redirect("telemetry:run", run_id=target.pk)
 
 
 @login_required

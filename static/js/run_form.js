@@ -1,0 +1,122 @@
+// The new-run form's preview (RUNS): as the user edits, the form's fields are posted to
+// /runs/new/preview/ (data-preview-url) and the answer is shown beside the form: every error at
+// once (also under its field), what was adapted to the GPUs or CPU, the memory estimate per device
+// and the effective config as YAML with the keys that differ from the preset highlighted.
+// Everything from the server is put in with textContent (never as HTML): config values are user text.
+(function () {
+  "use strict";
+  var form = document.getElementById("run-form");
+  var panel = document.getElementById("run-preview");
+  if (!form || !panel || !window.fetch || !window.FormData) { return; }
+  var url = form.getAttribute("data-preview-url");
+  var timer = null, inflight = null, seq = 0;
+
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) { node.className = cls; }
+    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    return node;
+  }
+  function clear(node) { while (node.firstChild) { node.removeChild(node.firstChild); } }
+  function show(node, on) { if (on) { node.removeAttribute("hidden"); } else { node.setAttribute("hidden", ""); } }
+  function value(v) { return v === null || v === undefined ? "null" : (typeof v === "object" ? JSON.stringify(v) : String(v)); }
+  function gib(x) { return (x < 0.01 && x > 0 ? "< 0.01" : x.toFixed(2)) + " GiB"; }
+
+  function renderErrors(errors) {
+    var list = document.getElementById("preview-errors");
+    clear(list);
+    document.querySelectorAll("[data-live-for]").forEach(function (span) { clear(span); });
+    errors.forEach(function (e) {
+      var text = e.field + ": " + e.message;
+      list.appendChild(el("li", "", text));
+      var span = e.form_field && document.querySelector("[data-live-for='" + e.form_field + "']");
+      if (span) { span.appendChild(el("span", "live-item", text)); }
+    });
+    show(list, errors.length > 0);
+  }
+
+  function renderAdapted(body) {
+    var node = document.getElementById("preview-adapted");
+    clear(node);
+    if (!body.adapted || !body.adapted.length) { show(node, false); return; }
+    node.appendChild(el("strong", "", "adapted for " + body.resources + ": "));
+    body.adapted.forEach(function (a, i) {
+      var item = el("span", "adapted-item", a.key + " " + value(a.before) + " \u2192 " + value(a.after));
+      item.title = a.reason;
+      node.appendChild(item);
+      if (i < body.adapted.length - 1) { node.appendChild(document.createTextNode(", ")); }
+    });
+    show(node, true);
+  }
+
+  function renderMemory(mem) {
+    var box = document.getElementById("preview-memory");
+    clear(box);
+    if (!mem) { box.appendChild(el("p", "muted small", "Pick a model to see it.")); return; }
+    if (mem.error) { box.appendChild(el("p", "muted small", mem.error)); return; }
+    var table = el("table", "memory-table");
+    table.id = "memory-table";
+    var head = el("tr");
+    ["", "per device", ""].forEach(function (h) { head.appendChild(el("th", "", h)); });
+    table.appendChild(head);
+    mem.lines.forEach(function (line) {
+      var tr = el("tr");
+      tr.appendChild(el("td", "", line.name));
+      tr.appendChild(el("td", "num", gib(line.gib)));
+      tr.appendChild(el("td", "muted small", line.note));
+      table.appendChild(tr);
+    });
+    var peak = el("tr", "peak");
+    peak.appendChild(el("td", "", "peak (" + mem.peak_phase + " phase)"));
+    peak.appendChild(el("td", "num", gib(mem.peak_gib)));
+    peak.appendChild(el("td", "muted small", "of " + gib(mem.capacity_gib) + (mem.device === "cpu" ? " (this machine's memory)" : " per GPU") +
+                         ", " + mem.workers + " worker" + (mem.workers > 1 ? "s" : "") + ", rollout engine " + mem.engine));
+    table.appendChild(peak);
+    box.appendChild(table);
+    if (mem.warning) {
+      var warn = el("p", "memory-warning", "\u26a0 " + mem.warning);
+      warn.id = "memory-warning";
+      box.appendChild(warn);
+    }
+  }
+
+  function renderYaml(body) {
+    var pre = document.getElementById("preview-yaml");
+    clear(pre);
+    document.getElementById("preview-reference").textContent = body.reference || "the preset";
+    (body.lines || []).forEach(function (line) {
+      var span = el("span", line.mark ? "line mark-" + line.mark : "line", line.text);
+      span.setAttribute("data-key", line.key);
+      if (line.mark) { span.title = line.mark + "; was " + value(line.before); }
+      pre.appendChild(span);
+      pre.appendChild(document.createTextNode("\n"));
+    });
+  }
+
+  function refresh() {
+    var mine = ++seq;
+    var state = document.getElementById("preview-state");
+    state.textContent = "updating\u2026";
+    if (inflight && inflight.abort) { inflight.abort(); }
+    inflight = window.AbortController ? new AbortController() : null;
+    fetch(url, { method: "POST", body: new FormData(form), credentials: "same-origin",
+                 headers: { "Accept": "application/json" }, signal: inflight ? inflight.signal : undefined })
+      .then(function (r) { return r.ok ? r.json() : Promise.reject(new Error("HTTP " + r.status)); })
+      .then(function (body) {
+        if (mine !== seq) { return; }
+        renderErrors(body.errors || []);
+        renderAdapted(body);
+        renderMemory(body.memory);
+        renderYaml(body);
+        state.textContent = (body.errors || []).length ? (body.errors.length + " error" + (body.errors.length > 1 ? "s" : "")) : "";
+        panel.setAttribute("data-ready", String(mine));
+      })
+      .catch(function (err) {
+        if (mine === seq && err.name !== "AbortError") { state.textContent = "preview unavailable (" + err.message + ")"; }
+      });
+  }
+  function later() { clearTimeout(timer); timer = setTimeout(refresh, 350); }
+  form.addEventListener("input", later);
+  form.addEventListener("change", later);
+  refresh();
+}());

@@ -1,0 +1,103 @@
+"""Every error of a new run's config at once, and the effective config preview (runs/preview.py)."""
+import pytest
+import yaml
+
+from rlstudio.runs import launch, preview
+
+pytestmark = pytest.mark.django_db  # the gate reads the operator's reward registry
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from trainer.models.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("m") / "tiny", preset="smoke", seed=0)
+
+
+@pytest.fixture
+def tiny(tiny_dir):
+    return type("M", (), {"path": str(tiny_dir), "trust_remote_code": False, "num_parameters": None})()
+
+
+def _fields(checked):
+    return [e.field for e in checked.errors]
+
+
+def test_every_bad_override_is_reported_with_the_first_cross_field_error(tiny):
+    checked = preview.check_all(preset="cpu_smoke", gpus=0, model=tiny, adapt=True, overrides=[
+        "actor_rollout_ref.rollout.n=abc",            # type
+        "trainer.default_local_dir=/etc",              # the platform's key
+        "actor_rollout_ref.rollout.temperature=99",    # out of bounds
+        "data.no_such_key=1",                          # unknown
+        5,                                             # not a string
+        "data.train_batch_size=3",                     # fine alone, but then 3 % ppo_mini_batch_size 2 != 0
+    ])
+    assert _fields(checked) == ["actor_rollout_ref.rollout.n", "trainer.default_local_dir",
+                                "actor_rollout_ref.rollout.temperature", "data.no_such_key", "overrides[4]",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size"]
+    assert "set by the platform" in checked.errors[1].message
+    assert checked.errors[0].source == "overrides" and checked.errors[-1].source == ""
+    # the same inputs, one at a time, as build_config raises them: its first is in the list
+    with pytest.raises(launch.ConfigInvalid) as err:
+        launch.build_config(preset="cpu_smoke", gpus=0, model=tiny, overrides=["actor_rollout_ref.rollout.n=abc"])
+    assert err.value.key in _fields(checked)
+
+
+def test_mapping_overrides_and_a_whole_config_are_checked_key_by_key(tiny):
+    checked = preview.check_all(preset="cpu_smoke", gpus=0, model=tiny,
+                                overrides={"trainer.launcher": "ray", "trainer.n_gpus_per_node": 2})
+    assert _fields(checked) == ["trainer.launcher", "trainer.n_gpus_per_node"]
+    checked = preview.check_all(config={"data": {"max_prompt_length": "long", "train_batch_size": 4},
+                                        "trainer": {"resume_from_path": "/x/global_step_1", "logger": ["wandb"]},
+                                        "nonsense": 1}, gpus=0, model=tiny)
+    # then the cross-field check: 4 prompts cannot hold the default mini batch of 256
+    assert _fields(checked) == ["data.max_prompt_length", "trainer.resume_from_path", "trainer.logger[0]", "nonsense",
+                                "actor_rollout_ref.actor.ppo_mini_batch_size"]
+
+
+def test_no_errors_and_the_preview_matches_what_the_run_gets(tiny):
+    inputs = dict(preset="gsm8k_multiturn_grpo", gpus=0, model=tiny, adapt=True,
+                  overrides=["actor_rollout_ref.rollout.n=4"])
+    assert preview.check_all(**inputs).errors == []
+    shown = preview.preview(**inputs)
+    built = launch.build_config(**inputs)
+    assert yaml.safe_load(shown["yaml"]) == built
+    marks = {line["key"]: line["mark"] for line in shown["lines"] if line["mark"]}
+    assert marks["actor_rollout_ref.rollout.n"] == "yours"
+    assert marks["actor_rollout_ref.rollout.name"] == "adapted"
+    assert marks["trainer.device"] == marks["trainer.n_gpus_per_node"] == marks["actor_rollout_ref.model.path"] == "platform"
+    assert "data.train_batch_size" not in marks  # as the preset has it
+    line = next(x for x in shown["lines"] if x["key"] == "actor_rollout_ref.rollout.n")
+    assert line["before"] == 16 and line["text"] == "    n: 4"
+    adapted = {a["key"]: (a["before"], a["after"]) for a in shown["adapted"]}
+    assert adapted == {"actor_rollout_ref.rollout.name": ("sglang", "hf"), "trainer.device": ("cuda", "cpu"),
+                       "trainer.n_gpus_per_node": (8, 1)}
+    assert shown["resources"] == "CPU" and shown["reference"] == "the preset gsm8k_multiturn_grpo"
+    mem = shown["memory"]
+    assert mem["device"] == "cpu" and mem["engine"] == "hf" and mem["fits"]
+    names = [x["name"] for x in mem["lines"]]
+    assert names[:4] == ["actor weights", "actor gradients", "optimizer states", "reference weights"]
+    assert "rollout KV cache" in names
+    # the preset's 256 prompts x 4 samples, (1,024 + 1,024) tokens, 2 x 2 layers x 2 kv heads x 16, float32
+    kv = next(x for x in mem["lines"] if x["name"] == "rollout KV cache")
+    assert kv["bytes"] == 256 * 4 * 2048 * (2 * 2 * 2 * 16) * 4
+
+
+def test_a_missing_config_json_gives_no_estimate_but_a_reason(tmp_path):
+    model = type("M", (), {"path": str(tmp_path), "trust_remote_code": False, "num_parameters": None})()
+    shown = preview.preview(preset="cpu_smoke", gpus=0, model=model)
+    assert shown["memory"] == {"error": "no estimate: the model folder has no readable config.json"}
+    assert preview.preview(preset="cpu_smoke", gpus=0)["memory"] is None
+
+
+def test_yaml_lines_load_back_and_keep_odd_values_escaped_by_yaml():
+    cfg = launch.preset_config("cpu_smoke").to_dict()
+    cfg["trainer"]["experiment_name"] = "a: b # c"
+    cfg["reward"]["reward_kwargs"] = {"k": [1, 2], "s": "x\ny"}
+    lines = preview.yaml_lines(cfg)
+    assert yaml.safe_load("\n".join(x["text"] for x in lines)) == cfg
+
+
+def test_merge_puts_the_services_error_first_once():
+    a, b = preview.FieldError("x", "bad"), preview.FieldError("y", "worse")
+    assert preview.merge(b, [a, b]) == [b, a]

@@ -1,0 +1,127 @@
+"""The new-run form and the API show every error at once; the form's preview (POST /runs/new/preview/)."""
+import re
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from rlstudio.catalog.models import ModelAsset
+from rlstudio.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from trainer.models.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("m") / "tiny", preset="smoke", seed=0)
+
+
+@pytest.fixture
+def ready(alice, make_dataset, tiny_dir):
+    return {"dataset": make_dataset(alice, status="ready"),
+            "model": ModelAsset.objects.create(owner=alice, name="tiny", path=str(tiny_dir))}
+
+
+@pytest.fixture
+def page(alice):
+    c = Client()
+    c.force_login(alice)
+    return c
+
+
+def _form(ready, **extra):
+    return {"name": "f1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
+            "gpus": 0, **extra}
+
+
+def _field_text(html: str, field: str) -> str:
+    match = re.search(rf'<p data-field="{field}">(.*?)</p>', html, re.S)
+    assert match, field
+    return match.group(1)
+
+
+BAD = "actor_rollout_ref.rollout.temperature=99\ntrainer.default_local_dir=/etc\n"
+
+
+def test_the_form_shows_every_error_on_its_field(page, ready):
+    resp = page.post("/runs/new/", _form(ready, overrides=BAD, samples_per_prompt=0))
+    assert resp.status_code == 400
+    html = resp.content.decode()
+    overrides = _field_text(html, "overrides")
+    assert "actor_rollout_ref.rollout.temperature: must be &lt;= 10, got 99" in overrides
+    assert "trainer.default_local_dir: set by the platform" in overrides
+    assert "actor_rollout_ref.rollout.n: must be &gt;= 1, got 0" in _field_text(html, "samples_per_prompt")
+    assert "Not launched" in html and Run.objects.count() == 0
+
+
+def test_an_empty_name_and_config_errors_show_together(page, ready):
+    resp = page.post("/runs/new/", _form(ready, name="", overrides=BAD))
+    html = resp.content.decode()
+    assert resp.status_code == 400
+    assert "This field is required" in _field_text(html, "name")
+    assert "temperature" in _field_text(html, "overrides") and "default_local_dir" in _field_text(html, "overrides")
+
+
+def test_a_saved_config_name_taken_is_shown_on_save_as(page, ready, alice):
+    assert page.post("/runs/new/", _form(ready, save_as="mine", name="a")).status_code == 302
+    resp = page.post("/runs/new/", _form(ready, save_as="mine", name="b"))
+    assert resp.status_code == 400 and "already have a config named" in _field_text(resp.content.decode(), "save_as")
+
+
+def test_the_gpu_preset_launches_on_the_cpu_without_overrides(page, ready):
+    resp = page.post("/runs/new/", _form(ready, preset="gsm8k_multiturn_grpo"))
+    assert resp.status_code == 302, resp.content.decode()[-3000:]
+    run = Run.objects.get(name="f1")
+    assert run.config["actor_rollout_ref"]["rollout"]["name"] == "hf" and run.config["trainer"]["device"] == "cpu"
+
+
+def test_preview_of_the_gpu_preset_on_the_cpu(page, ready):
+    body = page.post("/runs/new/preview/", _form(ready, preset="gsm8k_multiturn_grpo", name="",
+                                                 samples_per_prompt=4)).json()
+    assert body["errors"] == []  # the empty name is not an error yet: nothing typed
+    assert body["resources"] == "CPU"
+    assert {a["key"] for a in body["adapted"]} == {"actor_rollout_ref.rollout.name", "trainer.device",
+                                                  "trainer.n_gpus_per_node"}
+    marks = {line["key"]: line["mark"] for line in body["lines"] if line["mark"]}
+    assert marks["actor_rollout_ref.rollout.n"] == "yours" and marks["actor_rollout_ref.rollout.name"] == "adapted"
+    assert "    name: hf" in body["yaml"]
+    mem = body["memory"]
+    assert mem["device"] == "cpu" and mem["fits"] and mem["lines"][0]["name"] == "actor weights"
+    assert mem["lines"][0]["bytes"] == 4 * 177_024
+
+
+def test_preview_lists_each_error_with_its_form_field(page, ready):
+    body = page.post("/runs/new/preview/", _form(ready, overrides=BAD, samples_per_prompt=0, gpus=-1)).json()
+    assert [(e["field"], e["form_field"]) for e in body["errors"]] == [("gpus", "gpus")]  # no config without GPUs
+    body = page.post("/runs/new/preview/", _form(ready, overrides=BAD, samples_per_prompt=0)).json()
+    got = [(e["field"], e["form_field"]) for e in body["errors"]]
+    assert got == [("actor_rollout_ref.rollout.n", "samples_per_prompt"),
+                   ("actor_rollout_ref.rollout.temperature", "overrides"),
+                   ("trainer.default_local_dir", "overrides")]
+    yaml_error = page.post("/runs/new/preview/", _form(ready, config_yaml="data: [unclosed")).json()["errors"]
+    assert yaml_error[0]["field"] == "config" and yaml_error[0]["form_field"] == "config_yaml"
+
+
+def test_preview_needs_a_login_and_a_post(ready, page):
+    assert Client().post("/runs/new/preview/", _form(ready)).status_code == 302
+    assert page.get("/runs/new/preview/").status_code == 405
+
+
+def test_the_api_answers_every_error_with_the_first_as_error(alice, ready):
+    api = APIClient()
+    api.force_authenticate(alice)
+    body = {"name": "r", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
+            "overrides": ["actor_rollout_ref.rollout.temperature=99", "trainer.default_local_dir=/etc",
+                          "actor_rollout_ref.rollout.n=x"]}
+    resp = api.post("/api/v1/runs/", body, format="json")
+    assert resp.status_code == 400
+    data = resp.json()
+    assert data["errors"][0] == {"field": data["error"]["field"], "message": data["error"]["message"]}
+    assert {e["field"] for e in data["errors"]} == {"actor_rollout_ref.rollout.temperature",
+                                                   "trainer.default_local_dir", "actor_rollout_ref.rollout.n"}
+    # the serializer's own errors: every field at once too
+    data = api.post("/api/v1/runs/", {"gpus": -1}, format="json").json()
+    assert {e["field"] for e in data["errors"]} >= {"name", "dataset", "model", "gpus"}
+    assert data["errors"][0]["field"] == data["error"]["field"]
