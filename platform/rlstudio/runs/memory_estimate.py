@@ -269,7 +269,7 @@ def device_capacity(*, gpus: int) -> int:
     if gpus > 0:
         from django.conf import settings
 
-        return int(float(getattr(settings, "RLSTUDIO_GPU_MEMORY_GB", 80) or 80) * GIB)
+        return int(float(settings.RLSTUDIO_GPU_MEMORY_GB) * GIB)
     import psutil
 
     return int(psutil.virtual_memory().total)

@@ -143,3 +143,13 @@ def test_read_model_config_refuses_what_it_cannot_use(tmp_path):
     (tmp_path / "config.json").write_text(" " * (2 << 20))
     with pytest.raises(ModelConfigUnreadable, match="larger than 1 MiB"):
         read_model_config(tmp_path)
+
+
+def test_device_capacity_from_settings_and_the_machine(settings):
+    import psutil
+
+    from rlstudio.runs.memory_estimate import device_capacity
+
+    settings.RLSTUDIO_GPU_MEMORY_GB = 141
+    assert device_capacity(gpus=2) == 141 * GIB
+    assert device_capacity(gpus=0) == psutil.virtual_memory().total

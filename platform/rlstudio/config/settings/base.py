@@ -291,6 +291,8 @@ RLSTUDIO_RUN_NUM_CPUS = 1
 # torch threads a run's processes use (the platform sets trainer.torch_threads; users cannot):
 # 0 = torch's default, the machine's cores.
 RLSTUDIO_RUN_TORCH_THREADS = env_int("RLSTUDIO_RUN_TORCH_THREADS", 0)
+# GiB of one GPU, for the new-run form's memory estimate (runs/memory_estimate.py); the CPU's is the RAM.
+RLSTUDIO_GPU_MEMORY_GB = env_float("RLSTUDIO_GPU_MEMORY_GB", 80)
 
 # Web hardening (docs/security.md): login / token throttling, the Content-Security-Policy, request
 # body limits enforced before the body is read (rlstudio.config.request_gate).
