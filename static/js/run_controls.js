@@ -15,6 +15,42 @@
   // is the server's own template, escaped there. The card is replaced only when the run's state
   // changed (its forms carry fresh CSRF tokens on every fetch, and a button must not move under a
   // click); otherwise only the step and progress are copied over. The checkpoint box keeps its tick.
+  // Either way the run's times (started, finished, duration, last heartbeat: elements marked
+  // data-run-field, in the card and in the page's details) and the status named by the launch's flash
+  // message are copied from the fresh card, and the duration and the heartbeat's age tick every second
+  // from the card's clock (server seconds; the skew to this browser's clock is taken at each refresh).
+  var skew = 0;  // server seconds minus browser seconds
+  function readClock(card) {
+    var times = card && card.querySelector(".run-times");
+    if (times && times.getAttribute("data-now")) { skew = Number(times.getAttribute("data-now")) - Date.now() / 1000; }
+  }
+  function setField(name, text, except) {
+    document.querySelectorAll("[data-run-field='" + name + "']").forEach(function (el) {
+      if ((!except || !except.contains(el)) && el.textContent !== text) { el.textContent = text; }
+    });
+  }
+  function copyFields(fresh, now) {
+    fresh.querySelectorAll("[data-run-field]").forEach(function (el) {
+      setField(el.getAttribute("data-run-field"), el.textContent, now);
+    });
+    setField("status", fresh.getAttribute("data-status"), now);
+    var bar = fresh.querySelector(".run-progress progress"), details = document.getElementById("live-progress");
+    if (bar && details) { details.value = bar.value; }
+  }
+  function hms(seconds) {
+    var s = Math.max(0, Math.floor(seconds));
+    var two = function (n) { return (n < 10 ? "0" : "") + n; };
+    return Math.floor(s / 3600) + ":" + two(Math.floor(s % 3600 / 60)) + ":" + two(s % 60);
+  }
+  function tickClock() {
+    var times = document.querySelector("#run-controls .run-times");
+    if (!times) { return; }
+    var started = Number(times.getAttribute("data-started")), finished = Number(times.getAttribute("data-finished"));
+    var beat = Number(times.getAttribute("data-heartbeat"));
+    var now = Date.now() / 1000 + skew;
+    if (started) { setField("duration", hms((finished || now) - started)); }
+    if (beat && !finished) { setField("heartbeat_ago", "(" + Math.max(0, Math.round(now - beat)) + " s ago)"); }
+  }
   var refreshing = false;
   function refreshControls() {
     var card = document.getElementById("run-controls");
@@ -29,13 +65,19 @@
         var fresh = holder.querySelector("#run-controls");
         var now = document.getElementById("run-controls");
         if (!fresh || !now) { return; }
+        copyFields(fresh, now);
+        readClock(fresh);
         if (fresh.getAttribute("data-status") !== now.getAttribute("data-status")) {
           var box = now.querySelector("input[name=checkpoint]");
           var freshBox = fresh.querySelector("input[name=checkpoint]");
           if (box && freshBox) { freshBox.checked = box.checked; }
           now.replaceWith(fresh);
+          tickClock();
           return;
         }
+        var times = now.querySelector(".run-times"), freshTimes = fresh.querySelector(".run-times");
+        if (times && freshTimes) { times.replaceWith(freshTimes); }
+        tickClock();
         var progress = [".run-progress [data-field=step]", ".run-progress [data-field=total_steps]", ".run-progress progress"];
         progress.forEach(function (sel) {
           var a = now.querySelector(sel), b = fresh.querySelector(sel);
@@ -52,6 +94,17 @@
     if (!card || card.getAttribute("data-live") !== "1") { return; }  // a finished run stays as it is
     window.setTimeout(function () { refreshControls(); tick(); }, 5000);
   })();
+  var first = document.getElementById("run-controls");
+  if (first && first.getAttribute("data-live") === "1") {
+    readClock(first);
+    tickClock();
+    (function clock() {
+      var card = document.getElementById("run-controls");
+      if (!card || card.getAttribute("data-live") !== "1") { return; }
+      tickClock();
+      window.setTimeout(clock, 1000);
+    })();
+  }
   var box = document.getElementById("run-logs");
   if (!box) { return; }
   var pre = box.querySelector(".log-tail");

@@ -72,18 +72,39 @@ def queue_position(*, run: Run) -> int | None:
     return Run.objects.filter(status="queued").filter(models_q_earlier(run)).count() + 1
 
 
+def run_duration(run: Run, *, now=None) -> str:
+    """H:MM:SS from start to finish (to `now` while it runs); "" before it started."""
+    if run.started is None:
+        return ""
+    from django.utils import timezone
+
+    seconds = max(int(((run.finished or now or timezone.now()) - run.started).total_seconds()), 0)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
 def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     """Context for templates/runs/_controls.html and _logs.html (LIVE merges it into the run page).
 
-    `can_*` say which buttons make sense now; `progress` is 0–100 when total steps are known.
+    `can_*` say which buttons make sense now; `progress` is 0–100 when total steps are known;
+    `duration` is run_duration's; `clock` holds unix seconds (server's now, started, finished, last
+    heartbeat; "" when unset) from which run_controls.js keeps the duration and the heartbeat's age
+    ticking between two refreshes of the card.
     """
+    from django.utils import timezone
+
     progress = None
     if run.total_steps:
         progress = min(100, round(100 * run.step / run.total_steps))
     status = run.status
+    now = timezone.now()
+    clock = {"now": f"{now.timestamp():.3f}"}
+    for key, value in (("started", run.started), ("finished", run.finished), ("heartbeat", run.last_heartbeat)):
+        clock[key] = f"{value.timestamp():.3f}" if value is not None else ""
     return {
         "run": run,
         "progress": progress,
+        "duration": run_duration(run, now=now),
+        "clock": clock,
         "queue_position": queue_position(run=run),
         "can_stop": status in ("queued", "running"),
         "can_force_stop": status in ("running", "stopping"),

@@ -2,7 +2,8 @@
 
 Pure reads returning plain dicts (the API answers them as JSON, the pages embed them with
 json_script): metrics per step, sample summaries with filters, one sample whole, a GRPO group with
-its statistics, one prompt across training, the memory timeline and the log tail.
+its statistics (the trainer's own where its samples carry them), one prompt across training, the
+memory timeline and the log tail.
 """
 from __future__ import annotations
 
@@ -143,46 +144,72 @@ def sample_detail_dict(s: Sample) -> dict[str, Any]:
     return {**sample_summary_dict(s), "messages": transcript.get("messages", []),
             "reward_extra": transcript.get("reward_extra") or {},
             "ground_truth": transcript.get("ground_truth"), "data_source": transcript.get("data_source"),
-            "validation": bool(transcript.get("validation")), "token_view": s.token_view}
+            "validation": bool(transcript.get("validation")), "token_view": s.token_view,
+            **{k: transcript.get(k) for k in _TRAINER_GROUP_KEYS}}
 
 
-def group_stats(rewards: list[float]) -> dict[str, Any]:
-    """Mean and (unbiased, as GRPO's torch.std) std of a group's rewards; flat when all identical.
+def group_stats(rewards: list[float], trainer: tuple[Any, Any, Any] | None = None) -> dict[str, Any]:
+    """A group's statistics: the trainer's own when it reported them, else computed from `rewards`.
 
-    rewards: [n] floats. std is None for n < 2.
+    rewards: [n] floats of the stored samples. trainer: (group_size, group_mean, group_std) as the
+    sample events carried them (the scores and maths of the step's advantage estimator), or None
+    (runs from before the trainer reported them: mean and unbiased std of the stored rewards, std None
+    for n < 2). `n` is the number of stored samples, `size` the group's size in the step (None when
+    unknown), `source` "trainer" or "stored"; flat when every score was the same (zero advantage).
     """
     n = len(rewards)
+    if trainer is not None and trainer[1] is not None:
+        size, mean, std = trainer
+        flat = bool(size and size >= 2 and std is not None and std <= SAME_REWARD_TOL)
+        return {"n": n, "size": size, "mean": mean, "std": std, "flat": flat, "source": "trainer"}
     mean = sum(rewards) / n if n else None
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1)) if n >= 2 else None
     flat = n >= 2 and (max(rewards) - min(rewards)) <= SAME_REWARD_TOL
-    return {"n": n, "mean": mean, "std": std, "flat": flat}
+    return {"n": n, "size": None, "mean": mean, "std": std, "flat": flat, "source": "stored"}
+
+
+_TRAINER_GROUP_KEYS = ("group_size", "group_mean", "group_std")
+
+
+def _trainer_groups(qs: QuerySet[Sample]) -> dict[tuple[int, str], tuple[Any, Any, Any]]:
+    """{(step, uid): (group_size, group_mean, group_std)} of the samples in `qs` that carry the
+    trainer's group statistics (one row per group suffices; they are the same on every sample)."""
+    rows = (qs.filter(transcript__has_key="group_mean")
+            .values_list("step", "uid", *(f"transcript__{k}" for k in _TRAINER_GROUP_KEYS)))
+    return {(step, uid): (size, mean, std) for step, uid, size, mean, std in rows}
 
 
 def group_for(*, run: Run, step: int, uid: str) -> dict[str, Any]:
-    """The n samples of prompt `uid` at `step`, side by side, with the group's statistics."""
+    """The samples of prompt `uid` at `step`, side by side, with the group's statistics."""
     samples = list(Sample.objects.filter(run=run, step=step, uid=uid).order_by("index", "seq"))
     rewards = [s.reward for s in samples if s.reward is not None]
-    return {"step": step, "uid": uid, "samples": [sample_detail_dict(s) for s in samples],
-            **group_stats(rewards)}
+    details = [sample_detail_dict(s) for s in samples]
+    trainer = next(((d["group_size"], d["group_mean"], d["group_std"]) for d in details
+                    if d.get("group_mean") is not None), None)
+    return {"step": step, "uid": uid, "samples": details, **group_stats(rewards, trainer)}
 
 
 def groups_of_step(*, run: Run, step: int) -> list[dict[str, Any]]:
     """Every group of a step with its statistics (uid order), for the flat-group overview."""
+    qs = Sample.objects.filter(run=run, step=step)
+    trainer = _trainer_groups(qs)
     by_uid: dict[str, list[float]] = {}
-    for uid, reward in Sample.objects.filter(run=run, step=step).order_by("uid", "index").values_list("uid", "reward"):
+    for uid, reward in qs.order_by("uid", "index").values_list("uid", "reward"):
         by_uid.setdefault(uid, [])
         if reward is not None:
             by_uid[uid].append(reward)
-    return [{"uid": uid, **group_stats(rw)} for uid, rw in by_uid.items()]
+    return [{"uid": uid, **group_stats(rw, trainer.get((step, uid)))} for uid, rw in by_uid.items()]
 
 
 def prompt_history(*, run: Run, uid: str) -> list[dict[str, Any]]:
     """Prompt `uid` across training: per step (ascending), its samples and group statistics."""
+    qs = Sample.objects.filter(run=run, uid=uid)
+    trainer = _trainer_groups(qs)
     by_step: dict[int, list[Sample]] = {}
-    for s in Sample.objects.filter(run=run, uid=uid).only(*SUMMARY_FIELDS).order_by("step", "index"):
+    for s in qs.only(*SUMMARY_FIELDS).order_by("step", "index"):
         by_step.setdefault(s.step, []).append(s)
     return [{"step": step, "samples": [sample_summary_dict(s) for s in ss],
-             **group_stats([s.reward for s in ss if s.reward is not None])}
+             **group_stats([s.reward for s in ss if s.reward is not None], trainer.get((step, uid)))}
             for step, ss in sorted(by_step.items())]
 
 

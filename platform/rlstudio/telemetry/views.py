@@ -10,12 +10,13 @@ import dataclasses
 import json
 from typing import Any
 
+from django.contrib import messages as django_messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import render
-from django.utils import timezone
 
 from rlstudio.api.errors import ApiError
+from rlstudio.runs.models import RunStatus
 from rlstudio.runs.selectors import latest_reward, run_get_for, run_header_context
 
 from . import selectors as sel
@@ -27,15 +28,24 @@ SAMPLES_ORDER = "-step"
 
 
 def _header(run) -> dict[str, Any]:
-    """What the header shows; the runs app's run_header_context (controls, badges) is merged on top."""
+    """What the header shows; the runs app's run_header_context (controls, badges, times) is merged on top."""
     progress = min(100, round(100 * run.step / run.total_steps)) if run.total_steps else None
-    duration = ""
-    if run.started is not None:
-        seconds = max(int(((run.finished or timezone.now()) - run.started).total_seconds()), 0)
-        duration = f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-    ctx: dict[str, Any] = {"row": {"run": run, "reward": latest_reward(run), "progress": progress,
-                                   "duration": duration}}
-    return ctx
+    return {"row": {"run": run, "reward": latest_reward(run), "progress": progress}}
+
+
+def _flash(request, run) -> list[dict[str, str]]:
+    """The request's flash messages; one saying this run "is <status>." (what launching it says) is
+    split into its prefix, and the page shows the run's status now after it (kept live)."""
+    out = []
+    for m in django_messages.get_messages(request):
+        text = str(m)
+        for prefix in (f"Run “{run.name}” is ", f"Demo run “{run.name}” is "):
+            if text.startswith(prefix) and text.endswith(".") and text[len(prefix):-1] in RunStatus.values:
+                out.append({"tags": m.tags, "prefix": prefix})
+                break
+        else:
+            out.append({"tags": m.tags, "text": text})
+    return out
 
 
 @login_required
@@ -43,6 +53,7 @@ def run_detail(request, run_id: int):
     run = run_get_for(user=request.user, run_id=run_id)
     ctx = _header(run)
     ctx.update(run_header_context(run=run, user=request.user))
+    ctx["flash"] = _flash(request, run)
     try:
         flt = sample_filter_from(request.GET)
     except ApiError:
@@ -86,7 +97,12 @@ def _pretty_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             calls.append({"name": str(fn.get("name", "")) if isinstance(fn, dict) else "",
                           "arguments": json.dumps(args, indent=2, ensure_ascii=False)
                           if not isinstance(args, str) else args})
-        out.append({"role": m.get("role", ""), "content": m.get("content"), "tool_calls": calls})
+        # A tool call the trainer could not parse: the turn's text as the model wrote it, and why.
+        raw = m.get("raw") if isinstance(m.get("raw"), str) else ""
+        errors = [f"{e.get('reason', '')}: {e.get('message', '')}" for e in m.get("tool_call_errors") or []
+                  if isinstance(e, dict)]
+        out.append({"role": m.get("role", ""), "content": m.get("content"), "tool_calls": calls,
+                    "raw": raw, "call_errors": errors})
     return out
 
 
@@ -132,8 +148,8 @@ def group_detail(request, run_id: int):
                       {"run": run, "step": step, "groups": sel.groups_of_step(run=run, step=step)})
     group = sel.group_for(run=run, step=step, uid=uid)
     for s in group["samples"]:
-        s["final"] = next((m.get("content") for m in reversed(s["messages"])
-                           if m.get("role") == "assistant" and m.get("content")), "")
+        s["final"] = next((m.get("content") or m.get("raw") for m in reversed(s["messages"])
+                           if m.get("role") == "assistant" and (m.get("content") or m.get("raw"))), "")
     return render(request, "telemetry/group_detail.html", {"run": run, "group": group})
 
 
