@@ -3,7 +3,8 @@
 from django.contrib import admin, messages
 
 from .models import Dataset, ModelAsset, Visibility
-from .sharing import CatalogRefused, NotPermitted, catalog_set_visibility
+from .errors import CatalogRefused, NotPermitted
+from .sharing import catalog_set_visibility
 
 
 class SharingAdmin(admin.ModelAdmin):

@@ -2,8 +2,8 @@
 PATCH, delete) and /api/v1/models/ (register, read, rename / share by PATCH, delete).
 
 Every read goes through the selectors (own, shared, or all for staff; another user's private object
-is a 404); the catalog's domain errors become HTTP here: NotPermitted 403, CatalogInUse 409,
-CatalogRefused 400 naming the field."""
+is a 404); the catalog's domain errors (catalog/errors.py) become HTTP here: NotPermitted 403,
+CatalogConflict / CatalogInUse 409, CatalogTooLarge 413, CatalogRefused 400 naming the field."""
 from dataclasses import asdict
 
 from rest_framework import mixins, status, viewsets
@@ -17,16 +17,19 @@ from .rewardcheck import CheckError, reward_check
 from .selectors import dataset_list_for, dataset_rows, model_asset_get_for, model_asset_list_for, row_view
 from .serializers import (CatalogUpdateSerializer, DatasetSerializer, DatasetUploadSerializer,
                           ModelAssetSerializer, ModelRegisterSerializer, RewardCheckSerializer)
-from .services import CatalogInUse, dataset_delete, dataset_upload, model_delete, model_register
-from .sharing import CatalogRefused, NotPermitted, catalog_update
+from .errors import CatalogConflict, CatalogRefused, CatalogTooLarge, NotPermitted
+from .services import dataset_delete, dataset_upload, model_delete, model_register
+from .sharing import catalog_update
 
 
 def api_error(exc: Exception) -> Exception:
     """The catalog's domain error as the API's error (other exceptions unchanged)."""
     if isinstance(exc, NotPermitted):
         return ApiError(exc.message, code="permission_denied", field=exc.field, status_code=403)
-    if isinstance(exc, CatalogInUse):
+    if isinstance(exc, CatalogConflict):
         return ApiError(exc.message, code=exc.code, field=exc.field, status_code=409)
+    if isinstance(exc, CatalogTooLarge):
+        return ApiError(exc.message, code=exc.code, field=exc.field, status_code=413)
     if isinstance(exc, CatalogRefused):
         return ApiError(exc.message, code=exc.code, field=exc.field)
     return exc

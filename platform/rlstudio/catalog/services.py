@@ -25,13 +25,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
-from rlstudio.api.errors import ApiError
 
 from .conversion import convert_file, summarize_lengths, token_lengths
 from .formats import Limits, RowError, detect_format
 from .models import Dataset, ModelAsset, Visibility
 from .presets import PRESETS
-from .sharing import CatalogRefused, check_can_change
+from .errors import CatalogConflict, CatalogInUse, CatalogRefused, CatalogTooLarge
+from .sharing import check_can_change
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_PROMPT_LENGTH = 1024
@@ -65,25 +65,25 @@ def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split
 
     Returns (dataset, created). The same bytes uploaded again by the same owner with the same preset
     and split give back the existing dataset (created False). Cheap refusals (size, empty, unknown or
-    disguised format) raise ApiError before anything is stored.
+    disguised format) raise CatalogRefused / CatalogTooLarge before anything is stored.
     """
     limits = upload_limits()
     if preset not in PRESETS:
-        raise ApiError(f"unknown preset {preset!r} (allowed: {', '.join(PRESETS)})", field="preset")
+        raise CatalogRefused(f"unknown preset {preset!r} (allowed: {', '.join(PRESETS)})", field="preset")
     if split not in Dataset.Split.values:
-        raise ApiError(f"unknown split {split!r} (allowed: {', '.join(Dataset.Split.values)})", field="split")
+        raise CatalogRefused(f"unknown split {split!r} (allowed: {', '.join(Dataset.Split.values)})", field="split")
     source_name = _clean_name(os.path.basename(upload.name or "")) or "upload"
     if upload.size is not None and upload.size > limits.max_upload_bytes:
-        raise ApiError(f"the file is {upload.size} bytes, over the limit of {limits.max_upload_bytes} "
-                       "bytes (RLSTUDIO_MAX_UPLOAD_BYTES)", code="too_large", field="file", status_code=413)
+        raise CatalogTooLarge(f"the file is {upload.size} bytes, over the limit of {limits.max_upload_bytes} "
+                       "bytes (RLSTUDIO_MAX_UPLOAD_BYTES)", code="too_large", field="file")
     if not upload.size:
-        raise ApiError("the file is empty", code="empty", field="file")
+        raise CatalogRefused("the file is empty", code="empty", field="file")
     upload.seek(0)
     head = upload.read(8)
     try:
         detected = detect_format(source_name, head)
     except RowError as exc:
-        raise ApiError(str(exc), code="bad_format", field="file") from None
+        raise CatalogRefused(str(exc), code="bad_format", field="file") from None
     root = Path(settings.UPLOADS_DIR).resolve()
     (root / "incoming").mkdir(parents=True, exist_ok=True)
     part = root / "incoming" / f"{uuid.uuid4().hex}.part"
@@ -95,8 +95,8 @@ def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split
             for chunk in upload.chunks(1 << 20):
                 size += len(chunk)
                 if size > limits.max_upload_bytes:
-                    raise ApiError(f"the file is over the limit of {limits.max_upload_bytes} bytes "
-                                   "(RLSTUDIO_MAX_UPLOAD_BYTES)", code="too_large", field="file", status_code=413)
+                    raise CatalogTooLarge(f"the file is over the limit of {limits.max_upload_bytes} bytes "
+                                   "(RLSTUDIO_MAX_UPLOAD_BYTES)", code="too_large", field="file")
                 digest.update(chunk)
                 out.write(chunk)
     except BaseException:
@@ -277,7 +277,7 @@ def dataset_compute_stats(*, dataset: Dataset, model: ModelAsset,
                           max_prompt_length: int = DEFAULT_MAX_PROMPT_LENGTH) -> Dataset:
     """Prompt token-length statistics of a ready dataset with `model`'s tokenizer (stored in stats)."""
     if dataset.status != Dataset.Status.READY or not dataset.converted_path:
-        raise ApiError("statistics need a ready dataset", code="not_ready", status_code=409)
+        raise CatalogConflict("statistics need a ready dataset", code="not_ready")
     try:
         from transformers import AutoTokenizer
 
@@ -291,10 +291,6 @@ def dataset_compute_stats(*, dataset: Dataset, model: ModelAsset,
     dataset.stats, dataset.stats_model = stats, model
     dataset.save(update_fields=["stats", "stats_model"])
     return dataset
-
-
-class CatalogInUse(CatalogRefused):
-    """The object is used by runs and cannot be deleted (the API answers 409)."""
 
 
 def _run_model():
@@ -329,7 +325,7 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     run = _run_model()
     used = _used_by(run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)), by=by)
     if used:
-        raise ApiError(f"dataset {dataset.name!r} is used by {used}", code="in_use", status_code=409)
+        raise CatalogInUse(f"dataset {dataset.name!r} is used by {used}", code="in_use")
     paths = [dataset.converted_path]
     shared = Dataset.objects.filter(file_path=dataset.file_path).exclude(pk=dataset.pk).exists()
     if not shared:
@@ -367,7 +363,7 @@ def count_parameters(folder: Path) -> int:
         return sum(_safetensors_count(p) for p in st)
     bins = sorted(folder.glob("pytorch_model*.bin"))
     if not bins:
-        raise ApiError("no weights found (model.safetensors or pytorch_model.bin)", code="bad_model", field="path")
+        raise CatalogRefused("no weights found (model.safetensors or pytorch_model.bin)", code="bad_model", field="path")
     import torch
 
     total = 0
@@ -378,40 +374,40 @@ def count_parameters(folder: Path) -> int:
 
 
 def check_model_folder(path: str) -> tuple[Path, int]:
-    """(resolved folder, parameter count) of a Hugging Face–format checkpoint, or ApiError naming
+    """(resolved folder, parameter count) of a Hugging Face–format checkpoint, or CatalogRefused naming
     what is missing. The folder must lie under one of settings.RLSTUDIO_MODEL_ROOTS."""
     if not path or not isinstance(path, str):
-        raise ApiError("a folder path is required", field="path")
+        raise CatalogRefused("a folder path is required", field="path")
     folder = Path(path).expanduser()
     if not folder.is_absolute():
-        raise ApiError("the path must be absolute", field="path")
+        raise CatalogRefused("the path must be absolute", field="path")
     folder = folder.resolve()
     roots = [Path(r).resolve() for r in settings.RLSTUDIO_MODEL_ROOTS]
     if not any(folder == r or r in folder.parents for r in roots):
-        raise ApiError(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)",
+        raise CatalogRefused(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)",
                        code="bad_model", field="path")
     if not folder.is_dir():
-        raise ApiError("no such folder", code="bad_model", field="path")
+        raise CatalogRefused("no such folder", code="bad_model", field="path")
     if not (folder / "config.json").is_file():
-        raise ApiError("no config.json in the folder", code="bad_model", field="path")
+        raise CatalogRefused("no config.json in the folder", code="bad_model", field="path")
     try:
         from transformers import AutoConfig, AutoTokenizer
 
         AutoConfig.from_pretrained(str(folder))
     except Exception as exc:
-        raise ApiError(f"config.json does not load: {exc}", code="bad_model", field="path") from None
+        raise CatalogRefused(f"config.json does not load: {exc}", code="bad_model", field="path") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except Exception as exc:
-        raise ApiError(f"the tokenizer does not load: {exc}", code="bad_model", field="path") from None
+        raise CatalogRefused(f"the tokenizer does not load: {exc}", code="bad_model", field="path") from None
     if not getattr(tokenizer, "chat_template", None):
-        raise ApiError("the tokenizer has no chat template", code="bad_model", field="path")
+        raise CatalogRefused("the tokenizer has no chat template", code="bad_model", field="path")
     try:
         params = count_parameters(folder)
-    except ApiError:
+    except CatalogRefused:
         raise
     except Exception as exc:
-        raise ApiError(f"the weights cannot be read: {exc}", code="bad_model", field="path") from None
+        raise CatalogRefused(f"the weights cannot be read: {exc}", code="bad_model", field="path") from None
     return folder, params
 
 
@@ -432,7 +428,7 @@ def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Sour
     folder, params = check_model_folder(path)
     name = _clean_name(name or folder.name)
     if not name:
-        raise ApiError("a name is required", field="name")
+        raise CatalogRefused("a name is required", field="name")
     with transaction.atomic():
         with connection.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_MODEL_PATH_LOCK_SPACE, str(folder)])

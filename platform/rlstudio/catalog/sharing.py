@@ -12,23 +12,8 @@ from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
 
+from .errors import CatalogRefused, NotPermitted
 from .models import Dataset, ModelAsset, Visibility
-
-
-class CatalogRefused(Exception):
-    """Bad input for a catalog write; `field` names the field that is wrong (the API answers 400)."""
-
-    def __init__(self, message: str, *, field: str | None = None, code: str = "invalid"):
-        super().__init__(message)
-        self.message, self.field, self.code = message, field, code
-
-
-class NotPermitted(Exception):
-    """The user may see the object but not do this to it (the API answers 403 with the message)."""
-
-    def __init__(self, message: str, *, field: str | None = None):
-        super().__init__(message)
-        self.message, self.field = message, field
 
 
 def _kind(item: Dataset | ModelAsset) -> str:

@@ -10,7 +10,6 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from rlstudio.api.errors import ApiError
 from rlstudio.ownership import owned_by_or_staff
 
 from .presets import PRESETS
@@ -18,7 +17,8 @@ from .rewardcheck import CheckError, reward_check, reward_names
 from .selectors import (dataset_get_for, dataset_list_for, dataset_rows, model_asset_get_for,
                         model_asset_list_for, row_view)
 from .services import dataset_compute_stats, dataset_delete, model_delete, model_register
-from .sharing import CatalogRefused, NotPermitted, can_change, catalog_set_visibility, check_can_change
+from .errors import CatalogRefused, NotPermitted
+from .sharing import can_change, catalog_set_visibility, check_can_change
 
 PREVIEW_ROWS = 5
 
@@ -70,8 +70,10 @@ def dataset_detail(request, dataset_id: int):
         except NotPermitted as exc:
             messages.error(request, exc.message)
             return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
-        except (ApiError, ValueError) as exc:
-            messages.error(request, str(getattr(exc, "detail", exc)))
+        except CatalogRefused as exc:
+            messages.error(request, exc.message)
+        except ValueError as exc:
+            messages.error(request, str(exc))
         except Exception as exc:  # Http404 for a model that is not the user's
             messages.error(request, f"statistics failed: {exc}")
     prompt_stats = (dataset.stats or {}).get("prompt_tokens") or {}
@@ -94,11 +96,8 @@ def dataset_delete_view(request, dataset_id: int):
     dataset = dataset_get_for(user=request.user, dataset_id=dataset_id)
     try:
         dataset_delete(dataset=dataset, by=request.user)
-    except NotPermitted as exc:
+    except (NotPermitted, CatalogRefused) as exc:
         messages.error(request, exc.message)
-        return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
-    except ApiError as exc:
-        messages.error(request, str(exc.detail))
         return redirect("catalog:dataset_detail", dataset_id=dataset.pk)
     messages.success(request, f"Deleted dataset {dataset.name}.")
     return redirect("catalog:dataset_list")
@@ -106,7 +105,7 @@ def dataset_delete_view(request, dataset_id: int):
 
 @login_required
 def model_list(request):
-    error = ""
+    error, field = "", ""
     if request.method == "POST":
         try:
             model = model_register(owner=request.user, name=request.POST.get("name", ""),
@@ -115,11 +114,9 @@ def model_list(request):
                 messages.info(request, f"That folder is already shared as model {model.name!r}: use it as it is.")
             return redirect("catalog:model_list")
         except CatalogRefused as exc:
-            error = exc.message
-        except ApiError as exc:
-            error = str(exc.detail)
+            error, field = exc.message, exc.field or ""
     return render(request, "catalog/model_list.html", {
-        "models": model_asset_list_for(user=request.user)[:500], "register_error": error,
+        "models": model_asset_list_for(user=request.user)[:500], "register_error": error, "register_field": field,
         "model_roots": settings.RLSTUDIO_MODEL_ROOTS, "json": json,
     })
 
