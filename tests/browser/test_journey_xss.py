@@ -84,7 +84,7 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
     page.wait_for_load_state("load")
     ds = Dataset.objects.get(owner=alice)
     assert ds.status == "ready" and ds.num_rows == 3
-    title = f"Dataset {ds.name} · RL Studio"
+    title = f"Dataset #{ds.pk} · {ds.name} — RL Studio"
     _assert_untouched(page, title)
     preview = page.locator(".chat-row .msg pre").all_inner_texts()
     assert any(HOSTILE in t for t in preview) and any(ALERT in t for t in preview), (
@@ -96,7 +96,7 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
     run, token = run_create(owner=alice, name=f"xss-run {ALERT}", dataset=ds, model=model,
                             config={"trainer": {"total_training_steps": 3}}, gpus=0)
     page.goto(f"/runs/{run.pk}/")
-    run_title = f"Run {run.name} · RL Studio"
+    run_title = f"Run #{run.pk} · {run.name} — RL Studio"
     page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
     page.evaluate("window.__noReload = 1")
     assert page.locator("#samples-body tr.empty").count() == 1
@@ -117,7 +117,7 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
     # --- the transcript with its tool call, then the token view
     sample = Sample.objects.filter(run=run).order_by("index").first()
     page.goto(f"/runs/{run.pk}/samples/{sample.pk}/")
-    tr_title = f"Sample {sample.pk} · {run.name} · RL Studio"
+    tr_title = f"Sample {sample.pk} · {run.name} — RL Studio"
     _assert_untouched(page, tr_title)
     chat = page.locator("#tab-chat")
     assert chat.locator(".toolcall code").inner_text() == "calculator"

@@ -1,6 +1,8 @@
 """The URL map of RL Studio: pages, admin, the API under /api/v1/, /healthz."""
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.functional import lazy
 from django.views.generic import RedirectView
 
 from rlstudio.accounts.urls import auth_urlpatterns
@@ -12,6 +14,8 @@ urlpatterns = [
     path("", run_views.run_list, name="home"),
     path("healthz", healthz, name="healthz"),
     path("healthz/", RedirectView.as_view(url="/healthz")),
+    # Pages that link no icon (the admin's, the API's own) make the browser ask for /favicon.ico.
+    path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("favicon.ico")), name="favicon"),
     *auth_urlpatterns,
     path("accounts/", include("rlstudio.accounts.urls")),
     path("runs/", include("rlstudio.runs.urls")),
