@@ -38,10 +38,14 @@ class Scored:
 
 
 def _wrong(truth: str) -> str:
-    try:
-        return str(int(float(truth)) + 1)
-    except ValueError:
-        return truth + "0" if truth else "1"
+    """An answer other than `truth`: the number after it where it is one (a 400-digit integer too,
+    which as a float is infinite), else `truth` with a 0 added."""
+    for parse in (int, float):
+        try:
+            return str(int(parse(truth)) + 1)
+        except (ValueError, OverflowError):
+            continue
+    return truth + "0" if truth else "1"
 
 
 def candidates(truth: str, tools: list[str]) -> list[tuple[str, str]]:
