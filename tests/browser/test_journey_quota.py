@@ -21,7 +21,10 @@ def test_admin_quota_of_one_run_queues_the_second_launch_with_its_reason(page_as
 
     admin = page_as(root)
     admin.goto("/admin/quotas/gpuquota/add/")
-    admin.fill("#id_user", str(bob.pk))  # a raw id field
+    # The user is picked by name (the admin's autocomplete), not typed as a raw id.
+    admin.click("#id_user + .select2 .select2-selection")
+    admin.fill(".select2-search__field", "bo")
+    admin.click(".select2-results__option:text-is('bob')")
     admin.fill("#id_max_gpus", "0")
     admin.fill("#id_max_concurrent_runs", "1")
     admin.click("input[name=_save]")

@@ -1,9 +1,16 @@
-"""Admin page of GPU quotas (changes are audited)."""
+"""Admin page of GPU quotas (changes are audited; the user is picked by name, with autocomplete).
+
+The staff quota page (`rlstudio.quotas.views`, /quotas/admin/) is the place built for the job; the
+admin's index links to it (its index template is set here).
+"""
 from django.contrib import admin
 
 from rlstudio.accounts.services import audit_record
 
 from .models import GpuQuota
+
+
+admin.site.index_template = "quotas/admin_index.html"
 
 
 @admin.register(GpuQuota)
@@ -12,7 +19,7 @@ class GpuQuotaAdmin(admin.ModelAdmin):
                     "max_queued_runs", "held_now", "hours_this_month", "queued_runs", "updated"]
     list_filter = ["is_default"]
     search_fields = ["user__username"]
-    raw_id_fields = ["user"]
+    autocomplete_fields = ["user"]  # a search by username (the auth app's UserAdmin searches it)
 
     def _usage(self, obj):
         from .selectors import quota_usage_for

@@ -7,3 +7,10 @@ class QuotasConfig(AppConfig):
     label = "quotas"
     verbose_name = "Quotas"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from rlstudio.runs.services.admission import quota_policy_register
+
+        from .services import Quotas
+
+        quota_policy_register(Quotas())

@@ -51,5 +51,7 @@ class GpuQuota(models.Model):
 
     def __str__(self) -> str:
         who = "default" if self.is_default else str(self.user)
-        return (f"{who}: {self.max_gpus} GPUs, {self.gpu_hours_per_month:g} GPU-h/month, "
-                f"{self.max_concurrent_runs} runs, {self.max_queued_runs} queued")
+        gpus = f"{self.max_gpus} GPU" + ("" if self.max_gpus == 1 else "s")
+        runs = f"{self.max_concurrent_runs} run" + ("" if self.max_concurrent_runs == 1 else "s")
+        return (f"{who}: {gpus}, {self.gpu_hours_per_month:g} GPU-h/month, {runs}, "
+                f"{self.max_queued_runs} queued")

@@ -1,22 +1,32 @@
 """Quota admission: may this run start now, and if not, the one sentence that says why; and may the
-user queue one more run at all (`check_queue_cap`).
+user queue one more run at all (`check_queue_cap`). Staff's actions on the quota page: set a user's
+quota (`quota_set`) and cancel a queued run (`queue_cancel`; moving one is
+`rlstudio.runs.services.run_queue_move`), each checked (`check_staff`) and audited. `Quotas` is the
+runs app's QuotaPolicy (registered in apps.py): runs asks quotas through it and never imports quotas.
 
-`admission_reason` is called by `rlstudio.runs.services` inside a transaction that holds the owner's
-row lock (`lock_owner`), so that two launches by the same user are serialized: the usage it counts
-cannot change under it, and concurrent launches can never exceed a quota. `check_queue_cap` is
+`admission_reason` is called by `rlstudio.runs.services` (through `Quotas`) inside a transaction
+that holds the owner's row lock (`lock_owner`), so that two launches by the same user are serialized:
+the usage it counts cannot change under it, and concurrent launches can never exceed a quota. `check_queue_cap` is
 meant for the same place (after `lock_owner`, before the new run is created): under that lock two
 launches by one user cannot both see room for one more queued run.
 """
 from __future__ import annotations
 
+import math
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
+from rlstudio.runs.services import RunRefused, run_stop
+from rlstudio.runs.services.admission import QuotaPolicy
 
-from .selectors import gpu_hours_between, month_start, quota_for
+from .models import GpuQuota
+from .selectors import QuotaUsage, gpu_hours_between, month_start, quota_for, quota_usage_for
 
 
 def lock_owner(*, user: AbstractBaseUser) -> None:
@@ -80,3 +90,92 @@ def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:
         if cluster_free_gpus is not None and run.gpus > cluster_free_gpus:
             return f"the cluster has {cluster_free_gpus:g} free GPUs and this run needs {run.gpus}"
     return ""
+
+
+class Quotas(QuotaPolicy):
+    """The quota policy admission asks (registered by QuotasConfig.ready; runs never imports quotas)."""
+
+    def lock_owner(self, *, user: AbstractBaseUser) -> None:
+        lock_owner(user=user)
+
+    def queue_refusal(self, *, user: AbstractBaseUser) -> str:
+        try:
+            check_queue_cap(user=user)
+        except QueueCapReached as exc:
+            return exc.message
+        return ""
+
+    def reason(self, *, run: Run, cluster_free_gpus: float | None) -> str:
+        return admission_reason(run=run, cluster_free_gpus=cluster_free_gpus)
+
+    def usage_for(self, *, user: AbstractBaseUser) -> QuotaUsage:
+        return quota_usage_for(user=user)
+
+
+def check_staff(*, user: AbstractBaseUser) -> None:
+    """PermissionDenied unless `user` is active staff (the quota page's actions are theirs only)."""
+    from django.core.exceptions import PermissionDenied
+
+    if not (getattr(user, "is_active", False) and getattr(user, "is_staff", False)):
+        raise PermissionDenied("only staff may change quotas or the queue")
+
+
+QUOTA_FIELDS = ("max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "max_queued_runs")
+
+
+class QuotaInvalid(ValueError):
+    """A quota value out of range; `field` names it."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def quota_set(*, user: AbstractBaseUser, by: AbstractBaseUser, max_gpus: int, gpu_hours_per_month: float,
+              max_concurrent_runs: int, max_queued_runs: int) -> GpuQuota:
+    """Give `user` a quota row of their own with these limits (created, or changed if they have one).
+
+    Staff only (`check_staff`); every value must be >= 0 (QuotaInvalid naming the field). Audited as
+    `quota.create` / `quota.change` with the user and each changed value (before → after). Queued runs
+    the new limits allow start at the reconcile's next admission pass.
+    """
+    check_staff(user=by)
+    values = {"max_gpus": max_gpus, "gpu_hours_per_month": gpu_hours_per_month,
+              "max_concurrent_runs": max_concurrent_runs, "max_queued_runs": max_queued_runs}
+    for name, value in values.items():
+        if value is None or not math.isfinite(value) or value < 0:
+            raise QuotaInvalid(name, "must be a number, 0 or more")
+    with transaction.atomic():
+        quota = GpuQuota.objects.select_for_update().filter(user=user).first()
+        current = quota if quota is not None else quota_for(user=user)
+        before = {f: getattr(current, f) for f in QUOTA_FIELDS}
+        created = quota is None
+        if created:
+            quota = GpuQuota.objects.create(user=user, is_default=False, **values)
+        else:
+            for name, value in values.items():
+                setattr(quota, name, value)
+            quota.save()
+        changed = {f: [before[f], values[f]] for f in QUOTA_FIELDS if before[f] != values[f]}
+        audit_record(actor=by, action="quota.create" if created else "quota.change", obj=quota,
+                     data={"user": user.get_username(), "changed": changed})
+    return quota
+
+
+def queue_cancel(*, run: Run, by: AbstractBaseUser) -> Run:
+    """Staff cancel a queued run (queued → stopped through `run_stop`, which audits the transition).
+
+    Only a run still queued: one admitted meanwhile is refused (RunRefused), never stopped by this.
+    Audited as `run.queue_cancel` with the owner and the reason it waited for.
+    """
+    check_staff(user=by)
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().select_related("owner").get(pk=run.pk)
+        if locked.status != RunStatus.QUEUED:
+            raise RunRefused(f"run {run.pk} is {locked.status}, not queued: only a queued run can be cancelled here")
+        reason = locked.queue_reason
+        run_stop(run=locked, by=by)
+        audit_record(actor=by, action="run.queue_cancel", obj=locked,
+                     data={"owner": locked.owner.get_username(), "reason": reason})
+    run.refresh_from_db()
+    return run

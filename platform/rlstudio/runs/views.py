@@ -246,6 +246,6 @@ def run_controls_view(request, run_id: int):
 @login_required
 def quota_page(request):
     """The caller's quota and usage, with their queued runs' positions and reasons."""
-    from rlstudio.quotas.selectors import quota_usage_for
+    from .services.admission import quota_policy
 
-    return render(request, "runs/quota.html", {"usage": quota_usage_for(user=request.user)})
+    return render(request, "runs/quota.html", {"usage": quota_policy().usage_for(user=request.user)})

@@ -70,3 +70,15 @@ def test_only_staff_move_only_queued_runs(alice, staff, make_run):
     with pytest.raises(RunRefused, match="not queued"):
         run_queue_move(run=first, by=staff, to="back")
     assert Run.objects.get(pk=first.pk).queue_priority == 0
+
+
+def test_runs_asks_quotas_through_the_registered_policy_never_none(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from rlstudio.quotas.services import Quotas
+    from rlstudio.runs.services import admission
+
+    assert isinstance(admission.quota_policy(), Quotas)  # registered by QuotasConfig.ready
+    monkeypatch.setattr(admission, "_QUOTA_POLICY", [])
+    with pytest.raises(ImproperlyConfigured, match="no quota policy"):
+        admission.quota_policy()

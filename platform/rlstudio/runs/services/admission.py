@@ -1,6 +1,10 @@
 """Admission: a queued run is admitted when its owner's quota and the cluster allow (the fair queue),
 in the queue's order (QUEUE_ORDER: higher `queue_priority` first, then oldest first), which staff change
-with `run_queue_move`."""
+with `run_queue_move`.
+
+Quotas are asked through a `QuotaPolicy` that the quotas app registers at startup
+(`quota_policy_register`, from its AppConfig.ready), so that runs never imports quotas (quotas reads
+runs, not the other way round)."""
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -13,6 +17,48 @@ from .errors import RunRefused
 from .transitions import run_transition
 
 S = RunStatus
+
+
+class QuotaPolicy:
+    """What admission and the launch path ask of the quotas. A subclass implements:
+
+        lock_owner(*, user)                       take the lock that serializes one user's admissions
+                                                  and launches (inside the caller's transaction)
+        queue_refusal(*, user) -> str             '' when the user may queue one more run, else why not
+        reason(*, run, cluster_free_gpus) -> str  '' when `run` may start now, else why it waits
+                                                  (`cluster_free_gpus`: None = not checked)
+        usage_for(*, user)                        the user's quota and usage (the "Your quota" page)
+    """
+
+    def lock_owner(self, *, user: AbstractBaseUser) -> None:
+        raise NotImplementedError
+
+    def queue_refusal(self, *, user: AbstractBaseUser) -> str:
+        raise NotImplementedError
+
+    def reason(self, *, run: Run, cluster_free_gpus: float | None) -> str:
+        raise NotImplementedError
+
+    def usage_for(self, *, user: AbstractBaseUser):
+        raise NotImplementedError
+
+
+_QUOTA_POLICY: list[QuotaPolicy] = []
+
+
+def quota_policy_register(policy: QuotaPolicy) -> QuotaPolicy:
+    """Make `policy` the one admission asks (the last registered wins)."""
+    _QUOTA_POLICY[:] = [policy]
+    return policy
+
+
+def quota_policy() -> QuotaPolicy:
+    """The registered QuotaPolicy; ImproperlyConfigured when none is (never "no limits")."""
+    if not _QUOTA_POLICY:
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured("no quota policy registered: rlstudio.quotas must be in INSTALLED_APPS")
+    return _QUOTA_POLICY[0]
 
 # The order in which queued runs are admitted (and numbered on the pages): a run staff moved to the
 # front (higher queue_priority) first, then oldest first, ties broken by id.
@@ -67,10 +113,9 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     Inside one transaction holding the owner's row lock, so that concurrent admissions of one user's
     runs are serialized and can never exceed the quota together.
     """
-    from rlstudio.quotas.services import admission_reason, lock_owner
-
+    policy = quota_policy()
     with transaction.atomic():
-        lock_owner(user=run.owner)
+        policy.lock_owner(user=run.owner)
         locked = Run.objects.select_for_update().select_related("owner").get(pk=run.pk)
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
@@ -82,7 +127,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
             free = cluster_free_gpus
             if free is None and check_cluster:
                 free = _cluster_free_gpus(needed=locked.gpus)
-            reason = admission_reason(run=locked, cluster_free_gpus=free)
+            reason = policy.reason(run=locked, cluster_free_gpus=free)
         if reason:
             if locked.queue_reason != reason:
                 locked.queue_reason = reason

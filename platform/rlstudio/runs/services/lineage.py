@@ -13,7 +13,7 @@ from django.db import transaction
 from rlstudio.accounts.services import audit_record
 
 from ..models import Run
-from .admission import run_launch
+from .admission import quota_policy, run_launch
 from .creation import run_create
 from .errors import RunInputInvalid, RunRefused
 
@@ -125,16 +125,14 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
                        tool_set: str = "", **fields) -> Run:
     """Create a queued run (refused past the owner's queued-runs cap), record how it was made, and
     launch it if the quota allows."""
-    from rlstudio.quotas.services import QueueCapReached, check_queue_cap, lock_owner
-
     from .. import launch
 
+    policy = quota_policy()
     with transaction.atomic():
-        lock_owner(user=owner)
-        try:
-            check_queue_cap(user=owner)
-        except QueueCapReached as exc:
-            raise RunRefused(str(exc)) from None
+        policy.lock_owner(user=owner)
+        refusal = policy.queue_refusal(user=owner)
+        if refusal:
+            raise RunRefused(refusal)
         run, _token = run_create(owner=owner, **fields)
         Run.objects.filter(pk=run.pk).update(total_steps=launch.total_steps_of(fields["config"]), step=0,
                                              tool_set=tool_set, resume_from=resume_from)
