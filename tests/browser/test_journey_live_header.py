@@ -67,11 +67,14 @@ def test_header_and_details_follow_the_run(page_as, make_user, register_model, u
     try:
         page.wait_for_function(f"""() => {BADGE} === 'running'
             && !['—', undefined].includes({FIELD.format('started')})
-            && !['—', undefined].includes({FIELD.format('heartbeat')})""", timeout=240_000)
+            && !['—', undefined].includes({FIELD.format('heartbeat')})""", timeout=420_000)
     except Exception:
+        from rlstudio.runs.selectors import run_logs
+
         run = Run.objects.get(pk=run_id)
+        log = "\n".join(run_logs(run=run, tail=40)["lines"])
         raise AssertionError(f"not seen running: run {run.status} step {run.step} error {run.error[-1500:]!r}; "
-                             f"badge {page.evaluate(BADGE)!r}")
+                             f"badge {page.evaluate(BADGE)!r}; job {run.ray_submission_id!r} log:\n{log}")
     started, heartbeat = _text(page, DETAIL.format("started")), _text(page, DETAIL.format("heartbeat"))
     run = Run.objects.get(pk=run_id)
     assert started.startswith(localtime(run.started).strftime("%Y-%m-%d %H:%M:%S"))  # the stored time
