@@ -1,0 +1,188 @@
+"""The ``actor_rollout_ref`` section (verl's name): the policy model, its rollout, its update and
+the frozen reference, each a frozen dataclass whose fields carry their default and help text.
+
+The rest of the schema and the root ``Config`` are in ``schema.py``; the checks across fields in
+``checks.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Union
+
+from .fields import option, section
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = option("", "Hugging Face–format model folder (required to run; never downloaded).")
+    tokenizer_path: Union[str, None] = option(None, "Tokenizer folder; None = model.path.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = option(
+        "auto", "Parameter/compute dtype; auto = bfloat16 on a GPU, float32 on the CPU."
+    )
+    enable_gradient_checkpointing: bool = option(
+        False, "Recompute activations in backward to save memory."
+    )
+    use_remove_padding: bool = option(
+        True, "Do not spend compute on padding (pack or bucket sequences by length)."
+    )
+    trust_remote_code: bool = option(
+        False, "Allow model code from the model folder (operator decision)."
+    )
+
+
+@dataclass(frozen=True)
+class MultiTurnConfig:
+    enable: bool = option(False, "Multi-turn rollout with tool calls.")
+    max_turns: Union[int, None] = option(
+        None, "Most assistant turns per sample; None = 5 when enabled, 1 otherwise."
+    )
+    max_tool_response_length: int = option(
+        256, "Longest tool reply in tokens (longer ones are truncated)."
+    )
+    tool_response_truncate_side: Literal["left", "right", "middle"] = option(
+        "middle", "Which part of an overlong tool reply is cut."
+    )
+    max_parallel_calls: int = option(
+        1,
+        "Tool calls executed per assistant turn (1 = the first call only; >1 runs several "
+        "concurrently).",
+    )
+    tool_timeout_s: float = option(
+        10.0, "Seconds a tool call may take before it becomes an error reply."
+    )
+    format: Literal["hermes"] = option("hermes", "Tool-call syntax: <tool_call>{json}</tool_call>.")
+
+
+@dataclass(frozen=True)
+class ValKwargsConfig:
+    n: int = option(1, "Samples per validation prompt.")
+    temperature: float = option(0.0, "Validation sampling temperature.")
+    top_p: float = option(1.0, "Validation nucleus sampling mass.")
+    top_k: int = option(-1, "Validation top-k; -1 = off.")
+    do_sample: bool = option(False, "Sample in validation (False = greedy).")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    name: Literal["auto", "hf", "sglang"] = option(
+        "auto",
+        "Rollout engine: hf (transformers, anywhere), sglang (GPU), auto = sglang where usable.",
+    )
+    n: int = option(1, "Samples per prompt (the GRPO group size).")
+    temperature: float = option(1.0, "Sampling temperature.")
+    top_p: float = option(1.0, "Nucleus sampling mass.")
+    top_k: int = option(-1, "Top-k sampling; -1 = off.")
+    do_sample: bool = option(True, "Sample (False = greedy).")
+    response_length: Union[int, None] = option(
+        None, "Response token limit; None = data.max_response_length."
+    )
+    max_model_len: Union[int, None] = option(
+        None, "Engine context length; None = prompt + response length."
+    )
+    gpu_memory_utilization: float = option(
+        0.5, "Fraction of GPU memory the engine may take (sglang)."
+    )
+    free_cache_engine: bool = option(True, "Release the engine's KV cache after each rollout.")
+    log_prob_micro_batch_size_per_gpu: Union[int, None] = option(
+        None, "Sequences per forward when recomputing old log-probs; None = all at once."
+    )
+    update_weights_bucket_megabytes: int = option(
+        512, "Size of the buckets in which weights are synced."
+    )
+    seed: int = option(0, "Seed of the rollout sampler.")
+    multi_turn: MultiTurnConfig = section(MultiTurnConfig, "Multi-turn tool calling.")
+    val_kwargs: ValKwargsConfig = section(ValKwargsConfig, "Sampling used in validation.")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = option(1e-6, "AdamW learning rate.")
+    betas: list[float] = option([0.9, 0.999], "AdamW betas.")
+    weight_decay: float = option(0.01, "AdamW weight decay.")
+    lr_warmup_steps: int = option(-1, "Warmup steps; -1 = use lr_warmup_steps_ratio.")
+    lr_warmup_steps_ratio: float = option(0.0, "Warmup as a fraction of total_training_steps.")
+    warmup_style: Literal["constant", "cosine"] = option(
+        "constant", "LR after warmup: constant or cosine decay."
+    )
+    min_lr_ratio: float = option(0.0, "Cosine floor as a fraction of lr.")
+    total_training_steps: int = option(-1, "Filled at run time from the data and trainer settings.")
+
+
+@dataclass(frozen=True)
+class ActorFsdpConfig:
+    param_offload: bool = option(False, "Keep parameters on the CPU between phases.")
+    optimizer_offload: bool = option(False, "Keep optimizer state on the CPU between updates.")
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    strategy: Literal["fsdp"] = option(
+        "fsdp", "Training strategy (FSDP2; one process runs it unsharded)."
+    )
+    ppo_mini_batch_size: int = option(
+        256, "Prompts per optimizer step (times rollout.n trajectories)."
+    )
+    ppo_micro_batch_size_per_gpu: Union[int, None] = option(
+        None,
+        "Trajectories per forward/backward (gradient accumulation unit); None = whole mini batch.",
+    )
+    ppo_epochs: int = option(1, "Passes over each step's batch.")
+    clip_ratio: float = option(0.2, "PPO clip epsilon.")
+    clip_ratio_low: Union[float, None] = option(None, "Lower clip epsilon; None = clip_ratio.")
+    clip_ratio_high: Union[float, None] = option(None, "Upper clip epsilon; None = clip_ratio.")
+    clip_ratio_c: float = option(3.0, "Dual-clip constant for negative advantages (> 1).")
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+    ] = option("token-mean", "How the token losses are aggregated into one number.")
+    policy_loss: Literal["vanilla"] = option(
+        "vanilla", "Policy loss (registry name in trainer.algorithms.losses)."
+    )
+    entropy_coeff: float = option(0.0, "Entropy bonus weight (0 = entropy not in the loss).")
+    use_kl_loss: bool = option(False, "Add a KL-to-reference term to the loss (GRPO style).")
+    kl_loss_coef: float = option(0.001, "Weight of the KL loss.")
+    kl_loss_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = option(
+        "low_var_kl", "KL estimator used in the loss."
+    )
+    grad_clip: float = option(1.0, "Gradient-norm clip (a non-finite norm skips the step).")
+    use_dynamic_bsz: bool = option(
+        False, "Build micro batches by token budget instead of by count."
+    )
+    ppo_max_token_len_per_gpu: int = option(
+        16384, "Token budget of a micro batch when use_dynamic_bsz."
+    )
+    shuffle: bool = option(False, "Shuffle trajectories before splitting into mini batches.")
+    use_torch_compile: bool = option(
+        False,
+        "torch.compile (dynamic shapes) the policy's forward used for log-probs and the update; "
+        "the rollout is unaffected. Off by default: on a CPU the first step compiles for minutes "
+        "(verl's key of the same name, default on, compiles only its entropy helper). Ignored "
+        "under FSDP (world size > 1).",
+    )
+    optim: OptimConfig = section(OptimConfig, "Optimizer and learning-rate schedule.")
+    fsdp_config: ActorFsdpConfig = section(ActorFsdpConfig, "FSDP memory options.")
+
+
+@dataclass(frozen=True)
+class RefFsdpConfig:
+    param_offload: bool = option(False, "Keep the reference parameters on the CPU between uses.")
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    log_prob_micro_batch_size_per_gpu: Union[int, None] = option(
+        None, "Sequences per reference forward; None = all at once."
+    )
+    use_torch_compile: Union[bool, None] = option(
+        None, "torch.compile the reference forward; None = actor.use_torch_compile (as verl)."
+    )
+    fsdp_config: RefFsdpConfig = section(RefFsdpConfig, "FSDP memory options.")
+
+
+@dataclass(frozen=True)
+class ActorRolloutRefConfig:
+    model: ModelConfig = section(ModelConfig, "The policy model.")
+    rollout: RolloutConfig = section(RolloutConfig, "Sampling and the rollout engine.")
+    actor: ActorConfig = section(ActorConfig, "The policy update.")
+    ref: RefConfig = section(RefConfig, "The frozen reference model.")
+

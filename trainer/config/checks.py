@@ -1,0 +1,292 @@
+"""The checks a config must pass to run (``validate``) and the defaults derived from others
+(``resolve``).
+
+``validate`` re-checks every field's type, demands the data and model paths when asked, then runs one
+check per part of the spec in a fixed order (data, rollout, multi-turn and tools, batch layout over the
+workers, actor, algorithm, trainer, report); the first failure raises ``ConfigError`` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .actor_rollout_ref import ActorRolloutRefConfig, RolloutConfig
+from .fields import ConfigError, coerce, hints
+from .schema import LOGGERS, AlgorithmConfig, Config, DataConfig, ReportConfig, TrainerConfig
+
+ROLLOUT = "actor_rollout_ref.rollout"
+ACTOR = "actor_rollout_ref.actor"
+
+
+def _check_choices(obj: Any, prefix: str) -> None:
+    """Re-check every field's type (a Config built by hand with dataclasses.replace skips coerce)."""
+    annotations = hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(annotations[f.name]):
+            _check_choices(value, key + ".")
+        else:
+            coerce(annotations[f.name], value, key)
+
+
+def _positive(key: str, value: Any, *, allow_none: bool = False, minimum: int | float = 1) -> None:
+    if value is None and allow_none:
+        return
+    if value is None or value < minimum:
+        raise ConfigError(key, f"must be >= {minimum}, got {value!r}")
+
+
+def _freq(key: str, value: int) -> None:
+    if value != -1 and value < 1:
+        raise ConfigError(key, f"must be -1 (off) or a positive number of steps, got {value}")
+
+
+def _check_paths(cfg: Config) -> None:
+    if not cfg.data.train_files:
+        raise ConfigError(
+            "data.train_files", "required: a JSONL / Parquet file or a datasets folder"
+        )
+    if not cfg.actor_rollout_ref.model.path:
+        raise ConfigError(
+            "actor_rollout_ref.model.path", "required: a Hugging Face–format model folder"
+        )
+
+
+def _check_data(data: DataConfig) -> None:
+    _positive("data.max_prompt_length", data.max_prompt_length)
+    _positive("data.max_response_length", data.max_response_length)
+    _positive("data.train_batch_size", data.train_batch_size)
+    _positive("data.val_batch_size", data.val_batch_size, allow_none=True)
+
+
+def _check_rollout(rollout: RolloutConfig) -> None:
+    """Sampling (training and validation) and the engine's memory."""
+    _positive(f"{ROLLOUT}.n", rollout.n)
+    _positive(f"{ROLLOUT}.response_length", rollout.response_length, allow_none=True)
+    _positive(f"{ROLLOUT}.max_model_len", rollout.max_model_len, allow_none=True)
+    if rollout.temperature < 0:
+        raise ConfigError(f"{ROLLOUT}.temperature", "must be >= 0")
+    if rollout.do_sample and rollout.temperature == 0:
+        raise ConfigError(f"{ROLLOUT}.temperature", "must be > 0 when do_sample is true")
+    val = rollout.val_kwargs
+    for prefix, top_p, top_k in (
+        (ROLLOUT, rollout.top_p, rollout.top_k),
+        (f"{ROLLOUT}.val_kwargs", val.top_p, val.top_k),
+    ):
+        if not 0 < top_p <= 1:
+            raise ConfigError(f"{prefix}.top_p", f"must be in (0, 1], got {top_p}")
+        if top_k != -1 and top_k < 1:
+            raise ConfigError(f"{prefix}.top_k", f"must be -1 (off) or >= 1, got {top_k}")
+    _positive(f"{ROLLOUT}.val_kwargs.n", val.n)
+    if not 0 < rollout.gpu_memory_utilization <= 1:
+        raise ConfigError(f"{ROLLOUT}.gpu_memory_utilization", "must be in (0, 1]")
+    _positive(
+        f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+        rollout.log_prob_micro_batch_size_per_gpu,
+        allow_none=True,
+    )
+
+
+def _check_multi_turn(cfg: Config) -> None:
+    """Multi-turn rollout and the tools it offers; then whether the engine runs on the device."""
+    mt = cfg.actor_rollout_ref.rollout.multi_turn
+    _positive(f"{ROLLOUT}.multi_turn.max_turns", mt.max_turns, allow_none=True)
+    _positive(f"{ROLLOUT}.multi_turn.max_tool_response_length", mt.max_tool_response_length)
+    _positive(f"{ROLLOUT}.multi_turn.max_parallel_calls", mt.max_parallel_calls)
+    if mt.tool_timeout_s <= 0:
+        raise ConfigError(f"{ROLLOUT}.multi_turn.tool_timeout_s", "must be > 0")
+    names = cfg.tools.names
+    if names and not mt.enable:
+        raise ConfigError(
+            "tools.names",
+            f"tools are offered only in multi-turn rollout: set {ROLLOUT}.multi_turn.enable=true",
+        )
+    if len(set(names)) != len(names):
+        raise ConfigError("tools.names", "a tool is listed twice")
+    if cfg.actor_rollout_ref.rollout.name == "sglang" and cfg.trainer.device == "cpu":
+        raise ConfigError(f"{ROLLOUT}.name", "sglang needs a GPU; use hf with trainer.device=cpu")
+
+
+def _check_batches(cfg: Config) -> None:
+    """Mini and micro batches against the data batch and the number of workers."""
+    data, actor, tr = cfg.data, cfg.actor_rollout_ref.actor, cfg.trainer
+    n = cfg.actor_rollout_ref.rollout.n
+    mini = actor.ppo_mini_batch_size
+    _positive(f"{ACTOR}.ppo_mini_batch_size", mini)
+    _positive(f"{ACTOR}.ppo_epochs", actor.ppo_epochs)
+    if mini > data.train_batch_size:
+        raise ConfigError(
+            f"{ACTOR}.ppo_mini_batch_size",
+            f"must be <= data.train_batch_size ({data.train_batch_size}), got {mini}",
+        )
+    if data.train_batch_size % mini:
+        raise ConfigError(
+            f"{ACTOR}.ppo_mini_batch_size",
+            f"must divide data.train_batch_size ({data.train_batch_size})",
+        )
+    world = tr.nnodes * tr.n_gpus_per_node
+    _positive("trainer.nnodes", tr.nnodes)
+    _positive("trainer.n_gpus_per_node", tr.n_gpus_per_node)
+    if tr.launcher == "local" and world != 1:
+        raise ConfigError(
+            "trainer.launcher",
+            f"local runs one in-process worker; nnodes * n_gpus_per_node = {world} needs "
+            "launcher=ray (or auto)",
+        )
+    if (data.train_batch_size * n) % world:
+        raise ConfigError(
+            "data.train_batch_size",
+            f"train_batch_size * rollout.n ({data.train_batch_size * n}) must be "
+            f"divisible by the number of workers ({world})",
+        )
+    if (mini * n) % world:
+        raise ConfigError(
+            f"{ACTOR}.ppo_mini_batch_size",
+            f"ppo_mini_batch_size * rollout.n ({mini * n}) must be divisible by the "
+            f"number of workers ({world})",
+        )
+    micro = actor.ppo_micro_batch_size_per_gpu
+    _positive(f"{ACTOR}.ppo_micro_batch_size_per_gpu", micro, allow_none=True)
+    if micro is not None and not actor.use_dynamic_bsz and (mini * n // world) % micro:
+        raise ConfigError(
+            f"{ACTOR}.ppo_micro_batch_size_per_gpu",
+            f"must divide the per-worker mini batch ({mini * n // world} trajectories)",
+        )
+    _positive(f"{ACTOR}.ppo_max_token_len_per_gpu", actor.ppo_max_token_len_per_gpu)
+
+
+def _check_actor(arr: ActorRolloutRefConfig) -> None:
+    """The policy loss, the optimizer and the reference forward."""
+    actor, optim = arr.actor, arr.actor.optim
+    for name in ("clip_ratio", "clip_ratio_low", "clip_ratio_high"):
+        value = getattr(actor, name)
+        if value is not None and not 0 <= value < 10:
+            raise ConfigError(f"{ACTOR}.{name}", f"must be in [0, 10), got {value}")
+    if actor.clip_ratio_c <= 1.0:
+        raise ConfigError(
+            f"{ACTOR}.clip_ratio_c", f"must be > 1.0 (dual clip), got {actor.clip_ratio_c}"
+        )
+    if actor.grad_clip <= 0:
+        raise ConfigError(f"{ACTOR}.grad_clip", "must be > 0")
+    for name in ("kl_loss_coef", "entropy_coeff"):
+        if getattr(actor, name) < 0:
+            raise ConfigError(f"{ACTOR}.{name}", "must be >= 0")
+    if optim.lr <= 0:
+        raise ConfigError(f"{ACTOR}.optim.lr", "must be > 0")
+    if len(optim.betas) != 2 or not all(0 <= b < 1 for b in optim.betas):
+        raise ConfigError(f"{ACTOR}.optim.betas", "must be two numbers in [0, 1)")
+    if not 0 <= optim.lr_warmup_steps_ratio <= 1:
+        raise ConfigError(f"{ACTOR}.optim.lr_warmup_steps_ratio", "must be in [0, 1]")
+    if not 0 <= optim.min_lr_ratio <= 1:
+        raise ConfigError(f"{ACTOR}.optim.min_lr_ratio", "must be in [0, 1]")
+    _positive(
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+        arr.ref.log_prob_micro_batch_size_per_gpu,
+        allow_none=True,
+    )
+
+
+def _check_algorithm(alg: AlgorithmConfig) -> None:
+    if alg.kl_ctrl.kl_coef < 0:
+        raise ConfigError("algorithm.kl_ctrl.kl_coef", "must be >= 0")
+    if alg.kl_ctrl.type == "adaptive":
+        _positive("algorithm.kl_ctrl.horizon", alg.kl_ctrl.horizon)
+        if alg.kl_ctrl.target_kl <= 0:
+            raise ConfigError(
+                "algorithm.kl_ctrl.target_kl", "must be > 0 with the adaptive controller"
+            )
+    if not 0 <= alg.gamma <= 1:
+        raise ConfigError("algorithm.gamma", "must be in [0, 1]")
+
+
+def _check_trainer(tr: TrainerConfig) -> None:
+    _positive("trainer.total_epochs", tr.total_epochs)
+    _positive("trainer.total_training_steps", tr.total_training_steps, allow_none=True)
+    _freq("trainer.save_freq", tr.save_freq)
+    _freq("trainer.test_freq", tr.test_freq)
+    if tr.resume_mode == "resume_path" and (
+        not tr.resume_from_path or "global_step_" not in tr.resume_from_path
+    ):
+        raise ConfigError(
+            "trainer.resume_from_path",
+            "resume_mode=resume_path needs a path containing global_step_<N>",
+        )
+    _positive("trainer.max_actor_ckpt_to_keep", tr.max_actor_ckpt_to_keep, allow_none=True)
+    _positive("trainer.torch_threads", tr.torch_threads, allow_none=True)
+    for item in tr.logger:
+        if item not in LOGGERS:
+            raise ConfigError(
+                "trainer.logger",
+                f"{item!r} is not allowed; allowed values: {', '.join(LOGGERS)}",
+            )
+    if tr.critic_warmup < 0:
+        raise ConfigError("trainer.critic_warmup", "must be >= 0")
+
+
+def _check_report(rep: ReportConfig) -> None:
+    if rep.samples_per_step < -1:
+        raise ConfigError("report.samples_per_step", "must be -1 (all) or >= 0")
+    if rep.val_samples < -1:
+        raise ConfigError("report.val_samples", "must be -1 (all) or >= 0")
+    for name in ("memory_interval_s", "heartbeat_interval_s"):
+        if getattr(rep, name) <= 0:
+            raise ConfigError(f"report.{name}", "must be > 0")
+
+
+def validate(cfg: Config, *, require_paths: bool = True) -> Config:
+    """Cross-field checks; raise ConfigError naming the key. Returns ``cfg`` for chaining.
+
+    ``require_paths`` demands the data and model paths (a run needs them; a recipe or a saved spec
+    being edited may not have them yet).
+    """
+    _check_choices(cfg, "")
+    if require_paths:
+        _check_paths(cfg)
+    _check_data(cfg.data)
+    _check_rollout(cfg.actor_rollout_ref.rollout)
+    _check_multi_turn(cfg)
+    _check_batches(cfg)
+    _check_actor(cfg.actor_rollout_ref)
+    _check_algorithm(cfg.algorithm)
+    _check_trainer(cfg.trainer)
+    _check_report(cfg.report)
+    return cfg
+
+
+def resolve(cfg: Config) -> Config:
+    """Fill the derived defaults (response_length, max_model_len, max_turns, clip bounds,
+    ref.use_torch_compile).
+
+    Pure config maths; device-dependent choices (dtype auto, device auto, rollout name auto) need
+    torch and are left to the loop.
+    """
+    arr = cfg.actor_rollout_ref
+    rollout, mt, actor = arr.rollout, arr.rollout.multi_turn, arr.actor
+    response_length = rollout.response_length or cfg.data.max_response_length
+    new_mt = dataclasses.replace(mt, max_turns=mt.max_turns or (5 if mt.enable else 1))
+    new_rollout = dataclasses.replace(
+        rollout,
+        response_length=response_length,
+        multi_turn=new_mt,
+        max_model_len=rollout.max_model_len or cfg.data.max_prompt_length + response_length,
+    )
+    new_actor = dataclasses.replace(
+        actor,
+        clip_ratio_low=actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low,
+        clip_ratio_high=actor.clip_ratio
+        if actor.clip_ratio_high is None
+        else actor.clip_ratio_high,
+    )
+    new_ref = dataclasses.replace(
+        arr.ref,
+        use_torch_compile=actor.use_torch_compile
+        if arr.ref.use_torch_compile is None
+        else arr.ref.use_torch_compile,
+    )
+    return dataclasses.replace(
+        cfg,
+        actor_rollout_ref=dataclasses.replace(
+            arr, rollout=new_rollout, actor=new_actor, ref=new_ref
+        ),
+    )

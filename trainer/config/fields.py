@@ -1,0 +1,178 @@
+"""Fields and their types: the field makers the schema is written with, and the type machinery.
+
+Owns ``ConfigError``, ``option`` / ``section`` (a field with its help text), checking a value against
+a field's annotation (``coerce``: ints widen to float, Literal choices, lists, JSON objects, unions;
+NaN, infinities and NUL characters refused), building a section from a nested dict (``build``:
+unknown keys refused naming the known ones) and naming a type for errors and the reference doc
+(``type_name``). Knows no section of the schema: it works on any frozen dataclass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from typing import Any, Literal, Mapping, Union
+
+
+class ConfigError(ValueError):
+    """A bad config value; ``key`` is the dotted key (verl's name), ``message`` says what is allowed."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.message = message
+
+
+def option(default: Any, help: str) -> Any:  # noqa: A002 - "help" reads best in the field table
+    """A field with its help text; mutable defaults are copied per instance."""
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(
+            default_factory=lambda d=default: json.loads(json.dumps(d)), metadata={"help": help}
+        )
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def section(cls: type, help: str) -> Any:  # noqa: A002
+    """A sub-section field (a nested frozen dataclass, built with its defaults)."""
+    return dataclasses.field(default_factory=cls, metadata={"help": help})
+
+
+def hints(cls: type) -> dict[str, Any]:
+    """A section's field annotations, evaluated."""
+    return typing.get_type_hints(cls)
+
+
+def is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (Union, types.UnionType)
+
+
+def type_name(tp: Any) -> str:
+    """How a field's type reads in errors and the reference doc: ``int | None``, ``list[str]``."""
+    if dataclasses.is_dataclass(tp):
+        return "section"
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(json.dumps(a) for a in typing.get_args(tp))
+    if is_union(tp):
+        return " | ".join("None" if a is type(None) else type_name(a) for a in typing.get_args(tp))
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(type_name(a) for a in typing.get_args(tp))}]"
+    if tp is Any:
+        return "any"
+    return getattr(tp, "__name__", str(tp))
+
+
+def choices(tp: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a Literal type; None for any other type."""
+    if typing.get_origin(tp) is Literal:
+        return typing.get_args(tp)
+    return None
+
+
+def _coerce_union(tp: Any, value: Any, key: str) -> Any:
+    args = typing.get_args(tp)
+    if value is None:
+        if type(None) in args:
+            return None
+        raise ConfigError(key, f"must not be null (expected {type_name(tp)})")
+    for arg in args:  # the first member type that accepts the value wins
+        if arg is type(None):
+            continue
+        try:
+            return coerce(arg, value, key)
+        except ConfigError:
+            continue
+    raise ConfigError(key, f"expected {type_name(tp)}, got {value!r}")
+
+
+def _coerce_container(tp: Any, value: Any, key: str) -> Any:
+    if typing.get_origin(tp) is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(
+                key, f"expected a list of {type_name(typing.get_args(tp)[0])}, got {value!r}"
+            )
+        (item_tp,) = typing.get_args(tp)
+        return [coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected an object, got {value!r}")
+    try:
+        text = json.dumps(dict(value), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(key, f"expected a JSON object of finite numbers: {exc}") from None
+    if "\\u0000" in text:
+        raise ConfigError(key, "must not contain NUL characters")
+    return json.loads(text)
+
+
+def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(key, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(key, f"expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(key, f"expected a finite number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"expected a string, got {value!r}")
+        if "\x00" in value:
+            raise ConfigError(key, "must not contain NUL characters")
+        return value
+    raise ConfigError(key, f"unsupported type {tp!r}")  # a bug in the schema, not in the spec
+
+
+def coerce(tp: Any, value: Any, key: str) -> Any:
+    """Check ``value`` against annotation ``tp`` (ints widen to float); return the stored value."""
+    if tp is Any:
+        return value
+    if is_union(tp):
+        return _coerce_union(tp, value, key)
+    allowed = choices(tp)
+    if allowed is not None:
+        if value not in allowed:
+            raise ConfigError(
+                key, f"{value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}"
+            )
+        return value
+    if typing.get_origin(tp) in (list, dict):
+        return _coerce_container(tp, value, key)
+    return _coerce_scalar(tp, value, key)
+
+
+def build(cls: type, d: Mapping[str, Any], prefix: str) -> Any:
+    """Section ``cls`` from a nested dict: missing keys take defaults, unknown keys raise ConfigError
+    naming the key (``prefix`` is the section's dotted key plus a dot, or "" at the top)."""
+    if not isinstance(d, Mapping):
+        raise ConfigError(
+            prefix.rstrip(".") or "<root>", f"expected an object (section), got {d!r}"
+        )
+    annotations = hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for k in d:
+        if k not in annotations:
+            where = prefix or "the top level"
+            raise ConfigError(
+                f"{prefix}{k}", f"unknown key; known keys of {where}: {', '.join(names)}"
+            )
+    kwargs: dict[str, Any] = {}
+    for name in names:
+        if name not in d:
+            continue
+        tp, key = annotations[name], f"{prefix}{name}"
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = build(tp, d[name], key + ".")
+        else:
+            kwargs[name] = coerce(tp, d[name], key)
+    return cls(**kwargs)

@@ -1,0 +1,215 @@
+"""The run spec's schema: the root ``Config`` and its sections as frozen dataclasses in verl's key
+names, every field with its default and help text (``actor_rollout_ref`` has its own module).
+
+``LOGGERS`` is the one list of the trainer's sinks (``trainer.logger``): the checks refuse any other
+name, the sink registry (trainer/sinks.py) must register exactly these, and the platform picks its
+sinks from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Union
+
+from .actor_rollout_ref import ActorRolloutRefConfig
+from .fields import build, option, section
+
+# The trainer's sinks, by registry name (http: the platform's ingest API, trainer/sinks_http.py).
+LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "http")
+
+
+# --------------------------------------------------------------------------------------------- data
+@dataclass(frozen=True)
+class DataConfig:
+    train_files: Union[str, list[str]] = option(
+        "",
+        "Training data: a JSONL / Parquet file, a `datasets` folder, or a list of them (required "
+        "to run).",
+    )
+    val_files: Union[str, list[str], None] = option(
+        None, "Validation data in the same forms; None = no validation."
+    )
+    prompt_key: str = option(
+        "prompt", "Column holding the prompt chat messages (verl's row format)."
+    )
+    max_prompt_length: int = option(
+        512, "Longest chat-templated prompt in tokens (tools included)."
+    )
+    max_response_length: int = option(
+        512,
+        "Longest response in tokens, all turns together (assistant, tool replies and templates).",
+    )
+    train_batch_size: int = option(
+        1024, "Prompts per training step (each sampled rollout.n times)."
+    )
+    val_batch_size: Union[int, None] = option(
+        None, "Prompts per validation batch; None = the whole val set."
+    )
+    filter_overlong_prompts: bool = option(
+        True, "Drop (and count) rows whose prompt exceeds max_prompt_length."
+    )
+    truncation: Literal["error", "left", "right", "middle"] = option(
+        "error", "What to do with an overlong prompt that was not filtered."
+    )
+    shuffle: bool = option(True, "Shuffle the training rows each epoch (seeded by data.seed).")
+    seed: int = option(1, "Seed of the training-data shuffle.")
+    reward_fn_key: str = option("data_source", "Column that selects the reward function.")
+    return_raw_chat: bool = option(
+        True, "Keep the prompt messages (multi-turn rollout re-templates them)."
+    )
+
+
+# ---------------------------------------------------------------------------------------- algorithm
+@dataclass(frozen=True)
+class KLCtrlConfig:
+    type: Literal["fixed", "adaptive"] = option("fixed", "KL-in-reward coefficient controller.")
+    kl_coef: float = option(0.001, "Initial (or fixed) KL-in-reward coefficient.")
+    horizon: int = option(10000, "Adaptive controller horizon.")
+    target_kl: float = option(0.1, "Adaptive controller target KL.")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    adv_estimator: Literal[
+        "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"
+    ] = option("grpo", "Advantage estimator (registry name in trainer.algorithms.advantages).")
+    norm_adv_by_std_in_grpo: bool = option(
+        True, "Divide GRPO advantages by the group std (False = Dr.GRPO)."
+    )
+    gamma: float = option(1.0, "Discount (REINFORCE++).")
+    lam: float = option(1.0, "GAE lambda (kept for verl compatibility).")
+    use_kl_in_reward: bool = option(False, "Subtract a KL penalty from the token rewards.")
+    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = option(
+        "kl", "KL estimator used as reward penalty."
+    )
+    kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, "KL-in-reward coefficient.")
+
+
+# --------------------------------------------------------------------------------- reward and tools
+@dataclass(frozen=True)
+class RewardConfig:
+    name: str = option("default", "Reward function registry key; default = chosen by data_source.")
+    reward_kwargs: dict[str, Any] = option({}, "Keyword arguments passed to the reward function.")
+    format_score: float = option(0.0, "Score for a well-formed but wrong answer (GSM8K style).")
+
+
+@dataclass(frozen=True)
+class CustomRewardFunctionConfig:
+    path: Union[str, None] = option(
+        None, "Python file with a custom reward (operator-configured, never uploaded data)."
+    )
+    name: str = option(
+        "compute_score",
+        "Function in that file: f(data_source, solution_str, ground_truth, extra_info).",
+    )
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    names: list[str] = option([], 'Registered tools offered to the model, e.g. ["calculator"].')
+    config_path: Union[str, None] = option(
+        None, "verl tool_config YAML (class_name / config / tool_schema)."
+    )
+
+
+# ------------------------------------------------------------------------------------------ trainer
+@dataclass(frozen=True)
+class TrainerConfig:
+    project_name: str = option("rlstudio", "Project name (trackers).")
+    experiment_name: str = option("run", "Experiment name (trackers).")
+    total_epochs: int = option(1, "Passes over the training data.")
+    total_training_steps: Union[int, None] = option(
+        None, "Stop after this many steps; None = from total_epochs."
+    )
+    default_local_dir: str = option(
+        "outputs/run", "Output folder: events.jsonl, checkpoints, export."
+    )
+    save_freq: int = option(-1, "Checkpoint every N steps; -1 = only on stop and at the end.")
+    test_freq: int = option(-1, "Validate every N steps; -1 = never during training.")
+    val_before_train: bool = option(True, "Validate once before the first step.")
+    resume_mode: Literal["auto", "disable", "resume_path"] = option(
+        "auto",
+        "auto = continue from the latest checkpoint if any; resume_path = from resume_from_path.",
+    )
+    resume_from_path: Union[str, None] = option(
+        None, "A global_step_N folder (resume_mode=resume_path)."
+    )
+    max_actor_ckpt_to_keep: Union[int, None] = option(
+        None, "Keep at most this many checkpoints; None = all."
+    )
+    seed: int = option(1, "Seed of the training randomness (torch, Python and NumPy RNGs).")
+    device: Literal["auto", "cpu", "cuda"] = option("auto", "auto = cuda when available, else cpu.")
+    nnodes: int = option(1, "Nodes.")
+    n_gpus_per_node: int = option(1, "Devices (workers) per node.")
+    launcher: Literal["auto", "local", "ray"] = option(
+        "auto",
+        "How workers start: local = one in-process worker (world size 1 only); ray = one Ray actor "
+        "per device in a placement group (RAY_ADDRESS, or a local Ray started on demand); "
+        "auto = local when nnodes * n_gpus_per_node == 1, else ray.",
+    )
+    logger: list[str] = option(
+        ["console", "jsonl"],
+        f"Sinks: {', '.join(LOGGERS)}; http is the platform's ingest API (RLSTUDIO_INGEST_URL, "
+        "and RLSTUDIO_INGEST_TOKEN_FILE or RLSTUDIO_INGEST_TOKEN, from the environment).",
+    )
+    critic_warmup: int = option(
+        0, "Steps before the actor updates (verl compatibility; no critic here)."
+    )
+    balance_batch: bool = option(True, "Reorder trajectories so workers get similar token counts.")
+    export_hf: bool = option(True, "Export the final policy in Hugging Face format.")
+    torch_threads: Union[int, None] = option(
+        None, "torch threads per process; None = the cores it has."
+    )
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    samples_per_step: int = option(
+        8,
+        "Trajectories per step emitted as sample events, as whole GRPO groups (all n samples of a "
+        "prompt): as many groups as fit, at least one; -1 = all.",
+    )
+    token_view: bool = option(
+        True,
+        "Attach the token view (ids, pieces, masks, log-probs) to samples; its log-probs and "
+        "advantages are rounded to 6 decimals (for reading; the step itself uses full precision).",
+    )
+    memory_interval_s: float = option(
+        0.25,
+        "Seconds between memory samples in each worker (and one at every phase boundary); 0 = "
+        "phase boundaries only.",
+    )
+    heartbeat_interval_s: float = option(5.0, "Seconds between heartbeat events.")
+    val_samples: int = option(
+        8,
+        "Validation samples emitted per validation, as whole groups (all val_kwargs.n samples of a "
+        "prompt): as many as fit, at least one; -1 = all.",
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = section(DataConfig, "Datasets and lengths.")
+    actor_rollout_ref: ActorRolloutRefConfig = section(
+        ActorRolloutRefConfig, "Model, rollout, actor, reference."
+    )
+    algorithm: AlgorithmConfig = section(AlgorithmConfig, "Advantage estimator and KL in reward.")
+    reward: RewardConfig = section(RewardConfig, "Reward function.")
+    custom_reward_function: CustomRewardFunctionConfig = section(
+        CustomRewardFunctionConfig, "Operator-provided reward function file."
+    )
+    tools: ToolsConfig = section(ToolsConfig, "Tools offered in multi-turn rollout.")
+    trainer: TrainerConfig = section(TrainerConfig, "Loop, checkpoints, devices, sinks.")
+    report: ReportConfig = section(ReportConfig, "What the run reports as events.")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> "Config":
+        """Build from a nested dict (missing keys take defaults; unknown keys raise ConfigError)."""
+        return build(cls, d or {}, "")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The nested plain-JSON form (what the platform stores on a run)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
