@@ -3,17 +3,19 @@
 Every event is `{"seq", "type", "time", "data"}` (schema: trainer.events). The Emitter stamps a
 per-run sequence number that continues after a resume (it reads the last seq already written to
 `events.jsonl`), validates the event, and hands it to each sink. Sinks are picked by name from
-`trainer.logger` through a registry:
+`trainer.logger` through a registry whose names are exactly the schema's `trainer.config.LOGGERS`
+(the one list of sink names; tests/trainer/test_loggers.py keeps the two equal):
 
   jsonl        always on: `<default_local_dir>/events.jsonl`, one event a line, flushed per event
   console      a compact progress line per step, status / log / checkpoint lines
   tensorboard  scalar metrics (torch.utils.tensorboard; needs the tensorboard package)
   wandb        scalar metrics (needs wandb)
   mlflow       scalar metrics (needs mlflow; '@' in names becomes '_at_' as verl does)
+  http         the platform's ingest API (its own module, trainer/sinks_http.py)
 
 Trackers are imported only when asked for; a listed tracker that is not installed is an error, not a
-silent skip. Another module (the platform's HTTP sink, a later issue) adds itself with
-`@register_sink("http")` and is then selectable in `trainer.logger` like any other.
+silent skip. A new sink registers itself with `@register_sink(name)` and needs its name added to
+`LOGGERS` (the config refuses any other name).
 """
 from __future__ import annotations
 

@@ -24,12 +24,13 @@ from typing import Any, Mapping, Sequence
 
 from django.conf import settings
 
-from trainer.config import Config, ConfigError, apply_overrides, validate
+from trainer.config import LOGGERS, Config, ConfigError, apply_overrides, validate
 
 from . import gate
 from .adapt import adapt_preset
 
-# The trainer's sinks the platform always wants; "http" only once the trainer knows it (LIVE adds it).
+# The trainer's sinks the platform always adds (jsonl: the heartbeat the reconcile falls back on; http:
+# the ingest API), each one of trainer.config.LOGGERS (tests/rlstudio/runs/test_loggers.py).
 WANTED_LOGGERS = ("console", "jsonl", "http")
 DEFAULT_PRESET = "cpu_smoke"
 
@@ -204,16 +205,8 @@ def run_dir(run_id: int) -> Path:
 
 
 def _allowed_loggers() -> tuple[str, ...]:
-    """The loggers of WANTED_LOGGERS the installed trainer accepts (validate names what it allows)."""
-    out = []
-    for name in WANTED_LOGGERS:
-        try:
-            validate(Config.from_dict({"trainer": {"logger": [name]}}), require_paths=False)
-        except ConfigError as exc:
-            if exc.key == "trainer.logger":
-                continue
-        out.append(name)
-    return tuple(out)
+    """The loggers of WANTED_LOGGERS the trainer has (its schema's one list, trainer.config.LOGGERS)."""
+    return tuple(name for name in WANTED_LOGGERS if name in LOGGERS)
 
 
 def freeze_spec(*, run, out_dir: Path, tool_config: Path | None = None) -> dict[str, Any]:
