@@ -19,4 +19,4 @@ def demo_launch_view(request):
         messages.error(request, f"The demo was not launched: {exc}")
         return redirect("runs:list")
     messages.success(request, f"Demo run “{run.name}” is {run.status}.")
-    return redirect("runs:detail", run_id=run.pk)
+    return redirect("telemetry:run", run_id=run.pk)

@@ -1,8 +1,6 @@
 """URLs of the runs pages: list, launch form, a run's page and its control POSTs, the quota page."""
 from django.urls import path
 
-from rlstudio.telemetry import views as telemetry_views
-
 from . import views
 
 app_name = "runs"
@@ -12,7 +10,6 @@ urlpatterns = [
     path("new/", views.run_new, name="new"),
     path("new/preview/", views.run_new_preview, name="new_preview"),  # JSON for the form's preview
     path("quota/", views.quota_page, name="quota"),
-    path("<int:run_id>/", telemetry_views.run_detail, name="detail"),  # the live run page
     path("<int:run_id>/controls/", views.run_controls_view, name="controls"),  # fragment, refreshed live
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),

@@ -1,4 +1,4 @@
-"""Page routes of telemetry under /runs/<id>/ (the run page itself is routed by runs/urls.py)."""
+"""Page routes of telemetry under /runs/<id>/: the live run page itself, its samples, groups and prompts."""
 from django.urls import path
 
 from . import views
@@ -6,6 +6,7 @@ from . import views
 app_name = "telemetry"
 
 urlpatterns = [
+    path("<int:run_id>/", views.run_detail, name="run"),  # the live run page
     path("<int:run_id>/samples/<int:sample_id>/", views.sample_detail, name="sample"),
     path("<int:run_id>/groups/", views.group_detail, name="group"),
     path("<int:run_id>/prompts/", views.prompt_history, name="prompt"),
