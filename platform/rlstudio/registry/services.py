@@ -152,6 +152,16 @@ def reward_function_register(*, by: AbstractBaseUser, name: str, kind: str, path
     return reward
 
 
+def _record_check(item, *, by: AbstractBaseUser, action: str, fields: dict[str, Any]):
+    """Store a check's outcome on a registry entry (`fields`: status, error, what it found), audited."""
+    with transaction.atomic():
+        type(item).objects.filter(pk=item.pk).update(checked=timezone.now(), **fields)
+        audit_record(actor=by, action=action, obj=item,
+                     data={"name": item.name, "status": fields["status"], "error": fields["error"][:500]})
+    item.refresh_from_db()
+    return item
+
+
 def reward_function_check(*, reward_function: RewardFunction, by: AbstractBaseUser) -> RewardFunction:
     """Check a registered reward function again (staff only): `ready` with the new scores and file
     hash when it passes, `broken` with the error when not (runs cannot choose it until one passes)."""
@@ -166,12 +176,7 @@ def reward_function_check(*, reward_function: RewardFunction, by: AbstractBaseUs
     else:
         fields = {"status": RegistryStatus.READY, "error": "", "check_results": checked.results,
                   "checked_path": checked.path, "checked_sha256": checked.sha256}
-    with transaction.atomic():
-        RewardFunction.objects.filter(pk=reward_function.pk).update(checked=timezone.now(), **fields)
-        audit_record(actor=by, action="reward_function.check", obj=reward_function,
-                     data={"name": reward_function.name, "status": fields["status"], "error": fields["error"][:500]})
-    reward_function.refresh_from_db()
-    return reward_function
+    return _record_check(reward_function, by=by, action="reward_function.check", fields=fields)
 
 
 def reward_function_delete(*, reward_function: RewardFunction, by: AbstractBaseUser) -> None:
@@ -267,12 +272,7 @@ def tool_set_check(*, tool_set: ToolSet, by: AbstractBaseUser) -> ToolSet:
         fields = {"status": RegistryStatus.READY, "error": "", "tools": _check_tool_set(tool_set.config_yaml)}
     except RegistryRefused as exc:
         fields = {"status": RegistryStatus.BROKEN, "error": exc.message}
-    with transaction.atomic():
-        ToolSet.objects.filter(pk=tool_set.pk).update(checked=timezone.now(), **fields)
-        audit_record(actor=by, action="tool_set.check", obj=tool_set,
-                     data={"name": tool_set.name, "status": fields["status"], "error": fields["error"][:500]})
-    tool_set.refresh_from_db()
-    return tool_set
+    return _record_check(tool_set, by=by, action="tool_set.check", fields=fields)
 
 
 def tool_set_delete(*, tool_set: ToolSet, by: AbstractBaseUser) -> None:

@@ -235,9 +235,8 @@ def unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def changed_keys(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
-    """The leaf keys whose value differs between two nested configs, in schema order."""
-    a, b = flatten(before), flatten(after)
-    return [k for k in b if a.get(k, _DEFAULTS.get(k)) != b[k]]
+    """The leaf keys whose value differs between two flattened configs, in schema order."""
+    return [k for k in after if before.get(k, _DEFAULTS.get(k)) != after[k]]
 
 
 def _refuse_key(key: str) -> GateRefused:
@@ -321,7 +320,7 @@ def check(
     """
     rewards, tools = set(reward_names), set(tool_names)
     flat = flatten(after)
-    for key in changed_keys(before, after):
+    for key in changed_keys(flatten(before), flat):
         bound = USER_KEYS.get(key)
         if bound is None:
             raise _refuse_key(key)

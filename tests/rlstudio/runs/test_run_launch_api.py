@@ -22,18 +22,6 @@ pytestmark = pytest.mark.django_db
 S = RunStatus
 
 
-@pytest.fixture
-def api(alice):
-    c = APIClient()
-    c.force_authenticate(alice)
-    return c
-
-
-@pytest.fixture
-def ready(alice, make_dataset, make_model):
-    return {"dataset": make_dataset(alice, status="ready"), "model": make_model(alice)}
-
-
 def _body(ready, **extra):
     return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
             **extra}
@@ -107,9 +95,10 @@ def test_quota_reasons(alice, make_run):
     assert admission_reason(run=cpu, cluster_free_gpus=None) == ""
     run_transition(run=holder, to=S.FAILED)
     assert admission_reason(run=waiting, cluster_free_gpus=0) == "the cluster has 0 free GPUs and this run needs 1"
-    # 11 GPU-hours used this month → over the 10 allowed.
+    # 11 GPU-hours used this month → over the 10 allowed: 3,960 GPUs for 10 s, so that the whole run
+    # lies in this month at any hour of it (2 h 45 min on 4 GPUs did not in a month's first hours).
     now = datetime.now(dt_tz.utc)
-    Run.objects.filter(pk=holder.pk).update(started=now - timedelta(hours=2, minutes=45), finished=now)
+    Run.objects.filter(pk=holder.pk).update(gpus=3960, started=now - timedelta(seconds=10), finished=now)
     assert admission_reason(run=waiting, cluster_free_gpus=8).startswith("you used 11.0 of your 10 GPU-hours")
 
 

@@ -36,18 +36,6 @@ PROBES = [
 ]
 
 
-@pytest.fixture
-def api(alice):
-    c = APIClient()
-    c.force_authenticate(alice)
-    return c
-
-
-@pytest.fixture
-def ready(alice, make_dataset, make_model):
-    return {"dataset": make_dataset(alice, status="ready"), "model": make_model(alice)}
-
-
 def _body(ready, **extra):
     return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
             **extra}

@@ -16,6 +16,7 @@ from ..models import Run, RunStatus
 from .errors import RunRefused
 from .transitions import run_transition
 
+
 S = RunStatus
 
 
@@ -81,7 +82,9 @@ def _cluster_free_gpus(*, needed: int) -> float | None:
     held = Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0
     return max(total - held, 0.0)
 
+
 SUBMIT_UNSENT_REASON = "waiting to be submitted: the task queue is unreachable"
+
 
 def enqueue(task_name: str, *args, on_unsent=None) -> None:
     """Send a Celery task once the current transaction commits (the worker must see our writes);
@@ -90,8 +93,10 @@ def enqueue(task_name: str, *args, on_unsent=None) -> None:
 
     send_after_commit(task_name, *args, on_unsent=on_unsent)
 
+
 def enqueue_submit(run_id: int) -> None:
     enqueue("submit_run", run_id, on_unsent=lambda exc: run_requeue_unsent(run_id=run_id, error=exc))
+
 
 def run_requeue_unsent(*, run_id: int, error: Exception | str) -> bool:
     """A submitting run whose submit task never reached the broker goes back to the queue (first in
@@ -104,6 +109,7 @@ def run_requeue_unsent(*, run_id: int, error: Exception | str) -> bool:
         run_transition(run=locked, to=S.QUEUED, reason=SUBMIT_UNSENT_REASON)
         audit_record(actor=None, action="run.submit_unsent", obj=locked, data={"error": str(error)[:500]})
     return True
+
 
 def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus: float | None = None,
               check_cluster: bool = True) -> bool:
@@ -141,6 +147,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     run.refresh_from_db(fields=["status", "queue_reason"])
     return run.status != S.QUEUED
 
+
 def models_q_earlier(run: Run):
     """Q of the runs ahead of `run` in QUEUE_ORDER (higher priority; same priority and older; ties by id)."""
     from django.db.models import Q
@@ -149,7 +156,9 @@ def models_q_earlier(run: Run):
     return (Q(queue_priority__gt=p) | Q(queue_priority=p, created__lt=run.created)
             | Q(queue_priority=p, created=run.created, id__lt=run.pk))
 
+
 QUEUE_MOVES = ("front", "back")
+
 
 def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     """Staff move a queued run to the front or the back of the whole queue (`to`: "front" | "back").
@@ -190,12 +199,14 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     run.refresh_from_db(fields=["queue_priority"])
     return run
 
+
 def run_launch(*, run: Run, by: AbstractBaseUser) -> Run:
     """Launch a queued run now if quota allows, else leave it queued with its reason."""
     run_admit(run=run, by=by)
     run.refresh_from_db()
     audit_record(actor=by, action="run.launch", obj=run, data={"status": run.status})
     return run
+
 
 def queue_admit_all() -> list[int]:
     """Admit queued runs in QUEUE_ORDER while quotas and the cluster allow (the fair queue).

@@ -13,12 +13,14 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import TERMINAL_STATUSES, Run, RunStatus
 
+
 S = RunStatus
 INGEST_TOKEN_PREFIX = "rit_"
 
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
 
 def run_create(
     *,
@@ -31,6 +33,9 @@ def run_create(
     val_dataset=None,
     parent: Run | None = None,
     parent_kind: str = "",
+    total_steps: int | None = None,
+    tool_set: str = "",
+    resume_from: str = "",
 ) -> tuple[Run, str]:
     """Create a queued run with a fresh per-run ingest token.
 
@@ -53,9 +58,13 @@ def run_create(
             ingest_token_hash=token_hash(token),
             parent=parent,
             parent_kind=parent_kind,
+            total_steps=total_steps,
+            tool_set=tool_set,
+            resume_from=resume_from,
         )
         audit_record(actor=owner, action="run.create", obj=run, data={"name": name, "gpus": gpus})
     return run, token
+
 
 def run_token_check(*, run: Run, token: str) -> bool:
     """Whether `token` is this run's ingest token (constant-time comparison of the hashes); a run in a
@@ -63,6 +72,7 @@ def run_token_check(*, run: Run, token: str) -> bool:
     if not token or not run.ingest_token_hash or run.status in TERMINAL_STATUSES:
         return False
     return hmac.compare_digest(token_hash(token), run.ingest_token_hash)
+
 
 def run_issue_ingest_token(*, run: Run) -> str:
     """A fresh one-run ingest token (stored as its hash; the plaintext goes to the job only)."""

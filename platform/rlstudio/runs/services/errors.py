@@ -4,6 +4,7 @@
 class RunRefused(Exception):
     """A user action the run's state does not allow (the API answers 409 with the message)."""
 
+
 class RunInputInvalid(Exception):
     """A new run's input is wrong; `field` names the form field or the config key."""
 

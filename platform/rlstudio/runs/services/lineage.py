@@ -61,6 +61,7 @@ def run_new(
                               val_dataset=val_dataset, config=frozen, gpus=gpus, tool_set=tool_set,
                               audit=("", {}))
 
+
 def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
     """A new run (parent = `run`, kind resume) that continues from `run`'s last checkpoint.
 
@@ -84,6 +85,7 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
         audit=("run.resume", {"parent": run.pk, "from": str(ckpt)}))
     return new
 
+
 def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None) -> Run:
     """A new queued run with `run`'s config (its user keys; the platform's paths from `run`'s dataset
     and model; its own folder, no resume) and the caller's overrides, which go through the gate."""
@@ -94,6 +96,7 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
         owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
         model=run.model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
         parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
+
 
 def _check_still_visible(run: Run) -> None:
     """A clone or resume trains on the source run's dataset and model again: its owner must still be
@@ -113,6 +116,7 @@ def _check_still_visible(run: Run) -> None:
             raise RunInputInvalid(f"the run's {kind} (id {obj_id}) is no longer shared with its owner",
                                   field=field) from None
 
+
 def _config_or_invalid(**kwargs) -> dict[str, Any]:
     from .. import launch
 
@@ -120,6 +124,7 @@ def _config_or_invalid(**kwargs) -> dict[str, Any]:
         return launch.build_config(**kwargs)
     except launch.ConfigInvalid as exc:
         raise RunInputInvalid(exc.message, field=exc.key) from None
+
 
 def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_from: str = "",
                        tool_set: str = "", **fields) -> Run:
@@ -133,14 +138,13 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
         refusal = policy.queue_refusal(user=owner)
         if refusal:
             raise RunRefused(refusal)
-        run, _token = run_create(owner=owner, **fields)
-        Run.objects.filter(pk=run.pk).update(total_steps=launch.total_steps_of(fields["config"]), step=0,
-                                             tool_set=tool_set, resume_from=resume_from)
-        run.tool_set, run.resume_from = tool_set, resume_from
+        run, _token = run_create(owner=owner, total_steps=launch.total_steps_of(fields["config"]),
+                                 tool_set=tool_set, resume_from=resume_from, **fields)
         action, data = audit
         if action:
             audit_record(actor=by, action=action, obj=run, data=data)
     return run_launch(run=run, by=by)
+
 
 def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any] | None = None,
                     preset: str | None = None, overrides=None, description: str = ""):

@@ -12,6 +12,7 @@ from .admission import enqueue
 from .errors import RunRefused
 from .transitions import run_transition
 
+
 S = RunStatus
 
 
@@ -45,6 +46,7 @@ def run_stop(*, run: Run, by: AbstractBaseUser, checkpoint: bool = True, force: 
     run.refresh_from_db()
     return run
 
+
 def run_force_kill(*, run_id: int) -> str:
     """SIGKILL the job's processes now (a forced stop): Ray's stop after a zero grace period.
 
@@ -61,11 +63,13 @@ def run_force_kill(*, run_id: int) -> str:
     audit_record(actor=None, action="run.force_stop", obj=run, data={"killed_pids": killed})
     return f"killed {len(killed)} processes"
 
+
 def run_output_dir(run: Run):
     """The run's output folder (launch.run_folder: the one its spec was frozen with)."""
     from .. import launch
 
     return launch.run_folder(run)
+
 
 def _kill_job_processes(run: Run) -> list[int]:
     """SIGKILL the local trainer processes of `run` (matched by `--output <its folder>` in their

@@ -93,6 +93,7 @@ def run_submit(*, run_id: int) -> str:
     backfilled = _job_adopted(run_id)
     return "already in Ray" + (f"; {backfilled} of its reports stored from its events file" if backfilled else "")
 
+
 def _read_spec(out_dir) -> dict[str, Any] | None:
     import json
 
@@ -101,6 +102,7 @@ def _read_spec(out_dir) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return spec if isinstance(spec, dict) else None
+
 
 def _tool_set_file(run: Run, out_dir):
     """The run's registered tool set, written into its folder (None when it has none)."""
@@ -114,6 +116,7 @@ def _tool_set_file(run: Run, out_dir):
         from ..launch import ConfigInvalid
 
         raise ConfigInvalid("tool_set", str(exc)) from None
+
 
 def run_resubmit(*, run_id: int) -> bool:
     """Send the submit task again for a run stuck in submitting without a Ray job (its task was lost:
@@ -129,6 +132,7 @@ def run_resubmit(*, run_id: int) -> bool:
         audit_record(actor=None, action="run.resubmit", obj=locked, data={"resend": locked.submit_resends})
         enqueue_submit(locked.pk)
     return True
+
 
 def run_adopt_job(*, run_id: int, submission_id: str) -> bool:
     """Record a job Ray already runs under the run's derived submission id while the run, still
@@ -160,6 +164,7 @@ def run_adopt_job(*, run_id: int, submission_id: str) -> bool:
                      data={"submission_id": submission_id, "spec": isinstance(spec, dict), "token": bool(token)})
     _job_adopted(run_id)
     return True
+
 
 def run_record_progress(*, run: Run, step: int | None = None, total_steps: int | None = None,
                         heartbeat=None, checkpoint_path: str | None = None) -> None:

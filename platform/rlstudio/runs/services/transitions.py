@@ -25,7 +25,9 @@ from ..models import TERMINAL_STATUSES, Run, RunStatus
 
 log = logging.getLogger(__name__)
 
+
 S = RunStatus
+
 
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.SUBMITTING, S.STOPPED}),
@@ -38,6 +40,7 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.LOST: frozenset(),
 }
 
+
 class IllegalTransition(Exception):
     """A run was asked to move between two states the state machine does not connect."""
 
@@ -46,6 +49,7 @@ class IllegalTransition(Exception):
         allowed = sorted(ALLOWED_TRANSITIONS.get(current, ()))
         targets = ", ".join(allowed) if allowed else f"none ({current} is terminal)"
         super().__init__(f"run {run_id}: illegal transition {current} → {to}; allowed from {current}: {targets}")
+
 
 def run_transition(
     *,
