@@ -113,10 +113,13 @@ def test_page_fills_a_seq_gap_from_the_store(browser, daphne, make_user, ui):
     from django.utils import timezone
 
     from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
     from rlstudio.runs.services import run_create
     from rlstudio.telemetry.models import RunEvent
 
     alice = make_user("alice")
+    # Never admitted (the session's beat may run): a failed submission would end the run and its token.
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
     dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
     model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
     run, token = run_create(owner=alice, name="gap", dataset=dataset, model=model, config={}, gpus=0)

@@ -30,8 +30,14 @@ from .selectors import QuotaUsage, gpu_hours_between, month_start, quota_for, qu
 
 
 def lock_owner(*, user: AbstractBaseUser) -> None:
-    """Take the row lock that serializes one user's admissions (inside a transaction)."""
-    get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk", flat=True).first()
+    """Take the row lock that serializes one user's admissions (inside a transaction).
+
+    FOR NO KEY UPDATE: it excludes another admission of the same user, but not the FOR KEY SHARE lock
+    PostgreSQL takes on the user row when a row referencing it is written (an audit event, a run's
+    transition). A plain FOR UPDATE here deadlocks with a stop that holds the run's row and audits.
+    """
+    (get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk)
+     .values_list("pk", flat=True).first())
 
 
 def _plural(n: float, word: str) -> str:
