@@ -201,14 +201,15 @@ class Trainer:
             group.shutdown()
 
     def emit_worker_memory(self) -> None:
-        """Forward the workers' buffered memory samples as memory events (rank kept where the event
-        schema has a rank field)."""
+        """Forward the workers' buffered memory samples as memory events, each stamped with the time
+        the worker read it (not the time it is forwarded: the timeline's phase bands span the phases
+        as they ran), rank kept where the event schema has a rank field."""
         from trainer.events import MemoryData
 
         fields = set(MemoryData.__dataclass_fields__)
         for m in sorted(self.group.drain_memory(), key=lambda d: d.get("time", 0.0)):
             if self.emitter is not None:
-                self.emitter.memory({k: v for k, v in m.items() if k in fields})
+                self.emitter.memory({k: v for k, v in m.items() if k in fields}, at=m.get("time"))
 
     def _tool_schema(self, name: str) -> dict[str, Any]:
         from trainer.tools import get_tool

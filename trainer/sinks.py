@@ -80,9 +80,12 @@ class Emitter:
         self._lock = threading.Lock()
         self._validate = validate
 
-    def emit(self, type_: str, data: dict[str, Any]) -> dict[str, Any]:
+    def emit(self, type_: str, data: dict[str, Any], *, at: float | None = None) -> dict[str, Any]:
+        """Number and send one event, stamped `at` (unix seconds: when it happened, for an event
+        measured elsewhere and forwarded later) or now."""
         with self._lock:
-            event = {"seq": self.seq + 1, "type": type_, "time": time.time(), "data": data}
+            event = {"seq": self.seq + 1, "type": type_, "time": time.time() if at is None else float(at),
+                     "data": data}
             if self._validate:
                 from trainer.events import validate_event
 
@@ -111,8 +114,8 @@ class Emitter:
     def sample(self, data: dict[str, Any]) -> dict[str, Any]:
         return self.emit("sample", data)
 
-    def memory(self, data: dict[str, Any]) -> dict[str, Any]:
-        return self.emit("memory", data)
+    def memory(self, data: dict[str, Any], *, at: float | None = None) -> dict[str, Any]:
+        return self.emit("memory", data, at=at)
 
     def flush(self) -> None:
         with self._lock:
