@@ -8,6 +8,8 @@ package to build and check run specs, so it must never import torch (a test enfo
     cfg = Config.from_dict(json.load(f))          # unknown key -> ConfigError naming it
     cfg = apply_overrides(cfg, ["data.train_batch_size=8", "trainer.logger=['console']"])
     validate(cfg)                                 # cross-field checks, model/data paths demanded
+    config_errors(cfg)                            # the same checks, every part's first failure
+    config_warnings(cfg)                          # what runs but likely is not meant (rollout.n=1 GRPO)
     cfg.to_dict()                                 # the JSON the platform stores on a run
 
 Where each part lives:
@@ -34,7 +36,7 @@ from .actor_rollout_ref import (
     RolloutConfig,
     ValKwargsConfig,
 )
-from .checks import resolve, validate
+from .checks import ConfigWarning, config_errors, config_warnings, resolve, validate
 from .fields import ConfigError
 from .overrides import KEY_ALIASES, apply_overrides, load_config, parse_value
 from .reference import config_markdown, describe_config, describe_sections
@@ -82,4 +84,7 @@ __all__ = [
     "parse_value",
     "resolve",
     "validate",
+    "config_errors",
+    "ConfigWarning",
+    "config_warnings",
 ]

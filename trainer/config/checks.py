@@ -4,11 +4,14 @@
 ``validate`` re-checks every field's type, demands the data and model paths when asked, then runs one
 check per part of the spec in a fixed order (data, rollout, multi-turn and tools, batch layout over the
 workers, actor, algorithm, trainer, report); the first failure raises ``ConfigError`` naming the key.
+``config_warnings`` lists what passes but probably is not meant (GRPO with rollout.n=1 has no
+baseline); it never refuses a run.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from .actor_rollout_ref import ActorRolloutRefConfig, RolloutConfig
@@ -169,6 +172,7 @@ def _check_actor(arr: ActorRolloutRefConfig) -> None:
         )
     if actor.grad_clip <= 0:
         raise ConfigError(f"{ACTOR}.grad_clip", "must be > 0")
+    _positive(f"{ACTOR}.loss_scale_factor", actor.loss_scale_factor, allow_none=True)
     for name in ("kl_loss_coef", "entropy_coeff"):
         if getattr(actor, name) < 0:
             raise ConfigError(f"{ACTOR}.{name}", "must be >= 0")
@@ -240,23 +244,46 @@ def validate(cfg: Config, *, require_paths: bool = True) -> Config:
     ``require_paths`` demands the data and model paths (a run needs them; a recipe or a saved spec
     being edited may not have them yet).
     """
-    _check_choices(cfg, "")
-    if require_paths:
-        _check_paths(cfg)
-    _check_data(cfg.data)
-    _check_rollout(cfg.actor_rollout_ref.rollout)
-    _check_multi_turn(cfg)
-    _check_batches(cfg)
-    _check_actor(cfg.actor_rollout_ref)
-    _check_algorithm(cfg.algorithm)
-    _check_trainer(cfg.trainer)
-    _check_report(cfg.report)
+    for check in _parts(cfg, require_paths=require_paths):
+        check()
     return cfg
+
+
+def _parts(cfg: Config, *, require_paths: bool) -> list:
+    """validate's checks in order, one per part of the spec, each a thunk that raises ConfigError."""
+    parts = [lambda: _check_choices(cfg, "")]
+    if require_paths:
+        parts.append(lambda: _check_paths(cfg))
+    return parts + [
+        lambda: _check_data(cfg.data),
+        lambda: _check_rollout(cfg.actor_rollout_ref.rollout),
+        lambda: _check_multi_turn(cfg),
+        lambda: _check_batches(cfg),
+        lambda: _check_actor(cfg.actor_rollout_ref),
+        lambda: _check_algorithm(cfg.algorithm),
+        lambda: _check_trainer(cfg.trainer),
+        lambda: _check_report(cfg.report),
+    ]
+
+
+def config_errors(cfg: Config, *, require_paths: bool = True) -> list[ConfigError]:
+    """Every part's first failure, in validate's order (empty when validate passes): a form shows all
+    of them at once instead of one per submit. A part whose check fails hides only its own later
+    failures; the field types come first, and a bad type stops the rest (they would repeat it)."""
+    errors: list[ConfigError] = []
+    for i, check in enumerate(_parts(cfg, require_paths=require_paths)):
+        try:
+            check()
+        except ConfigError as exc:
+            errors.append(exc)
+            if i == 0:
+                break
+    return errors
 
 
 def resolve(cfg: Config) -> Config:
     """Fill the derived defaults (response_length, max_model_len, max_turns, clip bounds,
-    ref.use_torch_compile).
+    actor.loss_scale_factor, ref.use_torch_compile).
 
     Pure config maths; device-dependent choices (dtype auto, device auto, rollout name auto) need
     torch and are left to the loop.
@@ -273,6 +300,9 @@ def resolve(cfg: Config) -> Config:
     )
     new_actor = dataclasses.replace(
         actor,
+        # seq-mean-token-sum-norm's divisor: verl's default is the padded response width, which is
+        # rollout.response_length (every response is padded to it); a constant, whatever the batch.
+        loss_scale_factor=actor.loss_scale_factor or response_length,
         clip_ratio_low=actor.clip_ratio if actor.clip_ratio_low is None else actor.clip_ratio_low,
         clip_ratio_high=actor.clip_ratio
         if actor.clip_ratio_high is None
@@ -290,3 +320,41 @@ def resolve(cfg: Config) -> Config:
             arr, rollout=new_rollout, actor=new_actor, ref=new_ref
         ),
     )
+
+
+# ------------------------------------------------------------------------------------- warnings
+@dataclass(frozen=True)
+class ConfigWarning:
+    """A config that runs but probably does not do what was meant: ``key`` is the dotted key to look
+    at, ``message`` says why. Warnings never refuse a run (``validate`` does that)."""
+
+    key: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.key, "message": self.message}
+
+
+# Estimators whose baseline is the group of a prompt's rollout.n samples: with one sample per group
+# the advantage is the raw score (a singleton's mean is 0 and std 1, as verl).
+GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo")
+
+
+def config_warnings(cfg: Config) -> list[ConfigWarning]:
+    """What ``validate`` accepts but a user should hear about before launching, in a fixed order."""
+    out: list[ConfigWarning] = []
+    alg, arr = cfg.algorithm, cfg.actor_rollout_ref
+    if alg.adv_estimator in GROUP_BASELINE_ESTIMATORS and arr.rollout.n == 1:
+        out.append(ConfigWarning(
+            f"{ROLLOUT}.n",
+            f"rollout.n=1 with algorithm.adv_estimator={alg.adv_estimator}: each group holds one "
+            "sample, so there is no baseline (the advantage is the raw score, as in verl). "
+            "Sample several responses per prompt (e.g. n=4 to 16).",
+        ))
+    actor = arr.actor
+    if actor.loss_scale_factor is not None and actor.loss_agg_mode != "seq-mean-token-sum-norm":
+        out.append(ConfigWarning(
+            f"{ACTOR}.loss_scale_factor",
+            f"only seq-mean-token-sum-norm uses it; loss_agg_mode={actor.loss_agg_mode} ignores it.",
+        ))
+    return out

@@ -8,8 +8,7 @@ user sees everything that is wrong in one answer:
   schema) and against the gate;
 - each override on its own, against the config it applies to (type, then the gate);
 - then, with only the pieces that passed, the platform's keys and the trainer's cross-field checks
-  (`validate`), whose first error is added (the trainer's `validate` stops at its first; a collect-all
-  `validate` would belong in `trainer/config.py`).
+  (`trainer.config.config_errors`: each part of the spec's first failure, all parts at once).
 
 `check_all` returns the errors and the effective config as far as it could be built; `preview` adds
 what the new-run form shows: the config as YAML lines, each key that differs from where it started
@@ -22,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from trainer.config import Config, ConfigError, apply_overrides, describe_sections, validate
+from trainer.config import Config, ConfigError, apply_overrides, config_errors, describe_sections
 
 from . import gate, launch
 from .adapt import Adaptation, adapt_preset, resources_label
@@ -165,10 +164,9 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
         checked.config = cfg.to_dict()
         return checked
     checked.config = cfg.to_dict()
-    try:
-        validate(cfg, require_paths=dataset is not None)
-    except ConfigError as exc:
-        if exc.key not in {e.field for e in errors}:  # not a consequence of a piece already refused
+    refused = {e.field for e in errors}
+    for exc in config_errors(cfg, require_paths=dataset is not None):
+        if exc.key not in refused:  # not a consequence of a piece already refused
             errors.append(_error(exc))
     return checked
 

@@ -78,6 +78,8 @@ class RunConfigCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     config = serializers.JSONField()
+    gpus = serializers.IntegerField(required=False, min_value=0, max_value=4096, default=0,
+                                    help_text="check the config as a run on this many GPUs would be (0: the CPU)")
 
 
 class PresetSerializer(serializers.Serializer):

@@ -126,7 +126,8 @@ def run_new(request):
                 if d.get("save_as"):
                     try:
                         run_config_save(owner=request.user, name=d["save_as"], config=config or inputs["base"],
-                                        preset=d["preset"], overrides=form.override_list())
+                                        preset=d["preset"], overrides=form.override_list(), gpus=d["gpus"],
+                                        adapt=not config and not inputs["base"])
                     except RunInputInvalid as exc:
                         if exc.field == "name":  # the saved config's name is the form's save_as
                             raise RunInputInvalid(str(exc), field="save_as") from None

@@ -101,3 +101,31 @@ def test_yaml_lines_load_back_and_keep_odd_values_escaped_by_yaml():
 def test_merge_puts_the_services_error_first_once():
     a, b = preview.FieldError("x", "bad"), preview.FieldError("y", "worse")
     assert preview.merge(b, [a, b]) == [b, a]
+
+
+def test_cross_field_errors_of_different_parts_are_all_reported(tiny):
+    """The trainer's cross-field checks report each part's first failure together (config_errors)."""
+    checked = preview.check_all(preset="cpu_smoke", gpus=0, model=tiny, adapt=True, overrides=[
+        "data.train_batch_size=3",   # the batch layout: 3 % ppo_mini_batch_size 2 != 0
+        "trainer.save_freq=0",       # the trainer's part: -1 or >= 1
+    ])
+    assert _fields(checked) == ["actor_rollout_ref.actor.ppo_mini_batch_size", "trainer.save_freq"]
+    # the first is what build_config (and the trainer's validate) raises
+    with pytest.raises(launch.ConfigInvalid) as err:
+        launch.build_config(preset="cpu_smoke", gpus=0, model=tiny, adapt=True,
+                            overrides=["data.train_batch_size=3", "trainer.save_freq=0"])
+    assert err.value.key == "actor_rollout_ref.actor.ppo_mini_batch_size"
+
+
+def test_config_errors_is_empty_exactly_when_validate_passes():
+    from trainer.config import Config, ConfigError, apply_overrides, config_errors, validate
+
+    good = Config()
+    assert config_errors(good, require_paths=False) == []
+    validate(good, require_paths=False)
+    bad = apply_overrides(Config(), ["trainer.test_freq=0", "data.max_prompt_length=0"])
+    errors = config_errors(bad, require_paths=False)
+    assert [e.key for e in errors] == ["data.max_prompt_length", "trainer.test_freq"]
+    with pytest.raises(ConfigError) as first:
+        validate(bad, require_paths=False)
+    assert first.value.key == errors[0].key

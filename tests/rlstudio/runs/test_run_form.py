@@ -125,3 +125,37 @@ def test_the_api_answers_every_error_with_the_first_as_error(alice, ready):
     data = api.post("/api/v1/runs/", {"gpus": -1}, format="json").json()
     assert {e["field"] for e in data["errors"]} >= {"name", "dataset", "model", "gpus"}
     assert data["errors"][0]["field"] == data["error"]["field"]
+
+
+def test_saving_a_gpu_preset_from_a_cpu_form_keeps_what_the_run_started_from(page, ready, alice):
+    """A preset made for 8 GPUs, launched on the CPU (adapted) and saved as a config: the save is checked
+    as that CPU run, not as the preset on no GPUs, and stores the adapted config without platform keys."""
+    from rlstudio.runs.models import RunConfig
+
+    resp = page.post("/runs/new/", _form(ready, preset="gsm8k_multiturn_grpo", save_as="gsm8k-cpu",
+                                         overrides="actor_rollout_ref.rollout.n=4"))
+    assert resp.status_code == 302, resp.content.decode()[-3000:]
+    saved = RunConfig.objects.get(owner=alice, name="gsm8k-cpu")
+    run = Run.objects.get(name="f1")
+    assert saved.config["actor_rollout_ref"]["rollout"]["n"] == 4
+    assert saved.config["actor_rollout_ref"]["rollout"]["name"] == run.config["actor_rollout_ref"]["rollout"]["name"]
+    assert saved.config["data"]["train_batch_size"] == run.config["data"]["train_batch_size"]
+    assert not saved.config["actor_rollout_ref"]["model"]["path"]  # the platform's keys are not kept
+    # and a run launched from it on the CPU needs no override
+    resp = page.post("/runs/new/", {**_form(ready, name="f2"), "saved_config": saved.pk})
+    assert resp.status_code == 302, resp.content.decode()[-3000:]
+
+
+def test_the_api_checks_a_saved_config_on_the_gpus_it_names(alice):
+    from rlstudio.runs import gate
+    from rlstudio.runs.launch import build_config
+
+    api = APIClient()
+    api.force_login(alice)
+    config = gate.user_view(build_config(preset="gsm8k_multiturn_grpo", gpus=8, adapt=True))
+    resp = api.post("/api/v1/configs/", {"name": "eight", "config": config}, format="json")
+    assert resp.status_code == 400  # checked as a CPU run, its 8-GPU batch layout does not fit
+    resp = api.post("/api/v1/configs/", {"name": "eight", "config": config, "gpus": 8}, format="json")
+    assert resp.status_code == 201, resp.json()
+    resp = api.post("/api/v1/configs/", {"name": "bad", "config": config, "gpus": -1}, format="json")
+    assert resp.status_code == 400 and "gpus" in str(resp.json())

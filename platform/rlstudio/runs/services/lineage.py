@@ -147,14 +147,18 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
 
 
 def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any] | None = None,
-                    preset: str | None = None, overrides=None, description: str = ""):
+                    preset: str | None = None, overrides=None, description: str = "", gpus: int = 0,
+                    adapt: bool = False):
     """Save a named config: what the user typed (through the gate), stored without the platform's keys
-    (data and model paths, resources: a run sets them from its own record)."""
+    (data and model paths, resources: a run sets them from its own record).
+
+    It is checked as a run on `gpus` GPUs (0: the CPU) would be; with `adapt` a preset is first fitted
+    to them as a launched run's is (the new-run form saves what its run starts from)."""
     from .. import gate
     from ..models import RunConfig
 
     checked = _config_or_invalid(config=config or None, preset=None if config else (preset or None),
-                                 overrides=overrides)
+                                 overrides=overrides, gpus=gpus, adapt=adapt)
     if RunConfig.objects.filter(owner=owner, name=name).exists():
         raise RunInputInvalid(f"you already have a config named {name!r}", field="name")
     with transaction.atomic():
