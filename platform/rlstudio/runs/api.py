@@ -152,7 +152,9 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             new = run_clone(run=run, by=request.user, name=s.validated_data.get("name") or None,
                             overrides=s.validated_data.get("overrides"))
         except RunInputInvalid as exc:
-            raise _invalid(exc) from None
+            raise _invalid_all(exc, base=run.config, overrides=s.validated_data.get("overrides"),
+                               dataset=run.dataset, val_dataset=run.val_dataset, model=run.model,
+                               gpus=run.gpus) from None
         except RunRefused as exc:
             raise _refused(exc) from None
         return self._answer(new)
@@ -205,7 +207,10 @@ class RunConfigViewSet(viewsets.ReadOnlyModelViewSet):
         try:
             saved = run_config_save(owner=request.user, **s.validated_data)
         except RunInputInvalid as exc:
-            raise _invalid(exc) from None
+            if exc.field == "name":
+                raise _invalid(exc) from None
+            raise _invalid_all(exc, config=s.validated_data["config"], gpus=s.validated_data["gpus"],
+                               adapt=False) from None
         return Response(RunConfigSerializer(saved).data, status=http.HTTP_201_CREATED)
 
 

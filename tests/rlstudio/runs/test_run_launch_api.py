@@ -152,6 +152,20 @@ def test_clone_copies_the_config_with_overrides(alice, api, ready):
     assert body["status"] == S.SUBMITTING
 
 
+def test_clone_and_config_save_report_every_error_at_once(alice, api, ready):
+    src = api.post("/api/v1/runs/", _body(ready), format="json").json()
+    bad = {"actor_rollout_ref.rollout.temperature": 99, "trainer.default_local_dir": "/etc", "trainer.save_freq": 0}
+    resp = api.post(f"/api/v1/runs/{src['id']}/clone/", {"overrides": bad}, format="json")
+    assert resp.status_code == 400
+    fields = [e["field"] for e in resp.json()["errors"]]
+    assert fields == ["actor_rollout_ref.rollout.temperature", "trainer.default_local_dir", "trainer.save_freq"]
+    assert resp.json()["error"]["field"] == fields[0]
+    config = {"trainer": {"save_freq": 0, "test_freq": 0}, "data": {"max_prompt_length": 0}}
+    resp = api.post("/api/v1/configs/", {"name": "two", "config": config}, format="json")
+    assert resp.status_code == 400
+    assert [e["field"] for e in resp.json()["errors"]] == ["data.max_prompt_length", "trainer.save_freq"]
+
+
 def test_other_users_get_404_on_every_control(bob, make_run, alice):
     run = make_run(alice)
     api = APIClient()
