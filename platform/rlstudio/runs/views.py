@@ -3,29 +3,19 @@
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.shortcuts import render
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from rlstudio.catalog.selectors import dataset_list_for
 
 from .models import RunStatus
-from .selectors import latest_reward, run_get_for, run_list_for
-
-
-def _duration(run) -> str:
-    """Wall time from start to finish (or to now while it runs), as H:MM:SS."""
-    if run.started is None:
-        return ""
-    seconds = int(((run.finished or timezone.now()) - run.started).total_seconds())
-    hours, rest = divmod(max(seconds, 0), 3600)
-    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+from .selectors import latest_reward, run_duration, run_get_for, run_list_for
 
 
 def _row(run) -> dict:
     progress = None
     if run.total_steps:
         progress = min(100, round(100 * run.step / run.total_steps))
-    return {"run": run, "reward": latest_reward(run), "duration": _duration(run), "progress": progress}
+    return {"run": run, "reward": latest_reward(run), "duration": run_duration(run), "progress": progress}
 
 
 # ?sort= keys of the runs list (a leading "-" = descending); newest first by default.
