@@ -41,6 +41,8 @@ import numpy as np
 import torch
 
 from trainer import checkpoint as ckpt
+from trainer.algorithms.metrics import (compute_count_metrics, compute_data_metrics, reduce_metrics,
+                                       verl_num_turns)
 from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, load_prompt_dataset
 from trainer.types import PromptItem, Trajectory
@@ -84,23 +86,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-
-
-def _stats(prefix: str, values: torch.Tensor | list[float]) -> dict[str, float]:
-    t = torch.as_tensor(values, dtype=torch.float64).flatten()
-    if t.numel() == 0:
-        return {}
-    return {f"{prefix}/mean": t.mean().item(), f"{prefix}/max": t.max().item(), f"{prefix}/min": t.min().item()}
-
-
-def reduce_metrics(lists: dict[str, list[float]]) -> dict[str, float]:
-    """verl's rule: lists are averaged, except names containing max (max) or min (min)."""
-    out = {}
-    for k, v in lists.items():
-        if not v:
-            continue
-        out[k] = max(v) if "max" in k else min(v) if "min" in k else sum(v) / len(v)
-    return out
 
 
 class Trainer:
@@ -333,21 +318,19 @@ class Trainer:
                      extra: dict[str, float]) -> dict[str, float]:
         b, trajs = exp.batch, exp.trajectories
         cfg = self.cfg
-        mask = b.loss_mask.bool()
         resp_len = b.response_mask.sum(-1)
         prompt_len = torch.tensor([float(len(p)) for p in b.prompt_ids])
         n_resp, n_total = resp_len.sum().item(), resp_len.sum().item() + prompt_len.sum().item()
-        m: dict[str, float] = {}
-        m.update(_stats("critic/score", b.token_level_scores.sum(-1)))
-        m.update(_stats("critic/rewards", b.token_level_rewards.sum(-1)))
-        m.update(_stats("critic/advantages", b.advantages[mask]))
-        m.update(_stats("critic/returns", b.returns[mask]))
-        m.update(_stats("response_length", resp_len))
-        m["response_length/clip_ratio"] = (resp_len >= cfg.actor_rollout_ref.rollout.response_length).float().mean().item()
-        m.update(_stats("prompt_length", prompt_len))
-        m["prompt_length/clip_ratio"] = (prompt_len >= cfg.data.max_prompt_length).float().mean().item()
-        m.update(_stats("num_turns", [float(tr.num_turns) for tr in trajs]))
-        m.update(_stats("tool_call_counts", [float(tr.tool_calls) for tr in trajs]))
+        # verl's data metrics: lengths over the response (tool replies included), advantages and
+        # returns over the trained tokens; num_turns/* counted as verl's agent loop counts turns.
+        m = compute_data_metrics(
+            token_level_scores=b.token_level_scores, token_level_rewards=b.token_level_rewards,
+            advantages=b.advantages, returns=b.returns, response_mask=b.response_mask, loss_mask=b.loss_mask,
+            prompt_lengths=prompt_len, max_response_length=cfg.actor_rollout_ref.rollout.response_length,
+            max_prompt_length=cfg.data.max_prompt_length)
+        m.update(compute_count_metrics("num_turns", [
+            verl_num_turns(tr.num_turns, tr.messages, len(tr.prompt.messages), tr.finish_reason) for tr in trajs]))
+        m.update(compute_count_metrics("tool_call_counts", [tr.tool_calls for tr in trajs]))
         if exp.entropy is not None:
             m["actor/entropy"] = (exp.entropy * b.response_mask).sum().item() / max(1.0, b.response_mask.sum().item())
         if b.old_log_probs is not None and all(tr.rollout_logprobs is not None for tr in trajs):

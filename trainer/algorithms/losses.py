@@ -23,7 +23,13 @@ KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
 
 # ------------------------------------------------------------------------------------ masked stats
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
-    return (values * mask).sum() if axis is None else (values * mask).sum(dim=axis)
+    """Sum of ``values`` where ``mask`` is non-zero (weighted by the mask), over everything or ``axis``.
+
+    Masked-out entries are zeroed before the product, as verl's does: a NaN or inf under a 0 of the
+    mask (a padded position, a tool reply) does not turn the sum into NaN (NaN * 0 is NaN).
+    """
+    kept = torch.where(mask.bool(), values, torch.zeros_like(values)) * mask
+    return kept.sum() if axis is None else kept.sum(dim=axis)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
@@ -62,13 +68,27 @@ def masked_whiten(
 
 
 # ------------------------------------------------------------------------------------- aggregation
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
     """Aggregate a (B, T) token-loss matrix into a scalar.
 
     token-mean              sum(L m) / sum(m)
     seq-mean-token-sum      mean_i sum_t L m
     seq-mean-token-mean     mean over rows with tokens of (sum_t L m / sum_t m)
-    seq-mean-token-sum-norm sum(L m) / T   (T = padded width; Dr.GRPO's constant normaliser, as verl)
+    seq-mean-token-sum-norm mean_i (sum_t L m) / S   (Dr.GRPO, as verl)
+
+    S is a constant: ``loss_scale_factor`` (``actor.loss_scale_factor``; the actor passes the rollout's
+    padded response length when that key is unset, as verl's ``loss_mask.shape[-1]`` is). Only when
+    ``loss_scale_factor`` is None here does S fall back to this matrix's own width ``T``; a caller that
+    hands in micro-batches cut to their longest response must pass S, or the loss would depend on
+    the micro-batch size (at one row per micro-batch it would equal seq-mean-token-mean).
+
+    Every "seq-mean" is a mean over this matrix's rows, so a micro-batch's value weighted by its share
+    of the rows (``trainer.workers.actor``) sums to the whole batch's value.
     """
     if loss_agg_mode == "token-mean":
         return masked_mean(loss_mat, loss_mask)
@@ -79,7 +99,10 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
         has_tokens = (loss_mask.sum(dim=-1) > 0).to(per_seq.dtype)
         return masked_mean(per_seq, has_tokens)
     if loss_agg_mode == "seq-mean-token-sum-norm":
-        return masked_sum(loss_mat, loss_mask) / loss_mask.shape[-1]
+        scale = loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
+        if scale <= 0:
+            raise ValueError(f"loss_scale_factor must be > 0, got {scale}")
+        return masked_sum(loss_mat, loss_mask, axis=-1).mean() / scale
     raise ValueError(
         f"unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
     )
@@ -133,11 +156,13 @@ def compute_policy_loss(
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
 ) -> PolicyLossOutput:
     """PPO clipped surrogate with asymmetric clip bounds and dual clip (all inputs (B, T)).
 
     rho = exp(clamp(logp - old_logp, -20, 20)); L = max(-A rho, -A clip(rho, 1-eps_low, 1+eps_high));
-    for A < 0 also L = min(L, -A c) (dual clip, c = clip_ratio_c > 1). Aggregated by ``loss_agg_mode``.
+    for A < 0 also L = min(L, -A c) (dual clip, c = clip_ratio_c > 1). Aggregated by ``loss_agg_mode``
+    (``loss_scale_factor``: seq-mean-token-sum-norm's constant, see ``agg_loss``).
     """
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1.0 for dual clip, got {clip_ratio_c}")
@@ -157,7 +182,7 @@ def compute_policy_loss(
         (torch.gt(clip_max, loss_dual) & negative).float(), response_mask
     )
     pg_losses = torch.where(negative, clip_min, clip_max)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
     return PolicyLossOutput(
         pg_loss=pg_loss,
         pg_clipfrac=pg_clipfrac.detach(),

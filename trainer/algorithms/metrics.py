@@ -2,8 +2,10 @@
 
 compute_data_metrics(...)  -> critic/score/*, critic/rewards/*, critic/advantages/*,
                               critic/returns/*, response_length/*, prompt_length/*
+                              (the one implementation: trainer.loop.Trainer.step_metrics calls it)
 compute_count_metrics(...) -> <prefix>/{mean,max,min} of per-trajectory counts
                               (num_turns/*, tool_call_counts/*)
+verl_num_turns(...)        -> a trajectory's turns as verl counts them for num_turns/*
 reduce_metrics({name: [v, ...]}) -> {name: v}   mean, or max / min for keys containing them
 """
 
@@ -55,17 +57,19 @@ def compute_data_metrics(
     prompt_lengths: torch.Tensor,
     max_response_length: int,
     max_prompt_length: int | None = None,
+    loss_mask: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """verl's data metrics from plain tensors.
 
-    token_level_scores / token_level_rewards / advantages / returns / response_mask: (B, T);
-    prompt_lengths: (B,) prompt tokens per trajectory. Scores and rewards are summed per sequence;
-    advantages and returns are taken over the masked tokens. ``response_length`` counts the response
-    tokens (the mask's row sums: in multi-turn pass the attention mask of the response, not the loss
-    mask, if tool tokens should count). ``clip_ratio`` = fraction of sequences at the length limit,
-    measured against the configured limit (not the padded width: verl PR #7821).
+    token_level_scores / token_level_rewards / advantages / returns / response_mask / loss_mask:
+    (B, T); prompt_lengths: (B,) prompt tokens per trajectory. Scores and rewards are summed per
+    sequence; advantages and returns are taken over the tokens of ``loss_mask`` (the trained tokens;
+    default ``response_mask``). ``response_length`` counts the tokens of ``response_mask`` (the
+    response's attention mask: in multi-turn it includes the tool replies, as verl's does).
+    ``clip_ratio`` = fraction of sequences at the length limit, measured against the configured limit
+    (not the padded width: verl PR #7821).
     """
-    mask = response_mask.bool()
+    mask = (response_mask if loss_mask is None else loss_mask).bool()
     response_length = response_mask.sum(dim=-1).double()
     prompt_length = prompt_lengths.double()
     metrics: dict[str, float] = {}
@@ -89,3 +93,31 @@ def compute_count_metrics(prefix: str, counts: Iterable[float]) -> dict[str, flo
     """<prefix>/{mean,max,min} of per-trajectory counts (e.g. num_turns, tool_call_counts)."""
     values = torch.tensor([float(c) for c in counts], dtype=torch.float64)
     return _stats(prefix, values)
+
+
+def verl_num_turns(
+    assistant_turns: int,
+    messages: Sequence[Mapping[str, object]],
+    prompt_messages: int,
+    finish_reason: str,
+) -> int:
+    """A trajectory's turns as verl's tool agent loop counts them: ``user_turns + assistant_turns + 1``.
+
+    The 1 is the prompt; ``assistant_turns`` the generations (engine calls); ``user_turns`` the
+    rounds of tool replies that entered the response (one per assistant turn whose calls ran, however
+    many calls it made). ``messages`` is the whole transcript, of which the first ``prompt_messages``
+    are the prompt. verl stops before appending a round of replies that does not fit in the response
+    budget and does not count it; the multi-turn agent appends the part that fits and ends with
+    finish_reason "length", so a transcript ending in such a round counts one round less. A single
+    turn without tools is 2, as verl's single-turn loop reports.
+    """
+    rounds, previous = 0, None
+    convo = list(messages[prompt_messages:])
+    for message in convo:
+        role = message.get("role")
+        if role == "tool" and previous != "tool":
+            rounds += 1
+        previous = role
+    if previous == "tool" and finish_reason == "length":
+        rounds -= 1
+    return int(assistant_turns) + rounds + 1

@@ -51,7 +51,11 @@ class MultiTurnConfig:
     tool_timeout_s: float = option(
         10.0, "Seconds a tool call may take before it becomes an error reply."
     )
-    format: Literal["hermes"] = option("hermes", "Tool-call syntax: <tool_call>{json}</tool_call>.")
+    format: Literal["hermes", "qwen25", "llama3"] = option(
+        "hermes",
+        "Tool-call parser, by SGLang's tool_call_parser names: hermes / qwen25 = <tool_call>{json}"
+        "</tool_call> (Qwen2.5, Qwen3), llama3 = Llama 3.1/3.2 JSON calls (docs/chat-formats.md).",
+    )
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,12 @@ class ActorConfig:
     loss_agg_mode: Literal[
         "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
     ] = option("token-mean", "How the token losses are aggregated into one number.")
+    loss_scale_factor: Union[int, None] = option(
+        None,
+        "seq-mean-token-sum-norm's constant divisor (Dr.GRPO's MAX_TOKENS): each sequence's token-sum "
+        "is divided by it; None = the rollout's padded response length (rollout.response_length), "
+        "as verl. Ignored by the other modes.",
+    )
     policy_loss: Literal["vanilla"] = option(
         "vanilla", "Policy loss (registry name in trainer.algorithms.losses)."
     )

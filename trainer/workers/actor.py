@@ -25,9 +25,11 @@ expects the update's first forward to equal them, which dropout would break.
 
 Loss normalisation is global: each micro-batch's loss is weighted by its share of the WHOLE
 mini-batch (all micro-batches of all ranks): tokens for token-mean, rows for the seq-mean modes; the
-counts are all-reduced once per mini-batch. So micro-batching and data parallelism give the gradient
-of the full mini-batch loss (verl HEAD's global token normalisation; verl 76f63 averaged per
-micro-batch token-means, which differs when micro-batches hold different token counts). FSDP
+counts are all-reduced once per mini-batch; seq-mean-token-sum-norm divides by a constant
+(actor.loss_scale_factor, which resolve sets to the rollout's response length when unset), never by a
+micro-batch's cut width. So micro-batching and data parallelism give the gradient of the full
+mini-batch loss (verl HEAD's global token normalisation; verl 76f63 averaged per micro-batch
+token-means, which differs when micro-batches hold different token counts). FSDP
 averages gradients over ranks, so each rank scales its backward by the world size. `actor/pg_loss`
 and `actor/kl_loss` are reported per mini-batch as that global loss; clipfrac / ppo_kl per micro-batch.
 Under FSDP every rank must run the same number of forwards: micro-batch counts are equalised
@@ -341,6 +343,9 @@ class ActorWorker:
         captured_logp = torch.zeros(B, R) if (capture or on_policy_skip) else None
         captured_ent = torch.zeros(B, R) if capture else None
         need_entropy = capture or cfg.entropy_coeff != 0
+        # seq-mean-token-sum-norm's constant: the rollout's padded response length (resolve fills
+        # actor.loss_scale_factor with it when unset), never a micro-batch's cut width.
+        scale = getattr(cfg, "loss_scale_factor", None) or R
         metrics: dict[str, list[float]] = {}
 
         def add(name: str, value: float) -> None:
@@ -372,15 +377,16 @@ class ActorWorker:
                         captured_ent[rows, :r] = ent.detach().cpu()
                     pg = compute_policy_loss(old, logp, adv, mask, clip_ratio=cfg.clip_ratio,
                                              clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                                             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode)
+                                             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode,
+                                             loss_scale_factor=scale)
                     # This micro-batch's share of the whole (all-rank) mini-batch loss: see the docstring.
                     weight = self._share(cfg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
                     loss = pg.pg_loss
                     if cfg.entropy_coeff != 0:
-                        loss = loss - cfg.entropy_coeff * agg_loss(ent, mask, cfg.loss_agg_mode)
+                        loss = loss - cfg.entropy_coeff * agg_loss(ent, mask, cfg.loss_agg_mode, scale)
                     if cfg.use_kl_loss:
                         ref = batch.ref_log_probs[rows, :r].to(self.device)
-                        kl = agg_loss(kl_penalty(logp, ref, cfg.kl_loss_type), mask, cfg.loss_agg_mode)
+                        kl = agg_loss(kl_penalty(logp, ref, cfg.kl_loss_type), mask, cfg.loss_agg_mode, scale)
                         loss = loss + cfg.kl_loss_coef * kl
                         mini_kl += kl.item() * weight
                     # FSDP averages gradients over ranks: scale by the world size to get the sum.
@@ -420,7 +426,7 @@ class ActorWorker:
             return float(mask.sum()) / max(g_tokens, 1.0)
         if mode == "seq-mean-token-mean":
             return float((mask.sum(-1) > 0).sum()) / max(g_rows_tok, 1.0)
-        return rows / max(g_rows, 1.0)  # seq-mean-token-sum(-norm): a mean over rows
+        return rows / max(g_rows, 1.0)  # seq-mean-token-sum(-norm): a mean over rows (agg_loss)
 
     # ---- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

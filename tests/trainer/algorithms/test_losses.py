@@ -18,6 +18,7 @@ from trainer.algorithms.losses import (
     get_policy_loss,
     kl_penalty,
     masked_mean,
+    masked_sum,
     masked_var,
     masked_whiten,
     policy_loss_names,
@@ -38,11 +39,38 @@ M = torch.tensor([[1.0, 1, 0, 0], [1, 0, 0, 0]], dtype=D)
         ("token-mean", 7 / 3),  # (1 + 2 + 4) / 3 tokens
         ("seq-mean-token-sum", (3 + 4) / 2),  # mean of per-row sums
         ("seq-mean-token-mean", (1.5 + 4) / 2),  # mean of per-row means
-        ("seq-mean-token-sum-norm", 7 / 4),  # total / padded width T
+        ("seq-mean-token-sum-norm", (3 + 4) / 2 / 4),  # mean of per-row sums / padded width T
     ],
 )
 def test_agg_loss_modes(mode, expected):
     assert agg_loss(L, M, mode).item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_seq_mean_token_sum_norm_divides_by_the_given_constant_not_the_width():
+    # verl: mean_i(sum_t L m) / loss_scale_factor; the width T is only the default.
+    assert agg_loss(L, M, "seq-mean-token-sum-norm", 10).item() == pytest.approx(7 / 2 / 10)
+    cut = agg_loss(L[:, :2], M[:, :2], "seq-mean-token-sum-norm", 4)  # a micro-batch cut to width 2
+    assert cut.item() == pytest.approx(agg_loss(L, M, "seq-mean-token-sum-norm").item())
+    # Per-row shares (what the actor weights micro-batches by) add up to the whole batch's value.
+    rows = [agg_loss(L[i:i + 1, : int(M[i].nonzero().max()) + 1], M[i:i + 1, : int(M[i].nonzero().max()) + 1],
+                     "seq-mean-token-sum-norm", 4) / 2 for i in range(2)]
+    assert sum(r.item() for r in rows) == pytest.approx(7 / 8)
+    # Policy and the other terms take the same constant.
+    old = torch.zeros(2, 4, dtype=D)
+    out = compute_policy_loss(old, old, -L, M, loss_agg_mode="seq-mean-token-sum-norm", loss_scale_factor=10)
+    assert out.pg_loss.item() == pytest.approx(7 / 2 / 10)
+    with pytest.raises(ValueError, match="loss_scale_factor"):
+        agg_loss(L, M, "seq-mean-token-sum-norm", 0)
+
+
+def test_masked_sum_ignores_nan_under_the_mask():
+    values = torch.tensor([[1.0, float("nan")], [float("inf"), 2.0]], dtype=D)
+    mask = torch.tensor([[1.0, 0], [0, 1]], dtype=D)
+    assert masked_sum(values, mask).item() == 3.0
+    torch.testing.assert_close(masked_sum(values, mask, axis=-1), torch.tensor([1.0, 2.0], dtype=D))
+    assert masked_mean(values, mask).item() == 1.5
+    for mode in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        assert torch.isfinite(agg_loss(values, mask, mode)), mode
 
 
 def test_agg_seq_mean_token_mean_skips_empty_rows_and_unknown_mode_raises():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from trainer.algorithms.metrics import compute_count_metrics, compute_data_metrics, reduce_metrics
+from trainer.algorithms.metrics import compute_count_metrics, compute_data_metrics, reduce_metrics, verl_num_turns
 
 torch.set_num_threads(1)
 
@@ -62,3 +62,35 @@ def test_count_metrics():
         "num_turns/min": 1.0,
     }
     assert compute_count_metrics("tool_call_counts", []) == {}
+
+
+def test_data_metrics_take_advantages_over_the_loss_mask_and_lengths_over_the_response():
+    response = torch.tensor([[1.0, 1, 1, 1]])
+    trained = torch.tensor([[1.0, 0, 0, 1]])  # a tool reply in the middle (verl: response_mask)
+    adv = torch.tensor([[2.0, 9, 9, 4]])
+    m = compute_data_metrics(token_level_scores=torch.zeros(1, 4), token_level_rewards=torch.zeros(1, 4),
+                             advantages=adv, returns=adv, response_mask=response, loss_mask=trained,
+                             prompt_lengths=torch.tensor([3]), max_response_length=8)
+    assert m["critic/advantages/mean"] == 3.0 and m["critic/advantages/max"] == 4.0
+    assert m["response_length/mean"] == 4.0 and m["response_length/clip_ratio"] == 0.0
+    assert "prompt_length/clip_ratio" not in m
+
+
+def _msgs(*roles):
+    return [{"role": r, "content": ""} for r in roles]
+
+
+def test_verl_num_turns_is_user_plus_assistant_turns_plus_one():
+    prompt = _msgs("system", "user")
+    # Single turn: 1 + 1 assistant = 2 (verl's single-turn loop reports 2).
+    assert verl_num_turns(1, prompt + _msgs("assistant"), 2, "stop") == 2
+    # Two tool rounds (one with two parallel calls): 1 + 3 assistant + 2 tool rounds.
+    convo = _msgs("assistant", "tool", "tool", "assistant", "tool", "assistant")
+    assert verl_num_turns(3, prompt + convo, 2, "stop") == 6
+    # Stopped at max_turns while calling tools: the calls never ran, no reply round.
+    assert verl_num_turns(2, prompt + _msgs("assistant", "tool", "assistant"), 2, "tool_calls") == 4
+    # The last round of replies did not fit the response budget: verl does not count it.
+    assert verl_num_turns(1, prompt + _msgs("assistant", "tool"), 2, "length") == 2
+    # A few-shot prompt's own turns are the prompt's, not the trajectory's.
+    few_shot = _msgs("user", "assistant", "tool", "assistant", "user")
+    assert verl_num_turns(1, few_shot + _msgs("assistant"), len(few_shot), "stop") == 2
