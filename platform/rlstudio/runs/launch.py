@@ -28,19 +28,12 @@ from trainer.config import LOGGERS, Config, ConfigError, apply_overrides, valida
 
 from . import gate
 from .adapt import adapt_preset
+from .errors import ConfigInvalid
 
 # The trainer's sinks the platform always adds (jsonl: the heartbeat the reconcile falls back on; http:
 # the ingest API), each one of trainer.config.LOGGERS (tests/rlstudio/runs/test_loggers.py).
 WANTED_LOGGERS = ("console", "jsonl", "http")
 DEFAULT_PRESET = "cpu_smoke"
-
-
-class ConfigInvalid(ValueError):
-    """The config a user gave does not pass the trainer's schema; `key` names the culprit."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key, self.message = key, message
 
 
 def dataset_path(dataset) -> str:

@@ -92,8 +92,7 @@ def run_new(request):
 
     from .launch import ConfigInvalid, parse_config_text
     from .preview import FieldError
-    from .services import RunInputInvalid, RunRefused, run_config_save
-    from .services import run_new as service_run_new
+    from .services import RunInputInvalid, RunRefused
 
     form = _form(request, request.POST if request.method == "POST" else None)
     if request.method == "POST" and not form.is_valid():
@@ -107,37 +106,48 @@ def run_new(request):
         _add_errors(form, errors, typed=typed)
     elif request.method == "POST":
         d = form.cleaned_data
-        config = None
+        config, run = None, None
         try:
             if d.get("config_yaml", "").strip():
                 config = parse_config_text(d["config_yaml"])
-            inputs = form.config_inputs(config=config)
-            with transaction.atomic():
-                if d.get("save_as"):
-                    try:
-                        run_config_save(owner=request.user, name=d["save_as"], config=config or inputs["base"],
-                                        preset=d["preset"], overrides=form.override_list(), gpus=d["gpus"],
-                                        adapt=not config and not inputs["base"])
-                    except RunInputInvalid as exc:
-                        if exc.field == "name":  # the saved config's name is the form's save_as
-                            raise RunInputInvalid(str(exc), field="save_as") from None
-                        raise
-                run = service_run_new(
-                    owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
-                    model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=inputs["base"],
-                    overrides=inputs["overrides"], tool_set=d.get("tool_set") or "",
-                )
         except ConfigInvalid as exc:  # the YAML does not parse
             form.add_error(form.field_for_key(exc.key) or "config_yaml", f"{exc.key}: {exc.message}")
+        try:
+            if not form.errors:
+                run = _save_and_launch(request, form, config)
         except RunInputInvalid as exc:
             errors, typed = _config_errors(form, FieldError(exc.field, str(exc)), config=config)
             _add_errors(form, errors, typed=typed)
         except RunRefused as exc:
             form.add_error(None, str(exc))
-        else:
+        if run is not None:
             messages.success(request, f"Run “{run.name}” is {run.status}.")
             return redirect("telemetry:run", run_id=run.pk)
     return render(request, "runs/run_form.html", {"form": form}, status=400 if form.errors else 200)
+
+
+def _save_and_launch(request, form, config):
+    """The form's run (and its saved config when `save_as` is given), in one transaction."""
+    from .services import RunInputInvalid, run_config_save
+    from .services import run_new as service_run_new
+
+    d = form.cleaned_data
+    inputs = form.config_inputs(config=config)
+    with transaction.atomic():
+        if d.get("save_as"):
+            try:
+                run_config_save(owner=request.user, name=d["save_as"], config=config or inputs["base"],
+                                preset=d["preset"], overrides=form.override_list(), gpus=d["gpus"],
+                                adapt=not config and not inputs["base"])
+            except RunInputInvalid as exc:
+                if exc.field == "name":  # the saved config's name is the form's save_as
+                    raise RunInputInvalid(str(exc), field="save_as") from None
+                raise
+        return service_run_new(
+            owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
+            model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=inputs["base"],
+            overrides=inputs["overrides"], tool_set=d.get("tool_set") or "",
+        )
 
 
 @login_required

@@ -20,7 +20,7 @@ from .admission import (
     run_requeue_unsent,
 )
 from .creation import INGEST_TOKEN_PREFIX, run_create, run_issue_ingest_token, run_token_check, token_hash
-from .errors import RunInputInvalid, RunRefused
+from ..errors import RunInputInvalid, RunRefused
 from .lineage import run_clone, run_config_save, run_new, run_resume
 from .stop import run_force_kill, run_output_dir, run_stop
 from .submission import (

@@ -13,7 +13,7 @@ from django.db import transaction
 from rlstudio.accounts.services import audit_record
 
 from ..models import Run, RunStatus
-from .errors import RunRefused
+from ..errors import RunRefused
 from .transitions import run_transition
 
 

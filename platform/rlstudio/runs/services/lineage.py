@@ -15,7 +15,7 @@ from rlstudio.accounts.services import audit_record
 from ..models import Run
 from .admission import quota_policy, run_launch
 from .creation import run_create
-from .errors import RunInputInvalid, RunRefused
+from ..errors import RunInputInvalid, RunRefused
 
 
 def run_new(
@@ -118,12 +118,10 @@ def _check_still_visible(run: Run) -> None:
 
 
 def _config_or_invalid(**kwargs) -> dict[str, Any]:
+    """launch.build_config (its ConfigInvalid is a RunInputInvalid naming the config key)."""
     from .. import launch
 
-    try:
-        return launch.build_config(**kwargs)
-    except launch.ConfigInvalid as exc:
-        raise RunInputInvalid(exc.message, field=exc.key) from None
+    return launch.build_config(**kwargs)
 
 
 def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_from: str = "",

@@ -9,7 +9,7 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run, RunStatus
 from .admission import enqueue
-from .errors import RunRefused
+from ..errors import RunRefused
 from .transitions import run_transition
 
 

@@ -69,7 +69,10 @@ def run_submit(*, run_id: int) -> str:
                 tool_config = _tool_set_file(run, out_dir)
                 spec = launch.freeze_spec(run=run, out_dir=out_dir, tool_config=tool_config)
                 spec_path = launch.write_spec(spec, out_dir)
-            except (launch.ConfigInvalid, OSError) as exc:
+            except launch.ConfigInvalid as exc:
+                run_transition(run=run, to=S.FAILED, error=f"could not prepare the run: {exc.key}: {exc.message}")
+                return "failed: config"
+            except OSError as exc:
                 run_transition(run=run, to=S.FAILED, error=f"could not prepare the run: {exc}")
                 return "failed: config"
             token = run_issue_ingest_token(run=run)

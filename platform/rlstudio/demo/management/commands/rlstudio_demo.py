@@ -192,7 +192,7 @@ class Command(BaseCommand):
         try:
             config = launch.build_config(preset=DEMO_RECIPE, dataset=train, val_dataset=val, model=model)
         except launch.ConfigInvalid as exc:
-            raise CommandError(f"the demo config does not validate: {exc}") from None
+            raise CommandError(f"the demo config does not validate: {exc.key}: {exc.message}") from None
         description = (f"{REGISTRY[DEMO_RECIPE].description}. Model {model.name}, datasets {train.name} / "
                        f"{val.name}. Launch it with one click on the runs page.")
         saved, created = RunConfig.objects.update_or_create(

@@ -1,0 +1,24 @@
+"""The runs app's domain errors (the API and the pages turn them into 409 / 400 answers): a refused
+action, and wrong input for a new run (a form field or a config key; `ConfigInvalid` is the config
+builder's kind of it, naming the key)."""
+
+
+class RunRefused(Exception):
+    """A user action the run's state does not allow (the API answers 409 with the message)."""
+
+
+class RunInputInvalid(Exception):
+    """A new run's input is wrong; `field` names the form field or the config key."""
+
+    def __init__(self, message: str, *, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+class ConfigInvalid(RunInputInvalid):
+    """A config a user gave does not pass the gate or the trainer's schema; `key` names the culprit
+    (it is also the error's `field`), `message` says what is allowed."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message, field=key)
+        self.key, self.message = key, message
