@@ -17,6 +17,10 @@ the model wrote it, a string) and ``tool_call_errors`` ([{reason, message}], see
 A training sample may carry its GRPO group as the step computed it (``group_size``, ``group_mean``,
 ``group_std``: the scores of the samples of its prompt, trainer.algorithms.advantages); the trainer
 reports whole groups.
+
+Why one file of ~600 lines: it is the wire contract between two programs that never import each
+other's code, and a reader checks a change to it in one place (one dataclass and one checker per
+event type, with the shared field checkers above them).
 """
 
 from __future__ import annotations
