@@ -204,12 +204,11 @@ class Trainer:
         return self.tools[name].schema
 
     def _stop_token_ids(self) -> list[int]:
-        ids = {self.tokenizer.eos_token_id}
-        for tok in ("<|im_end|>", "<|endoftext|>"):
-            tid = self.tokenizer.convert_tokens_to_ids(tok)
-            if isinstance(tid, int) and tid != self.tokenizer.unk_token_id:
-                ids.add(tid)
-        return sorted(i for i in ids if i is not None)
+        """EOS and the chat family's end-of-turn tokens (trainer.chat.families; the multi-turn agent
+        adds the template's own and the tool-call closer)."""
+        from trainer.chat.families import stop_token_ids
+
+        return stop_token_ids(self.tokenizer)
 
     def sampling(self, step: int, *, validate: bool = False):
         from trainer.rollout.base import SamplingParams

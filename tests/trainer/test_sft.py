@@ -80,11 +80,19 @@ def test_direct_answer_and_multi_turn_without_tools(tok):
         "Hello!<|im_end|>", "#### 4<|im_end|>"]
 
 
-def test_token_straddling_a_span_edge_is_an_error(tok):
-    # "\n" after the generation prompt and a leading "\n" in the content merge into one token.
+def test_assistant_turn_is_tokenized_on_its_own_like_a_rollout(tok):
+    # In the whole text, the "\n" ending the generation prompt and a leading "\n" of the content
+    # merge into one token; a model never generates across that edge (its turn starts after the
+    # generation prompt), so the example keeps the two apart, as a rollout's trajectory does.
     msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "\nHello"}]
-    with pytest.raises(ValueError, match="straddles"):
-        sft.build_example(tok, msgs)
+    ex = sft.build_example(tok, msgs)
+    head = tok.encode(tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True),
+                      add_special_tokens=False)
+    turn = tok.encode("\nHello<|im_end|>", add_special_tokens=False)
+    assert ex.input_ids == head + turn + tok.encode("\n", add_special_tokens=False)
+    assert ex.loss_mask == [0] * len(head) + [1] * len(turn) + [0]
+    whole = tok.encode(tok.apply_chat_template(msgs, tokenize=False), add_special_tokens=False)
+    assert whole != ex.input_ids  # the merge the whole-text tokenization would make
 
 
 def test_collate_shifts_labels_and_pads():

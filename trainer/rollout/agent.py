@@ -12,9 +12,12 @@ Token bookkeeping (token in, token out; never re-encoded from text):
 - assistant: the engine's output ids appended verbatim, loss_mask 1, with the engine's log-probs;
 - after a tool-calling turn: the rest of the assistant turn end (e.g. `<|im_end|>\n`, only the part
   the engine did not emit itself), the tool messages and the next generation prompt, as template
-  deltas with loss_mask 0. A delta is the chat template rendered for a fixed dummy conversation plus
-  the new messages, minus the same dummy rendered alone (the dummy's rendering must be a prefix of
-  the longer one, checked every time).
+  deltas with loss_mask 0 (trainer.chat.deltas: rendered after a fixed base conversation, so the
+  template need not be prefix-stable; Qwen3's is not). The trajectory is exactly the ids the engine
+  saw, turn after turn.
+Tool calls are read by the parser `multi_turn.format` names (trainer.rollout.parser: hermes / qwen25 /
+llama3), from the text after a leading `<think>...</think>` block; a transcript's tool-call arguments
+are objects. Generation stops on the chat family's end-of-turn tokens (trainer.chat.families).
 Limits: `multi_turn.max_turns` assistant turns; the response (everything after the prompt) at most
 `rollout.response_length` (or `data.max_response_length`) tokens and prompt+response at most
 `rollout.max_model_len` when set: a turn gets at most the remaining budget, and a delta that does not
@@ -27,7 +30,8 @@ timing-out tool each become a `tool` message starting "Error:" and count in `too
 assistant message with a block that could not be parsed also keeps the turn's text as the model wrote
 it (`raw`) and why each block failed (`tool_call_errors`: [{reason, message}]).
 Only the first `multi_turn.max_parallel_calls` valid calls of a turn run (verl's truncation); with
-max_parallel_calls == 1, `</tool_call>` is also a stop token, so a turn holds one call.
+max_parallel_calls == 1, the parser's call-closing token (`</tool_call>`) is also a stop token, so a
+turn holds one call.
 Tool lifecycle per request: create(**create_kwargs) for each offered tool, execute(**execute_kwargs),
 then calc_reward(**calc_reward_kwargs) -> Trajectory.tool_rewards and release(**release_kwargs), the
 kwargs from PromptItem.tools_kwargs[tool_name] (verl's extra_info.tools_kwargs).
@@ -39,15 +43,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import threading
 import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from trainer.chat.deltas import ChatDeltas
+from trainer.chat.families import closing_token_ids, detect_family, stop_token_ids
 from trainer.rollout.base import GenerationOutput, GenerationRequest, RolloutEngine, SamplingParams
-from trainer.rollout.parser import CLOSE_TAG, ToolCall, ToolCallError, parse_tool_calls
+from trainer.rollout.parser import ToolCall, ToolCallError, get_parser, split_reasoning
 from trainer.types import PromptItem, Trajectory
 
 
@@ -87,6 +92,7 @@ class _Request:
     tool_rewards: dict[str, float] = field(default_factory=dict)
     step_rewards: list[float] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
+    last_output: list[int] = field(default_factory=list)  # the ids the engine generated last turn
 
     def finish(self, reason: str) -> None:
         self.state = RequestState.DONE
@@ -99,45 +105,6 @@ class _Request:
 
     def truncate(self, length: int) -> None:
         del self.response_ids[length:], self.loss_mask[length:], self.logprobs[length:]
-
-
-class ChatDeltas:
-    """Token deltas of the chat template (see the module docstring for the method)."""
-
-    _BASE = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-             {"role": "assistant", "content": "A"}]
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.base_text = self.render(self._BASE, add_generation_prompt=False)
-        head = self.render(self._BASE[:2], add_generation_prompt=True)
-        if not self.base_text.startswith(head + "A"):
-            raise RuntimeError("chat template: an assistant turn does not extend the generation prompt; "
-                               "cannot compute token deltas")
-        # What closes an assistant turn after its content, e.g. "<|im_end|>\n".
-        self.turn_end_ids = self.encode(self.base_text[len(head) + 1:])
-
-    def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def turn_end_completion(self, generated: list[int]) -> list[int]:
-        """The part of turn_end_ids the engine did not emit itself (it may have stopped mid-way)."""
-        end = self.turn_end_ids
-        for k in range(min(len(end), len(generated)), 0, -1):
-            if generated[-k:] == end[:k]:
-                return end[k:]
-        return list(end)
-
-    def messages_delta(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> list[int]:
-        full = self.render(self._BASE + messages, add_generation_prompt=add_generation_prompt)
-        if not full.startswith(self.base_text):
-            raise RuntimeError("chat template renders the fixed prefix differently once messages follow; "
-                               "delta tokenization would be wrong")
-        return self.encode(full[len(self.base_text):])
 
 
 def truncate_text(text: str, limit: int, side: str = "middle") -> str:
@@ -175,7 +142,12 @@ class MultiTurnRollout:
         self.response_budget = int(_cfg(rollout_cfg, "response_length", None)
                                    or _cfg(data_cfg, "max_response_length", 512))
         self.max_model_len = _cfg(rollout_cfg, "max_model_len", None)
-        self.deltas = ChatDeltas(tokenizer)
+        self.family = detect_family(tokenizer)
+        self.parser = get_parser(str(_cfg(mt, "format", "hermes")))
+        self.deltas = ChatDeltas(tokenizer, closing_ids=closing_token_ids(tokenizer, self.family))
+        if self.multi_turn:
+            self._check_parser()
+        self.close_id = self._token_id(self.parser.close_token) if self.parser.close_token else None
         self.stop_ids = self._stop_ids()
         self.last_stats: dict[str, float] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -191,17 +163,25 @@ class MultiTurnRollout:
         unk = getattr(self.tokenizer, "unk_token_id", None)
         return None if tid is None or (unk is not None and tid == unk and token != self.tokenizer.unk_token) else int(tid)
 
+    def _check_parser(self) -> None:
+        """Refuse a parser that cannot read the tool calls this chat template renders (the model
+        was trained on its template: no call would ever be parsed)."""
+        from trainer.chat.check import check_template
+
+        report = check_template(self.tokenizer, parser=self.parser.name)
+        if report.supports_tools and report.parser_ok is False:
+            want = f" (the template is {report.family}'s: set actor_rollout_ref.rollout.multi_turn.format=" \
+                   f"{self.family.parser})" if self.family and self.family.parser else ""
+            raise ValueError(f"multi_turn.format={self.parser.name!r} cannot read the tool calls of this chat "
+                             f"template{want}: " + "; ".join(p for p in report.problems if "parser" in p))
+
     def _stop_ids(self) -> list[int]:
-        ids: list[int] = []
-        eos = getattr(self.tokenizer, "eos_token_id", None)
-        ids.extend(eos if isinstance(eos, list) else ([eos] if eos is not None else []))
-        end = self.deltas.turn_end_ids[:1]  # the end-of-turn token, e.g. <|im_end|>
-        ids.extend(end)
-        if self.multi_turn and self.max_parallel_calls == 1:
-            close = self._token_id(CLOSE_TAG)
-            if close is not None:
-                ids.append(close)
-        return sorted(set(int(i) for i in ids))
+        """EOS, the family's end-of-turn tokens and the template's own; with one call per turn, also
+        the parser's call-closing token."""
+        ids = set(stop_token_ids(self.tokenizer, self.family, extra=self.deltas.closing_ids))
+        if self.multi_turn and self.max_parallel_calls == 1 and self.close_id is not None:
+            ids.add(self.close_id)
+        return sorted(ids)
 
     # ------------------------------------------------------------------ public API
     def run(self, prompts: list[PromptItem], *, n: int, sampling: SamplingParams) -> list[Trajectory]:
@@ -318,20 +298,24 @@ class MultiTurnRollout:
         """Append one assistant turn and decide what comes next."""
         r.num_turns += 1
         r.append(list(out.output_ids), generated=True, logprobs=list(out.logprobs))
+        r.last_output = list(out.output_ids)
         ids = list(out.output_ids)
-        while ids and ids[-1] in self.stop_ids and ids[-1] != self._token_id(CLOSE_TAG):
+        while ids and ids[-1] in self.stop_ids and ids[-1] != self.close_id:
             ids.pop()  # end-of-turn / eos are not message content
         text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        parsed = parse_tool_calls(text) if self.multi_turn else None
+        reasoning, visible = split_reasoning(text)
+        parsed = self.parser.parse(visible) if self.multi_turn else None
         if out.finish_reason == "length" or parsed is None or not parsed.has_tool_call:
             r.messages.append({"role": "assistant", "content": text.strip()})
             r.finish("length" if out.finish_reason == "length" else "stop")
             return
         calls = parsed.calls[: self.max_parallel_calls]
-        message: dict[str, Any] = {"role": "assistant", "content": parsed.content}
+        content = (reasoning + ("\n\n" if reasoning and parsed.content else "") + parsed.content).strip()
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        # Arguments stay an object: templates render them with tojson (a JSON string would be encoded twice).
         message["tool_calls"] = [
             {"id": f"call_{r.num_turns}_{i}", "type": "function",
-             "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)}}
+             "function": {"name": c.name, "arguments": dict(c.arguments)}}
             for i, c in enumerate(calls)]
         if parsed.errors:
             # The content holds only the text outside the blocks (often nothing): keep what the model
@@ -380,8 +364,7 @@ class MultiTurnRollout:
                                                               f"{err.message}"})
         r.pending_calls, r.pending_errors = [], []
         r.messages.extend(tool_messages)
-        generated_tail = r.response_ids[-len(self.deltas.turn_end_ids):] if r.response_ids else []
-        added = self.deltas.turn_end_completion(generated_tail) + self.deltas.messages_delta(tool_messages)
+        added = self.deltas.after_turn(r.last_output, tool_messages, tools=r.prompt.tools or None)
         room = self._remaining(r)
         if len(added) >= room:
             # Not even one generated token would fit after the delta: end here, cut at the budget.
