@@ -1,6 +1,7 @@
 // The new-run form's preview (RUNS): as the user edits, the form's fields are posted to
 // /runs/new/preview/ (data-preview-url) and the answer is shown beside the form: every error at
-// once (also under its field), what was adapted to the GPUs or CPU, the memory estimate per device
+// once (also under its field), the trainer's warnings (the run still launches: e.g. GRPO with rollout.n=1
+// has no baseline), what was adapted to the GPUs or CPU, the memory estimate per device
 // and the effective config as YAML with the keys that differ from the preset highlighted.
 // Everything from the server is put in with textContent (never as HTML): config values are user text.
 (function () {
@@ -33,6 +34,13 @@
       if (span) { span.appendChild(el("span", "live-item", text)); }
     });
     show(list, errors.length > 0);
+  }
+
+  function renderWarnings(warnings) {
+    var list = document.getElementById("preview-warnings");
+    clear(list);
+    warnings.forEach(function (w) { list.appendChild(el("li", "", "\u26a0 " + w.field + ": " + w.message)); });
+    show(list, warnings.length > 0);
   }
 
   function renderAdapted(body) {
@@ -105,6 +113,7 @@
       .then(function (body) {
         if (mine !== seq) { return; }
         renderErrors(body.errors || []);
+        renderWarnings(body.warnings || []);
         renderAdapted(body);
         renderMemory(body.memory);
         renderYaml(body);

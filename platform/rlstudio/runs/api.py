@@ -22,6 +22,7 @@ from .serializers import (
     RunCloneSerializer,
     RunConfigCreateSerializer,
     RunConfigSerializer,
+    RunCreatedSerializer,
     RunCreateSerializer,
     RunDetailSerializer,
     RunLogsSerializer,
@@ -85,10 +86,10 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def _run(self, pk):
         return run_get_for(user=self.request.user, run_id=pk)
 
-    def _answer(self, run, code=http.HTTP_201_CREATED):
-        return Response(RunDetailSerializer(run_get_for(user=self.request.user, run_id=run.pk)).data, status=code)
+    def _answer(self, run, code=http.HTTP_201_CREATED, serializer=RunDetailSerializer):
+        return Response(serializer(run_get_for(user=self.request.user, run_id=run.pk)).data, status=code)
 
-    @extend_schema(request=RunCreateSerializer, responses={201: RunDetailSerializer})
+    @extend_schema(request=RunCreateSerializer, responses={201: RunCreatedSerializer})
     def create(self, request):
         s = RunCreateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
@@ -116,7 +117,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             raise _invalid_all(exc, base=saved, **inputs) from None
         except RunRefused as exc:
             raise _refused(exc) from None
-        return self._answer(run)
+        return self._answer(run, serializer=RunCreatedSerializer)
 
     @extend_schema(request=RunStopSerializer, responses={202: RunDetailSerializer})
     @action(detail=True, methods=["post"])

@@ -13,15 +13,16 @@ user sees everything that is wrong in one answer:
 `check_all` returns the errors and the effective config as far as it could be built; `preview` adds
 what the new-run form shows: the config as YAML lines, each key that differs from where it started
 (the preset as written, the saved config, or the schema's defaults) marked as the user's, adapted to
-the resources (`adapt.py`), or the platform's; the adaptations ("adapted for CPU: ..."); and the
-memory estimate per device (`memory_estimate.py`). Nothing is stored.
+the resources (`adapt.py`), or the platform's; the adaptations ("adapted for CPU: ..."); the
+trainer's warnings (`warnings`: never a refusal); and the memory estimate per device
+(`memory_estimate.py`). Nothing is stored.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from trainer.config import Config, ConfigError, apply_overrides, config_errors, describe_sections
+from trainer.config import Config, ConfigError, apply_overrides, config_errors, config_warnings, describe_sections
 
 from . import gate, launch
 from .adapt import Adaptation, adapt_preset, resources_label
@@ -264,6 +265,19 @@ def memory(*, model, config: Mapping[str, Any] | None, gpus: int) -> dict[str, A
         return {"error": f"no estimate: {exc}"}
 
 
+def warnings(config: Mapping[str, Any] | None) -> list[dict[str, str]]:
+    """The trainer's config warnings (`trainer.config.config_warnings`: what runs but probably is not
+    meant, e.g. GRPO with rollout.n=1 has no baseline) as [{field, message}]. They never refuse a run;
+    the form shows them beside the preview and after launch, the API's create answer lists them."""
+    if not config:
+        return []
+    try:
+        cfg = Config.from_dict(config)
+    except ConfigError:
+        return []  # not a config yet: its errors are reported instead
+    return [w.as_dict() for w in config_warnings(cfg)]
+
+
 def preview(**inputs: Any) -> dict[str, Any]:
     """What the new-run form shows beside the fields: errors, adaptations, the YAML, the memory table.
 
@@ -273,6 +287,7 @@ def preview(**inputs: Any) -> dict[str, Any]:
     lines = yaml_lines(checked.config, marks, before) if checked.config else []
     return {
         "errors": [{**e.as_dict(), "source": e.source} for e in checked.errors],
+        "warnings": warnings(checked.config),
         "resources": checked.resources,
         "adapted": adapted_summary(checked) if checked.config else [],
         "reference": checked.reference_label,

@@ -48,6 +48,24 @@ class RunDetailSerializer(RunSerializer):
         read_only_fields = fields
 
 
+class RunCreatedSerializer(RunDetailSerializer):
+    """The answer to POST /api/v1/runs/: the run, and the trainer's warnings about its config ([{field,
+    message}], e.g. GRPO with rollout.n=1 has no baseline). A warning never refuses a run."""
+
+    warnings = serializers.SerializerMethodField()
+
+    class Meta(RunDetailSerializer.Meta):
+        fields = RunDetailSerializer.Meta.fields + ["warnings"]
+        read_only_fields = fields
+
+    @extend_schema_field({"type": "array", "items": {"type": "object", "properties": {
+        "field": {"type": "string"}, "message": {"type": "string"}}}})
+    def get_warnings(self, run: Run) -> list[dict[str, str]]:
+        from .preview import warnings
+
+        return warnings(run.config)
+
+
 class RunCreateSerializer(serializers.Serializer):
     """POST /api/v1/runs/: what to train, on what, with which config (docs/api.md)."""
 

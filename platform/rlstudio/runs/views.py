@@ -121,7 +121,11 @@ def run_new(request):
         except RunRefused as exc:
             form.add_error(None, str(exc))
         if run is not None:
+            from .preview import warnings
+
             messages.success(request, f"Run “{run.name}” is {run.status}.")
+            for w in warnings(run.config):  # launched anyway: a warning never refuses a run
+                messages.warning(request, f"{w['field']}: {w['message']}")
             return redirect("telemetry:run", run_id=run.pk)
     return render(request, "runs/run_form.html", {"form": form}, status=400 if form.errors else 200)
 
@@ -153,9 +157,9 @@ def _save_and_launch(request, form, config):
 @login_required
 def run_new_preview(request):
     """POST (the form's fields, as the form posts them): JSON with every error of the inputs (each with
-    the form field it belongs on), the preset's adaptations to the GPUs or CPU, the effective config as
-    YAML lines marked where they differ from the preset, and the memory estimate per device. Nothing is
-    stored; the form's script (static/js/run_form.js) calls it as the user edits."""
+    the form field it belongs on), the trainer's warnings, the preset's adaptations to the GPUs or CPU, the
+    effective config as YAML lines marked where they differ from the preset, and the memory estimate per
+    device. Nothing is stored; the form's script (static/js/run_form.js) calls it as the user edits."""
     from django.http import HttpResponseNotAllowed, JsonResponse
 
     from .launch import ConfigInvalid, parse_config_text
@@ -174,7 +178,8 @@ def run_new_preview(request):
         except ConfigInvalid as exc:
             errors.append(FieldError(exc.key, exc.message, "config"))
     inputs = form.config_inputs(config=config)
-    body = {"errors": [], "adapted": [], "lines": [], "yaml": "", "memory": None, "resources": "", "reference": ""}
+    body = {"errors": [], "warnings": [], "adapted": [], "lines": [], "yaml": "", "memory": None, "resources": "",
+            "reference": ""}
     typed: set[str] = set()
     if inputs is not None and not any(e.source == "config" for e in errors):
         body = preview(**inputs, adapt=True)
