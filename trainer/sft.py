@@ -185,6 +185,11 @@ def lr_factor(progress: float, warmup: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, t)))
 
 
+def _first_eos(tokenizer) -> int:
+    eos = tokenizer.eos_token_id
+    return int(eos[0] if isinstance(eos, (list, tuple)) else eos)
+
+
 def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | Path | None,
               steps: int, batch_size: int = 64, lr: float = 2e-3, seed: int = 0,
               max_seconds: float | None = None, threads: int | None = 1, warmup: float = 0.05,
@@ -215,6 +220,8 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
     # length proxy, and only the conversations a run reaches are ever rendered.
     cache: dict[int, Example] = {}
     deltas = chat_deltas(tokenizer)
+    # Llama 3 has no pad token: padding is masked out of attention and labels, any id will do.
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _first_eos(tokenizer)
 
     def example(i: int) -> Example:
         if i not in cache:
@@ -242,7 +249,7 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
         if not queue:
             queue = length_grouped_batches(lengths, batch_size, rng)
         batch = [example(i) for i in queue.pop()]
-        loss, computed = batch_loss(model, batch, tokenizer.pad_token_id, share_prefix=share_prefix)
+        loss, computed = batch_loss(model, batch, pad_id, share_prefix=share_prefix)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)

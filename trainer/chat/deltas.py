@@ -109,6 +109,9 @@ class ChatDeltas:
         base = self.base_text(None, add_generation_prompt=False)
         self.generation_prompt_text = strip_prefix(base, self.base_text(None, add_generation_prompt=True),
                                                    "the generation prompt")
+        # Fail now, not in the middle of a rollout: both kinds of delta must be takeable.
+        self.assistant_text({"role": "assistant", "content": MARK})
+        self.messages_text([{"role": "user", "content": MARK}])
 
     # ------------------------------------------------------------------ the base conversation
     def base_text(self, tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool,
