@@ -112,6 +112,16 @@ class ModelAsset(models.Model):
     source_run = models.ForeignKey(
         "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="exported_models"
     )
+    # What the registration check found (catalog.modelcheck): the checkpoint and its chat format.
+    architecture = models.CharField(max_length=100, blank=True)
+    dtype = models.CharField(max_length=16, blank=True, help_text="The dtype the weights are stored in.")
+    shards = models.PositiveIntegerField(default=1)
+    chat_family = models.CharField(
+        max_length=16, blank=True, help_text="qwen2.5, qwen3, llama3 or chatml; empty: none of those, checked as it is.")
+    tool_parser = models.CharField(
+        max_length=16, blank=True, help_text="The tool-call parser runs of this model use (SGLang's names).")
+    stop_tokens = models.JSONField(default=list, blank=True, help_text="Tokens that end a generated turn.")
+    check_report = models.JSONField(default=dict, blank=True, help_text="The chat template check's full report.")
     created = models.DateTimeField(auto_now_add=True)
     visibility = models.CharField(
         max_length=8, choices=Visibility.choices, default=Visibility.PRIVATE,

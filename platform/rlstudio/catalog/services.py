@@ -11,7 +11,6 @@ worker with another state folder agree):
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -28,6 +27,7 @@ from rlstudio.accounts.services import audit_record
 
 from .conversion import convert_file, summarize_lengths, token_lengths
 from .formats import Limits, RowError, detect_format
+from .modelcheck import check_model_folder
 from .models import Dataset, ModelAsset, Visibility
 from .presets import PRESETS
 from .errors import CatalogConflict, CatalogInUse, CatalogRefused, CatalogTooLarge
@@ -338,79 +338,6 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
 
 # ---- models ---------------------------------------------------------------------------------
 
-def _safetensors_count(path: Path) -> int:
-    """Parameters in a .safetensors file, from its JSON header only (no tensor is read)."""
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if n <= 0 or n > 100 << 20:
-            raise ValueError(f"{path.name}: not a safetensors file")
-        header = json.loads(f.read(n))
-    total = 0
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        count = 1
-        for d in info["shape"]:
-            count *= int(d)
-        total += count
-    return total
-
-
-def count_parameters(folder: Path) -> int:
-    """Parameter count of a checkpoint folder: safetensors headers, else a memory-mapped torch load."""
-    st = sorted(folder.glob("*.safetensors"))
-    if st:
-        return sum(_safetensors_count(p) for p in st)
-    bins = sorted(folder.glob("pytorch_model*.bin"))
-    if not bins:
-        raise CatalogRefused("no weights found (model.safetensors or pytorch_model.bin)", code="bad_model", field="path")
-    import torch
-
-    total = 0
-    for p in bins:
-        state = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
-        total += sum(t.numel() for t in state.values())
-    return total
-
-
-def check_model_folder(path: str) -> tuple[Path, int]:
-    """(resolved folder, parameter count) of a Hugging Face–format checkpoint, or CatalogRefused naming
-    what is missing. The folder must lie under one of settings.RLSTUDIO_MODEL_ROOTS."""
-    if not path or not isinstance(path, str):
-        raise CatalogRefused("a folder path is required", field="path")
-    folder = Path(path).expanduser()
-    if not folder.is_absolute():
-        raise CatalogRefused("the path must be absolute", field="path")
-    folder = folder.resolve()
-    roots = [Path(r).resolve() for r in settings.RLSTUDIO_MODEL_ROOTS]
-    if not any(folder == r or r in folder.parents for r in roots):
-        raise CatalogRefused(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)",
-                       code="bad_model", field="path")
-    if not folder.is_dir():
-        raise CatalogRefused("no such folder", code="bad_model", field="path")
-    if not (folder / "config.json").is_file():
-        raise CatalogRefused("no config.json in the folder", code="bad_model", field="path")
-    try:
-        from transformers import AutoConfig, AutoTokenizer
-
-        AutoConfig.from_pretrained(str(folder))
-    except Exception as exc:
-        raise CatalogRefused(f"config.json does not load: {exc}", code="bad_model", field="path") from None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    except Exception as exc:
-        raise CatalogRefused(f"the tokenizer does not load: {exc}", code="bad_model", field="path") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise CatalogRefused("the tokenizer has no chat template", code="bad_model", field="path")
-    try:
-        params = count_parameters(folder)
-    except CatalogRefused:
-        raise
-    except Exception as exc:
-        raise CatalogRefused(f"the weights cannot be read: {exc}", code="bad_model", field="path") from None
-    return folder, params
-
-
 _MODEL_PATH_LOCK_SPACE = 0x524C534D  # "RLSM": the advisory-lock key space of model registration
 
 
@@ -425,7 +352,8 @@ def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Sour
     """
     from django.db import connection
 
-    folder, params = check_model_folder(path)
+    checked = check_model_folder(path)
+    folder, params = checked.folder, checked.num_parameters
     name = _clean_name(name or folder.name)
     if not name:
         raise CatalogRefused("a name is required", field="name")
@@ -444,10 +372,14 @@ def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Sour
         model, created = ModelAsset.objects.update_or_create(
             owner=owner, path=str(folder),
             defaults={"name": name, "tokenizer_ok": True, "num_parameters": params, "source": source,
-                      "source_run": source_run},
+                      "source_run": source_run, "architecture": checked.architecture[:100],
+                      "dtype": checked.dtype[:16], "shards": checked.shards,
+                      "chat_family": checked.chat_family, "tool_parser": checked.tool_parser,
+                      "stop_tokens": checked.stop_tokens, "check_report": checked.report},
         )
         audit_record(actor=owner, action="model.register" if created else "model.update", obj=model,
-                     data={"name": name, "path": str(folder), "num_parameters": params})
+                     data={"name": name, "path": str(folder), "num_parameters": params,
+                           "chat_family": checked.chat_family})
     return model
 
 

@@ -87,6 +87,9 @@ def _gate(before: Config, after: Config) -> None:
                tool_names=_tool_names())
 
 
+_DEFAULT_PARSER = Config().actor_rollout_ref.rollout.multi_turn.format
+
+
 def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0, reward_name: str = "default",
                     out_dir: Path | None = None, resume_from: str = "", tool_config: Path | None = None,
                     loggers: Sequence[str] = ()) -> dict[str, Any]:
@@ -101,6 +104,9 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
         "actor_rollout_ref.model.path": str(model.path) if model is not None else "",
         "actor_rollout_ref.model.tokenizer_path": None,
         "actor_rollout_ref.model.trust_remote_code": bool(getattr(model, "trust_remote_code", False)),
+        # The parser the registration check proved reads this model's tool calls (the schema's default
+        # for a model registered before the check, or one whose template renders no tool calls).
+        "actor_rollout_ref.rollout.multi_turn.format": getattr(model, "tool_parser", "") or _DEFAULT_PARSER,
         "custom_reward_function.path": None,
         "custom_reward_function.name": "compute_score",
         "tools.config_path": str(tool_config) if tool_config is not None else None,
