@@ -14,8 +14,8 @@ Rendering rules (tests/trainer/models/test_tiny_model.py pins the exact text):
 - ``add_generation_prompt`` appends ``<|im_start|>assistant\\n``.
 
 The template renders a conversation so that ``render(messages[:i], add_generation_prompt=True)`` is a
-prefix of ``render(messages)`` whenever ``messages[i]`` is an assistant turn: the SFT mask and the
-multi-turn rollout both rely on that.
+prefix of ``render(messages)`` whenever ``messages[i]`` is an assistant turn (the SFT mask and the
+multi-turn rollout no longer need it: trainer.chat.deltas).
 """
 from __future__ import annotations
 

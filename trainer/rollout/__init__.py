@@ -4,7 +4,7 @@
                (register_engine, build_engine, resolve_engine_name: "auto" -> sglang or hf)
     hf.py      `hf` backend: own batched KV-cache sampling loop over a transformers module
     sglang.py  `sglang` backend over sglang.Engine (optional; logic tested on a stand-in only)
-    parser.py  Hermes `<tool_call>` parser (structured errors, never raises)
+    parser.py  tool-call parsers by SGLang's names (hermes / qwen25, llama3): structured errors, never raise
     agent.py   MultiTurnRollout: request state machine, token deltas, tools, budgets
 """
 from trainer.rollout.base import (  # noqa: F401 - the public names of this package
