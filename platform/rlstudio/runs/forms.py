@@ -21,11 +21,27 @@ IMPORTANT_FIELDS = [
 ]
 
 
+def model_label(model) -> str:
+    """A model as the form lists it: its name and what its registration check detected (the chat family,
+    the tool-call parser and stop tokens its runs use)."""
+    parts = [model.chat_family or "other chat format"]
+    if model.tool_parser:
+        parts.append(f"tool calls: {model.tool_parser}")
+    if model.stop_tokens:
+        parts.append("stops at " + " ".join(model.stop_tokens))
+    return f"{model.name} ({'; '.join(parts)})"
+
+
+class ModelField(forms.ModelChoiceField):
+    def label_from_instance(self, obj) -> str:
+        return model_label(obj)
+
+
 class RunForm(forms.Form):
     name = forms.CharField(max_length=200)
     dataset = forms.ModelChoiceField(queryset=None)
     val_dataset = forms.ModelChoiceField(queryset=None, required=False, label="Validation dataset")
-    model = forms.ModelChoiceField(queryset=None)
+    model = ModelField(queryset=None, help_text="Runs use the tool-call parser and stop tokens its check detected.")
     preset = forms.ChoiceField(choices=(), help_text="A trainer recipe to start from.")
     saved_config = forms.ModelChoiceField(queryset=None, required=False, label="Or a saved config",
                                           help_text="Starts from this config instead of the preset.")

@@ -106,3 +106,13 @@ def test_the_models_page_names_the_family(alice, api, folders):
     page.force_login(alice)
     html = page.get("/models/").content.decode()
     assert 'data-family="qwen3"' in html and "<code>qwen25</code>" in html and "<code>&lt;|im_end|&gt;</code>" in html
+
+
+def test_the_run_form_lists_each_model_with_its_parser_and_stops(alice, api, folders):
+    from django.test import Client
+
+    api.post("/api/v1/models/", {"path": str(folders[1]["llama3"]), "name": "llama"}, format="json")
+    page = Client()
+    page.force_login(alice)
+    html = page.get("/runs/new/").content.decode()
+    assert "llama (llama3; tool calls: llama3; stops at " in html and "&lt;|eot_id|&gt;" in html
