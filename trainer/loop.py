@@ -103,8 +103,6 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ setup
     def setup(self) -> None:
-        from transformers import AutoTokenizer
-
         from trainer.algorithms.losses import get_kl_controller
         from trainer.rewards import get_reward_fn
         from trainer.tools import build_tools
@@ -119,8 +117,20 @@ class Trainer:
             self.device = torch.device("cuda")  # the workers' GPUs; the driver itself may have none
         else:
             self.device = resolve_device(tr.device)
+        from trainer.models.hf_folder import fill_sampling_defaults, load_tokenizer, read_generation_config
+
         tok_path = arr.model.tokenizer_path or arr.model.path
-        self.tokenizer = AutoTokenizer.from_pretrained(tok_path, trust_remote_code=arr.model.trust_remote_code)
+        self.tokenizer = load_tokenizer(tok_path, model_path=arr.model.path,
+                                        trust_remote_code=arr.model.trust_remote_code)
+        # generation_config.json: its end-of-turn ids join the stop ids; its sampling defaults fill
+        # only the rollout keys the config left unset (None), before the workers get the config.
+        self.generation = read_generation_config(arr.model.path)
+        self.cfg, filled = fill_sampling_defaults(self.cfg, self.generation)
+        if filled and self.emitter is not None:
+            self.emitter.log("info", "sampling not set in the config: " + ", ".join(
+                f"actor_rollout_ref.rollout.{k}={v} ({src})" for k, (v, src) in filled.items()))
+        cfg = self.cfg
+        arr = cfg.actor_rollout_ref
 
         self.tools = build_tools(cfg.tools.names, cfg.tools.config_path)
         tool_schema = self._tool_schema
@@ -204,11 +214,11 @@ class Trainer:
         return self.tools[name].schema
 
     def _stop_token_ids(self) -> list[int]:
-        """EOS and the chat family's end-of-turn tokens (trainer.chat.families; the multi-turn agent
-        adds the template's own and the tool-call closer)."""
+        """EOS, the chat family's end-of-turn tokens (trainer.chat.families; the multi-turn agent
+        adds the template's own and the tool-call closer) and generation_config.json's eos ids."""
         from trainer.chat.families import stop_token_ids
 
-        return stop_token_ids(self.tokenizer)
+        return stop_token_ids(self.tokenizer, extra=self.generation.eos_token_ids)
 
     def sampling(self, step: int, *, validate: bool = False):
         from trainer.rollout.base import SamplingParams

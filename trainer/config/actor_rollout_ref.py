@@ -74,9 +74,16 @@ class RolloutConfig:
         "Rollout engine: hf (transformers, anywhere), sglang (GPU), auto = sglang where usable.",
     )
     n: int = option(1, "Samples per prompt (the GRPO group size).")
-    temperature: float = option(1.0, "Sampling temperature.")
-    top_p: float = option(1.0, "Nucleus sampling mass.")
-    top_k: int = option(-1, "Top-k sampling; -1 = off.")
+    temperature: Union[float, None] = option(
+        None,
+        "Sampling temperature; None = the model's generation_config.json, else 1.0 (verl's default).",
+    )
+    top_p: Union[float, None] = option(
+        None, "Nucleus sampling mass; None = the model's generation_config.json, else 1.0."
+    )
+    top_k: Union[int, None] = option(
+        None, "Top-k sampling, -1 = off; None = the model's generation_config.json, else -1."
+    )
     do_sample: bool = option(True, "Sample (False = greedy).")
     response_length: Union[int, None] = option(
         None, "Response token limit; None = data.max_response_length."

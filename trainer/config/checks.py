@@ -68,7 +68,8 @@ def _check_rollout(rollout: RolloutConfig) -> None:
     _positive(f"{ROLLOUT}.n", rollout.n)
     _positive(f"{ROLLOUT}.response_length", rollout.response_length, allow_none=True)
     _positive(f"{ROLLOUT}.max_model_len", rollout.max_model_len, allow_none=True)
-    if rollout.temperature < 0:
+    # None: filled at run time from the model's generation_config.json (trainer.models.hf_folder).
+    if rollout.temperature is not None and rollout.temperature < 0:
         raise ConfigError(f"{ROLLOUT}.temperature", "must be >= 0")
     if rollout.do_sample and rollout.temperature == 0:
         raise ConfigError(f"{ROLLOUT}.temperature", "must be > 0 when do_sample is true")
@@ -77,9 +78,9 @@ def _check_rollout(rollout: RolloutConfig) -> None:
         (ROLLOUT, rollout.top_p, rollout.top_k),
         (f"{ROLLOUT}.val_kwargs", val.top_p, val.top_k),
     ):
-        if not 0 < top_p <= 1:
+        if top_p is not None and not 0 < top_p <= 1:
             raise ConfigError(f"{prefix}.top_p", f"must be in (0, 1], got {top_p}")
-        if top_k != -1 and top_k < 1:
+        if top_k is not None and top_k != -1 and top_k < 1:
             raise ConfigError(f"{prefix}.top_k", f"must be -1 (off) or >= 1, got {top_k}")
     _positive(f"{ROLLOUT}.val_kwargs.n", val.n)
     if not 0 < rollout.gpu_memory_utilization <= 1:

@@ -87,9 +87,10 @@ class RankWorker:
         return addr, free_port()
 
     def init(self, master_addr: str | None = None, master_port: int | None = None) -> dict[str, Any]:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM
 
         from trainer.memory import MemoryMonitor
+        from trainer.models.hf_folder import load_tokenizer
         from trainer.parallel.fsdp import shard_module
         from trainer.rollout.agent import MultiTurnRollout
         from trainer.rollout.base import build_engine, resolve_engine_name
@@ -115,8 +116,8 @@ class RankWorker:
         # Shard with FSDP2 whenever a process group exists: world > 1, or one process launched under
         # torchrun / bench/gpu_check.py (FSDP2 of one rank, to exercise the sharded path on one GPU).
         self.sharded = self.world > 1 or (dist.is_available() and dist.is_initialized())
-        self.tokenizer = AutoTokenizer.from_pretrained(arr.model.tokenizer_path or arr.model.path,
-                                                       trust_remote_code=arr.model.trust_remote_code)
+        self.tokenizer = load_tokenizer(arr.model.tokenizer_path or arr.model.path, model_path=arr.model.path,
+                                        trust_remote_code=arr.model.trust_remote_code)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.total_steps = int(cfg.actor_rollout_ref.actor.optim.total_training_steps or 0) or 1
 
@@ -268,6 +269,9 @@ class RankWorker:
         from transformers import AutoModelForCausalLM
 
         plain = AutoModelForCausalLM.from_config(self.actor.model.config, dtype=torch.float32)
+        # from_config derives a generation config from config.json alone: keep the checkpoint's own
+        # (generation_config.json's eos list and sampling defaults) in the export.
+        plain.generation_config = self.actor.model.generation_config
         missing, unexpected = plain.load_state_dict(state, strict=False)
         tied = bool(getattr(plain.config, "tie_word_embeddings", False))
         missing = [k for k in missing if not (tied and k.startswith("lm_head."))]  # the embedding's alias
