@@ -127,13 +127,16 @@ def check_model_folder(path: str) -> ModelCheck:
     """The ModelCheck of a Hugging Face–format checkpoint folder, or CatalogRefused naming what is wrong."""
     folder = _inside_roots(path)
     try:
-        from transformers import AutoConfig, AutoTokenizer
+        from transformers import AutoConfig
 
         config = AutoConfig.from_pretrained(str(folder))
     except Exception as exc:
         raise _refuse(f"config.json does not load: {exc}") from None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        from trainer.models.hf_folder import load_tokenizer
+
+        # As a run loads it: EOS / pad / BOS a bare tokenizer folder lacks come from the model's files.
+        tokenizer = load_tokenizer(folder)
     except Exception as exc:
         raise _refuse(f"the tokenizer does not load: {exc}") from None
     if not getattr(tokenizer, "chat_template", None):

@@ -116,3 +116,14 @@ def test_the_run_form_lists_each_model_with_its_parser_and_stops(alice, api, fol
     page.force_login(alice)
     html = page.get("/runs/new/").content.decode()
     assert "llama (llama3; tool calls: llama3; stops at " in html and "&lt;|eot_id|&gt;" in html
+
+
+@pytest.mark.parametrize("family,files", [("llama3", "tokenizer.json"), ("qwen2.5", "slow")])
+def test_a_folder_with_only_tokenizer_json_or_the_slow_files(api, family, files, tmp_path):
+    """Checked with the tokenizer a run loads (trainer.models.hf_folder.load_tokenizer): a Llama folder
+    with only tokenizer.json declares no EOS, so its special tokens come from the model's files."""
+    folder = families.build(family, tmp_path / f"{family}-{files}", files=files)
+    resp = api.post("/api/v1/models/", {"path": str(folder), "name": f"{family}-{files}"}, format="json")
+    assert resp.status_code == 201, resp.json()
+    body = resp.json()
+    assert body["chat_family"] == family and EXPECTED[family][2] in body["stop_tokens"]
