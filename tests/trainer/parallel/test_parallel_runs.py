@@ -63,6 +63,9 @@ def test_resume_from_sharded_checkpoint_on_two_workers(local_ray, tmp_path, tiny
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "a" / "huggingface")  # consolidated by rank 0
     for n, p in exported.named_parameters():
         assert torch.allclose(p, wa[n]), n
+    # The export keeps the checkpoint's generation_config.json (its eos list), not one from config.json.
+    gen = json.loads((tmp_path / "a" / "huggingface" / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == json.loads((tiny_model_dir / "generation_config.json").read_text())["eos_token_id"]
 
 
 def test_a_worker_dying_mid_step_fails_the_run_naming_it(local_ray, tmp_path, tiny_model_dir, demo_data_dir,
