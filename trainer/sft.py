@@ -1,7 +1,7 @@
 """Supervised warm start on chat conversations, loss on assistant tokens only.
 
 Run: ``python -m trainer sft --model DIR --data sft.jsonl --out DIR [--steps 300 --batch-size 64
---lr 2e-3 --seed 0 --max-seconds S --threads 1]``
+--lr 2e-3 --seed 0 --max-seconds S --threads 1 --chat-template-kwargs '{"enable_thinking": false}']``
 
 Data: JSONL rows ``{"messages": [...], "tools": [schemas]?}`` (what ``make-demo-data`` writes).
 A conversation is tokenized the way a multi-turn rollout builds a trajectory (trainer.chat.deltas):
@@ -52,12 +52,14 @@ class SFTResult:
     target_tokens: int = 0  # assistant tokens trained on
 
 
-def chat_deltas(tokenizer):
-    """The tokenizer's ChatDeltas, with its family's turn-closing tokens (trainer.chat)."""
+def chat_deltas(tokenizer, template_kwargs: dict[str, Any] | None = None):
+    """The tokenizer's ChatDeltas, with its family's turn-closing tokens (trainer.chat) and extra
+    template variables (e.g. ``{"enable_thinking": False}``)."""
     from trainer.chat.deltas import ChatDeltas
     from trainer.chat.families import closing_token_ids, detect_family
 
-    return ChatDeltas(tokenizer, closing_ids=closing_token_ids(tokenizer, detect_family(tokenizer)))
+    return ChatDeltas(tokenizer, closing_ids=closing_token_ids(tokenizer, detect_family(tokenizer)),
+                      template_kwargs=template_kwargs)
 
 
 def build_example(tokenizer, messages: list[dict[str, Any]],
@@ -195,12 +197,13 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
               max_seconds: float | None = None, threads: int | None = 1, warmup: float = 0.05,
               weight_decay: float = 0.01, grad_clip: float = 1.0, log_every: int = 10,
               share_prefix: int = 16, schedule_by_time: bool = True, on_step=None,
-              log=print) -> SFTResult:
+              template_kwargs: dict[str, Any] | None = None, log=print) -> SFTResult:
     """Warm-start the model in ``model_dir`` on ``rows``; save model + tokenizer to ``out``.
 
     ``schedule_by_time=False`` makes ``max_seconds`` a plain safety stop: the learning-rate schedule
     then follows steps only, so a run that ends before the cap is repeatable bit for bit.
     ``on_step(done, steps)`` is called after each step (progress for a caller's status page).
+    ``template_kwargs``: extra chat-template variables (verl's data.apply_chat_template_kwargs).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -219,7 +222,7 @@ def sft_train(*, model_dir: str | Path, rows: list[dict[str, Any]], out: str | P
     # Tokenize lazily (rendering the template is the slow part): batches are grouped by a cheap
     # length proxy, and only the conversations a run reaches are ever rendered.
     cache: dict[int, Example] = {}
-    deltas = chat_deltas(tokenizer)
+    deltas = chat_deltas(tokenizer, template_kwargs)
     # Llama 3 has no pad token: padding is masked out of attention and labels, any id will do.
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _first_eos(tokenizer)
 
@@ -288,11 +291,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=0.05, help="warmup fraction of the run")
     ap.add_argument("--share-prefix", type=int, default=16,
                     help="run a shared mask-0 prefix of at least this many tokens once (0: off)")
+    ap.add_argument("--chat-template-kwargs", type=json.loads, default=None, metavar="JSON",
+                    help='extra chat-template variables, e.g. \'{"enable_thinking": false}\'')
     args = ap.parse_args(argv)
+    from trainer.chat.deltas import template_kwargs_errors
+
+    if args.chat_template_kwargs is not None and template_kwargs_errors(args.chat_template_kwargs):
+        ap.error("--chat-template-kwargs: " + "; ".join(template_kwargs_errors(args.chat_template_kwargs)))
     res = sft_train(model_dir=args.model, rows=load_conversations(args.data), out=args.out,
                     steps=args.steps, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                     max_seconds=args.max_seconds, threads=args.threads or None, warmup=args.warmup,
-                    share_prefix=args.share_prefix)
+                    share_prefix=args.share_prefix, template_kwargs=args.chat_template_kwargs)
     print(f"done: {res.steps} steps in {res.seconds:.1f}s ({res.steps / res.seconds:.2f} steps/s, "
           f"{res.tokens / res.seconds:.0f} tok/s), final loss {res.losses[-1]:.4f}; saved {args.out}")
     return 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainer.chat.deltas import BASE_MESSAGES, ChatDeltas, TemplateError, encode, render
+from trainer.chat.deltas import BASE_MESSAGES, ChatDeltas, TemplateError, encode
 from trainer.chat.families import Family, closing_token_ids, detect_family, stop_token_ids, template_text
 
 SAMPLE_TOOL: dict[str, Any] = {
@@ -58,10 +58,11 @@ def _tool_name(tools: list[dict[str, Any]]) -> str:
     return str(fn.get("name") or "calculator")
 
 
-def check_template(tokenizer: Any, *, tools: list[dict[str, Any]] | None = None,
-                   parser: str | None = None) -> TemplateReport:
+def check_template(tokenizer: Any, *, tools: list[dict[str, Any]] | None = None, parser: str | None = None,
+                   template_kwargs: dict[str, Any] | None = None) -> TemplateReport:
     """Check the template for multi-turn rollout and SFT (module docstring). ``parser``: the
-    tool-call parser to check (default: the family's)."""
+    tool-call parser to check (default: the family's); ``template_kwargs``: extra template variables
+    (``data.apply_chat_template_kwargs``)."""
     from trainer.rollout.parser import get_parser, split_reasoning
 
     family: Family | None = detect_family(tokenizer)
@@ -73,7 +74,8 @@ def check_template(tokenizer: Any, *, tools: list[dict[str, Any]] | None = None,
     if family is None:
         report.notes.append("the template is none of qwen2.5, qwen3, llama3, chatml; checked as it is")
     try:
-        deltas = ChatDeltas(tokenizer, closing_ids=closing_token_ids(tokenizer, family))
+        deltas = ChatDeltas(tokenizer, closing_ids=closing_token_ids(tokenizer, family),
+                            template_kwargs=template_kwargs)
     except TemplateError as exc:
         report.problems.append(f"token deltas: {exc}")
         return report
@@ -92,7 +94,7 @@ def check_template(tokenizer: Any, *, tools: list[dict[str, Any]] | None = None,
     args = {"expression": "12+34"}
     prompt_msgs = [dict(BASE_MESSAGES[0]), {"role": "user", "content": "What is 12+34?"}]
     try:
-        prompt_text = render(tokenizer, prompt_msgs, tools=tools, add_generation_prompt=True)
+        prompt_text = deltas.render(prompt_msgs, tools=tools, add_generation_prompt=True)
         call_msg = {"role": "assistant", "content": "",
                     "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": name, "arguments": args}}]}
         call_text = deltas.assistant_text(call_msg, tools=tools)
@@ -142,7 +144,7 @@ def check_template(tokenizer: Any, *, tools: list[dict[str, Any]] | None = None,
     trajectory = (encode(tokenizer, prompt_text) + engine_ids
                   + deltas.after_turn(engine_ids, [reply], tools=tools) + answer_ids)
     try:
-        full = render(tokenizer, [*prompt_msgs, call_msg, reply, answer], tools=tools)
+        full = deltas.render([*prompt_msgs, call_msg, reply, answer], tools=tools)
         report.prefix_stable = encode(tokenizer, full) == trajectory
     except TemplateError as exc:
         report.prefix_stable = False

@@ -28,6 +28,7 @@ platform's model check reaches them through ``trainer.chat.check``.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable, Sequence
 
 # The fixed conversation every delta is rendered after (verl's BASE_CHAT_HISTORY).
@@ -39,6 +40,31 @@ BASE_MESSAGES: tuple[dict[str, Any], ...] = (
 MARK = "RLSTUDIO-CONTENT-MARK"
 
 
+# Names apply_chat_template binds itself (or the template's own tokens): not template variables.
+RESERVED_TEMPLATE_KWARGS = frozenset({
+    "messages", "conversation", "tools", "documents", "add_generation_prompt", "continue_final_message",
+    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs", "chat_template", "bos_token", "eos_token",
+    "pad_token", "unk_token", "raise_exception", "strftime_now",
+})
+
+
+def template_kwargs_errors(kwargs: Any) -> list[str]:
+    """Why ``kwargs`` cannot be extra chat-template variables (empty when they can): an object of
+    lower-case names to booleans, numbers, short strings or null, none of apply_chat_template's own."""
+    if not isinstance(kwargs, dict):
+        return [f"must be an object of template variables, got {type(kwargs).__name__}"]
+    errors = []
+    for key, value in kwargs.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[a-z_][a-z0-9_]{0,63}", key):
+            errors.append(f"{key!r} is not a template variable name (lower-case letters, digits, '_')")
+        elif key in RESERVED_TEMPLATE_KWARGS:
+            errors.append(f"{key!r} is set by the trainer, not by this option")
+        elif not (value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 256)):
+            errors.append(f"{key!r} must be a boolean, a number, a string of at most 256 characters or null")
+    return errors
+
+
 class TemplateError(ValueError):
     """The chat template cannot give token deltas. ``reason`` is a short code for the failed check."""
 
@@ -48,11 +74,13 @@ class TemplateError(ValueError):
 
 
 def render(tokenizer: Any, messages: Sequence[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
-           add_generation_prompt: bool = False) -> str:
-    """The chat template's text for ``messages`` (with ``tools`` schemas when given)."""
+           add_generation_prompt: bool = False, template_kwargs: dict[str, Any] | None = None) -> str:
+    """The chat template's text for ``messages`` (with ``tools`` schemas when given; ``template_kwargs``
+    are extra template variables, verl's ``data.apply_chat_template_kwargs``, e.g. enable_thinking)."""
     try:
         text = tokenizer.apply_chat_template(list(messages), tools=tools or None, tokenize=False,
-                                             add_generation_prompt=add_generation_prompt)
+                                             add_generation_prompt=add_generation_prompt,
+                                             **(template_kwargs or {}))
     except Exception as exc:  # jinja's TemplateError, raise_exception(...) of the template itself
         roles = ", ".join(str(m.get("role")) for m in messages)
         raise TemplateError("render_failed", f"the chat template cannot render [{roles}]: "
@@ -93,10 +121,12 @@ class ChatDeltas:
     ``turn_end_ids`` always does when it is a special token.
     """
 
-    def __init__(self, tokenizer: Any, *, closing_ids: Iterable[int] = ()) -> None:
+    def __init__(self, tokenizer: Any, *, closing_ids: Iterable[int] = (),
+                 template_kwargs: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
         self._base: dict[tuple[str, bool], str] = {}
-        probe = render(tokenizer, [*BASE_MESSAGES, {"role": "assistant", "content": MARK}])
+        probe = self.render([*BASE_MESSAGES, {"role": "assistant", "content": MARK}])
         if MARK not in probe:
             raise TemplateError("no_content", "the chat template does not render an assistant message's content")
         # What closes an assistant turn after its content, e.g. "<|im_end|>\n" or "<|eot_id|>".
@@ -113,14 +143,19 @@ class ChatDeltas:
         self.assistant_text({"role": "assistant", "content": MARK})
         self.messages_text([{"role": "user", "content": MARK}])
 
+    def render(self, messages: Sequence[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = False) -> str:
+        """``render`` with this object's template kwargs."""
+        return render(self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                      template_kwargs=self.template_kwargs)
+
     # ------------------------------------------------------------------ the base conversation
     def base_text(self, tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool,
                   fresh: bool = False) -> str:
         """render(BASE) for these tools, cached (``fresh`` renders it again: the date may have changed)."""
         key = (json.dumps(tools or [], sort_keys=True, ensure_ascii=False), add_generation_prompt)
         if fresh or key not in self._base:
-            self._base[key] = render(self.tokenizer, BASE_MESSAGES, tools=tools,
-                                     add_generation_prompt=add_generation_prompt)
+            self._base[key] = self.render(BASE_MESSAGES, tools=tools, add_generation_prompt=add_generation_prompt)
         return self._base[key]
 
     def _after_base(self, full: str, tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool,
@@ -136,8 +171,7 @@ class ChatDeltas:
         """The text ``messages`` add after a closed turn (tool replies, a user turn), plus the
         generation prompt when asked."""
         roles = "/".join(str(m.get("role")) for m in messages) or "nothing"
-        full = render(self.tokenizer, [*BASE_MESSAGES, *messages], tools=tools,
-                      add_generation_prompt=add_generation_prompt)
+        full = self.render([*BASE_MESSAGES, *messages], tools=tools, add_generation_prompt=add_generation_prompt)
         return self._after_base(full, tools, add_generation_prompt=False, what=f"a {roles} message")
 
     def messages_delta(self, messages: Sequence[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None,
@@ -149,7 +183,7 @@ class ChatDeltas:
     def assistant_text(self, message: dict[str, Any], *, tools: list[dict[str, Any]] | None = None) -> str:
         """What the model emits for ``message`` after the generation prompt, the turn's end included
         (e.g. ``<tool_call>...</tool_call><|im_end|>\\n``)."""
-        full = render(self.tokenizer, [*BASE_MESSAGES, message], tools=tools)
+        full = self.render([*BASE_MESSAGES, message], tools=tools)
         return self._after_base(full, tools, add_generation_prompt=True, what="an assistant message")
 
     def assistant_delta(self, message: dict[str, Any], *,
@@ -192,8 +226,7 @@ class ChatDeltas:
             raise ValueError("the conversation has no assistant turn to train on")
         if first == 0:
             raise ValueError("the conversation starts with an assistant turn: there is no prompt before it")
-        ids = encode(self.tokenizer, render(self.tokenizer, messages[:first], tools=tools,
-                                            add_generation_prompt=True))
+        ids = encode(self.tokenizer, self.render(messages[:first], tools=tools, add_generation_prompt=True))
         mask = [0] * len(ids)
         i = first
         while i < len(messages):

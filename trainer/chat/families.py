@@ -2,7 +2,8 @@
 
     qwen2.5  ChatML turns, tools in the system turn, Hermes-style ``<tool_call>{json}</tool_call>``,
              replies in ``<tool_response>`` inside a user turn; parser ``qwen25`` (SGLang's name)
-    qwen3    the same plus ``<think>`` blocks (thinking and instruct variants); parser ``qwen25``
+    qwen3    the same plus ``<think>`` blocks (thinking and instruct variants: a template without
+             ``<think>`` over Qwen3's vocabulary is its instruct variant); parser ``qwen25``
     llama3   Llama 3.1 / 3.2 headers, JSON tool calls ``{"name", "parameters"}`` (``<|python_tag|>``
              optional), replies in the ``ipython`` role; turns end with ``<|eot_id|>`` (or
              ``<|eom_id|>`` after a call in ipython mode); parser ``llama3``
@@ -66,7 +67,8 @@ def detect_family(tokenizer: Any) -> Family | None:
         if "<think>" in tpl or "reasoning_content" in tpl:
             return FAMILIES["qwen3"]
         if "<tool_call>" in tpl:
-            return FAMILIES["qwen2.5"]
+            # Qwen3's instruct-only releases render no <think> but keep Qwen3's vocabulary.
+            return FAMILIES["qwen3" if token_id(tokenizer, "<think>") is not None else "qwen2.5"]
         return FAMILIES["chatml"]
     return None
 

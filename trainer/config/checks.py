@@ -61,6 +61,11 @@ def _check_data(data: DataConfig) -> None:
     _positive("data.max_response_length", data.max_response_length)
     _positive("data.train_batch_size", data.train_batch_size)
     _positive("data.val_batch_size", data.val_batch_size, allow_none=True)
+    from trainer.chat.deltas import template_kwargs_errors
+
+    errors = template_kwargs_errors(data.apply_chat_template_kwargs)
+    if errors:
+        raise ConfigError("data.apply_chat_template_kwargs", "; ".join(errors))
 
 
 def _check_rollout(rollout: RolloutConfig) -> None:

@@ -59,6 +59,11 @@ class DataConfig:
     return_raw_chat: bool = option(
         True, "Keep the prompt messages (multi-turn rollout re-templates them)."
     )
+    apply_chat_template_kwargs: dict[str, Any] = option(
+        {},
+        "Extra chat-template variables for prompts, rollout deltas and SFT, e.g. {enable_thinking: "
+        "false} for Qwen3's non-thinking mode (names, to scalars).",
+    )
 
 
 # ---------------------------------------------------------------------------------------- algorithm

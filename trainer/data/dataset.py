@@ -136,10 +136,12 @@ def normalize_row(row: dict[str, Any], *, position: int, prompt_key: str = "prom
             "tools_kwargs": tools_kwargs, "tool_specs": list(tool_specs), "extra_info": extra}
 
 
-def template_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
-    """Chat-template `messages` with the tool schemas and the generation prompt, then tokenize."""
+def template_prompt(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                    template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """Chat-template `messages` with the tool schemas and the generation prompt, then tokenize
+    (`template_kwargs`: data.apply_chat_template_kwargs, e.g. enable_thinking)."""
     text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True,
-                                         tokenize=False)
+                                         tokenize=False, **(template_kwargs or {}))
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -180,7 +182,8 @@ def build_prompt_dataset(rows: list[dict[str, Any]], *, tokenizer: Any, data_cfg
                     tools.append(spec)
                 else:
                     raise DataError(f"row {position}: extra_info.tools entries must be names or schemas")
-        ids = template_prompt(tokenizer, norm["messages"], tools)
+        ids = template_prompt(tokenizer, norm["messages"], tools,
+                              getattr(data_cfg, "apply_chat_template_kwargs", None))
         if len(ids) > max_len:
             if data_cfg.filter_overlong_prompts:
                 filtered += 1

@@ -17,7 +17,8 @@ Token bookkeeping (token in, token out; never re-encoded from text):
   saw, turn after turn.
 Tool calls are read by the parser `multi_turn.format` names (trainer.rollout.parser: hermes / qwen25 /
 llama3), from the text after a leading `<think>...</think>` block; a transcript's tool-call arguments
-are objects. Generation stops on the chat family's end-of-turn tokens (trainer.chat.families).
+are objects. Generation stops on the chat family's end-of-turn tokens (trainer.chat.families). The
+deltas use `data.apply_chat_template_kwargs` (e.g. Qwen3's enable_thinking), as the prompts do.
 Limits: `multi_turn.max_turns` assistant turns; the response (everything after the prompt) at most
 `rollout.response_length` (or `data.max_response_length`) tokens and prompt+response at most
 `rollout.max_model_len` when set: a turn gets at most the remaining budget, and a delta that does not
@@ -144,7 +145,9 @@ class MultiTurnRollout:
         self.max_model_len = _cfg(rollout_cfg, "max_model_len", None)
         self.family = detect_family(tokenizer)
         self.parser = get_parser(str(_cfg(mt, "format", "hermes")))
-        self.deltas = ChatDeltas(tokenizer, closing_ids=closing_token_ids(tokenizer, self.family))
+        self.template_kwargs = dict(_cfg(data_cfg, "apply_chat_template_kwargs", None) or {})
+        self.deltas = ChatDeltas(tokenizer, closing_ids=closing_token_ids(tokenizer, self.family),
+                                 template_kwargs=self.template_kwargs)
         if self.multi_turn:
             self._check_parser()
         self.close_id = self._token_id(self.parser.close_token) if self.parser.close_token else None
@@ -168,7 +171,7 @@ class MultiTurnRollout:
         was trained on its template: no call would ever be parsed)."""
         from trainer.chat.check import check_template
 
-        report = check_template(self.tokenizer, parser=self.parser.name)
+        report = check_template(self.tokenizer, parser=self.parser.name, template_kwargs=self.template_kwargs)
         if report.supports_tools and report.parser_ok is False:
             want = f" (the template is {report.family}'s: set actor_rollout_ref.rollout.multi_turn.format=" \
                    f"{self.family.parser})" if self.family and self.family.parser else ""

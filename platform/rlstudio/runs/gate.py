@@ -76,6 +76,7 @@ USER_KEYS: dict[str, Bound] = {
     "data.seed": SEED,
     "data.reward_fn_key": COLUMN,
     "data.return_raw_chat": FLAG,
+    "data.apply_chat_template_kwargs": Bound(lo=-1e6, hi=1e6, max_json_bytes=1024),
     # model (its path, tokenizer and trust_remote_code belong to the catalog's model)
     "actor_rollout_ref.model.dtype": FLAG,
     "actor_rollout_ref.model.enable_gradient_checkpointing": FLAG,

@@ -163,3 +163,36 @@ def test_a_raising_template_is_a_template_error():
     tok = _with_template("chatml", "{{ raise_exception('no tools here') }}")
     with pytest.raises(TemplateError, match="no tools here"):
         ChatDeltas(tok)
+
+
+def test_qwen3_non_thinking_mode_through_template_kwargs():
+    tok = F.tokenizer("qwen3")
+    d = ChatDeltas(tok, closing_ids=closing_token_ids(tok, detect_family(tok)),
+                   template_kwargs={"enable_thinking": False})
+    assert d.generation_prompt_text == "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    turn, trained = d.assistant_delta({"role": "assistant", "content": "#### 46"})
+    assert _text(tok, turn) == "#### 46<|im_end|>\n" and trained == len(turn) - 1  # the think block is prompt
+    reply = d.messages_delta([{"role": "tool", "name": "calculator", "content": "46"}], tools=[CALC])
+    assert _text(tok, reply).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    r = check_template(tok, template_kwargs={"enable_thinking": False})
+    assert r.ok and r.generation_prompt.endswith("</think>\n\n"), r.problems
+
+
+def test_qwen3_instruct_template_is_qwen3():
+    from tests.fixtures.chat_templates import TEMPLATES
+
+    # An instruct-only Qwen3 template renders no <think>; Qwen3's vocabulary still tells it apart.
+    assert detect_family(_with_template("qwen3", TEMPLATES["qwen2.5"])).name == "qwen3"
+    assert detect_family(_with_template("qwen2.5", TEMPLATES["qwen2.5"])).name == "qwen2.5"
+
+
+def test_template_kwargs_are_checked():
+    from trainer.chat.deltas import template_kwargs_errors
+    from trainer.config import ConfigError, Config, apply_overrides, validate
+
+    assert template_kwargs_errors({"enable_thinking": False, "date_string": "1 Jan 2025"}) == []
+    assert len(template_kwargs_errors({"tools": [], "Bad-Name": 1, "x": {"a": 1}, "y": "z" * 300})) == 4
+    assert template_kwargs_errors([1]) == ["must be an object of template variables, got list"]
+    cfg = apply_overrides(Config(), {"data.apply_chat_template_kwargs": {"add_generation_prompt": False}})
+    with pytest.raises(ConfigError, match="data.apply_chat_template_kwargs.*set by the trainer"):
+        validate(cfg, require_paths=False)

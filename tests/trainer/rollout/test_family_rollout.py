@@ -178,3 +178,23 @@ def test_sft_example_is_the_trajectory_of_the_same_conversation(family):
     assert traj.prompt_ids + traj.response_ids == ex.input_ids[:n]
     assert [0] * len(traj.prompt_ids) + traj.loss_mask == ex.loss_mask[:n]
     assert ex.input_ids[n:] == tok.encode("\n", add_special_tokens=False) * (family != "llama3")
+
+
+def test_qwen3_non_thinking_rollout():
+    """data.apply_chat_template_kwargs={enable_thinking: false}: the prompt and every later generation
+    prompt end in the empty think block, so the model's turns start after it."""
+    tok = F.tokenizer("qwen3")
+    tools = build_tools(["calculator"])
+    call = _enc(tok, CALL["qwen2.5"])
+    engine = ScriptedEngine([call, _enc(tok, "#### 46<|im_end|>")])
+    kwargs = {"enable_thinking": False}
+    agent = MultiTurnRollout(engine, tok, tools, {"multi_turn": {"enable": True, "format": "qwen25"}},
+                             {"max_response_length": 256, "apply_chat_template_kwargs": kwargs})
+    msgs = _prompt(tok, tools).messages
+    schemas = [t.schema for t in tools.values()]
+    prompt = PromptItem(uid="u0", index=0, messages=msgs, prompt_ids=template_prompt(tok, msgs, schemas, kwargs),
+                        tools=schemas)
+    [traj] = agent.run([prompt], n=1, sampling=SamplingParams(temperature=0, max_new_tokens=64))
+    think = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert [tok.decode(r.prompt_ids, skip_special_tokens=False).endswith(think) for r in engine.requests] == [True] * 2
+    assert traj.tool_calls == 1 and traj.messages[-1]["content"] == "#### 46"
