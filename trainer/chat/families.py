@@ -52,10 +52,12 @@ def template_text(tokenizer: Any) -> str:
 
 
 def token_id(tokenizer: Any, token: str) -> int | None:
-    """The id of ``token`` when it is one token of the vocabulary, else None."""
-    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-    tid = vocab.get(token)
-    return int(tid) if tid is not None else None
+    """The id of ``token`` when it is one token of the vocabulary, else None (a lookup, not
+    ``get_vocab()``, which copies a 150k-entry vocabulary on every call)."""
+    tid = tokenizer.convert_tokens_to_ids(token)
+    if tid is None or isinstance(tid, list):
+        return None
+    return int(tid) if tokenizer.convert_ids_to_tokens(int(tid)) == token else None
 
 
 def detect_family(tokenizer: Any) -> Family | None:
