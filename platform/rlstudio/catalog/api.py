@@ -6,6 +6,7 @@ is a 404); the catalog's domain errors (catalog/errors.py) become HTTP here: Not
 CatalogConflict / CatalogInUse 409, CatalogTooLarge 413, CatalogRefused 400 naming the field."""
 from dataclasses import asdict
 
+from django.http import Http404
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -129,9 +130,15 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.L
         v = data.validated_data
         if dataset.status != dataset.Status.READY:
             raise ApiError("the dataset is not ready", code="not_ready", status_code=409)
+        parser = "hermes"
+        if v["model"] is not None:
+            try:
+                parser = model_asset_get_for(user=request.user, model_id=v["model"]).tool_parser or parser
+            except Http404:
+                raise ApiError(f"no model with id {v['model']}", field="model") from None
         rows = dataset_rows(dataset=dataset, offset=0, limit=v["rows"])
         try:
-            results = reward_check(rows, reward_name=v["reward"], tool_names=v["tools"])
+            results = reward_check(rows, reward_name=v["reward"], tool_names=v["tools"], parser=parser)
         except CheckError as exc:
             raise ApiError(str(exc), code="reward_mismatch", field="reward") from None
         return Response({"results": [asdict(r) for r in results]})

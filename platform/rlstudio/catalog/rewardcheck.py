@@ -3,7 +3,8 @@ reward function and tools, so a user sees 1 for the right answer and 0 for a wro
 spending GPU time.
 
 For each row: the ground truth as "#### <truth>" (correct), a wrong number, the truth without the
-"####" marker, and, per chosen tool, a Hermes tool call answering the truth (scored by the reward
+"####" marker, and, per chosen tool, a tool call answering the truth in the model's format (Hermes by
+default; `parser`: the tool-call parser of the model the runs will use) (scored by the reward
 function on the text, and by the tool itself: create → execute → calc_reward → release). Refuses
 (CheckError) when the dataset and the reward do not fit.
 
@@ -48,13 +49,20 @@ def _wrong(truth: str) -> str:
     return truth + "0" if truth else "1"
 
 
-def candidates(truth: str, tools: list[str]) -> list[tuple[str, str]]:
+def tool_call_text(tool: str, arguments: dict[str, Any], *, parser: str = "hermes") -> str:
+    """A tool call as a model of `parser`'s format writes it (SGLang's parser names): Llama 3's bare JSON
+    object with `parameters`, else a Hermes `<tool_call>` block (Qwen2.5, Qwen3, ChatML)."""
+    if parser == "llama3":
+        return json.dumps({"name": tool, "parameters": arguments})
+    return f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments})}</tool_call>"
+
+
+def candidates(truth: str, tools: list[str], *, parser: str = "hermes") -> list[tuple[str, str]]:
     out = [("correct", f"The answer is computed above.\n#### {truth}"),
            ("wrong", f"The answer is computed above.\n#### {_wrong(truth)}"),
            ("no_marker", f"The answer is {truth}.")]
     for tool in tools:
-        call = json.dumps({"name": tool, "arguments": {"answer": truth}})
-        out.append((f"tool_call:{tool}", f"<tool_call>{call}</tool_call>"))
+        out.append((f"tool_call:{tool}", tool_call_text(tool, {"answer": truth}, parser=parser)))
     return out
 
 
@@ -131,7 +139,8 @@ def _builtin_scorer(reward_name: str):
     return score
 
 
-def reward_check(rows: list[dict[str, Any]], *, reward_name: str, tool_names: list[str]) -> list[Scored]:
+def reward_check(rows: list[dict[str, Any]], *, reward_name: str, tool_names: list[str],
+                 parser: str = "hermes") -> list[Scored]:
     """Score the candidates of each converted row; CheckError when they cannot be scored at all."""
     from trainer.rewards import registered_rewards
     from trainer.tools.base import get_tool, registered_tools
@@ -154,7 +163,7 @@ def reward_check(rows: list[dict[str, Any]], *, reward_name: str, tool_names: li
             out.append(Scored(i, "correct", "", None, error="no ground truth on this row"))
             continue
         truth = str(truth)
-        for kind, answer in candidates(truth, tool_names):
+        for kind, answer in candidates(truth, tool_names, parser=parser):
             out.append(Scored(i, kind, answer, None))
             items.append((row.get("data_source") or "", answer, truth, row.get("extra_info")))
     scored = iter(score(items))

@@ -53,3 +53,5 @@ class RewardCheckSerializer(serializers.Serializer):
     reward = serializers.CharField(max_length=100, default="default")
     tools = serializers.ListField(child=serializers.CharField(max_length=100), required=False, default=list)
     rows = serializers.IntegerField(min_value=1, max_value=20, default=3)
+    model = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                     help_text="a model id: tool calls are written in its chat format")

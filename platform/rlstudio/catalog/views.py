@@ -7,6 +7,7 @@ import json
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -55,11 +56,16 @@ def dataset_detail(request, dataset_id: int):
     check_error = ""
     if request.method == "POST" and request.POST.get("action") == "reward_check":
         picked = [t for t in request.POST.getlist("tools") if t in tools]
+        parser = "hermes"
         try:
+            if request.POST.get("model"):  # tool calls written in that model's chat format
+                parser = model_asset_get_for(user=request.user, model_id=request.POST["model"]).tool_parser or parser
             check = reward_check(dataset_rows(dataset=dataset, offset=0, limit=3),
-                                 reward_name=request.POST.get("reward", "default"), tool_names=picked)
+                                 reward_name=request.POST.get("reward", "default"), tool_names=picked, parser=parser)
         except CheckError as exc:
             check_error = str(exc)
+        except (Http404, ValueError):
+            check_error = "no such model"
     elif request.method == "POST" and request.POST.get("action") == "stats":
         try:
             check_can_change(user=request.user, item=dataset, action="recompute the statistics of")

@@ -221,6 +221,26 @@ def test_reward_check_scores_correct_1_and_wrong_0(api, uploads):
 
 
 @pytest.mark.django_db
+def test_reward_check_writes_tool_calls_in_the_models_format(api, uploads, alice):
+    """With a model, the made-up tool call is the one its parser reads (Llama 3: a bare JSON object);
+    the call still parses and the tool still scores it."""
+    from rlstudio.catalog.models import ModelAsset
+    from trainer.rollout.parser import get_parser
+
+    llama = ModelAsset.objects.create(owner=alice, name="l", path="/x", tool_parser="llama3")
+    _, body = upload_and_validate(api, "r.jsonl", jsonl(*_gsm8k_rows(1)))
+    resp = api.post(f"/api/v1/datasets/{body['id']}/reward-check/",
+                    {"tools": ["calc_gsm8k_reward"], "rows": 1, "model": llama.pk}, format="json")
+    assert resp.status_code == 200, resp.json()
+    call = next(r for r in resp.json()["results"] if r["kind"] == "tool_call:calc_gsm8k_reward")
+    assert call["answer"].startswith('{"name": "calc_gsm8k_reward", "parameters"') and call["tool_score"] == 1.0
+    parsed = get_parser("llama3").parse(call["answer"])
+    assert [c.name for c in parsed.calls] == ["calc_gsm8k_reward"]
+    resp = api.post(f"/api/v1/datasets/{body['id']}/reward-check/", {"model": 999999}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "model"
+
+
+@pytest.mark.django_db
 def test_reward_check_refuses_a_dataset_without_ground_truth(api, uploads):
     rows = [{"messages": [{"role": "user", "content": "hi"}], "ground_truth": None}]
     _, body = upload_and_validate(api, "m.jsonl", jsonl(*rows), preset="messages")
