@@ -238,13 +238,22 @@ def upload_dataset(page, path: Path, *, name: str, preset: str = "gsm8k", timeou
     return int(page.url.rstrip("/").rsplit("/", 1)[-1])
 
 
+def select_model(page, name: str) -> None:
+    """Pick a model on the run form by its name (its option also names the chat format detected)."""
+    value = page.evaluate("""(name) => {
+        const o = [...document.querySelectorAll('#id_model option')].find((o) => o.text.startsWith(name + ' ('));
+        return o ? o.value : null; }""", name)
+    assert value is not None, f"no model {name!r} on the run form"
+    page.select_option("#id_model", value=value)
+
+
 def launch_run(page, *, name: str, dataset: str, model: str, steps: int, save_freq: int | None = None,
                preset: str = "cpu_smoke", gpus: int = 0, overrides: str = "") -> int:
     """Fill /runs/new/ and press Launch; returns the new run's id (from the page it lands on)."""
     page.goto("/runs/new/")
     page.fill("#id_name", name)
     page.select_option("#id_dataset", label=dataset)
-    page.select_option("#id_model", label=model)
+    select_model(page, model)
     page.select_option("#id_preset", preset)
     page.fill("#id_gpus", str(gpus))
     page.fill("#id_total_training_steps", str(steps))
@@ -264,5 +273,5 @@ def ui():
     """The page helpers above, for the test modules (a conftest is not importable by name)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(upload_dataset=upload_dataset, launch_run=launch_run, wait_for=wait_for,
-                           shot=save_shot, login=login, post_events=post_events)
+    return SimpleNamespace(upload_dataset=upload_dataset, launch_run=launch_run, select_model=select_model,
+                           wait_for=wait_for, shot=save_shot, login=login, post_events=post_events)

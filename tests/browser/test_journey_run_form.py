@@ -28,7 +28,7 @@ def test_gpu_preset_on_the_cpu_preview_errors_memory_and_launch(page_as, make_us
     page.goto("/runs/new/")
     page.fill("#id_name", "gsm8k-on-cpu")
     page.select_option("#id_dataset", label="gsm8k-test")
-    page.select_option("#id_model", label="tiny-smoke")
+    ui.select_model(page, "tiny-smoke")
     page.select_option("#id_preset", "gsm8k_multiturn_grpo")
     page.fill("#id_gpus", "0")
 

@@ -32,4 +32,4 @@ def test_a_model_staff_shares_appears_for_another_user_read_only(page_as, make_u
     ui.shot(other, "sharing-models-second-user")
     other.goto("/runs/new/")
     options = other.locator("select[name=model] option").all_inner_texts()
-    assert "team-model" in options, options
+    assert any(o.startswith("team-model (") for o in options), options
