@@ -355,3 +355,18 @@ def test_yaml_inf_is_a_config_error():
     with pytest.raises(ConfigError) as exc:
         Config.from_dict(yaml.safe_load("actor_rollout_ref: {actor: {optim: {lr: .inf}}}"))
     assert exc.value.key == "actor_rollout_ref.actor.optim.lr"
+
+
+def test_policy_loss_is_verls_section_and_old_specs_still_load():
+    cfg = apply_overrides(Config(), ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
+    assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
+    assert cfg.to_dict()["actor_rollout_ref"]["actor"]["policy_loss"] == {"loss_mode": "gspo"}
+    with pytest.raises(ConfigError, match="allowed values: vanilla, gspo, cispo, gpg") as err:
+        apply_overrides(Config(), ["actor_rollout_ref.actor.policy_loss.loss_mode=ppo"])
+    assert err.value.key == "actor_rollout_ref.actor.policy_loss.loss_mode"
+    # A spec stored when actor.policy_loss was the mode's name as a string reads as that mode.
+    old = Config().to_dict()
+    old["actor_rollout_ref"]["actor"]["policy_loss"] = "vanilla"
+    assert Config.from_dict(old) == Config()
+    with pytest.raises(ConfigError, match="loss_mode"):
+        Config.from_dict({"actor_rollout_ref": {"actor": {"policy_loss": "nope"}}})

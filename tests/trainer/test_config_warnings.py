@@ -38,3 +38,17 @@ def test_loss_scale_factor_defaults_to_the_response_length_and_must_be_positive(
     assert resolve(cfg).actor_rollout_ref.actor.loss_scale_factor == 4096
     with pytest.raises(ConfigError, match="loss_scale_factor"):
         validate(Config.from_dict({"actor_rollout_ref": {"actor": {"loss_scale_factor": 0}}}), require_paths=False)
+
+
+def test_gspo_warns_about_its_own_aggregation_and_the_clip_range():
+    def keys(**actor):
+        cfg = _cfg(actor_rollout_ref={"rollout": {"n": 4}, "actor": {"policy_loss": {"loss_mode": "gspo"}, **actor}})
+        validate(cfg, require_paths=False)  # warnings only
+        return [w.key for w in config_warnings(cfg)]
+
+    assert keys() == ["actor_rollout_ref.actor.loss_agg_mode", "actor_rollout_ref.actor.clip_ratio_low"]
+    # verl's GSPO recipe: seq-mean-token-mean and 3e-4 / 4e-4.
+    assert keys(loss_agg_mode="seq-mean-token-mean", clip_ratio_low=3e-4, clip_ratio_high=4e-4) == []
+    for mode in ("vanilla", "cispo", "gpg"):
+        cfg = _cfg(actor_rollout_ref={"rollout": {"n": 4}, "actor": {"policy_loss": {"loss_mode": mode}}})
+        assert config_warnings(cfg) == []

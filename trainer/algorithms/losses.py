@@ -1,4 +1,7 @@
-"""Policy-loss maths: masked statistics, loss aggregation, PPO clip, KL estimators, entropy.
+"""Loss maths: masked statistics, loss aggregation, KL estimators and controllers, entropy.
+
+The policy losses themselves (vanilla PPO clip, gspo, cispo, gpg) and their registry are in
+``policy_losses.py``.
 
 Shapes: B = trajectories, T = response tokens (padded), V = vocabulary. ``mask`` / ``response_mask``
 (B, T) is 1 on the tokens that count (assistant tokens in multi-turn), 0 elsewhere. Everything here is a
@@ -7,8 +10,7 @@ pure function of tensors except the KL controllers, which hold the in-reward KL 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
@@ -105,89 +107,6 @@ def agg_loss(
         return masked_sum(loss_mat, loss_mask, axis=-1).mean() / scale
     raise ValueError(
         f"unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
-    )
-
-
-# ------------------------------------------------------------------------------------- policy loss
-@dataclass
-class PolicyLossOutput:
-    pg_loss: torch.Tensor  # scalar, differentiable
-    pg_clipfrac: torch.Tensor  # fraction of tokens where the clipped term won
-    ppo_kl: torch.Tensor  # mean(old_logp - logp): approximate KL(old || new)
-    pg_clipfrac_lower: torch.Tensor  # fraction of tokens hitting the dual clip (A < 0)
-
-
-PolicyLossFn = Callable[..., PolicyLossOutput]
-_POLICY_LOSSES: dict[str, PolicyLossFn] = {}
-
-
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
-        if name in _POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is already registered")
-        _POLICY_LOSSES[name] = fn
-        return fn
-
-    return wrap
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    try:
-        return _POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown policy loss {name!r}; known: {', '.join(sorted(_POLICY_LOSSES))}"
-        ) from None
-
-
-def policy_loss_names() -> list[str]:
-    return sorted(_POLICY_LOSSES)
-
-
-@register_policy_loss("vanilla")
-def compute_policy_loss(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    *,
-    clip_ratio: float = 0.2,
-    clip_ratio_low: float | None = None,
-    clip_ratio_high: float | None = None,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: str = "token-mean",
-    loss_scale_factor: float | None = None,
-) -> PolicyLossOutput:
-    """PPO clipped surrogate with asymmetric clip bounds and dual clip (all inputs (B, T)).
-
-    rho = exp(clamp(logp - old_logp, -20, 20)); L = max(-A rho, -A clip(rho, 1-eps_low, 1+eps_high));
-    for A < 0 also L = min(L, -A c) (dual clip, c = clip_ratio_c > 1). Aggregated by ``loss_agg_mode``
-    (``loss_scale_factor``: seq-mean-token-sum-norm's constant, see ``agg_loss``).
-    """
-    if clip_ratio_c <= 1.0:
-        raise ValueError(f"clip_ratio_c must be > 1.0 for dual clip, got {clip_ratio_c}")
-    low = clip_ratio if clip_ratio_low is None else clip_ratio_low
-    high = clip_ratio if clip_ratio_high is None else clip_ratio_high
-    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # keeps exp finite
-    ratio = torch.exp(log_ratio)
-    ppo_kl = masked_mean(-log_ratio, response_mask)
-    loss_unclipped = -advantages * ratio
-    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
-    clip_max = torch.maximum(loss_unclipped, loss_clipped)
-    pg_clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
-    loss_dual = -advantages * clip_ratio_c
-    clip_min = torch.minimum(loss_dual, clip_max)
-    negative = advantages < 0
-    pg_clipfrac_lower = masked_mean(
-        (torch.gt(clip_max, loss_dual) & negative).float(), response_mask
-    )
-    pg_losses = torch.where(negative, clip_min, clip_max)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
-    return PolicyLossOutput(
-        pg_loss=pg_loss,
-        pg_clipfrac=pg_clipfrac.detach(),
-        ppo_kl=ppo_kl.detach(),
-        pg_clipfrac_lower=pg_clipfrac_lower.detach(),
     )
 
 

@@ -8,7 +8,7 @@ The rest of the schema and the root ``Config`` are in ``schema.py``; the checks 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Any, Literal, Mapping, Union
 
 from .fields import option, section
 
@@ -127,6 +127,20 @@ class ActorFsdpConfig:
 
 
 @dataclass(frozen=True)
+class PolicyLossConfig:
+    """verl's ``actor.policy_loss``: which policy-loss function the update uses. verl's other keys
+    of this section (clip_cov_*, kl_cov_*, ppo_kl_coef) belong to loss modes not provided here."""
+
+    loss_mode: Literal["vanilla", "gspo", "cispo", "gpg"] = option(
+        "vanilla",
+        "Policy loss (trainer.algorithms.policy_losses, verl's names): vanilla = PPO clip with dual "
+        "clip; gspo = sequence-level ratio, aggregated seq-mean-token-mean (verl's GSPO recipe: "
+        "clip_ratio_low 3e-4, clip_ratio_high 4e-4); cispo = clipped importance weight, detached, "
+        "times log-prob; gpg = -A log-prob (no ratio, no clip).",
+    )
+
+
+@dataclass(frozen=True)
 class ActorConfig:
     strategy: Literal["fsdp"] = option(
         "fsdp", "Training strategy (FSDP2; one process runs it unsharded)."
@@ -152,9 +166,6 @@ class ActorConfig:
         "is divided by it; None = the rollout's padded response length (rollout.response_length), "
         "as verl. Ignored by the other modes.",
     )
-    policy_loss: Literal["vanilla"] = option(
-        "vanilla", "Policy loss (registry name in trainer.algorithms.losses)."
-    )
     entropy_coeff: float = option(0.0, "Entropy bonus weight (0 = entropy not in the loss).")
     use_kl_loss: bool = option(False, "Add a KL-to-reference term to the loss (GRPO style).")
     kl_loss_coef: float = option(0.001, "Weight of the KL loss.")
@@ -175,6 +186,9 @@ class ActorConfig:
         "the rollout is unaffected. Off by default: on a CPU the first step compiles for minutes "
         "(verl's key of the same name, default on, compiles only its entropy helper). Ignored "
         "under FSDP (world size > 1).",
+    )
+    policy_loss: PolicyLossConfig = section(
+        PolicyLossConfig, "The policy-loss function (verl's actor.policy_loss)."
     )
     optim: OptimConfig = section(OptimConfig, "Optimizer and learning-rate schedule.")
     fsdp_config: ActorFsdpConfig = section(ActorFsdpConfig, "FSDP memory options.")
@@ -203,3 +217,14 @@ class ActorRolloutRefConfig:
     actor: ActorConfig = section(ActorConfig, "The policy update.")
     ref: RefConfig = section(RefConfig, "The frozen reference model.")
 
+
+def upgrade_stored(d: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A spec stored before ``actor.policy_loss`` became verl's section named the loss there as a
+    string (``"vanilla"``): read it as ``actor.policy_loss.loss_mode``. Anything else is returned as
+    it is (``build`` reports what is wrong with it)."""
+    arr = d.get("actor_rollout_ref")
+    actor = arr.get("actor") if isinstance(arr, Mapping) else None
+    if not isinstance(actor, Mapping) or not isinstance(actor.get("policy_loss"), str):
+        return d
+    upgraded = {**actor, "policy_loss": {"loss_mode": actor["policy_loss"]}}
+    return {**d, "actor_rollout_ref": {**arr, "actor": upgraded}}

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from .actor_rollout_ref import ActorRolloutRefConfig, RolloutConfig
+from .actor_rollout_ref import ActorConfig, ActorRolloutRefConfig, RolloutConfig
 from .fields import ConfigError, coerce, hints
 from .schema import LOGGERS, AlgorithmConfig, Config, DataConfig, ReportConfig, TrainerConfig
 
@@ -346,6 +346,27 @@ class ConfigWarning:
 GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo")
 
 
+def _gspo_warnings(actor: ActorConfig) -> list[ConfigWarning]:
+    """GSPO's policy loss keeps its own aggregation and wants far narrower clip ranges (verl's)."""
+    if actor.policy_loss.loss_mode != "gspo":
+        return []
+    out = []
+    if actor.loss_agg_mode != "seq-mean-token-mean":
+        out.append(ConfigWarning(
+            f"{ACTOR}.loss_agg_mode",
+            "gspo aggregates its policy loss seq-mean-token-mean whatever loss_agg_mode says (as "
+            f"verl); loss_agg_mode={actor.loss_agg_mode} applies to the KL and entropy terms only.",
+        ))
+    if actor.clip_ratio_low is None and actor.clip_ratio_high is None:
+        out.append(ConfigWarning(
+            f"{ACTOR}.clip_ratio_low",
+            f"gspo clips a per-sequence geometric mean of the ratios, which stays close to 1: "
+            f"clip_ratio={actor.clip_ratio} on both sides rarely clips. The GSPO paper and verl's "
+            "recipe use clip_ratio_low=3e-4, clip_ratio_high=4e-4.",
+        ))
+    return out
+
+
 def config_warnings(cfg: Config) -> list[ConfigWarning]:
     """What ``validate`` accepts but a user should hear about before launching, in a fixed order."""
     out: list[ConfigWarning] = []
@@ -363,4 +384,5 @@ def config_warnings(cfg: Config) -> list[ConfigWarning]:
             f"{ACTOR}.loss_scale_factor",
             f"only seq-mean-token-sum-norm uses it; loss_agg_mode={actor.loss_agg_mode} ignores it.",
         ))
+    out += _gspo_warnings(actor)
     return out

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Union
 
-from .actor_rollout_ref import ActorRolloutRefConfig
+from .actor_rollout_ref import ActorRolloutRefConfig, upgrade_stored
 from .fields import build, option, section
 
 # The trainer's sinks, by registry name (http: the platform's ingest API, trainer/sinks_http.py).
@@ -211,8 +211,9 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> "Config":
-        """Build from a nested dict (missing keys take defaults; unknown keys raise ConfigError)."""
-        return build(cls, d or {}, "")
+        """Build from a nested dict (missing keys take defaults; unknown keys raise ConfigError).
+        A spec stored by an earlier version is read as it meant (``upgrade_stored``)."""
+        return build(cls, upgrade_stored(d or {}), "")
 
     def to_dict(self) -> dict[str, Any]:
         """The nested plain-JSON form (what the platform stores on a run)."""

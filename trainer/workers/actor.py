@@ -23,15 +23,20 @@ Dropout is off in every pass (eval mode; with gradient checkpointing the update 
 which transformers needs to checkpoint, with every dropout rate set to 0): RL recomputes log-probs and
 expects the update's first forward to equal them, which dropout would break.
 
+The policy loss is the one `actor.policy_loss.loss_mode` names (trainer.algorithms.policy_losses:
+vanilla, gspo, cispo, gpg); the KL and entropy terms are the same whatever it is.
+
 Loss normalisation is global: each micro-batch's loss is weighted by its share of the WHOLE
-mini-batch (all micro-batches of all ranks): tokens for token-mean, rows for the seq-mean modes; the
+mini-batch (all micro-batches of all ranks): tokens for token-mean, rows for the seq-mean modes (the
+policy term by the aggregation its loss used: gspo's is seq-mean-token-mean); the
 counts are all-reduced once per mini-batch; seq-mean-token-sum-norm divides by a constant
 (actor.loss_scale_factor, which resolve sets to the rollout's response length when unset), never by a
 micro-batch's cut width. So micro-batching and data parallelism give the gradient of the full
 mini-batch loss (verl HEAD's global token normalisation; verl 76f63 averaged per micro-batch
 token-means, which differs when micro-batches hold different token counts). FSDP
 averages gradients over ranks, so each rank scales its backward by the world size. `actor/pg_loss`
-and `actor/kl_loss` are reported per mini-batch as that global loss; clipfrac / ppo_kl per micro-batch.
+and `actor/kl_loss` are reported per mini-batch as that global loss; clipfrac / ppo_kl per micro-batch
+(those the loss reports: gpg reports none, as verl's).
 Under FSDP every rank must run the same number of forwards: micro-batch counts are equalised
 (all-reduce max, then the largest chunks split).
 """
@@ -326,12 +331,13 @@ class ActorWorker:
         and the recompute pass is skipped. `capture=True` stores that log-prob and entropy (B, R) in
         `batch.old_log_probs` / `self.last_entropy` for reporting.
         """
-        from trainer.algorithms.losses import agg_loss, get_policy_loss, kl_penalty
+        from trainer.algorithms.losses import agg_loss, kl_penalty
+        from trainer.algorithms.policy_losses import get_policy_loss
 
         if not self.trainable:
             raise RuntimeError("update_policy called on a frozen (reference) worker")
         cfg = self.cfg
-        compute_policy_loss = get_policy_loss(cfg.policy_loss)
+        compute_policy_loss = get_policy_loss(cfg.policy_loss.loss_mode)
         B, R = len(batch), batch.response_width
         if batch.advantages is None:
             raise ValueError("update_policy needs batch.advantages")
@@ -380,21 +386,23 @@ class ActorWorker:
                                              clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode,
                                              loss_scale_factor=scale)
                     # This micro-batch's share of the whole (all-rank) mini-batch loss: see the docstring.
+                    # The policy term by the aggregation it used (gspo's is its own), the others by
+                    # loss_agg_mode.
                     weight = self._share(cfg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
-                    loss = pg.pg_loss
+                    pg_weight = self._share(pg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
+                    loss = pg.pg_loss * pg_weight
                     if cfg.entropy_coeff != 0:
-                        loss = loss - cfg.entropy_coeff * agg_loss(ent, mask, cfg.loss_agg_mode, scale)
+                        loss = loss - cfg.entropy_coeff * weight * agg_loss(ent, mask, cfg.loss_agg_mode, scale)
                     if cfg.use_kl_loss:
                         ref = batch.ref_log_probs[rows, :r].to(self.device)
                         kl = agg_loss(kl_penalty(logp, ref, cfg.kl_loss_type), mask, cfg.loss_agg_mode, scale)
-                        loss = loss + cfg.kl_loss_coef * kl
+                        loss = loss + cfg.kl_loss_coef * weight * kl
                         mini_kl += kl.item() * weight
                     # FSDP averages gradients over ranks: scale by the world size to get the sum.
-                    (loss * (weight * world)).backward()
-                    mini_pg += pg.pg_loss.item() * weight
-                    add("actor/pg_clipfrac", float(pg.pg_clipfrac))
-                    add("actor/ppo_kl", float(pg.ppo_kl))
-                    add("actor/pg_clipfrac_lower", float(pg.pg_clipfrac_lower))
+                    (loss * world).backward()
+                    mini_pg += pg.pg_loss.item() * pg_weight
+                    for name, value in pg.metrics().items():  # the ones this loss reports (verl's)
+                        add(name, value)
                 mini_pg, mini_kl = _all_reduce([mini_pg, mini_kl])
                 add("actor/pg_loss", mini_pg)
                 if cfg.use_kl_loss:

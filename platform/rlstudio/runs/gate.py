@@ -117,7 +117,7 @@ USER_KEYS: dict[str, Bound] = {
     "actor_rollout_ref.actor.clip_ratio_c": Bound(lo=1, hi=100),
     "actor_rollout_ref.actor.loss_agg_mode": FLAG,
     "actor_rollout_ref.actor.loss_scale_factor": Bound(lo=1, hi=1_048_576),
-    "actor_rollout_ref.actor.policy_loss": FLAG,
+    "actor_rollout_ref.actor.policy_loss.loss_mode": FLAG,
     "actor_rollout_ref.actor.entropy_coeff": Bound(lo=0, hi=10),
     "actor_rollout_ref.actor.use_kl_loss": FLAG,
     "actor_rollout_ref.actor.kl_loss_coef": Bound(lo=0, hi=100),

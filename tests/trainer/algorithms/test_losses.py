@@ -10,19 +10,17 @@ from trainer.algorithms.losses import (
     FixedKLController,
     agg_loss,
     apply_kl_penalty,
-    compute_policy_loss,
     entropy_from_log_probs,
     entropy_from_logits,
     entropy_from_logits_chunked,
     get_kl_controller,
-    get_policy_loss,
     kl_penalty,
     masked_mean,
     masked_sum,
     masked_var,
     masked_whiten,
-    policy_loss_names,
 )
+from trainer.algorithms.policy_losses import compute_policy_loss, get_policy_loss, policy_loss_names
 
 torch.set_num_threads(1)
 D = torch.float64

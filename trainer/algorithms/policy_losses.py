@@ -1,0 +1,249 @@
+"""Policy losses by name (verl's ``actor.policy_loss.loss_mode``): vanilla, gspo, cispo, gpg.
+
+Each loss is a pure function of (B, T) tensors with one signature,
+
+    fn(old_log_prob, log_prob, advantages, response_mask, *, clip_ratio, clip_ratio_low,
+       clip_ratio_high, clip_ratio_c, loss_agg_mode, loss_scale_factor) -> PolicyLossOutput
+
+registered with ``@register_policy_loss(name)`` and looked up by the actor with
+``get_policy_loss(name)``. A loss takes the actor's clip settings and aggregation and ignores those it
+has no use for (as verl's take the whole actor config). ``response_mask`` is the loss mask: 1 on the
+tokens trained on. What each computes, with r = pi / pi_old per token and A the advantage:
+
+    vanilla  PPO clip, L = max(-A r, -A clip(r, 1-eps_low, 1+eps_high)), dual clip min(L, -A c) for
+             A < 0; aggregated by loss_agg_mode.
+    gspo     the sequence ratio s_i = exp(mean over the sequence's tokens of log r), carried by every
+             token with that token's own gradient, PPO-clipped without dual clip; always aggregated
+             seq-mean-token-mean (verl does so whatever loss_agg_mode says).
+    cispo    L = -sg(clip(r, 1-eps_low, 1+eps_high)) A log pi: the clipped ratio is a constant weight,
+             so a clipped token keeps its gradient (PPO gives it none); aggregated by loss_agg_mode.
+    gpg      L = -A log pi (plain policy gradient: no ratio, no clip); aggregated by loss_agg_mode.
+
+Metrics are verl's: ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, each loss
+reporting the ones verl's reports (gpg none). Formulas and parity notes: docs/design.md §4.5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from trainer.algorithms.losses import agg_loss, masked_mean, masked_sum
+
+LOG_RATIO_CLAMP = 20.0  # |log r| bound before exp (vanilla, cispo), as verl
+GSPO_LOG_RATIO_MAX = 10.0  # upper bound of gspo's log s before exp, as verl
+
+
+@dataclass
+class PolicyLossOutput:
+    """One policy loss on one micro-batch.
+
+    ``pg_loss`` is the differentiable scalar; ``loss_agg_mode`` the aggregation it was computed with
+    (the caller weights micro-batches by it: gspo's differs from the configured one). The metrics are
+    detached scalars, None where the loss does not report them (as verl's).
+    """
+
+    pg_loss: torch.Tensor
+    loss_agg_mode: str
+    pg_clipfrac: torch.Tensor | None = None  # fraction of tokens where the clip acted
+    ppo_kl: torch.Tensor | None = None  # mean(old_logp - logp): approximate KL(old || new)
+    pg_clipfrac_lower: torch.Tensor | None = None  # fraction of tokens at the dual clip (A < 0)
+
+    def metrics(self) -> dict[str, float]:
+        """verl's metric names for the metrics this loss reports."""
+        pairs = (("actor/pg_clipfrac", self.pg_clipfrac), ("actor/ppo_kl", self.ppo_kl),
+                 ("actor/pg_clipfrac_lower", self.pg_clipfrac_lower))
+        return {name: float(value) for name, value in pairs if value is not None}
+
+
+PolicyLossFn = Callable[..., PolicyLossOutput]
+_POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator: register a policy loss under ``name`` (a name may be registered once)."""
+
+    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in _POLICY_LOSSES:
+            raise ValueError(f"policy loss {name!r} is already registered")
+        _POLICY_LOSSES[name] = fn
+        return fn
+
+    return wrap
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The loss registered as ``name``; ValueError naming the known ones otherwise."""
+    try:
+        return _POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown policy loss {name!r}; known: {', '.join(sorted(_POLICY_LOSSES))}"
+        ) from None
+
+
+def policy_loss_names() -> list[str]:
+    return sorted(_POLICY_LOSSES)
+
+
+def _bounds(clip_ratio: float, low: float | None, high: float | None) -> tuple[float, float]:
+    """(eps_low, eps_high): each side's own value, else clip_ratio."""
+    return (clip_ratio if low is None else low), (clip_ratio if high is None else high)
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+) -> PolicyLossOutput:
+    """PPO clipped surrogate with asymmetric clip bounds and dual clip (verl's ``vanilla``).
+
+    r = exp(clamp(logp - old_logp, -20, 20)); L = max(-A r, -A clip(r, 1-eps_low, 1+eps_high));
+    for A < 0 also L = min(L, -A c) (dual clip, c = clip_ratio_c > 1). Aggregated by ``loss_agg_mode``
+    (``loss_scale_factor``: seq-mean-token-sum-norm's constant, see ``agg_loss``).
+    pg_clipfrac: tokens where the clipped term won; pg_clipfrac_lower: tokens at the dual clip.
+    """
+    if clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1.0 for dual clip, got {clip_ratio_c}")
+    low, high = _bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    ppo_kl = masked_mean(-log_ratio, response_mask)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    clip_max = torch.maximum(loss_unclipped, loss_clipped)
+    pg_clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
+    loss_dual = -advantages * clip_ratio_c
+    clip_min = torch.minimum(loss_dual, clip_max)
+    negative = advantages < 0
+    pg_clipfrac_lower = masked_mean(
+        (torch.gt(clip_max, loss_dual) & negative).float(), response_mask
+    )
+    pg_losses = torch.where(negative, clip_min, clip_max)
+    return PolicyLossOutput(
+        pg_loss=agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor),
+        loss_agg_mode=loss_agg_mode,
+        pg_clipfrac=pg_clipfrac.detach(),
+        ppo_kl=ppo_kl.detach(),
+        pg_clipfrac_lower=pg_clipfrac_lower.detach(),
+    )
+
+
+GSPO_AGG_MODE = "seq-mean-token-mean"
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,  # noqa: ARG001 - no dual clip in GSPO (as verl)
+    loss_agg_mode: str = GSPO_AGG_MODE,  # noqa: ARG001 - GSPO aggregates per sequence (as verl)
+    loss_scale_factor: float | None = None,  # noqa: ARG001
+) -> PolicyLossOutput:
+    """GSPO (arXiv 2507.18071), the GSPO-token form verl implements.
+
+    Sequence log-ratio: log s_i = sum_t m (logp - old_logp) / max(sum_t m, 1) (a geometric mean of the
+    token ratios). Each token carries s_i with its own gradient:
+    log s_i,t = logp - sg(logp) + sg(log s_i), clamped above at 10, s_i,t = exp(log s_i,t); its
+    value is s_i and its gradient s_i * grad(logp_t). L = max(-A s, -A clip(s, 1-eps_low, 1+eps_high)),
+    no dual clip, aggregated seq-mean-token-mean whatever ``loss_agg_mode`` is (verl's GSPO does the
+    same). The paper's and verl's recipe clip ranges are eps_low 3e-4, eps_high 4e-4.
+    pg_clipfrac: tokens where the clipped term won; pg_clipfrac_lower is 0 (no dual clip).
+    """
+    low, high = _bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = log_prob - old_log_prob
+    lengths = response_mask.sum(dim=-1).clamp(min=1)
+    seq_log_ratio = masked_sum(log_ratio, response_mask, axis=-1) / lengths  # (B,)
+    # The sequence term is added last (verl: fewer rounding errors than adding it to -sg(logp) first).
+    log_s = log_prob - log_prob.detach() + seq_log_ratio.detach().unsqueeze(-1)
+    s = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
+    loss_unclipped = -advantages * s
+    loss_clipped = -advantages * torch.clamp(s, 1.0 - low, 1.0 + high)
+    pg_losses = torch.maximum(loss_unclipped, loss_clipped)
+    pg_loss = agg_loss(pg_losses, response_mask, GSPO_AGG_MODE)
+    pg_clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
+    return PolicyLossOutput(
+        pg_loss=pg_loss,
+        loss_agg_mode=GSPO_AGG_MODE,
+        pg_clipfrac=pg_clipfrac.detach(),
+        ppo_kl=masked_mean(-log_ratio, response_mask).detach(),
+        pg_clipfrac_lower=torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device),
+    )
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,  # noqa: ARG001 - no dual clip in CISPO (as verl)
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+) -> PolicyLossOutput:
+    """CISPO (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update.
+
+    r = exp(clamp(logp - old_logp, -20, 20)); w = sg(clip(r, 1-eps_low, 1+eps_high));
+    L = -w A logp, aggregated by ``loss_agg_mode``. The gradient is -w A grad(logp) on every token,
+    clipped ones included (PPO's clipped tokens get none). The paper sets no lower bound (a large
+    eps_low: clip_ratio_low=1 makes the floor 0) and tunes eps_high. pg_clipfrac: tokens whose ratio
+    the clip changed; pg_clipfrac_lower is 0.
+    """
+    low, high = _bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high).detach()
+    pg_losses = -clipped * advantages * log_prob
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
+    return PolicyLossOutput(
+        pg_loss=pg_loss,
+        loss_agg_mode=loss_agg_mode,
+        pg_clipfrac=masked_mean(torch.ne(ratio, clipped).float(), response_mask).detach(),
+        ppo_kl=masked_mean(-log_ratio, response_mask).detach(),
+        pg_clipfrac_lower=torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device),
+    )
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob: torch.Tensor,  # noqa: ARG001 - no ratio in GPG
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,  # noqa: ARG001
+    clip_ratio_low: float | None = None,  # noqa: ARG001
+    clip_ratio_high: float | None = None,  # noqa: ARG001
+    clip_ratio_c: float = 3.0,  # noqa: ARG001
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+) -> PolicyLossOutput:
+    """GPG (arXiv 2504.02546): L = -A logp, aggregated by ``loss_agg_mode``; no ratio, no clip, no
+    metrics (verl's reports none). Off-policy data (ppo_epochs > 1, several mini-batches) is not
+    corrected for."""
+    pg_losses = -advantages * log_prob
+    return PolicyLossOutput(
+        pg_loss=agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor),
+        loss_agg_mode=loss_agg_mode,
+    )
