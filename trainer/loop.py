@@ -6,6 +6,10 @@
   load prompts -> rollout (MultiTurnRollout, n samples each) -> reward (score on the last trained
   token) -> old log-probs -> ref log-probs -> advantages (registry) -> update -> weight sync
 
+With dynamic sampling (algorithm.filter_groups, DAPO) the first two phases repeat: `Trainer.rollout`
+generates batches of data.gen_batch_size prompts until data.train_batch_size groups whose metric
+varies are kept (trainer.algorithms.filter_groups), then the step goes on with those.
+
 The models live in a worker group (trainer.parallel): one RankWorker per device, in this process
 for one worker (trainer.launcher=local) or as Ray actors (launcher=ray). The driver loads prompts,
 scores, computes advantages and reports; it splits each batch across the ranks (equal row counts,
@@ -41,6 +45,7 @@ import numpy as np
 import torch
 
 from trainer import checkpoint as ckpt
+from trainer.algorithms.filter_groups import GroupPool, metric_values
 from trainer.algorithms.metrics import (compute_count_metrics, compute_data_metrics, reduce_metrics,
                                        verl_num_turns)
 from trainer.config import Config, resolve
@@ -144,7 +149,11 @@ class Trainer:
                 self.emitter.log("warning", f"{name} data: {ds.num_filtered_overlong} of {ds.num_rows} prompts "
                                  f"longer than data.max_prompt_length={cfg.data.max_prompt_length} were filtered, "
                                  f"{ds.num_truncated} truncated")
-        self.loader = PromptLoader(self.train_ds, batch_size=cfg.data.train_batch_size, shuffle=cfg.data.shuffle,
+        # With dynamic sampling the loader hands out generation batches (verl's dataloader: gen_batch_size).
+        gen_batch_size = cfg.data.train_batch_size
+        if cfg.algorithm.filter_groups.enable:
+            gen_batch_size = cfg.data.gen_batch_size or cfg.data.train_batch_size
+        self.loader = PromptLoader(self.train_ds, batch_size=gen_batch_size, shuffle=cfg.data.shuffle,
                                    seed=cfg.data.seed)
         self.total_steps = tr.total_training_steps or tr.total_epochs * self.loader.batches_per_epoch
         self.n = arr.rollout.n
@@ -220,12 +229,12 @@ class Trainer:
 
         return stop_token_ids(self.tokenizer, extra=self.generation.eos_token_ids)
 
-    def sampling(self, step: int, *, validate: bool = False):
+    def sampling(self, step: int, *, validate: bool = False, gen_batch: int = 0):
         from trainer.rollout.base import SamplingParams
 
         r = self.cfg.actor_rollout_ref.rollout
-        # The seed is a function of the step, not of an RNG stream: a resumed run samples what an
-        # uninterrupted one would have.
+        # The seed is a function of the step (and of the step's generation batch with dynamic
+        # sampling), not of an RNG stream: a resumed run samples what an uninterrupted one would have.
         if validate:
             v = r.val_kwargs
             temp = v.temperature if v.do_sample else 0.0
@@ -233,19 +242,16 @@ class Trainer:
                                   stop_token_ids=self.stop_ids, seed=r.seed + 7919 * (step + 1))
         return SamplingParams(temperature=r.temperature if r.do_sample else 0.0, top_p=r.top_p, top_k=r.top_k,
                               max_new_tokens=r.response_length, stop_token_ids=self.stop_ids,
-                              seed=r.seed * 1_000_003 + step)
+                              seed=r.seed * 1_000_003 + step + 999_983 * gen_batch)
 
     # ------------------------------------------------------------------------------------ the step
     def train_step(self, step: int) -> dict[str, float]:
         t, g = Timer(), self.group
-        epoch, prompts = self.loader.next_batch()
-        self.epoch = epoch
         extra: dict[str, float] = {}
         with t("step"):
-            with t("gen"):
-                trajs = g.generate(prompts, n=self.n, sampling=self.sampling(step), step=step)
+            trajs = self.rollout(step, t, extra)  # timed as gen and reward
             with t("reward"):
-                exp = self.score(trajs)
+                exp = self.experience(trajs)
             lengths = exp.batch.lengths()
             parts = g.split(lengths, balance=self.cfg.trainer.balance_batch)
             if g.world_size > 1:
@@ -281,22 +287,65 @@ class Trainer:
         return metrics
 
     # ------------------------------------------------------------------------------ experience
-    def score(self, trajs: list[Trajectory]) -> Experience:
-        """Rewards: one scalar per trajectory, placed on its last trained token."""
-        batch = make_batch([tr.prompt_ids for tr in trajs], [tr.response_ids for tr in trajs],
-                           [tr.loss_mask for tr in trajs], uids=[tr.uid for tr in trajs])
-        scores = torch.zeros(len(trajs), batch.response_width)
-        for i, tr in enumerate(trajs):
+    def rollout(self, step: int, t: Timer, metrics: dict[str, float]) -> list[Trajectory]:
+        """The step's scored trajectories: one generation batch, or with dynamic sampling
+        (algorithm.filter_groups) as many as it takes to keep data.train_batch_size groups whose
+        metric varies, or max_num_gen_batches; the pool's counts go into `metrics`."""
+        fg = self.cfg.algorithm.filter_groups
+        pool: GroupPool[Trajectory] = GroupPool(target=self.cfg.data.train_batch_size)
+        while True:
+            self.epoch, prompts = self.loader.next_batch()
+            with t("gen"):
+                trajs = self.group.generate(prompts, n=self.n, step=step,
+                                            sampling=self.sampling(step, gen_batch=pool.num_gen_batches))
+            with t("reward"):
+                self.reward(trajs)
+            if not fg.enable:
+                return trajs
+            pool.add(trajs, [tr.uid for tr in trajs], metric_values(fg.metric, trajs))
+            if pool.full or pool.limit_reached(fg.max_num_gen_batches):
+                break
+        trajs = pool.batch()
+        metrics.update(pool.metrics())
+        if pool.num_filled:
+            self.emitter.log("warning", f"step {step}: {len(pool.kept)} of {self.cfg.data.train_batch_size} groups "
+                             f"with a varying {fg.metric} after algorithm.filter_groups.max_num_gen_batches="
+                             f"{fg.max_num_gen_batches} generation batches; {pool.num_filled} groups whose "
+                             f"{fg.metric} is the same for every sample fill the batch")
+        return trajs
+
+    def reward(self, trajs: list[Trajectory]) -> None:
+        """Score each trajectory: the reward function's score, plus the overlong penalty when
+        reward_model.overlong_buffer is on (trainer.rewards.overlong); sets score, reward, reward_extra."""
+        from trainer.rewards.overlong import shape
+
+        buffer = self.cfg.reward_model.overlong_buffer
+        limit = self.cfg.actor_rollout_ref.rollout.response_length
+        for tr in trajs:
             p = tr.prompt
             out = self.reward_fn(p.data_source, tr.response_text, p.ground_truth,
                                  {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns})
             if isinstance(out, dict):
                 if "score" not in out:
                     raise ValueError(f"reward function returned a dict without 'score': {sorted(out)}")
-                tr.reward = float(out["score"])
+                tr.score = float(out["score"])
                 tr.reward_extra = {k: v for k, v in out.items() if k != "score"}
             else:
-                tr.reward = float(out)
+                tr.score = float(out)
+            tr.reward, parts = shape(tr.score, len(tr.response_ids), buffer, limit)
+            tr.reward_extra.update(parts)
+
+    def score(self, trajs: list[Trajectory]) -> Experience:
+        """Rewards (`reward`) and the batch they sit in (`experience`)."""
+        self.reward(trajs)
+        return self.experience(trajs)
+
+    def experience(self, trajs: list[Trajectory]) -> Experience:
+        """The batch of scored trajectories: each reward placed on its last trained token."""
+        batch = make_batch([tr.prompt_ids for tr in trajs], [tr.response_ids for tr in trajs],
+                           [tr.loss_mask for tr in trajs], uids=[tr.uid for tr in trajs])
+        scores = torch.zeros(len(trajs), batch.response_width)
+        for i, tr in enumerate(trajs):
             trained = batch.loss_mask[i].nonzero()
             valid = batch.response_mask[i].nonzero()
             pos = int(trained[-1]) if len(trained) else (int(valid[-1]) if len(valid) else 0)

@@ -46,6 +46,7 @@ class Trajectory:
     finish_reason: str = "stop"  # stop | length | tool_calls (ended while calling) | error
     response_text: str = ""  # decoded response (assistant + tool text), what the reward reads
     tool_rewards: dict[str, float] = field(default_factory=dict)  # tool.calc_reward() per tool
-    reward: float = 0.0  # the scalar score (filled by the reward phase)
+    reward: float = 0.0  # the scalar reward (filled by the reward phase): score + overlong penalty
+    score: float = 0.0  # the reward function's score, before overlong shaping (reward_model.overlong_buffer)
     reward_extra: dict[str, Any] = field(default_factory=dict)  # parts of a dict-valued score
     advantage: float = 0.0  # filled after the advantage phase (sequence-level value)

@@ -251,7 +251,7 @@ def test_resolve_fills_derived_values():
 
 
 def test_recipes_all_validate_and_need_paths():
-    assert set(REGISTRY) == {"cpu_smoke", "demo_tool_arith", "gsm8k_multiturn_grpo"}
+    assert set(REGISTRY) == {"cpu_smoke", "dapo", "demo_tool_arith", "gsm8k_multiturn_grpo"}
     for name in REGISTRY:
         cfg = get_recipe(name)
         validate(cfg, require_paths=False)
@@ -292,7 +292,7 @@ def test_recipes_all_validate_and_need_paths():
         8,
     )
     assert g.actor_rollout_ref.actor.use_kl_loss and g.tools.names == ["calc_gsm8k_reward"]
-    with pytest.raises(KeyError, match="known recipes: cpu_smoke, demo_tool_arith"):
+    with pytest.raises(KeyError, match="known recipes: cpu_smoke, dapo, demo_tool_arith"):
         get_recipe("nope")
 
 

@@ -61,6 +61,7 @@ def _check_data(data: DataConfig) -> None:
     _positive("data.max_response_length", data.max_response_length)
     _positive("data.train_batch_size", data.train_batch_size)
     _positive("data.val_batch_size", data.val_batch_size, allow_none=True)
+    _positive("data.gen_batch_size", data.gen_batch_size, allow_none=True)
     from trainer.chat.deltas import template_kwargs_errors
 
     errors = template_kwargs_errors(data.apply_chat_template_kwargs)
@@ -210,6 +211,34 @@ def _check_algorithm(alg: AlgorithmConfig) -> None:
         raise ConfigError("algorithm.gamma", "must be in [0, 1]")
 
 
+def _check_dapo(cfg: Config) -> None:
+    """Dynamic sampling (algorithm.filter_groups) and overlong reward shaping (reward_model)."""
+    fg, data = cfg.algorithm.filter_groups, cfg.data
+    if fg.enable and fg.metric is None:
+        raise ConfigError("algorithm.filter_groups.metric",
+                          "required with filter_groups.enable: acc, score, seq_reward or seq_final_reward")
+    if fg.enable and fg.metric == "seq_final_reward" and cfg.algorithm.use_kl_in_reward:
+        # The KL penalty needs the old and reference log-probs of every generated sample, dropped
+        # groups included; the filter runs right after the reward, before those passes.
+        raise ConfigError("algorithm.filter_groups.metric",
+                          "seq_final_reward with algorithm.use_kl_in_reward is not supported "
+                          "(filter on seq_reward)")
+    gen = data.gen_batch_size or data.train_batch_size
+    if fg.enable and fg.max_num_gen_batches > 0 and gen * fg.max_num_gen_batches < data.train_batch_size:
+        raise ConfigError("algorithm.filter_groups.max_num_gen_batches",
+                          f"{fg.max_num_gen_batches} batches of data.gen_batch_size={gen} prompts cannot "
+                          f"fill data.train_batch_size={data.train_batch_size}")
+    ob = cfg.reward_model.overlong_buffer
+    if ob.enable:
+        key = "reward_model.overlong_buffer"
+        limit = cfg.actor_rollout_ref.rollout.response_length or data.max_response_length
+        if not 1 <= ob.len <= limit:
+            raise ConfigError(f"{key}.len", f"must be in [1, the response length {limit}] when enabled, "
+                              f"got {ob.len}")
+        if ob.penalty_factor < 0:
+            raise ConfigError(f"{key}.penalty_factor", f"must be >= 0, got {ob.penalty_factor}")
+
+
 def _check_trainer(tr: TrainerConfig) -> None:
     _positive("trainer.total_epochs", tr.total_epochs)
     _positive("trainer.total_training_steps", tr.total_training_steps, allow_none=True)
@@ -267,6 +296,7 @@ def _parts(cfg: Config, *, require_paths: bool) -> list:
         lambda: _check_batches(cfg),
         lambda: _check_actor(cfg.actor_rollout_ref),
         lambda: _check_algorithm(cfg.algorithm),
+        lambda: _check_dapo(cfg),
         lambda: _check_trainer(cfg.trainer),
         lambda: _check_report(cfg.report),
     ]
@@ -385,4 +415,19 @@ def config_warnings(cfg: Config) -> list[ConfigWarning]:
             f"only seq-mean-token-sum-norm uses it; loss_agg_mode={actor.loss_agg_mode} ignores it.",
         ))
     out += _gspo_warnings(actor)
+    data = cfg.data
+    if (not alg.filter_groups.enable and data.gen_batch_size is not None
+            and data.gen_batch_size != data.train_batch_size):
+        out.append(ConfigWarning(
+            "data.gen_batch_size",
+            "used only with dynamic sampling (algorithm.filter_groups.enable); without it each step "
+            f"generates data.train_batch_size={data.train_batch_size} prompts.",
+        ))
+    ob = cfg.reward_model.overlong_buffer
+    if ob.enable and not ob.log:
+        out.append(ConfigWarning(
+            "reward_model.overlong_buffer.log",
+            "the overlong penalty changes the rewards, but without log=true the samples' reward "
+            "parts do not show it.",
+        ))
     return out

@@ -44,6 +44,12 @@ class DataConfig:
     train_batch_size: int = option(
         1024, "Prompts per training step (each sampled rollout.n times)."
     )
+    gen_batch_size: Union[int, None] = option(
+        None,
+        "Prompts per generation batch with dynamic sampling (algorithm.filter_groups.enable): a "
+        "step generates batches of this size until train_batch_size groups are kept; None = "
+        "train_batch_size (verl's default). Ignored without dynamic sampling.",
+    )
     val_batch_size: Union[int, None] = option(
         None, "Prompts per validation batch; None = the whole val set."
     )
@@ -76,6 +82,28 @@ class KLCtrlConfig:
 
 
 @dataclass(frozen=True)
+class FilterGroupsConfig:
+    enable: bool = option(
+        False,
+        "DAPO's dynamic sampling: drop every group (a prompt's rollout.n samples) whose metric is "
+        "the same for all its samples (no GRPO signal) and generate more batches until "
+        "data.train_batch_size groups are kept.",
+    )
+    metric: Union[Literal["acc", "score", "seq_reward", "seq_final_reward"], None] = option(
+        None,
+        "What must vary within a group: acc (the reward function's acc field, else its score), "
+        "score (the reward function's score), seq_reward (the score after overlong shaping), "
+        "seq_final_reward (the reward after the KL penalty; equals seq_reward without KL in "
+        "reward). Required when enabled.",
+    )
+    max_num_gen_batches: int = option(
+        0,
+        "Most generation batches per step; 0 or less = no limit. At the limit the step trains on "
+        "the groups kept so far, topped up to data.train_batch_size with dropped ones.",
+    )
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: Literal[
         "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"
@@ -90,6 +118,9 @@ class AlgorithmConfig:
         "kl", "KL estimator used as reward penalty."
     )
     kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, "KL-in-reward coefficient.")
+    filter_groups: FilterGroupsConfig = section(
+        FilterGroupsConfig, "Dynamic sampling (DAPO): keep only groups whose metric varies."
+    )
 
 
 # --------------------------------------------------------------------------------- reward and tools
@@ -98,6 +129,29 @@ class RewardConfig:
     name: str = option("default", "Reward function registry key; default = chosen by data_source.")
     reward_kwargs: dict[str, Any] = option({}, "Keyword arguments passed to the reward function.")
     format_score: float = option(0.0, "Score for a well-formed but wrong answer (GSM8K style).")
+
+
+@dataclass(frozen=True)
+class OverlongBufferConfig:
+    enable: bool = option(
+        False,
+        "DAPO's overlong reward shaping: a response longer than max - len tokens (max = "
+        "rollout.response_length) gets a penalty growing linearly to -penalty_factor at max.",
+    )
+    len: int = option(0, "Tokens of the buffer before the response length limit (>= 1 when enabled).")
+    penalty_factor: float = option(0.0, "Penalty at the response length limit (the paper's 1.0).")
+    log: bool = option(
+        False,
+        "Record overlong_reward (the penalty) and overlong (penalised or not) with the reward's "
+        "extra fields: each sample's reward parts.",
+    )
+
+
+@dataclass(frozen=True)
+class RewardModelConfig:
+    overlong_buffer: OverlongBufferConfig = section(
+        OverlongBufferConfig, "DAPO's soft overlong penalty, added to the reward function's score."
+    )
 
 
 @dataclass(frozen=True)
@@ -202,6 +256,9 @@ class Config:
     )
     algorithm: AlgorithmConfig = section(AlgorithmConfig, "Advantage estimator and KL in reward.")
     reward: RewardConfig = section(RewardConfig, "Reward function.")
+    reward_model: RewardModelConfig = section(
+        RewardModelConfig, "verl's reward_model section; here only the overlong reward shaping."
+    )
     custom_reward_function: CustomRewardFunctionConfig = section(
         CustomRewardFunctionConfig, "Operator-provided reward function file."
     )

@@ -20,7 +20,7 @@ from typing import Callable
 
 from trainer.config import Config, describe_config
 
-_MODULES = ("cpu_smoke", "demo_tool_arith", "gsm8k_multiturn_grpo")
+_MODULES = ("cpu_smoke", "dapo", "demo_tool_arith", "gsm8k_multiturn_grpo")
 
 
 @dataclass(frozen=True)

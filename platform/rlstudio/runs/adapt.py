@@ -8,7 +8,8 @@ so that a preset validates on whatever the user picked:
 - on the CPU, `rollout.name=sglang` becomes `hf` (SGLang needs a GPU; `hf` runs anywhere);
 - with W workers (W = the GPUs, 1 on the CPU), `data.train_batch_size * rollout.n` and
   `actor.ppo_mini_batch_size * rollout.n` must split evenly over W: both batch sizes are raised to the
-  next multiple of W / gcd(W, n) (the mini batch still dividing the train batch);
+  next multiple of W / gcd(W, n) (the mini batch still dividing the train batch), and a preset's
+  `data.gen_batch_size` (dynamic sampling's generation batch) keeps its ratio to the train batch;
 - `actor.ppo_micro_batch_size_per_gpu` must divide each worker's share of a mini batch: it becomes
   the largest divisor of that share not above the preset's value.
 
@@ -91,6 +92,11 @@ def adapt_preset(cfg: Config, *, gpus: int) -> Adapted:
         changes.append(Adaptation("data.train_batch_size", train, new_train,
                                   f"train_batch_size x rollout.n must split evenly over {world} workers, "
                                   f"and ppo_mini_batch_size ({new_mini}) must divide it"))
+        gen = cfg.data.gen_batch_size
+        if gen is not None:
+            new_gen = -(-gen * new_train // train)  # rounded up
+            changes.append(Adaptation("data.gen_batch_size", gen, new_gen,
+                                      f"kept at the preset's {gen} per {train} of data.train_batch_size"))
 
     micro = arr.actor.ppo_micro_batch_size_per_gpu
     if micro is not None and not arr.actor.use_dynamic_bsz:

@@ -69,6 +69,7 @@ USER_KEYS: dict[str, Bound] = {
     "data.max_prompt_length": LENGTH,
     "data.max_response_length": LENGTH,
     "data.train_batch_size": BATCH,
+    "data.gen_batch_size": BATCH,
     "data.val_batch_size": BATCH,
     "data.filter_overlong_prompts": FLAG,
     "data.truncation": FLAG,
@@ -152,10 +153,19 @@ USER_KEYS: dict[str, Bound] = {
     "algorithm.kl_ctrl.kl_coef": Bound(lo=0, hi=100),
     "algorithm.kl_ctrl.horizon": Bound(lo=1, hi=1e9),
     "algorithm.kl_ctrl.target_kl": Bound(lo=0, hi=100),
+    # dynamic sampling (DAPO): each generation batch costs a rollout, hence the cap on the limit
+    "algorithm.filter_groups.enable": FLAG,
+    "algorithm.filter_groups.metric": FLAG,
+    "algorithm.filter_groups.max_num_gen_batches": Bound(lo=-1, hi=1000),
     # reward: a built-in or operator-registered name (checked by `check`), never a file
     "reward.name": NAME,
     "reward.reward_kwargs": Bound(lo=-1e12, hi=1e12, max_json_bytes=4096),
     "reward.format_score": Bound(lo=-100, hi=100),
+    # overlong reward shaping (DAPO)
+    "reward_model.overlong_buffer.enable": FLAG,
+    "reward_model.overlong_buffer.len": Bound(lo=0, hi=131_072),
+    "reward_model.overlong_buffer.penalty_factor": Bound(lo=0, hi=100),
+    "reward_model.overlong_buffer.log": FLAG,
     # tools: names from the trainer's registry (checked by `check`); tool sets are chosen by name
     "tools.names": Bound(pattern=r"[A-Za-z0-9_.-]{1,64}", max_items=16),
     # trainer

@@ -22,7 +22,7 @@ def test_gsm8k_preset_on_the_cpu_swaps_sglang_for_hf_and_nothing_else():
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 3, 5, 6, 7, 8, 12, 24])
-@pytest.mark.parametrize("preset", ["gsm8k_multiturn_grpo", "cpu_smoke", "demo_tool_arith"])
+@pytest.mark.parametrize("preset", ["gsm8k_multiturn_grpo", "cpu_smoke", "demo_tool_arith", "dapo"])
 def test_every_preset_validates_on_any_number_of_gpus(preset, gpus):
     model = type("M", (), {"path": "/models/m", "trust_remote_code": False})()
     config = launch.build_config(preset=preset, gpus=gpus, model=model, adapt=True)
@@ -39,6 +39,15 @@ def test_batch_sizes_split_over_three_gpus():
     twelve = adapt_preset(launch.preset_config("gsm8k_multiturn_grpo"), gpus=12)
     assert _keys(twelve)["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == (32, 8)
     assert resources_label(12) == "12 GPUs" and resources_label(1) == "1 GPU"
+
+
+def test_dapo_generation_batch_keeps_its_ratio_to_the_train_batch():
+    # 8 prompts x 8 samples over 3 workers: both batch sizes become 9, the generation batch too
+    adapted = adapt_preset(launch.preset_config("dapo"), gpus=3)
+    assert _keys(adapted) == {"actor_rollout_ref.actor.ppo_mini_batch_size": (8, 9),
+                              "data.train_batch_size": (8, 9), "data.gen_batch_size": (8, 9)}
+    assert adapt_preset(launch.preset_config("dapo"), gpus=2).changes == ()
+    validate(adapted.config, require_paths=False)
 
 
 def test_what_the_user_typed_is_never_adapted():
