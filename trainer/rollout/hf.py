@@ -52,6 +52,65 @@ def _resolve_device(device: Any, model: torch.nn.Module) -> torch.device:
     return torch.device(device)
 
 
+_BLOCK = 1024  # vocabulary block of the two-level inverse CDF (`_inverse_cdf`)
+_ONE_LEVEL_MAX = 8 * _BLOCK  # up to this vocabulary size one full cumsum is cheaper than two levels
+
+
+def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse-CDF draw over token ids in order: per row, the first token whose running sum of
+    `weights` (b, V), >= 0, exceeds u * total (u = `uniforms` (b,) in [0, 1)). Returns (tokens (b,),
+    total (b,) float64). Never a zero-weight token.
+
+    Small vocabularies take one cumsum (float64) and `searchsorted(..., right=True)`. Large ones skip
+    the sequential cumsum over the whole vocabulary (at V = 151,936 and batch 64 it cost as much as
+    the softmax): block sums (one vectorised pass), a cumsum over the V / 1024 block sums, then a
+    cumsum inside the chosen block only (a target that rounding puts past the block's last positive
+    token takes that token). Same draw as the full cumsum, up to float rounding.
+    """
+    b, vocab = weights.shape
+    u = uniforms.double().unsqueeze(-1)
+    if vocab <= _ONE_LEVEL_MAX:
+        cdf = weights.double().cumsum(-1)
+        total = cdf[:, -1:]
+        return torch.searchsorted(cdf, u * total, right=True).clamp_(max=vocab - 1).squeeze(-1), total.squeeze(-1)
+    blk = _BLOCK
+    full = (vocab // blk) * blk
+    sums = weights[:, :full].unflatten(-1, (full // blk, blk)).sum(-1)
+    if full < vocab:
+        sums = torch.cat([sums, weights[:, full:].sum(-1, keepdim=True)], dim=-1)
+    cum = sums.double().cumsum(-1)  # (b, blocks)
+    total = cum[:, -1:]
+    tgt = u * total
+    j = torch.searchsorted(cum, tgt, right=True).clamp_(max=cum.shape[-1] - 1)  # (b, 1) block index
+    before = torch.where(j > 0, cum.gather(-1, (j - 1).clamp(min=0)), torch.zeros_like(tgt))
+    offs = torch.arange(blk, device=weights.device)
+    cols = j * blk + offs  # (b, blk) token ids of the chosen block
+    local = weights.gather(-1, cols.clamp(max=vocab - 1)).masked_fill_(cols >= vocab, 0.0)
+    k = torch.searchsorted(local.double().cumsum(-1) + before, tgt, right=True)
+    last = torch.where(local > 0, offs, -1).amax(-1, keepdim=True)  # the block has one (its sum > 0)
+    return (j * blk + torch.minimum(k, last)).squeeze(-1), total.squeeze(-1)
+
+
+def _argmax_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max (b, 1), first index of the max (b, 1)) per row of x (b, V), as `x.max(-1, keepdim=True)`.
+
+    For a large vocabulary `max` with indices is a scalar loop (about 1 ns an element); the maxima of
+    1024-token blocks are one vectorised pass, then only the first block holding the row's max is
+    searched. Same result, ties included (first occurrence).
+    """
+    vocab = x.shape[-1]
+    if vocab <= _ONE_LEVEL_MAX:
+        return x.max(dim=-1, keepdim=True)
+    blk = _BLOCK
+    full = (vocab // blk) * blk
+    maxes = x[:, :full].unflatten(-1, (full // blk, blk)).amax(-1)
+    if full < vocab:
+        maxes = torch.cat([maxes, x[:, full:].amax(-1, keepdim=True)], dim=-1)
+    top, j = maxes.max(dim=-1, keepdim=True)  # the first block holding the max
+    cols = (j * blk + torch.arange(blk, device=x.device)).clamp_(max=vocab - 1)  # a tail block repeats V-1
+    return top, j * blk + x.gather(-1, cols).argmax(dim=-1, keepdim=True)
+
+
 def sample_next(
     logits: torch.Tensor,
     temperature: torch.Tensor | None,
@@ -63,46 +122,64 @@ def sample_next(
     any_sampled: bool,
     any_filter: bool,
     all_greedy: bool | None = None,
+    inplace: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row.
 
     logits (b, V) float32; temperature (b,) > 0 (1 for greedy rows), or None when every row uses 1;
     greedy (b,) bool; top_k (b,) long (>= V = no filtering); top_p (b,) float; uniforms (b,) in [0, 1).
     Returns (tokens (b,) long, logprobs (b,) float32 of log_softmax(logits / temperature)).
-    Every full-vocabulary pass costs (b*V elements per step), so each path does as few as it can:
-    greedy = softmax + max; sampling = softmax + cumsum + searchsorted (inverse CDF); the top-k/top-p
-    path adds a top-k slice (a full sort only when the kept set may extend beyond it).
+    inplace=True lets it overwrite `logits` (the engine's own, dead after this call), so the paths
+    without top-k / top-p allocate no (b, V) tensor at all. Every full-vocabulary pass costs b*V
+    elements a step (at batch 64 and Qwen's 151,936 tokens a fresh (b, V) float32 tensor is 39 MB of
+    page faults), so each path does as few as it can, on exp(scaled - max) without normalising:
+    greedy = block maxima (`_argmax_rows`), exp and a sum for its log-prob; sampling = max, exp and the
+    two-level inverse CDF (`_inverse_cdf`); top-k / top-p = max, exp, sum and a top-k slice of the
+    weights (a full sort only when the kept set may extend beyond it), only the slice normalised.
     """
     if all_greedy is None:
         all_greedy = not any_sampled
-    scaled = logits if temperature is None else logits / temperature.unsqueeze(-1)
-    probs = torch.softmax(scaled, dim=-1)
+    if temperature is None:
+        scaled = logits
+    elif inplace:
+        scaled = logits.div_(temperature.unsqueeze(-1))
+    else:
+        scaled = logits / temperature.unsqueeze(-1)
+    own = inplace or scaled is not logits  # `scaled` may be overwritten
     if all_greedy:
-        best, tokens = probs.max(dim=-1)
-        return tokens, best.log()
-    vocab = scaled.shape[-1]
-    if any_filter:
+        top, tokens = _argmax_rows(scaled)
+        total = (scaled.sub_(top) if own else scaled - top).exp_().sum(-1).double()
+        return tokens.squeeze(-1), (-total.log()).float()  # log_softmax at the max
+    top = scaled.amax(dim=-1, keepdim=True)
+    weights = (scaled.sub_(top) if own else scaled - top).exp_()  # exp(scaled - max) = softmax * total
+    vocab = weights.shape[-1]
+    if not any_filter:
+        tokens, total = _inverse_cdf(weights, uniforms)
+    else:
+        total = weights.sum(-1).double()
         # Most of the time the kept set lies inside the top few dozen tokens: take a top-k slice and
         # fall back to a full sort only for a batch where some row may keep more (exact either way).
+        # Sorted on the unnormalised weights; only the slice is divided by the total.
         k_rows = top_k.clamp(max=vocab)
         cand = min(vocab, max(64, int(k_rows[k_rows < vocab].max()) if bool((k_rows < vocab).any()) else 64))
-        sorted_probs, order = torch.topk(probs, cand, dim=-1)
+        norm = total.float().unsqueeze(-1)
+        sorted_w, order = torch.topk(weights, cand, dim=-1)
+        sorted_probs = sorted_w / norm
         if cand < vocab and bool(((k_rows > cand) & (sorted_probs.sum(-1) < top_p)).any()):
-            sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+            sorted_w, order = torch.sort(weights, dim=-1, descending=True)
+            sorted_probs = sorted_w / norm
         ranks = torch.arange(sorted_probs.shape[-1], device=scaled.device).unsqueeze(0)
         remove = ranks >= top_k.unsqueeze(-1)
         # Drop a token once the mass strictly before it already reaches top_p (the first always stays).
         remove |= (sorted_probs.cumsum(-1) - sorted_probs) >= top_p.unsqueeze(-1)
         cdf = sorted_probs.masked_fill(remove, 0.0).cumsum(-1)
-    else:
-        order = None
-        cdf = probs.cumsum(-1)
-    # side="right": the first index whose cdf exceeds u*total, never a zero-probability token.
-    idx = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True).clamp_(max=cdf.shape[-1] - 1)
-    tokens = idx.squeeze(-1) if order is None else order.gather(-1, idx).squeeze(-1)
-    if any_sampled and bool(greedy.any()):  # mixed batch: greedy rows take the argmax
-        tokens = torch.where(greedy, probs.argmax(dim=-1), tokens)
-    return tokens, probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).log()
+        # side="right": the first index whose cdf exceeds u*total, never a zero-probability token.
+        idx = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True)
+        tokens = order.gather(-1, idx.clamp_(max=cdf.shape[-1] - 1)).squeeze(-1)
+    if bool(greedy.any()):  # mixed batch: greedy rows take the argmax
+        tokens = torch.where(greedy, _argmax_rows(weights)[1].squeeze(-1), tokens)
+    picked = weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).double()
+    return tokens, (picked.log() - total.log()).float()
 
 
 @register_engine("hf")
@@ -237,7 +314,7 @@ class HFRolloutEngine(RolloutEngine):
         while True:
             tok, lp = sample_next(logits.float(), None if unit_temp else temps, greedy, top_k, top_p,
                                   uniforms[:, step], any_sampled=any_sampled, any_filter=any_filter,
-                                  all_greedy=not any_sampled)
+                                  all_greedy=not any_sampled, inplace=True)
             tok_list, lp_list = tok.tolist(), lp.tolist()
             step += 1
             keep: list[int] = []

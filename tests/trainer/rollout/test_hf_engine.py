@@ -183,3 +183,70 @@ def test_fast_decode_logits_equal_module_logits(tiny_model):
                            cache=caches[1], use_cache=True).logits[:, -1]
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
             tok, nxt = a.argmax(-1), nxt + 1
+
+
+def test_two_level_inverse_cdf_equals_one_full_cumsum():
+    # A vocabulary past the one-level limit, with a partial last block and stretches of zero weight.
+    from trainer.rollout import hf
+
+    vocab = hf._ONE_LEVEL_MAX + 3 * hf._BLOCK + 517
+    gen = torch.Generator().manual_seed(0)
+    weights = torch.rand(6, vocab, generator=gen) ** 8
+    weights[:, 2000:9000] = 0.0
+    weights[1, : vocab - 3] = 0.0  # all the mass in the tail block
+    weights[2, -hf._BLOCK:] = 0.0  # none in the last blocks
+    for trial in range(40):
+        u = torch.rand(6, generator=gen)
+        if trial == 0:
+            u = torch.tensor([0.0, 1 - 2 ** -24, 0.5, 1 - 2 ** -24, 1e-9, 0.999999])
+        tokens, total = hf._inverse_cdf(weights, u)
+        cdf = weights.double().cumsum(-1)
+        want = torch.searchsorted(cdf, (u.double() * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+        assert tokens.tolist() == want.tolist()
+        assert bool((weights.gather(-1, tokens[:, None]) > 0).all())
+        torch.testing.assert_close(total, cdf[:, -1], rtol=1e-6, atol=0)
+
+
+def test_block_argmax_equals_max_ties_included():
+    from trainer.rollout import hf
+
+    vocab = hf._ONE_LEVEL_MAX + hf._BLOCK + 3
+    x = torch.randn(4, vocab, generator=torch.Generator().manual_seed(1))
+    x[1, [5000, 7000]] = 50.0  # a tie: the first one wins
+    x[2, -1] = 50.0  # the max in the partial last block
+    x[3, :] = -1.0  # all equal
+    top, idx = hf._argmax_rows(x)
+    want_top, want_idx = x.max(dim=-1, keepdim=True)
+    assert torch.equal(top, want_top) and idx.tolist() == want_idx.tolist() == [[want_idx[0, 0].item()], [5000],
+                                                                                  [vocab - 1], [0]]
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample", "filtered", "mixed"])
+def test_sample_next_logprobs_at_a_large_vocabulary(mode):
+    # Qwen's vocabulary size: the block paths. The log-prob is log_softmax(logits / T) at the token,
+    # whether or not the call may overwrite the logits; inplace=False leaves them as they were.
+    vocab, b = 151_936, 5
+    gen = torch.Generator().manual_seed(2)
+    logits = torch.randn(b, vocab, generator=gen) * 4
+    temps = torch.tensor([0.7, 1.0, 1.3, 0.5, 1.0])
+    greedy = torch.tensor([mode == "greedy" or (mode == "mixed" and i % 2 == 0) for i in range(b)])
+    temps = torch.where(greedy, torch.ones(b), temps)
+    top_k = torch.full((b,), 20 if mode == "filtered" else 1 << 30)
+    top_p = torch.full((b,), 0.8 if mode == "filtered" else 1.0)
+    u = torch.rand(b, generator=gen)
+    kw = dict(any_sampled=mode != "greedy", any_filter=mode == "filtered")
+    before = logits.clone()
+    tok, lp = sample_next(logits, temps, greedy, top_k, top_p, u, **kw)
+    assert torch.equal(logits, before)
+    tok2, lp2 = sample_next(logits.clone(), temps, greedy, top_k, top_p, u, inplace=True, **kw)
+    assert tok.tolist() == tok2.tolist() and torch.equal(lp, lp2)
+    ref = torch.log_softmax(logits.double() / temps.double()[:, None], -1)
+    torch.testing.assert_close(lp.double(), ref.gather(-1, tok[:, None]).squeeze(-1), rtol=0, atol=2e-5)
+    assert tok[greedy].tolist() == logits[greedy].argmax(-1).tolist()
+    if mode == "filtered":  # each token inside its row's top 20
+        ranks = (logits > logits.gather(-1, tok[:, None])).sum(-1)
+        assert bool((ranks < 20).all())
+    if mode == "sample":  # the inverse CDF of softmax(logits / T) at u, as one full cumsum gives it
+        cdf = ref.exp().cumsum(-1)
+        want = torch.searchsorted(cdf, (u.double() * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+        assert tok.tolist() == want.tolist()
