@@ -1,8 +1,10 @@
 """API views of runs and saved configs (docs/api.md "Runs", "Configs and presets").
 
-/api/v1/runs/ (list, create = launch), /runs/{id}/ , /runs/{id}/stop|resume|clone/ (POST),
+/api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags and note),
+/runs/{id}/stop|resume|clone/ (POST), /runs/{id}/sharing/ (GET, PUT),
 /runs/{id}/job-log/?tail=&download= (Ray's driver log; /logs/ is LIVE's event log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
-Views only translate HTTP to the services; refusals become the API's error shape.
+Views only translate HTTP to the services; refusals become the API's error shape (RunNotPermitted:
+403 for a user a run is shared with, read-only).
 """
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import status as http
@@ -16,7 +18,16 @@ from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 
 from . import ray_jobs
 from .models import RunStatus
-from .selectors import run_config_get_for, run_config_list_for, run_get_for, run_list_for, run_logs
+from .selectors import (
+    RUN_SCOPES,
+    RunFilter,
+    run_config_get_for,
+    run_config_list_for,
+    run_get_for,
+    run_list_for,
+    run_logs,
+    run_shared_users,
+)
 from .serializers import (
     PresetSerializer,
     RunCloneSerializer,
@@ -27,9 +38,23 @@ from .serializers import (
     RunDetailSerializer,
     RunLogsSerializer,
     RunSerializer,
+    RunSharingSerializer,
     RunStopSerializer,
+    RunUpdateSerializer,
 )
-from .services import RunInputInvalid, RunRefused, run_clone, run_config_save, run_new, run_resume, run_stop
+from .services import (
+    RunInputInvalid,
+    RunNotPermitted,
+    RunRefused,
+    check_can_manage,
+    run_annotate,
+    run_clone,
+    run_config_save,
+    run_new,
+    run_resume,
+    run_share,
+    run_stop,
+)
 
 
 def _refused(exc: RunRefused) -> ApiError:
@@ -62,32 +87,107 @@ def _lookup(getter, *, user, field: str, value, kind: str | None = None):
         raise ApiError(f"no {kind} with id {value}", code="invalid", field=field) from None
 
 
+def _id_param(params, name: str) -> int | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ApiError(f"{name} must be an integer id, got {raw!r}", field=name) from None
+
+
+def run_filter_from(params) -> RunFilter:
+    """The runs list's filters from query parameters (400 naming the one that is wrong)."""
+    status = params.get("status") or None
+    if status and status not in RunStatus.values:
+        raise ApiError(f"unknown status {status!r}; one of: {', '.join(RunStatus.values)}", field="status")
+    scope = params.get("scope") or ""
+    if scope not in RUN_SCOPES:
+        raise ApiError(f"unknown scope {scope!r}; one of: mine, shared (or empty: all)", field="scope")
+    return RunFilter(status=status, tag=(params.get("tag") or "").strip() or None,
+                     model=_id_param(params, "model"), dataset=_id_param(params, "dataset"),
+                     q=(params.get("q") or "").strip() or None, scope=scope)
+
+
+def _not_permitted(exc: RunNotPermitted) -> ApiError:
+    return ApiError(exc.message, code="permission_denied", field=exc.field, status_code=http.HTTP_403_FORBIDDEN)
+
+
 @extend_schema_view(
     list=extend_schema(
-        parameters=[OpenApiParameter("status", str, enum=[s.value for s in RunStatus], required=False)]
+        parameters=[
+            OpenApiParameter("status", str, enum=[s.value for s in RunStatus], required=False),
+            OpenApiParameter("tag", str, required=False, description="Runs carrying this tag."),
+            OpenApiParameter("model", int, required=False, description="Runs of this model (id)."),
+            OpenApiParameter("dataset", int, required=False,
+                             description="Runs on this dataset (id; training or validation)."),
+            OpenApiParameter("q", str, required=False, description="Text in the run's name or note."),
+            OpenApiParameter("scope", str, enum=["mine", "shared"], required=False,
+                             description="Only the caller's own runs, or only those shared with them."),
+        ]
     )
 )
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
-    """The caller's runs (staff: everyone's), newest first; `?status=` filters. POST launches one."""
+    """The runs the caller sees (their own, those shared with them; staff: everyone's), newest first,
+    filtered by the query; POST launches one, PATCH edits a run's tags and note."""
 
     lookup_value_regex = r"\d+"
+    http_method_names = ["get", "post", "put", "patch", "head", "options"]
+
+    def handle_exception(self, exc):
+        if isinstance(exc, RunNotPermitted):
+            exc = _not_permitted(exc)
+        return super().handle_exception(exc)
 
     def get_serializer_class(self):
-        return RunDetailSerializer if self.action == "retrieve" else RunSerializer
+        return RunDetailSerializer if self.action in ("retrieve", "partial_update") else RunSerializer
 
     def get_queryset(self):
-        status = self.request.query_params.get("status") if self.action == "list" else None
-        if status and status not in RunStatus.values:
-            raise ApiError(
-                f"unknown status {status!r}; one of: {', '.join(RunStatus.values)}", field="status"
-            )
-        return run_list_for(user=self.request.user, status=status)
+        flt = run_filter_from(self.request.query_params) if self.action == "list" else RunFilter()
+        return run_list_for(user=self.request.user, flt=flt).prefetch_related("shared_with")
 
     def _run(self, pk):
         return run_get_for(user=self.request.user, run_id=pk)
 
     def _answer(self, run, code=http.HTTP_201_CREATED, serializer=RunDetailSerializer):
-        return Response(serializer(run_get_for(user=self.request.user, run_id=run.pk)).data, status=code)
+        fresh = run_get_for(user=self.request.user, run_id=run.pk)
+        return Response(serializer(fresh, context=self.get_serializer_context()).data, status=code)
+
+    @extend_schema(request=RunUpdateSerializer, responses={200: RunDetailSerializer})
+    def partial_update(self, request, pk=None):
+        """The run's tags and/or note (owner or staff; audited). Any other field is a 400."""
+        run = self._run(pk)
+        check_can_manage(user=request.user, run=run, action="edit the tags and note of")
+        extra = sorted(set(request.data) - {"tags", "note"}) if hasattr(request.data, "keys") else []
+        if extra:
+            raise ApiError(f"{extra[0]}: only tags and note can be changed here (sharing: PUT "
+                           f"/api/v1/runs/{run.pk}/sharing/)", field=extra[0])
+        s = RunUpdateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        try:
+            run_annotate(run=run, by=request.user, **s.validated_data)
+        except RunInputInvalid as exc:
+            raise _invalid(exc) from None
+        return self._answer(run, http.HTTP_200_OK)
+
+    @extend_schema(methods=["GET"], request=None, responses={200: RunSharingSerializer})
+    @extend_schema(methods=["PUT"], request=RunSharingSerializer, responses={200: RunSharingSerializer})
+    @action(detail=True, methods=["get", "put"])
+    def sharing(self, request, pk=None):
+        """Who reads the run besides its owner and staff (owner or staff only; PUT audited)."""
+        run = self._run(pk)
+        check_can_manage(user=request.user, run=run, action="see or change the sharing of")
+        if request.method == "PUT":
+            s = RunSharingSerializer(data=request.data)
+            s.is_valid(raise_exception=True)
+            try:
+                run_share(run=run, by=request.user, visibility=s.validated_data.get("visibility"),
+                          users=s.validated_data.get("users"))
+            except RunInputInvalid as exc:
+                raise _invalid(exc) from None
+            run.refresh_from_db()
+        return Response({"visibility": run.visibility, "users": run_shared_users(run=run)})
 
     @extend_schema(request=RunCreateSerializer, responses={201: RunCreatedSerializer})
     def create(self, request):

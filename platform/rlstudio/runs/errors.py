@@ -1,6 +1,6 @@
-"""The runs app's domain errors (the API and the pages turn them into 409 / 400 answers): a refused
-action, and wrong input for a new run (a form field or a config key; `ConfigInvalid` is the config
-builder's kind of it, naming the key)."""
+"""The runs app's domain errors (the API and the pages turn them into 409 / 400 / 403 answers): a
+refused action, wrong input for a new run (a form field or a config key; `ConfigInvalid` is the config
+builder's kind of it, naming the key), and an action on a run the user only reads (shared with them)."""
 
 
 class RunRefused(Exception):
@@ -22,3 +22,12 @@ class ConfigInvalid(RunInputInvalid):
     def __init__(self, key: str, message: str):
         super().__init__(message, field=key)
         self.key, self.message = key, message
+
+
+class RunNotPermitted(Exception):
+    """The user reads the run (it is shared with them) but may not do this to it: only its owner and
+    staff control a run (the API answers 403 with the message, the pages 403)."""
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.message, self.field = message, field

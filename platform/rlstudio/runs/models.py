@@ -1,5 +1,8 @@
-"""Records of the runs app: saved configs (templates) and runs with their frozen config."""
+"""Records of the runs app: saved configs (templates) and runs with their frozen config, their tags
+and note, and who else may read them (shared read-only with some users or with everyone)."""
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
 
@@ -44,10 +47,24 @@ class RunParentKind(models.TextChoices):
     CLONE = "clone", "clone"
 
 
+class RunVisibility(models.TextChoices):
+    """Who besides the owner and staff reads a run: the users it is shared with, or everyone."""
+
+    PRIVATE = "private", "private"
+    EVERYONE = "everyone", "everyone"
+
+
+# A run's tags and note (edited by its owner or staff; rlstudio.runs.services.sharing checks them).
+MAX_TAGS = 20
+MAX_TAG_LENGTH = 40
+MAX_NOTE_LENGTH = 10_000
+
+
 class Run(models.Model):
     """One training run: what it trains on, its frozen config, where it is in its life."""
 
     ParentKind = RunParentKind
+    Visibility = RunVisibility
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
@@ -94,10 +111,22 @@ class Run(models.Model):
         max_length=1024, blank=True,
         help_text="The checkpoint a resumed run starts from, recorded by the platform in the parent's folder.",
     )
+    tags = ArrayField(models.CharField(max_length=MAX_TAG_LENGTH), default=list, blank=True,
+                      help_text="Short labels the owner gives the run (the runs list filters by them).")
+    note = models.TextField(blank=True, help_text="The owner's free-text note on the run.")
+    visibility = models.CharField(
+        max_length=16, choices=RunVisibility.choices, default=RunVisibility.PRIVATE,
+        help_text="everyone: every signed-in user reads the run (never its controls).",
+    )
+    shared_with = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="runs_shared_with_me",
+        help_text="Users who read the run (its page, samples, transcripts); only the owner and staff control it.",
+    )
 
     class Meta:
         ordering = ["-created", "-id"]
-        indexes = [models.Index(fields=["owner", "status"], name="run_owner_status_idx")]
+        indexes = [models.Index(fields=["owner", "status"], name="run_owner_status_idx"),
+                   GinIndex(fields=["tags"], name="run_tags_gin")]
         constraints = [
             models.CheckConstraint(condition=models.Q(gpus__gte=0), name="run_gpus_nonneg"),
             models.CheckConstraint(condition=models.Q(step__gte=0), name="run_step_nonneg"),
@@ -107,6 +136,9 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=models.Q(parent_kind__in=RunParentKind.values),
                 name="run_parent_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(visibility__in=RunVisibility.values), name="run_visibility_valid"
             ),
         ]
 

@@ -1,10 +1,21 @@
-"""Reads of the runs app, always narrowed to what the user may see."""
+"""Reads of the runs app, always narrowed to what the user may see.
+
+A run is seen by its owner, by staff, by the users it is shared with and, when its visibility is
+`everyone`, by every signed-in user (`visible_runs`); anyone else gets a 404, exactly as for a run
+that does not exist. Seeing is reading only: who may control a run (stop, resume, clone, edit its
+tags and note, share it) is `can_manage`'s answer, the owner and staff.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import JSONField, OuterRef, QuerySet, Subquery
+from django.db.models import Func, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.http import Http404
 
 from rlstudio.ownership import get_visible_or_404, owned_by_or_staff
 
-from .models import Run, RunConfig
+from .models import Run, RunConfig, RunVisibility
 
 
 def _with_latest_metrics(queryset: QuerySet[Run]) -> QuerySet[Run]:
@@ -17,19 +28,121 @@ def _with_latest_metrics(queryset: QuerySet[Run]) -> QuerySet[Run]:
     return queryset.annotate(latest_metrics=Subquery(latest, output_field=JSONField()))
 
 
-def run_list_for(*, user: AbstractBaseUser, status: str | None = None) -> QuerySet[Run]:
-    """Runs the user may see, newest first, with their latest metrics; optionally one status."""
-    qs = owned_by_or_staff(
-        Run.objects.select_related("owner", "dataset", "model", "val_dataset"), user=user
-    )
+def visible_runs(queryset: QuerySet[Run], *, user: AbstractBaseUser) -> QuerySet[Run]:
+    """`queryset` narrowed to the runs `user` may read: their own, the ones shared with them or with
+    everyone; every run for staff; none for an anonymous user. (The sharing rows are read as a
+    subquery, so no run comes twice.)"""
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    if user.is_staff:
+        return queryset
+    shared = Run.shared_with.through.objects.filter(user_id=user.pk).values("run_id")
+    return queryset.filter(Q(owner=user) | Q(visibility=RunVisibility.EVERYONE) | Q(pk__in=shared))
+
+
+def can_manage(*, user: AbstractBaseUser, run: Run) -> bool:
+    """True when `user` controls `run` (stop, resume, clone, tags and note, sharing): its owner or staff."""
+    return bool(getattr(user, "is_authenticated", False) and (user.is_staff or run.owner_id == user.pk))
+
+
+def run_access(*, user: AbstractBaseUser, run: Run) -> str:
+    """Why `user` sees `run`: "owner", "staff" (another user's run, with its controls) or "shared"
+    (read-only: shared with them or with everyone)."""
+    if run.owner_id == getattr(user, "pk", None):
+        return "owner"
+    return "staff" if getattr(user, "is_staff", False) else "shared"
+
+
+# What the runs list's `scope` filter keeps: every run the user sees, only their own, or only the
+# ones others shared with them (with them by name or with everyone).
+RUN_SCOPES = ("", "mine", "shared")
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Filters of the runs list (the home page and GET /api/v1/runs/); None or "" = not filtered.
+
+    `tag` keeps runs carrying that tag, `model` / `dataset` runs on that catalog id (`dataset` matches
+    the validation dataset too), `q` a text in the name or the note (case-insensitive)."""
+
+    status: str | None = None
+    tag: str | None = None
+    model: int | None = None
+    dataset: int | None = None
+    q: str | None = None
+    scope: str = ""
+
+
+def run_list_for(*, user: AbstractBaseUser, status: str | None = None,
+                 flt: RunFilter | None = None) -> QuerySet[Run]:
+    """Runs the user may see (`visible_runs`), newest first, with their latest metrics; narrowed by
+    `status` and the filters of `flt`."""
+    qs = visible_runs(Run.objects.select_related("owner", "dataset", "model", "val_dataset"), user=user)
+    flt = flt or RunFilter()
+    status = status or flt.status
     if status:
         qs = qs.filter(status=status)
+    if flt.tag:
+        qs = qs.filter(tags__contains=[flt.tag])
+    if flt.model is not None:
+        qs = qs.filter(model_id=flt.model)
+    if flt.dataset is not None:
+        qs = qs.filter(Q(dataset_id=flt.dataset) | Q(val_dataset_id=flt.dataset))
+    if flt.q:
+        qs = qs.filter(Q(name__icontains=flt.q) | Q(note__icontains=flt.q))
+    if flt.scope == "mine":
+        qs = qs.filter(owner=user)
+    elif flt.scope == "shared":
+        qs = qs.exclude(owner=user)
+        if getattr(user, "is_staff", False):  # staff see every run; "shared" is still what was shared
+            shared = Run.shared_with.through.objects.filter(user_id=user.pk).values("run_id")
+            qs = qs.filter(Q(visibility=RunVisibility.EVERYONE) | Q(pk__in=shared))
     return _with_latest_metrics(qs).order_by("-created", "-id")
 
 
 def run_get_for(*, user: AbstractBaseUser, run_id) -> Run:
-    """One visible run (with latest metrics), or Http404."""
-    return get_visible_or_404(run_list_for(user=user), user=user, pk=run_id)
+    """One visible run (with latest metrics), or Http404 (also for a malformed id)."""
+    try:
+        run = run_list_for(user=user).filter(pk=run_id).first()
+    except (TypeError, ValueError):
+        run = None
+    if run is None:
+        raise Http404("Not found")
+    return run
+
+
+def runs_get_for(*, user: AbstractBaseUser, run_ids: list[int]) -> list[Run]:
+    """The visible runs `run_ids`, in that order; Http404 naming the first id the user may not see
+    (or that does not exist: the two look the same)."""
+    found = {r.pk: r for r in run_list_for(user=user).filter(pk__in=run_ids)}
+    for run_id in run_ids:
+        if run_id not in found:
+            raise Http404(f"no run with id {run_id}")
+    return [found[run_id] for run_id in run_ids]
+
+
+def run_tags_for(*, user: AbstractBaseUser) -> list[str]:
+    """Every tag on a run the user sees, sorted (the runs list's tag filter offers these)."""
+    tags = (visible_runs(Run.objects.all(), user=user).annotate(tag=Func("tags", function="unnest"))
+            .order_by().values_list("tag", flat=True).distinct())
+    return sorted(set(tags), key=str.lower)
+
+
+def run_filter_choices(*, user: AbstractBaseUser) -> dict[str, list]:
+    """What the runs list's filters offer: the tags, models and datasets of the runs the user sees
+    ({"tags": [...], "models": [(id, name)], "datasets": [(id, name)]}, sorted by name)."""
+    runs = visible_runs(Run.objects.all(), user=user)
+    models = set(runs.values_list("model_id", "model__name"))
+    datasets = set(runs.values_list("dataset_id", "dataset__name"))
+    datasets |= {d for d in runs.filter(val_dataset__isnull=False).values_list("val_dataset_id", "val_dataset__name")}
+    by_name = lambda pair: (pair[1].lower(), pair[0])  # noqa: E731
+    return {"tags": run_tags_for(user=user), "models": sorted(models, key=by_name),
+            "datasets": sorted(datasets, key=by_name)}
+
+
+def run_shared_users(*, run: Run) -> list[str]:
+    """Usernames the run is shared with by name, sorted."""
+    return sorted(run.shared_with.values_list("username", flat=True))
 
 
 def run_config_list_for(*, user: AbstractBaseUser) -> QuerySet[RunConfig]:
@@ -85,7 +198,8 @@ def run_duration(run: Run, *, now=None) -> str:
 def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     """Context for templates/runs/_controls.html and _logs.html (LIVE merges it into the run page).
 
-    `can_*` say which buttons make sense now; `progress` is 0–100 when total steps are known;
+    `can_*` say which buttons make sense now (none for a user the run is only shared with:
+    `can_manage` false, `access` "shared"); `progress` is 0–100 when total steps are known;
     `duration` is run_duration's; `clock` holds unix seconds (server's now, started, finished, last
     heartbeat; "" when unset) from which run_controls.js keeps the duration and the heartbeat's age
     ticking between two refreshes of the card.
@@ -96,6 +210,7 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     if run.total_steps:
         progress = min(100, round(100 * run.step / run.total_steps))
     status = run.status
+    manage = can_manage(user=user, run=run)
     now = timezone.now()
     clock = {"now": f"{now.timestamp():.3f}"}
     for key, value in (("started", run.started), ("finished", run.finished), ("heartbeat", run.last_heartbeat)):
@@ -106,9 +221,11 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
         "duration": run_duration(run, now=now),
         "clock": clock,
         "queue_position": queue_position(run=run),
-        "can_stop": status in ("queued", "running"),
-        "can_force_stop": status in ("running", "stopping"),
-        "can_resume": status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path),
-        "can_clone": True,
+        "can_manage": manage,
+        "access": run_access(user=user, run=run),
+        "can_stop": manage and status in ("queued", "running"),
+        "can_force_stop": manage and status in ("running", "stopping"),
+        "can_resume": manage and status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path),
+        "can_clone": manage,
         "is_live": status in ("queued", "submitting", "running", "stopping"),
     }

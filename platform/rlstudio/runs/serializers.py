@@ -3,8 +3,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .models import Run, RunConfig
-from .selectors import latest_reward
+from .models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunConfig, RunVisibility
+from .selectors import can_manage, latest_reward, run_access
 
 
 class RunConfigSerializer(serializers.ModelSerializer):
@@ -21,6 +21,11 @@ class RunSerializer(serializers.ModelSerializer):
     checkpoint = serializers.CharField(source="checkpoint_path", read_only=True)
     latest_metrics = serializers.SerializerMethodField()
     latest_reward = serializers.SerializerMethodField()
+    tags = serializers.ListField(child=serializers.CharField(), read_only=True)
+    access = serializers.SerializerMethodField(
+        help_text="Why the caller sees the run: owner, staff, or shared (read-only: no controls).")
+    shared_with = serializers.SerializerMethodField(
+        help_text="Usernames the run is shared with (shown to its owner and staff; empty for others).")
 
     class Meta:
         model = Run
@@ -28,8 +33,23 @@ class RunSerializer(serializers.ModelSerializer):
             "id", "name", "owner", "status", "queue_reason", "step", "total_steps", "latest_reward",
             "latest_metrics", "gpus", "dataset", "val_dataset", "model", "created", "started",
             "finished", "last_heartbeat", "error", "checkpoint", "parent", "parent_kind", "tool_set",
+            "tags", "note", "visibility", "shared_with", "access",
         ]
         read_only_fields = fields
+
+    def _user(self):
+        request = self.context.get("request")
+        return getattr(request, "user", None)
+
+    def get_access(self, run: Run) -> str:
+        return run_access(user=self._user(), run=run)
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_shared_with(self, run: Run) -> list[str]:
+        user = self._user()
+        if user is None or not can_manage(user=user, run=run):
+            return []
+        return sorted(u.get_username() for u in run.shared_with.all())
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_latest_metrics(self, run: Run) -> dict | None:
@@ -110,3 +130,24 @@ class RunLogsSerializer(serializers.Serializer):
     lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
     source = serializers.CharField(help_text="ray (the job's driver log) or unavailable")
     message = serializers.CharField(allow_blank=True)
+
+
+class RunUpdateSerializer(serializers.Serializer):
+    """PATCH /api/v1/runs/{id}/: the run's tags and note, nothing else (owner or staff)."""
+
+    # Lengths are checked by the service (runs/services/sharing.py), which names the tag at fault.
+    tags = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+                                 required=False, help_text=(
+                                     f"The whole list of tags (replaces the old one): at most {MAX_TAGS}, each 1 "
+                                     f"to {MAX_TAG_LENGTH} letters, digits or _ . : + / -."))
+    note = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
+                                 help_text=f"Free text, at most {MAX_NOTE_LENGTH} characters.")
+
+
+class RunSharingSerializer(serializers.Serializer):
+    """GET / PUT /api/v1/runs/{id}/sharing/: who reads the run besides its owner and staff."""
+
+    visibility = serializers.ChoiceField(choices=RunVisibility.values, required=False,
+                                         help_text="private (the owner, staff and `users`) or everyone.")
+    users = serializers.ListField(child=serializers.CharField(), required=False,
+                                  help_text="The whole list of usernames the run is shared with (replaces it).")

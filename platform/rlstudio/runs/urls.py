@@ -1,4 +1,5 @@
-"""URLs of the runs pages: list, launch form, a run's page and its control POSTs, the quota page."""
+"""URLs of the runs pages: list, launch form, a run's control POSTs (stop, resume, clone, tags and note,
+sharing), the quota page. The run page itself and /runs/compare/ are telemetry's."""
 from django.urls import path
 
 from . import views
@@ -14,4 +15,6 @@ urlpatterns = [
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
     path("<int:run_id>/clone/", views.run_clone_view, name="clone"),
+    path("<int:run_id>/annotate/", views.run_annotate_view, name="annotate"),  # tags and note
+    path("<int:run_id>/share/", views.run_share_view, name="share"),
 ]

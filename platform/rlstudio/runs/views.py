@@ -1,14 +1,25 @@
-"""Pages of the runs app: the runs list (home page) and a run's detail."""
+"""Pages of the runs app: the runs list (home page: filters, sorting, runs picked to compare), the
+launch form, a run's controls, its tags and note, and whom it is shared with."""
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
 from rlstudio.catalog.selectors import dataset_list_for
 
 from .models import RunStatus
-from .selectors import latest_reward, run_duration, run_get_for, run_list_for
+from .selectors import (
+    RUN_SCOPES,
+    RunFilter,
+    latest_reward,
+    run_duration,
+    run_filter_choices,
+    run_get_for,
+    run_list_for,
+)
 
 
 def _row(run) -> dict:
@@ -22,25 +33,46 @@ def _row(run) -> dict:
 SORTS = {"created": "created", "name": "name", "status": "status", "step": "step", "started": "started"}
 
 
+def _list_filter(get) -> RunFilter:
+    """The runs list's filters from the query string; a value that does not parse is ignored."""
+    def _id(name):
+        try:
+            return int(get.get(name) or "")
+        except ValueError:
+            return None
+
+    status = get.get("status") or None
+    scope = get.get("scope") or ""
+    return RunFilter(status=status if status in RunStatus.values else None,
+                     tag=(get.get("tag") or "").strip() or None, model=_id("model"), dataset=_id("dataset"),
+                     q=(get.get("q") or "").strip()[:200] or None, scope=scope if scope in RUN_SCOPES else "")
+
+
 @login_required
 def run_list(request):
-    status = request.GET.get("status") or None
-    if status not in RunStatus.values:
-        status = None
+    """The runs the user sees, filtered by state, tag, model, dataset, scope and text (name or note),
+    sorted by a column; checkboxes pick runs for /runs/compare/ (static/js/run_list.js)."""
+    flt = _list_filter(request.GET)
     sort = request.GET.get("sort") or "-created"
     if sort.lstrip("-") not in SORTS:
         sort = "-created"
     desc = sort.startswith("-")
     key = SORTS[sort.lstrip("-")]
     order = [f"-{key}" if desc else key, "-id" if desc else "id"]
-    runs = run_list_for(user=request.user, status=status).order_by(*order)[:500]
+    runs = run_list_for(user=request.user, flt=flt).order_by(*order)[:500]
+    filters = {k: v for k, v in (("status", flt.status), ("tag", flt.tag), ("model", flt.model),
+                                 ("dataset", flt.dataset), ("q", flt.q), ("scope", flt.scope)) if v}
     return render(
         request,
         "runs/run_list.html",
         {
             "rows": [_row(r) for r in runs],
-            "status": status,
+            "status": flt.status,
             "statuses": RunStatus.values,
+            "flt": flt,
+            "filtered": bool(filters),
+            "filter_qs": urlencode(filters),
+            "choices": run_filter_choices(user=request.user),
             "sort": sort,
             "has_datasets": dataset_list_for(user=request.user).exists(),
         },
@@ -192,22 +224,70 @@ def run_new_preview(request):
 
 
 def _control(request, run_id: int, do):
-    """POST-only handler shell: the run must be visible (else 404); refusals become messages."""
+    """POST-only handler shell: the run must be visible (else 404) and the user its owner or staff
+    (else 403: a run shared with them is read-only); refusals become messages."""
     from django.contrib import messages
     from django.http import HttpResponseNotAllowed
     from django.shortcuts import redirect
 
-    from .services import RunInputInvalid, RunRefused
+    from .services import RunInputInvalid, RunNotPermitted, RunRefused
 
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
     run = run_get_for(user=request.user, run_id=run_id)
     try:
         target = do(run)
+    except RunNotPermitted as exc:
+        raise PermissionDenied(exc.message) from None
     except (RunRefused, RunInputInvalid) as exc:
         messages.error(request, str(exc))
         target = run
     return redirect("telemetry:run", run_id=target.pk)
+
+
+@login_required
+@require_POST
+def run_annotate_view(request, run_id: int):
+    """POST `tags` (separated by spaces or commas) and `note`: the run page's tags-and-note form."""
+    from django.contrib import messages
+
+    from .services import run_annotate
+
+    tags = [t for t in request.POST.get("tags", "").replace(",", " ").split() if t]
+
+    def do(run):
+        run_annotate(run=run, by=request.user, tags=tags, note=request.POST.get("note", ""))
+        messages.success(request, "Tags and note saved.")
+        return run
+
+    return _control(request, run_id, do)
+
+
+@login_required
+@require_POST
+def run_share_view(request, run_id: int):
+    """POST the run page's sharing forms: `visibility` (private | everyone), `add` (a username to
+    share with) and/or `remove` (a username to stop sharing with)."""
+    from django.contrib import messages
+
+    from .services import run_share
+
+    visibility = request.POST.get("visibility") or None
+    add = [request.POST["add"].strip()] if request.POST.get("add", "").strip() else []
+    remove = [request.POST["remove"]] if request.POST.get("remove") else []
+
+    def do(run):
+        run_share(run=run, by=request.user, visibility=visibility, add=add, remove=remove)
+        if add:
+            messages.success(request, f"Shared with {add[0]} (read-only).")
+        elif remove:
+            messages.success(request, f"No longer shared with {remove[0]}.")
+        elif visibility:
+            messages.success(request, "Shared with everyone (read-only)." if visibility == "everyone"
+                             else "No longer shared with everyone.")
+        return run
+
+    return _control(request, run_id, do)
 
 
 @login_required

@@ -9,7 +9,8 @@
   GET  groups/?step=&uid=   one GRPO group with mean / std / flat
   GET  memory/           ?since= (ISO 8601 or unix seconds)
   GET  logs/             ?tail=
-  GET/PUT retention/     the run's sample retention
+  GET/PUT retention/     the run's sample retention (PUT: owner or staff, not a user it is shared with)
+and GET /api/v1/runs/compare/?ids=&metrics=&max_points= (runs side by side: telemetry/compare.py).
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from rest_framework.views import APIView
 from rlstudio.api.errors import ApiError
 from rlstudio.api.pagination import CountResultsPagination
 from rlstudio.runs.models import Run
+from rlstudio.runs.selectors import can_manage
 from rlstudio.runs.services import run_token_check
 from trainer.events import FINISH_REASONS
 
@@ -326,6 +328,10 @@ class RunRetentionView(_RunReadView):
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT})
     def put(self, request, run_id: int):
+        if not can_manage(user=request.user, run=self.run):  # a run shared with the caller: read-only
+            raise ApiError(f"run {self.run.name!r} is shared with you read-only: only its owner "
+                           f"({self.run.owner.get_username()}) or staff can change its retention",
+                           code="permission_denied", status_code=403)
         data = request.data if isinstance(request.data, dict) else {}
         mode, k = data.get("mode", RetentionMode.ALL), data.get("k", 1)
         try:
@@ -333,3 +339,52 @@ class RunRetentionView(_RunReadView):
         except ValueError as exc:
             raise ApiError(str(exc), field="k" if "k " in str(exc) else "mode") from None
         return Response({"mode": r.mode, "k": r.k})
+
+
+def compare_params(params) -> tuple[list[int], list[str] | None, int]:
+    """(run ids, metrics or None for the default ones, max points) of a compare request; ApiError
+    naming the parameter that is wrong."""
+    from . import compare
+
+    try:
+        ids = compare.parse_ids(params.getlist("ids"))
+    except ValueError as exc:
+        raise ApiError(str(exc), field="ids") from None
+    metrics = None
+    raw = [m.strip() for value in params.getlist("metrics") for m in value.split(",") if m.strip()]
+    if raw:
+        metrics = list(dict.fromkeys(raw))
+        if len(metrics) > compare.MAX_METRICS:
+            raise ApiError(f"at most {compare.MAX_METRICS} metrics at once, got {len(metrics)}", field="metrics")
+    max_points = _int_param(params, "max_points", minimum=compare.MAX_POINTS_MIN,
+                            maximum=compare.MAX_POINTS_MAX) or compare.MAX_POINTS_DEFAULT
+    return ids, metrics, max_points
+
+
+class RunCompareView(APIView):
+    """GET /api/v1/runs/compare/?ids=1,2,3: runs side by side (telemetry/compare.py)."""
+
+    @extend_schema(
+        operation_id="runs_compare",
+        parameters=[
+            OpenApiParameter("ids", str, required=True, description=(
+                "The runs to compare, comma-separated ids (or ids= repeated), at most 20.")),
+            OpenApiParameter("metrics", str, required=False, description=(
+                "Metric names whose series to return, comma-separated (default: the held-out reward "
+                "most runs report and critic/score/mean).")),
+            OpenApiParameter("max_points", int, required=False, description=(
+                "Points per series at most, 10 to 5000 (default 1000); longer series are downsampled.")),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request):
+        from django.http import Http404
+
+        from . import compare
+
+        ids, metrics, max_points = compare_params(request.query_params)
+        try:
+            body = compare.compare_runs(user=request.user, run_ids=ids, metrics=metrics, max_points=max_points)
+        except Http404 as exc:
+            raise ApiError(str(exc), code="not_found", field="ids", status_code=404) from None
+        return Response(body)

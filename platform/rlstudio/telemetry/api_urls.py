@@ -4,6 +4,7 @@ from django.urls import path
 from . import api
 
 urlpatterns = [
+    path("runs/compare/", api.RunCompareView.as_view(), name="runs-compare"),
     path("runs/<int:run_id>/events/", api.run_events_ingest, name="run-events"),
     path("runs/<int:run_id>/metrics/", api.RunMetricsView.as_view(), name="run-metrics"),
     path("runs/<int:run_id>/samples/", api.RunSamplesView.as_view(), name="run-samples"),

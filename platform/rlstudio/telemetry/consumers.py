@@ -1,8 +1,9 @@
 """`RunConsumer`: the websocket `/ws/runs/<id>/` that streams a run's events to its viewers.
 
-Only the run's owner or staff get the stream: anonymous connections are closed with 4401, everyone
-else (including for a run that does not exist) with 4403. The socket is accepted before closing so
-the browser receives the code (a close before accept becomes a bare HTTP 403).
+Only the run's owner, staff and the users the run is shared with (by name or with everyone; the
+stream only ever reads) get the stream: anonymous connections are closed with 4401, everyone else
+(including for a run that does not exist) with 4403. The socket is accepted before closing so the
+browser receives the code (a close before accept becomes a bare HTTP 403).
 
 Resume: `?resume_after=N` on the URL, or a `{"resume_after": N}` message, sends the stored events
 with seq > N (RunEvent, seq order) and then the live ones, with no gap and no duplicate:
@@ -51,6 +52,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from rlstudio.runs.models import Run
+from rlstudio.runs.selectors import visible_runs
 
 from .broadcast import run_group
 from .layer_watch import layer_watch
@@ -68,9 +70,8 @@ MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
 
 @database_sync_to_async
 def _may_watch(user, run_id: int) -> bool:
-    if user.is_staff:
-        return Run.objects.filter(pk=run_id).exists()
-    return Run.objects.filter(pk=run_id, owner_id=user.pk).exists()
+    """The run selectors' one visibility rule: owner, staff, or a user the run is shared with."""
+    return visible_runs(Run.objects.filter(pk=run_id), user=user).exists()
 
 
 _events_after = database_sync_to_async(events_after)

@@ -1,4 +1,5 @@
-"""Reads of telemetry, always through a run the user may see (another user's run is a 404).
+"""Reads of telemetry, always through a run the user may see: their own, one shared with them, or any
+for staff (rlstudio.runs.selectors.visible_runs); another user's unshared run is a 404.
 
 Pure reads returning plain dicts (the API answers them as JSON, the pages embed them with
 json_script): metrics per step, sample summaries with filters, one sample whole, a GRPO group with
@@ -17,8 +18,8 @@ from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 from django.http import Http404
 
-from rlstudio.ownership import get_visible_or_404
 from rlstudio.runs.models import Run
+from rlstudio.runs.selectors import visible_runs
 
 from .models import MemoryPoint, MetricRow, RunEvent, Sample
 
@@ -31,8 +32,15 @@ SAME_REWARD_TOL = 1e-9
 
 
 def run_visible(*, user: AbstractBaseUser, run_id) -> Run:
-    """The run if `user` owns it or is staff, else Http404."""
-    return get_visible_or_404(Run.objects.select_related("owner", "dataset", "model"), user=user, pk=run_id)
+    """The run if `user` may read it (owner, staff, shared with them), else Http404 (also for a
+    malformed id)."""
+    try:
+        run = visible_runs(Run.objects.select_related("owner", "dataset", "model"), user=user).filter(pk=run_id).first()
+    except (TypeError, ValueError):
+        run = None
+    if run is None:
+        raise Http404("Not found")
+    return run
 
 
 # Metric rows per page of the metrics API and of the run page's first paint (the page fetches the

@@ -1,4 +1,5 @@
-"""Page routes of telemetry under /runs/<id>/: the live run page itself, its samples, groups and prompts."""
+"""Page routes of telemetry under /runs/<id>/: the live run page itself, its samples, groups and prompts;
+runs compared side by side."""
 from django.urls import path
 
 from . import views
@@ -6,6 +7,7 @@ from . import views
 app_name = "telemetry"
 
 urlpatterns = [
+    path("compare/", views.run_compare, name="compare"),  # runs side by side
     path("<int:run_id>/", views.run_detail, name="run"),  # the live run page
     path("<int:run_id>/samples/<int:sample_id>/", views.sample_detail, name="sample"),
     path("<int:run_id>/groups/", views.group_detail, name="group"),

@@ -1,6 +1,6 @@
 """Pages of a run's telemetry: the live run page, a sample's transcript and token view, a GRPO group,
-one prompt across training. Server-rendered from stored data (the run page holds the first page of
-metric rows); static/js/run_live.js fetches the other pages from the metrics API and makes the run
+one prompt across training, and runs compared side by side (/runs/compare/?ids=1,2,3). Server-rendered
+from stored data (the run page holds the first page of metric rows); static/js/run_live.js fetches the other pages from the metrics API and makes the run
 page live (websocket with resume_after), static/js/telemetry_tokens.js colours the token view.
 All model and tool text is rendered through Django's autoescaping (never |safe).
 """
@@ -17,7 +17,7 @@ from django.shortcuts import render
 
 from rlstudio.api.errors import ApiError
 from rlstudio.runs.models import RunStatus
-from rlstudio.runs.selectors import latest_reward, run_get_for, run_header_context
+from rlstudio.runs.selectors import latest_reward, run_get_for, run_header_context, run_shared_users
 
 from . import selectors as sel
 from .api import sample_filter_from
@@ -66,6 +66,7 @@ def run_detail(request, run_id: int):
     metrics, metrics_next = sel.metrics_page(run=run, limit=sel.METRICS_PAGE_DEFAULT)
     ctx.update({
         "run": run,
+        "shared_users": run_shared_users(run=run) if ctx["can_manage"] else [],
         "config_json": json.dumps(run.config, indent=2, sort_keys=True),
         "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
                  "metrics": metrics, "metrics_next_after_step": metrics_next,
@@ -162,3 +163,37 @@ def prompt_history(request, run_id: int):
         raise Http404("uid is required")
     return render(request, "telemetry/prompt_history.html",
                   {"run": run, "uid": uid, "steps": sel.prompt_history(run=run, uid=uid)})
+
+
+# Colours of the compared runs, in order (Tableau 10, as the run page's charts): the summary's swatch
+# and the run's lines share one.
+COMPARE_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+                   "#9c755f", "#bab0ac")
+
+
+@login_required
+def run_compare(request):
+    """`?ids=1,2,3` (or `ids` repeated, as the runs list's checkboxes send it): the runs' metrics
+    overlaid, their summary and the config keys that differ. The data is compare.compare_runs's (the
+    API's), embedded with json_script; static/js/run_compare.js draws it and fetches other metrics
+    from GET /api/v1/runs/compare/. A run the user may not read is a 404."""
+    from . import compare
+
+    try:
+        ids = compare.parse_ids(request.GET.getlist("ids"))
+    except ValueError as exc:
+        return render(request, "runs/run_compare.html", {"error": str(exc)}, status=400)
+    data = compare.compare_runs(user=request.user, run_ids=ids)
+    for i, r in enumerate(data["runs"]):
+        r["colour"] = COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
+        seconds = int(r["duration_s"]) if r["duration_s"] is not None else None
+        r["duration"] = f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}" if seconds is not None else ""
+        r["held"] = r["held_out"].get(data["held_out_metric"]) if data["held_out_metric"] else None
+    rows = [{"key": d["key"], "cells": [json.dumps(v, ensure_ascii=False) if p else None
+                                         for v, p in zip(d["values"], d["present"])]}
+            for d in data["config_diff"]]
+    page = {k: v for k, v in data.items() if k != "config_diff"}  # the table is in the HTML already
+    return render(request, "runs/run_compare.html", {
+        "compare": data, "runs": data["runs"], "diff_rows": rows,
+        "page": {"ids": [r["id"] for r in data["runs"]], "api": "/api/v1/runs/compare/", **page},
+    })

@@ -7,7 +7,8 @@
     submission   submit to Ray, re-send, adopt a job a lost task made, record progress
     stop         cancel, graceful stop, force kill
     lineage      new runs from a config, resume, clone, saved configs (the config gate runs here)
-    errors       RunRefused (409), RunInputInvalid (400 naming the field)
+    sharing      who controls a run (owner, staff), its tags and note, sharing it read-only
+    errors       RunRefused (409), RunInputInvalid (400 naming the field), RunNotPermitted (403)
 """
 from .admission import (
     QUEUE_ORDER,
@@ -20,8 +21,9 @@ from .admission import (
     run_requeue_unsent,
 )
 from .creation import INGEST_TOKEN_PREFIX, run_create, run_issue_ingest_token, run_token_check, token_hash
-from ..errors import RunInputInvalid, RunRefused
+from ..errors import RunInputInvalid, RunNotPermitted, RunRefused
 from .lineage import run_clone, run_config_save, run_new, run_resume
+from .sharing import check_can_manage, run_annotate, run_share
 from .stop import run_force_kill, run_output_dir, run_stop
 from .submission import (
     on_job_adopted,
@@ -42,7 +44,8 @@ from .transitions import (
 
 __all__ = [
     "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
-    "IllegalTransition", "RunInputInvalid", "RunRefused", "models_q_earlier", "on_job_adopted",
+    "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "check_can_manage",
+    "models_q_earlier", "run_annotate", "run_share", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
     "run_force_kill", "run_issue_ingest_token", "run_launch", "run_queue_move", "run_mark_finished",
     "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",

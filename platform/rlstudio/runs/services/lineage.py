@@ -67,8 +67,12 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
 
     Only from a checkpoint in `run`'s own folder (the trainer's commit marker there, or the path it
     reported when that lies inside the folder); the new run records it, and its spec is made again
-    from `run`'s record (its user keys, the platform's paths), never from what `run`'s config said."""
+    from `run`'s record (its user keys, the platform's paths), never from what `run`'s config said.
+    Only its owner or staff (RunNotPermitted for a user it is shared with)."""
     from .. import launch
+    from .sharing import check_can_manage
+
+    check_can_manage(user=by, run=run, action="resume")
 
     if not run.is_terminal:
         raise RunRefused(f"the run is {run.status}: only a finished run can be resumed (stop it first)")
@@ -88,7 +92,11 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
 
 def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None) -> Run:
     """A new queued run with `run`'s config (its user keys; the platform's paths from `run`'s dataset
-    and model; its own folder, no resume) and the caller's overrides, which go through the gate."""
+    and model; its own folder, no resume) and the caller's overrides, which go through the gate.
+    Only its owner or staff: the clone is the owner's run (RunNotPermitted for a user it is shared with)."""
+    from .sharing import check_can_manage
+
+    check_can_manage(user=by, run=run, action="clone")
     _check_still_visible(run)
     config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
                                 val_dataset=run.val_dataset, model=run.model, gpus=run.gpus)

@@ -18,7 +18,11 @@ S = RunStatus
 
 def run_stop(*, run: Run, by: AbstractBaseUser, checkpoint: bool = True, force: bool = False) -> Run:
     """Stop a run: a queued one is cancelled; a running one goes stopping and Ray sends SIGTERM (the
-    trainer finishes its step, checkpoints, exits 0); `force` or `checkpoint=False` kills it now."""
+    trainer finishes its step, checkpoints, exits 0); `force` or `checkpoint=False` kills it now.
+    Only its owner or staff (RunNotPermitted for a user it is shared with)."""
+    from .sharing import check_can_manage
+
+    check_can_manage(user=by, run=run, action="stop")
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         status = locked.status

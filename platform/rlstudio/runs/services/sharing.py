@@ -1,0 +1,138 @@
+"""A run's own words and readers: its tags and note, and whom it is shared with (read-only).
+
+The rule: only a run's owner or staff control it: stop, resume, clone, edit its tags and note, share
+it or stop sharing it (`check_can_manage`, which the stop / resume / clone services call too). A user
+the run is shared with, by name or with everyone, reads its page, samples, transcripts and groups and
+nothing more; their attempts are refused with `RunNotPermitted` (403). Every change is audited:
+`run.annotate` (tags / note, before and after) and `run.share` (visibility and users, before and after).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from rlstudio.accounts.services import audit_record
+
+from ..errors import RunInputInvalid, RunNotPermitted
+from ..models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunVisibility
+from ..selectors import can_manage, run_shared_users
+
+# A tag: letters, digits and _ . : + / - (no spaces, so a tag reads as one word in the list and a URL).
+TAG_RE = re.compile(r"^[\w.:+/-]+$")
+
+
+def check_can_manage(*, user: AbstractBaseUser, run: Run, action: str = "change") -> None:
+    """RunNotPermitted unless `user` owns `run` or is staff (`action` says what was refused)."""
+    if not can_manage(user=user, run=run):
+        raise RunNotPermitted(f"run {run.name!r} is shared with you read-only: only its owner "
+                              f"({run.owner.get_username()}) or staff can {action} it")
+
+
+def clean_tags(tags: Iterable) -> list[str]:
+    """Tags as stored: each stripped, in the order given, duplicates dropped; RunInputInvalid (field
+    `tags`) for one that is empty, too long or has other characters, or for more than MAX_TAGS."""
+    if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
+        raise RunInputInvalid("tags must be a list of strings", field="tags")
+    out: list[str] = []
+    for tag in tags:
+        if not isinstance(tag, str):
+            raise RunInputInvalid(f"a tag must be a string, got {tag!r}", field="tags")
+        tag = tag.strip()
+        if not tag or len(tag) > MAX_TAG_LENGTH or not TAG_RE.match(tag):
+            raise RunInputInvalid(f"tag {tag[:60]!r}: 1 to {MAX_TAG_LENGTH} letters, digits or _ . : + / - "
+                                  "(no spaces)", field="tags")
+        if tag not in out:
+            out.append(tag)
+    if len(out) > MAX_TAGS:
+        raise RunInputInvalid(f"at most {MAX_TAGS} tags, got {len(out)}", field="tags")
+    return out
+
+
+def clean_note(note) -> str:
+    """The note as stored (trailing whitespace dropped); RunInputInvalid (field `note`) past MAX_NOTE_LENGTH."""
+    if not isinstance(note, str):
+        raise RunInputInvalid("note must be a string", field="note")
+    note = note.rstrip()
+    if len(note) > MAX_NOTE_LENGTH:
+        raise RunInputInvalid(f"the note is {len(note)} characters, at most {MAX_NOTE_LENGTH}", field="note")
+    if "\x00" in note:
+        raise RunInputInvalid("the note cannot contain NUL characters", field="note")
+    return note
+
+
+def run_annotate(*, run: Run, by: AbstractBaseUser, tags: Iterable | None = None, note: str | None = None) -> Run:
+    """Set the run's tags and/or note (None: unchanged); owner or staff only; audited when something
+    changed (`run.annotate` with each changed field's before and after)."""
+    check_can_manage(user=by, run=run, action="edit the tags and note of")
+    new_tags = clean_tags(tags) if tags is not None else None
+    new_note = clean_note(note) if note is not None else None
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        changed: dict = {}
+        if new_tags is not None and new_tags != list(locked.tags):
+            changed["tags"] = [list(locked.tags), new_tags]
+            locked.tags = new_tags
+        if new_note is not None and new_note != locked.note:
+            changed["note"] = [locked.note, new_note]
+            locked.note = new_note
+        if changed:
+            locked.save(update_fields=[f for f in ("tags", "note") if f in changed])
+            audit_record(actor=by, action="run.annotate", obj=locked, data=changed)
+    run.tags, run.note = locked.tags, locked.note
+    return run
+
+
+def _users_named(names: Iterable, *, run: Run) -> list:
+    """The active users called `names` (not the run's owner); RunInputInvalid (field `users`) otherwise."""
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise RunInputInvalid("users must be a list of usernames", field="users")
+    wanted: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise RunInputInvalid(f"a username must be a non-empty string, got {name!r}", field="users")
+        if name.strip() not in wanted:
+            wanted.append(name.strip())
+    found = {u.get_username(): u for u in get_user_model().objects.filter(username__in=wanted, is_active=True)}
+    for name in wanted:
+        if name not in found:
+            raise RunInputInvalid(f"no user named {name!r}", field="users")
+        if found[name].pk == run.owner_id:
+            raise RunInputInvalid(f"{name} owns the run already", field="users")
+    return [found[name] for name in wanted]
+
+
+def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
+              users: Iterable | None = None, add: Iterable = (), remove: Iterable = ()) -> Run:
+    """Change who reads `run` (owner or staff only): `visibility` (`private` | `everyone`), `users`
+    (the whole list of usernames it is shared with), or `add` / `remove` usernames to / from that list;
+    None and empty mean unchanged. Audited as `run.share` with the before and after when it changed.
+    Whoever it is shared with reads it only: its controls stay the owner's and staff's."""
+    check_can_manage(user=by, run=run, action="share")
+    if visibility is not None and visibility not in RunVisibility.values:
+        raise RunInputInvalid(f"unknown visibility {visibility!r} (allowed: {', '.join(RunVisibility.values)})",
+                              field="visibility")
+    target_users = _users_named(users, run=run) if users is not None else None
+    to_add = _users_named(add, run=run) if add else []
+    to_remove = [str(name).strip() for name in remove or ()]
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        before = {"visibility": locked.visibility, "users": run_shared_users(run=locked)}
+        if visibility is not None and visibility != locked.visibility:
+            locked.visibility = visibility
+            locked.save(update_fields=["visibility"])
+        if target_users is not None:
+            locked.shared_with.set(target_users)
+        if to_add:
+            locked.shared_with.add(*to_add)
+        if to_remove:
+            locked.shared_with.remove(*locked.shared_with.filter(username__in=to_remove))
+        after = {"visibility": locked.visibility, "users": run_shared_users(run=locked)}
+        if after != before:
+            audit_record(actor=by, action="run.share", obj=locked,
+                         data={"owner": locked.owner.get_username(), "from": before, "to": after})
+    run.visibility = locked.visibility
+    return run

@@ -1,0 +1,252 @@
+"""Comparing runs: any metric overlaid across them, the config keys that differ, and a summary of each.
+
+The compare page (`/runs/compare/?ids=1,2,3`) and `GET /api/v1/runs/compare/?ids=...` answer the same
+dict, `compare_runs`'s:
+
+- `runs`: per run (in the order asked) its name, owner, state, tags, note, dataset and model, steps,
+  duration, GPU-hours (its GPUs x its duration; 0 on the CPU), the last training reward
+  (`critic/score/mean`) and, per held-out metric, the best and last value with their steps;
+- `held_out_metric`: the held-out metric the summary shows first: the trainer's validation reward
+  `val-core/<data_source>/reward/mean@<n>` (trainer/loop.py `validate`) that most of the runs report;
+- `metrics`: every metric name any of the runs reported (the page's metric picker);
+- `series`: per metric asked for, one series per run, `{run, step, t, value, points, downsampled}`,
+  read from the stored metric rows (one indexed scan per metric, only that metric's value leaves
+  PostgreSQL) and, past `max_points`, downsampled (`downsample`: the mean of consecutive steps);
+- `config_diff`: the dotted verl keys whose values differ between the runs (or that some lack),
+  each with its value per run; the run's own output folder (`trainer.default_local_dir`, different for
+  every run by construction) is left out.
+
+Only runs the user may read are compared (`runs_get_for`: owner, staff, shared with them); any other
+id is a 404, like a run that does not exist. The pure parts (`config_diff`, `downsample`,
+`held_out_stats`, `parse_ids`) are tested on their own.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import FloatField, Func
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from rlstudio.runs.gate import flatten
+from rlstudio.runs.selectors import latest_reward, runs_get_for
+
+from .models import MetricRow
+
+MAX_RUNS = 20
+MAX_POINTS_DEFAULT = 1000
+MAX_POINTS_MIN, MAX_POINTS_MAX = 10, 5000
+MAX_METRICS = 20  # metrics per request
+TRAIN_REWARD = "critic/score/mean"
+# The trainer's held-out reward (trainer/loop.py Trainer.validate): val-core/<data_source>/reward/mean@<n>.
+HELD_OUT = re.compile(r"^val-core/.+/reward/mean@\d+$")
+# Keys that differ between any two runs by construction, not by choice: never part of the diff.
+PER_RUN_KEYS = frozenset({"trainer.default_local_dir"})
+
+
+# ------------------------------------------------------------------------------------ pure parts
+def parse_ids(values: Sequence[str]) -> list[int]:
+    """Run ids from `?ids=1,2,3` (and/or repeated `?ids=`): in order, duplicates dropped.
+    ValueError saying what is wrong: none given, not an integer, more than MAX_RUNS."""
+    ids: list[int] = []
+    for value in values:
+        for part in str(value).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                run_id = int(part)
+            except ValueError:
+                raise ValueError(f"ids must be run ids separated by commas, got {part[:40]!r}") from None
+            if run_id < 1:
+                raise ValueError(f"ids must be positive, got {run_id}")
+            if run_id not in ids:
+                ids.append(run_id)
+    if not ids:
+        raise ValueError("ids is required: the runs to compare, e.g. ids=1,2,3")
+    if len(ids) > MAX_RUNS:
+        raise ValueError(f"at most {MAX_RUNS} runs at once, got {len(ids)}")
+    return ids
+
+
+def _canon(value: Any) -> str:
+    """A value's identity for the diff: its JSON text (keys sorted), so 1e-06 == 1e-06 and
+    {"a": 1} == {"a": 1} whatever their order, while 1 and true stay different."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def config_diff(configs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The dotted keys whose values are not the same in every config, sorted by key.
+
+    configs: the runs' frozen configs (nested dicts in verl's layout). A key counts as differing when
+    its values differ or when some config lacks it. Each entry: `{"key", "values": [value per config,
+    None where absent], "present": [bool per config]}`. PER_RUN_KEYS are left out."""
+    flat = [flatten(c or {}) for c in configs]
+    keys = sorted(set().union(*(f.keys() for f in flat)) - PER_RUN_KEYS) if flat else []
+    out = []
+    for key in keys:
+        present = [key in f for f in flat]
+        values = [f.get(key) for f in flat]
+        if all(present) and len({_canon(v) for v in values}) == 1:
+            continue
+        out.append({"key": key, "values": values, "present": present})
+    return out
+
+
+def downsample(steps: Sequence[int], ts: Sequence[float], values: Sequence[float | None],
+               max_points: int) -> tuple[list[int], list[float], list[float | None]]:
+    """At most `max_points` points of a series in step order: unchanged when it is short enough,
+    else cut into `max_points` runs of consecutive points (as equal in length as can be) and each
+    run drawn as one point: the mean of its values (None when all are None) at its last step and time,
+    so the first and the last step stay where they are and a plateau keeps its level."""
+    n = len(steps)
+    if n <= max_points:
+        return list(steps), list(ts), list(values)
+    out_s, out_t, out_v = [], [], []
+    for b in range(max_points):
+        lo, hi = b * n // max_points, (b + 1) * n // max_points
+        chunk = [v for v in values[lo:hi] if v is not None]
+        out_s.append(steps[hi - 1])
+        out_t.append(ts[hi - 1])
+        out_v.append(sum(chunk) / len(chunk) if chunk else None)
+    return out_s, out_t, out_v
+
+
+def held_out_stats(points: Sequence[tuple[int, float | None]]) -> dict[str, Any] | None:
+    """Best (highest) and last value of a held-out reward from its (step, value) points in step
+    order, with their steps; None when no point has a value. Ties for the best keep the earliest step."""
+    valued = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
+    if not valued:
+        return None
+    best_step, best = valued[0]
+    for step, value in valued[1:]:
+        if value > best:
+            best_step, best = step, value
+    last_step, last = valued[-1]
+    return {"best": best, "best_step": best_step, "last": last, "last_step": last_step}
+
+
+def default_held_out(per_run: Sequence[Mapping[str, Any]]) -> str | None:
+    """The held-out metric most runs report (alphabetically first on a tie), None when none does."""
+    counts = Counter(key for held in per_run for key in held)
+    if not counts:
+        return None
+    return sorted(counts, key=lambda k: (-counts[k], k))[0]
+
+
+# ------------------------------------------------------------------------------------ reads
+def _value_sql(metric: str) -> RawSQL:
+    """The metric's value in a row as a float (NULL when absent or not a number): only this value
+    leaves PostgreSQL, never the row's whole metrics object."""
+    return RawSQL("CASE WHEN jsonb_typeof(metrics -> %s) = 'number' THEN (metrics ->> %s)::float8 END",
+                  (metric, metric), output_field=FloatField())
+
+
+def metric_names(run_ids: Sequence[int]) -> list[str]:
+    """Every metric name the runs reported, sorted."""
+    names = (MetricRow.objects.filter(run_id__in=run_ids)
+             .annotate(key=Func("metrics", function="jsonb_object_keys"))
+             .order_by().values_list("key", flat=True).distinct())  # no ordering: it would join the DISTINCT
+    return sorted(names)
+
+
+def _points(run_ids: Sequence[int], metric: str) -> dict[int, list[tuple[int, float, float | None]]]:
+    """{run id: [(step, unix time, value)] in step order} of the rows that carry `metric`."""
+    rows = (MetricRow.objects.filter(run_id__in=run_ids, metrics__has_key=metric)
+            .annotate(v=_value_sql(metric)).order_by("run_id", "step").values_list("run_id", "step", "time", "v"))
+    out: dict[int, list[tuple[int, float, float | None]]] = {}
+    for run_id, step, time, value in rows:
+        out.setdefault(run_id, []).append((step, time.timestamp(), value))
+    return out
+
+
+def metric_series(run_ids: Sequence[int], metrics: Sequence[str],
+                  max_points: int = MAX_POINTS_DEFAULT) -> dict[str, list[dict[str, Any]]]:
+    """{metric: [one series per run that reported it, in the order of `run_ids`]}, each
+    `{"run", "step", "t", "value", "points" (stored rows), "downsampled"}` with at most `max_points` points."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for metric in metrics:
+        by_run = _points(run_ids, metric)
+        series = []
+        for run_id in run_ids:
+            pts = by_run.get(run_id)
+            if not pts:
+                continue
+            steps, ts, values = downsample([p[0] for p in pts], [p[1] for p in pts], [p[2] for p in pts],
+                                           max_points)
+            series.append({"run": run_id, "step": steps, "t": ts, "value": values, "points": len(pts),
+                           "downsampled": len(pts) > max_points})
+        out[metric] = series
+    return out
+
+
+def _held_out(run_ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str, dict[str, Any]]]:
+    """{run id: {held-out metric: held_out_stats}} from the stored rows (never from a downsampled series)."""
+    result: dict[int, dict[str, dict[str, Any]]] = {run_id: {} for run_id in run_ids}
+    for key in keys:
+        for run_id, pts in _points(run_ids, key).items():
+            stats = held_out_stats([(step, value) for step, _t, value in pts])
+            if stats is not None:
+                result[run_id][key] = stats
+    return result
+
+
+def _duration_s(run, now) -> float | None:
+    if run.started is None:
+        return None
+    return max(((run.finished or now) - run.started).total_seconds(), 0.0)
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def run_summary(run, *, held_out: dict[str, dict[str, Any]], now=None) -> dict[str, Any]:
+    """One run's line of the summary table (a run annotated by run_list_for)."""
+    now = now or timezone.now()
+    duration = _duration_s(run, now)
+    return {
+        "id": run.pk, "name": run.name, "owner": run.owner.get_username(), "status": run.status,
+        "tags": list(run.tags), "note": run.note,
+        "dataset": {"id": run.dataset_id, "name": run.dataset.name},
+        "model": {"id": run.model_id, "name": run.model.name},
+        "gpus": run.gpus, "step": run.step, "total_steps": run.total_steps,
+        "created": _iso(run.created), "started": _iso(run.started), "finished": _iso(run.finished),
+        "start_t": run.started.timestamp() if run.started else None,
+        "duration_s": duration,
+        "gpu_hours": round(run.gpus * (duration or 0.0) / 3600.0, 6),
+        "last_reward": latest_reward(run),
+        "held_out": held_out,
+    }
+
+
+def compare_runs(*, user: AbstractBaseUser, run_ids: Sequence[int], metrics: Sequence[str] | None = None,
+                 max_points: int = MAX_POINTS_DEFAULT) -> dict[str, Any]:
+    """The comparison of the runs `run_ids` the user may read (Http404 naming the first other id).
+
+    `metrics`: the series to return (None: the default held-out metric and `critic/score/mean`, those
+    reported); names no run reported come back as empty lists of series."""
+    runs = runs_get_for(user=user, run_ids=list(run_ids))
+    ids = [r.pk for r in runs]
+    names = metric_names(ids)
+    held_keys = [n for n in names if HELD_OUT.match(n)]
+    held = _held_out(ids, held_keys)
+    default = default_held_out([held[r] for r in ids])
+    if metrics is None:
+        metrics = [m for m in (default, TRAIN_REWARD) if m and m in names]
+    now = timezone.now()
+    return {
+        "runs": [run_summary(r, held_out=held[r.pk], now=now) for r in runs],
+        "held_out_metric": default,
+        "held_out_metrics": held_keys,
+        "metrics": names,
+        "series": metric_series(ids, list(metrics), max_points),
+        "max_points": max_points,
+        "config_diff": config_diff([r.config for r in runs]),
+    }

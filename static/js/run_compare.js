@@ -1,0 +1,178 @@
+// The compare page (/runs/compare/?ids=1,2,3): one panel per metric with a line per run (the run's
+// colour in the summary table), x by step or by time since the run started, smoothing by an
+// exponential moving average (TensorBoard's and W&B's kind, debiased so the first points are not
+// pulled towards 0), the held-out metric of the summary picked from a list. The page holds the
+// default metrics' series; others come from GET /api/v1/runs/compare/?ids=…&metrics=… when added.
+// Run names are the users' text: they reach Plotly escaped (plotlyText), never as markup.
+(function () {
+  "use strict";
+  const data = JSON.parse(document.getElementById("compare-data").textContent);
+  const runs = data.runs;
+  const byId = new Map(runs.map((r) => [r.id, r]));
+  const series = Object.assign({}, data.series);  // metric -> [{run, step, t, value, points, downsampled}]
+  const panels = new Map();  // metric -> its plot div
+  const container = document.getElementById("compare-panels");
+  let xMode = "step";
+  let smoothing = 0;
+
+  // Plotly reads a few tags (<b>, <a href>, <br>) in trace names: a run called "<b>x" must show as typed.
+  function plotlyText(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+
+  // Exponential moving average with weight w in [0, 1): s_k = w s_{k-1} + (1 - w) v_k from s_0 = 0,
+  // divided by 1 - w^k (the weight the k values received), so the curve starts at the first value.
+  // Missing values stay missing and do not move the average.
+  function ema(values, w) {
+    if (!(w > 0)) return values.slice();
+    let acc = 0;
+    let k = 0;
+    return values.map((v) => {
+      if (v === null || !Number.isFinite(v)) return null;
+      acc = w * acc + (1 - w) * v;
+      k += 1;
+      return acc / (1 - Math.pow(w, k));
+    });
+  }
+
+  function xValues(s) {
+    if (xMode === "step") return s.step;
+    const run = byId.get(s.run);
+    const t0 = run && run.start_t != null ? run.start_t : (s.t.length ? s.t[0] : 0);
+    return s.t.map((t) => (t - t0) / 60);
+  }
+
+  function traces(metric) {
+    const out = [];
+    for (const s of series[metric] || []) {
+      const run = byId.get(s.run);
+      if (!run) continue;
+      const x = xValues(s);
+      const name = plotlyText(run.name);
+      const colour = run.colour || "#4e79a7";
+      if (smoothing > 0) {
+        // the raw values faint behind the smoothed line, as TensorBoard draws them
+        out.push({ x, y: s.value, type: "scatter", mode: "lines", name, legendgroup: String(s.run), showlegend: false,
+          hoverinfo: "skip", opacity: 0.25, line: { color: colour, width: 1 }, meta: "raw" });
+        out.push({ x, y: ema(s.value, smoothing), type: "scatter", mode: "lines", name, legendgroup: String(s.run),
+          line: { color: colour, width: 2 }, meta: "smoothed" });
+      } else {
+        out.push({ x, y: s.value, type: "scatter", mode: s.step.length > 60 ? "lines" : "lines+markers", name,
+          legendgroup: String(s.run), marker: { size: 4 }, line: { color: colour, width: 2 }, meta: "raw" });
+      }
+    }
+    return out;
+  }
+
+  function layout() {
+    const dark = window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches;
+    return {
+      margin: { t: 8, r: 10, b: 40, l: 52 }, height: 300, hovermode: "x unified",
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+      font: { color: dark ? "#ddd" : "#222", size: 11 }, showlegend: true,
+      legend: { orientation: "h", y: -0.22 },
+      xaxis: { title: { text: xMode === "step" ? "step" : "minutes since the run started" } },
+    };
+  }
+
+  function draw(metric) {
+    const div = panels.get(metric);
+    if (!div || !window.Plotly) return;
+    const list = series[metric] || [];
+    const note = div.parentNode.querySelector(".panel-note");
+    const sampled = list.filter((s) => s.downsampled);
+    note.textContent = !list.length ? "no run reported this metric"
+      : sampled.length ? "downsampled to " + data.max_points + " points per run (mean of consecutive steps)" : "";
+    Plotly.react(div, traces(metric), layout(), { responsive: true, displaylogo: false });
+  }
+
+  function drawAll() {
+    for (const metric of panels.keys()) draw(metric);
+  }
+
+  function addPanel(metric) {
+    if (panels.has(metric)) return;
+    const wrap = document.createElement("div");
+    wrap.className = "compare-panel";
+    const title = document.createElement("h3");
+    const name = document.createElement("span");
+    name.textContent = metric;
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.textContent = "×";
+    remove.title = "remove this chart";
+    remove.addEventListener("click", () => {
+      if (window.Plotly) Plotly.purge(div);
+      wrap.remove();
+      panels.delete(metric);
+    });
+    title.append(name, remove);
+    const note = document.createElement("p");
+    note.className = "muted small panel-note";
+    const div = document.createElement("div");
+    div.className = "plot";
+    div.dataset.metric = metric;
+    wrap.append(title, div, note);
+    container.append(wrap);
+    panels.set(metric, div);
+    document.getElementById("charts-empty").hidden = true;
+    draw(metric);
+  }
+
+  async function fetchSeries(metric) {
+    const url = data.api + "?ids=" + data.ids.join(",") + "&metrics=" + encodeURIComponent(metric) +
+      "&max_points=" + data.max_points;
+    const resp = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!resp.ok) throw new Error("the compare API answered " + resp.status);
+    const body = await resp.json();
+    series[metric] = body.series[metric] || [];
+  }
+
+  // ------------------------------------------------------------------------------ the controls
+  const picker = document.getElementById("metric-add");
+  picker.addEventListener("change", async () => {
+    const metric = picker.value;
+    picker.value = "";
+    if (!metric || panels.has(metric)) return;
+    try {
+      if (!(metric in series)) await fetchSeries(metric);
+      addPanel(metric);
+    } catch (err) {
+      document.getElementById("charts-empty").hidden = false;
+      document.getElementById("charts-empty").textContent = String(err.message || err);
+    }
+  });
+
+  document.getElementById("x-axis").addEventListener("change", (ev) => {
+    xMode = ev.target.value;
+    drawAll();
+  });
+
+  const slider = document.getElementById("smoothing");
+  const shown = document.getElementById("smoothing-value");
+  slider.addEventListener("input", () => {
+    smoothing = Math.min(Math.max(Number(slider.value) || 0, 0), 0.99);
+    shown.textContent = smoothing.toFixed(2);
+    drawAll();
+  });
+
+  // The summary's held-out columns follow the metric picked above the table.
+  const heldPicker = document.getElementById("held-out-metric");
+  function fmt(stats, key) {
+    return stats ? Number(stats[key]).toFixed(4) + " (" + stats[key + "_step"] + ")" : "—";
+  }
+  if (heldPicker) {
+    heldPicker.addEventListener("change", () => {
+      for (const run of runs) {
+        const row = document.querySelector('#summary-table tr[data-run-id="' + run.id + '"]');
+        if (!row) continue;
+        const stats = run.held_out[heldPicker.value];
+        row.querySelector('[data-held="best"]').textContent = fmt(stats, "best");
+        row.querySelector('[data-held="last"]').textContent = fmt(stats, "last");
+      }
+    });
+  }
+
+  for (const metric of Object.keys(data.series)) addPanel(metric);
+  window.rlstudioCompare = { ema, panels: () => [...panels.keys()] };
+})();

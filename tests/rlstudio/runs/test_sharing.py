@@ -1,0 +1,282 @@
+"""Sharing a run read-only (issue 19, item 5), its tags and note, and the runs list's filters.
+
+A run shared with bob (by name, or with everyone) is readable by him everywhere the run is read (its
+page, the API, samples, groups, the websocket) and controllable nowhere (stop, resume, clone, tags and
+note, sharing, retention: 403, the run unchanged). Anyone it is not shared with gets a 404, exactly as
+before; staff see and control every run.
+"""
+import asyncio
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from rlstudio.accounts.models import AuditEvent
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.selectors import RunFilter, run_list_for
+from rlstudio.runs.services import RunInputInvalid, RunNotPermitted, run_annotate, run_share, run_stop
+from rlstudio.telemetry.models import MetricRow, Sample
+
+pytestmark = pytest.mark.django_db
+
+
+def _api(user) -> APIClient:
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
+
+
+def _page(user) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def carol(make_user):
+    return make_user("carol")
+
+
+@pytest.fixture
+def shared_run(alice, bob, make_run):
+    """alice's finished run with a checkpoint, a metric row and a sample, shared with bob by name."""
+    run = make_run(alice, "alice-run")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, checkpoint_path="/tmp/ckpt", step=2)
+    run.refresh_from_db()
+    MetricRow.objects.create(run=run, step=1, time=timezone.now(), metrics={"critic/score/mean": 0.5})
+    Sample.objects.create(run=run, seq=1, step=1, uid="u1", index=0, reward=1.0,
+                          transcript={"messages": [{"role": "user", "content": "2+2?"}]})
+    run_share(run=run, by=alice, add=["bob"])
+    return run
+
+
+READ_URLS = ["/runs/{id}/", "/api/v1/runs/{id}/", "/api/v1/runs/{id}/metrics/", "/api/v1/runs/{id}/samples/",
+             "/api/v1/runs/{id}/groups/?step=1", "/api/v1/runs/{id}/logs/", "/api/v1/runs/{id}/memory/",
+             "/runs/{id}/groups/?step=1&uid=u1", "/runs/{id}/prompts/?uid=u1", "/runs/{id}/controls/"]
+
+
+def test_a_shared_run_is_readable_by_the_user_it_is_shared_with(shared_run, bob):
+    client = _page(bob)
+    for url in READ_URLS:
+        assert client.get(url.format(id=shared_run.pk)).status_code == 200, url
+    sample = Sample.objects.get(run=shared_run)
+    assert client.get(f"/runs/{shared_run.pk}/samples/{sample.pk}/").status_code == 200
+    body = _api(bob).get(f"/api/v1/runs/{shared_run.pk}/").json()
+    assert body["access"] == "shared" and body["owner"] == "alice"
+    assert body["shared_with"] == []  # who else reads it is the owner's business
+    assert [r["name"] for r in _api(bob).get("/api/v1/runs/?scope=shared").json()["results"]] == ["alice-run"]
+    assert _api(bob).get("/api/v1/runs/?scope=mine").json()["count"] == 0
+    page = client.get(f"/runs/{shared_run.pk}/").content.decode()
+    assert "Shared with you by <strong>alice</strong>" in page
+    for control in ('action="/runs/%d/stop/"', 'action="/runs/%d/resume/"', 'action="/runs/%d/clone/"',
+                    'action="/runs/%d/annotate/"', 'action="/runs/%d/share/"'):
+        assert control % shared_run.pk not in page, control
+    owner_page = _page(shared_run.owner).get(f"/runs/{shared_run.pk}/").content.decode()
+    for control in ('action="/runs/%d/resume/"', 'action="/runs/%d/annotate/"', 'action="/runs/%d/share/"'):
+        assert control % shared_run.pk in owner_page, control
+
+
+def test_a_shared_run_is_not_controllable_by_the_user_it_is_shared_with(shared_run, bob):
+    api, page, pk = _api(bob), _page(bob), shared_run.pk
+    for method, url, body in [("post", f"/api/v1/runs/{pk}/stop/", {"force": True}),
+                              ("post", f"/api/v1/runs/{pk}/resume/", {}),
+                              ("post", f"/api/v1/runs/{pk}/clone/", {}),
+                              ("patch", f"/api/v1/runs/{pk}/", {"tags": ["mine"]}),
+                              ("get", f"/api/v1/runs/{pk}/sharing/", None),
+                              ("put", f"/api/v1/runs/{pk}/sharing/", {"visibility": "everyone"}),
+                              ("put", f"/api/v1/runs/{pk}/retention/", {"mode": "per_step", "k": 1})]:
+        resp = getattr(api, method)(url, body, format="json")
+        assert resp.status_code == 403, (url, resp.content)
+        assert resp.json()["error"]["code"] == "permission_denied", url
+    assert "read-only" in api.post(f"/api/v1/runs/{pk}/stop/", {}, format="json").json()["error"]["message"]
+    for url, data in [(f"/runs/{pk}/stop/", {"force": "1"}), (f"/runs/{pk}/resume/", {}),
+                      (f"/runs/{pk}/clone/", {}), (f"/runs/{pk}/annotate/", {"tags": "x"}),
+                      (f"/runs/{pk}/share/", {"visibility": "everyone"})]:
+        assert page.post(url, data).status_code == 403, url
+    shared_run.refresh_from_db()
+    assert shared_run.tags == [] and shared_run.visibility == "private"
+    assert Run.objects.count() == 1  # no resume, no clone
+    with pytest.raises(RunNotPermitted):
+        run_stop(run=shared_run, by=bob)
+
+
+def test_a_run_not_shared_with_a_user_is_404_for_them(shared_run, carol):
+    client, api = _page(carol), _api(carol)
+    for url in READ_URLS:
+        assert client.get(url.format(id=shared_run.pk)).status_code == 404, url
+    for method, url in [("post", f"/api/v1/runs/{shared_run.pk}/stop/"), ("patch", f"/api/v1/runs/{shared_run.pk}/"),
+                        ("get", f"/api/v1/runs/{shared_run.pk}/sharing/")]:
+        assert getattr(api, method)(url, {}, format="json").status_code == 404, url
+    assert api.get("/api/v1/runs/").json()["count"] == 0
+    assert api.get(f"/api/v1/runs/compare/?ids={shared_run.pk}").status_code == 404
+
+
+def test_sharing_with_everyone_then_unsharing(shared_run, alice, bob, carol):
+    api = _api(alice)
+    resp = api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"visibility": "everyone"}, format="json")
+    assert resp.status_code == 200 and resp.json() == {"visibility": "everyone", "users": ["bob"]}
+    assert _page(carol).get(f"/runs/{shared_run.pk}/").status_code == 200
+    assert _api(carol).post(f"/api/v1/runs/{shared_run.pk}/stop/", {}, format="json").status_code == 403
+    resp = api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"visibility": "private", "users": []}, format="json")
+    assert resp.json() == {"visibility": "private", "users": []}
+    for user in (bob, carol):
+        assert _page(user).get(f"/runs/{shared_run.pk}/").status_code == 404
+    changes = [e.data["to"] for e in AuditEvent.objects.filter(action="run.share").order_by("id")]
+    assert changes == [{"visibility": "private", "users": ["bob"]}, {"visibility": "everyone", "users": ["bob"]},
+                       {"visibility": "private", "users": []}]
+
+
+def test_sharing_refuses_unknown_users_and_the_owner(shared_run, alice):
+    api = _api(alice)
+    for users, message in [(["nobody"], "no user named 'nobody'"), (["alice"], "alice owns the run already")]:
+        resp = api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"users": users}, format="json")
+        assert resp.status_code == 400 and resp.json()["error"]["field"] == "users"
+        assert message in resp.json()["error"]["message"]
+    assert api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"visibility": "world"},
+                   format="json").json()["error"]["field"] == "visibility"
+    assert api.get(f"/api/v1/runs/{shared_run.pk}/sharing/").json() == {"visibility": "private", "users": ["bob"]}
+
+
+def test_the_run_page_shares_and_unshares(shared_run, alice, carol):
+    page = _page(alice)
+    resp = page.post(f"/runs/{shared_run.pk}/share/", {"add": "carol"}, follow=True)
+    assert "Shared with carol (read-only)." in resp.content.decode()
+    assert _page(carol).get(f"/runs/{shared_run.pk}/").status_code == 200
+    page.post(f"/runs/{shared_run.pk}/share/", {"remove": "carol"})
+    assert _page(carol).get(f"/runs/{shared_run.pk}/").status_code == 404
+    resp = page.post(f"/runs/{shared_run.pk}/share/", {"add": "nobody"}, follow=True)
+    assert "no user named &#x27;nobody&#x27;" in resp.content.decode()
+
+
+def test_websocket_admits_a_user_the_run_is_shared_with_and_nobody_else(shared_run, bob, carol, transactional_db):
+    from tests.rlstudio.telemetry.test_consumers import _connect, _session_cookie
+
+    bob_cookie, carol_cookie = _session_cookie(bob), _session_cookie(carol)
+
+    async def scenario():
+        from channels.layers import get_channel_layer
+
+        from rlstudio.telemetry.broadcast import run_event_message, run_group
+
+        bob_comm = await _connect(f"/ws/runs/{shared_run.pk}/", bob_cookie)
+        carol_comm = await _connect(f"/ws/runs/{shared_run.pk}/", carol_cookie)
+        carol_close = await carol_comm.receive_output(timeout=5)
+        await get_channel_layer().group_send(
+            run_group(shared_run.pk), run_event_message({"seq": 9, "type": "heartbeat", "data": {"step": 2}}))
+        bob_msg = await bob_comm.receive_json_from(timeout=5)
+        await bob_comm.disconnect()
+        return carol_close, bob_msg
+
+    carol_close, bob_msg = asyncio.run(scenario())
+    assert carol_close == {"type": "websocket.close", "code": 4403}
+    assert bob_msg["seq"] == 9
+
+
+def test_staff_control_a_run_shared_with_others(shared_run, staff):
+    resp = _api(staff).patch(f"/api/v1/runs/{shared_run.pk}/", {"tags": ["reviewed"]}, format="json")
+    assert resp.status_code == 200 and resp.json()["tags"] == ["reviewed"] and resp.json()["access"] == "staff"
+    assert _api(staff).get(f"/api/v1/runs/{shared_run.pk}/sharing/").json()["users"] == ["bob"]
+
+
+# ------------------------------------------------------------------------------ tags and note
+def test_owner_edits_tags_and_note_through_patch_audited(alice, make_run):
+    run = make_run(alice, "tagged")
+    api = _api(alice)
+    resp = api.patch(f"/api/v1/runs/{run.pk}/", {"tags": ["lr-sweep", " kl:0.001 ", "lr-sweep"],
+                                                 "note": "lower lr looks steadier\n"}, format="json")
+    assert resp.status_code == 200, resp.content
+    assert resp.json()["tags"] == ["lr-sweep", "kl:0.001"] and resp.json()["note"] == "lower lr looks steadier"
+    assert resp.json()["config"] == run.config  # the detail form
+    event = AuditEvent.objects.get(action="run.annotate")
+    assert event.data == {"tags": [[], ["lr-sweep", "kl:0.001"]], "note": ["", "lower lr looks steadier"]}
+    api.patch(f"/api/v1/runs/{run.pk}/", {"note": "lower lr looks steadier"}, format="json")
+    assert AuditEvent.objects.filter(action="run.annotate").count() == 1  # nothing changed: no record
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"name": "renamed"}, "name"), ({"status": "succeeded"}, "status"), ({"visibility": "everyone"}, "visibility"),
+    ({"tags": ["has space"]}, "tags"), ({"tags": "one"}, "tags"), ({"tags": [""]}, "tags"),
+    ({"tags": ["x" * 41]}, "tags"), ({"tags": [f"t{i}" for i in range(21)]}, "tags"), ({"note": "x" * 10_001}, "note"),
+])
+def test_patch_changes_only_valid_tags_and_note(alice, make_run, body, field):
+    run = make_run(alice, "tagged")
+    resp = _api(alice).patch(f"/api/v1/runs/{run.pk}/", body, format="json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["field"] == field
+    run.refresh_from_db()
+    assert run.tags == [] and run.note == "" and run.name == "tagged" and run.visibility == "private"
+
+
+def test_put_on_a_run_is_not_offered(alice, make_run):
+    run = make_run(alice)
+    assert _api(alice).put(f"/api/v1/runs/{run.pk}/", {"tags": []}, format="json").status_code == 405
+
+
+def test_the_run_page_edits_tags_and_note(alice, make_run):
+    run = make_run(alice, "page-tags")
+    resp = _page(alice).post(f"/runs/{run.pk}/annotate/", {"tags": "baseline, lr:1e-6", "note": "<b>first</b>"},
+                             follow=True)
+    page = resp.content.decode()
+    assert "Tags and note saved." in page and "&lt;b&gt;first&lt;/b&gt;" in page and "<b>first</b>" not in page
+    run.refresh_from_db()
+    assert run.tags == ["baseline", "lr:1e-6"] and run.note == "<b>first</b>"
+
+
+def test_annotate_service_refuses_bad_input(alice, make_run):
+    run = make_run(alice)
+    with pytest.raises(RunInputInvalid):
+        run_annotate(run=run, by=alice, tags=["a b"])
+    with pytest.raises(RunInputInvalid):
+        run_annotate(run=run, by=alice, note="a\x00b")
+
+
+# ------------------------------------------------------------------------------ the runs list
+@pytest.fixture
+def listed(alice, bob, make_run, make_dataset, make_model):
+    a = make_run(alice, "lr-high")
+    b = make_run(alice, "lr-low")
+    c = make_run(alice, "kl-run")
+    run_annotate(run=a, by=alice, tags=["sweep", "lr"], note="diverged after step 40")
+    run_annotate(run=b, by=alice, tags=["sweep"], note="steady")
+    Run.objects.filter(pk=b.pk).update(model=a.model, val_dataset=c.dataset, status=RunStatus.SUCCEEDED)
+    theirs = make_run(bob, "bob-secret")
+    run_annotate(run=theirs, by=bob, tags=["sweep"])
+    return {"a": a, "b": b, "c": c, "bob": theirs}
+
+
+@pytest.mark.parametrize("flt, names", [
+    (RunFilter(tag="sweep"), {"lr-high", "lr-low"}),
+    (RunFilter(tag="lr"), {"lr-high"}),
+    (RunFilter(q="DIVERGED"), {"lr-high"}),  # the note, case-insensitive
+    (RunFilter(q="kl-"), {"kl-run"}),  # the name
+    (RunFilter(status="succeeded"), {"lr-low"}),
+    (RunFilter(tag="sweep", status="queued"), {"lr-high"}),
+])
+def test_run_list_filters(listed, alice, flt, names):
+    assert {r.name for r in run_list_for(user=alice, flt=flt)} == names
+
+
+def test_run_list_filters_by_model_and_dataset_through_the_api(listed, alice):
+    api = _api(alice)
+    by_model = api.get(f"/api/v1/runs/?model={listed['a'].model_id}").json()["results"]
+    assert {r["name"] for r in by_model} == {"lr-high", "lr-low"}
+    by_dataset = api.get(f"/api/v1/runs/?dataset={listed['c'].dataset_id}").json()["results"]
+    assert {r["name"] for r in by_dataset} == {"kl-run", "lr-low"}  # lr-low validates on it
+    assert {r["name"] for r in api.get("/api/v1/runs/?tag=sweep&q=steady").json()["results"]} == {"lr-low"}
+    for query, field in [("status=nope", "status"), ("model=x", "model"), ("scope=all", "scope")]:
+        resp = api.get(f"/api/v1/runs/?{query}")
+        assert resp.status_code == 400 and resp.json()["error"]["field"] == field
+
+
+def test_the_runs_page_filters_sorts_and_offers_compare(listed, alice):
+    client = _page(alice)
+    page = client.get("/runs/?tag=sweep&sort=name").content.decode()
+    table = page[page.index("<tbody>"):]
+    assert ">lr-high<" in table and ">lr-low<" in table and "kl-run" not in table and "bob-secret" not in page
+    assert 'href="?sort=-name&amp;tag=sweep"' in page  # sorting keeps the filters
+    assert '<option value="sweep" selected>' in page
+    assert table.index(">lr-high<") < table.index(">lr-low<")
+    assert 'name="ids" value="%d"' % listed["a"].pk in page and 'action="/runs/compare/"' in page
+    page = client.get("/runs/?q=nothing-like-this").content.decode()
+    assert "No runs match these filters." in page
