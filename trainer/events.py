@@ -92,6 +92,9 @@ class TokenView:
     logprobs: list[Union[float, None]]  # old (actor) log-probs
     ref_logprobs: Union[list[Union[float, None]], None]  # None when there is no reference model
     advantages: list[Union[float, None]]
+    # The rollout engine's log-probs of the sampled tokens (None on tokens it did not generate); the
+    # whole list None when not recorded (older events, bypass mode where they are the old log-probs).
+    rollout_logprobs: Union[list[Union[float, None]], None] = None
 
 
 @dataclass
@@ -419,8 +422,8 @@ def _token_view(c: _Checker, d: Any) -> TokenView:
     ids = c.list_(d, "ids", "data.token_view.ids", limit=MAX_TOKEN_VIEW)
     n = len(ids)
     lists: dict[str, list[Any] | None] = {"ids": ids}
-    for key in ("pieces", "loss_mask", "logprobs", "ref_logprobs", "advantages"):
-        if key == "ref_logprobs" and d.get(key) is None:
+    for key in ("pieces", "loss_mask", "logprobs", "ref_logprobs", "advantages", "rollout_logprobs"):
+        if key in ("ref_logprobs", "rollout_logprobs") and d.get(key) is None:
             lists[key] = None
             continue
         value = c.list_(d, key, f"data.token_view.{key}", limit=MAX_TOKEN_VIEW)
@@ -445,7 +448,7 @@ def _token_view(c: _Checker, d: Any) -> TokenView:
         for i, m in enumerate(mask):
             if m not in (0, 1) or isinstance(m, bool):
                 c.fail(f"data.token_view.loss_mask[{i}]", "must be 0 or 1")
-    for key in ("logprobs", "ref_logprobs", "advantages"):
+    for key in ("logprobs", "ref_logprobs", "advantages", "rollout_logprobs"):
         values = lists[key]
         if values is None or _all_finite_floats(values):
             continue

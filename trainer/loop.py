@@ -161,6 +161,11 @@ class Trainer:
         batch_size = cfg.data.train_batch_size * self.n
         self.recompute_old = not (arr.actor.ppo_epochs == 1 and self.mini_batch_size >= batch_size
                                   and not cfg.algorithm.use_kl_in_reward)
+        rc = cfg.algorithm.rollout_correction
+        if rc.bypass_mode:  # the rollout's log-probs are the old ones: nothing to recompute
+            self.recompute_old = False
+        elif rc.rollout_is is not None or rc.rollout_rs is not None:  # needed before the update
+            self.recompute_old = True
         self.use_ref = bool(arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
         self.world_size = tr.nnodes * tr.n_gpus_per_node
         from trainer.config import apply_overrides
@@ -266,6 +271,7 @@ class Trainer:
                 with t("ref"):
                     exp.batch.ref_log_probs, _ = g.compute_log_prob(exp.batch, parts, step=step, role="ref",
                                                                     with_entropy=False)
+            corr_metrics = self.correct_rollout(exp)
             with t("adv"):
                 extra.update(self.compute_advantages(exp))
             actor_metrics: dict[str, list[float]] = {}
@@ -282,7 +288,8 @@ class Trainer:
                 with t("sync"):
                     extra.update(g.sync_weights(step=step))
         self.emit_worker_memory()
-        metrics = self.step_metrics(step, exp, t.s, reduce_metrics(actor_metrics), extra)
+        # The actor's rollout_corr/* (current policy vs rollout, per micro-batch) override the driver's, as in verl.
+        metrics = self.step_metrics(step, exp, t.s, {**corr_metrics, **reduce_metrics(actor_metrics)}, extra)
         self.emit_samples(step, exp)
         return metrics
 
@@ -344,6 +351,7 @@ class Trainer:
         """The batch of scored trajectories: each reward placed on its last trained token."""
         batch = make_batch([tr.prompt_ids for tr in trajs], [tr.response_ids for tr in trajs],
                            [tr.loss_mask for tr in trajs], uids=[tr.uid for tr in trajs])
+        batch.rollout_log_probs = _rollout_log_probs(trajs, batch.loss_mask)
         scores = torch.zeros(len(trajs), batch.response_width)
         for i, tr in enumerate(trajs):
             trained = batch.loss_mask[i].nonzero()
@@ -352,6 +360,25 @@ class Trainer:
             scores[i, pos] = tr.reward
         batch.token_level_scores = scores
         return Experience(trajectories=trajs, batch=batch)
+
+    def correct_rollout(self, exp: Experience) -> dict[str, float]:
+        """Rollout correction before the advantages (algorithm.rollout_correction, verl's order). In
+        bypass mode the rollout's log-probs become the old ones. Otherwise, given old log-probs, verl's
+        weights, rejection and rollout_corr/* metrics (trainer.algorithms.rollout_correction): rejected
+        tokens leave the loss mask, the weights go to the update."""
+        from trainer.algorithms.rollout_correction import rollout_correction_for
+
+        rc, b = self.cfg.algorithm.rollout_correction, exp.batch
+        if rc.bypass_mode:
+            if b.rollout_log_probs is None:
+                raise RuntimeError("algorithm.rollout_correction.bypass_mode needs the rollout engine's log-probs")
+            b.old_log_probs = b.rollout_log_probs.clone()
+            return {}
+        if b.old_log_probs is None or b.rollout_log_probs is None:
+            return {}
+        corr = rollout_correction_for(rc, b.old_log_probs, b.rollout_log_probs, b.loss_mask)
+        b.loss_mask, b.rollout_is_weights = corr.mask, corr.weights
+        return corr.metrics
 
     def compute_advantages(self, exp: Experience) -> dict[str, float]:
         from trainer.algorithms.advantages import get_adv_estimator
@@ -391,8 +418,9 @@ class Trainer:
         m.update(compute_count_metrics("tool_call_counts", [tr.tool_calls for tr in trajs]))
         if exp.entropy is not None:
             m["actor/entropy"] = (exp.entropy * b.response_mask).sum().item() / max(1.0, b.response_mask.sum().item())
-        if b.old_log_probs is not None and all(tr.rollout_logprobs is not None for tr in trajs):
-            diff = self._rollout_probs_diff(b, trajs)
+        if (b.old_log_probs is not None and b.rollout_log_probs is not None
+                and not cfg.algorithm.rollout_correction.bypass_mode):  # bypass: old is the rollout
+            diff = self._rollout_probs_diff(b)
             if diff is not None:
                 m.update(diff)
         m.update(actor)
@@ -422,16 +450,11 @@ class Trainer:
         return m
 
     @staticmethod
-    def _rollout_probs_diff(b: ExperienceBatch, trajs: list[Trajectory]) -> dict[str, float] | None:
-        rollout = torch.zeros_like(b.old_log_probs)
-        for i, tr in enumerate(trajs):
-            lp = tr.rollout_logprobs or []
-            if lp:
-                rollout[i, : len(lp)] = torch.as_tensor(lp, dtype=torch.float32)
+    def _rollout_probs_diff(b: ExperienceBatch) -> dict[str, float] | None:
         mask = b.loss_mask.bool()
         if not mask.any():
             return None
-        d = (rollout.exp() - b.old_log_probs.exp()).abs()[mask]
+        d = (b.rollout_log_probs.exp() - b.old_log_probs.exp()).abs()[mask]
         return {"training/rollout_probs_diff_max": d.max().item(), "training/rollout_probs_diff_mean": d.mean().item(),
                 "training/rollout_probs_diff_std": d.std().item() if d.numel() > 1 else 0.0}
 
@@ -443,6 +466,9 @@ class Trainer:
 
         rep = self.cfg.report
         b = exp.batch
+        # The rollout's log-probs beside the actor's (the token page shows the gap); in bypass mode
+        # the actor's are the rollout's, so there is no gap to show.
+        rollout_lp = None if self.cfg.algorithm.rollout_correction.bypass_mode else b.rollout_log_probs
         uids = [tr.uid for tr in exp.trajectories]
         group = None
         if not validation and b.token_level_rewards is not None:
@@ -459,7 +485,9 @@ class Trainer:
                     loss_mask=[int(x) for x in tr.loss_mask],
                     logprobs=_view_floats(b.old_log_probs[i, :r]),
                     ref_logprobs=_view_floats(b.ref_log_probs[i, :r]) if b.ref_log_probs is not None else None,
-                    advantages=_view_floats(b.advantages[i, :r]))
+                    advantages=_view_floats(b.advantages[i, :r]),
+                    rollout_logprobs=None if rollout_lp is None else [
+                        v if m else None for v, m in zip(_view_floats(rollout_lp[i, :r]), tr.loss_mask)])
             data = SampleData(step=step, uid=tr.uid, index=tr.index, reward=float(tr.reward),
                               advantage=float(tr.advantage), response_length=r, num_turns=int(tr.num_turns),
                               finish_reason=tr.finish_reason, messages=_jsonable(tr.messages),
@@ -581,6 +609,18 @@ def pick_groups(uids: list[str], budget: int) -> list[int]:
     k = min(len(rows), max(1, budget // max(len(g) for g in rows)))
     chosen = sorted({round(j * (len(rows) - 1) / max(1, k - 1)) for j in range(k)}) if k > 1 else [0]
     return sorted(i for j in chosen for i in rows[j])
+
+
+def _rollout_log_probs(trajs: list[Trajectory], mask: torch.Tensor) -> torch.Tensor | None:
+    """The rollout engine's log-probs of the sampled tokens (B, R), 0 where the loss mask is 0; None
+    when a trajectory came without them."""
+    if not trajs or any(tr.rollout_logprobs is None for tr in trajs):
+        return None
+    out = torch.zeros_like(mask)
+    for i, tr in enumerate(trajs):
+        if tr.rollout_logprobs:
+            out[i, : len(tr.rollout_logprobs)] = torch.as_tensor(tr.rollout_logprobs, dtype=torch.float32)
+    return out * mask
 
 
 def _finite(x: float) -> float | None:

@@ -12,6 +12,8 @@
   const GROUPS = [
     ["Rewards and scores", (k) => /^(critic\/(score|rewards|advantages|returns)|val-core|val-aux|reward)/.test(k)],
     ["Policy", (k) => /^actor\//.test(k)],
+    // rollout correction: the gap between the rollout engine's and the actor's log-probs (verl's names)
+    ["Training–inference mismatch", (k) => /^(rollout_corr\/|training\/rollout_)/.test(k)],
     ["Lengths and turns", (k) => /^(response_length|prompt_length|num_turns|tool_calls)/.test(k)],
     ["Timing and throughput", (k) => /^(timing_s|timing_per_token_ms|perf)\//.test(k)],
     ["Other", () => true],
@@ -32,7 +34,13 @@
   // `critic/score/mean|max|min`, drawn as the mean line over a min-max band, so that values of very
   // different scales (entropy ~6, a clip fraction ~0.01) never share one y axis.
   const STAT = /\/(mean|max|min)$/;
-  function familyOf(key) { return STAT.test(key) ? key.replace(STAT, "") : key; }
+  // verl's mismatch metrics end their statistic with an underscore (rollout_corr/rollout_is_mean, _max, _min)
+  const MISMATCH_STAT = /^((?:rollout_corr\/|training\/rollout_).+)_(mean|max|min)$/;
+  function familyOf(key) {
+    if (STAT.test(key)) return key.replace(STAT, "");
+    const m = MISMATCH_STAT.exec(key);
+    return m ? m[1] : key;
+  }
 
   function groupGrid(name) {
     if (!groupDivs.has(name)) {
@@ -93,15 +101,16 @@
   }
 
   function familyTraces(family, members) {
-    const has = (stat) => members.includes(family + "/" + stat);
+    const sep = members.some((k) => k.startsWith(family + "/")) ? "/" : "_";
+    const has = (stat) => members.includes(family + sep + stat);
     const traces = [];
     if (has("mean") && has("min") && has("max")) {
       // the min-max band first (max, then min filled up to it), the mean line on top
-      traces.push(Object.assign(series(family + "/max"), { name: "max", meta: family + "/max", mode: "lines",
+      traces.push(Object.assign(series(family + sep + "max"), { name: "max", meta: family + sep + "max", mode: "lines",
         line: { width: 0 }, showlegend: false, hoverinfo: "skip", type: "scatter" }));
-      traces.push(Object.assign(series(family + "/min"), { name: "min–max", meta: family + "/min", mode: "lines",
+      traces.push(Object.assign(series(family + sep + "min"), { name: "min–max", meta: family + sep + "min", mode: "lines",
         line: { width: 0 }, fill: "tonexty", fillcolor: "rgba(78,121,167,0.18)", type: "scatter", hoverinfo: "skip" }));
-      traces.push(Object.assign(series(family + "/mean"), { name: "mean", meta: family + "/mean",
+      traces.push(Object.assign(series(family + sep + "mean"), { name: "mean", meta: family + sep + "mean",
         mode: "lines+markers", marker: { size: 4 }, line: { color: "#4e79a7" }, type: "scatter" }));
       return traces;
     }

@@ -1,5 +1,6 @@
 // The transcript page: switch between the chat and the token view, and colour each token by its
-// log-prob, reference log-prob or advantage (values come from data- attributes, text is never parsed).
+// log-prob, reference log-prob, advantage, rollout log-prob or the rollout − actor log-prob gap
+// (values come from data- attributes, text is never parsed).
 (function () {
   "use strict";
   for (const btn of document.querySelectorAll(".tabs button[data-tab]")) {
@@ -24,6 +25,10 @@
         // advantage: green above zero, red below
         const a = Math.min(Math.abs(v) / span, 1) * 0.6;
         t.style.backgroundColor = v >= 0 ? `rgba(40,160,60,${a})` : `rgba(220,50,50,${a})`;
+      } else if (key === "gap") {
+        // training-inference mismatch: 0 transparent; the engine more sure than the actor blue, less purple
+        const a = Math.min(Math.abs(v) / span, 1) * 0.7;
+        t.style.backgroundColor = v >= 0 ? `rgba(40,90,220,${a})` : `rgba(170,40,170,${a})`;
       } else {
         // log-probs: 0 (certain) transparent, the lowest in view fully red
         const a = hi === lo ? 0 : Math.min((hi - v) / (hi - lo), 1) * 0.7;

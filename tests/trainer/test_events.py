@@ -143,6 +143,9 @@ def test_sample_typed_fields_and_optional_parts():
     view = copy.deepcopy(_sample())
     view["data"]["token_view"]["ref_logprobs"] = None  # no reference model
     assert validate_event(view).data.token_view.ref_logprobs is None
+    assert validate_event(view).data.token_view.rollout_logprobs is None  # not recorded (older events)
+    view["data"]["token_view"]["rollout_logprobs"] = [-0.12, -0.2, None]  # the engine's, None where not sampled
+    assert validate_event(view).data.token_view.rollout_logprobs == [-0.12, -0.2, None]
 
 
 def _with(obj, path, value):
@@ -224,6 +227,14 @@ def _with(obj, path, value):
         (
             _with(VALID[4], ["data", "token_view", "logprobs"], [0.0, float("inf"), 0.0]),
             "event 5: field data.token_view.logprobs[1] must be a finite number or null",
+        ),
+        (
+            _with(VALID[4], ["data", "token_view", "rollout_logprobs"], [-0.1, None]),
+            "event 5: field data.token_view.rollout_logprobs must have one entry per token (3), got 2",
+        ),
+        (
+            _with(VALID[4], ["data", "token_view", "rollout_logprobs"], [-0.1, "x", None]),
+            "event 5: field data.token_view.rollout_logprobs[1] must be a finite number or null",
         ),
         (
             _with(VALID[4], ["data", "reward"], float("nan")),

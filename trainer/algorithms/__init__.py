@@ -5,6 +5,8 @@
     policy_losses.py  registry of policy losses (actor.policy_loss.loss_mode): vanilla (PPO clip with
                       dual clip), gspo, cispo, gpg
     metrics.py        verl's data metrics (critic/*, response_length/*, ...) and their reduction
+    rollout_correction.py  importance weights, rejection masks and mismatch metrics between the
+                      rollout engine's log-probs and the actor's (algorithm.rollout_correction)
 
 Formulas and defaults follow verl (docs/design.md §4.5, §4.7).
 """

@@ -3,12 +3,15 @@
 Each loss is a pure function of (B, T) tensors with one signature,
 
     fn(old_log_prob, log_prob, advantages, response_mask, *, clip_ratio, clip_ratio_low,
-       clip_ratio_high, clip_ratio_c, loss_agg_mode, loss_scale_factor) -> PolicyLossOutput
+       clip_ratio_high, clip_ratio_c, loss_agg_mode, loss_scale_factor, rollout_is_weights)
+       -> PolicyLossOutput
 
 registered with ``@register_policy_loss(name)`` and looked up by the actor with
 ``get_policy_loss(name)``. A loss takes the actor's clip settings and aggregation and ignores those it
 has no use for (as verl's take the whole actor config). ``response_mask`` is the loss mask: 1 on the
-tokens trained on. What each computes, with r = pi / pi_old per token and A the advantage:
+tokens trained on. ``rollout_is_weights`` (B, T), when given, are rollout correction's detached
+importance weights (trainer.algorithms.rollout_correction): every loss multiplies its per-token loss by
+them before aggregating, as verl's do; the metrics are those of the unweighted loss. What each computes, with r = pi / pi_old per token and A the advantage:
 
     vanilla  PPO clip, L = max(-A r, -A clip(r, 1-eps_low, 1+eps_high)), dual clip min(L, -A c) for
              A < 0; aggregated by loss_agg_mode.
@@ -88,6 +91,11 @@ def policy_loss_names() -> list[str]:
     return sorted(_POLICY_LOSSES)
 
 
+def _weighted(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    """The per-token losses times rollout correction's importance weights (unchanged without)."""
+    return pg_losses if rollout_is_weights is None else pg_losses * rollout_is_weights
+
+
 def _bounds(clip_ratio: float, low: float | None, high: float | None) -> tuple[float, float]:
     """(eps_low, eps_high): each side's own value, else clip_ratio."""
     return (clip_ratio if low is None else low), (clip_ratio if high is None else high)
@@ -106,6 +114,7 @@ def compute_policy_loss(
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """PPO clipped surrogate with asymmetric clip bounds and dual clip (verl's ``vanilla``).
 
@@ -130,7 +139,7 @@ def compute_policy_loss(
     pg_clipfrac_lower = masked_mean(
         (torch.gt(clip_max, loss_dual) & negative).float(), response_mask
     )
-    pg_losses = torch.where(negative, clip_min, clip_max)
+    pg_losses = _weighted(torch.where(negative, clip_min, clip_max), rollout_is_weights)
     return PolicyLossOutput(
         pg_loss=agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor),
         loss_agg_mode=loss_agg_mode,
@@ -156,6 +165,7 @@ def compute_policy_loss_gspo(
     clip_ratio_c: float = 3.0,  # noqa: ARG001 - no dual clip in GSPO (as verl)
     loss_agg_mode: str = GSPO_AGG_MODE,  # noqa: ARG001 - GSPO aggregates per sequence (as verl)
     loss_scale_factor: float | None = None,  # noqa: ARG001
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """GSPO (arXiv 2507.18071), the GSPO-token form verl implements.
 
@@ -176,7 +186,7 @@ def compute_policy_loss_gspo(
     s = torch.exp(torch.clamp(log_s, max=GSPO_LOG_RATIO_MAX))
     loss_unclipped = -advantages * s
     loss_clipped = -advantages * torch.clamp(s, 1.0 - low, 1.0 + high)
-    pg_losses = torch.maximum(loss_unclipped, loss_clipped)
+    pg_losses = _weighted(torch.maximum(loss_unclipped, loss_clipped), rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, GSPO_AGG_MODE)
     pg_clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
     return PolicyLossOutput(
@@ -201,6 +211,7 @@ def compute_policy_loss_cispo(
     clip_ratio_c: float = 3.0,  # noqa: ARG001 - no dual clip in CISPO (as verl)
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """CISPO (MiniMax-M1, arXiv 2506.13585): clip the importance weight, not the update.
 
@@ -214,7 +225,7 @@ def compute_policy_loss_cispo(
     log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high).detach()
-    pg_losses = -clipped * advantages * log_prob
+    pg_losses = _weighted(-clipped * advantages * log_prob, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
     return PolicyLossOutput(
         pg_loss=pg_loss,
@@ -238,11 +249,12 @@ def compute_policy_loss_gpg(
     clip_ratio_c: float = 3.0,  # noqa: ARG001
     loss_agg_mode: str = "token-mean",
     loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
 ) -> PolicyLossOutput:
     """GPG (arXiv 2504.02546): L = -A logp, aggregated by ``loss_agg_mode``; no ratio, no clip, no
     metrics (verl's reports none). Off-policy data (ppo_epochs > 1, several mini-batches) is not
     corrected for."""
-    pg_losses = -advantages * log_prob
+    pg_losses = _weighted(-advantages * log_prob, rollout_is_weights)
     return PolicyLossOutput(
         pg_loss=agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor),
         loss_agg_mode=loss_agg_mode,

@@ -41,6 +41,7 @@ from .checks import ConfigWarning, config_errors, config_warnings, resolve, vali
 from .fields import ConfigError
 from .overrides import KEY_ALIASES, apply_overrides, load_config, parse_value
 from .reference import config_markdown, describe_config, describe_sections
+from .rollout_correction import RolloutCorrectionConfig
 from .schema import (
     LOGGERS,
     AlgorithmConfig,
@@ -80,6 +81,7 @@ __all__ = [
     "ReportConfig",
     "RewardConfig",
     "RewardModelConfig",
+    "RolloutCorrectionConfig",
     "RolloutConfig",
     "ToolsConfig",
     "TrainerConfig",

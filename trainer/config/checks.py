@@ -16,6 +16,7 @@ from typing import Any
 
 from .actor_rollout_ref import ActorConfig, ActorRolloutRefConfig, RolloutConfig
 from .fields import ConfigError, coerce, hints
+from .rollout_correction import check_rollout_correction, rollout_correction_warnings
 from .schema import LOGGERS, AlgorithmConfig, Config, DataConfig, ReportConfig, TrainerConfig
 
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -297,6 +298,7 @@ def _parts(cfg: Config, *, require_paths: bool) -> list:
         lambda: _check_actor(cfg.actor_rollout_ref),
         lambda: _check_algorithm(cfg.algorithm),
         lambda: _check_dapo(cfg),
+        lambda: check_rollout_correction(cfg.algorithm.rollout_correction),
         lambda: _check_trainer(cfg.trainer),
         lambda: _check_report(cfg.report),
     ]
@@ -423,6 +425,8 @@ def config_warnings(cfg: Config) -> list[ConfigWarning]:
             "used only with dynamic sampling (algorithm.filter_groups.enable); without it each step "
             f"generates data.train_batch_size={data.train_batch_size} prompts.",
         ))
+    out += [ConfigWarning(key, message) for key, message in rollout_correction_warnings(
+        alg.rollout_correction, actor.policy_loss.loss_mode)]
     ob = cfg.reward_model.overlong_buffer
     if ob.enable and not ob.log:
         out.append(ConfigWarning(

@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping, Union
 
 from .actor_rollout_ref import ActorRolloutRefConfig, upgrade_stored
 from .fields import build, option, section
+from .rollout_correction import RolloutCorrectionConfig
 
 # The trainer's sinks, by registry name (http: the platform's ingest API, trainer/sinks_http.py).
 LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "http")
@@ -120,6 +121,11 @@ class AlgorithmConfig:
     kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, "KL-in-reward coefficient.")
     filter_groups: FilterGroupsConfig = section(
         FilterGroupsConfig, "Dynamic sampling (DAPO): keep only groups whose metric varies."
+    )
+    rollout_correction: RolloutCorrectionConfig = section(
+        RolloutCorrectionConfig,
+        "Rollout correction: importance weights, rejection and bypass between the rollout engine's "
+        "log-probs and the actor's (verl's algorithm.rollout_correction).",
     )
 
 

@@ -135,7 +135,8 @@ class RankWorker:
         self.actor = ActorWorker(**common, actor_cfg=arr.actor, trainable=True, total_steps=self.total_steps,
                                  log_prob_micro_batch_size=arr.rollout.log_prob_micro_batch_size_per_gpu,
                                  gradient_checkpointing=arr.model.enable_gradient_checkpointing,
-                                 use_torch_compile=arr.actor.use_torch_compile, model=load(torch.float32))
+                                 use_torch_compile=arr.actor.use_torch_compile, model=load(torch.float32),
+                                 rollout_correction=cfg.algorithm.rollout_correction)
         self.ref = None
         if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
             self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),

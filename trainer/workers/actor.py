@@ -24,7 +24,10 @@ which transformers needs to checkpoint, with every dropout rate set to 0): RL re
 expects the update's first forward to equal them, which dropout would break.
 
 The policy loss is the one `actor.policy_loss.loss_mode` names (trainer.algorithms.policy_losses:
-vanilla, gspo, cispo, gpg); the KL and entropy terms are the same whatever it is.
+vanilla, gspo, cispo, gpg); the KL and entropy terms are the same whatever it is. Rollout correction
+(algorithm.rollout_correction, trainer.algorithms.rollout_correction.corrected_policy_loss): the
+batch's importance weights multiply it, or in bypass mode weights and rejection are computed per
+micro-batch against the rollout's log-probs.
 
 Loss normalisation is global: each micro-batch's loss is weighted by its share of the WHOLE
 mini-batch (all micro-batches of all ranks): tokens for token-mean, rows for the seq-mean modes (the
@@ -184,13 +187,14 @@ class ActorWorker:
                  trainable: bool = True, temperature: float = 1.0, total_steps: int = 1,
                  log_prob_micro_batch_size: int | None = None, trust_remote_code: bool = False,
                  gradient_checkpointing: bool = False, pad_token_id: int = 0, model: Any = None,
-                 use_torch_compile: bool = False, share_prompts: bool = True):
+                 use_torch_compile: bool = False, share_prompts: bool = True, rollout_correction: Any = None):
         from transformers import AutoModelForCausalLM
 
         self.device = device
         self.compute_dtype = dtype
         self.trainable = trainable
         self.cfg = actor_cfg
+        self.rollout_correction = rollout_correction  # algorithm.rollout_correction (None: not configured)
         self.temperature = float(temperature) if temperature and temperature > 0 else 1.0
         self.log_prob_micro = log_prob_micro_batch_size
         self.pad_token_id = int(pad_token_id)
@@ -333,6 +337,7 @@ class ActorWorker:
         """
         from trainer.algorithms.losses import agg_loss, kl_penalty
         from trainer.algorithms.policy_losses import get_policy_loss
+        from trainer.algorithms.rollout_correction import corrected_policy_loss
 
         if not self.trainable:
             raise RuntimeError("update_policy called on a frozen (reference) worker")
@@ -381,10 +386,16 @@ class ActorWorker:
                         captured_logp[rows, :r] = logp.detach().cpu()
                     if captured_ent is not None:
                         captured_ent[rows, :r] = ent.detach().cpu()
-                    pg = compute_policy_loss(old, logp, adv, mask, clip_ratio=cfg.clip_ratio,
-                                             clip_ratio_low=cfg.clip_ratio_low, clip_ratio_high=cfg.clip_ratio_high,
-                                             clip_ratio_c=cfg.clip_ratio_c, loss_agg_mode=cfg.loss_agg_mode,
-                                             loss_scale_factor=scale)
+                    # Rollout correction (trainer.algorithms.rollout_correction.corrected_policy_loss).
+                    pg, corr_metrics = corrected_policy_loss(
+                        compute_policy_loss, self.rollout_correction, old, logp, adv, mask,
+                        rollout_log_prob=_rows(batch.rollout_log_probs, rows, r, self.device),
+                        rollout_is_weights=_rows(batch.rollout_is_weights, rows, r, self.device),
+                        clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low,
+                        clip_ratio_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c,
+                        loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=scale)
+                    for name, value in corr_metrics.items():
+                        add(name, value)
                     # This micro-batch's share of the whole (all-rank) mini-batch loss: see the docstring.
                     # The policy term by the aggregation it used (gspo's is its own), the others by
                     # loss_agg_mode.
@@ -503,6 +514,11 @@ class ActorWorker:
         """
         for name, param in self.model.named_parameters():
             yield name, param.detach()
+
+
+def _rows(t: torch.Tensor | None, rows: torch.Tensor, r: int, device: torch.device) -> torch.Tensor | None:
+    """Rows `rows`, first `r` columns of a (B, R) batch tensor on `device` (None stays None)."""
+    return None if t is None else t[rows, :r].to(device)
 
 
 def _rank() -> int:

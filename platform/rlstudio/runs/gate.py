@@ -39,8 +39,9 @@ class Bound:
     """What a user-settable key accepts beyond its schema type.
 
     lo / hi bound numbers (and every number of a list); `choices` the strings (or list items) allowed;
-    `pattern` a regular expression a string must match in full; `max_items` the length of a list;
-    `max_json_bytes` the encoded size of an object.
+    `pattern` a regular expression a string must match in full (`pattern_text` says in words what it
+    allows; the default is a name's); `max_items` the length of a list; `max_json_bytes` the encoded
+    size of an object.
     """
 
     lo: float | None = None
@@ -49,6 +50,7 @@ class Bound:
     pattern: str | None = None
     max_items: int | None = None
     max_json_bytes: int | None = None
+    pattern_text: str | None = None
 
 
 FLAG = Bound()  # booleans and the schema's own closed choices (Literal): the schema checks them
@@ -59,6 +61,9 @@ SEED = Bound(lo=0, hi=2**31 - 1)
 UNIT = Bound(lo=0, hi=1)
 NAME = Bound(pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # names that may end up in folder names
 COLUMN = Bound(pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
+# rollout correction's threshold strings ("2.0", "0.5_5.0", "0.5_2.0,0.01"); the trainer's check parses them
+THRESHOLDS = Bound(lo=0, hi=1e6, pattern=r"[0-9.eE+_,-]{1,128}",
+                   pattern_text="numbers joined by '_' and ',' (e.g. 0.5_5.0), at most 128 characters")
 
 # Tool names and loggers are checked against the trainer's registries when the gate runs.
 USER_LOGGERS = ("console", "jsonl", "tensorboard")
@@ -157,6 +162,16 @@ USER_KEYS: dict[str, Bound] = {
     "algorithm.filter_groups.enable": FLAG,
     "algorithm.filter_groups.metric": FLAG,
     "algorithm.filter_groups.max_num_gen_batches": Bound(lo=-1, hi=1000),
+    # rollout correction: weights, rejection, bypass (the trainer's check parses the option and threshold strings)
+    "algorithm.rollout_correction.rollout_is": FLAG,
+    "algorithm.rollout_correction.rollout_is_threshold": THRESHOLDS,
+    "algorithm.rollout_correction.rollout_is_batch_normalize": FLAG,
+    "algorithm.rollout_correction.rollout_rs": Bound(
+        pattern=r"[a-z0-9_]{1,16}(,[a-z0-9_]{1,16}){0,15}",
+        pattern_text="option names joined by ',' (e.g. token_k1,seq_max_k3)"),
+    "algorithm.rollout_correction.rollout_rs_threshold": THRESHOLDS,
+    "algorithm.rollout_correction.bypass_mode": FLAG,
+    "algorithm.rollout_correction.loss_type": FLAG,
     # reward: a built-in or operator-registered name (checked by `check`), never a file
     "reward.name": NAME,
     "reward.reward_kwargs": Bound(lo=-1e12, hi=1e12, max_json_bytes=4096),
@@ -274,6 +289,8 @@ def _check_string(key: str, value: str, bound: Bound) -> None:
     if bound.choices is not None and value not in bound.choices:
         raise GateRefused(key, f"{value!r} is not allowed; allowed values: {', '.join(bound.choices)}")
     if bound.pattern is not None and not re.fullmatch(bound.pattern, value):
+        if bound.pattern_text:
+            raise GateRefused(key, f"{value!r} is not allowed: {bound.pattern_text}")
         raise GateRefused(key, f"{value!r} is not allowed: letters, digits, '.', '_' and '-' only "
                                "(no path separators), at most 64 characters")
 
@@ -382,7 +399,7 @@ def markdown() -> str:
         if b.choices:
             parts.append("one of " + ", ".join(f"`{c}`" for c in b.choices))
         if b.pattern:
-            parts.append("a name: letters, digits, `.`, `_`, `-` (no path separators), up to 64")
+            parts.append(b.pattern_text or "a name: letters, digits, `.`, `_`, `-` (no path separators), up to 64")
         if b.max_items:
             parts.append(f"at most {b.max_items} items")
         if b.max_json_bytes:

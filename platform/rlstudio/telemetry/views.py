@@ -111,9 +111,13 @@ def _tokens(view: dict[str, Any] | None) -> list[dict[str, Any]]:
     if not view:
         return []
     ref = view.get("ref_logprobs") or [None] * len(view["ids"])
-    return [{"id": i, "piece": p, "mask": m, "lp": lp, "ref": r, "adv": a}
-            for i, p, m, lp, r, a in zip(view["ids"], view["pieces"], view["loss_mask"],
-                                         view["logprobs"], ref, view["advantages"])]
+    rollout = view.get("rollout_logprobs") or [None] * len(view["ids"])
+    # gap: the rollout engine's log-prob minus the actor's, on the tokens the engine sampled (the
+    # training-inference mismatch of that token; rollout correction's log r with the sign flipped).
+    return [{"id": i, "piece": p, "mask": m, "lp": lp, "ref": r, "adv": a, "rollout": ro,
+             "gap": round(ro - lp, 6) if ro is not None and lp is not None else None}
+            for i, p, m, lp, r, a, ro in zip(view["ids"], view["pieces"], view["loss_mask"],
+                                             view["logprobs"], ref, view["advantages"], rollout)]
 
 
 @login_required
@@ -126,6 +130,7 @@ def sample_detail(request, run_id: int, sample_id: int):
         "ground_truth": json.dumps(sample["ground_truth"], ensure_ascii=False),
         "tokens": _tokens(sample["token_view"]),
         "has_ref": bool(sample["token_view"] and sample["token_view"].get("ref_logprobs")),
+        "has_rollout": bool(sample["token_view"] and sample["token_view"].get("rollout_logprobs")),
     })
 
 
