@@ -47,7 +47,7 @@ import torch
 from trainer import checkpoint as ckpt
 from trainer.algorithms.filter_groups import GroupPool, metric_values
 from trainer.algorithms.metrics import (compute_count_metrics, compute_data_metrics, reduce_metrics,
-                                       verl_num_turns)
+                                       verl_num_turns, zero_adv_group_ratio)
 from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, load_prompt_dataset
 from trainer.types import PromptItem, Trajectory
@@ -416,6 +416,7 @@ class Trainer:
         m.update(compute_count_metrics("num_turns", [
             verl_num_turns(tr.num_turns, tr.messages, len(tr.prompt.messages), tr.finish_reason) for tr in trajs]))
         m.update(compute_count_metrics("tool_call_counts", [tr.tool_calls for tr in trajs]))
+        m["critic/zero_adv_group_ratio"] = zero_adv_group_ratio(b.uids, b.token_level_rewards.sum(dim=-1).tolist())
         if exp.entropy is not None:
             m["actor/entropy"] = (exp.entropy * b.response_mask).sum().item() / max(1.0, b.response_mask.sum().item())
         if (b.old_log_probs is not None and b.rollout_log_probs is not None

@@ -6,6 +6,7 @@ compute_data_metrics(...)  -> critic/score/*, critic/rewards/*, critic/advantage
 compute_count_metrics(...) -> <prefix>/{mean,max,min} of per-trajectory counts
                               (num_turns/*, tool_call_counts/*)
 verl_num_turns(...)        -> a trajectory's turns as verl counts them for num_turns/*
+zero_adv_group_ratio(...)  -> critic/zero_adv_group_ratio: groups whose rewards are all equal (ours)
 reduce_metrics({name: [v, ...]}) -> {name: v}   mean, or max / min for keys containing them
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 import torch
+
+from trainer.algorithms.filter_groups import group_rows, kept_group_uids
 
 
 def reduce_metrics(metrics: Mapping[str, Sequence[float] | float]) -> dict[str, float]:
@@ -87,6 +90,17 @@ def compute_data_metrics(
             (prompt_length >= max_prompt_length).double().mean()
         )
     return metrics
+
+
+def zero_adv_group_ratio(uids: Sequence[str], rewards: Sequence[float]) -> float:
+    """Share of the batch's groups (rows sharing a uid) whose sequence rewards are all equal, so that
+    GRPO gives every sample of the group a zero advantage: the groups that teach nothing. A group of
+    one is not counted as flat (verl's GRPO gives it the raw score). No verl metric reports this; the
+    platform's alert on it reads `critic/zero_adv_group_ratio`. 0.0 for an empty batch."""
+    groups = group_rows(uids)
+    if not groups:
+        return 0.0
+    return 1.0 - len(kept_group_uids(uids, [float(r) for r in rewards])) / len(groups)
 
 
 def compute_count_metrics(prefix: str, counts: Iterable[float]) -> dict[str, float]:

@@ -94,3 +94,13 @@ def test_verl_num_turns_is_user_plus_assistant_turns_plus_one():
     # A few-shot prompt's own turns are the prompt's, not the trajectory's.
     few_shot = _msgs("user", "assistant", "tool", "assistant", "user")
     assert verl_num_turns(1, few_shot + _msgs("assistant"), len(few_shot), "stop") == 2
+
+
+def test_zero_adv_group_ratio_counts_groups_whose_rewards_are_all_equal():
+    from trainer.algorithms.metrics import zero_adv_group_ratio
+
+    uids = ["a", "a", "b", "b", "c", "c", "d"]
+    rewards = [1.0, 1.0, 0.0, 1.0, 0.1, 0.1, 0.5]  # a flat, b varies, c flat (0.1: std not exactly 0), d alone
+    assert zero_adv_group_ratio(uids, rewards) == 0.5
+    assert zero_adv_group_ratio([], []) == 0.0
+    assert zero_adv_group_ratio(["x"] * 4, [0.0] * 4) == 1.0
