@@ -195,8 +195,12 @@ class MultiTurnRollout:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            # One persistent loop per rollout object: async engines (sglang) bind to the loop they
-            # first ran on, so a fresh asyncio.run() per step would break them.
+            # An engine with a loop of its own (sglang: its Engine's) runs there; else one persistent
+            # loop per rollout object: async engines bind to the loop they first ran on, so a fresh
+            # asyncio.run() per step would break them.
+            engine_loop = getattr(self.engine, "event_loop", None)
+            if engine_loop is not None and not engine_loop.is_closed():
+                return engine_loop.run_until_complete(coro)
             if self._loop is None or self._loop.is_closed():
                 self._loop = asyncio.new_event_loop()
             return self._loop.run_until_complete(coro)

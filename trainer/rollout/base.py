@@ -70,6 +70,12 @@ class RolloutEngine(abc.ABC):
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         """Generate every request (as one batch where the backend can); outputs in request order."""
 
+    @property
+    def event_loop(self) -> Any:
+        """The asyncio loop that calls into this engine must run on (the multi-turn agent drives its
+        coroutine there), or None for any loop. sglang: its Engine's own loop."""
+        return None
+
     async def agenerate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         """Async form used by the multi-turn agent. Default: the synchronous `generate` (it blocks
         the loop, which is fine: the agent runs tools only between turns). Async backends override."""

@@ -1,26 +1,40 @@
 """The `sglang` rollout backend: the same engine interface over `sglang.Engine` (optional, GPU only).
 
-NOT YET RUN AGAINST A REAL SGLANG. SGLang cannot be installed on the machines this project is built
-and tested on (docs/design.md §5: it brings its own CUDA torch and its Engine needs a GPU). The logic is
-written against SGLang's documented Engine API and tested with an in-process stand-in that implements
-exactly the methods called here, with their documented signatures:
+NOT YET RUN AGAINST A LIVE SGLANG ENGINE (no GPU has run it; docs/distributed.md). SGLang cannot be
+installed on the CPU machines this project is built and tested on (docs/design.md §5). What is checked
+without a GPU: tests/trainer/rollout/test_sglang_conformance.py reads the pinned release's source
+(the `sglang` extra's version, fetched as a wheel, parsed with `ast`) and checks every Engine method,
+keyword, result field and memory tag used here against it, and the stand-in engine the logic is
+tested on (tests/trainer/rollout/test_sglang_engine.py) against the same parse. The calls made:
 
     Engine(model_path=..., dtype=..., mem_fraction_static=..., enable_memory_saver=True,
            skip_tokenizer_init=True, random_seed=..., context_length=..., base_gpu_id=..., tp_size=1)
+           (Engine(**kwargs) builds a ServerArgs from them)
     await engine.async_generate(input_ids=[[...], ...], sampling_params=[{...}, ...], return_logprob=True)
-        -> list of {"output_ids": [...], "meta_info": {"finish_reason": {"type": "stop"|"length",
-           "matched": ...}, "output_token_logprobs": [(logprob, token_id, text|None), ...], ...}}
-    engine.update_weights_from_tensor(named_tensors=[(name, tensor), ...], load_format=None, flush_cache=bool)
-    engine.release_memory_occupation(tags=None) / engine.resume_memory_occupation(tags=None)
+        -> list of {"output_ids": [...], "meta_info": {"finish_reason": {"type": "stop"|"length"|"abort",
+           "matched": ...}, "output_token_logprobs": [(logprob, token_id, None), ...], ...}}
+    success, message = engine.update_weights_from_tensor(named_tensors=[(name, tensor), ...],
+                                                         load_format=None, flush_cache=bool)
+    engine.release_memory_occupation(tags=[...]) / engine.resume_memory_occupation(tags=[...])
     engine.flush_cache()
     engine.shutdown()
 
+Two rules read from SGLang's source that the stand-in enforces:
+- One event loop. The Engine keeps the loop it was built on (`engine.loop`); its synchronous methods
+  run their coroutine there, and its TokenizerManager binds its receive loop to the first loop a
+  call runs on. A request awaited on any other loop would wait for replies nobody reads, so
+  `async_generate` runs on `engine.loop` too (`event_loop`; the multi-turn agent drives its
+  coroutine there).
+- Release and resume are not idempotent: the scheduler adds each released tag to a set and
+  `remove`s it on resume (a KeyError for a region that was not released). The backend keeps the
+  released tags and sends only what changes; tags are SGLang's GPU_MEMORY_ALL_TYPES.
+
 Sampling params sent per request: temperature (0 = greedy), top_p, top_k, max_new_tokens,
-stop_token_ids, and `sampling_seed` when the request is seeded (newer SGLang releases; the
-reproducibility it gives also depends on SGLang's deterministic-inference settings).
-Weights are sent in buckets of about `update_weights_bucket_megabytes` MB (verl HEAD / slime style:
-one call per bucket, flush_cache only with the last). `import sglang` happens only when an Engine is
-built, so the rest of the trainer never needs it.
+stop_token_ids, and `sampling_seed` when the request is seeded (the reproducibility it gives also
+depends on SGLang's deterministic-inference settings). Weights are sent in buckets of about
+`update_weights_bucket_megabytes` MB (verl HEAD / slime style: one call per bucket, flush_cache only
+with the last). `import sglang` happens only when an Engine is built, so the rest of the trainer
+never needs it.
 """
 from __future__ import annotations
 
@@ -28,6 +42,10 @@ import asyncio
 from typing import Any, Callable, Iterable, Iterator
 
 from trainer.rollout.base import GenerationOutput, GenerationRequest, RolloutEngine, register_engine
+
+# The GPU memory regions an Engine releases and resumes (SGLang's GPU_MEMORY_ALL_TYPES, checked
+# against the pinned release by the conformance test).
+SGLANG_MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
 
 
 def bucket_named_tensors(named_tensors: Iterable[tuple[str, Any]], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
@@ -92,7 +110,13 @@ class SGLangRolloutEngine(RolloutEngine):
         self.engine = engine
         self.bucket_bytes = max(1, int(float(bucket_megabytes) * (1 << 20)))
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.released: set[str] = set()  # memory tags released and not yet resumed
         self.last_stats: dict[str, float] = {}
+
+    @property
+    def event_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The Engine's own loop (`engine.loop`): every call into SGLang must run on it."""
+        return getattr(self.engine, "loop", None)
 
     @classmethod
     def from_config(cls, *, model: Any, tokenizer: Any, config: Any, device: Any,
@@ -132,6 +156,11 @@ class SGLangRolloutEngine(RolloutEngine):
     async def agenerate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         if not requests:
             return []
+        loop = self.event_loop
+        if loop is not None and asyncio.get_running_loop() is not loop:
+            # Awaited elsewhere, the request would wait for replies read on the Engine's loop: a hang.
+            raise RuntimeError("sglang requests must run on the Engine's own event loop (engine.loop); "
+                               "drive the coroutine with engine.event_loop.run_until_complete")
         results = await self.engine.async_generate(
             input_ids=[list(r.prompt_ids) for r in requests],
             sampling_params=[sampling_to_sglang(r) for r in requests],
@@ -144,10 +173,13 @@ class SGLangRolloutEngine(RolloutEngine):
         return [output_from_sglang(r, res) for r, res in zip(requests, results)]
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
-        """Synchronous form on a private persistent loop (from async code, await agenerate instead)."""
-        if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(self.agenerate(requests))
+        """Synchronous form on the Engine's loop (from async code running there, await agenerate)."""
+        loop = self.event_loop
+        if loop is None or loop.is_closed():  # an engine without a loop of its own: a private one
+            if self._loop is None or self._loop.is_closed():
+                self._loop = asyncio.new_event_loop()
+            loop = self._loop
+        return loop.run_until_complete(self.agenerate(requests))
 
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         buckets = 0
@@ -156,24 +188,34 @@ class SGLangRolloutEngine(RolloutEngine):
         # Look one bucket ahead so flush_cache rides on the last call only.
         for bucket in bucket_named_tensors(named_tensors, self.bucket_bytes):
             if pending is not None:
-                self.engine.update_weights_from_tensor(named_tensors=pending, load_format=None, flush_cache=False)
+                self._send(pending, flush_cache=False)
                 buckets += 1
             pending = bucket
             total += sum(int(t.numel()) * int(t.element_size()) for _, t in bucket)
         if pending is not None:
-            self.engine.update_weights_from_tensor(named_tensors=pending, load_format=None, flush_cache=True)
+            self._send(pending, flush_cache=True)
             buckets += 1
         self.last_stats = {"weight_buckets": float(buckets), "weight_bytes": float(total)}
 
-    def release_memory(self) -> None:
-        self.engine.release_memory_occupation()
+    def _send(self, bucket: list[tuple[str, Any]], *, flush_cache: bool) -> None:
+        success, message = self.engine.update_weights_from_tensor(named_tensors=bucket, load_format=None,
+                                                                  flush_cache=flush_cache)
+        if not success:
+            raise RuntimeError(f"sglang update_weights_from_tensor failed: {message}")
 
-    def resume_memory(self, tags: list[str] | None = None) -> None:
-        """Resume weights and KV cache (or only `tags`, e.g. ["weights"] before a sync, as verl HEAD)."""
-        if tags is None:
-            self.engine.resume_memory_occupation()
-        else:
-            self.engine.resume_memory_occupation(tags=tags)
+    def release_memory(self, tags: Iterable[str] | None = None) -> None:
+        """Release `tags` (default: all of SGLANG_MEMORY_TAGS) that are not released already."""
+        todo = [t for t in (SGLANG_MEMORY_TAGS if tags is None else tags) if t not in self.released]
+        if todo:
+            self.engine.release_memory_occupation(tags=todo)
+            self.released.update(todo)
+
+    def resume_memory(self, tags: Iterable[str] | None = None) -> None:
+        """Resume the released `tags` (default: all; e.g. ["weights"] alone before a sync, as verl HEAD)."""
+        todo = [t for t in (SGLANG_MEMORY_TAGS if tags is None else tags) if t in self.released]
+        if todo:
+            self.engine.resume_memory_occupation(tags=todo)
+            self.released.difference_update(todo)
 
     def flush_cache(self) -> None:
         self.engine.flush_cache()

@@ -1,7 +1,12 @@
 """The sglang backend's logic against an in-process stand-in for `sglang.Engine`.
 
-SGLang itself cannot be installed here (see trainer/rollout/sglang.py); FakeSGLangEngine implements
-exactly the Engine methods the backend calls, with SGLang's documented signatures and result shapes.
+SGLang itself cannot be installed here (see trainer/rollout/sglang.py). FakeSGLangEngine has the
+Engine methods the backend calls with the pinned release's exact signatures (parameter names, order,
+kinds and defaults) and result shapes; test_sglang_conformance.py checks it against the release's
+source, so it cannot drift. It also enforces two rules of the real Engine (read in its source):
+every call runs on the Engine's own loop (its sync methods run `self.loop.run_until_complete`, and
+the first loop a call runs on is the only one whose replies are read), and a memory region can only
+be resumed after it was released (the scheduler `remove`s the tag from its set).
 """
 import asyncio
 
@@ -9,22 +14,49 @@ import pytest
 import torch
 
 from trainer.rollout.base import GenerationRequest, SamplingParams, build_engine, resolve_engine_name
-from trainer.rollout.sglang import SGLangRolloutEngine, bucket_named_tensors
+from trainer.rollout.sglang import SGLANG_MEMORY_TAGS, SGLangRolloutEngine, bucket_named_tensors
 
 
 class FakeSGLangEngine:
+    """sglang.Engine's calls as the pinned release declares them; generation is a toy counter."""
+
     def __init__(self, **kwargs):
         self.kwargs = kwargs
         self.calls = []
         self.weights = {}
-        self.loop = None
+        self.loop = asyncio.new_event_loop()  # Engine keeps the loop it was built on
+        self.handle_loop = None  # the loop the TokenizerManager reads replies on (the first one used)
+        self.offload_tags = set()
+
+    def _bind(self):
+        loop = asyncio.get_running_loop()
+        if self.handle_loop is None:
+            self.handle_loop = loop
+        if loop is not self.handle_loop:
+            raise RuntimeError("sglang call on a second event loop: its replies are read on the first (a hang)")
+
+    async def _control(self, call, check=None):
+        self._bind()
+        if check is not None:
+            check()
+        self.calls.append(call)
+
+    def _resident(self, *tags):
+        off = self.offload_tags.intersection(tags)
+        if off:
+            raise RuntimeError(f"memory released: {sorted(off)}")
 
     async def async_generate(self, prompt=None, sampling_params=None, input_ids=None, image_data=None,
+                             audio_data=None, video_data=None, mm_hashes=None, mm_content_hashes=None,
                              return_logprob=False, logprob_start_len=None, top_logprobs_num=None,
-                             lora_path=None, custom_logit_processor=None, stream=False):
-        loop = asyncio.get_running_loop()
-        assert self.loop in (None, loop), "sglang binds to the first event loop it runs on"
-        self.loop = loop
+                             token_ids_logprob=None, lora_path=None, custom_logit_processor=None,
+                             require_reasoning=False, return_hidden_states=False, return_routed_experts=False,
+                             routed_experts_start_len=0, stream=False, bootstrap_host=None, bootstrap_port=None,
+                             bootstrap_room=None, routed_dp_rank=None, disagg_prefill_dp_rank=None, kv_hints=None,
+                             data_parallel_rank=None, external_trace_header=None, rid=None, session_params=None,
+                             priority=None, session_id=None, *, cache_salt=None):
+        self._bind()
+        self._resident("weights", "kv_cache")
         await asyncio.sleep(0)
         self.calls.append(("generate", input_ids, sampling_params, return_logprob))
         out = []
@@ -36,26 +68,38 @@ class FakeSGLangEngine:
                 if tok in sp["stop_token_ids"]:
                     finish = {"type": "stop", "matched": tok}
                     break
-            out.append({"text": "", "output_ids": gen, "meta_info": {
-                "id": "x", "finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": len(gen),
-                "output_token_logprobs": [(-0.1 * (k + 1), t, None) for k, t in enumerate(gen)]}})
+            meta = {"id": "x", "finish_reason": finish, "prompt_tokens": len(ids), "completion_tokens": len(gen)}
+            if return_logprob:
+                meta["output_token_logprobs"] = [(-0.1 * (k + 1), t, None) for k, t in enumerate(gen)]
+            res = {"output_ids": gen, "meta_info": meta}
+            if not self.kwargs.get("skip_tokenizer_init"):
+                res["text"] = ""
+            out.append(res)
         return out
 
     def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True):
-        self.calls.append(("update", [n for n, _ in named_tensors], flush_cache))
+        self.loop.run_until_complete(self._control(("update", [n for n, _ in named_tensors], flush_cache),
+                                                   lambda: self._resident("weights")))
         self.weights.update(dict(named_tensors))
+        return True, "Success"
 
     def release_memory_occupation(self, tags=None):
-        self.calls.append(("release", tags))
+        tags = list(tags or SGLANG_MEMORY_TAGS)
+        self.loop.run_until_complete(self._control(("release", tags)))
+        self.offload_tags.update(tags)
 
     def resume_memory_occupation(self, tags=None):
-        self.calls.append(("resume", tags))
+        tags = list(tags or SGLANG_MEMORY_TAGS)
+        self.loop.run_until_complete(self._control(("resume", tags)))
+        for tag in tags:
+            self.offload_tags.remove(tag)  # KeyError for a region not released, as SGLang's scheduler
 
     def flush_cache(self):
-        self.calls.append(("flush",))
+        return self.loop.run_until_complete(self._control(("flush",)))
 
     def shutdown(self):
         self.calls.append(("shutdown",))
+        self.loop.close()  # the stand-in's own cleanup (SGLang kills its subprocesses)
 
 
 def make(config=None, model="/models/tiny"):
@@ -84,7 +128,8 @@ def test_generate_maps_params_and_outputs():
     assert (a.output_ids, a.finish_reason) == ([14, 15, 16], "stop")
     assert a.logprobs == pytest.approx([-0.1, -0.2, -0.3])
     assert (b.output_ids, b.finish_reason, len(b.logprobs)) == ([51, 52, 53], "length", 3)
-    eng.generate(reqs)  # second call on the same private loop
+    eng.generate(reqs)  # second call, on the same (the Engine's) loop
+    assert eng.engine.handle_loop is eng.engine.loop
 
 
 def test_bucketed_weight_sync_flushes_once():
@@ -102,12 +147,66 @@ def test_bucketed_weight_sync_flushes_once():
 
 def test_memory_calls():
     eng = make()
+    eng.resume_memory()  # nothing released yet: no call (SGLang's resume would raise KeyError)
     eng.release_memory()
+    eng.release_memory()  # already released: no call
     eng.resume_memory(tags=["weights"])
-    eng.resume_memory()
+    eng.resume_memory()  # the rest only
     eng.flush_cache()
     eng.shutdown()
-    assert eng.engine.calls == [("release", None), ("resume", ["weights"]), ("resume", None), ("flush",), ("shutdown",)]
+    assert eng.engine.calls == [("release", ["kv_cache", "weights", "cuda_graph"]), ("resume", ["weights"]),
+                                ("resume", ["kv_cache", "cuda_graph"]), ("flush",), ("shutdown",)]
+
+
+def test_stand_in_enforces_sglang_rules():
+    """The stand-in fails the way SGLang would: resume of a region not released, a second loop."""
+    fake = FakeSGLangEngine(skip_tokenizer_init=True)
+    with pytest.raises(KeyError):
+        fake.resume_memory_occupation()
+    fake.release_memory_occupation(tags=["weights"])
+    with pytest.raises(RuntimeError, match="memory released"):
+        fake.update_weights_from_tensor([("w", torch.zeros(1))])
+    fake.resume_memory_occupation(tags=["weights"])
+    assert fake.update_weights_from_tensor([("w", torch.zeros(1))]) == (True, "Success")
+    other = asyncio.new_event_loop()
+    try:
+        with pytest.raises(RuntimeError, match="second event loop"):
+            other.run_until_complete(fake.async_generate(input_ids=[[1]], sampling_params=[
+                {"max_new_tokens": 1, "stop_token_ids": []}]))
+    finally:
+        other.close()
+
+
+def test_failed_weight_update_raises():
+    eng = make()
+    eng.engine.update_weights_from_tensor = lambda named_tensors, load_format=None, flush_cache=True: (
+        False, "shape mismatch for w0")
+    with pytest.raises(RuntimeError, match="shape mismatch for w0"):
+        eng.update_weights([("w0", torch.zeros(4))])
+
+
+def test_hybrid_cycle_through_the_agent(tiny_tokenizer):
+    """The worker's order (trainer/parallel/worker.py) over two steps: sync (resume, buckets, flush),
+    rollout through the multi-turn agent (resume, generate, release), sync again. On SGLang every call
+    must land on the Engine's loop and every resume must follow a release."""
+    from trainer.rollout.agent import MultiTurnRollout
+    from trainer.types import PromptItem
+
+    eng = make({"update_weights_bucket_megabytes": 1 / 1024})
+    ro = MultiTurnRollout(eng, tiny_tokenizer, {}, {"multi_turn": {"enable": False}}, {"max_response_length": 4})
+    prompts = [PromptItem(uid="p0", index=0, messages=[{"role": "user", "content": "hi"}], prompt_ids=[3, 7])]
+    weights = [(f"w{i}", torch.zeros(256)) for i in range(3)]
+    for _ in range(2):
+        eng.resume_memory()
+        eng.update_weights(weights)
+        eng.flush_cache()
+        eng.resume_memory()
+        assert len(ro.run(prompts, n=2, sampling=SamplingParams(max_new_tokens=4, seed=1))) == 2
+        eng.release_memory()
+    kinds = [c[0] for c in eng.engine.calls]
+    assert kinds == ["update", "update", "update", "flush", "generate", "release",
+                     "resume", "update", "update", "update", "flush", "generate", "release"]
+    assert eng.engine.handle_loop is eng.engine.loop
 
 
 def test_abort_raises():
