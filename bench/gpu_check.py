@@ -1,6 +1,9 @@
-"""The GPU check's body (run by bench/gpu_check.sh): NCCL, FSDP2 + hf rollout, 5 GRPO steps, memory, MFU.
+"""The GPU check's body (run by bench/gpu_check.sh): NCCL, FSDP2 + hf rollout, 5 GRPO steps, memory, MFU;
+then the SGLang hybrid engine when sglang is importable.
 
     python bench/gpu_check.py --out DIR [--steps 5] [--preset demo] [--peak-tflops 989]
+                              [--sglang auto|skip|only] [--sglang-steps 3] [--sglang-mem-fraction 0.2]
+                              [--sglang-engine-kwargs '{"attention_backend": "triton"}']
 
 One process, one GPU, no Ray: a one-rank NCCL process group is created first (and checked with an
 all-reduce); the trainer's RankWorker sees the group and shards the actor and the reference with FSDP2
@@ -12,6 +15,18 @@ MFU of the update: 6 * parameters * tokens (forward + backward of prompt+respons
 dense estimate; attention FLOPs ignored, small at these lengths) / timing_s/update_actor / peak bf16
 FLOP/s of the GPU (--peak-tflops; H100/H200 SXM dense bf16: 989). On a model this small the GPU is
 mostly idle (launch-bound): the figure checks the plumbing, not the hardware.
+
+SGLang section (`sglang_section`; "not run: sglang not installed" where it is not importable): the
+same trainer with actor_rollout_ref.rollout.name=sglang on the same tiny model, --sglang-steps GRPO
+steps with a fresh one-rank NCCL group, so the FSDP2 actor's full tensors go to the SGLang Engine in
+buckets of 1 MB (update_weights_from_tensor, flush_cache on the last) and the engine's memory is
+released after each rollout and resumed before the sync. Recorded: step times, sync MB / buckets /
+seconds, the rollout-vs-actor log-prob mismatch (rollout_corr/kl and log_ppl_abs_diff: near 0 when
+the synced weights are the actor's), the memory timeline's CUDA fields per phase (SGLang's pool lives
+in its own processes, so only the device-wide reading sees it), and a release/resume probe: greedy
+output before, device memory in use (CUDA driver, all processes) resident / released / resumed, the
+same greedy output after. The tiny model's head size is 32, so the Engine gets --sglang-engine-kwargs
+(default the triton attention backend, which takes any head size) on top of the backend's own.
 """
 from __future__ import annotations
 
@@ -41,9 +56,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--sglang", default="auto", choices=["auto", "skip", "only"],
+                    help="auto: the SGLang section after the main check when sglang is importable")
+    ap.add_argument("--sglang-steps", type=int, default=3)
+    ap.add_argument("--sglang-mem-fraction", type=float, default=0.2, help="rollout.gpu_memory_utilization")
+    ap.add_argument("--sglang-engine-kwargs", default='{"attention_backend": "triton"}',
+                    help="JSON: extra sglang.Engine keywords for this check (the tiny model's head size is 32)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.sglang == "only":
+        return run_sglang_section(args, out)
 
     import torch
     import torch.distributed as dist
@@ -132,7 +155,184 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     ok = result["nccl"]["all_reduce_ok"] and result["fsdp2_sharded"] and len(steps) == args.steps
-    return 0 if ok else 1
+    sglang_rc = 0 if args.sglang == "skip" else run_sglang_section(args, out)
+    return 0 if ok and sglang_rc == 0 else 1
+
+
+# ------------------------------------------------------------------------------------------ SGLang
+SGLANG_STEP_KEYS = ("timing_s/step", "timing_s/gen", "timing_s/update_actor", "timing_s/reshard",
+                    "perf/weight_sync_mb", "perf/weight_sync_buckets", "rollout_corr/kl",
+                    "rollout_corr/log_ppl_abs_diff", "perf/max_device_memory_used_gb")
+
+
+def run_sglang_section(args: argparse.Namespace, out: Path) -> int:
+    """Run the SGLang section, add it to results.json / results.md in `out`; 0 unless it failed."""
+    import traceback
+
+    try:
+        section = sglang_section(args)
+    except Exception as exc:  # the section's failure is a result, written down with its traceback
+        section = {"status": f"failed: {type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+    path = out / "results.json"
+    result = json.loads(path.read_text()) if path.exists() else {}
+    result["sglang"] = section
+    path.write_text(json.dumps(result, indent=1, default=str))
+    md = sglang_markdown(section)
+    with open(out / "results.md", "a") as fh:
+        fh.write("\n" + md + "\n")
+    print(md)
+    return 1 if section["status"].startswith("failed") else 0
+
+
+def phase_memory(memory: list[dict]) -> dict[str, dict[str, float]]:
+    """Per phase of the memory timeline: the largest torch allocation and NVML device reading (GB)."""
+    out: dict[str, dict[str, float]] = {}
+    for m in memory:
+        ph = out.setdefault(m["phase"], {"max_allocated_gb": 0.0, "max_device_used_gb": 0.0, "samples": 0})
+        ph["max_allocated_gb"] = max(ph["max_allocated_gb"], m.get("allocated", 0) / 2**30)
+        ph["max_device_used_gb"] = max(ph["max_device_used_gb"], m.get("device_used", 0) / 2**30)
+        ph["samples"] += 1
+    return out
+
+
+def release_resume_probe(engine, prompt_ids: list[int], used_bytes) -> dict:
+    """Greedy output, then device memory in use resident / released / resumed (`used_bytes()`), then
+    the greedy output again: resume must give back the same weights."""
+    from trainer.rollout.base import GenerationRequest, SamplingParams
+
+    req = [GenerationRequest("probe", list(prompt_ids), SamplingParams(temperature=0.0, max_new_tokens=16))]
+    before = engine.generate(req)[0].output_ids
+    resident = used_bytes()
+    engine.release_memory()
+    released = used_bytes()
+    engine.resume_memory()
+    resumed = used_bytes()
+    after = engine.generate(req)[0].output_ids
+    return {"resident_gb": resident / 2**30, "released_gb": released / 2**30, "resumed_gb": resumed / 2**30,
+            "freed_gb": (resident - released) / 2**30, "greedy_before": before, "greedy_after": after,
+            "same_after_resume": before == after}
+
+
+def sglang_section(args: argparse.Namespace, *, device: str = "cuda") -> dict:
+    """The hybrid engine with SGLang on this GPU (see the module docstring); {"status": ...} + figures.
+
+    device="cpu" is for the wiring's dry run in tests (tests/bench/test_gpu_check.py: gloo, a stand-in
+    `sglang` module, process RSS instead of device memory); the check itself runs on "cuda"."""
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is None:
+        return {"status": "not run: sglang not installed"}
+    import sglang
+    import torch
+    import torch.distributed as dist
+
+    from trainer.config import apply_overrides
+    from trainer.loop import Trainer
+    from trainer.models.tiny import make_tiny_model
+    from trainer.recipes import get_recipe
+    from trainer.sinks import Emitter, build_sinks
+    from trainer.tasks import arith
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return {"status": "not run: no CUDA device"}
+    from importlib import metadata
+
+    try:
+        version = metadata.version("sglang")
+    except metadata.PackageNotFoundError:
+        version = getattr(sglang, "__version__", "unknown")
+    section: dict = {"sglang": version, "engine_kwargs": json.loads(args.sglang_engine_kwargs)}
+    work = Path(tempfile.mkdtemp(prefix="gpu_check_sglang_"))
+    model = make_tiny_model(work / "model", preset=args.preset, seed=0)
+    arith.main([str(work / "data"), "--train", "512", "--test", "16", "--sft", "0"])
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "actor_rollout_ref.model.path": str(model), "data.train_files": str(work / "data" / "train.jsonl"),
+        "data.train_batch_size": args.batch, "actor_rollout_ref.rollout.n": args.n,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": args.batch, "actor_rollout_ref.model.dtype": "bfloat16",
+        "actor_rollout_ref.rollout.name": "sglang", "actor_rollout_ref.rollout.free_cache_engine": True,
+        "actor_rollout_ref.rollout.gpu_memory_utilization": args.sglang_mem_fraction,
+        "actor_rollout_ref.rollout.response_length": 64, "data.max_response_length": 64,
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes": 1,
+        "trainer.device": device, "trainer.launcher": "local", "trainer.n_gpus_per_node": 1,
+        "trainer.total_training_steps": args.sglang_steps, "trainer.save_freq": -1, "trainer.torch_threads": 4,
+        "trainer.default_local_dir": str(work / "run"), "trainer.logger": ["jsonl"],
+        "report.memory_interval_s": 0.25})
+    (work / "run").mkdir(parents=True, exist_ok=True)
+    real_engine = sglang.Engine
+    extra = section["engine_kwargs"]
+    sglang.Engine = lambda **kw: real_engine(**{**kw, **extra})  # read by the backend when it builds one
+
+    def used_bytes() -> int:
+        if device == "cpu":
+            from trainer.memory import rss_bytes
+
+            return rss_bytes()
+        torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()
+        return total - free  # the whole device, SGLang's processes included
+
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{free_port()}",
+                            rank=0, world_size=1)
+    emitter = Emitter(build_sinks(["jsonl"], out_dir=work / "run", config=cfg))
+    trainer = Trainer(cfg, emitter=emitter)
+    steps = []
+    try:
+        before_setup = used_bytes()
+        t0 = time.perf_counter()
+        trainer.setup()  # builds the Engine (its processes, weights, KV pool, CUDA graphs), first sync
+        section.update(setup_s=time.perf_counter() - t0, used_before_engine_gb=before_setup / 2**30,
+                       used_after_setup_gb=used_bytes() / 2**30)
+        worker = trainer.group.worker
+        section.update(engine=worker.engine_name, fsdp2_sharded=bool(worker.sharded))
+        for s in range(1, args.sglang_steps + 1):
+            m = trainer.train_step(s)
+            emitter.metrics(s, m)
+            steps.append({k: m[k] for k in SGLANG_STEP_KEYS if k in m})
+            print(f"sglang step {s}:", {k: round(float(v), 5) for k, v in steps[-1].items()})
+        prompt = worker.tokenizer.encode("What is 12 + 30?")
+        section["probe"] = release_resume_probe(worker.engine, prompt, used_bytes)
+    finally:
+        sglang.Engine = real_engine
+        trainer.close()  # shuts the Engine down
+        emitter.close()
+        dist.destroy_process_group()
+    events = [json.loads(line) for line in (work / "run" / "events.jsonl").read_text().splitlines()]
+    memory = [e["data"] for e in events if e["type"] == "memory"]
+    section.update(steps=steps, memory_by_phase=phase_memory(memory))
+    problems = [f"step {i}: no weight buckets" for i, m in enumerate(steps, 1) if not m.get("perf/weight_sync_buckets")]
+    if len(steps) != args.sglang_steps:
+        problems.append(f"{len(steps)} of {args.sglang_steps} steps")
+    if not section["probe"]["same_after_resume"]:
+        problems.append("greedy output changed across release/resume")
+    if section["probe"]["freed_gb"] <= 0:
+        problems.append("release freed no device memory")
+    section["status"] = "ok" if not problems else "failed: " + "; ".join(problems)
+    return section
+
+
+def sglang_markdown(section: dict) -> str:
+    """The SGLang section of results.md."""
+    if not section.get("steps"):
+        return f"SGLang hybrid engine: {section['status']}"
+    lines = [f"SGLang hybrid engine ({section.get('sglang')}, Engine extra {section.get('engine_kwargs')}): "
+             f"{section['status']}; setup (Engine start + first sync) {section['setup_s']:.1f} s; FSDP2 sharded: "
+             f"{section['fsdp2_sharded']}.", "",
+             "| step | s/step | gen | update | sync | MB synced | buckets | rollout_corr/kl | log_ppl_abs_diff |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for i, m in enumerate(section["steps"], 1):
+        lines.append(f"| {i} | {m.get('timing_s/step', 0):.3f} | {m.get('timing_s/gen', 0):.3f} | "
+                     f"{m.get('timing_s/update_actor', 0):.3f} | {m.get('timing_s/reshard', 0):.4f} | "
+                     f"{m.get('perf/weight_sync_mb', 0):.2f} | {m.get('perf/weight_sync_buckets', 0):.0f} | "
+                     f"{m.get('rollout_corr/kl', float('nan')):.2e} | "
+                     f"{m.get('rollout_corr/log_ppl_abs_diff', float('nan')):.2e} |")
+    p = section["probe"]
+    lines += ["", f"Release/resume (device memory in use, all processes): resident {p['resident_gb']:.2f} GB, "
+              f"released {p['released_gb']:.2f} GB (freed {p['freed_gb']:.2f}), resumed {p['resumed_gb']:.2f} GB; "
+              f"greedy output the same after resume: {p['same_after_resume']}.",
+              "Memory timeline by phase (max torch allocated / max NVML device used, GB): " + ", ".join(
+                  f"{ph} {v['max_allocated_gb']:.2f} / {v['max_device_used_gb']:.2f}"
+                  for ph, v in section["memory_by_phase"].items()) + "."]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

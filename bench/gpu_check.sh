@@ -2,9 +2,13 @@
 # GPU check (issue 7): one prepared script, one GPU, no Ray. Within 10 minutes it runs:
 #   NCCL init (a one-rank process group + an all-reduce), FSDP2 (fully_shard) + the hf rollout engine
 #   on the tiny demo model, 5 GRPO steps with bucketed weight sync, the CUDA memory timeline, step time
-#   and the MFU of the update. Results go to $OUT (or ./gpu_check_out) as results.json + results.md.
+#   and the MFU of the update; then, when sglang is importable, the SGLang hybrid engine (FSDP2 ->
+#   SGLang bucketed weight sync, memory release/resume, the memory timeline; bench/gpu_check.py's
+#   docstring), else results.md says "SGLang hybrid engine: not run: sglang not installed".
+#   Results go to $OUT (or ./gpu_check_out) as results.json + results.md.
 #
 #   bash bench/gpu_check.sh            # uses .venv/bin/python when present, else python3
+#   bash bench/gpu_check.sh --sglang only   # the SGLang section alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}

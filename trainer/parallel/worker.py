@@ -308,6 +308,9 @@ class RankWorker:
 
     def shutdown(self) -> None:
         self.monitor.stop()
+        engine_shutdown = getattr(getattr(self, "engine", None), "shutdown", None)
+        if engine_shutdown is not None:  # sglang: its scheduler and detokenizer processes and their GPU memory
+            engine_shutdown()
         import torch.distributed as dist
 
         if self.world > 1 and dist.is_available() and dist.is_initialized():

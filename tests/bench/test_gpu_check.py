@@ -1,0 +1,71 @@
+"""bench/gpu_check.py's SGLang section without a GPU: the "not installed" report, and a dry run of its
+wiring on the CPU (gloo, FSDP2 at world size 1, the trainer with rollout.name=sglang) over the
+stand-in Engine from tests/trainer/rollout/test_sglang_engine.py. The dry run checks the code path a
+GPU session will run (config keys, metric names, the release/resume probe, the report); the figures
+it produces mean nothing.
+"""
+import argparse
+import importlib.machinery
+import json
+import types
+
+from bench import gpu_check  # bench/ is a namespace package on the pytest pythonpath (".")
+from tests.trainer.rollout.test_sglang_engine import FakeSGLangEngine
+
+
+def args(**over):
+    base = dict(preset="smoke", batch=2, n=2, sglang="only", sglang_steps=1, sglang_mem_fraction=0.2,
+                sglang_engine_kwargs='{"attention_backend": "triton"}')
+    return argparse.Namespace(**{**base, **over})
+
+
+def test_not_installed_is_reported(tmp_path, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sglang" else find_spec(name, *a))
+    (tmp_path / "results.json").write_text(json.dumps({"device": "x"}))
+    (tmp_path / "results.md").write_text("main table\n")
+    assert gpu_check.run_sglang_section(args(), tmp_path) == 0
+    assert json.loads((tmp_path / "results.json").read_text()) == {
+        "device": "x", "sglang": {"status": "not run: sglang not installed"}}
+    assert (tmp_path / "results.md").read_text() == "main table\n\nSGLang hybrid engine: not run: sglang not installed\n"
+
+
+def test_section_wiring_dry_run_on_cpu(monkeypatch):
+    built = []
+
+    class Engine(FakeSGLangEngine):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            built.append(self)
+
+    fake = types.ModuleType("sglang")
+    fake.__spec__ = importlib.machinery.ModuleSpec("sglang", None)
+    fake.Engine = Engine
+    monkeypatch.setitem(__import__("sys").modules, "sglang", fake)
+    from trainer.config import checks
+
+    original = checks._check_multi_turn
+
+    def allow_sglang_on_cpu(cfg):  # the dry run only: the real check refuses sglang without a GPU
+        try:
+            original(cfg)
+        except checks.ConfigError as exc:
+            if "sglang needs a GPU" not in str(exc):
+                raise
+
+    monkeypatch.setattr(checks, "_check_multi_turn", allow_sglang_on_cpu)
+    section = gpu_check.sglang_section(args(), device="cpu")
+    (engine,) = built
+    assert engine.kwargs["attention_backend"] == "triton" and engine.kwargs["enable_memory_saver"]
+    assert engine.calls[-1] == ("shutdown",)  # trainer.close() shut the Engine down
+    assert section["engine"] == "sglang" and section["fsdp2_sharded"]
+    (step,) = section["steps"]
+    assert step["perf/weight_sync_buckets"] >= 1 and "rollout_corr/kl" in step
+    assert {"rollout", "update", "sync"} <= set(section["memory_by_phase"])
+    assert section["probe"]["same_after_resume"] and len(section["probe"]["greedy_before"]) == 16
+    kinds = [c[0] for c in engine.calls]
+    assert kinds.count("release") == 2 and kinds.count("resume") == 2  # after the rollout and in the probe
+    md = gpu_check.sglang_markdown(section)
+    assert "| 1 |" in md and "Release/resume" in md
