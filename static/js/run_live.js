@@ -121,6 +121,31 @@
     return traces;
   }
 
+  // Alert firings as markers on the panels of the metric they fired on (the stored ones from the page,
+  // live ones from the notification centre's `rlstudio:notification` event). A rule's metric may be a
+  // pattern (val-core/*/reward/mean@*): it marks every key it matches.
+  const alertMarks = JSON.parse((document.getElementById("alert-marks") || {}).textContent || "[]");
+  function globRe(p) { return new RegExp("^" + p.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".") + "$"); }
+  function alertTrace(members) {
+    const x = [], y = [], text = [];
+    for (const m of alertMarks) {
+      const key = m.metric && members.find((k) => globRe(m.metric).test(k));
+      const row = key && byStep.get(m.step);
+      if (!row || typeof row.metrics[key] !== "number") continue;
+      x.push(xMode === "step" ? m.step : new Date(row.t * 1000));
+      y.push(row.metrics[key]);
+      text.push(`alert at step ${m.step}: ${m.message}`);
+    }
+    return x.length ? { x, y, text, hoverinfo: "text", mode: "markers", type: "scatter", name: "alert", meta: "alert",
+      showlegend: false, marker: { symbol: "x", size: 12, color: "#d62728" } } : null;
+  }
+  document.addEventListener("rlstudio:notification", (ev) => {
+    const n = ev.detail, f = n && n.firing;
+    if (!f || n.run !== runId || f.step === null || f.step === undefined) return;
+    alertMarks.push({ id: f.id, step: f.step, kind: f.kind, metric: f.metric, message: n.body || n.title, paused: f.paused });
+    redraw("metrics");
+  });
+
   function drawMetrics() {
     if (!window.Plotly || !steps.length) return;
     document.getElementById("charts-empty").hidden = true;
@@ -135,6 +160,8 @@
       const group = groupOf(members[0]);
       const div = panelDiv(group, family);
       const traces = familyTraces(family, members);
+      const marks = alertTrace(members);
+      if (marks) traces.push(marks);
       const band = traces.some((t) => t.fill);
       const l = layout({ height: 200, margin: { t: 6, r: 8, b: 34, l: 48 }, showlegend: !band && members.length > 1 });
       Plotly.react(div, traces, l, { responsive: true, displaylogo: false });
@@ -531,5 +558,6 @@
   connect();
   loadMetricPages(live.metrics_next_after_step);
   // for tests and the bench
-  window.rlstudioLive = { apply, receive, lastSeq: () => lastSeq, metricSteps: () => steps.map((r) => r.step) };
+  window.rlstudioLive = { apply, receive, lastSeq: () => lastSeq, metricSteps: () => steps.map((r) => r.step),
+    alertMarks: () => alertMarks.slice() };
 })();

@@ -24,6 +24,7 @@ app_name = "api"
 urlpatterns = [
     # Telemetry (LIVE): before the router so runs/{id}/events|metrics|samples|... resolve here.
     path("", include("rlstudio.telemetry.api_urls")),
+    path("", include("rlstudio.alerts.api_urls")),  # alerts/..., runs/{id}/alerts/
     path("", include(router.urls)),
     path("quota/", QuotaView.as_view(), name="quota"),
     path("presets/", PresetListView.as_view(), name="presets"),

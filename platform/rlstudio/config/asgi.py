@@ -19,6 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from rlstudio.accounts.ws_auth import ApiTokenQueryAuthMiddleware, SameOriginValidator  # noqa: E402
 from rlstudio.config.request_gate import RequestGateMiddleware  # noqa: E402
+from rlstudio.alerts.routing import websocket_urlpatterns as alert_routes  # noqa: E402
 from rlstudio.telemetry.routing import websocket_urlpatterns  # noqa: E402
 
 if "daphne.server" in sys.modules:  # only under the daphne command: daphne_gate loads Twisted's reactor
@@ -30,7 +31,7 @@ application = ProtocolTypeRouter(
     {
         "http": RequestGateMiddleware(django_asgi_app),
         "websocket": SameOriginValidator(
-            AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(websocket_urlpatterns)))
+            AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(websocket_urlpatterns + alert_routes)))
         ),
     }
 )

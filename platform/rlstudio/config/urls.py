@@ -23,6 +23,7 @@ urlpatterns = [
     path("runs/", include("rlstudio.telemetry.urls")),  # samples, groups, prompts of a run (LIVE)
     path("", include("rlstudio.catalog.urls")),
     path("quotas/", include("rlstudio.quotas.urls")),  # the staff quota page
+    path("alerts/", include("rlstudio.alerts.urls")),  # rules, notifications, their settings
     path("admin/", admin.site.urls),
     path("api/v1/", include("rlstudio.api.urls")),
 ]

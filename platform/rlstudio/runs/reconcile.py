@@ -21,6 +21,7 @@ table above applies; otherwise the submit task is sent again, at most RLSTUDIO_S
 times (each with a fresh timeout), and then the run fails with an error that says so.
 
 Decisions are a pure function (`decide`) of what was read, so they are tested without Ray.
+After each pass the `on_reconcile_pass` hooks run (the alerts app's heartbeat and budget watch).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone as dt_tz
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from django.conf import settings
 from django.utils import timezone
@@ -223,6 +224,18 @@ def reconcile_run(run: Run, *, now: datetime | None = None) -> str | None:
     return d.to
 
 
+# Called at the end of every reconcile pass, in the worker that ran it (the alerts app registers its
+# heartbeat and GPU-hour budget watch here, so that runs never imports alerts).
+_PASS_HOOKS: list[Callable[[], Any]] = []
+
+
+def on_reconcile_pass(hook: Callable[[], Any]) -> Callable[[], Any]:
+    """Register `hook()` to run after each reconcile pass (idempotent per function)."""
+    if hook not in _PASS_HOOKS:
+        _PASS_HOOKS.append(hook)
+    return hook
+
+
 def reconcile_all() -> dict[str, Any]:
     """One pass over every live run, then the queue. Ray being down changes nothing (logged)."""
     moved: dict[int, str] = {}
@@ -237,4 +250,9 @@ def reconcile_all() -> dict[str, Any]:
         if to:
             moved[run.pk] = to
     admitted = queue_admit_all()
+    for hook in _PASS_HOOKS:
+        try:
+            hook()
+        except Exception:  # a watcher's failure never stops the reconcile
+            log.exception("reconcile: pass hook %r failed", hook)
     return {"moved": moved, "admitted": admitted, "errors": errors}

@@ -17,6 +17,10 @@ row is locked and the batch is split by RLSTUDIO_RUN_MAX_EVENTS / _SAMPLES / _ME
 past a cap are refused with a reason naming it (the answer's `caps` says which caps refused), except
 control events (status, heartbeat, checkpoint), which past the events cap are applied, not stored.
 
+Hooks (`on_events_stored`): after a batch is stored, still inside its transaction, each registered
+hook gets the run and the batch's new events by type (the alerts app evaluates its rules there, so
+that telemetry never imports alerts); a hook owns its own errors and after-commit work.
+
 RunEvent.data of a sample holds its summary (and `sample_id` when the transcript was kept), not the
 transcript: RunEvents are the websocket replay source and must stay small; transcripts live in Sample.
 """
@@ -26,7 +30,7 @@ import base64
 import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -56,6 +60,17 @@ TRAINER_STATES = {"running": S.RUNNING, "stopping": S.STOPPING, "stopped": S.STO
                   "succeeded": S.SUCCEEDED, "failed": S.FAILED}
 SAMPLE_SUMMARY_KEYS = ("step", "uid", "index", "reward", "advantage", "response_length", "num_turns",
                        "finish_reason", "tool_calls", "validation")
+
+
+# hook(run=..., by_type={"metrics": [event, ...], ...}): the new events of a stored batch, seq order.
+_STORED_HOOKS: list[Callable[..., None]] = []
+
+
+def on_events_stored(hook: Callable[..., None]) -> Callable[..., None]:
+    """Register `hook(run=, by_type=)` to run in each ingest transaction once its batch is stored."""
+    if hook not in _STORED_HOOKS:
+        _STORED_HOOKS.append(hook)
+    return hook
 
 
 @dataclass
@@ -382,6 +397,8 @@ def events_ingest(*, run: Run, raw_events: list[Any], body_bytes: int | None = N
             by_type["status"] = sorted(by_type.get("status", []), key=lambda ev: ev["seq"])
         _update_run(run, new, by_type)
         result.transitions = _apply_status(run, by_type.get("status", []))
+        for hook in _STORED_HOOKS:
+            hook(run=run, by_type=by_type)
         live = [{"seq": ev["seq"], "type": ev["type"], "time": ev["time"], "data": compact[ev["seq"]]}
                 for ev in new]
         run_id = run.pk

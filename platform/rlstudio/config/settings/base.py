@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "axes",  # login / API-token failure throttling (settings/web_hardening.py)
     "rlstudio.registry",
     "rlstudio.demo",
+    "rlstudio.alerts",
 ]
 
 MIDDLEWARE = [
@@ -297,3 +298,6 @@ RLSTUDIO_GPU_MEMORY_GB = env_float("RLSTUDIO_GPU_MEMORY_GB", 80)
 # Web hardening (docs/security.md): login / token throttling, the Content-Security-Policy, request
 # body limits enforced before the body is read (rlstudio.config.request_gate).
 from .web_hardening import *  # noqa: E402,F401,F403
+
+# Alerts and notifications (docs/alerts.md): Django's mail settings from the environment, webhooks.
+from .alerts import *  # noqa: E402,F401,F403

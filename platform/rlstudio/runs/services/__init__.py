@@ -35,6 +35,8 @@ from .submission import (
 from .transitions import (
     ALLOWED_TRANSITIONS,
     IllegalTransition,
+    TransitionMade,
+    on_run_transition,
     run_mark_finished,
     run_mark_running,
     run_reach,
@@ -44,7 +46,8 @@ from .transitions import (
 
 __all__ = [
     "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
-    "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "check_can_manage",
+    "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "TransitionMade", "check_can_manage",
+    "on_run_transition",
     "models_q_earlier", "run_annotate", "run_share", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
     "run_force_kill", "run_issue_ingest_token", "run_launch", "run_queue_move", "run_mark_finished",

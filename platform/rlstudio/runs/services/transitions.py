@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -39,6 +41,38 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.FAILED: frozenset(),
     S.LOST: frozenset(),
 }
+
+
+@dataclass(frozen=True)
+class TransitionMade:
+    """A committed status change, as the `on_run_transition` hooks get it (`queue_reason`: why the run
+    waited, when it left the queue; `error`: a failed or lost run's error)."""
+
+    run_id: int
+    before: str
+    after: str
+    error: str = ""
+    queue_reason: str = ""
+
+
+# Called after the commit of each transition (the alerts app's lifecycle notifications register here,
+# so that runs never imports them); one that raises is logged and the others still run.
+_TRANSITION_HOOKS: list[Callable[[TransitionMade], None]] = []
+
+
+def on_run_transition(hook: Callable[[TransitionMade], None]) -> Callable[[TransitionMade], None]:
+    """Register `hook(TransitionMade)` to run after every committed transition (idempotent per function)."""
+    if hook not in _TRANSITION_HOOKS:
+        _TRANSITION_HOOKS.append(hook)
+    return hook
+
+
+def _transition_committed(made: TransitionMade) -> None:
+    for hook in _TRANSITION_HOOKS:
+        try:
+            hook(made)
+        except Exception:  # a hook's failure never undoes or blocks a transition
+            log.exception("run %s: transition hook %r failed", made.run_id, hook)
 
 
 class IllegalTransition(Exception):
@@ -74,6 +108,7 @@ def run_transition(
         if to not in ALLOWED_TRANSITIONS[current]:
             raise IllegalTransition(run_id=locked.pk, current=current, to=to)
         now = timezone.now()
+        waited_for = locked.queue_reason if current == S.QUEUED else ""
         fields = ["status"]
         locked.status = to
         if to == S.RUNNING and locked.started is None:
@@ -101,6 +136,10 @@ def run_transition(
         if reason:
             data["reason"] = reason
         audit_record(actor=by, action="run.transition", obj=locked, data=data)
+        if _TRANSITION_HOOKS:
+            made = TransitionMade(run_id=locked.pk, before=current, after=to, queue_reason=waited_for,
+                                  error=locked.error if to in (S.FAILED, S.LOST) else "")
+            transaction.on_commit(partial(_transition_committed, made))
     for field in fields:
         setattr(run, field, getattr(locked, field))
     if to in TERMINAL_STATUSES:
