@@ -67,13 +67,36 @@ def test_downsample_keeps_short_series_and_bounds_long_ones():
     values[7] = None
     s, t, v = compare.downsample(steps, [x * 2.0 for x in steps], values, 1000)
     assert len(s) == len(t) == len(v) == 1000
-    assert s[0] == 2 and s[-1] == 2500 and t[-1] == 5000.0  # each point at its bucket's last step
+    assert s[0] == 3 and s[-1] == 2500 and t[-1] == 5000.0  # each point at its bucket's last step
     assert s == sorted(s) and len(set(s)) == 1000
-    # buckets of 2 or 3 consecutive rows (2500 spread evenly over 1000): steps 1-2, 3-5, 6-7, 8-10, ...
-    assert v[0] == 1.5 and v[1] == 4.0 and v[-1] == pytest.approx(2499.0)
-    assert v[3] == 9.5  # steps 8-10 with step 8's value missing: skipped, not counted as 0
+    # row i of 2500 in bucket i * 1000 // 2500: steps 1-3, 4-5, 6-8, 9-10, ..., 2499-2500
+    assert v[0] == 2.0 and v[1] == 4.5 and v[-1] == 2499.5
+    assert v[2] == 6.5  # steps 6-8 with step 8's value missing: skipped, not counted as 0
     s, _, v = compare.downsample([1, 2, 3, 4], [0, 0, 0, 0], [None, None, 1.0, 3.0], 2)
     assert s == [2, 4] and v == [None, 2.0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("rows, max_points", [(37, 10), (1000, 1000), (2503, 1000), (5, 10)])
+def test_metric_series_downsamples_in_postgresql_as_downsample_does(alice, make_run, rows, max_points):
+    import random
+
+    rng = random.Random(rows)
+    run = make_run(alice, "long")
+    t0 = timezone.now()
+    steps = sorted(rng.sample(range(1, 10 * rows), rows))  # gaps between steps, as a resumed run leaves
+    values = [None if rng.random() < 0.1 else rng.uniform(-1, 1) for _ in steps]
+    MetricRow.objects.bulk_create([
+        MetricRow(run=run, step=s, time=t0 + timedelta(seconds=s), metrics={"m": v, "other": 1})
+        for s, v in zip(steps, values)])
+    MetricRow.objects.create(run=run, step=10 * rows + 1, time=t0, metrics={"other": 2})  # no "m": not counted
+    got = compare.metric_series([run.pk], ["m"], max_points)["m"][0]
+    want_s, want_t, want_v = compare.downsample(steps, [(t0 + timedelta(seconds=s)).timestamp() for s in steps],
+                                                values, max_points)
+    assert got["step"] == want_s and got["t"] == pytest.approx(want_t) and got["points"] == rows
+    assert got["value"] == pytest.approx(want_v, nan_ok=False) if None not in want_v else all(
+        (a is None and b is None) or a == pytest.approx(b) for a, b in zip(got["value"], want_v))
+    assert got["downsampled"] == (rows > max_points) and len(got["step"]) == min(rows, max_points)
 
 
 def test_held_out_stats_best_and_last_with_steps():
