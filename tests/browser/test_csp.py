@@ -90,6 +90,13 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
     page.select_option("#id_status", "queued")
     page.wait_for_url(re.compile(r".*status=queued.*"), timeout=10_000)
 
+    # The compare page: its data through json_script, its charts and controls from run_compare.js.
+    page.goto(f"/runs/compare/?ids={run.pk}")
+    page.wait_for_selector(".compare-panel .main-svg", timeout=20_000)
+    page.fill("#smoothing", "0.5")
+    page.select_option("#metric-add", "actor/pg_loss")
+    expect(page.locator(".compare-panel")).to_have_count(2, timeout=20_000)
+
     for path in ("/runs/new/", "/datasets/", "/models/", "/accounts/profile/", "/api/v1/docs/", "/admin/",
                  "/admin/accounts/auditevent/", "/no-such-page/"):
         page.goto(path)
