@@ -27,6 +27,10 @@ class WebhookEndpoint(models.Model):
     secret_env = models.CharField(max_length=100, validators=[secret_env_validator],
                                   help_text="The environment variable holding the signing secret "
                                             "(RLSTUDIO_WEBHOOK_SECRET_...), set for the web and Celery processes.")
+    body_format = models.CharField(
+        max_length=8, choices=[("full", "text + the notification as JSON (rlstudio)"), ("slack", "text only")],
+        default="full", help_text="slack: only Slack's `text` field; full: `text` and an `rlstudio` object with "
+                                  "the notification's fields (for your own receiver).")
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")

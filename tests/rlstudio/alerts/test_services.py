@@ -271,6 +271,9 @@ def test_a_webhook_without_its_secret_or_answering_4xx_fails_without_retrying(al
     assert not delivery_attempt(d.pk, final=False).retry
     assert WebhookDelivery.objects.get(pk=d.pk).status == DeliveryStatus.FAILED
     assert webhook_body(n2)["rlstudio"]["id"] == n2.pk
+    WebhookEndpoint.objects.filter(name="gone").update(body_format="slack")  # Slack's own field only
+    n2.refresh_from_db()
+    assert set(webhook_body(n2)) == {"text"} and webhook_body(n2)["text"].startswith(":information_source: *t*")
 
 
 def test_rules_refuse_another_users_run_and_unknown_webhooks(alice, bob, make_run):

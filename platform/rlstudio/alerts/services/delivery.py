@@ -59,7 +59,8 @@ def run_url(run_id: int) -> str:
 
 
 def webhook_body(n: Notification) -> dict[str, Any]:
-    """The JSON a webhook receives for a notification (Slack reads `text`)."""
+    """The JSON a webhook receives for a notification: `text` (what Slack and the like show) and, unless
+    the endpoint's body_format is "slack", `rlstudio` (the notification's fields)."""
     data = notification_json(n)
     if n.run_id:
         data["url"] = run_url(n.run_id)
@@ -70,6 +71,8 @@ def webhook_body(n: Notification) -> dict[str, Any]:
         text += "\n" + n.body
     if n.run_id and data["url"] not in text:
         text += f"\n<{data['url']}|Open the run>"
+    if n.webhook_id and n.webhook.body_format == "slack":
+        return {"text": text}
     return {"text": text, "rlstudio": data}
 
 
