@@ -29,6 +29,21 @@ class ModelConfig:
     trust_remote_code: bool = option(
         False, "Allow model code from the model folder (operator decision)."
     )
+    lora_rank: int = option(
+        0,
+        "LoRA rank (peft); 0 = off, train every weight. > 0: only the adapter trains, the "
+        "reference is the base with the adapter disabled, the engine gets merged weights "
+        "(docs/models.md#lora).",
+    )
+    lora_alpha: float = option(16, "LoRA scaling: the update is (B A) x lora_alpha / lora_rank.")
+    target_modules: Union[str, list[str]] = option(
+        "all-linear",
+        'Modules that get an adapter: "all-linear" (every linear layer but the output head), '
+        'module names such as ["q_proj", "v_proj"], or a regular expression (peft).',
+    )
+    exclude_modules: Union[str, list[str], None] = option(
+        None, "Modules never adapted (names or a regular expression, as target_modules)."
+    )
 
 
 @dataclass(frozen=True)

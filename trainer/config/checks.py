@@ -16,6 +16,7 @@ from typing import Any
 
 from .actor_rollout_ref import ActorConfig, ActorRolloutRefConfig, RolloutConfig
 from .fields import ConfigError, coerce, hints
+from .lora import check_lora, lora_warnings
 from .rollout_correction import check_rollout_correction, rollout_correction_warnings
 from .schema import LOGGERS, AlgorithmConfig, Config, DataConfig, ReportConfig, TrainerConfig
 
@@ -292,6 +293,7 @@ def _parts(cfg: Config, *, require_paths: bool) -> list:
         parts.append(lambda: _check_paths(cfg))
     return parts + [
         lambda: _check_data(cfg.data),
+        lambda: check_lora(cfg.actor_rollout_ref.model),
         lambda: _check_rollout(cfg.actor_rollout_ref.rollout),
         lambda: _check_multi_turn(cfg),
         lambda: _check_batches(cfg),
@@ -417,6 +419,7 @@ def config_warnings(cfg: Config) -> list[ConfigWarning]:
             f"only seq-mean-token-sum-norm uses it; loss_agg_mode={actor.loss_agg_mode} ignores it.",
         ))
     out += _gspo_warnings(actor)
+    out += [ConfigWarning(key, message) for key, message in lora_warnings(cfg)]
     data = cfg.data
     if (not alg.filter_groups.enable and data.gen_batch_size is not None
             and data.gen_batch_size != data.train_batch_size):

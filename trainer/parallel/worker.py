@@ -96,6 +96,7 @@ class RankWorker:
         from trainer.rollout.base import build_engine, resolve_engine_name
         from trainer.tools import build_tools
         from trainer.workers.actor import ActorWorker, resolve_device, resolve_dtype
+        from trainer.workers.lora import enabled as lora_enabled
 
         cfg = self.cfg
         arr, tr = cfg.actor_rollout_ref, cfg.trainer
@@ -121,9 +122,16 @@ class RankWorker:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.total_steps = int(cfg.actor_rollout_ref.actor.optim.total_training_steps or 0) or 1
 
-        def load(dtype: torch.dtype, *, offload: bool = False, shard: bool = True) -> torch.nn.Module:
+        self.lora = None  # the actor's PeftModel when actor_rollout_ref.model.lora_rank > 0
+
+        def load(dtype: torch.dtype, *, offload: bool = False, shard: bool = True, lora: bool = False
+                 ) -> torch.nn.Module:
             m = AutoModelForCausalLM.from_pretrained(arr.model.path, dtype=dtype,
                                                      trust_remote_code=arr.model.trust_remote_code)
+            if lora:  # adapters injected before sharding: FSDP2 shards them with their layer
+                from trainer.workers.lora import wrap
+
+                self.lora = wrap(m, arr.model)
             if not (offload and device.type == "cuda"):
                 m = m.to(device)
             if self.sharded and shard:
@@ -135,16 +143,18 @@ class RankWorker:
         self.actor = ActorWorker(**common, actor_cfg=arr.actor, trainable=True, total_steps=self.total_steps,
                                  log_prob_micro_batch_size=arr.rollout.log_prob_micro_batch_size_per_gpu,
                                  gradient_checkpointing=arr.model.enable_gradient_checkpointing,
-                                 use_torch_compile=arr.actor.use_torch_compile, model=load(torch.float32),
+                                 use_torch_compile=arr.actor.use_torch_compile,
+                                 model=load(torch.float32, lora=lora_enabled(arr.model)),
                                  rollout_correction=cfg.algorithm.rollout_correction)
-        self.ref = None
-        if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        self.ref = None  # with LoRA the reference is the actor with its adapter disabled (no copy)
+        if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and self.lora is None:
             self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),
                                    log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
                                    use_torch_compile=bool(arr.ref.use_torch_compile))
         self.engine_name = resolve_engine_name(arr.rollout.name)
-        # One hf worker: the engine runs on the actor's module itself. Otherwise it holds its own weights.
-        self.shared_engine = self.engine_name == "hf" and not self.sharded
+        # One hf worker: the engine runs on the actor's module itself. Otherwise (and with LoRA: it
+        # generates with merged weights, trainer.workers.lora) it holds its own weights.
+        self.shared_engine = self.engine_name == "hf" and not self.sharded and self.lora is None
         if self.engine_name == "hf":
             engine_model = self.actor.model if self.shared_engine else load(self.dtype, shard=False)
         else:
@@ -197,9 +207,13 @@ class RankWorker:
     def compute_log_prob(self, batch: Any, *, step: int, role: str = "actor", with_entropy: bool = True
                          ) -> tuple[torch.Tensor, torch.Tensor | None]:
         worker = self.actor if role == "actor" else self.ref
+        base = role == "ref" and worker is None and self.lora is not None
+        if base:  # LoRA: the reference is the base, i.e. the actor with its adapter switched off
+            worker = self.actor
         if worker is None:
             raise RuntimeError(f"no {role} model on this worker")
-        with self.phase("old_log_prob" if role == "actor" else "ref", step):
+        adapter_off = self.lora.disable_adapter() if base else contextlib.nullcontext()
+        with self.phase("old_log_prob" if role == "actor" else "ref", step), adapter_off:
             return worker.compute_log_prob(batch, with_entropy=with_entropy)
 
     def update_policy(self, batch: Any, *, mini_batch_size: int, seed: int, capture: bool, step: int
@@ -223,8 +237,10 @@ class RankWorker:
         return out
 
     def sync_weights(self, *, step: int, _phase: bool = True) -> dict[str, float]:
-        """FSDP shards -> engine in buckets, then flush_cache. Returns bytes, seconds and buckets."""
+        """FSDP shards -> engine in buckets, then flush_cache. Returns bytes, seconds and buckets.
+        With LoRA the engine gets merged weights under the base model's names (trainer.workers.lora)."""
         from trainer.parallel.fsdp import bucketed_full_tensors
+        from trainer.workers.lora import merged_full_tensors
 
         ctx = self.phase("sync", step) if _phase else contextlib.nullcontext()
         with ctx:
@@ -234,7 +250,8 @@ class RankWorker:
             self.engine.resume_memory()
             bucket_bytes = int(self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) * 2**20
             nbytes = buckets = 0
-            for bucket in bucketed_full_tensors(self.actor.model, bucket_bytes):
+            buckets_of = merged_full_tensors if self.lora is not None else bucketed_full_tensors
+            for bucket in buckets_of(self.actor.model, bucket_bytes):
                 self.engine.update_weights(bucket)
                 nbytes += sum(t.numel() * t.element_size() for _, t in bucket)
                 buckets += 1
@@ -255,18 +272,31 @@ class RankWorker:
         return self.sync_weights(step=self.step)
 
     def export_hf(self, out_dir: str) -> None:
-        """Consolidated Hugging Face export by rank 0 (the full-state gather is collective)."""
+        """Consolidated Hugging Face export by rank 0 (the full-state gather is collective).
+
+        With LoRA: `out_dir` gets the merged model (base + adapter, a plain HF folder) and
+        `<parent>/lora_adapter/` the adapter (adapter_config.json + adapter_model.safetensors)."""
         from trainer import checkpoint as ckpt
         from trainer.parallel.fsdp import full_model_state
 
-        state = full_model_state(self.actor.model)
+        adapter = None
+        if self.lora is not None:
+            from trainer.workers import lora
+
+            state = lora.merged_state(self.actor.model)
+            adapter = lora.adapter_full_state(self.actor.model)
+        else:
+            state = full_model_state(self.actor.model)
         if self.rank != 0:
             return
-        if not self.sharded:
+        if adapter is not None:
+            lora.save_adapter(self.lora, adapter, Path(out_dir).parent / lora.ADAPTER_DIR)
+        elif not self.sharded:
             ckpt.export_hf(self.actor.model, self.tokenizer, Path(out_dir))
             return
-        # save_pretrained on the FSDP module itself touches its (freed) unsharded storages: write
-        # from a plain CPU model of the same config holding the gathered fp32 weights instead.
+        # save_pretrained on the FSDP module itself touches its (freed) unsharded storages (and the
+        # LoRA module's names are not the model's): write from a plain CPU model of the same config
+        # holding the gathered (merged) fp32 weights instead.
         from transformers import AutoModelForCausalLM
 
         plain = AutoModelForCausalLM.from_config(self.actor.model.config, dtype=torch.float32)

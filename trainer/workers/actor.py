@@ -226,7 +226,10 @@ class ActorWorker:
             if actor_cfg is None:
                 raise ValueError("a trainable ActorWorker needs actor_cfg (actor_rollout_ref.actor)")
             optim = actor_cfg.optim
-            params = list(self.model.parameters())
+            # Only what trains: with LoRA (trainer.workers.lora) the base weights are frozen and
+            # the optimizer, its state and the checkpoints hold the adapter alone.
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            self.frozen_params = len(params) < sum(1 for _ in self.model.parameters())
             self._fused_optim = fused_adamw_ok(params)
             self.optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas),
                                                weight_decay=optim.weight_decay, fused=self._fused_optim or None)
@@ -469,14 +472,34 @@ class ActorWorker:
             self._keep_fused()
             self.scheduler.load_state_dict(state["scheduler"])
 
+    def _state_options(self) -> Any:
+        """What a checkpoint holds: every parameter, or with frozen ones (LoRA's base) only those
+        that train. Loading then sets only those (the frozen ones are the model folder's); the
+        DCP load itself still fails on any of them missing from the checkpoint."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        frozen = getattr(self, "frozen_params", False)
+        return StateDictOptions(ignore_frozen_params=frozen, strict=not frozen)
+
+    def _train_state(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(model, optimizer) state dicts as a checkpoint holds them (see `_state_options`)."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._state_options())
+        if getattr(self, "frozen_params", False):
+            # A tied alias of a frozen weight (lm_head = embed_tokens) escapes ignore_frozen_params:
+            # keep exactly the parameters that train.
+            keep = {n for n, p in self.model.named_parameters() if p.requires_grad}
+            model_sd = {k: v for k, v in model_sd.items() if k in keep}
+        return model_sd, optim_sd
+
     def save_sharded(self, path: str) -> None:
         """Model + optimizer through torch.distributed.checkpoint (each rank writes its shards; call on
         every rank); the LR scheduler (identical on every rank) as scheduler.pt by rank 0."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
 
         if self.trainable:
-            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            model_sd, optim_sd = self._train_state()
             state = {"model": model_sd, "optim": optim_sd}
         else:
             state = {"model": self.model.state_dict()}
@@ -489,16 +512,16 @@ class ActorWorker:
     def load_sharded(self, path: str) -> None:
         """Inverse of save_sharded (every rank; the world size may differ from the saving run's)."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import set_state_dict
 
         if self.trainable:
-            model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+            model_sd, optim_sd = self._train_state()
             state = {"model": model_sd, "optim": optim_sd}
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
                 dcp.load(state, checkpoint_id=path)
             set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
+                           optim_state_dict=state["optim"], options=self._state_options())
             self._keep_fused()
             self.scheduler.load_state_dict(torch.load(f"{path}/scheduler.pt", weights_only=False))
         else:

@@ -65,6 +65,13 @@ COLUMN = Bound(pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 THRESHOLDS = Bound(lo=0, hi=1e6, pattern=r"[0-9.eE+_,-]{1,128}",
                    pattern_text="numbers joined by '_' and ',' (e.g. 0.5_5.0), at most 128 characters")
 
+# LoRA's target / exclude modules: module names as peft matches them (a list of name suffixes, or
+# "all-linear"), never a regular expression from a user
+MODULES = Bound(pattern=r"[A-Za-z0-9_-]{1,64}", max_items=64,
+                pattern_text='"all-linear" or module names (letters, digits, "_", "-"), e.g. ["q_proj", "v_proj"]')
+EXCLUDED = Bound(pattern=MODULES.pattern, max_items=64,
+                 pattern_text='module names (letters, digits, "_", "-"), e.g. ["o_proj"]')
+
 # Tool names and loggers are checked against the trainer's registries when the gate runs.
 USER_LOGGERS = ("console", "jsonl", "tensorboard")
 
@@ -87,6 +94,11 @@ USER_KEYS: dict[str, Bound] = {
     "actor_rollout_ref.model.dtype": FLAG,
     "actor_rollout_ref.model.enable_gradient_checkpointing": FLAG,
     "actor_rollout_ref.model.use_remove_padding": FLAG,
+    # LoRA: module names only (no regular expressions through the platform), "all-linear" included
+    "actor_rollout_ref.model.lora_rank": Bound(lo=0, hi=4096),
+    "actor_rollout_ref.model.lora_alpha": Bound(lo=0, hi=65_536),
+    "actor_rollout_ref.model.target_modules": MODULES,
+    "actor_rollout_ref.model.exclude_modules": EXCLUDED,
     # rollout
     "actor_rollout_ref.rollout.name": FLAG,
     "actor_rollout_ref.rollout.n": Bound(lo=1, hi=1024),
