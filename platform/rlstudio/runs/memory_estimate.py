@@ -5,12 +5,16 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
 
 - actor weights: float32 master weights, 4 P / W bytes; gradients 4 P / W (during the update);
   AdamW's two float32 moments 8 P / W;
+- with LoRA (actor_rollout_ref.model.lora_rank = r > 0, trainer/workers/lora.py): the base stays
+  float32 and frozen (4 P / W), the adapter adds A = r x (in + out) parameters per adapted linear
+  layer (`lora_parameters`), and only the adapter has gradients (4 A / W) and AdamW moments (8 A / W);
 - reference (only with a KL term: actor.use_kl_loss or algorithm.use_kl_in_reward): P / W in the
   compute dtype (bfloat16 on a GPU for dtype=auto, float32 on the CPU); nothing on a GPU with
-  ref.fsdp_config.param_offload;
+  ref.fsdp_config.param_offload; nothing with LoRA (the actor's base with the adapter disabled);
 - rollout engine: `hf` on one worker runs on the actor's own float32 module (no copy, a float32 KV
-  cache); `hf` under FSDP holds a full copy in the compute dtype; `sglang` reserves
-  gpu_memory_utilization of the device (its weights and KV pool) while it generates;
+  cache); `hf` under FSDP, or with LoRA (it generates with merged weights), holds a full copy in the
+  compute dtype; `sglang` reserves gpu_memory_utilization of the device (its weights and KV pool)
+  while it generates;
 - rollout KV cache (hf): every trajectory of the worker's share of the step at once
   (train_batch_size x n / W rows) x (max prompt + response) tokens x 2 x layers x kv heads x head dim;
 - update activations, rough: per token and layer about 6 h + 2 kv_heads x head_dim + 4 ffn values are
@@ -69,6 +73,35 @@ def count_parameters(*, hidden: int, layers: int, heads: int, kv_heads: int, hea
     attention = hidden * q + 2 * hidden * kv + q * hidden + ((q + 2 * kv) if qkv_bias else 0)
     per_layer = attention + 3 * hidden * ffn + 2 * hidden
     return vocab * hidden * (1 if tied else 2) + layers * per_layer + hidden
+
+
+# The linear layers of a Llama / Qwen2-style decoder layer that "all-linear" adapts (peft: every
+# linear layer but the output head), as (input, output) sizes of a ModelShape.
+LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _linear_sizes(shape: "ModelShape") -> dict[str, tuple[int, int]]:
+    h, q, kv, ffn = shape.hidden_size, shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim, \
+        shape.intermediate_size
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, ffn), "up_proj": (h, ffn), "down_proj": (ffn, h)}
+
+
+def lora_parameters(shape: "ModelShape", *, rank: int, target_modules: Any = "all-linear",
+                    exclude_modules: Any = None) -> int:
+    """LoRA's adapter parameters: rank x (in + out) for every adapted linear layer of every decoder
+    layer. "all-linear", or any string that is not a known layer name (a regular expression: counted
+    as all of them, an upper bound), adapts the seven; a list adapts the layers it names."""
+    sizes = _linear_sizes(shape)
+    if isinstance(target_modules, (list, tuple)):
+        chosen = {t for t in target_modules if t in sizes}
+    elif isinstance(target_modules, str) and target_modules in sizes:
+        chosen = {target_modules}
+    else:
+        chosen = set(sizes)
+    excluded = exclude_modules if isinstance(exclude_modules, (list, tuple)) else [exclude_modules]
+    chosen -= {e for e in excluded if isinstance(e, str)}
+    return int(rank) * shape.num_layers * sum(sum(sizes[name]) for name in chosen)
 
 
 def shape_from_config(cfg: Mapping[str, Any], *, num_parameters: int | None = None) -> ModelShape:
@@ -195,15 +228,30 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
 
     lines: list[MemoryLine] = []
     shard_note = f", sharded over {world} workers" if sharded else ""
-    weights = 4 * p // world
-    grads = 4 * p // world
-    optim = 8 * p // world
-    lines.append(MemoryLine("actor weights", weights, f"float32 master weights, {p:,} parameters{shard_note}"))
-    lines.append(MemoryLine("actor gradients", grads, "float32, during the update"))
-    lines.append(MemoryLine("optimizer states", optim, "AdamW: two float32 moments"))
+    rank = int(model.get("lora_rank") or 0)
+    lora = rank > 0
+    if lora:
+        a = lora_parameters(shape, rank=rank, target_modules=model.get("target_modules", "all-linear"),
+                            exclude_modules=model.get("exclude_modules"))
+        weights = 4 * (p + a) // world
+        grads = 4 * a // world
+        optim = 8 * a // world
+        lines.append(MemoryLine("actor weights", weights, f"LoRA rank {rank}: {p:,} frozen float32 base parameters "
+                                                          f"+ {a:,} adapter parameters{shard_note}"))
+        lines.append(MemoryLine("actor gradients", grads, "float32, the adapter's only, during the update"))
+        lines.append(MemoryLine("optimizer states", optim, "AdamW: two float32 moments of the adapter only"))
+    else:
+        weights = 4 * p // world
+        grads = 4 * p // world
+        optim = 8 * p // world
+        lines.append(MemoryLine("actor weights", weights, f"float32 master weights, {p:,} parameters{shard_note}"))
+        lines.append(MemoryLine("actor gradients", grads, "float32, during the update"))
+        lines.append(MemoryLine("optimizer states", optim, "AdamW: two float32 moments"))
 
     ref_bytes = 0
-    if actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward"):
+    if lora and (actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward")):
+        lines.append(MemoryLine("reference weights", 0, "LoRA: the actor's base weights with the adapter disabled"))
+    elif actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward"):
         offload = bool(_section(ref, "fsdp_config").get("param_offload")) and gpu
         ref_bytes = 0 if offload else cb * p // world
         lines.append(MemoryLine("reference weights", ref_bytes,
@@ -223,12 +271,13 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
                                 f"inside SGLang's pool (the step's batch would need {kv_need / GIB:.2f} GiB; "
                                 "SGLang queues what does not fit)"))
     else:
-        shared = not sharded
+        shared = not sharded and not lora
         engine_bytes = 0 if shared else cb * p
         kvb = 4 if shared else cb  # the shared module is the actor's float32 one
         kv_bytes = rows * seq * kv_per_token * kvb
+        copy_note = "a full copy of the merged weights (LoRA)" if lora else "a full copy of the weights"
         lines.append(MemoryLine("rollout engine (hf)", engine_bytes,
-                                "runs on the actor's own weights" if shared else "a full copy of the weights"))
+                                "runs on the actor's own weights" if shared else copy_note))
         lines.append(MemoryLine("rollout KV cache", kv_bytes,
                                 f"{rows} trajectories x {seq} tokens at once, {kvb}-byte values"))
 

@@ -153,3 +153,61 @@ def test_device_capacity_from_settings_and_the_machine(settings):
     settings.RLSTUDIO_GPU_MEMORY_GB = 141
     assert device_capacity(gpus=2) == 141 * GIB
     assert device_capacity(gpus=0) == psutil.virtual_memory().total
+
+
+def test_lora_parameters_by_hand_and_on_the_real_tiny_model(tmp_path):
+    from rlstudio.runs.memory_estimate import lora_parameters
+
+    shape = shape_from_config(SMOKE)
+    # per layer r x (in + out): q 64+64, k 64+32, v 64+32, o 64+64, gate/up 64+256, down 256+64 = 1,408
+    assert lora_parameters(shape, rank=4) == 4 * 2 * 1408 == 11_264
+    assert lora_parameters(shape, rank=4, target_modules=["q_proj", "v_proj"]) == 4 * 2 * (128 + 96)
+    assert lora_parameters(shape, rank=4, exclude_modules=["down_proj"]) == 4 * 2 * (1408 - 320)
+    assert lora_parameters(shape, rank=4, target_modules=".*proj") == 11_264  # a regex: all, an upper bound
+    # Qwen2.5-3B at rank 32: 32 x 36 x 51,968 = 59.9 M adapter parameters (2% of the model)
+    assert lora_parameters(shape_from_config(QWEN25_3B), rank=32) == 59_867_136
+
+    import torch  # noqa: F401 - transformers needs it
+    from transformers import AutoModelForCausalLM
+
+    from trainer.config import Config
+    from trainer.models.tiny import make_tiny_model
+    from trainer.workers.lora import wrap
+
+    model = AutoModelForCausalLM.from_pretrained(make_tiny_model(tmp_path / "tiny", preset="smoke", seed=0))
+    for over, want in (({}, 11_264), ({"exclude_modules": ["down_proj"]}, 4 * 2 * 1088)):
+        m = AutoModelForCausalLM.from_pretrained(model.name_or_path)
+        wrap(m, Config.from_dict({"actor_rollout_ref": {"model": {"lora_rank": 4, **over}}}).actor_rollout_ref.model)
+        assert sum(p.numel() for p in m.parameters() if p.requires_grad) == want
+
+
+def test_lora_estimate_by_hand():
+    shape = shape_from_config(SMOKE)
+    p, a = 177_024, 11_264
+    est = estimate(shape, _cfg(**{"actor_rollout_ref.model.lora_rank": 4}), gpus=0, capacity_bytes=GIB)
+    lines = {x.name: x.bytes for x in est.lines}
+    assert lines["actor weights"] == 4 * (p + a) == 753_152  # the frozen base + the adapter
+    assert lines["actor gradients"] == 4 * a and lines["optimizer states"] == 8 * a
+    assert lines["reference weights"] == 0  # the base with the adapter disabled
+    assert lines["rollout engine (hf)"] == 4 * p  # its own merged copy (float32 on the CPU)
+    assert lines["rollout KV cache"] == 524_288
+    resident = 753_152 + 8 * a + 4 * p
+    assert est.phases["update"] == resident + 4 * a + 3_014_656 + 374_976 == 4_986_048
+    full = estimate(shape, _cfg(), gpus=0, capacity_bytes=GIB)
+    assert est.peak_bytes < full.peak_bytes == 6_930_112
+
+
+def test_lora_saving_on_qwen_3b_gsm8k():
+    shape = shape_from_config(QWEN25_3B)
+    p, a = 3_085_938_688, 59_867_136
+    act, logits = 17_112_760_320, 29_871_833_088
+    cfg = _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.model.lora_rank": 32, "actor_rollout_ref.rollout.name": "hf"})
+    one = estimate(shape, cfg, gpus=1, capacity_bytes=80 * GIB)
+    lines = {x.name: x.bytes for x in one.lines}
+    assert lines["rollout engine (hf)"] == 2 * p  # a bf16 copy holding the merged weights
+    assert one.phases["update"] == 4 * (p + a) + 8 * a + 2 * p + 4 * a + act + logits
+    full = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.rollout.name": "hf"}), gpus=1,
+                    capacity_bytes=80 * GIB)
+    # full fine-tuning: 16 P of weights, gradients and moments, the engine on the actor's module
+    assert full.phases["update"] == 16 * p + act + logits
+    assert full.phases["update"] - one.phases["update"] == 10 * p - 16 * a  # 27.8 GiB less per device
