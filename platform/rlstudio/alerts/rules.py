@@ -144,8 +144,8 @@ def clean_rule(*, kind: str, metric: str | None, threshold: float | None, window
     else:
         metric = ""
     if threshold is None:
-        if kind == "threshold":
-            raise RuleInvalid("threshold", "a threshold is required for this kind")
+        if kind == "threshold" and op != "not_finite":
+            raise RuleInvalid("threshold", "a threshold is required for this kind (but for op not_finite)")
         threshold = spec.threshold
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
         raise RuleInvalid("threshold", "must be a finite number")

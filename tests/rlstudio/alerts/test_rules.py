@@ -130,6 +130,8 @@ def test_clean_rule_fills_defaults_and_refuses_bad_fields():
             R.clean_rule(**args)
         assert err.value.field == field, kw
     assert R.clean_rule(kind="no_heartbeat", metric="x", threshold=None, window=None, op=None)[0] == ""
+    assert R.clean_rule(kind="threshold", metric="a/b", threshold=None, window=None, op="not_finite") == (
+        "a/b", 0.0, 1, "not_finite")
 
 
 def test_budget_levels_and_heartbeat_silence():
