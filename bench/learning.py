@@ -1,7 +1,9 @@
-"""Benchmark: the learning demo end to end — warm start, then GRPO through the real trainer.
+"""Benchmark: the learning demo end to end — warm start, then GRPO (or each policy-loss mode) through
+the real trainer.
 
 Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] [--steps 80]
      [--val 128] [--seed 0] [--threads 1] [--out /tmp/rlstudio_learning] [--write docs/benchmarks.md]
+     [--modes grpo,dapo,gspo,cispo [--section learning_modes]] [KEY=VALUE ...]
 
 1. `trainer.models.demo.make_demo_model`: the tiny demo-preset model, warm-started with trainer.sft for
    --warm-steps steps (default the demo's own) on 20,000 arithmetic conversations (a tool-only
@@ -17,6 +19,16 @@ Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] 
 4. With --write, the figures, the machine and the command replace the text between
    `<!-- bench:learning:begin -->` and `<!-- bench:learning:end -->` in the given markdown file (markers
    appended when absent).
+5. --modes (issue 17): step 3 once per mode in MODES, one after the other, from the same warm start,
+   data and seeds: grpo (the demo recipe), dapo (the `dapo` recipe: clip-higher 0.2/0.28, token-mean,
+   dynamic sampling on acc, overlong buffer), gspo (loss_mode=gspo, the GSPO paper's clip ranges
+   3e-4/4e-4, seq-mean-token-mean) and cispo (loss_mode=cispo, clip_ratio_low=1.0: a floor of 0, so no
+   lower bound as in the MiniMax-M1 paper, where verl's examples/cispo_trainer sets 10, which the config
+   check refuses (< 10), to the same effect; clip_ratio_high=0.2 as that example). The extra
+   KEY=VALUE overrides go to every mode (e.g. actor_rollout_ref.actor.ppo_mini_batch_size=2 for four
+   updates per step, where the ratio leaves 1 and the clips act). With more than one mode, --write
+   replaces the `bench:<--section>` section: held-out reward per validation step per mode, and each
+   mode's wall time, s/step and first step >= 0.8.
 """
 from __future__ import annotations
 
@@ -28,6 +40,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +49,34 @@ from bench.md_sections import replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:learning:begin -->", "<!-- bench:learning:end -->"
 VAL_KEY = "val-core/arith/reward/mean@1"
+TARGET = 0.8
+ACTOR = "actor_rollout_ref.actor"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One algorithm of the comparison: a recipe plus overrides, on the demo task."""
+
+    label: str
+    recipe: str
+    overrides: tuple[str, ...]
+    settings: str  # what it sets, for the docs
+
+
+MODES: dict[str, Mode] = {
+    "grpo": Mode("GRPO", "demo_tool_arith", (), "recipe demo_tool_arith: PPO clip 0.2, token-mean, no KL"),
+    "dapo": Mode("DAPO", "dapo", (), "recipe dapo: clip 0.2/0.28, token-mean, no KL, dynamic sampling on acc "
+                 "(batches of 8 prompts, at most 5), overlong buffer 64 tokens"),
+    "gspo": Mode("GSPO", "demo_tool_arith",
+                 (f"{ACTOR}.policy_loss.loss_mode=gspo", f"{ACTOR}.clip_ratio_low=3e-4",
+                  f"{ACTOR}.clip_ratio_high=4e-4", f"{ACTOR}.loss_agg_mode=seq-mean-token-mean"),
+                 "loss_mode=gspo, clip_ratio_low 3e-4, clip_ratio_high 4e-4 (GSPO paper), seq-mean-token-mean"),
+    "cispo": Mode("CISPO", "demo_tool_arith",
+                  (f"{ACTOR}.policy_loss.loss_mode=cispo", f"{ACTOR}.clip_ratio_low=1.0",
+                   f"{ACTOR}.clip_ratio_high=0.2"),
+                  "loss_mode=cispo, clip_ratio_low 1.0 (a floor of 0: no lower bound, as MiniMax-M1; verl's "
+                  "examples/cispo_trainer sets 10), clip_ratio_high 0.2 (that example), token-mean"),
+}
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -61,9 +102,32 @@ def read_curve(events_path: Path) -> tuple[list[dict], dict]:
     return points, last
 
 
+def read_steps(events_path: Path) -> dict:
+    """Training-step figures of a run's events.jsonl: steps, mean timing_s/step, mean generation batches."""
+    times, batches = [], []
+    for line in events_path.read_text(encoding="utf-8").splitlines():
+        ev = json.loads(line)
+        m = ev["data"].get("metrics", {}) if ev["type"] == "metrics" else {}
+        if "timing_s/step" in m:
+            times.append(m["timing_s/step"])
+            batches.append(m.get("train/num_gen_batches", 1))
+    k = len(times)
+    return {"steps": k, "s_per_step": sum(times) / k if k else 0.0,
+            "gen_batches_per_step": sum(batches) / k if k else 0.0}
+
+
+def curve_summary(points: list[dict], target: float = TARGET) -> dict:
+    """First validation at or over `target` ({step, seconds} or None), best reward, mean of the last 3."""
+    first = next((p for p in points if p["reward"] >= target), None)
+    last = [p["reward"] for p in points[-3:]]
+    return {"first": {"step": first["step"], "seconds": first["seconds"]} if first else None,
+            "best": max((p["reward"] for p in points), default=0.0),
+            "last3": sum(last) / len(last) if last else 0.0}
+
+
 def run_grpo(*, warm: Path, data: Path, out: Path, steps: int, test_freq: int, seconds: float,
-             threads: int, extra: list[str]) -> tuple[list[str], float, int]:
-    cmd = [sys.executable, "-m", "trainer", "run", "--recipe", "demo_tool_arith",
+             threads: int, extra: list[str], recipe: str = "demo_tool_arith") -> tuple[list[str], float, int]:
+    cmd = [sys.executable, "-m", "trainer", "run", "--recipe", recipe,
            f"actor_rollout_ref.model.path={warm}", f"data.train_files={data / 'train.jsonl'}",
            f"data.val_files={data / 'test.jsonl'}", f"trainer.default_local_dir={out}",
            f"trainer.total_training_steps={steps}", f"trainer.test_freq={test_freq}",
@@ -128,6 +192,69 @@ def render(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_modes(res: dict, section: str) -> str:
+    """The comparison section: held-out reward per validation step for each mode, then their times."""
+    modes = list(res["modes"])
+    labels = [MODES[m].label for m in modes]
+    lines = [f"<!-- bench:{section}:begin -->", f"## Learning demo with each policy-loss mode (`{section}`)", "",
+             f"Command: `{res['command']}`  ",
+             f"Machine: {res['machine']}; torch {res['torch']}, threads {res['threads']}.", "",
+             f"From one warm start ({res['warm_text']}; sampled held-out reward {res['warm_eval']['reward']:.3f}), "
+             f"the same data and seeds, {res['steps']} steps of each (8 prompts x 8 samples per trained batch, "
+             f"lr 3e-4), validated every {res['test_freq']} steps on {res['val']} held-out prompts sampled at "
+             "temperature 1 (val-core/arith/reward/mean@1). Overrides for every mode: "
+             + (", ".join(f"`{o}`" for o in res["overrides"]) or "none") + ".", ""]
+    lines += [f"- {MODES[m].label}: {MODES[m].settings}." for m in modes]
+    lines += ["", "| step | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(modes)]
+    steps = sorted({p["step"] for m in modes for p in res["runs"][m]["curve"]})
+    for st in steps:
+        cells = []
+        for m in modes:
+            p = next((q for q in res["runs"][m]["curve"] if q["step"] == st), None)
+            cells.append(f"{p['reward']:.3f}" if p else "")
+        lines.append(f"| {st} | " + " | ".join(cells) + " |")
+    lines += ["", "| mode | wall s | steps | s / step | generation batches / step | first >= 0.8 (step, s into "
+              "the run) | best | mean of the last 3 |", "|---|---:|---:|---:|---:|---|---:|---:|"]
+    for m in modes:
+        r = res["runs"][m]
+        first = r["summary"]["first"]
+        reached = f"step {first['step']}, {first['seconds']} s" if first else "not reached"
+        lines.append(f"| {MODES[m].label} | {r['wall_s']:.0f} | {r['steps']['steps']} | {r['steps']['s_per_step']:.2f} "
+                     f"| {r['steps']['gen_batches_per_step']:.2f} "
+                     f"| {reached} "
+                     f"| {r['summary']['best']:.3f} | {r['summary']['last3']:.3f} |")
+    lines.append(f"<!-- bench:{section}:end -->")
+    return "\n".join(lines) + "\n"
+
+
+def run_modes(args: argparse.Namespace, argv: list[str] | None, *, warm: Path, info: dict, data: Path, ev,
+              mach: str) -> dict:
+    """Step 5: each mode of --modes from the same warm start and data; the comparison section."""
+    import shutil
+
+    import torch
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    runs = {}
+    for m in modes:
+        mode = MODES[m]
+        run_dir = Path(args.out) / m
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        cmd, secs, _ = run_grpo(warm=warm, data=data, out=run_dir, steps=args.steps, test_freq=args.test_freq,
+                                seconds=args.grpo_seconds, threads=args.threads, recipe=mode.recipe,
+                                extra=[*mode.overrides, *args.overrides])
+        curve, _ = read_curve(run_dir / "events.jsonl")
+        runs[m] = {"cmd": cmd, "wall_s": secs, "curve": curve, "steps": read_steps(run_dir / "events.jsonl"),
+                   "summary": curve_summary(curve)}
+        print(f"{mode.label}: {secs:.0f} s, " + json.dumps(runs[m]["summary"]) + "  curve "
+              + " ".join(f"{p['step']}:{p['reward']:.3f}" for p in curve), flush=True)
+    return {"command": "python bench/learning.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": mach, "torch": torch.__version__, "threads": args.threads, "modes": modes, "runs": runs,
+            "warm_text": f"{info['steps']} SFT steps, seed {args.seed}", "warm": info, "warm_eval": ev.__dict__,
+            "steps": args.steps, "test_freq": args.test_freq, "val": args.val, "overrides": args.overrides}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warm-steps", type=int, default=None, help="warm-start steps (default: the demo's)")
@@ -140,8 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="/tmp/rlstudio_learning")
     ap.add_argument("--warm", default=None, help="reuse this warm-started model (skip step 1)")
     ap.add_argument("--write", default=None, help="markdown file to update (learning section)")
+    ap.add_argument("--modes", default="grpo", help=f"comma-separated, of {','.join(MODES)} (default grpo)")
+    ap.add_argument("--section", default="learning_modes", help="docs section of a several-mode run")
     ap.add_argument("overrides", nargs="*", help="extra key=value overrides for the GRPO run")
     args = ap.parse_args(argv)
+    unknown = [m for m in args.modes.split(",") if m.strip() and m.strip() not in MODES]
+    if unknown:
+        ap.error(f"unknown mode(s) {unknown}; known: {', '.join(MODES)}")
 
     import torch
 
@@ -170,6 +302,16 @@ def main(argv: list[str] | None = None) -> int:
     ev = evaluate_sampled(warm, test, temperature=1.0, threads=args.threads)
     print(f"warm start sampled held-out: reward {ev.reward:.3f}, tool use {ev.tool_use:.2f} "
           f"({ev.episodes} episodes, {ev.seconds:.0f} s)")
+
+    if args.modes.strip() != "grpo":
+        res = run_modes(args, argv, warm=warm, info=info, data=data, ev=ev, mach=mach)
+        (out / f"{args.section}.json").write_text(json.dumps(res, indent=2) + "\n")
+        if args.write:
+            section = args.section
+            replace_section(Path(args.write), render_modes(res, section),
+                            begin=f"<!-- bench:{section}:begin -->", end=f"<!-- bench:{section}:end -->")
+            print(f"updated {args.write}")
+        return 0
 
     run_dir = out / "grpo"
     if run_dir.exists():
