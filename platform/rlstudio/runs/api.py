@@ -105,9 +105,13 @@ def run_filter_from(params) -> RunFilter:
     scope = params.get("scope") or ""
     if scope not in RUN_SCOPES:
         raise ApiError(f"unknown scope {scope!r}; one of: mine, shared (or empty: all)", field="scope")
-    return RunFilter(status=status, tag=(params.get("tag") or "").strip() or None,
-                     model=_id_param(params, "model"), dataset=_id_param(params, "dataset"),
-                     q=(params.get("q") or "").strip() or None, scope=scope)
+    return RunFilter(status=status, tag=_text_param(params, "tag"), model=_id_param(params, "model"),
+                     dataset=_id_param(params, "dataset"), q=_text_param(params, "q"), scope=scope)
+
+
+def _text_param(params, name: str) -> str | None:
+    """A text filter: stripped, at most 200 characters, without NUL (PostgreSQL refuses it in a query)."""
+    return (params.get(name) or "").replace("\x00", "").strip()[:200] or None
 
 
 def _not_permitted(exc: RunNotPermitted) -> ApiError:

@@ -41,11 +41,13 @@ def _list_filter(get) -> RunFilter:
         except ValueError:
             return None
 
+    def _text(name):  # PostgreSQL refuses a NUL in a query
+        return (get.get(name) or "").replace("\x00", "").strip()[:200] or None
+
     status = get.get("status") or None
     scope = get.get("scope") or ""
-    return RunFilter(status=status if status in RunStatus.values else None,
-                     tag=(get.get("tag") or "").strip() or None, model=_id("model"), dataset=_id("dataset"),
-                     q=(get.get("q") or "").strip()[:200] or None, scope=scope if scope in RUN_SCOPES else "")
+    return RunFilter(status=status if status in RunStatus.values else None, tag=_text("tag"), model=_id("model"),
+                     dataset=_id("dataset"), q=_text("q"), scope=scope if scope in RUN_SCOPES else "")
 
 
 @login_required

@@ -351,7 +351,7 @@ def compare_params(params) -> tuple[list[int], list[str] | None, int]:
     except ValueError as exc:
         raise ApiError(str(exc), field="ids") from None
     metrics = None
-    raw = [m.strip() for value in params.getlist("metrics") for m in value.split(",") if m.strip()]
+    raw = [m.strip() for value in params.getlist("metrics") for m in value.replace("\x00", "").split(",") if m.strip()]
     if raw:
         metrics = list(dict.fromkeys(raw))
         if len(metrics) > compare.MAX_METRICS:

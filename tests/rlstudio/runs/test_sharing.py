@@ -280,3 +280,14 @@ def test_the_runs_page_filters_sorts_and_offers_compare(listed, alice):
     assert 'name="ids" value="%d"' % listed["a"].pk in page and 'action="/runs/compare/"' in page
     page = client.get("/runs/?q=nothing-like-this").content.decode()
     assert "No runs match these filters." in page
+
+
+def test_nul_characters_never_reach_postgresql(shared_run, alice):
+    """Schemathesis found it: a NUL in a text filter was a 500 (PostgreSQL refuses it in a query)."""
+    api = _api(alice)
+    assert api.get("/api/v1/runs/?q=a%00b&tag=x%00").status_code == 200
+    assert _page(alice).get("/runs/?q=a%00b&tag=%00").status_code == 200
+    assert api.get(f"/api/v1/runs/compare/?ids={shared_run.pk}&metrics=a%00b").status_code == 200
+    resp = api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"users": ["bo\x00b"]}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"].startswith("users")
+    assert _page(alice).post(f"/runs/{shared_run.pk}/share/", {"remove": "b\x00"}).status_code == 302

@@ -92,8 +92,10 @@ def _users_named(names: Iterable, *, run: Run) -> list:
         raise RunInputInvalid("users must be a list of usernames", field="users")
     wanted: list[str] = []
     for name in names:
-        if not isinstance(name, str) or not name.strip():
-            raise RunInputInvalid(f"a username must be a non-empty string, got {name!r}", field="users")
+        if not isinstance(name, str) or not name.strip() or "\x00" in name:
+            raise RunInputInvalid(f"a username must be a non-empty string, got {name[:60]!r}"
+                                  if isinstance(name, str) else f"a username must be a string, got {name!r}",
+                                  field="users")
         if name.strip() not in wanted:
             wanted.append(name.strip())
     found = {u.get_username(): u for u in get_user_model().objects.filter(username__in=wanted, is_active=True)}
@@ -117,7 +119,7 @@ def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
                               field="visibility")
     target_users = _users_named(users, run=run) if users is not None else None
     to_add = _users_named(add, run=run) if add else []
-    to_remove = [str(name).strip() for name in remove or ()]
+    to_remove = [str(name).strip() for name in remove or () if "\x00" not in str(name)]
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         before = {"visibility": locked.visibility, "users": run_shared_users(run=locked)}
