@@ -8,8 +8,9 @@ updates the state in place and returns a `Trigger` for each rule whose condition
 
 Rolling state: `{"h": {metric: [[step, value], ...]}, "on": [rule ids whose condition holds],
 "vh": {rule id: [[step, held-out, train], ...]}}`. A metric's history holds only what the rules on
-it need (their window plus a few steps), so a batch costs a few list operations per rule, never a
-query over the stored metrics. A non-finite metric value arrives as None (trainer/events.py).
+it need (their window plus a few steps), so a batch costs a few operations per point and rule
+(engine.py walks it), never a query over the stored metrics. A non-finite metric value arrives as
+None (trainer/events.py).
 
 Kinds (`CATALOGUE`; `threshold` / `window` / `metric` are each rule's own, defaults here):
 
@@ -32,15 +33,16 @@ Kinds (`CATALOGUE`; `threshold` / `window` / `metric` are each rule's own, defau
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
-from dataclasses import dataclass, field
-from statistics import median
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-TRAIN_REWARD = "critic/score/mean"
-SMOOTH = 3  # steps in the trailing mean of reward_collapse and reward_hacking's train reward
+from .engine import SMOOTH, TRAIN_REWARD, RuleSpec, Trigger, evaluate_metrics, metric_value
+
+__all__ = ["CATALOGUE", "OPS", "RECOMMENDED", "SMOOTH", "TRAIN_REWARD", "Kind", "RuleInvalid", "RuleSpec",
+           "Trigger", "budget_level", "clean_rule", "effective_rules", "evaluate", "heartbeat_silent",
+           "metric_value", "metrics_rules"]
 OPS = (">", ">=", "<", "<=", "not_finite")
 # A metric name or pattern: what the trainer's keys are made of, plus `*` / `?` for a pattern.
 METRIC_RE = re.compile(r"^[A-Za-z0-9_./@:+*?\-]{1,200}$")
@@ -104,30 +106,6 @@ class RuleInvalid(ValueError):
         super().__init__(f"{field}: {message}")
 
 
-@dataclass(frozen=True)
-class RuleSpec:
-    """What one rule says, as the evaluator reads it (`id` is the stored rule's id)."""
-
-    id: int
-    kind: str
-    metric: str
-    threshold: float
-    window: int
-    op: str = ""
-
-
-@dataclass(frozen=True)
-class Trigger:
-    """A rule whose condition became true at `step`: the values that made it, and one sentence."""
-
-    rule_id: int
-    kind: str
-    step: int
-    metric: str
-    values: dict[str, Any] = field(default_factory=dict)
-    message: str = ""
-
-
 def clean_rule(*, kind: str, metric: str | None, threshold: float | None, window: int | None,
                op: str | None) -> tuple[str, float, int, str]:
     """(metric, threshold, window, op) with the catalogue's defaults filled in; RuleInvalid on a bad field."""
@@ -162,137 +140,6 @@ def clean_rule(*, kind: str, metric: str | None, threshold: float | None, window
     return metric, float(threshold), window, op
 
 
-# ------------------------------------------------------------------------------------------ state
-def _is_pattern(metric: str) -> bool:
-    return "*" in metric or "?" in metric
-
-
-def metric_value(metric: str, metrics: dict[str, Any]) -> tuple[bool, float | None]:
-    """(present, value) of `metric` in one metrics event: a name is looked up; a pattern is the mean
-    of the finite values of the keys it matches (None when one of them is not finite)."""
-    if not _is_pattern(metric):
-        if metric not in metrics:
-            return False, None
-        value = metrics[metric]
-        return True, (float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None)
-    values = [v for k, v in metrics.items() if fnmatch.fnmatchcase(k, metric)]
-    if not values:
-        return False, None
-    if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values):
-        return True, None
-    return True, sum(values) / len(values)
-
-
-def _keep(rule: RuleSpec) -> int:
-    """How many points of its metric's history a rule needs."""
-    return rule.window + SMOOTH + 1
-
-
-def _push(history: list[list], step: int, value: float | None, keep: int) -> None:
-    """Append (step, value), replacing the last point when it is the same step (a merged metrics event)."""
-    if history and history[-1][0] == step:
-        history[-1][1] = value
-    else:
-        history.append([step, value])
-    if len(history) > keep:
-        del history[: len(history) - keep]
-
-
-def _trailing_mean(values: list[float], n: int) -> float | None:
-    return sum(values[-n:]) / n if len(values) >= n else None
-
-
-# ------------------------------------------------------------------------------------ conditions
-def _cmp(op: str, value: float | None, threshold: float) -> bool:
-    if op == "not_finite":
-        return value is None
-    if value is None:
-        return False
-    return {">": value > threshold, ">=": value >= threshold, "<": value < threshold,
-            "<=": value <= threshold}[op]
-
-
-def _streak(rule: RuleSpec, points: list[list]) -> Trigger | None:
-    """`op threshold` on each of the last `window` points."""
-    last = points[-rule.window:]
-    if len(last) < rule.window or not all(_cmp(rule.op, v, rule.threshold) for _, v in last):
-        return None
-    now = last[-1][1]
-    shown = "not finite" if now is None else f"{now:.4g}"
-    cond = "not finite" if rule.op == "not_finite" else f"{rule.op} {rule.threshold:g}"
-    span = f" for {rule.window} steps" if rule.window > 1 else ""
-    return Trigger(rule.id, rule.kind, last[-1][0], rule.metric,
-                   {rule.metric: now, "window": [v for _, v in last], "threshold": rule.threshold},
-                   f"{rule.metric} {shown} ({cond}{span})")
-
-
-def _reward_collapse(rule: RuleSpec, points: list[list]) -> Trigger | None:
-    values = [v for _, v in points if v is not None]
-    if len(values) < SMOOTH + 1:
-        return None
-    means = [sum(values[i - SMOOTH:i]) / SMOOTH for i in range(SMOOTH, len(values) + 1)]
-    best, now = max(means[-rule.window:]), means[-1]
-    if best - now < rule.threshold:
-        return None
-    return Trigger(rule.id, rule.kind, points[-1][0], rule.metric,
-                   {rule.metric: values[-1], "mean_3": now, "best_mean_3": best, "threshold": rule.threshold},
-                   f"{rule.metric} collapsed: 3-step mean {now:.4g}, {best - now:.4g} below its best "
-                   f"{best:.4g} of the last {rule.window} steps")
-
-
-def _relative_to_median(rule: RuleSpec, points: list[list], *, spike: bool) -> Trigger | None:
-    step, now = points[-1]
-    if spike and now is None:
-        return Trigger(rule.id, rule.kind, step, rule.metric, {rule.metric: None},
-                       f"{rule.metric} is not finite (NaN or inf)")
-    before = [v for _, v in points[-rule.window - 1:-1] if v is not None]
-    if now is None or len(before) < (5 if spike else 3):
-        return None
-    med = median(before)
-    if spike:
-        if med <= 0 or now <= rule.threshold * med:
-            return None
-        text = f"{rule.metric} {now:.4g} is {now / med:.1f}x the median {med:.4g} of the previous {len(before)} steps"
-    else:
-        if med <= 0 or now >= (1.0 - rule.threshold) * med:
-            return None
-        text = (f"{rule.metric} {now:.4g} fell {100 * (1 - now / med):.0f}% below the median {med:.4g} "
-                f"of the previous {len(before)} steps")
-    return Trigger(rule.id, rule.kind, step, rule.metric,
-                   {rule.metric: now, "median": med, "threshold": rule.threshold}, text)
-
-
-def _reward_hacking(rule: RuleSpec, points: list[list]) -> Trigger | None:
-    """`points` here are [step, held-out, train 3-step mean] validation points."""
-    if len(points) < 2:
-        return None
-    step, val, train = points[-1]
-    earlier = [p for p in points[-rule.window - 1:-1] if p[1] is not None and p[2] is not None]
-    if val is None or train is None or not earlier:
-        return None
-    peak = max(earlier, key=lambda p: p[1])
-    if peak[1] - val < rule.threshold or train <= peak[2]:
-        return None
-    return Trigger(rule.id, rule.kind, step, rule.metric,
-                   {rule.metric: val, "best_heldout": peak[1], "best_step": peak[0], TRAIN_REWARD: train,
-                    "train_at_best": peak[2], "threshold": rule.threshold},
-                   f"held-out reward {val:.4g} fell {peak[1] - val:.4g} below its best {peak[1]:.4g} (step "
-                   f"{peak[0]}) while the train reward rose {peak[2]:.4g} -> {train:.4g}")
-
-
-CONDITIONS: dict[str, Callable[[RuleSpec, list[list]], Trigger | None]] = {
-    "reward_collapse": _reward_collapse,
-    "entropy_collapse": _streak,
-    "kl_high": _streak,
-    "grad_norm_spike": lambda r, p: _relative_to_median(r, p, spike=True),
-    "clip_frac_high": _streak,
-    "length_limit": _streak,
-    "zero_adv_groups": _streak,
-    "throughput_drop": lambda r, p: _relative_to_median(r, p, spike=False),
-    "threshold": _streak,
-}
-
-
 # ------------------------------------------------------------------------------------ evaluation
 def metrics_rules(rules: Iterable[RuleSpec]) -> list[RuleSpec]:
     """The rules the ingest evaluates (the others are the reconcile's)."""
@@ -301,58 +148,9 @@ def metrics_rules(rules: Iterable[RuleSpec]) -> list[RuleSpec]:
 
 def evaluate(rules: list[RuleSpec], state: dict[str, Any],
              events: Iterable[tuple[int, dict[str, Any]]]) -> list[Trigger]:
-    """Feed `events` ((step, metrics) in step order) to `rules`, updating `state` in place; the
-    triggers, in the order they happened. Only metrics rules are evaluated here."""
-    rules = metrics_rules(rules)
-    if not rules:
-        return []
-    history: dict[str, list[list]] = state.setdefault("h", {})
-    val_history: dict[str, list[list]] = state.setdefault("vh", {})
-    on: set[int] = set(state.get("on", ()))
-    keep: dict[str, int] = {}
-    for rule in rules:
-        keep[rule.metric] = max(keep.get(rule.metric, 0), _keep(rule))
-        if rule.kind == "reward_hacking":
-            keep[TRAIN_REWARD] = max(keep.get(TRAIN_REWARD, 0), SMOOTH + 1)
-    fired: list[Trigger] = []
-    for step, metrics in events:
-        seen: set[str] = set()
-        for metric, n in keep.items():
-            present, value = metric_value(metric, metrics)
-            if present:
-                _push(history.setdefault(metric, []), step, value, n)
-                seen.add(metric)
-        if not seen:
-            continue
-        for rule in rules:
-            if rule.metric not in seen:
-                continue
-            if rule.kind == "reward_hacking":
-                train = _trailing_mean([v for _, v in history.get(TRAIN_REWARD, []) if v is not None], SMOOTH)
-                points = val_history.setdefault(str(rule.id), [])
-                _push(points, step, history[rule.metric][-1][1], rule.window + 1)
-                points[-1] = [step, points[-1][1], train]
-                trigger = _reward_hacking(rule, points)
-            else:
-                trigger = CONDITIONS[rule.kind](rule, history[rule.metric])
-            if trigger is None:
-                on.discard(rule.id)
-            elif rule.id not in on:
-                on.add(rule.id)
-                fired.append(trigger)
-    _forget_unused(state, rules)
-    state["on"] = sorted(on)
-    return fired
-
-
-def _forget_unused(state: dict[str, Any], rules: list[RuleSpec]) -> None:
-    """Drop the history of metrics no rule reads any more (a rule was deleted or changed)."""
-    metrics = {r.metric for r in rules} | ({TRAIN_REWARD} if any(r.kind == "reward_hacking" for r in rules) else set())
-    for key in [k for k in state.get("h", {}) if k not in metrics]:
-        del state["h"][key]
-    ids = {str(r.id) for r in rules if r.kind == "reward_hacking"}
-    for key in [k for k in state.get("vh", {}) if k not in ids]:
-        del state["vh"][key]
+    """Feed `events` ((step, metrics), a batch) to `rules`, updating `state` in place; the triggers, in
+    the order they happened. Only metrics rules are evaluated here (engine.evaluate_metrics)."""
+    return evaluate_metrics(metrics_rules(rules), state, events)
 
 
 # -------------------------------------------------------------------- reconcile-side conditions
