@@ -197,3 +197,38 @@ def test_targets_that_match_nothing_or_are_not_linear_are_refused(tiny_model_dir
     wrap(m, model_cfg(target_modules="all-linear", exclude_modules=["o_proj"]))
     names = [n for n, p in m.named_parameters() if p.requires_grad]
     assert names and not any("o_proj" in n for n in names) and not any("lm_head" in n for n in names)
+
+
+def test_adapter_gradient_is_the_same_with_gradient_checkpointing_and_shared_prompts(tiny_model_dir):
+    """The adapter's gradient through the shared-prompt forward, a plain forward, and gradient
+    checkpointing (frozen inputs to every checkpointed layer) is one and the same."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.config import Config
+    from trainer.workers.actor import ActorWorker
+    from trainer.workers.lora import wrap
+
+    from tests.trainer.actor_probe import actor_cfg
+
+    model_cfg = Config.from_dict({"actor_rollout_ref": {"model": {"lora_rank": 4}}}).actor_rollout_ref.model
+    grads = []
+    for checkpointing, share in ((False, True), (False, False), (True, False)):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+        torch.manual_seed(0)  # the same A
+        wrap(model, model_cfg)
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:  # B = 0 would leave A without a gradient
+                torch.nn.init.normal_(p, std=0.05, generator=torch.Generator().manual_seed(2))
+        worker = ActorWorker(model_path="", device=torch.device("cpu"), dtype=torch.float32, actor_cfg=actor_cfg(),
+                             model=model, gradient_checkpointing=checkpointing, share_prompts=share)
+        assert worker.checkpointing == checkpointing and worker.share_prompts == share
+        g: dict[str, torch.Tensor] = {}
+        worker.optimizer.step = lambda *a, **k: g.update(
+            {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        worker.update_policy(toy_batch(), mini_batch_size=4)
+        grads.append(g)
+    assert len(grads[0]) == 28 and max(t.abs().max().item() for t in grads[0].values()) > 0
+    for other in grads[1:]:
+        assert set(other) == set(grads[0])
+        for n, t in grads[0].items():
+            assert torch.allclose(other[n], t, atol=1e-6, rtol=1e-5), n
