@@ -106,7 +106,7 @@ def test_demo_command_registers_the_kit_and_one_click_launches_it(celery_worker,
     assert {d["name"] for d in client.get("/api/v1/datasets/").json()["results"]} == {train.name, val.name}
     assert f"/models/{model.pk}/delete/" not in client.get("/models/").content.decode()  # read-only for her
     form = client.get("/runs/new/").content.decode()
-    assert f'<option value="{model.pk}">{model.name}</option>' in form
+    assert f'<option value="{model.pk}">{model.name} (' in form  # then the chat format its check found
     assert f'<option value="{train.pk}">{train.name}</option>' in form
 
     # One click by her, through the page: CSRF enforced, then a run of her own on the shared kit.
