@@ -25,6 +25,7 @@ urlpatterns = [
     # Telemetry (LIVE): before the router so runs/{id}/events|metrics|samples|... resolve here.
     path("", include("rlstudio.telemetry.api_urls")),
     path("", include("rlstudio.alerts.api_urls")),  # alerts/..., runs/{id}/alerts/
+    path("", include("rlstudio.evaluations.api_urls")),  # runs/{id}/evaluations/...
     path("", include(router.urls)),
     path("quota/", QuotaView.as_view(), name="quota"),
     path("presets/", PresetListView.as_view(), name="presets"),

@@ -49,6 +49,7 @@ INSTALLED_APPS = [
     "rlstudio.registry",
     "rlstudio.demo",
     "rlstudio.alerts",
+    "rlstudio.evaluations",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,47 @@
+"""Reads of evaluations: through the run, so whoever may read a run (owner, shared readers, staff:
+`rlstudio.runs.selectors.run_get_for`) reads its evaluations, and nobody else."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from rlstudio.runs.launch import inside, run_folder
+from trainer.checkpoint import STEP_DIR
+
+from .models import Evaluation
+
+
+def evaluation_list_for(*, user, run_id) -> tuple[object, QuerySet[Evaluation]]:
+    """(the visible run, its evaluations newest first); Http404 for a run the user may not read."""
+    from rlstudio.runs.selectors import run_get_for
+
+    run = run_get_for(user=user, run_id=run_id)
+    return run, Evaluation.objects.filter(run=run).select_related("dataset", "owner")
+
+
+def evaluation_get_for(*, user, run_id, evaluation_id) -> Evaluation:
+    """One evaluation of a visible run, or Http404."""
+    _run, qs = evaluation_list_for(user=user, run_id=run_id)
+    try:
+        ev = qs.filter(pk=evaluation_id).first()
+    except (TypeError, ValueError):
+        ev = None
+    if ev is None:
+        raise Http404("Not found")
+    return ev
+
+
+def checkpoint_steps(run) -> dict[int, Path]:
+    """The committed step folders of a run (global_step_N directly in its own folder, symlinks that
+    lead out of it ignored), by step. Only the platform's record of where the run writes is read."""
+    folder = run_folder(run)
+    if not folder.is_dir():
+        return {}
+    out = {}
+    for path in folder.iterdir():
+        m = STEP_DIR.match(path.name)
+        if m and path.is_dir() and inside(path, folder) and (path / "actor").is_dir():
+            out[int(m.group(1))] = path
+    return dict(sorted(out.items()))

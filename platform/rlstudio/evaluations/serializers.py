@@ -1,0 +1,54 @@
+"""Shapes of evaluations in the API (docs/api.md "Evaluations")."""
+from rest_framework import serializers
+
+from .models import Evaluation
+
+
+class SamplingSerializer(serializers.Serializer):
+    temperature = serializers.FloatField(required=False, min_value=0.0, max_value=2.0)
+    top_p = serializers.FloatField(required=False, max_value=1.0)
+    top_k = serializers.IntegerField(required=False, min_value=-1, max_value=1000)
+    max_new_tokens = serializers.IntegerField(required=False, min_value=1)
+    seed = serializers.IntegerField(required=False, min_value=0)
+
+
+class EvaluationCreateSerializer(serializers.Serializer):
+    """The request body (checked in full by `services.clean_request`; this is its documented shape)."""
+
+    checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=False)
+    dataset = serializers.IntegerField()
+    k = serializers.IntegerField(min_value=1)
+    max_prompts = serializers.IntegerField(required=False, min_value=1)
+    sampling = SamplingSerializer(required=False)
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    """An evaluation without its per-prompt matrix: the per-checkpoint figures only."""
+
+    run = serializers.IntegerField(source="run_id", read_only=True)
+    dataset = serializers.IntegerField(source="dataset_id", read_only=True)
+    owner = serializers.CharField(source="owner.username", read_only=True)
+    figures = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Evaluation
+        fields = ["id", "run", "owner", "dataset", "checkpoints", "k", "max_prompts", "sampling", "status", "error",
+                  "figures", "created", "started", "finished"]
+
+    def get_figures(self, obj) -> list[dict]:
+        """Per checkpoint: step, mean_at_k, pass_at_k, maj_at_k, samples, seconds, samples_per_s."""
+        return list((obj.results or {}).get("checkpoints", []))
+
+
+class EvaluationDetailSerializer(EvaluationSerializer):
+    """An evaluation with the prompts x checkpoints matrix (`prompts`, filtered by ?change=)."""
+
+    prompts = serializers.SerializerMethodField()
+
+    class Meta(EvaluationSerializer.Meta):
+        fields = EvaluationSerializer.Meta.fields + ["prompts"]
+
+    def get_prompts(self, obj) -> list[dict]:
+        """Per prompt: index, prompt, ground_truth, change (better|worse|same: last checkpoint against the
+        first, on mean@k), cells {step: {n, correct, mean_at_k, pass_at_k, maj_at_k, sample}}."""
+        return self.context.get("prompts", [])

@@ -1,0 +1,11 @@
+"""Celery task of evaluations (thin: take an id, call the service)."""
+from __future__ import annotations
+
+from celery import shared_task
+
+
+@shared_task(name="evaluations.run_evaluation", acks_late=True, ignore_result=True)
+def run_evaluation(evaluation_id: int) -> str:
+    from .services import evaluation_execute
+
+    return evaluation_execute(evaluation_id=evaluation_id)
