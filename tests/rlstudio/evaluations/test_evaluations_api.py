@@ -181,3 +181,28 @@ def test_two_checkpoints_of_a_tiny_run_evaluated_and_stored(alice, make_run, mak
         assert f["samples"] == 3 * 2 and 0 <= f["pass_at_k"] <= 1 and 0 <= f["maj_at_k"] <= 1
     assert len(body["prompts"]) == 3
     assert all(set(p["cells"]) == {"1", "2"} and p["change"] in ("better", "worse", "same") for p in body["prompts"])
+
+
+def test_run_page_shows_the_newest_evaluation_escaped_and_the_form_to_its_owner_only(
+        alice, bob, run_with_ckpts, data):
+    from django.test import Client
+
+    evil = "<script>alert(1)</script>"
+    prompts = [{"index": 0, "prompt": evil, "ground_truth": "7",
+                "cells": {s: {"n": 2, "correct": 1, "mean_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 0.0,
+                              "sample": evil} for s in ("1", "2")}}]
+    figures = [{"step": s, "mean_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 0.0, "samples": 2, "seconds": 1.0,
+                "samples_per_s": 2.0} for s in (1, 2)]
+    Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1, 2], k=2, max_prompts=4,
+                              sampling=services.DEFAULT_SAMPLING, status=EvaluationStatus.SUCCEEDED,
+                              results={"checkpoints": figures, "prompts": prompts})
+    run_share(run=run_with_ckpts, by=alice, add=["bob"])
+    for user, form in ((alice, True), (bob, False)):
+        c = Client()
+        c.force_login(user)
+        html = c.get(f"/runs/{run_with_ckpts.pk}/").content.decode()
+        assert 'id="evaluations-card"' in html and 'id="eval-data"' in html and "js/run_evaluations.js" in html
+        assert evil not in html  # model text only inside json_script, escaped
+        assert ('id="eval-form"' in html) is form
+        if form:
+            assert 'value="1"' in html and 'value="2"' in html and f'value="{data.pk}"' in html

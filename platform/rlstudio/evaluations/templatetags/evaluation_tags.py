@@ -1,0 +1,32 @@
+"""`{% run_evaluations %}`: the run page's "Evaluations" card (the form for whoever manages the run,
+the newest finished evaluation as a curve, a table and the prompts x checkpoints matrix, and the list)."""
+from django import template
+
+from rlstudio.catalog.selectors import dataset_list_for
+from rlstudio.runs.selectors import can_manage
+
+from ..matrix import matrix_rows
+from ..models import Evaluation, EvaluationStatus
+from ..selectors import checkpoint_steps
+from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
+
+register = template.Library()
+
+
+@register.inclusion_tag("evaluations/run_section.html", takes_context=True)
+def run_evaluations(context):
+    """Context of the card for `run` (already checked readable by the run page's view)."""
+    run, user = context["run"], context["request"].user
+    evaluations = list(Evaluation.objects.filter(run=run).select_related("dataset")[:20])
+    done = next((e for e in evaluations if e.status == EvaluationStatus.SUCCEEDED), None)
+    manage = can_manage(user=user, run=run)
+    data = {"api": f"/api/v1/runs/{run.pk}/evaluations/", "latest": None}
+    if done is not None:
+        data["latest"] = {"id": done.pk, "k": done.k, "checkpoints": done.checkpoints,
+                          "figures": (done.results or {}).get("checkpoints", []),
+                          "prompts": matrix_rows(done.results, list(done.checkpoints))}
+    return {"run": run, "can_manage": manage, "evaluations": evaluations, "latest": done, "eval_data": data,
+            "steps": list(checkpoint_steps(run)) if manage else [],
+            "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if manage else [],
+            "defaults": DEFAULT_SAMPLING, "max_k": MAX_K, "max_prompts": MAX_PROMPTS,
+            "max_new_tokens": MAX_NEW_TOKENS, "csrf_token": context.get("csrf_token")}
