@@ -68,7 +68,7 @@ def small_ev(seq: int) -> dict:
 
 def sample_ev(seq: int, step: int, index: int, *, tokens: int = 256) -> dict:
     """A GSM8K-sized sample event with a token view whose numbers look like the trainer's: varied
-    log-probs rounded to 6 decimals (trainer/loop.py `_view_floats`), not one short constant."""
+    log-probs rounded to 6 decimals (trainer/step_report.py `view_floats`), not one short constant."""
     rng = random.Random(seq)
     logprobs = [round(-rng.expovariate(2.0), 6) for _ in range(tokens)]
     ref_logprobs = [round(lp - abs(rng.gauss(0.0, 0.02)), 6) for lp in logprobs]

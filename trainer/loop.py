@@ -1,4 +1,4 @@
-"""The GRPO training loop (the driver): setup, the step, validation, checkpoints, resume.
+"""The GRPO training loop (the driver): setup, the step, validation, and `fit` over the steps.
 
 `Trainer(cfg, emitter=..., should_stop=...).fit()` runs the whole training and returns "succeeded" or
 "stopped". `Trainer.train_step` is the step, phase by phase:
@@ -24,52 +24,36 @@ skipped; the update still records those log-probs and entropies, so `actor/entro
 token views and every metric are the same. In every other case (several mini-batches or epochs,
 KL in reward) the recompute pass runs as in verl.
 
-Scores sit on the last token with loss mask 1 (the end of the last assistant turn), or on the last
-response token when there is none: for GRPO/RLOO only the sum matters; for REINFORCE++ this keeps the
-return on a trained token in multi-turn (verl puts it on the last attention-valid token, which is the
-same token unless a trajectory ends in a tool reply).
+The phases' own code lives beside this module; Trainer keeps the state and the step:
+  trainer.rollout_phase  sampling parameters per step, the generation batches of a step (dynamic sampling)
+  trainer.scoring        rewards, the experience batch, rollout correction, advantages (Experience)
+  trainer.step_report    the step's metrics and its sample events (pick_groups)
+  trainer.resume         saving a step's checkpoint and resuming from one
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
-from trainer import checkpoint as ckpt
-from trainer.algorithms.filter_groups import GroupPool, metric_values
-from trainer.algorithms.metrics import (compute_count_metrics, compute_data_metrics, reduce_metrics,
-                                       verl_num_turns, zero_adv_group_ratio)
+from trainer import scoring
+from trainer.algorithms.metrics import reduce_metrics
 from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, load_prompt_dataset
+from trainer.resume import resume_run, save_run
+from trainer.rollout_phase import generate_step, sampling_params
+from trainer.scoring import Experience
+from trainer.step_report import emit_samples, pick_groups, step_metrics
 from trainer.types import PromptItem, Trajectory
 from trainer.workers.actor import resolve_device
-from trainer.workers.experience import ExperienceBatch, make_batch
 
-
-# --------------------------------------------------------------------------------- phase records
-@dataclass
-class StepPrompts:
-    step: int
-    epoch: int
-    prompts: list[PromptItem]
-
-
-@dataclass
-class Experience:
-    """A scored, log-prob'd, advantaged batch: trajectories plus their tensors."""
-
-    trajectories: list[Trajectory]
-    batch: ExperienceBatch
-    entropy: torch.Tensor | None = None  # (B, R), from the old-log-prob pass (or the update's forward)
+__all__ = ["Experience", "Timer", "Trainer", "pick_groups", "seed_everything"]
 
 
 class Timer:
@@ -235,19 +219,9 @@ class Trainer:
         return stop_token_ids(self.tokenizer, extra=self.generation.eos_token_ids)
 
     def sampling(self, step: int, *, validate: bool = False, gen_batch: int = 0):
-        from trainer.rollout.base import SamplingParams
-
-        r = self.cfg.actor_rollout_ref.rollout
-        # The seed is a function of the step (and of the step's generation batch with dynamic
-        # sampling), not of an RNG stream: a resumed run samples what an uninterrupted one would have.
-        if validate:
-            v = r.val_kwargs
-            temp = v.temperature if v.do_sample else 0.0
-            return SamplingParams(temperature=temp, top_p=v.top_p, top_k=v.top_k, max_new_tokens=r.response_length,
-                                  stop_token_ids=self.stop_ids, seed=r.seed + 7919 * (step + 1))
-        return SamplingParams(temperature=r.temperature if r.do_sample else 0.0, top_p=r.top_p, top_k=r.top_k,
-                              max_new_tokens=r.response_length, stop_token_ids=self.stop_ids,
-                              seed=r.seed * 1_000_003 + step + 999_983 * gen_batch)
+        """The step's SamplingParams (trainer.rollout_phase.sampling_params)."""
+        return sampling_params(self.cfg.actor_rollout_ref.rollout, self.stop_ids, step, validate=validate,
+                               gen_batch=gen_batch)
 
     # ------------------------------------------------------------------------------------ the step
     def train_step(self, step: int) -> dict[str, float]:
@@ -256,7 +230,7 @@ class Trainer:
         with t("step"):
             trajs = self.rollout(step, t, extra)  # timed as gen and reward
             with t("reward"):
-                exp = self.experience(trajs)
+                exp = scoring.build_experience(trajs)
             lengths = exp.batch.lengths()
             parts = g.split(lengths, balance=self.cfg.trainer.balance_batch)
             if g.world_size > 1:
@@ -271,7 +245,7 @@ class Trainer:
                 with t("ref"):
                     exp.batch.ref_log_probs, _ = g.compute_log_prob(exp.batch, parts, step=step, role="ref",
                                                                     with_entropy=False)
-            corr_metrics = self.correct_rollout(exp)
+            corr_metrics = scoring.correct_rollout(self.cfg.algorithm.rollout_correction, exp)
             with t("adv"):
                 extra.update(self.compute_advantages(exp))
             actor_metrics: dict[str, list[float]] = {}
@@ -289,217 +263,41 @@ class Trainer:
                     extra.update(g.sync_weights(step=step))
         self.emit_worker_memory()
         # The actor's rollout_corr/* (current policy vs rollout, per micro-batch) override the driver's, as in verl.
-        metrics = self.step_metrics(step, exp, t.s, {**corr_metrics, **reduce_metrics(actor_metrics)}, extra)
-        self.emit_samples(step, exp)
+        metrics = step_metrics(self.cfg, exp, t.s, {**corr_metrics, **reduce_metrics(actor_metrics)}, extra,
+                               step=step, epoch=self.epoch, device=self.device,
+                               filtered_overlong_prompts=self.train_ds.num_filtered_overlong)
+        emit_samples(self.emitter, self.tokenizer, self.cfg, step, exp)
         return metrics
 
     # ------------------------------------------------------------------------------ experience
     def rollout(self, step: int, t: Timer, metrics: dict[str, float]) -> list[Trajectory]:
-        """The step's scored trajectories: one generation batch, or with dynamic sampling
-        (algorithm.filter_groups) as many as it takes to keep data.train_batch_size groups whose
-        metric varies, or max_num_gen_batches; the pool's counts go into `metrics`."""
-        fg = self.cfg.algorithm.filter_groups
-        pool: GroupPool[Trajectory] = GroupPool(target=self.cfg.data.train_batch_size)
-        while True:
+        """The step's scored trajectories (trainer.rollout_phase.generate_step): one generation batch,
+        or with dynamic sampling as many as it takes; the pool's counts go into `metrics`."""
+
+        def next_batch() -> list[PromptItem]:
             self.epoch, prompts = self.loader.next_batch()
-            with t("gen"):
-                trajs = self.group.generate(prompts, n=self.n, step=step,
-                                            sampling=self.sampling(step, gen_batch=pool.num_gen_batches))
-            with t("reward"):
-                self.reward(trajs)
-            if not fg.enable:
-                return trajs
-            pool.add(trajs, [tr.uid for tr in trajs], metric_values(fg.metric, trajs))
-            if pool.full or pool.limit_reached(fg.max_num_gen_batches):
-                break
-        trajs = pool.batch()
-        metrics.update(pool.metrics())
-        if pool.num_filled:
-            self.emitter.log("warning", f"step {step}: {len(pool.kept)} of {self.cfg.data.train_batch_size} groups "
-                             f"with a varying {fg.metric} after algorithm.filter_groups.max_num_gen_batches="
-                             f"{fg.max_num_gen_batches} generation batches; {pool.num_filled} groups whose "
-                             f"{fg.metric} is the same for every sample fill the batch")
-        return trajs
+            return prompts
+
+        def generate(prompts: list[PromptItem], gen_batch: int) -> list[Trajectory]:
+            return self.group.generate(prompts, n=self.n, step=step, sampling=self.sampling(step, gen_batch=gen_batch))
+
+        return generate_step(step, next_batch=next_batch, generate=generate, score=self.reward,
+                             filter_groups=self.cfg.algorithm.filter_groups,
+                             train_batch_size=self.cfg.data.train_batch_size, timer=t, metrics=metrics,
+                             emitter=self.emitter)
 
     def reward(self, trajs: list[Trajectory]) -> None:
-        """Score each trajectory: the reward function's score, plus the overlong penalty when
-        reward_model.overlong_buffer is on (trainer.rewards.overlong); sets score, reward, reward_extra."""
-        from trainer.rewards.overlong import shape
-
-        buffer = self.cfg.reward_model.overlong_buffer
-        limit = self.cfg.actor_rollout_ref.rollout.response_length
-        for tr in trajs:
-            p = tr.prompt
-            out = self.reward_fn(p.data_source, tr.response_text, p.ground_truth,
-                                 {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns})
-            if isinstance(out, dict):
-                if "score" not in out:
-                    raise ValueError(f"reward function returned a dict without 'score': {sorted(out)}")
-                tr.score = float(out["score"])
-                tr.reward_extra = {k: v for k, v in out.items() if k != "score"}
-            else:
-                tr.score = float(out)
-            tr.reward, parts = shape(tr.score, len(tr.response_ids), buffer, limit)
-            tr.reward_extra.update(parts)
+        """Score each trajectory (trainer.scoring.score_trajectories): score, reward, reward_extra."""
+        scoring.score_trajectories(trajs, self.reward_fn, self.cfg)
 
     def score(self, trajs: list[Trajectory]) -> Experience:
-        """Rewards (`reward`) and the batch they sit in (`experience`)."""
+        """Rewards (`reward`) and the batch they sit in (trainer.scoring.build_experience)."""
         self.reward(trajs)
-        return self.experience(trajs)
-
-    def experience(self, trajs: list[Trajectory]) -> Experience:
-        """The batch of scored trajectories: each reward placed on its last trained token."""
-        batch = make_batch([tr.prompt_ids for tr in trajs], [tr.response_ids for tr in trajs],
-                           [tr.loss_mask for tr in trajs], uids=[tr.uid for tr in trajs])
-        batch.rollout_log_probs = _rollout_log_probs(trajs, batch.loss_mask)
-        scores = torch.zeros(len(trajs), batch.response_width)
-        for i, tr in enumerate(trajs):
-            trained = batch.loss_mask[i].nonzero()
-            valid = batch.response_mask[i].nonzero()
-            pos = int(trained[-1]) if len(trained) else (int(valid[-1]) if len(valid) else 0)
-            scores[i, pos] = tr.reward
-        batch.token_level_scores = scores
-        return Experience(trajectories=trajs, batch=batch)
-
-    def correct_rollout(self, exp: Experience) -> dict[str, float]:
-        """Rollout correction before the advantages (algorithm.rollout_correction, verl's order). In
-        bypass mode the rollout's log-probs become the old ones. Otherwise, given old log-probs, verl's
-        weights, rejection and rollout_corr/* metrics (trainer.algorithms.rollout_correction): rejected
-        tokens leave the loss mask, the weights go to the update."""
-        from trainer.algorithms.rollout_correction import rollout_correction_for
-
-        rc, b = self.cfg.algorithm.rollout_correction, exp.batch
-        if rc.bypass_mode:
-            if b.rollout_log_probs is None:
-                raise RuntimeError("algorithm.rollout_correction.bypass_mode needs the rollout engine's log-probs")
-            b.old_log_probs = b.rollout_log_probs.clone()
-            return {}
-        if b.old_log_probs is None or b.rollout_log_probs is None:
-            return {}
-        corr = rollout_correction_for(rc, b.old_log_probs, b.rollout_log_probs, b.loss_mask)
-        b.loss_mask, b.rollout_is_weights = corr.mask, corr.weights
-        return corr.metrics
+        return scoring.build_experience(trajs)
 
     def compute_advantages(self, exp: Experience) -> dict[str, float]:
-        from trainer.algorithms.advantages import get_adv_estimator
-        from trainer.algorithms.losses import apply_kl_penalty
-
-        alg, b = self.cfg.algorithm, exp.batch
-        metrics: dict[str, float] = {}
-        rewards = b.token_level_scores
-        if alg.use_kl_in_reward:
-            rewards, metrics = apply_kl_penalty(b.token_level_scores, b.old_log_probs, b.ref_log_probs, b.loss_mask,
-                                                self.kl_ctrl, alg.kl_penalty)
-        b.token_level_rewards = rewards
-        fn = get_adv_estimator(alg.adv_estimator)
-        b.advantages, b.returns = fn(rewards, b.loss_mask, b.uids, **dataclasses.asdict(alg))
-        for tr, a in zip(exp.trajectories, b.advantages):
-            nz = a[a != 0]
-            tr.advantage = float(nz[0]) if len(nz) else 0.0
-        return metrics
-
-    # -------------------------------------------------------------------------------- reporting
-    def step_metrics(self, step: int, exp: Experience, timing: dict[str, float], actor: dict[str, float],
-                     extra: dict[str, float]) -> dict[str, float]:
-        b, trajs = exp.batch, exp.trajectories
-        cfg = self.cfg
-        resp_len = b.response_mask.sum(-1)
-        prompt_len = torch.tensor([float(len(p)) for p in b.prompt_ids])
-        n_resp, n_total = resp_len.sum().item(), resp_len.sum().item() + prompt_len.sum().item()
-        # verl's data metrics: lengths over the response (tool replies included), advantages and
-        # returns over the trained tokens; num_turns/* counted as verl's agent loop counts turns.
-        m = compute_data_metrics(
-            token_level_scores=b.token_level_scores, token_level_rewards=b.token_level_rewards,
-            advantages=b.advantages, returns=b.returns, response_mask=b.response_mask, loss_mask=b.loss_mask,
-            prompt_lengths=prompt_len, max_response_length=cfg.actor_rollout_ref.rollout.response_length,
-            max_prompt_length=cfg.data.max_prompt_length)
-        m.update(compute_count_metrics("num_turns", [
-            verl_num_turns(tr.num_turns, tr.messages, len(tr.prompt.messages), tr.finish_reason) for tr in trajs]))
-        m.update(compute_count_metrics("tool_call_counts", [tr.tool_calls for tr in trajs]))
-        m["critic/zero_adv_group_ratio"] = zero_adv_group_ratio(b.uids, b.token_level_rewards.sum(dim=-1).tolist())
-        if exp.entropy is not None:
-            m["actor/entropy"] = (exp.entropy * b.response_mask).sum().item() / max(1.0, b.response_mask.sum().item())
-        if (b.old_log_probs is not None and b.rollout_log_probs is not None
-                and not cfg.algorithm.rollout_correction.bypass_mode):  # bypass: old is the rollout
-            diff = self._rollout_probs_diff(b)
-            if diff is not None:
-                m.update(diff)
-        m.update(actor)
-        m.update(extra)
-        for k, v in timing.items():
-            m[f"timing_s/{k}"] = v
-        m["timing_s/old_log_prob"] = timing.get("old_log_prob", 0.0)
-        for k in ("gen",):
-            if k in timing and n_resp:
-                m[f"timing_per_token_ms/{k}"] = 1000 * timing[k] / n_resp
-        for k in ("old_log_prob", "ref", "adv", "update_actor"):
-            if k in timing and n_total:
-                m[f"timing_per_token_ms/{k}"] = 1000 * timing[k] / n_total
-        world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
-        m["perf/total_num_tokens"] = n_total
-        m["perf/time_per_step"] = timing.get("step", 0.0)
-        m["perf/throughput"] = n_total / max(1e-9, timing.get("step", 0.0) * world)
-        from trainer.memory import rss_bytes
-
-        m.setdefault("perf/cpu_memory_used_gb", rss_bytes() / 2**30)  # the workers' figure when they sent one
-        if self.device.type == "cuda" and torch.cuda.is_initialized() and "perf/max_memory_allocated_gb" not in m:
-            m["perf/max_memory_allocated_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
-            m["perf/max_memory_reserved_gb"] = torch.cuda.max_memory_reserved(self.device) / 2**30
-        m["data/filtered_overlong_prompts"] = float(self.train_ds.num_filtered_overlong)
-        m["training/global_step"] = float(step)
-        m["training/epoch"] = float(self.epoch)
-        return m
-
-    @staticmethod
-    def _rollout_probs_diff(b: ExperienceBatch) -> dict[str, float] | None:
-        mask = b.loss_mask.bool()
-        if not mask.any():
-            return None
-        d = (b.rollout_log_probs.exp() - b.old_log_probs.exp()).abs()[mask]
-        return {"training/rollout_probs_diff_max": d.max().item(), "training/rollout_probs_diff_mean": d.mean().item(),
-                "training/rollout_probs_diff_std": d.std().item() if d.numel() > 1 else 0.0}
-
-    def emit_samples(self, step: int, exp: Experience, *, validation: bool = False) -> None:
-        """Sample events for whole groups (pick_groups); training samples carry their group's size,
-        mean and std of scores exactly as the advantage estimator computed them."""
-        from trainer.algorithms.advantages import _group_stats
-        from trainer.events import SampleData, TokenView, fit_sample
-
-        rep = self.cfg.report
-        b = exp.batch
-        # The rollout's log-probs beside the actor's (the token page shows the gap); in bypass mode
-        # the actor's are the rollout's, so there is no gap to show.
-        rollout_lp = None if self.cfg.algorithm.rollout_correction.bypass_mode else b.rollout_log_probs
-        uids = [tr.uid for tr in exp.trajectories]
-        group = None
-        if not validation and b.token_level_rewards is not None:
-            # The scores and grouping compute_advantages handed the estimator (b.uids), same function.
-            group = [t.tolist() for t in _group_stats(b.token_level_rewards.sum(dim=-1), b.uids)]
-        for i in pick_groups(uids, rep.val_samples if validation else rep.samples_per_step):
-            tr = exp.trajectories[i]
-            r = len(tr.response_ids)
-            view = None
-            if rep.token_view and not validation and b.old_log_probs is not None:
-                view = TokenView(
-                    ids=list(tr.response_ids),
-                    pieces=[self.tokenizer.decode([t]) for t in tr.response_ids],
-                    loss_mask=[int(x) for x in tr.loss_mask],
-                    logprobs=_view_floats(b.old_log_probs[i, :r]),
-                    ref_logprobs=_view_floats(b.ref_log_probs[i, :r]) if b.ref_log_probs is not None else None,
-                    advantages=_view_floats(b.advantages[i, :r]),
-                    rollout_logprobs=None if rollout_lp is None else [
-                        v if m else None for v, m in zip(_view_floats(rollout_lp[i, :r]), tr.loss_mask)])
-            data = SampleData(step=step, uid=tr.uid, index=tr.index, reward=float(tr.reward),
-                              advantage=float(tr.advantage), response_length=r, num_turns=int(tr.num_turns),
-                              finish_reason=tr.finish_reason, messages=_jsonable(tr.messages),
-                              reward_extra=_jsonable(tr.reward_extra), data_source=tr.prompt.data_source or None,
-                              ground_truth=_jsonable(tr.prompt.ground_truth), tool_calls=int(tr.tool_calls),
-                              token_view=view, validation=validation)
-            if group is not None:
-                data.group_mean, data.group_std = _finite(group[0][i]), _finite(group[1][i])
-                data.group_size = int(group[2][i])
-            data = fit_sample(data) or data
-            self.emitter.sample(_jsonable(data))
+        """Rewards (KL penalty in the reward when configured) and advantages (trainer.scoring)."""
+        return scoring.compute_advantages(self.cfg.algorithm, exp, self.kl_ctrl)
 
     # ------------------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
@@ -516,36 +314,26 @@ class Trainer:
             by_source[tr.prompt.data_source or "unknown"].append(tr.reward)
         metrics = {f"val-core/{src}/reward/mean@{v.n}": sum(r) / len(r) for src, r in by_source.items()}
         metrics["timing_s/testing"] = time.perf_counter() - t0
-        self.emit_samples(step, exp, validation=True)
+        emit_samples(self.emitter, self.tokenizer, self.cfg, step, exp, validation=True)
         return metrics
 
     # ----------------------------------------------------------------------------- checkpoints
     def save(self, step: int) -> Path:
+        """Checkpoint step `step` (trainer.resume.save_run); its seconds go to the step's metrics."""
         t0 = time.perf_counter()
-        path = ckpt.save_checkpoint(self.out_dir, step,
-                                    write_actor=lambda d: self.group.call("save", path=str(d)),
-                                    loader_state=self.loader.state_dict(),
-                                    trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value},
-                                    config=self.cfg.to_dict())
-        ckpt.prune(self.out_dir, self.cfg.trainer.max_actor_ckpt_to_keep)
-        self.emitter.checkpoint(step, str(path))
+        path = save_run(self.out_dir, step, group=self.group, loader=self.loader, cfg=self.cfg, emitter=self.emitter,
+                        trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value})
         self.last_saved = step
         self.save_seconds = time.perf_counter() - t0
         return path
 
     def maybe_resume(self) -> None:
-        tr = self.cfg.trainer
-        path = ckpt.resolve_resume(self.out_dir, mode=tr.resume_mode, resume_from_path=tr.resume_from_path)
-        if path is None:
+        """Continue from the checkpoint trainer.resume_mode names, if any (trainer.resume.resume_run)."""
+        r = resume_run(self.out_dir, self.cfg.trainer, group=self.group, loader=self.loader, kl_coef=self.kl_ctrl.value)
+        if r is None:
             return
-        state = ckpt.load_checkpoint(path)
-        self.group.call("load", path=str(state["actor"]["dir"]))  # every rank its shards, then a weight sync
-        self.loader.load_state_dict(state["loader"])
-        ckpt.set_rng_state(state["rng"])
-        self.global_step = int(state["trainer_state"]["global_step"])
-        self.epoch = int(state["trainer_state"].get("epoch", 0))
-        self.kl_ctrl.value = float(state["trainer_state"].get("kl_coef", self.kl_ctrl.value))
-        self.emitter.log("info", f"resumed from {path} at step {self.global_step} (epoch {self.epoch}, "
+        self.global_step, self.epoch, self.kl_ctrl.value = r.global_step, r.epoch, r.kl_coef
+        self.emitter.log("info", f"resumed from {r.path} at step {self.global_step} (epoch {self.epoch}, "
                          f"loader position {self.loader.position}/{self.loader.batches_per_epoch})")
 
     # ------------------------------------------------------------------------------------- fit
@@ -591,73 +379,3 @@ class _NullMonitor:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         yield
-
-
-def pick_groups(uids: list[str], budget: int) -> list[int]:
-    """Rows to report: whole groups (every row of a uid, as GRPO groups them), spread over the batch.
-
-    `budget` counts rows (report.samples_per_step): as many whole groups as fit in it, at least one
-    when budget > 0; -1 = every row, 0 = none. Returns row indices in batch order.
-    """
-    if budget == 0 or not uids:
-        return []
-    groups: dict[str, list[int]] = {}
-    for i, uid in enumerate(uids):
-        groups.setdefault(uid, []).append(i)
-    rows = list(groups.values())
-    if budget < 0:
-        return list(range(len(uids)))
-    k = min(len(rows), max(1, budget // max(len(g) for g in rows)))
-    chosen = sorted({round(j * (len(rows) - 1) / max(1, k - 1)) for j in range(k)}) if k > 1 else [0]
-    return sorted(i for j in chosen for i in rows[j])
-
-
-def _rollout_log_probs(trajs: list[Trajectory], mask: torch.Tensor) -> torch.Tensor | None:
-    """The rollout engine's log-probs of the sampled tokens (B, R), 0 where the loss mask is 0; None
-    when a trajectory came without them."""
-    if not trajs or any(tr.rollout_logprobs is None for tr in trajs):
-        return None
-    out = torch.zeros_like(mask)
-    for i, tr in enumerate(trajs):
-        if tr.rollout_logprobs:
-            out[i, : len(tr.rollout_logprobs)] = torch.as_tensor(tr.rollout_logprobs, dtype=torch.float32)
-    return out * mask
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if math.isfinite(x) else None
-
-
-VIEW_DECIMALS = 6
-
-
-def _view_floats(t: torch.Tensor) -> list[float | None]:
-    """A token view's numbers, rounded to VIEW_DECIMALS decimals (non-finite ones as None).
-
-    The view is for reading (the token page colours tokens by these numbers and shows them on
-    hover); the step's maths and metrics use the tensors at full precision. A float32 value as a
-    Python float is written with up to 17 digits ("-0.2512345612049103"); rounded in float64 it is
-    written shortest ("-0.251235"): a 256-token sample event is ~40% smaller as JSON (~60% gzip'd),
-    on the wire, in PostgreSQL and in the rollout dumps.
-    """
-    scale = 10.0 ** VIEW_DECIMALS
-    rounded = torch.round(t.detach().to(torch.float64) * scale) / scale
-    return [x if math.isfinite(x) else None for x in rounded.tolist()]
-
-
-def _jsonable(obj: Any) -> Any:
-    """Plain-JSON copy (dataclasses -> dicts, tuples -> lists, numpy scalars -> numbers, non-finite
-    floats -> None, anything else -> str)."""
-    if obj is None or isinstance(obj, (bool, int, str)):
-        return obj
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.generic,)):
-        return _jsonable(obj.item())
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    return str(obj)

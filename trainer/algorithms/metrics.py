@@ -2,7 +2,7 @@
 
 compute_data_metrics(...)  -> critic/score/*, critic/rewards/*, critic/advantages/*,
                               critic/returns/*, response_length/*, prompt_length/*
-                              (the one implementation: trainer.loop.Trainer.step_metrics calls it)
+                              (the one implementation: trainer.step_report.step_metrics calls it)
 compute_count_metrics(...) -> <prefix>/{mean,max,min} of per-trajectory counts
                               (num_turns/*, tool_call_counts/*)
 verl_num_turns(...)        -> a trajectory's turns as verl counts them for num_turns/*

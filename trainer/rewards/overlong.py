@@ -7,7 +7,7 @@ response that ends inside the buffer gets a penalty growing linearly from 0 at i
     penalty = min(-(length - (max_response_length - buffer_len)) / buffer_len * penalty_factor, 0)
 
 `length` counts every response token (assistant turns, tool replies and templates), as verl's valid
-response length does. Pure functions; trainer.loop.Trainer.score applies them.
+response length does. Pure functions; trainer.scoring.score_trajectories applies them.
 """
 from __future__ import annotations
 

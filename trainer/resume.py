@@ -1,0 +1,59 @@
+"""The driver's side of checkpoints: what a run saves at a step, and what it restores on resume.
+
+`save_run` writes one step's checkpoint (trainer.checkpoint's layout: every worker its actor shards
+through the worker group, the loader position, the RNG states, the driver's epoch / emitter seq /
+KL coefficient, the config), prunes old ones to trainer.max_actor_ckpt_to_keep and reports it as a
+checkpoint event. `resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is
+one, loads the actor into every worker, the loader position and the RNG states, and returns the
+driver's state for trainer.loop.Trainer to take over.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer import checkpoint as ckpt
+from trainer.config import Config
+from trainer.config.schema import TrainerConfig
+
+
+def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state: dict[str, Any], cfg: Config,
+             emitter: Any) -> Path:
+    """Save step `step` under `out_dir`, prune, emit the checkpoint event; the step folder's path."""
+    path = ckpt.save_checkpoint(out_dir, step,
+                                write_actor=lambda d: group.call("save", path=str(d)),
+                                loader_state=loader.state_dict(),
+                                trainer_state=trainer_state,
+                                config=cfg.to_dict())
+    ckpt.prune(out_dir, cfg.trainer.max_actor_ckpt_to_keep)
+    emitter.checkpoint(step, str(path))
+    return path
+
+
+@dataclass
+class Resumed:
+    """The driver's state read back from a checkpoint."""
+
+    path: Path
+    global_step: int
+    epoch: int
+    kl_coef: float
+
+
+def resume_run(out_dir: Path, tr: TrainerConfig, *, group: Any, loader: Any, kl_coef: float) -> Resumed | None:
+    """Restore the checkpoint trainer.resume_mode / resume_from_path name (None: start fresh).
+
+    Every rank loads its shards, then a weight sync; the loader and the RNG states are restored here.
+    `kl_coef` is the controller's value, kept when the checkpoint has none.
+    """
+    path = ckpt.resolve_resume(out_dir, mode=tr.resume_mode, resume_from_path=tr.resume_from_path)
+    if path is None:
+        return None
+    state = ckpt.load_checkpoint(path)
+    group.call("load", path=str(state["actor"]["dir"]))  # every rank its shards, then a weight sync
+    loader.load_state_dict(state["loader"])
+    ckpt.set_rng_state(state["rng"])
+    ts = state["trainer_state"]
+    return Resumed(path=path, global_step=int(ts["global_step"]), epoch=int(ts.get("epoch", 0)),
+                   kl_coef=float(ts.get("kl_coef", kl_coef)))

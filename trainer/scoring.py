@@ -1,0 +1,127 @@
+"""From scored trajectories to the batch the update trains on: rewards, the experience batch, rollout
+correction and the advantages (the driver's phases between the rollout and the update).
+
+- `score_trajectories`: the reward function's score of each trajectory, plus the overlong penalty
+  when reward_model.overlong_buffer is on (trainer.rewards.overlong).
+- `build_experience`: the (B, R) tensors of a list of trajectories (trainer.workers.experience),
+  each reward placed on its last trained token, the engine's log-probs beside them.
+- `correct_rollout`: algorithm.rollout_correction before the advantages (verl's order).
+- `compute_advantages`: the KL penalty in the reward when configured, then the estimator (registry).
+
+Scores sit on the last token with loss mask 1 (the end of the last assistant turn), or on the last
+response token when there is none: for GRPO/RLOO only the sum matters; for REINFORCE++ this keeps the
+return on a trained token in multi-turn (verl puts it on the last attention-valid token, which is the
+same token unless a trajectory ends in a tool reply).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from trainer.config import Config
+from trainer.config.rollout_correction import RolloutCorrectionConfig
+from trainer.config.schema import AlgorithmConfig
+from trainer.types import Trajectory
+from trainer.workers.experience import ExperienceBatch, make_batch
+
+
+@dataclass
+class Experience:
+    """A scored, log-prob'd, advantaged batch: trajectories plus their tensors."""
+
+    trajectories: list[Trajectory]
+    batch: ExperienceBatch
+    entropy: torch.Tensor | None = None  # (B, R), from the old-log-prob pass (or the update's forward)
+
+
+def score_trajectories(trajs: list[Trajectory], reward_fn: Callable[..., Any], cfg: Config) -> None:
+    """Score each trajectory: the reward function's score, plus the overlong penalty when
+    reward_model.overlong_buffer is on (trainer.rewards.overlong); sets score, reward, reward_extra."""
+    from trainer.rewards.overlong import shape
+
+    buffer = cfg.reward_model.overlong_buffer
+    limit = cfg.actor_rollout_ref.rollout.response_length
+    for tr in trajs:
+        p = tr.prompt
+        out = reward_fn(p.data_source, tr.response_text, p.ground_truth,
+                        {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns})
+        if isinstance(out, dict):
+            if "score" not in out:
+                raise ValueError(f"reward function returned a dict without 'score': {sorted(out)}")
+            tr.score = float(out["score"])
+            tr.reward_extra = {k: v for k, v in out.items() if k != "score"}
+        else:
+            tr.score = float(out)
+        tr.reward, parts = shape(tr.score, len(tr.response_ids), buffer, limit)
+        tr.reward_extra.update(parts)
+
+
+def build_experience(trajs: list[Trajectory]) -> Experience:
+    """The batch of scored trajectories: each reward placed on its last trained token."""
+    batch = make_batch([tr.prompt_ids for tr in trajs], [tr.response_ids for tr in trajs],
+                       [tr.loss_mask for tr in trajs], uids=[tr.uid for tr in trajs])
+    batch.rollout_log_probs = rollout_log_probs(trajs, batch.loss_mask)
+    scores = torch.zeros(len(trajs), batch.response_width)
+    for i, tr in enumerate(trajs):
+        trained = batch.loss_mask[i].nonzero()
+        valid = batch.response_mask[i].nonzero()
+        pos = int(trained[-1]) if len(trained) else (int(valid[-1]) if len(valid) else 0)
+        scores[i, pos] = tr.reward
+    batch.token_level_scores = scores
+    return Experience(trajectories=trajs, batch=batch)
+
+
+def rollout_log_probs(trajs: list[Trajectory], mask: torch.Tensor) -> torch.Tensor | None:
+    """The rollout engine's log-probs of the sampled tokens (B, R), 0 where the loss mask is 0; None
+    when a trajectory came without them."""
+    if not trajs or any(tr.rollout_logprobs is None for tr in trajs):
+        return None
+    out = torch.zeros_like(mask)
+    for i, tr in enumerate(trajs):
+        if tr.rollout_logprobs:
+            out[i, : len(tr.rollout_logprobs)] = torch.as_tensor(tr.rollout_logprobs, dtype=torch.float32)
+    return out * mask
+
+
+def correct_rollout(rc: RolloutCorrectionConfig, exp: Experience) -> dict[str, float]:
+    """Rollout correction before the advantages (algorithm.rollout_correction, verl's order). In
+    bypass mode the rollout's log-probs become the old ones. Otherwise, given old log-probs, verl's
+    weights, rejection and rollout_corr/* metrics (trainer.algorithms.rollout_correction): rejected
+    tokens leave the loss mask, the weights go to the update."""
+    from trainer.algorithms.rollout_correction import rollout_correction_for
+
+    b = exp.batch
+    if rc.bypass_mode:
+        if b.rollout_log_probs is None:
+            raise RuntimeError("algorithm.rollout_correction.bypass_mode needs the rollout engine's log-probs")
+        b.old_log_probs = b.rollout_log_probs.clone()
+        return {}
+    if b.old_log_probs is None or b.rollout_log_probs is None:
+        return {}
+    corr = rollout_correction_for(rc, b.old_log_probs, b.rollout_log_probs, b.loss_mask)
+    b.loss_mask, b.rollout_is_weights = corr.mask, corr.weights
+    return corr.metrics
+
+
+def compute_advantages(alg: AlgorithmConfig, exp: Experience, kl_ctrl: Any) -> dict[str, float]:
+    """token_level_rewards (the scores, less the KL penalty when algorithm.use_kl_in_reward), then the
+    estimator's advantages and returns; each trajectory's `advantage` is its first non-zero one."""
+    from trainer.algorithms.advantages import get_adv_estimator
+    from trainer.algorithms.losses import apply_kl_penalty
+
+    b = exp.batch
+    metrics: dict[str, float] = {}
+    rewards = b.token_level_scores
+    if alg.use_kl_in_reward:
+        rewards, metrics = apply_kl_penalty(b.token_level_scores, b.old_log_probs, b.ref_log_probs, b.loss_mask,
+                                            kl_ctrl, alg.kl_penalty)
+    b.token_level_rewards = rewards
+    fn = get_adv_estimator(alg.adv_estimator)
+    b.advantages, b.returns = fn(rewards, b.loss_mask, b.uids, **dataclasses.asdict(alg))
+    for tr, a in zip(exp.trajectories, b.advantages):
+        nz = a[a != 0]
+        tr.advantage = float(nz[0]) if len(nz) else 0.0
+    return metrics
