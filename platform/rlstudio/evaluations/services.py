@@ -3,12 +3,15 @@
 Where an evaluation runs: in the Celery worker's own process, on its CPU (gpus = 0), not as a Ray job.
 It therefore takes none of the user's GPU quota; what bounds it instead: at most MAX_CHECKPOINTS
 checkpoints, MAX_PROMPTS prompts, k <= MAX_K, max_new_tokens <= MAX_NEW_TOKENS, and one queued or
-running evaluation per user at a time (docs/user-guide.md "Evaluate checkpoints").
+running evaluation per user at a time (docs/user-guide.md "Evaluate checkpoints"). An evaluation
+left `running` by a worker that died is marked failed once STALE_AFTER has passed since it started, so
+it stops blocking its owner.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -23,6 +26,7 @@ MAX_K = 16
 MAX_CHECKPOINTS = 8
 MAX_PROMPTS = 64
 MAX_NEW_TOKENS = 1024
+STALE_AFTER = timedelta(hours=6)
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 256, "seed": 0}
 
 
@@ -104,6 +108,10 @@ def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
         raise EvaluationInvalid(f"dataset {dataset.pk} is {dataset.status}, not ready", field="dataset")
     req = clean_request(data, available=list(checkpoint_steps(run)))
     with transaction.atomic():
+        Evaluation.objects.filter(owner=user, status=EvaluationStatus.RUNNING,
+                                  started__lt=timezone.now() - STALE_AFTER).update(
+            status=EvaluationStatus.FAILED, finished=timezone.now(),
+            error=f"no result {STALE_AFTER} after it started: its worker stopped")
         if Evaluation.objects.select_for_update().filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
             raise EvaluationRefused("you already have an evaluation queued or running; wait for it to finish")
         ev = Evaluation.objects.create(run=run, owner=user, dataset=dataset, checkpoints=req.checkpoints, k=req.k,

@@ -206,3 +206,15 @@ def test_run_page_shows_the_newest_evaluation_escaped_and_the_form_to_its_owner_
         assert ('id="eval-form"' in html) is form
         if form:
             assert 'value="1"' in html and 'value="2"' in html and f'value="{data.pk}"' in html
+
+
+def test_a_stale_running_evaluation_stops_blocking(alice, run_with_ckpts, data, published):
+    from django.utils import timezone
+
+    old = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=1,
+                                    max_prompts=1, sampling=services.DEFAULT_SAMPLING, status=EvaluationStatus.RUNNING,
+                                    started=timezone.now() - services.STALE_AFTER * 2)
+    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", _body(data), format="json")
+    assert r.status_code == 202
+    old.refresh_from_db()
+    assert old.status == EvaluationStatus.FAILED and "worker stopped" in old.error
