@@ -1,0 +1,66 @@
+"""An evaluation of two checkpoints end to end: API → Celery (the real worker) → trainer.evaluate in
+the worker → results stored and served. The run's checkpoints come from a 2-step cpu_smoke run of the
+tiny smoke model written into the run's own folder under the worker's state directory."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from django.contrib.auth import get_user_model
+
+from rlstudio.catalog.models import Dataset, ModelAsset
+from rlstudio.evaluations.models import Evaluation
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.services import run_create
+
+from tests.conftest import poll_until
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_two_checkpoints_evaluated_by_the_worker(celery_worker, settings, tmp_path):
+    from trainer.config import apply_overrides
+    from trainer.models.tiny import make_tiny_model
+    from trainer.recipes import get_recipe
+    from trainer.run import run as train
+    from trainer.tasks import arith
+
+    runs = celery_worker["state_dir"] / "runs"
+    settings.RUNS_DIR = str(runs)  # the web side checks the steps where the worker will read them
+    model = make_tiny_model(tmp_path / "model", preset="smoke", seed=0)
+    train_file, test_file = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    for path, rows in ((train_file, arith.make_rl_rows("train", 32, seed=0)),
+                       (test_file, arith.make_rl_rows("test", 4, seed=1))):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    alice = get_user_model().objects.create_user(username="eval-alice", password="pw-for-tests-1")
+    data = Dataset.objects.create(owner=alice, name="arith-test", file_path=str(test_file), sha256="ef" * 32,
+                                  status="ready")
+    asset = ModelAsset.objects.create(owner=alice, name="tiny", path=str(model))
+    run, _token = run_create(owner=alice, name="eval-e2e", dataset=data, model=asset,
+                             config={"trainer": {"total_steps": 2}}, gpus=0)
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "data.train_files": str(train_file), "actor_rollout_ref.model.path": str(model),
+        "trainer.default_local_dir": str(runs / str(run.pk)), "trainer.logger": ["jsonl"],
+        "trainer.save_freq": 1, "reward.name": "arith"})
+    assert train(cfg) == 0
+    Run.objects.filter(pk=run.pk).update(config=cfg.to_dict(), status=RunStatus.SUCCEEDED)
+    api = APIClient()
+    api.force_authenticate(alice)
+    r = api.post(f"/api/v1/runs/{run.pk}/evaluations/",
+                 {"checkpoints": [2, 1], "dataset": data.pk, "k": 2, "max_prompts": 3,
+                  "sampling": {"max_new_tokens": 12, "seed": 5}}, format="json")
+    assert r.status_code == 202, r.content
+    eid = r.json()["id"]
+    poll_until(lambda: Evaluation.objects.get(pk=eid).status in ("succeeded", "failed"), timeout=240,
+               what="the evaluation to finish")
+    body = api.get(f"/api/v1/runs/{run.pk}/evaluations/{eid}/").json()
+    assert body["status"] == "succeeded", body["error"]
+    assert [f["step"] for f in body["figures"]] == [1, 2]
+    for f in body["figures"]:
+        assert f["samples"] == 3 * 2 and f["samples_per_s"] > 0
+        assert all(0.0 <= f[key] <= 1.0 for key in ("mean_at_k", "pass_at_k", "maj_at_k"))
+    assert len(body["prompts"]) == 3 and all(set(p["cells"]) == {"1", "2"} for p in body["prompts"])
+    stored = Evaluation.objects.get(pk=eid)
+    assert stored.results["checkpoints"] == body["figures"] and stored.finished is not None
