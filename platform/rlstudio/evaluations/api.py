@@ -25,9 +25,14 @@ class RunEvaluationsView(APIView):
     @extend_schema(request=EvaluationCreateSerializer, responses={202: EvaluationSerializer},
                    operation_id="runs_evaluations_create")
     def post(self, request, run_id: int):
-        from rlstudio.runs.services import RunNotPermitted
+        from rlstudio.runs.services import RunNotPermitted, check_can_manage
 
         run, _qs = evaluation_list_for(user=request.user, run_id=run_id)
+        try:  # a reader of a shared run is refused before anything in the body is looked at
+            check_can_manage(user=request.user, run=run, action="evaluate")
+        except RunNotPermitted as exc:
+            raise ApiError(exc.message, code="permission_denied", field=exc.field,
+                           status_code=http.HTTP_403_FORBIDDEN) from None
         data = request.data if isinstance(request.data, dict) else {}
         dataset_id = data.get("dataset")
         if isinstance(dataset_id, bool) or not isinstance(dataset_id, int):

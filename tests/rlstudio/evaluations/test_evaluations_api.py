@@ -115,6 +115,7 @@ def test_another_users_run_is_404_and_a_shared_reader_reads_but_cannot_create(
         owner=bob, name="bob-data", file_path="/tmp/b.jsonl", sha256="cd" * 32, status="ready")
     r = _api(bob).post(base, _body(bob_data), format="json")
     assert r.status_code == 403
+    assert _api(bob).post(base, _body(data, k=0), format="json").status_code == 403  # before validation
     assert Evaluation.objects.count() == 1 and not published
     assert _api(carol).get(base).status_code == 404
 
