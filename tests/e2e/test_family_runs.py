@@ -1,15 +1,17 @@
 """A user registers a Qwen3- or Llama-3-format model folder, the platform says which family it found,
 and a multi-turn tool-calling GRPO run trains on it: API → Celery → Ray job → trainer → ingest, all
-real (the cpu_smoke recipe: multi-turn with the calculator tool, 2 steps on the CPU).
+real (the cpu_smoke recipe: multi-turn with the calculator tool, 2 steps on the CPU); the exported
+policy is registered in the catalog for its owner.
 """
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from rest_framework.test import APIClient
 
-from rlstudio.catalog.models import Dataset
+from rlstudio.catalog.models import Dataset, ModelAsset
 from rlstudio.quotas.models import GpuQuota
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.telemetry.models import Sample
@@ -49,7 +51,7 @@ def test_a_family_model_is_detected_and_a_tool_calling_run_trains_on_it(
     assert model["chat_family"] == family and model["tool_parser"] == parser
 
     body = {"name": f"{family}-tools", "dataset": dataset.pk, "model": model["id"], "preset": "cpu_smoke",
-            "gpus": 0, "overrides": {"trainer.total_training_steps": 2}}
+            "gpus": 0, "overrides": {"trainer.total_training_steps": 2, "trainer.export_hf": True}}
     resp = api.post("/api/v1/runs/", body, format="json")
     assert resp.status_code == 201, resp.content
     run_id = resp.json()["id"]
@@ -65,3 +67,9 @@ def test_a_family_model_is_detected_and_a_tool_calling_run_trains_on_it(
     assert any(m["role"] == "assistant" for m in first["messages"])
     assert Run.objects.get(pk=run_id).config["actor_rollout_ref"]["model"]["path"] == str(
         family_assets["models"][family].resolve())
+    # The exported policy is in the catalog, the owner's, in the same chat format (the worker's task).
+    deadline = time.monotonic() + 60
+    while not (exported := ModelAsset.objects.filter(source_run_id=run_id).first()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert exported is not None and exported.owner == user and exported.source == "run_export"
+    assert exported.chat_family == family and exported.tool_parser == parser

@@ -93,14 +93,14 @@ def count_parameters(folder: Path) -> int:
     return total
 
 
-def _inside_roots(path: str) -> Path:
+def _inside_roots(path: str, roots: list[Path] | None = None) -> Path:
     if not path or not isinstance(path, str):
         raise CatalogRefused("a folder path is required", field="path")
     folder = Path(path).expanduser()
     if not folder.is_absolute():
         raise CatalogRefused("the path must be absolute", field="path")
     folder = folder.resolve()
-    roots = [Path(r).resolve() for r in settings.RLSTUDIO_MODEL_ROOTS]
+    roots = [Path(r).resolve() for r in (roots if roots is not None else settings.RLSTUDIO_MODEL_ROOTS)]
     if not any(folder == r or r in folder.parents for r in roots):
         raise _refuse(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)")
     if not folder.is_dir():
@@ -123,9 +123,13 @@ def _template(tokenizer) -> dict[str, Any]:
     return report.to_dict()
 
 
-def check_model_folder(path: str) -> ModelCheck:
-    """The ModelCheck of a Hugging Face–format checkpoint folder, or CatalogRefused naming what is wrong."""
-    folder = _inside_roots(path)
+def check_model_folder(path: str, *, roots: list[Path] | None = None) -> ModelCheck:
+    """The ModelCheck of a Hugging Face–format checkpoint folder, or CatalogRefused naming what is wrong.
+
+    The folder must lie under RLSTUDIO_MODEL_ROOTS, or under `roots` when the platform gives them (a
+    run's export is checked inside that run's own folder: a path from the run's record, never a user's).
+    """
+    folder = _inside_roots(path, roots)
     try:
         from transformers import AutoConfig
 

@@ -342,17 +342,19 @@ _MODEL_PATH_LOCK_SPACE = 0x524C534D  # "RLSM": the advisory-lock key space of mo
 
 
 def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Source.REGISTERED,
-                   source_run=None) -> ModelAsset:
+                   source_run=None, roots: list[Path] | None = None) -> ModelAsset:
     """Check a checkpoint folder and register it for `owner`.
 
     One folder (its resolved real path), one registration: the owner's own registration of it is
     updated (registering twice gives the same model); else one shared with everyone is returned as it
     is (no duplicate row; read-only to a non-owner); else one another user registered privately is
     refused (CatalogRefused on `path`). Registrations of one folder are serialized by an advisory lock.
+    `roots`: where the folder may lie instead of RLSTUDIO_MODEL_ROOTS (the platform's own folders only,
+    e.g. a run's export).
     """
     from django.db import connection
 
-    checked = check_model_folder(path)
+    checked = check_model_folder(path, roots=roots)
     folder, params = checked.folder, checked.num_parameters
     name = _clean_name(name or folder.name)
     if not name:

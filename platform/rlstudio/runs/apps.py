@@ -7,3 +7,8 @@ class RunsConfig(AppConfig):
     label = "runs"
     verbose_name = "Runs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from .services import on_run_succeeded, on_run_transition
+
+        on_run_transition(on_run_succeeded)  # a succeeded run's export goes into the catalog

@@ -4,6 +4,7 @@
     stop_run(run_id)        → Ray stop_job: SIGTERM, SIGKILL after the grace period
     force_stop_run(run_id)  → services.run_force_kill  (SIGKILL now)
     reconcile()             → reconcile.reconcile_all  (Celery beat, every few seconds)
+    register_export(run_id) → services.run_register_export (after a run succeeds)
 """
 from __future__ import annotations
 
@@ -57,3 +58,16 @@ def reconcile() -> dict:
     from .reconcile import reconcile_all
 
     return reconcile_all()
+
+
+@shared_task(name="runs.register_export", acks_late=True, ignore_result=True)
+def register_export(run_id: int) -> str:
+    from rlstudio.catalog.errors import CatalogRefused
+
+    from .services import run_register_export
+
+    try:
+        model = run_register_export(run_id=run_id)
+    except CatalogRefused as exc:  # the export fails the model check: said in the log, the run stays as it is
+        return f"not registered: {exc}"
+    return f"registered model {model.pk}" if model is not None else "no export"
