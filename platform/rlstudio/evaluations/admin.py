@@ -1,0 +1,13 @@
+"""Admin pages of evaluations: read-only records (they are written by the API and the worker's task)."""
+from django.contrib import admin
+
+from .models import Evaluation
+
+
+@admin.register(Evaluation)
+class EvaluationAdmin(admin.ModelAdmin):
+    list_display = ["id", "run", "owner", "dataset", "k", "status", "created", "finished"]
+    list_filter = ["status", "created"]
+    search_fields = ["run__name", "owner__username"]
+    raw_id_fields = ["run", "owner", "dataset"]
+    readonly_fields = ["status", "error", "results", "created", "started", "finished"]
