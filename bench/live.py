@@ -20,6 +20,8 @@ the channel layer, and Daphne serving `rlstudio.config.asgi:application` in a su
      `time` (set at emit; one machine, one clock). The viewers run in this process (asyncio).
   3. page: 200 steps × 64 samples (+ metrics and memory) stored through the ingest API, then the
      run page /runs/<id>/ is fetched over HTTP with a logged-in session; server time per request.
+  4. alerts (`--only alerts`, issue 20; bench/live_alerts.py): the CPU 10 alert rules per run add to the
+     ingest at a paced 5,000 events/s, `rules.evaluate` alone, and POST → notification frame latency.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "platform"), str(REPO)]
+from bench import live_alerts  # noqa: E402
 from bench.md_sections import replace_section  # noqa: E402
 
 PG = "postgresql://postgres@127.0.0.1:5432"
@@ -426,6 +429,10 @@ def run_all(args) -> dict:
         if "page" in args.only:
             out["page"] = bench_page(stack, steps=args.steps, per_step=64, repeats=5)
             print(json.dumps(out["page"], indent=1), flush=True)
+        if "alerts" in args.only:
+            out["alerts"] = live_alerts.bench_alerts(stack, small_ev, rate=args.alert_rate, seconds=args.alert_seconds,
+                                                     repeats=args.alert_repeats, firings=args.alert_firings)
+            print(json.dumps(out["alerts"], indent=1), flush=True)
     out["machine"]["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     return out
 
@@ -533,7 +540,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="viewers take one frame per event (the API's default) instead of batch frames")
     p.add_argument("--sink-linger", type=float, default=None,
                    help="the HttpSink's linger in the latency bench, seconds (default: the sink's own)")
-    p.add_argument("--only", default="ingest,latency,page", help="comma-separated: ingest,latency,page")
+    p.add_argument("--only", default="ingest,latency,page", help="comma-separated: ingest,latency,page,alerts")
+    p.add_argument("--alert-rate", type=int, default=5000, help="alerts: paced events/s")
+    p.add_argument("--alert-seconds", type=float, default=10.0, help="alerts: seconds per paced run")
+    p.add_argument("--alert-repeats", type=int, default=3, help="alerts: pairs of runs without / with rules")
+    p.add_argument("--alert-firings", type=int, default=30, help="alerts: firings timed to the browser")
     p.add_argument("--workloads", default="small,samples", help="ingest workloads, comma-separated: small,samples")
     p.add_argument("--repeat", type=int, default=1,
                    help="run the benches this many times; the table shows the run with the median p99, "
@@ -543,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write", type=Path, help="replace the bench:live section of this markdown file")
     args = p.parse_args(argv)
     args.only = {part.strip() for part in args.only.split(",") if part.strip()}
-    if args.only - {"ingest", "latency", "page"}:
-        p.error(f"--only takes ingest, latency, page; got {', '.join(sorted(args.only))}")
+    if args.only - {"ingest", "latency", "page", "alerts"}:
+        p.error(f"--only takes ingest, latency, page, alerts; got {', '.join(sorted(args.only))}")
     args.workloads = [part.strip() for part in args.workloads.split(",") if part.strip()]
     if set(args.workloads) - {"small", "samples"} or not args.workloads:
         p.error(f"--workloads takes small, samples; got {', '.join(args.workloads)}")
@@ -552,11 +563,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--repeat must be >= 1, got {args.repeat}")
     if args.quick:
         args.batches, args.ingest_viewers, args.viewers, args.seconds, args.steps = 2, 2, 5, 2.0, 4
+        args.alert_seconds, args.alert_repeats, args.alert_firings = 1.0, 1, 3
     out = median_run([run_all(args) for _ in range(args.repeat)])
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
-    if args.write:
+    if args.write and args.only & {"ingest", "latency", "page"}:
         replace_section(args.write, render(out), begin=BEGIN, end=END)
+    if args.write and "alerts" in out:
+        replace_section(args.write, live_alerts.render(out), begin=live_alerts.BEGIN, end=live_alerts.END)
     print(json.dumps(out))
     return 0
 

@@ -204,7 +204,7 @@ def test_rules_that_must_not_fire_stay_quiet_over_a_healthy_run(world):
     state = RunAlertState.objects.get(run=run).state
     assert {"actor/ppo_kl", "actor/grad_norm", "critic/score/mean", "actor/entropy", "perf/throughput",
             "actor/pg_loss"} <= set(state["h"])
-    assert [p[0] for p in state["h"]["actor/entropy"]] == [1, 2, 3]
+    assert state["h"]["actor/entropy"][0] == [1, 2, 3]  # [steps, values]
     assert len(quiet) == 6 and not Notification.objects.filter(run=run, kind="alert").exists()
     finished = _wait(lambda: Notification.objects.filter(run=run, event="finished").first(), timeout=30,
                      what="the finished notification")

@@ -8,8 +8,9 @@ so a point costs a comparison or two for most rules, not a slice of the window. 
 about one metrics event per training step, but a busy platform (or the benchmark) brings thousands a
 second, and this runs inside the ingest's transaction (bench/live_alerts.py measures it).
 
-History: `state["h"][metric]` = [[step, value], ...], the last points the rules on it need; a step
-already there (metrics of one step merged from two events) is replaced, not appended.
+History: `state["h"][metric]` = [steps, values] (two columns: no list per point), the last points
+the rules on it need; a step already there (metrics of one step merged from two events) is replaced,
+not appended.
 """
 from __future__ import annotations
 
@@ -107,10 +108,11 @@ def _cmp(op: str, value: float | None, threshold: float) -> bool:
 
 
 # ---------------------------------------------------------------------------- rule walkers
-# Each walker takes the rule, its metric's points (history + the batch's, [[step, value], ...]), the
-# index of the first new point and whether the rule's condition held before it (`on`); it returns the
-# triggers of the new points where the condition became true (edge-triggered) and whether it holds
-# after the last one. Points where the condition cannot be told yet (too little history) turn it off.
+# Each walker takes the rule, its metric's history as two columns (steps, values: the kept history
+# followed by the batch's new points), the index of the first new point and whether the rule's
+# condition held before it (`on`); it returns the triggers of the new points where the condition
+# became true (edge-triggered) and whether it holds after the last one. A point where the condition
+# cannot be told yet (too little history) turns it off.
 
 def _holds(op: str, values: list[float | None], thr: float) -> list[bool]:
     """`value op thr` for each value, in one comprehension per op (the walk's hot loop)."""
@@ -128,10 +130,10 @@ def _holds(op: str, values: list[float | None], thr: float) -> list[bool]:
 Walk = tuple[list[Trigger], bool]
 
 
-def _walk_streak(rule: RuleSpec, pts: list[list], start: int, on: bool) -> Walk:
+def _walk_streak(rule: RuleSpec, steps: list[int], values: list, start: int, on: bool) -> Walk:
     op, thr, window = rule.op, rule.threshold, rule.window
     first = max(start - window, 0)
-    holds = _holds(op, [v for _, v in pts[first:]], thr)
+    holds = _holds(op, values[first:], thr)
     if not any(holds[start - first:]):  # the usual case: nothing holds, nothing to walk
         return [], False
     streak = 0
@@ -149,54 +151,46 @@ def _walk_streak(rule: RuleSpec, pts: list[list], start: int, on: bool) -> Walk:
             on = False
         elif not on:
             on = True
-            last = pts[j - window + 1:j + 1]
-            now = last[-1][1]
+            last = values[j - window + 1:j + 1]
+            now = last[-1]
             shown = "not finite" if now is None else f"{now:.4g}"
             cond = "not finite" if op == "not_finite" else f"{op} {thr:g}"
             span = f" for {window} steps" if window > 1 else ""
-            fired.append(Trigger(rule.id, rule.kind, pts[j][0], rule.metric,
-                                 {rule.metric: now, "window": [v for _, v in last], "threshold": thr},
+            fired.append(Trigger(rule.id, rule.kind, steps[j], rule.metric,
+                                 {rule.metric: now, "window": last, "threshold": thr},
                                  f"{rule.metric} {shown} ({cond}{span})"))
     return fired, on
 
 
-def _walk_collapse(rule: RuleSpec, pts: list[list], start: int, on: bool) -> Walk:
-    values = [v for _, v in pts]
-    finite = 0  # finite values seen so far
-    tail: list[float] = []  # the last SMOOTH finite values
-    sums: list[float] = []  # 3-step sums, one per finite value from the SMOOTH-th on
+def _walk_collapse(rule: RuleSpec, steps: list[int], values: list, start: int, on: bool) -> Walk:
+    finite = [(j, v) for j, v in enumerate(values) if v is not None]
+    # 3-step sums of the finite values: sums[i] ends at finite[i + SMOOTH - 1]
+    sums = [finite[i][1] + finite[i + 1][1] + finite[i + 2][1] for i in range(len(finite) - 2)] if SMOOTH == 3 \
+        else [sum(v for _, v in finite[i:i + SMOOTH]) for i in range(len(finite) - SMOOTH + 1)]
     fired = []
-    for j, v in enumerate(values):
-        if v is None:
-            continue
-        finite += 1
-        tail.append(v)
-        if len(tail) > SMOOTH:
-            del tail[0]
-        if finite >= SMOOTH:
-            sums.append(tail[0] + tail[1] + tail[2] if SMOOTH == 3 else sum(tail))
+    for n, (j, v) in enumerate(finite, 1):  # n finite values up to and including this one
         if j < start:
             continue
-        if finite < SMOOTH + 1:
+        if n < SMOOTH + 1:
             on = False
             continue
-        best, now = max(sums[-rule.window:]) / SMOOTH, sums[-1] / SMOOTH
+        upto = n - SMOOTH + 1  # sums[:upto] end at or before this point
+        best, now = max(sums[max(upto - rule.window, 0):upto]) / SMOOTH, sums[upto - 1] / SMOOTH
         if best - now < rule.threshold:
             on = False
         elif not on:
             on = True
-            fired.append(Trigger(rule.id, rule.kind, pts[j][0], rule.metric,
+            fired.append(Trigger(rule.id, rule.kind, steps[j], rule.metric,
                                  {rule.metric: v, "mean_3": now, "best_mean_3": best, "threshold": rule.threshold},
                                  f"{rule.metric} collapsed: 3-step mean {now:.4g}, {best - now:.4g} below its best "
                                  f"{best:.4g} of the last {rule.window} steps"))
     return fired, on
 
 
-def _walk_median(rule: RuleSpec, pts: list[list], start: int, on: bool, *, spike: bool) -> Walk:
+def _walk_median(rule: RuleSpec, steps: list[int], values: list, start: int, on: bool, *, spike: bool) -> Walk:
     """The previous `window` points' finite values are kept sorted (bisect), so each point's median is
     an index, not a sort."""
     thr, window = rule.threshold, rule.window
-    values = [v for _, v in pts]
     win = sorted(v for v in values[max(start - window, 0):start] if v is not None)
     need = 5 if spike else 3
     fired = []
@@ -204,7 +198,7 @@ def _walk_median(rule: RuleSpec, pts: list[list], start: int, on: bool, *, spike
         now = values[j]
         if spike and now is None:
             if not on:
-                fired.append(Trigger(rule.id, rule.kind, pts[j][0], rule.metric, {rule.metric: None},
+                fired.append(Trigger(rule.id, rule.kind, steps[j], rule.metric, {rule.metric: None},
                                      f"{rule.metric} is not finite (NaN or inf)"))
             on = True
         elif now is None or len(win) < need:
@@ -223,7 +217,7 @@ def _walk_median(rule: RuleSpec, pts: list[list], start: int, on: bool, *, spike
                 else:
                     text = (f"{rule.metric} {now:.4g} fell {100 * (1 - now / med):.0f}% below the median "
                             f"{med:.4g} of the previous {n} steps")
-                fired.append(Trigger(rule.id, rule.kind, pts[j][0], rule.metric,
+                fired.append(Trigger(rule.id, rule.kind, steps[j], rule.metric,
                                      {rule.metric: now, "median": med, "threshold": thr}, text))
         if now is not None:
             insort(win, now)
@@ -235,9 +229,10 @@ def _walk_median(rule: RuleSpec, pts: list[list], start: int, on: bool, *, spike
 
 
 def _train_at(train: list[list], step: int) -> float | None:
-    """The train reward's 3-step mean at `step` (its last SMOOTH finite values up to that step)."""
+    """The train reward's 3-step mean at `step` (its last SMOOTH finite values up to that step);
+    `train` is its history's [steps, values]."""
     vals = []
-    for s, v in reversed(train):
+    for s, v in zip(reversed(train[0]), reversed(train[1])):
         if s <= step and v is not None:
             vals.append(v)
             if len(vals) == SMOOTH:
@@ -245,12 +240,12 @@ def _train_at(train: list[list], step: int) -> float | None:
     return None
 
 
-def _walk_hacking(rule: RuleSpec, pts: list[list], start: int, on: bool, vh: list[list],
+def _walk_hacking(rule: RuleSpec, steps: list[int], values: list, start: int, on: bool, vh: list[list],
                   train: list[list]) -> Walk:
     """`vh`: this rule's validation points [[step, held-out, train mean]], extended here."""
     fired = []
-    for j in range(start, len(pts)):
-        step, val = pts[j]
+    for j in range(start, len(values)):
+        step, val = steps[j], values[j]
         point = [step, val, _train_at(train, step)]
         if vh and vh[-1][0] == step:
             vh[-1] = point
@@ -295,14 +290,37 @@ def _merged_steps(events: Iterable[tuple[int, dict[str, Any]]]) -> list[tuple[in
     return out
 
 
+def _new_points(metric: str, batch: list[tuple[int, dict[str, Any]]], batch_steps: list[int],
+                key_sets: list[tuple[str, ...]] | None) -> tuple[list[int], list]:
+    """The batch's (steps, values) of one metric (a name, or a pattern's mean). Values are what the
+    ingest validated (trainer.events: finite numbers or None), used as they are."""
+    if key_sets is not None and is_pattern(metric):
+        distinct = {id(keys): keys for keys in key_sets}  # key_sets holds one tuple per distinct set
+        matched_in = {i: _matching(metric, keys) for i, keys in distinct.items()}
+        steps, values = [], []
+        for (s, m), keys in zip(batch, key_sets):
+            matched = matched_in[id(keys)]
+            if matched:
+                vals = [m[k] for k in matched]
+                steps.append(s)
+                values.append(None if None in vals else sum(vals) / len(vals))
+        return steps, values
+    values = [m.get(metric, _MISSING) for _, m in batch]
+    if _MISSING in values:  # the metric is absent from some steps
+        pairs = [(s, v) for s, v in zip(batch_steps, values) if v is not _MISSING]
+        return [s for s, _ in pairs], [v for _, v in pairs]
+    return batch_steps, values
+
+
 def evaluate_metrics(rules: list[RuleSpec], state: dict[str, Any],
                      events: Iterable[tuple[int, dict[str, Any]]]) -> list[Trigger]:
     """Feed a batch of (step, metrics) to metrics `rules`, updating `state` in place; the triggers in
     the order they happened (rules.evaluate's docstring says what fires when)."""
     if not rules:
         return []
-    steps = _merged_steps(events)
-    history: dict[str, list[list]] = state.setdefault("h", {})
+    batch = _merged_steps(events)
+    batch_steps = [s for s, _ in batch]
+    history: dict[str, list[list]] = state.setdefault("h", {})  # metric -> [steps, values]
     val_history: dict[str, list[list]] = state.setdefault("vh", {})
     on: set[int] = set(state.get("on", ()))
     keep: dict[str, int] = {}
@@ -310,53 +328,49 @@ def evaluate_metrics(rules: list[RuleSpec], state: dict[str, Any],
         keep[rule.metric] = max(keep.get(rule.metric, 0), _keep(rule))
         if rule.kind == "reward_hacking":
             keep[TRAIN_REWARD] = max(keep.get(TRAIN_REWARD, 0), SMOOTH + 1)
-    starts: dict[str, int] = {}  # metric -> index of its first new point in history[metric]
-    patterns = [m for m in keep if is_pattern(m)]
-    if patterns:  # each event's key set hashed once, and each distinct set matched once per pattern
+    key_sets = None
+    if any(is_pattern(m) for m in keep):  # each event's key set hashed once, matched once per pattern
         sets: dict[tuple[str, ...], tuple[str, ...]] = {}
-        key_sets = [sets.setdefault(keys, keys) for keys in (tuple(m) for _, m in steps)]
+        key_sets = [sets.setdefault(keys, keys) for keys in (tuple(m) for _, m in batch)]
+    starts: dict[str, int] = {}  # metric -> index of its first new point in its history
     for metric in keep:
-        if is_pattern(metric):
-            new = []
-            for (s, m), keys in zip(steps, key_sets):
-                matched = _matching(metric, keys)
-                if matched:
-                    vals = [number(m[k]) for k in matched]
-                    new.append([s, None if None in vals else sum(vals) / len(vals)])
-        else:
-            new = [[s, v if type(v) is float else number(v)] for s, m in steps
-                   for v in (m.get(metric, _MISSING),) if v is not _MISSING]
-        if not new:
+        steps, values = _new_points(metric, batch, batch_steps, key_sets)
+        if not steps:
             continue
-        pts = history.setdefault(metric, [])
-        if pts and pts[-1][0] >= new[0][0]:  # the first new step was seen: its point is replaced
-            while pts and pts[-1][0] >= new[0][0]:
-                pts.pop()
-        starts[metric] = len(pts)
-        pts.extend(new)
+        col = history.get(metric)
+        if not (isinstance(col, list) and len(col) == 2):  # none yet (or an older state's layout)
+            col = history[metric] = [[], []]
+        while col[0] and col[0][-1] >= steps[0]:  # a step seen already: its point is replaced
+            col[0].pop()
+            col[1].pop()
+        starts[metric] = len(col[0])
+        col[0].extend(steps)
+        col[1].extend(values)
     found: list[tuple[int, int, Trigger]] = []
     for order, rule in enumerate(rules):
         start = starts.get(rule.metric)
         if start is None:
             continue
-        pts, was_on = history[rule.metric], rule.id in on
+        (steps, values), was_on = history[rule.metric], rule.id in on
         if rule.kind in STREAK_KINDS:
-            fired, now_on = _walk_streak(rule, pts, start, was_on)
+            fired, now_on = _walk_streak(rule, steps, values, start, was_on)
         elif rule.kind == "reward_collapse":
-            fired, now_on = _walk_collapse(rule, pts, start, was_on)
+            fired, now_on = _walk_collapse(rule, steps, values, start, was_on)
         elif rule.kind in ("grad_norm_spike", "throughput_drop"):
-            fired, now_on = _walk_median(rule, pts, start, was_on, spike=rule.kind == "grad_norm_spike")
+            fired, now_on = _walk_median(rule, steps, values, start, was_on, spike=rule.kind == "grad_norm_spike")
         elif rule.kind == "reward_hacking":
-            fired, now_on = _walk_hacking(rule, pts, start, was_on, val_history.setdefault(str(rule.id), []),
-                                          history.get(TRAIN_REWARD, []))
+            fired, now_on = _walk_hacking(rule, steps, values, start, was_on,
+                                          val_history.setdefault(str(rule.id), []),
+                                          history.get(TRAIN_REWARD, [[], []]))
         else:
             raise ValueError(f"rule {rule.id}: kind {rule.kind!r} is not a metrics rule")
         (on.add if now_on else on.discard)(rule.id)
         found += [(t.step, order, t) for t in fired]
     for metric, n in keep.items():  # trim once per batch, to what the rules need
-        pts = history.get(metric)
-        if pts is not None and len(pts) > n:
-            del pts[:len(pts) - n]
+        col = history.get(metric)
+        if col is not None and len(col[0]) > n:
+            del col[0][:-n]
+            del col[1][:-n]
     _forget_unused(state, rules)
     state["on"] = sorted(on)
     found.sort(key=lambda f: (f[0], f[1]))

@@ -83,6 +83,7 @@ class RunAlertState(models.Model):
 
     run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="alert_state")
     state = models.JSONField(default=dict)
+    version = models.BigIntegerField(default=0, help_text="Bumped by every write of `state` (the ingest's cache check).")
     flags = models.JSONField(default=dict)
     updated = models.DateTimeField(auto_now=True)
 

@@ -103,14 +103,14 @@ def test_metrics_of_one_step_merged_from_two_events_count_once():
     rule = spec("entropy_collapse", window=2)
     state: dict = {}
     assert R.evaluate([rule], state, [(1, {"actor/entropy": 0.01}), (1, {"actor/entropy": 0.02})]) == []
-    assert state["h"]["actor/entropy"] == [[1, 0.02]]
+    assert state["h"]["actor/entropy"] == [[1], [0.02]]
     assert [t.step for t in R.evaluate([rule], state, [(2, {"actor/entropy": 0.01})])] == [2]
 
 
 def test_history_is_bounded_and_forgotten_when_no_rule_reads_it():
     rule = spec("entropy_collapse", window=3)
     _, state = feed([rule], {"actor/entropy": [1.0] * 100, "other": [1.0] * 100})
-    assert len(state["h"]["actor/entropy"]) == 3 + R.SMOOTH + 1 and "other" not in state["h"]
+    assert len(state["h"]["actor/entropy"][0]) == 3 + R.SMOOTH + 1 and "other" not in state["h"]
     R.evaluate([spec("kl_high", 2)], state, [(101, {"actor/ppo_kl": 0.0})])
     assert set(state["h"]) == {"actor/ppo_kl"}
 

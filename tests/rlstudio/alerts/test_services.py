@@ -75,7 +75,8 @@ def test_a_rule_fires_once_with_its_values_and_the_owner_is_told(alice, make_run
     assert n.firing_id == firing.pk and n.email and "actor/entropy 0.03" in n.body and not n.read
     # the state is the run's rolling window, not a re-read of its metrics
     state = RunAlertState.objects.get(run=run).state
-    assert state["h"]["actor/entropy"][-1] == [4, 0.02] and state["on"] == [rule.pk]
+    steps, values = state["h"]["actor/entropy"]
+    assert (steps[-1], values[-1]) == (4, 0.02) and state["on"] == [rule.pk]
     # still collapsed in the next batch: no second firing
     ingest(run, [metrics(5, 5, actor__entropy=0.01)])
     assert AlertFiring.objects.filter(run=run).count() == 1
@@ -286,3 +287,23 @@ def test_rules_refuse_another_users_run_and_unknown_webhooks(alice, bob, make_ru
     with pytest.raises(AlertInvalid) as err:
         rule_create(owner=alice, data={"kind": "kl_high", "webhook": "https://evil.example/hook"})
     assert err.value.field == "webhook" and "registered by the operators" in err.value.message
+
+
+def test_a_rule_state_another_process_moved_on_is_read_again(alice, make_run):
+    """The ingest keeps a run's rule state per process with its version; a write checks the version, so
+    a state written meanwhile by another server process is read back, never overwritten."""
+    from django.db import connection
+
+    run = running(make_run(alice))
+    rule_create(owner=alice, run=run, data={"kind": "entropy_collapse", "threshold": 0.05, "window": 2})
+    ingest(run, [metrics(1, 1, actor__entropy=0.01)])  # this process now caches the state (streak 1)
+    row = RunAlertState.objects.get(run=run)
+    other = {**row.state, "h": {"actor/entropy": [[1, 2], [0.01, 0.5]]}}  # another process saw step 2
+    with connection.cursor() as cur:
+        cur.execute("UPDATE alerts_runalertstate SET state = %s::jsonb, version = version + 1 WHERE run_id = %s",
+                    [json.dumps(other), run.pk])
+    ingest(run, [metrics(3, 3, actor__entropy=0.01)])
+    assert not AlertFiring.objects.filter(run=run).exists()  # the stale streak (1, 3) would have fired
+    assert RunAlertState.objects.get(run=run).state["h"]["actor/entropy"] == [[1, 2, 3], [0.01, 0.5, 0.01]]
+    ingest(run, [metrics(4, 4, actor__entropy=0.01)])
+    assert AlertFiring.objects.get(run=run).step == 4
