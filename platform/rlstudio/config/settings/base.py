@@ -214,6 +214,7 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "rlstudio.runs.models.RunStatus",
         "DatasetStatusEnum": "rlstudio.catalog.models.DatasetStatus",
         "RegistryStatusEnum": "rlstudio.registry.models.RegistryStatus",
+        "RewardKindEnum": "rlstudio.registry.models.RewardKind",
     },
 }
 
