@@ -215,6 +215,7 @@ SPECTACULAR_SETTINGS = {
         "DatasetStatusEnum": "rlstudio.catalog.models.DatasetStatus",
         "RegistryStatusEnum": "rlstudio.registry.models.RegistryStatus",
         "RewardKindEnum": "rlstudio.registry.models.RewardKind",
+        "EvaluationStatusEnum": "rlstudio.evaluations.models.EvaluationStatus",
     },
 }
 
