@@ -196,7 +196,7 @@ def render_modes(res: dict, section: str) -> str:
     """The comparison section: held-out reward per validation step for each mode, then their times."""
     modes = list(res["modes"])
     labels = [MODES[m].label for m in modes]
-    lines = [f"<!-- bench:{section}:begin -->", f"## Learning demo with each policy-loss mode (`{section}`)", "",
+    lines = [f"<!-- bench:{section}:begin -->", f"### Learning demo with each policy-loss mode (`{section}`)", "",
              f"Command: `{res['command']}`  ",
              f"Machine: {res['machine']}; torch {res['torch']}, threads {res['threads']}.", "",
              f"From one warm start ({res['warm_text']}; sampled held-out reward {res['warm_eval']['reward']:.3f}), "
