@@ -28,25 +28,14 @@ from rlstudio.alerts.services.delivery import verify
 from rlstudio.catalog.models import Dataset, ModelAsset
 from rlstudio.quotas.models import GpuQuota
 from rlstudio.runs.models import Run, RunStatus
+from tests.e2e.test_run_lifecycle import _gsm8k_rows
 
 S = RunStatus
-GSM8K = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k" / "train_64.jsonl"
 SECRET_ENV = "RLSTUDIO_WEBHOOK_SECRET_E2E"
 SECRET = "e2e-webhook-secret-1"
 # Set while the module is collected, before the session's Celery worker (which delivers) is started.
 os.environ.setdefault(SECRET_ENV, SECRET)
 pytestmark = [pytest.mark.django_db(transaction=True)]
-
-
-def _rows(n: int) -> list[dict]:
-    rows = []
-    with open(GSM8K, encoding="utf-8") as f:
-        for i, line in zip(range(n), f):
-            raw = json.loads(line)
-            rows.append({"prompt": [{"role": "user", "content": raw["question"]}], "data_source": "openai/gsm8k",
-                         "reward_model": {"ground_truth": raw["answer"].split("####")[-1].strip()},
-                         "extra_info": {"index": i}})
-    return rows
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +45,7 @@ def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("alert-assets")
     model_dir = make_tiny_model(root / "tiny", preset="smoke", seed=0)
     data = root / "gsm8k-train.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in _rows(16)), encoding="utf-8")
+    data.write_text("".join(json.dumps(r) + "\n" for r in _gsm8k_rows(16)), encoding="utf-8")
     return {"model": str(model_dir), "data": str(data)}
 
 

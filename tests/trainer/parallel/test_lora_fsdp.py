@@ -9,7 +9,7 @@ import torch
 
 from trainer.config import apply_overrides
 from trainer.recipes import get_recipe
-from trainer.workers.experience import make_batch
+from tests.trainer.parallel.test_parallel_workers import toy_batch
 
 
 def cfg_dict(model_dir, data):
@@ -20,18 +20,6 @@ def cfg_dict(model_dir, data):
         "actor_rollout_ref.rollout.update_weights_bucket_megabytes": 1, "report.memory_interval_s": 0.25,
         "trainer.torch_threads": 1})
     return cfg.to_dict()
-
-
-def toy_batch():
-    g = torch.Generator().manual_seed(0)
-    lens_p, lens_r = [5, 9, 3, 7], [6, 2, 8, 4]
-    prompts = [torch.randint(10, 200, (n,), generator=g).tolist() for n in lens_p]
-    responses = [torch.randint(10, 200, (n,), generator=g).tolist() for n in lens_r]
-    masks = [[1] * n for n in lens_r]
-    masks[2] = [1, 1, 0, 0, 0, 1, 1, 1]
-    b = make_batch(prompts, responses, masks, uids=["a", "a", "b", "b"])
-    b.advantages = torch.randn(4, 8, generator=torch.Generator().manual_seed(1)) * b.loss_mask
-    return b
 
 
 def step(group, n):
