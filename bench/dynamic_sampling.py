@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.learning import machine, write_jsonl  # noqa: E402
+from bench.learning import machine, warm_start, write_jsonl  # noqa: E402
 from bench.md_sections import replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:dynamic_sampling:begin -->", "<!-- bench:dynamic_sampling:end -->"
@@ -123,14 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mach = machine()
-    if args.warm:
-        warm = Path(args.warm)
-    else:
-        from trainer.models.demo import WARM_START_STEPS, make_demo_model
-
-        warm = make_demo_model(out / "warm", steps=args.warm_steps or WARM_START_STEPS, seed=args.seed,
-                               threads=args.threads, log=None)
-    info = json.loads((warm / "warm_start.json").read_text())
+    warm, info = warm_start(args, out)
     data = out / "train.jsonl"
     write_jsonl(data, arith.make_rl_rows("train", 4096, seed=args.seed))
 

@@ -79,6 +79,19 @@ MODES: dict[str, Mode] = {
 }
 
 
+def warm_start(args, out: Path) -> tuple[Path, dict]:
+    """The demo's warm-started model: `args.warm` when given, else built under `out` (args.warm_steps,
+    args.seed, args.threads); with its warm_start.json."""
+    if args.warm:
+        warm = Path(args.warm)
+    else:
+        from trainer.models.demo import WARM_START_STEPS, make_demo_model
+
+        warm = make_demo_model(out / "warm", steps=args.warm_steps or WARM_START_STEPS, seed=args.seed,
+                               threads=args.threads, log=None)
+    return warm, json.loads((warm / "warm_start.json").read_text())
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     with path.open("w", encoding="utf-8") as f:
         for r in rows:
@@ -277,21 +290,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from trainer.models.demo import evaluate_sampled, make_demo_model
+    from trainer.models.demo import evaluate_sampled
     from trainer.tasks import arith
 
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     mach = machine()
-    if args.warm:
-        warm = Path(args.warm)
-    else:
-        from trainer.models.demo import WARM_START_STEPS
-
-        warm = make_demo_model(out / "warm", steps=args.warm_steps or WARM_START_STEPS, seed=args.seed,
-                               threads=args.threads, log=None)
-    info = json.loads((warm / "warm_start.json").read_text())
+    warm, info = warm_start(args, out)
     print(f"warm start: {info['steps']} steps in {info['seconds']} s, final loss {info['final_loss']:.3f}")
 
     data = out / "data"
