@@ -76,11 +76,12 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.safetensors"))
 
 
-def count_parameters(folder: Path) -> int:
-    """Parameter count of a checkpoint folder: safetensors headers, else a memory-mapped torch load."""
+def count_parameters(folder: Path) -> tuple[int, int]:
+    """(parameter count, weight files) of a checkpoint folder: safetensors headers, else a memory-mapped
+    torch load."""
     st = weight_files(folder)
     if st:
-        return sum(_safetensors_count(p) for p in st)
+        return sum(_safetensors_count(p) for p in st), len(st)
     bins = sorted(folder.glob("pytorch_model*.bin"))
     if not bins:
         raise _refuse("no weights found (model.safetensors or pytorch_model.bin)")
@@ -90,7 +91,7 @@ def count_parameters(folder: Path) -> int:
     for p in bins:
         state = torch.load(p, map_location="cpu", weights_only=True, mmap=True)
         total += sum(t.numel() for t in state.values())
-    return total
+    return total, len(bins)
 
 
 def _inside_roots(path: str, roots: list[Path] | None = None) -> Path:
@@ -147,8 +148,7 @@ def check_model_folder(path: str, *, roots: list[Path] | None = None) -> ModelCh
         raise _refuse("the tokenizer has no chat template")
     report = _template(tokenizer)
     try:
-        params = count_parameters(folder)
-        shards = max(len(weight_files(folder)), 1)
+        params, shards = count_parameters(folder)
     except CatalogRefused:
         raise
     except Exception as exc:
