@@ -9,6 +9,7 @@ where row i of the batch is one trajectory, ``index[i]`` its group id (the promp
 the n samples of a prompt), ``response_mask`` is 1 on response tokens (the loss mask in multi-turn),
 and ``cfg`` holds the algorithm keys (``norm_adv_by_std_in_grpo``, ``gamma``, ``epsilon`` ...); unknown
 keys are ignored so the caller can pass the whole algorithm section. Outputs are 0 where the mask is 0.
+``gae`` also takes ``values`` (B, T), the critic's value of the state before each token.
 """
 
 from __future__ import annotations
@@ -153,6 +154,50 @@ def reinforce_plus_plus_baseline_advantage(
         centred = (scores - mean).unsqueeze(-1) * response_mask
         adv = masked_whiten(centred, response_mask) * response_mask
     return adv, adv
+
+
+@register_adv_estimator("gae")
+def gae_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str] | None = None,
+    *,
+    values: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE (PPO with a critic): delta_t = r_t + gamma V_next - V_t, A_t = delta_t + gamma lam A_next,
+    returns R_t = A_t + V_t, then the advantages whitened over the masked tokens (as verl).
+
+    The recursion runs over the tokens of ``response_mask`` only (the loss mask in multi-turn): a
+    token outside it (a tool reply, template tokens, padding) is skipped, i.e. V_next and A_next of
+    the trained token before it are those of the next trained token after it, and its own value and
+    reward are not used (verl's compute_gae_advantage_return does the same). After the last trained
+    token V_next = A_next = 0. gamma and lam count trained tokens. Unlike verl, advantages and returns
+    are 0 outside the mask (verl leaves the carried values there; the loss masks them either way).
+
+    values (B, T) -> (advantages, returns), (B, T).
+    """
+    if values is None:
+        raise ValueError("the gae estimator needs the critic's values (B, T)")
+    if values.shape != token_level_rewards.shape:
+        raise ValueError(f"values {tuple(values.shape)} and rewards {tuple(token_level_rewards.shape)} differ")
+    mask = response_mask.to(token_level_rewards.dtype)
+    with torch.no_grad():
+        adv = torch.zeros_like(token_level_rewards)
+        next_value = torch.zeros_like(token_level_rewards[:, 0])
+        next_adv = torch.zeros_like(next_value)
+        for t in reversed(range(token_level_rewards.shape[1])):
+            delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+            a_t = delta + gamma * lam * next_adv
+            keep = mask[:, t] > 0
+            next_value = torch.where(keep, values[:, t], next_value)  # skipped tokens pass the chain on
+            next_adv = torch.where(keep, a_t, next_adv)
+            adv[:, t] = a_t
+        returns = (adv + values) * mask
+        adv = masked_whiten(adv, mask) * mask
+    return adv, returns
 
 
 def compute_advantage(

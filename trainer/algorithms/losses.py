@@ -1,4 +1,5 @@
-"""Loss maths: masked statistics, loss aggregation, KL estimators and controllers, entropy.
+"""Loss maths: masked statistics, loss aggregation, the critic's clipped value loss, KL estimators
+and controllers, entropy.
 
 The policy losses themselves (vanilla PPO clip, gspo, cispo, gpg) and their registry are in
 ``policy_losses.py``.
@@ -108,6 +109,32 @@ def agg_loss(
     raise ValueError(
         f"unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
     )
+
+
+# ------------------------------------------------------------------------------------------- value
+def value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped value loss (verl's compute_value_loss): the prediction is also clipped to
+    V_old +- cliprange_value and the larger squared error kept,
+
+        L = 1/2 agg(max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2))
+
+    vpreds (the critic now), returns, values (V_old, the critic before the update), mask: (B, T).
+    Returns (loss, clipfrac: the share of masked tokens where the clipped error was the larger).
+    """
+    clipped = torch.maximum(torch.minimum(vpreds, values + cliprange_value), values - cliprange_value)
+    err = (vpreds - returns).square()
+    err_clipped = (clipped - returns).square()
+    loss = 0.5 * agg_loss(torch.maximum(err, err_clipped), mask, loss_agg_mode, loss_scale_factor)
+    clipfrac = masked_mean((err_clipped > err).to(vpreds.dtype), mask)
+    return loss, clipfrac
 
 
 # ---------------------------------------------------------------------------------------------- KL
