@@ -17,6 +17,7 @@ from typing import Any
 from .actor_rollout_ref import ActorConfig, ActorRolloutRefConfig, RolloutConfig
 from .fields import ConfigError, coerce, hints
 from .lora import check_lora, lora_warnings
+from .reward_model import check_reward_model
 from .rollout_correction import check_rollout_correction, rollout_correction_warnings
 from .schema import LOGGERS, AlgorithmConfig, Config, DataConfig, ReportConfig, TrainerConfig
 
@@ -300,6 +301,7 @@ def _parts(cfg: Config, *, require_paths: bool) -> list:
         lambda: _check_actor(cfg.actor_rollout_ref),
         lambda: _check_algorithm(cfg.algorithm),
         lambda: _check_dapo(cfg),
+        lambda: check_reward_model(cfg.reward_model),
         lambda: check_rollout_correction(cfg.algorithm.rollout_correction),
         lambda: _check_trainer(cfg.trainer),
         lambda: _check_report(cfg.report),

@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping, Union
 
 from .actor_rollout_ref import ActorRolloutRefConfig, upgrade_stored
 from .fields import build, option, section
+from .reward_model import RewardModelModelConfig
 from .rollout_correction import RolloutCorrectionConfig
 
 # The trainer's sinks, by registry name (http: the platform's ingest API, trainer/sinks_http.py).
@@ -155,8 +156,38 @@ class OverlongBufferConfig:
 
 @dataclass(frozen=True)
 class RewardModelConfig:
+    enable: bool = option(
+        False,
+        "Score every trajectory with a sequence-classification reward model (reward_model.model), "
+        "combined with the reward function and the tools' rewards by the weights below.",
+    )
+    micro_batch_size_per_gpu: Union[int, None] = option(
+        None, "Trajectories per reward-model forward on each worker; None = 8."
+    )
+    max_length: Union[int, None] = option(
+        None,
+        "Longest scored conversation in the reward model's tokens; longer ones keep their end (the "
+        "score is read at the last token); None = the model's max_position_embeddings.",
+    )
+    rm_weight: float = option(
+        1.0, "Weight of the reward model's score in the reward (used when enable)."
+    )
+    rule_weight: float = option(
+        1.0,
+        "Weight of the reward function's score (reward.name / custom_reward_function); 0 = the "
+        "reward model replaces the rule, as in verl (the rule is then still run where the data "
+        "source has one, to show its score).",
+    )
+    tool_reward_weight: float = option(
+        0.0,
+        "Weight of the sum of the tools' calc_reward values (the reward function also sees them "
+        "as extra_info.tool_rewards).",
+    )
+    model: RewardModelModelConfig = section(
+        RewardModelModelConfig, "The reward model: a sequence-classification checkpoint."
+    )
     overlong_buffer: OverlongBufferConfig = section(
-        OverlongBufferConfig, "DAPO's soft overlong penalty, added to the reward function's score."
+        OverlongBufferConfig, "DAPO's soft overlong penalty, added to the weighted reward."
     )
 
 
@@ -263,7 +294,9 @@ class Config:
     algorithm: AlgorithmConfig = section(AlgorithmConfig, "Advantage estimator and KL in reward.")
     reward: RewardConfig = section(RewardConfig, "Reward function.")
     reward_model: RewardModelConfig = section(
-        RewardModelConfig, "verl's reward_model section; here only the overlong reward shaping."
+        RewardModelConfig,
+        "verl's reward_model section: the reward model, the weights of the reward's parts, the "
+        "overlong reward shaping.",
     )
     custom_reward_function: CustomRewardFunctionConfig = section(
         CustomRewardFunctionConfig, "Operator-provided reward function file."

@@ -193,6 +193,13 @@ USER_KEYS: dict[str, Bound] = {
     "reward_model.overlong_buffer.len": Bound(lo=0, hi=131_072),
     "reward_model.overlong_buffer.penalty_factor": Bound(lo=0, hi=100),
     "reward_model.overlong_buffer.log": FLAG,
+    # the reward model: chosen by the run's reward_model_id (the catalog writes its path)
+    "reward_model.enable": FLAG,
+    "reward_model.micro_batch_size_per_gpu": Bound(lo=1, hi=4096),
+    "reward_model.max_length": Bound(lo=2, hi=131_072),
+    "reward_model.rm_weight": Bound(lo=-1000, hi=1000),
+    "reward_model.rule_weight": Bound(lo=-1000, hi=1000),
+    "reward_model.tool_reward_weight": Bound(lo=-1000, hi=1000),
     # tools: names from the trainer's registry (checked by `check`); tool sets are chosen by name
     "tools.names": Bound(pattern=r"[A-Za-z0-9_.-]{1,64}", max_items=16),
     # trainer
@@ -225,6 +232,8 @@ PLATFORM_KEYS: dict[str, str] = {
     "actor_rollout_ref.model.tokenizer_path": "the run's model (the catalog)",
     "actor_rollout_ref.model.trust_remote_code": "the model's catalog entry (an operator decision)",
     "actor_rollout_ref.rollout.multi_turn.format": "the model's catalog entry (the tool-call parser its chat template was checked with)",
+    "reward_model.model.path": "the run's reward model (a catalog reward model chosen by reward_model_id)",
+    "reward_model.model.trust_remote_code": "the reward model's catalog entry (an operator decision)",
     "custom_reward_function.path": "the operator's reward-function registry (choose one by reward.name)",
     "custom_reward_function.name": "the operator's reward-function registry (choose one by reward.name)",
     "tools.config_path": "the operator's tool-set registry (choose one by the run's tool set)",

@@ -54,6 +54,8 @@ PLATFORM_PROBES = {
     "actor_rollout_ref.model.tokenizer_path": "/srv/models/x",
     "actor_rollout_ref.model.trust_remote_code": True,
     "actor_rollout_ref.rollout.multi_turn.format": "llama3",
+    "reward_model.model.path": "/srv/other-user/rm",
+    "reward_model.model.trust_remote_code": True,
     "custom_reward_function.path": "/tmp/evil.py",
     "custom_reward_function.name": "run_me",
     "tools.config_path": "/etc/passwd",
