@@ -3,6 +3,7 @@
 Commands (each owned by one module exposing ``main(argv) -> int``):
   run              train with GRPO from a run spec or a recipe   (trainer.run)
   make-tiny-model  build a tiny Qwen2-architecture model locally (trainer.models.tiny)
+  make-tiny-reward-model  build a tiny sequence-classification reward model (trainer.models.tiny_rm)
   make-demo-data   write the arithmetic tool-use demo datasets   (trainer.tasks.arith)
   sft              supervised warm start on conversations        (trainer.sft)
   recipes          list the recipes and their descriptions       (trainer.recipes)
@@ -15,6 +16,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("trainer.run", "train with GRPO from a run spec or a recipe"),
     "make-tiny-model": ("trainer.models.tiny", "build a tiny Qwen2-architecture model locally"),
+    "make-tiny-reward-model": ("trainer.models.tiny_rm", "build a tiny sequence-classification reward model"),
     "make-demo-data": ("trainer.tasks.arith", "write the arithmetic tool-use demo datasets"),
     "sft": ("trainer.sft", "supervised warm start on conversations"),
     "recipes": ("trainer.recipes", "list the recipes"),

@@ -47,6 +47,7 @@ from trainer.algorithms.metrics import reduce_metrics
 from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, load_prompt_dataset
 from trainer.resume import resume_run, save_run
+from trainer.rewards.combine import Weights, part_metrics
 from trainer.rollout_phase import generate_step, sampling_params
 from trainer.scoring import Experience
 from trainer.step_report import emit_samples, pick_groups, step_metrics
@@ -227,6 +228,7 @@ class Trainer:
     def train_step(self, step: int) -> dict[str, float]:
         t, g = Timer(), self.group
         extra: dict[str, float] = {}
+        self.rm_seconds = 0.0  # the reward model's share of timing_s/reward (Trainer.reward)
         with t("step"):
             trajs = self.rollout(step, t, extra)  # timed as gen and reward
             with t("reward"):
@@ -262,6 +264,10 @@ class Trainer:
                 with t("sync"):
                     extra.update(g.sync_weights(step=step))
         self.emit_worker_memory()
+        if not Weights.of(self.cfg.reward_model).rule_alone:  # the reward's parts (trainer.rewards.combine)
+            extra.update(part_metrics([tr.reward_extra for tr in exp.trajectories]))
+        if self.cfg.reward_model.enable:
+            extra["timing_s/reward_model"] = self.rm_seconds
         # The actor's rollout_corr/* (current policy vs rollout, per micro-batch) override the driver's, as in verl.
         metrics = step_metrics(self.cfg, exp, t.s, {**corr_metrics, **reduce_metrics(actor_metrics)}, extra,
                                step=step, epoch=self.epoch, device=self.device,
@@ -286,13 +292,20 @@ class Trainer:
                              train_batch_size=self.cfg.data.train_batch_size, timer=t, metrics=metrics,
                              emitter=self.emitter)
 
-    def reward(self, trajs: list[Trajectory]) -> None:
-        """Score each trajectory (trainer.scoring.score_trajectories): score, reward, reward_extra."""
-        scoring.score_trajectories(trajs, self.reward_fn, self.cfg)
+    def reward(self, trajs: list[Trajectory], *, validation: bool = False) -> None:
+        """Score each trajectory (trainer.scoring.score_trajectories): score, reward, reward_extra.
+        With reward_model.enable the workers' reward model scores the conversations first (its
+        seconds add up in `rm_seconds`); validation uses the reward function alone, as verl."""
+        rm = None
+        if self.cfg.reward_model.enable and not validation and trajs:
+            t0 = time.perf_counter()
+            rm = self.group.compute_rm_score([tr.messages for tr in trajs], step=self.monitor.step)
+            self.rm_seconds = getattr(self, "rm_seconds", 0.0) + time.perf_counter() - t0
+        scoring.score_trajectories(trajs, self.reward_fn, self.cfg, rm, validation=validation)
 
-    def score(self, trajs: list[Trajectory]) -> Experience:
+    def score(self, trajs: list[Trajectory], *, validation: bool = False) -> Experience:
         """Rewards (`reward`) and the batch they sit in (trainer.scoring.build_experience)."""
-        self.reward(trajs)
+        self.reward(trajs, validation=validation)
         return scoring.build_experience(trajs)
 
     def compute_advantages(self, exp: Experience) -> dict[str, float]:
@@ -308,7 +321,7 @@ class Trainer:
         trajs = self.group.generate(all_items(self.val_ds), n=v.n, sampling=self.sampling(step, validate=True),
                                     step=step)
         self.emit_worker_memory()
-        exp = self.score(trajs)
+        exp = self.score(trajs, validation=True)
         by_source: dict[str, list[float]] = defaultdict(list)
         for tr in trajs:
             by_source[tr.prompt.data_source or "unknown"].append(tr.reward)

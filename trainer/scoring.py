@@ -1,7 +1,8 @@
 """From scored trajectories to the batch the update trains on: rewards, the experience batch, rollout
 correction and the advantages (the driver's phases between the rollout and the update).
 
-- `score_trajectories`: the reward function's score of each trajectory, plus the overlong penalty
+- `score_trajectories`: the reward function's score of each trajectory, or the weighted sum with the
+  reward model's score and the tools' rewards (trainer.rewards.combine), plus the overlong penalty
   when reward_model.overlong_buffer is on (trainer.rewards.overlong).
 - `build_experience`: the (B, R) tensors of a list of trajectories (trainer.workers.experience),
   each reward placed on its last trained token, the engine's log-probs beside them.
@@ -37,26 +38,45 @@ class Experience:
     entropy: torch.Tensor | None = None  # (B, R), from the old-log-prob pass (or the update's forward)
 
 
-def score_trajectories(trajs: list[Trajectory], reward_fn: Callable[..., Any], cfg: Config) -> None:
-    """Score each trajectory: the reward function's score, plus the overlong penalty when
-    reward_model.overlong_buffer is on (trainer.rewards.overlong); sets score, reward, reward_extra."""
+def score_trajectories(trajs: list[Trajectory], reward_fn: Callable[..., Any], cfg: Config,
+                       rm_scores: list[float] | None = None, *, validation: bool = False) -> None:
+    """Score each trajectory: the reward function's score, or with a reward model (`rm_scores`, one
+    per trajectory) or reward_model weights other than the rule alone the weighted sum of the parts
+    (trainer.rewards.combine, each part recorded in reward_extra); plus the overlong penalty when
+    reward_model.overlong_buffer is on (trainer.rewards.overlong). Sets score, reward, reward_extra.
+    Validation (`validation=True`) scores with the reward function alone, as verl validates."""
+    from trainer.rewards.combine import Weights, parts, weighted_score
     from trainer.rewards.overlong import shape
 
     buffer = cfg.reward_model.overlong_buffer
     limit = cfg.actor_rollout_ref.rollout.response_length
-    for tr in trajs:
+    w = Weights() if validation else Weights.of(cfg.reward_model)
+    if w.use_rm and (rm_scores is None or len(rm_scores) != len(trajs)):
+        raise ValueError("reward_model.enable: one reward-model score per trajectory is needed")
+    for i, tr in enumerate(trajs):
         p = tr.prompt
-        out = reward_fn(p.data_source, tr.response_text, p.ground_truth,
-                        {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns})
+        try:
+            out = reward_fn(p.data_source, tr.response_text, p.ground_truth,
+                            {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns})
+        except NotImplementedError:
+            if w.rule != 0:
+                raise
+            out = None  # no rule for this data source, and the rule's weight is 0: the part is absent
+        rule = None
         if isinstance(out, dict):
             if "score" not in out:
                 raise ValueError(f"reward function returned a dict without 'score': {sorted(out)}")
-            tr.score = float(out["score"])
+            rule = float(out["score"])
             tr.reward_extra = {k: v for k, v in out.items() if k != "score"}
-        else:
-            tr.score = float(out)
-        tr.reward, parts = shape(tr.score, len(tr.response_ids), buffer, limit)
-        tr.reward_extra.update(parts)
+        elif out is not None:
+            rule = float(out)
+        rm = rm_scores[i] if w.use_rm and rm_scores is not None else None
+        tr.score = rule if w.rule_alone else weighted_score(w, rule=rule, rm=rm, tool_rewards=tr.tool_rewards)
+        tr.reward, shaped = shape(tr.score, len(tr.response_ids), buffer, limit)
+        tr.reward_extra.update(shaped)
+        if not w.rule_alone:
+            tr.reward_extra.update(parts(w, rule=rule, rm=rm, tool_rewards=tr.tool_rewards,
+                                         penalty=tr.reward - tr.score, reward=tr.reward))
 
 
 def build_experience(trajs: list[Trajectory]) -> Experience:

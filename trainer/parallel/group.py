@@ -86,6 +86,14 @@ class WorkerGroup(abc.ABC):
         return (metrics, _gather([o["old_log_probs"] for o in outs], parts, len(batch)),
                 _gather([o["entropy"] for o in outs], parts, len(batch)))
 
+    def compute_rm_score(self, conversations: list[list[dict[str, Any]]], *, step: int) -> list[float]:
+        """The reward model's scores, each rank on a contiguous run of the conversations (as generate
+        splits prompts); back in input order."""
+        parts = contiguous_chunks(len(conversations), self.world_size)
+        outs = self.call("compute_rm_score", per_rank=[{"conversations": [conversations[i] for i in p]} for p in parts],
+                         step=step)
+        return [float(s) for out in outs for s in out]
+
     def sync_weights(self, *, step: int) -> dict[str, float]:
         outs = self.call("sync_weights", step=step)
         return {"timing_s/reshard": max(o["seconds"] for o in outs),

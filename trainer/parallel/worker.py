@@ -6,6 +6,9 @@ One worker per device holds, colocated (verl's hybrid engine):
              is the identity, so the one-worker path skips the process group)
   ref        ActorWorker over the frozen reference (FSDP2 too; parameters on the CPU with
              ref.fsdp_config.param_offload on GPUs), only when a KL term needs it
+  reward_model  RewardModelWorker (trainer.workers.reward_model), only with reward_model.enable: a
+             full, unsharded copy of the sequence-classification model on every worker (inference
+             only); each rank scores its contiguous share of the step's trajectories, as it generates
   engine     the rollout engine. `hf` on one worker runs on the actor's own module (nothing to
              sync); with FSDP it owns a full-weight copy, because generation cannot run on sharded
              parameters (every rank would have to join every all-gather of every decode step, and
@@ -163,6 +166,15 @@ class RankWorker:
                                    device=device)
         if self.engine_name == "hf" and not self.shared_engine:
             self.engine.share_module = False  # its own copy: release_memory may move it off the GPU
+        self.reward_model = None  # reward_model.enable: a full replica per worker, inference only
+        if cfg.reward_model.enable:
+            from trainer.config.reward_model import micro_batch
+            from trainer.workers.reward_model import RewardModelWorker
+
+            rm = cfg.reward_model
+            self.reward_model = RewardModelWorker(rm.model.path, device=device, dtype=self.dtype,
+                                                  micro_batch=micro_batch(rm), max_length=rm.max_length,
+                                                  trust_remote_code=rm.model.trust_remote_code)
         self.tools = build_tools(cfg.tools.names, cfg.tools.config_path)
         self.rollout = MultiTurnRollout(self.engine, self.tokenizer, self.tools, arr.rollout, cfg.data)
         self.emitter = BufferEmitter(self.rank)
@@ -235,6 +247,13 @@ class RankWorker:
         if capture:
             out["old_log_probs"], out["entropy"] = batch.old_log_probs, self.actor.last_entropy
         return out
+
+    def compute_rm_score(self, conversations: list[list[dict[str, Any]]], *, step: int) -> list[float]:
+        """The reward model's score of each of this rank's conversations (trainer.workers.reward_model)."""
+        if self.reward_model is None:
+            raise RuntimeError("no reward model on this worker (reward_model.enable is off)")
+        with self.phase("reward_model", step):
+            return self.reward_model.score(conversations) if conversations else []
 
     def sync_weights(self, *, step: int, _phase: bool = True) -> dict[str, float]:
         """FSDP shards -> engine in buckets, then flush_cache. Returns bytes, seconds and buckets.
