@@ -162,6 +162,10 @@ class Trainer:
             worker_cfg = apply_overrides(self.cfg, {"actor_rollout_ref.actor.optim.total_training_steps": self.total_steps})
         self.group = build_worker_group(worker_cfg.to_dict(), world_size=self.world_size, launcher=tr.launcher,
                                         device_type=self.device.type)
+        if getattr(self.group, "nodes", None) and self.emitter is not None:
+            from trainer.parallel.placement import describe_nodes
+
+            self.emitter.log("info", describe_nodes(self.group.nodes))
         self.emit_worker_memory()
         for info in getattr(self.group, "info", None) or []:
             if info.get("nvml_unavailable") and self.emitter is not None:

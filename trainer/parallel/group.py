@@ -5,10 +5,13 @@
 
 `LocalWorkerGroup` (trainer.launcher=local; the default for world size 1) holds one RankWorker in
 this process. `RayWorkerGroup` (launcher=ray) starts one Ray actor per device in a placement group
-(bundles {"CPU": 1} with trainer.device=cpu, {"CPU": 1, "GPU": 1} on GPUs; strategy PACK, so several
-nodes are filled in order), takes rank 0's address and a free port as MASTER_ADDR/PORT and
-initialises torch.distributed on all ranks at once (gloo on CPUs, NCCL on GPUs). The driver code
-is the same for both: split, call, gather (`dispatch_*` below).
+(`trainer.parallel.placement`: with trainer.nnodes=1 one bundle per worker, {"CPU": 1} with
+trainer.device=cpu, {"CPU": 1, "GPU": 1} on GPUs, strategy PACK, so several nodes are filled in
+order; with nnodes=N one bundle of n_gpus_per_node workers per node, STRICT_SPREAD), takes rank 0's
+node IP and a free port there as MASTER_ADDR/PORT and initialises torch.distributed on all ranks at
+once (gloo on CPUs, NCCL on GPUs). A placement group not ready within `start_timeout_s` fails with a
+PlacementError naming the nodes asked and the nodes the cluster has. The driver code is the same for
+both: split, call, gather (`dispatch_*` below).
 
 Failure: results are collected with `ray.wait` one at a time, so a rank that raises or whose
 process dies fails the call at once with a `WorkerError` naming the rank and the cause, even while
@@ -25,6 +28,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.parallel.balance import balanced_partition, contiguous_chunks
+from trainer.parallel.placement import PlacementError, plan_placement, shortfall_message
 
 
 class WorkerError(RuntimeError):
@@ -147,20 +151,31 @@ class RayWorkerGroup(WorkerGroup):
         from trainer.parallel.worker import RankWorker
 
         self.world_size = int(world_size)
+        nnodes = int((cfg_dict.get("trainer") or {}).get("nnodes") or 1)
+        if self.world_size % nnodes:
+            raise ValueError(f"world size {self.world_size} is not a multiple of trainer.nnodes={nnodes}")
+        gpu = device_type == "cuda"
+        self.placement = plan_placement(nnodes=nnodes, per_node=self.world_size // nnodes, gpu=gpu)
         self._started_ray = False
         if not ray.is_initialized():
             # RAY_ADDRESS joins a cluster; otherwise a local Ray just big enough for the workers.
             address = os.environ.get("RAY_ADDRESS") or None
+            if address is None and nnodes > 1:
+                raise PlacementError(f"trainer.nnodes={nnodes} needs a Ray cluster of {nnodes} nodes: set "
+                                     "RAY_ADDRESS to its head (a local Ray started here is one node)")
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True}
             if address is None:
                 kw["num_cpus"] = self.world_size + 1
             ray.init(address=address, **kw)
             self._started_ray = True
         self._remove_pg = remove_placement_group
-        gpu = device_type == "cuda"
-        bundles = [{"CPU": 1, "GPU": 1} if gpu else {"CPU": 1} for _ in range(self.world_size)]
-        self.pg = placement_group(bundles, strategy="PACK")
-        ray.get(self.pg.ready(), timeout=start_timeout_s)
+        self.pg = placement_group(list(self.placement.bundles), strategy=self.placement.strategy)
+        try:
+            ray.get(self.pg.ready(), timeout=start_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            message = shortfall_message(self.placement, nodes=ray.nodes(), waited_s=start_timeout_s)
+            self.shutdown()
+            raise PlacementError(message) from None
         repo_root = str(Path(__file__).resolve().parents[2])
         env = {"PYTHONPATH": os.pathsep.join(p for p in (repo_root, os.environ.get("PYTHONPATH", "")) if p),
                "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -171,11 +186,14 @@ class RayWorkerGroup(WorkerGroup):
         self.actors = [
             remote.options(num_cpus=1, num_gpus=1 if gpu else 0, max_restarts=0,
                            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                               placement_group=self.pg, placement_group_bundle_index=r),
+                               placement_group=self.pg,
+                               placement_group_bundle_index=self.placement.bundle_of_rank[r]),
                            runtime_env={"env_vars": env}).remote(cfg_dict, rank=r, world=self.world_size)
             for r in range(self.world_size)]
         try:
             addr, port = self._get([self.actors[0].master_address.remote()], "master_address", ranks=[0])[0]
+            # Where each rank runs ({rank, node_id, node_ip, hostname, pid}), as the worker sees it.
+            self.nodes = self._get([a.node.remote() for a in self.actors], "node")
             self.info = self._get([a.init.remote(addr, port) for a in self.actors], "init")
         except BaseException:
             self.shutdown()

@@ -89,6 +89,19 @@ class RankWorker:
             addr = "127.0.0.1"
         return addr, free_port()
 
+    def node(self) -> dict[str, Any]:
+        """Where this rank runs: Ray's node id and IP (None outside Ray), the host name and the pid."""
+        node_id = node_ip = None
+        try:
+            import ray
+
+            if ray.is_initialized():
+                node_id, node_ip = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+        except Exception:  # not under Ray
+            pass
+        return {"rank": self.rank, "node_id": node_id, "node_ip": node_ip, "hostname": socket.gethostname(),
+                "pid": os.getpid()}
+
     def init(self, master_addr: str | None = None, master_port: int | None = None) -> dict[str, Any]:
         from transformers import AutoModelForCausalLM
 
