@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 ROOTS = {"rlstudio": REPO / "platform" / "rlstudio", "trainer": REPO / "trainer"}
 # The web apps (Django apps with models or pages); the rest of rlstudio (config, api, launcher, ...)
 # is the project around them.
-APPS = ("accounts", "catalog", "runs", "telemetry", "quotas", "registry", "demo", "alerts", "evaluations")
+APPS = ("accounts", "catalog", "runs", "telemetry", "quotas", "registry", "demo", "alerts", "evaluations",
+        "playground")
 
 
 def _modules() -> dict[str, Path]:

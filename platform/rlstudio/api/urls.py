@@ -26,6 +26,7 @@ urlpatterns = [
     path("", include("rlstudio.telemetry.api_urls")),
     path("", include("rlstudio.alerts.api_urls")),  # alerts/..., runs/{id}/alerts/
     path("", include("rlstudio.evaluations.api_urls")),  # runs/{id}/evaluations/...
+    path("", include("rlstudio.playground.api_urls")),  # playground/sessions/...
     path("", include(router.urls)),
     path("quota/", QuotaView.as_view(), name="quota"),
     path("presets/", PresetListView.as_view(), name="presets"),

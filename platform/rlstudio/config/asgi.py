@@ -20,6 +20,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from rlstudio.accounts.ws_auth import ApiTokenQueryAuthMiddleware, SameOriginValidator  # noqa: E402
 from rlstudio.config.request_gate import RequestGateMiddleware  # noqa: E402
 from rlstudio.alerts.routing import websocket_urlpatterns as alert_routes  # noqa: E402
+from rlstudio.playground.routing import websocket_urlpatterns as playground_routes  # noqa: E402
 from rlstudio.telemetry.routing import websocket_urlpatterns  # noqa: E402
 
 if "daphne.server" in sys.modules:  # only under the daphne command: daphne_gate loads Twisted's reactor
@@ -31,7 +32,7 @@ application = ProtocolTypeRouter(
     {
         "http": RequestGateMiddleware(django_asgi_app),
         "websocket": SameOriginValidator(
-            AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(websocket_urlpatterns + alert_routes)))
+            AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(websocket_urlpatterns + alert_routes + playground_routes)))
         ),
     }
 )

@@ -24,6 +24,7 @@ urlpatterns = [
     path("", include("rlstudio.catalog.urls")),
     path("quotas/", include("rlstudio.quotas.urls")),  # the staff quota page
     path("alerts/", include("rlstudio.alerts.urls")),  # rules, notifications, their settings
+    path("playground/", include("rlstudio.playground.urls")),  # chat with a model or a checkpoint
     path("admin/", admin.site.urls),
     path("api/v1/", include("rlstudio.api.urls")),
 ]

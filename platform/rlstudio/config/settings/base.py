@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "rlstudio.demo",
     "rlstudio.alerts",
     "rlstudio.evaluations",
+    "rlstudio.playground",
 ]
 
 MIDDLEWARE = [
@@ -216,6 +217,7 @@ SPECTACULAR_SETTINGS = {
         "RegistryStatusEnum": "rlstudio.registry.models.RegistryStatus",
         "RewardKindEnum": "rlstudio.registry.models.RewardKind",
         "EvaluationStatusEnum": "rlstudio.evaluations.models.EvaluationStatus",
+        "PlaygroundStatusEnum": "rlstudio.playground.models.SessionStatus",
     },
 }
 
@@ -304,3 +306,15 @@ from .web_hardening import *  # noqa: E402,F401,F403
 
 # Alerts and notifications (docs/alerts.md): Django's mail settings from the environment, webhooks.
 from .alerts import *  # noqa: E402,F401,F403
+
+# Playground (docs/user-guide.md, "Playground"): one session answers for at most this many seconds;
+# at most this many sessions run on the site at once; models above this many parameters are refused
+# (a session runs on the Celery worker's CPU); the Celery queue its task goes to ("" = the default
+# queue: then a session holds the one worker while it answers; give it a worker of its own with
+# `celery -A rlstudio worker -Q <queue>`).
+RLSTUDIO_PLAYGROUND_MAX_S = env_int("RLSTUDIO_PLAYGROUND_MAX_S", 120)
+RLSTUDIO_PLAYGROUND_MAX_ACTIVE = env_int("RLSTUDIO_PLAYGROUND_MAX_ACTIVE", 4)
+RLSTUDIO_PLAYGROUND_MAX_PARAMS = env_int("RLSTUDIO_PLAYGROUND_MAX_PARAMS", 2_000_000_000)
+RLSTUDIO_PLAYGROUND_QUEUE = env_str("RLSTUDIO_PLAYGROUND_QUEUE", "")
+if RLSTUDIO_PLAYGROUND_QUEUE:
+    CELERY_TASK_ROUTES = {"playground.run_session": {"queue": RLSTUDIO_PLAYGROUND_QUEUE}}

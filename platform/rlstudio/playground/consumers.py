@@ -1,0 +1,89 @@
+"""`PlaygroundConsumer`: the websocket `/ws/playground/<id>/` that streams a session's answers.
+
+Only the session's owner (and staff) get the stream: anonymous connections are closed with 4401,
+everyone else (also for a session that does not exist) with 4403, after accepting so the browser sees
+the code. The socket joins the session's group before it reads the event log, then sends the logged
+events and the live ones, each once, in seq order (frames `{"type": "events", "events": [...]}`;
+event shapes in trainer.playground and runner.py, then `{"type": "end", "status", ...}`).
+
+Leaving stops the session: when the last websocket of a session disconnects (the page was closed or
+left), the stop flag is set ("page left") and the worker ends the generation within a chunk. Clients
+send nothing; a message over MAX_CLIENT_MESSAGE_BYTES closes the socket with 4009.
+"""
+import logging
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.http import Http404
+
+from . import streams
+from .selectors import session_get_for
+
+log = logging.getLogger(__name__)
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_BIG = 4009
+MAX_CLIENT_MESSAGE_BYTES = 4096
+LEFT = "page left"
+
+
+@database_sync_to_async
+def _may_watch(user, session_id: int) -> bool:
+    try:
+        session_get_for(user=user, session_id=session_id)
+    except Http404:
+        return False
+    return True
+
+
+class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
+    group: str | None = None
+    session_id: int = 0
+    last_sent: int = 0
+
+    async def connect(self):
+        user = self.scope.get("user")
+        self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        if user is None or not user.is_authenticated:
+            await self.accept()
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await _may_watch(user, self.session_id):
+            await self.accept()
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.group = streams.group(self.session_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await sync_to_async(streams.viewer_joined, thread_sensitive=False)(self.session_id)
+        await self.accept()
+        logged = await sync_to_async(streams.events_after, thread_sensitive=False)(self.session_id, 0)
+        await self._forward(logged)
+
+    async def disconnect(self, code):
+        if self.group is None:
+            return
+        try:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        except Exception as exc:  # Redis is down; the layer already dropped the membership
+            log.warning("playground: group_discard failed: %r", exc)
+        try:
+            left = await sync_to_async(streams.viewer_left, thread_sensitive=False)(self.session_id)
+            if left <= 0:
+                await sync_to_async(streams.request_stop, thread_sensitive=False)(self.session_id, LEFT)
+        except Exception as exc:  # the time limit still ends the session
+            log.warning("playground %s: could not flag the stop: %r", self.session_id, exc)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")
+        if size > MAX_CLIENT_MESSAGE_BYTES:
+            await self.close(code=CLOSE_TOO_BIG)
+
+    async def playground_events(self, message):
+        await self._forward(message["events"])
+
+    async def _forward(self, events):
+        fresh = [e for e in events if int(e.get("seq", 0)) > self.last_sent]
+        if fresh:
+            self.last_sent = int(fresh[-1]["seq"])
+            await self.send_json({"type": "events", "events": fresh})

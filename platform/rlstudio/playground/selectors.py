@@ -1,0 +1,72 @@
+"""Reads of the playground, narrowed to what the user may use: catalog models they see (own, shared,
+all for staff: `catalog.selectors`), checkpoints of runs they see (owner, shared readers, staff:
+`runs.selectors`) found only in the run's own folder, and their own sessions (staff: all)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.http import Http404
+
+from .models import PlaygroundSession
+
+PAGE_RUNS = 30  # runs whose checkpoints the page offers (the newest the user sees)
+
+
+def session_get_for(*, user, session_id) -> PlaygroundSession:
+    """The user's own session (any for staff), or Http404."""
+    qs = PlaygroundSession.objects.select_related("owner")
+    if not getattr(user, "is_authenticated", False):
+        raise Http404("Not found")
+    if not user.is_staff:
+        qs = qs.filter(owner=user)
+    try:
+        session = qs.filter(pk=session_id).first()
+    except (TypeError, ValueError):
+        session = None
+    if session is None:
+        raise Http404("Not found")
+    return session
+
+
+def checkpoint_steps(run) -> dict[int, Path]:
+    """The run's committed step folders, by step (read from the run's own folder only)."""
+    from rlstudio.evaluations.selectors import checkpoint_steps as steps
+
+    return steps(run)
+
+
+def visible_model(*, user, model_id):
+    """A catalog model the user may use, or Http404."""
+    from rlstudio.catalog.selectors import model_asset_get_for
+
+    return model_asset_get_for(user=user, model_id=model_id)
+
+
+def visible_run(*, user, run_id):
+    """A run the user may read (its checkpoints with it), or Http404."""
+    from rlstudio.runs.selectors import run_get_for
+
+    return run_get_for(user=user, run_id=run_id)
+
+
+@dataclass(frozen=True)
+class TargetOption:
+    value: str  # "model:<id>" or "run:<id>:<step>" (what the page's select sends)
+    label: str
+
+
+def target_options_for(*, user) -> dict[str, list[TargetOption]]:
+    """What the page offers: {"models": [...], "checkpoints": [...]} (the newest PAGE_RUNS runs the user
+    sees that have a checkpoint, newest step first)."""
+    from rlstudio.catalog.selectors import model_asset_list_for
+    from rlstudio.runs.selectors import visible_runs
+    from rlstudio.runs.models import Run
+
+    models = [TargetOption(f"model:{m.pk}", m.name) for m in model_asset_list_for(user=user)[:100]]
+    checkpoints = []
+    runs = visible_runs(Run.objects.select_related("owner"), user=user).order_by("-created", "-id")[:PAGE_RUNS]
+    for run in runs:
+        for step in sorted(checkpoint_steps(run), reverse=True):
+            checkpoints.append(TargetOption(f"run:{run.pk}:{step}", f"{run.name} (#{run.pk}) step {step}"))
+    return {"models": models, "checkpoints": checkpoints}
