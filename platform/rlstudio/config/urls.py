@@ -21,6 +21,7 @@ urlpatterns = [
     path("runs/", include("rlstudio.runs.urls")),
     path("runs/", include("rlstudio.demo.urls")),  # the one-click demo's launch
     path("runs/", include("rlstudio.telemetry.urls")),  # samples, groups, prompts of a run (LIVE)
+    path("runs/", include("rlstudio.exports.urls")),  # a checkpoint's export, asked for from the run page
     path("", include("rlstudio.catalog.urls")),
     path("quotas/", include("rlstudio.quotas.urls")),  # the staff quota page
     path("alerts/", include("rlstudio.alerts.urls")),  # rules, notifications, their settings

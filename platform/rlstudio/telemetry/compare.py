@@ -227,6 +227,12 @@ def _held_out(run_ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str
     return result
 
 
+def held_out_of(run_id: int) -> dict[str, dict[str, Any]]:
+    """{held-out metric: held_out_stats} of one run (an export's model card reads it: rlstudio.exports.facts)."""
+    keys = [name for name in metric_names([run_id]) if HELD_OUT.match(name)]
+    return _held_out([run_id], keys)[run_id]
+
+
 def _duration_s(run, now) -> float | None:
     if run.started is None:
         return None

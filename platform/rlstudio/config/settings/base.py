@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "rlstudio.alerts",
     "rlstudio.evaluations",
     "rlstudio.playground",
+    "rlstudio.exports",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,10 @@
+"""Django app config of `rlstudio.exports`: any checkpoint of a run exported as a Hugging Face folder,
+registered in the catalog, with its model card, downloadable as an archive."""
+from django.apps import AppConfig
+
+
+class ExportsConfig(AppConfig):
+    name = "rlstudio.exports"
+    label = "exports"
+    verbose_name = "Checkpoint exports"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,143 @@
+"""Writes of exports: ask for one (the run's owner or staff), run one (the Celery task `exports.run_export`).
+
+An export turns checkpoint `step` of a run (a committed `global_step_<step>/` the platform finds in
+the run's own folder, `evaluations.selectors.checkpoint_steps`) into `exports/step_<step>/` inside
+that folder with `trainer.export.export_checkpoint`: `huggingface/` (FSDP shards merged; LoRA: merged
+weights) and, for LoRA, `lora_adapter/`; a model card (`card.model_card`) is written into both as
+README.md; then `huggingface/` is registered in the catalog for the run's owner (checked as any model
+is, `catalog.services.model_register`, inside the run's folder only).
+
+Where it runs: in the Celery worker's process, on its CPU (about twice the model in float32 in
+memory). Bounds: one queued or running export per user at a time; an export left `running` by a
+worker that died is failed once STALE_AFTER has passed, so it stops blocking its owner. One export
+per run and step: asking again returns the existing one, or queues a failed one again.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from django.db import transaction
+from django.utils import timezone
+
+from rlstudio.evaluations.selectors import checkpoint_steps
+from rlstudio.runs.launch import inside, run_folder
+
+from .models import ACTIVE_EXPORT_STATUSES, Export, ExportStatus
+
+STALE_AFTER = timedelta(hours=6)
+MAX_ARCHIVE_BYTES = 64 * 2**30  # the largest export served as an archive (file bytes before compression)
+EXPORTS_DIR = "exports"
+
+
+class ExportInvalid(ValueError):
+    """A request that cannot be exported; `field` names the input that is wrong."""
+
+    def __init__(self, message: str, *, field: str):
+        super().__init__(message)
+        self.field = field
+
+
+class ExportRefused(RuntimeError):
+    """A valid request refused now (another export of the user is still queued or running)."""
+
+
+def export_folder(run, step: int) -> Path:
+    """Where the export of `step` lies: `exports/step_<step>/` in the run's own folder (the run's record)."""
+    return run_folder(run) / EXPORTS_DIR / f"step_{int(step)}"
+
+
+def clean_step(value, *, available) -> int:
+    """`step` as an int naming one of `available` (the run's committed checkpoints), else ExportInvalid."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ExportInvalid(f"step must be the global step of a checkpoint (an integer), got {value!r}",
+                            field="step")
+    if value not in available:
+        raise ExportInvalid(f"the run has no checkpoint at step {value}; its checkpoints: "
+                            f"{list(available) or 'none'}", field="step")
+    return value
+
+
+def export_new(*, user, run, data) -> tuple[Export, bool]:
+    """Ask for the export of checkpoint `data["step"]` of `run` (RunNotPermitted unless the user
+    manages it). Returns (the export, whether a task was queued now)."""
+    from rlstudio.accounts.services import audit_record
+    from rlstudio.config.celery import publish
+    from rlstudio.runs.services import check_can_manage
+
+    check_can_manage(user=user, run=run, action="export")
+    step = clean_step((data or {}).get("step"), available=checkpoint_steps(run))
+    with transaction.atomic():
+        Export.objects.filter(owner=user, status=ExportStatus.RUNNING,
+                              started__lt=timezone.now() - STALE_AFTER).update(
+            status=ExportStatus.FAILED, finished=timezone.now(),
+            error=f"no result {STALE_AFTER} after it started: its worker stopped")
+        existing = Export.objects.select_for_update().filter(run=run, step=step).first()
+        if existing is not None and existing.status != ExportStatus.FAILED:
+            return existing, False
+        if Export.objects.select_for_update().filter(owner=user, status__in=ACTIVE_EXPORT_STATUSES).exists():
+            raise ExportRefused("you already have an export queued or running; wait for it to finish")
+        if existing is None:
+            export = Export.objects.create(run=run, owner=user, step=step)
+        else:  # a failed export is asked for again
+            export = existing
+            export.owner, export.status, export.error = user, ExportStatus.QUEUED, ""
+            export.started = export.finished = None
+            export.save(update_fields=["owner", "status", "error", "started", "finished"])
+        audit_record(actor=user, action="run.export", obj=run, data={"step": step, "export": export.pk})
+    error = publish("exports.run_export", export.pk)
+    if error is not None:
+        _finish(export, status=ExportStatus.FAILED, error=f"could not queue the export: {error}")
+    return export, True
+
+
+def _finish(export: Export, *, status: str, error: str = "", **fields) -> None:
+    export.status, export.error, export.finished = status, error[:4000], timezone.now()
+    for name, value in fields.items():
+        setattr(export, name, value)
+    export.save(update_fields=["status", "error", "finished", *fields])
+
+
+def export_execute(*, export_id: int) -> str:
+    """Run a queued export here (the Celery worker): write the folder, its card, register it."""
+    from rlstudio.catalog.errors import CatalogRefused
+    from rlstudio.catalog.models import ModelAsset
+    from rlstudio.catalog.services import model_register
+    from trainer.export import MODEL_DIR, export_checkpoint
+
+    from .archive import archive_size
+    from .card import model_card
+    from .facts import card_facts
+
+    with transaction.atomic():
+        export = Export.objects.select_for_update().select_related("run", "run__owner", "run__model").get(
+            pk=export_id)
+        if export.status != ExportStatus.QUEUED:
+            return f"already {export.status}"
+        export.status, export.started = ExportStatus.RUNNING, timezone.now()
+        export.save(update_fields=["status", "started"])
+    run = export.run
+    try:
+        steps = checkpoint_steps(run)
+        if export.step not in steps:
+            raise FileNotFoundError(f"the checkpoint of step {export.step} is no longer in the run's folder")
+        folder, out = run_folder(run), export_folder(run, export.step)
+        if not inside(out.parent, folder):
+            raise FileNotFoundError("the run's exports folder leads outside the run's folder")
+        info = export_checkpoint(run.config, steps[export.step], out, base_model_name=run.model.name)
+        card = model_card(card_facts(run=run, step=export.step, lora=info["lora"]))
+        for sub in (MODEL_DIR, "lora_adapter") if info["lora"] else (MODEL_DIR,):
+            (out / sub / "README.md").write_text(card, encoding="utf-8")
+        model = model_register(owner=run.owner, name=f"{run.name} (run {run.pk}, step {export.step})",
+                               path=str(out / MODEL_DIR), source=ModelAsset.Source.RUN_EXPORT, source_run=run,
+                               roots=[folder])
+    except CatalogRefused as exc:
+        _finish(export, status=ExportStatus.FAILED, error=f"the catalog refused the export: {exc}")
+        return "failed"
+    except Exception as exc:  # the export fails with the reason; the worker goes on
+        _finish(export, status=ExportStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        return "failed"
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    _finish(export, status=ExportStatus.SUCCEEDED, lora=info["lora"], files=files, size_bytes=archive_size(out),
+            model=model)
+    return "succeeded"

@@ -1,0 +1,22 @@
+"""`{% run_exports %}`: the run page's "Exports" card (the run's exports with their state, catalog model
+and download link; for whoever manages the run, an Export button per checkpoint)."""
+from django import template
+
+from rlstudio.evaluations.selectors import checkpoint_steps
+from rlstudio.runs.selectors import can_manage
+
+from ..models import Export
+
+register = template.Library()
+
+
+@register.inclusion_tag("exports/run_section.html", takes_context=True)
+def run_exports(context):
+    """Context of the card for `run` (already checked readable by the run page's view)."""
+    run, user = context["run"], context["request"].user
+    exports = list(Export.objects.filter(run=run).select_related("model").order_by("step")[:100])
+    manage = can_manage(user=user, run=run)
+    done = {e.step: e for e in exports}
+    steps = [{"step": s, "export": done.get(s)} for s in checkpoint_steps(run)] if manage else []
+    return {"run": run, "can_manage": manage, "exports": exports, "steps": steps,
+            "csrf_token": context.get("csrf_token")}

@@ -1,0 +1,34 @@
+"""The run page's export button: POST /runs/{id}/exports/ with `step` (owner or staff; a reader 403,
+anyone else 404), then back to the run page, where the Exports card shows the state."""
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from rlstudio.runs.selectors import run_get_for
+
+
+@login_required
+@require_POST
+def export_start_view(request, run_id: int):
+    from rlstudio.runs.services import RunNotPermitted
+
+    from .services import ExportInvalid, ExportRefused, export_new
+
+    run = run_get_for(user=request.user, run_id=run_id)
+    raw = request.POST.get("step", "")
+    step = int(raw) if raw.isdigit() and len(raw) < 10 else raw[:20]
+    try:
+        export, queued = export_new(user=request.user, run=run, data={"step": step})
+    except RunNotPermitted as exc:
+        raise PermissionDenied(exc.message) from None
+    except (ExportInvalid, ExportRefused) as exc:
+        messages.error(request, str(exc))
+    else:
+        if queued:
+            messages.success(request, f"Export of step {export.step} queued.")
+        else:
+            messages.info(request, f"Step {export.step} is already exported ({export.status}).")
+    return redirect(reverse("telemetry:run", kwargs={"run_id": run.pk}) + "#exports-card")

@@ -1,0 +1,266 @@
+"""Exports of a run's checkpoints through the API (issue 19, item 4): a real LoRA run's non-final
+checkpoint exported by the task (merged folder + adapter, model card, catalog entry), loaded back with
+transformers and generating what the checkpoint loaded by the trainer generates; its archive untars to
+the same files; `step` checked (400 naming it); another user 404, a shared reader 403 on POST; the
+run page's card."""
+import io
+import json
+import shutil
+import tarfile
+
+import pytest
+import torch
+import yaml
+from rest_framework.test import APIClient
+
+from rlstudio.catalog.models import ModelAsset
+from rlstudio.exports.models import Export, ExportStatus
+from rlstudio.exports.services import export_folder
+from rlstudio.exports.tasks import run_export
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.services import run_share
+
+pytestmark = pytest.mark.django_db
+PROMPT = [[11, 12, 13, 14, 15, 16]]
+
+
+def _api(user) -> APIClient:
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
+
+
+@pytest.fixture
+def published(monkeypatch):
+    """The export tasks that would have been sent to the broker."""
+    sent = []
+    from rlstudio.config import celery
+
+    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append((name, *args)))
+    return sent
+
+
+@pytest.fixture(scope="module")
+def lora_checkpoints(tmp_path_factory):
+    """A tiny model and two committed checkpoints (steps 1 and 2) of a LoRA run, made by the trainer's
+    own worker: (config, folder holding global_step_1/ and global_step_2/)."""
+    from tests.trainer.parallel.test_lora_fsdp import cfg_dict, step
+    from trainer import checkpoint as ckpt
+    from trainer.models.tiny import make_tiny_model
+    from trainer.parallel.group import LocalWorkerGroup
+    from trainer.tasks import arith
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("lora_run")
+    model = make_tiny_model(root / "base-model", preset="smoke", seed=0)
+    train = root / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in arith.make_rl_rows("train", 16, seed=0)))
+    d = cfg_dict(model, train)
+    group = LocalWorkerGroup(d)
+    try:
+        for n in (1, 2):
+            step(group, n)
+            ckpt.save_checkpoint(root / "run", n, write_actor=lambda p: group.call("save", path=str(p)),
+                                 loader_state={}, trainer_state={}, config=d)
+    finally:
+        group.shutdown()
+    return d, root / "run"
+
+
+@pytest.fixture
+def runs_dir(settings, tmp_path):
+    settings.RUNS_DIR = str(tmp_path / "runs")
+    settings.RLSTUDIO_MODEL_ROOTS = [str(tmp_path / "models")]  # the run's folder is not under them
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def lora_run(alice, make_run, runs_dir, lora_checkpoints):
+    d, ckpts = lora_checkpoints
+    run = make_run(alice, "lora <b>run</b>")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2, config=d)
+    run.refresh_from_db()
+    for n in (1, 2):
+        shutil.copytree(ckpts / f"global_step_{n}", runs_dir / str(run.pk) / f"global_step_{n}")
+    return run
+
+
+@pytest.fixture
+def fake_run(alice, make_run, runs_dir):
+    """A run with two checkpoint folders (empty actors: enough to be offered, not to be exported)."""
+    run = make_run(alice, "alice-run")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
+    run.refresh_from_db()
+    for step in (1, 2):
+        (runs_dir / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (runs_dir / str(run.pk) / "global_step_3.tmp" / "actor").mkdir(parents=True)  # uncommitted
+    return run
+
+
+def greedy(model) -> list[int]:
+    with torch.no_grad():
+        out = model.eval().generate(input_ids=torch.tensor(PROMPT), max_new_tokens=10, do_sample=False,
+                                    pad_token_id=0)
+    return out[0].tolist()[len(PROMPT[0]):]
+
+
+def test_a_lora_checkpoint_is_exported_registered_carded_and_downloadable(
+        alice, bob, make_user, lora_run, lora_checkpoints, published, runs_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from trainer.parallel.group import LocalWorkerGroup
+
+    url = f"/api/v1/runs/{lora_run.pk}/exports/"
+    r = _api(alice).post(url, {"step": 1}, format="json")
+    assert r.status_code == 202, r.content
+    eid = r.json()["id"]
+    assert published == [("exports.run_export", eid)] and r.json()["status"] == "queued"
+    assert run_export(eid) == "succeeded"
+    assert run_export(eid) == "already succeeded"
+    body = _api(alice).get(f"{url}{eid}/").json()
+    assert body["status"] == "succeeded" and body["error"] == "" and body["lora"] is True and body["step"] == 1
+    assert {"huggingface/README.md", "huggingface/model.safetensors", "lora_adapter/adapter_model.safetensors",
+            "lora_adapter/README.md"} <= set(body["files"])
+    assert body["archive"] == f"{url}{eid}/archive/" and body["size_bytes"] > 0
+    # Asking again gives the same export (200), nothing queued.
+    again = _api(alice).post(url, {"step": 1}, format="json")
+    assert again.status_code == 200 and again.json()["id"] == eid and len(published) == 1
+
+    # Registered in the catalog for the run's owner, inside the run's own folder.
+    folder = export_folder(lora_run, 1)
+    assert folder == runs_dir / str(lora_run.pk) / "exports" / "step_1"
+    model = ModelAsset.objects.get(pk=body["model"])
+    assert model.owner == alice and model.source == ModelAsset.Source.RUN_EXPORT and model.source_run_id == lora_run.pk
+    assert model.path == str((folder / "huggingface").resolve()) and model.num_parameters > 0
+
+    # Loads with transformers and generates what the checkpoint does when the trainer loads it.
+    d, _ = lora_checkpoints
+    group = LocalWorkerGroup(d)
+    try:
+        group.call("load", path=str(runs_dir / str(lora_run.pk) / "global_step_1" / "actor"))
+        want = greedy(group.worker.actor.model)
+    finally:
+        group.shutdown()
+    assert greedy(AutoModelForCausalLM.from_pretrained(folder / "huggingface")) == want
+
+    # The model card: a Hugging Face header, the run's facts, no path of this machine.
+    card = (folder / "huggingface" / "README.md").read_text()
+    header = yaml.safe_load(card.split("---\n")[1])
+    assert header["base_model"] == lora_run.model.name and header["library_name"] == "transformers"
+    assert {"rlstudio", "lora", "grpo"} <= set(header["tags"])
+    assert "<b>" not in card and r"lora \<b\>run\</b\>" in card
+    assert "LoRA: rank 4" in card and "step 1" in card and r"Training dataset: lora \<b\>run\</b\>-data" in card
+    assert "actor\\_rollout\\_ref.model.lora\\_rank" in card  # a user-set key (escaped for Markdown)
+    for f in folder.rglob("*"):
+        if f.is_file() and f.suffix != ".safetensors":
+            text = f.read_text(errors="replace")
+            assert str(tmp_path) not in text and str(d["actor_rollout_ref"]["model"]["path"]) not in text, f
+            assert "train.jsonl" not in text and "default\\_local\\_dir" not in text, f
+
+    # The archive: streamed, and it untars to the same files.
+    resp = _api(alice).get(f"{url}{eid}/archive/")
+    assert resp.status_code == 200 and resp.streaming
+    assert resp["Content-Disposition"] == f'attachment; filename="run{lora_run.pk}-step1.tar.gz"'
+    data = b"".join(resp.streaming_content)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    on_disk = {f"run{lora_run.pk}-step1/{p.relative_to(folder).as_posix()}": p.read_bytes()
+               for p in folder.rglob("*") if p.is_file()}
+    assert members == on_disk and len(members) == len(body["files"])
+
+    # A reader of the shared run sees and downloads it but may not export; anyone else: 404.
+    carol = make_user("carol")
+    for path in (url, f"{url}{eid}/", f"{url}{eid}/archive/"):
+        assert _api(bob).get(path).status_code == 404
+    run_share(run=lora_run, by=alice, add=["bob"])
+    assert [e["id"] for e in _api(bob).get(url).json()] == [eid]
+    assert _api(bob).get(f"{url}{eid}/archive/").status_code == 200
+    assert _api(bob).post(url, {"step": 2}, format="json").status_code == 403
+    assert _api(bob).post(url, {"step": "nope"}, format="json").status_code == 403  # before validation
+    for path in (url, f"{url}{eid}/", f"{url}{eid}/archive/"):
+        assert _api(carol).get(path).status_code == 404
+    assert _api(carol).post(url, {"step": 2}, format="json").status_code == 404
+    assert Export.objects.count() == 1 and len(published) == 1
+
+
+@pytest.mark.parametrize("step", [3, 7, "1", None, True, -1, 1.5, "../../etc", [1]])
+def test_a_step_that_is_not_a_recorded_checkpoint_is_400_naming_step(alice, fake_run, published, step):
+    r = _api(alice).post(f"/api/v1/runs/{fake_run.pk}/exports/", {"step": step}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == "step"
+    assert not Export.objects.exists() and not published
+
+
+def test_one_export_at_a_time_a_failure_is_recorded_and_can_be_asked_again(alice, staff, fake_run, published):
+    url = f"/api/v1/runs/{fake_run.pk}/exports/"
+    first = _api(alice).post(url, {"step": 1}, format="json")
+    assert first.status_code == 202
+    r = _api(alice).post(url, {"step": 2}, format="json")
+    assert r.status_code == 409 and Export.objects.count() == 1
+    # The checkpoint's actor folder is empty: the task fails and says why.
+    assert run_export(first.json()["id"]) == "failed"
+    failed = Export.objects.get(pk=first.json()["id"])
+    assert failed.status == ExportStatus.FAILED and failed.error and failed.model is None
+    assert _api(alice).get(f"{url}{failed.pk}/archive/").status_code == 409
+    # Staff may export anyone's run; a failed export is queued again (same row).
+    r = _api(staff).post(url, {"step": 1}, format="json")
+    assert r.status_code == 202 and r.json()["id"] == failed.pk and r.json()["status"] == "queued"
+    assert [p[1] for p in published] == [failed.pk, failed.pk]
+
+
+def test_the_run_page_card(alice, bob, fake_run, published):
+    from django.test import Client
+
+    Export.objects.create(run=fake_run, owner=alice, step=2, status=ExportStatus.SUCCEEDED, size_bytes=1234,
+                          files=["huggingface/config.json"])
+    run_share(run=fake_run, by=alice, add=["bob"])
+    pages = {}
+    for user in (alice, bob):
+        c = Client()
+        c.force_login(user)
+        pages[user.username] = (c, c.get(f"/runs/{fake_run.pk}/").content.decode())
+    _, html = pages["alice"]
+    assert 'id="exports-card"' in html and f"/api/v1/runs/{fake_run.pk}/exports/" in html
+    assert "Export step 1</button>" in html and "disabled>Export step 2</button>" in html
+    _, html = pages["bob"]
+    assert 'id="exports-card"' in html and "archive/" in html and "Export step 1" not in html
+    c, _ = pages["bob"]
+    assert c.post(f"/runs/{fake_run.pk}/exports/", {"step": "1"}).status_code == 403
+    c, _ = pages["alice"]
+    r = c.post(f"/runs/{fake_run.pk}/exports/", {"step": "1"})
+    assert r.status_code == 302 and r["Location"].endswith(f"/runs/{fake_run.pk}/#exports-card")
+    assert Export.objects.filter(run=fake_run, step=1, status=ExportStatus.QUEUED).exists() and len(published) == 1
+    r = c.post(f"/runs/{fake_run.pk}/exports/", {"step": "9"}, follow=True)
+    assert "no checkpoint at step 9" in r.content.decode()
+
+
+def test_the_archive_streams_through_the_asgi_handler(alice, fake_run, runs_dir):
+    """Under ASGI (Daphne) the view hands Django an async iterator (a sync one would be read whole
+    before the first byte is sent): the pieces arrive one by one and untar to the folder's files."""
+    import os
+    import warnings
+
+    from asgiref.sync import async_to_sync
+    from django.test import AsyncClient
+
+    folder = export_folder(fake_run, 2) / "huggingface"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(os.urandom(3 * 2**20))
+    export = Export.objects.create(run=fake_run, owner=alice, step=2, status=ExportStatus.SUCCEEDED)
+
+    async def download():
+        client = AsyncClient()
+        await client.aforce_login(alice)
+        resp = await client.get(f"/api/v1/runs/{fake_run.pk}/exports/{export.pk}/archive/")
+        pieces = [piece async for piece in resp.streaming_content]
+        return resp, pieces
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Django warns when it must read a sync iterator whole
+        resp, pieces = async_to_sync(download)()
+    assert resp.status_code == 200 and resp.is_async and len(pieces) > 2
+    with tarfile.open(fileobj=io.BytesIO(b"".join(pieces)), mode="r:gz") as tar:
+        names = sorted(m.name for m in tar.getmembers())
+    assert names == [f"run{fake_run.pk}-step2/huggingface/config.json",
+                     f"run{fake_run.pk}-step2/huggingface/model.safetensors"]
