@@ -1,56 +1,94 @@
-"""Evaluate a run's checkpoints: k samples per prompt per checkpoint with the trainer's own rollout
-(the `hf` engine through `MultiTurnRollout`, tools as the run's config offers them), scored with the
-run's reward function (`trainer.rewards.get_reward_fn`), summarised by `trainer.eval_metrics`.
+"""Evaluate checkpoints (and the base model): k samples per prompt per column with the trainer's own
+rollout (the `hf` engine through `MultiTurnRollout`, tools as the run's config offers them), scored with
+the run's reward function (`trainer.rewards.get_reward_fn`), summarised by `trainer.eval_metrics`.
 
-A checkpoint's policy is the run's base model (`actor_rollout_ref.model.path`, loaded as the trainer
-loads it) with the consolidated actor weights of the step folder (`checkpoint.read_actor_model`: a
-plain model.pt or the workers' DCP shards) loaded over it, as the HF export does. LoRA checkpoints
-(adapter weights only) are refused with a clear error.
+A column is the base model (`actor_rollout_ref.model.path`, loaded as the trainer loads it: key
+"base", step 0) or a checkpoint: the base model with the consolidated actor weights of its step folder
+(`checkpoint.read_actor_model`: a plain model.pt or the workers' DCP shards) loaded over it, as the HF
+export does. LoRA checkpoints (adapter weights only) are refused with a clear error.
 
-CLI-free on purpose: the platform's evaluation task calls `evaluate_checkpoints` with paths it took
-from the run's own folder.
+Besides the figures, every sample is kept as a transcript (`Sample`: the turns after the prompt, each
+cut to SAMPLE_CHARS), so that each cell of the prompts x columns matrix opens its k samples. The job
+command around this (`python -m trainer evaluate SPEC --output DIR`) is `trainer.evaluate_job`.
 """
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from trainer import checkpoint as ckpt
-from trainer.eval_metrics import checkpoint_figures, prompt_figures
+from trainer.eval_metrics import answer_of, checkpoint_figures, is_correct, prompt_figures
 
-SAMPLE_CHARS = 2000  # response text kept per sample in the results
+SAMPLE_CHARS = 2000  # text kept per prompt, per best sample in the matrix, and per transcript turn
+MAX_TURNS = 16  # transcript turns kept per sample
+BASE = "base"  # the column key of the base model
 
 
-def load_policy(model_path: str, step_path: Path, *, trust_remote_code: bool = False) -> Any:
-    """The base model with the checkpoint's actor weights, fp32 on the CPU, in eval mode."""
+@dataclass(frozen=True)
+class Column:
+    """What one column of the evaluation samples from: `path` None is the base model itself."""
+
+    key: str  # "base" or str(step)
+    step: int  # 0 for the base model
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample of one prompt in one column: its transcript after the prompt and its score."""
+
+    column: str
+    prompt: int  # the prompt's position in results["prompts"]
+    sample: int
+    score: float
+    correct: bool
+    answer: str
+    finish_reason: str
+    turns: list[dict[str, str]]  # [{"role", "content"}] after the prompt, each cut to SAMPLE_CHARS
+
+
+def load_policy(model_path: str, step_path: Path | None, *, trust_remote_code: bool = False,
+                device: str = "cpu") -> Any:
+    """The base model, with the checkpoint's actor weights when `step_path` is given, fp32, in eval
+    mode on `device` (fp32 parameters: what the trainer's own engine generates from)."""
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32,
                                                  trust_remote_code=trust_remote_code)
-    state = ckpt.read_actor_model(Path(step_path))
-    if any("lora_" in k for k in state):
-        raise ValueError(f"{step_path}: a LoRA checkpoint; evaluating adapters is not supported")
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    missing = [k for k in missing if not (tied and k.startswith("lm_head."))]
-    if missing or unexpected:
-        raise ValueError(f"{step_path}: checkpoint weights do not fit the model: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}")
-    return model.eval()
+    if step_path is not None:
+        state = ckpt.read_actor_model(Path(step_path))
+        if any("lora_" in k for k in state):
+            raise ValueError(f"{step_path}: a LoRA checkpoint; evaluating adapters is not supported")
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        tied = bool(getattr(model.config, "tie_word_embeddings", False))
+        missing = [k for k in missing if not (tied and k.startswith("lm_head."))]
+        if missing or unexpected:
+            raise ValueError(f"{step_path}: checkpoint weights do not fit the model: missing {missing[:5]}, "
+                             f"unexpected {unexpected[:5]}")
+    return model.to(device).eval()
 
 
 def evaluate_checkpoints(config: dict[str, Any], checkpoints: Sequence[tuple[int, Path]],
-                         rows: list[dict[str, Any]], *, k: int, temperature: float, top_p: float,
-                         top_k: int, max_new_tokens: int, seed: int = 0) -> dict[str, Any]:
-    """Sample k responses per row per checkpoint and score them.
+                         rows: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+    """`evaluate_columns` over checkpoints only (no base column), the results without the samples."""
+    columns = [Column(key=str(int(step)), step=int(step), path=Path(path)) for step, path in checkpoints]
+    return evaluate_columns(config, columns, rows, **kwargs)[0]
 
-    Returns {"checkpoints": [{"step", "mean_at_k", "pass_at_k", "maj_at_k", "samples", "seconds",
-    "samples_per_s"}], "prompts": [{"index", "prompt", "ground_truth", "cells": {step: {n, correct,
-    mean_at_k, pass_at_k, maj_at_k, sample}}}]} (steps as strings, JSON-ready)."""
+
+def evaluate_columns(config: dict[str, Any], columns: Sequence[Column], rows: list[dict[str, Any]], *, k: int,
+                     temperature: float, top_p: float, top_k: int, max_new_tokens: int, seed: int = 0,
+                     device: str = "cpu") -> tuple[dict[str, Any], list[Sample]]:
+    """Sample k responses per row per column and score them.
+
+    Returns (results, samples). results = {"checkpoints": [{"key", "step", "base", "mean_at_k",
+    "pass_at_k", "maj_at_k", "samples", "seconds", "samples_per_s"}], "prompts": [{"index", "prompt",
+    "ground_truth", "cells": {key: {n, correct, mean_at_k, pass_at_k, maj_at_k, sample}}}]}, JSON-ready
+    ("sample": the best-scored response); samples: every sample's transcript (`Sample`)."""
     from trainer.config import Config
     from trainer.data.dataset import build_prompt_dataset
     from trainer.models.hf_folder import load_tokenizer
@@ -81,12 +119,14 @@ def evaluate_checkpoints(config: dict[str, Any], checkpoints: Sequence[tuple[int
     rollout_cfg = arr.rollout
     prompts = [{"index": r.index, "prompt": _prompt_text(r.messages), "ground_truth": str(r.ground_truth),
                 "cells": {}} for r in ds.records]
-    out_ckpts = []
-    for step, path in checkpoints:
-        model = load_policy(arr.model.path, path, trust_remote_code=arr.model.trust_remote_code)
-        engine = build_engine("hf", model=model, tokenizer=tokenizer, config=rollout_cfg, device="cpu")
+    out_cols: list[dict[str, Any]] = []
+    samples: list[Sample] = []
+    for col in columns:
+        model = load_policy(arr.model.path, col.path, trust_remote_code=arr.model.trust_remote_code,
+                            device=device)
+        engine = build_engine("hf", model=model, tokenizer=tokenizer, config=rollout_cfg, device=device)
         rollout = MultiTurnRollout(engine, tokenizer, tools, rollout_cfg, cfg.data)
-        items = [PromptItem(uid=f"eval-{step}-{r.index}", index=r.index, messages=r.messages,
+        items = [PromptItem(uid=f"eval-{col.key}-{r.index}", index=r.index, messages=r.messages,
                             prompt_ids=r.prompt_ids, data_source=r.data_source, ground_truth=r.ground_truth,
                             tools=r.tools, tools_kwargs=r.tools_kwargs, extra_info=r.extra_info)
                  for r in ds.records]
@@ -100,7 +140,7 @@ def evaluate_checkpoints(config: dict[str, Any], checkpoints: Sequence[tuple[int
         for tr in trajs:
             by_uid.setdefault(tr.uid, []).append(tr)
         figures = []
-        for item, prompt in zip(items, prompts):
+        for position, (item, prompt) in enumerate(zip(items, prompts)):
             group = by_uid.get(item.uid, [])
             texts = [tr.response_text for tr in group]
             scores = [_score(reward_fn(tr.prompt.data_source, tr.response_text, tr.prompt.ground_truth,
@@ -108,13 +148,33 @@ def evaluate_checkpoints(config: dict[str, Any], checkpoints: Sequence[tuple[int
             fig = prompt_figures(texts, scores, k)
             figures.append(fig)
             best = max(range(len(scores)), key=lambda i: scores[i]) if scores else None
-            prompt["cells"][str(step)] = {**asdict(fig),
-                                          "sample": texts[best][:SAMPLE_CHARS] if best is not None else ""}
-        out_ckpts.append({"step": int(step), **checkpoint_figures(figures), "samples": len(trajs),
-                          "seconds": round(seconds, 3),
-                          "samples_per_s": round(len(trajs) / seconds, 3) if seconds > 0 else None})
+            prompt["cells"][col.key] = {**asdict(fig),
+                                        "sample": texts[best][:SAMPLE_CHARS] if best is not None else ""}
+            samples += [Sample(column=col.key, prompt=position, sample=i, score=scores[i],
+                               correct=is_correct(scores[i]), answer=answer_of(texts[i])[:200],
+                               finish_reason=str(tr.finish_reason), turns=transcript(tr))
+                        for i, tr in enumerate(group)]
+        out_cols.append({"key": col.key, "step": int(col.step), "base": col.path is None,
+                         **checkpoint_figures(figures), "samples": len(trajs), "seconds": round(seconds, 3),
+                         "samples_per_s": round(len(trajs) / seconds, 3) if seconds > 0 else None})
         del engine, model
-    return {"checkpoints": out_ckpts, "prompts": prompts}
+        if device != "cpu" and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return {"checkpoints": out_cols, "prompts": prompts}, samples
+
+
+def transcript(tr: Any) -> list[dict[str, str]]:
+    """The turns of a trajectory after its prompt, each {"role", "content"} (tool calls written out as
+    JSON after the text), at most MAX_TURNS, each cut to SAMPLE_CHARS; the decoded response when the
+    trajectory kept no messages."""
+    start = len(tr.prompt.messages or [])
+    turns = []
+    for m in (tr.messages or [])[start:start + MAX_TURNS]:
+        content = str(m.get("content") or "")
+        if m.get("tool_calls"):
+            content += ("\n" if content else "") + json.dumps(m["tool_calls"], ensure_ascii=False, default=str)
+        turns.append({"role": str(m.get("role") or "assistant")[:20], "content": content[:SAMPLE_CHARS]})
+    return turns or [{"role": "assistant", "content": str(tr.response_text or "")[:SAMPLE_CHARS]}]
 
 
 def _score(value: Any) -> float:

@@ -1,10 +1,17 @@
 // The run page's "Evaluations" card: starts an evaluation (POST to the API with the page's CSRF
-// token), draws the newest finished one as a curve (mean@k, pass@k, maj@k by step) and a table, and
-// fills the prompts x checkpoints matrix with its better / worse filter. Prompts and responses are
-// model and user text: they go into the page as textContent only, never as markup.
+// token) and stops one, draws the newest finished one as a curve (mean@k, pass@k, maj@k by step; the
+// base model at step 0) and a table, and fills the prompts x columns matrix with its better / worse
+// filter; opening a cell loads its k transcripts from the API. Prompts and responses are model and
+// user text: they go into the page as textContent only, never as markup.
 (function () {
   "use strict";
   function fmt(v) { return (v === null || v === undefined) ? "–" : Number(v).toFixed(3); }
+  function keyOf(f) { return (f.key === undefined || f.key === null) ? String(f.step) : String(f.key); }
+  function label(key) { return key === "base" ? "base model" : "step " + key; }
+  function csrf() {
+    const input = document.querySelector("#evaluations-card input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
 
   function cell(row, text, tag) {
     const td = document.createElement(tag || "td");
@@ -17,8 +24,9 @@
     const div = document.getElementById("eval-curve");
     if (!div || typeof Plotly === "undefined") return;
     const x = latest.figures.map((f) => f.step);
+    const text = latest.figures.map((f) => label(keyOf(f)));
     const traces = ["mean_at_k", "pass_at_k", "maj_at_k"].map((key) => ({
-      x: x, y: latest.figures.map((f) => f[key]), mode: "lines+markers",
+      x: x, y: latest.figures.map((f) => f[key]), mode: "lines+markers", text: text,
       name: key.replace("_at_k", "@" + latest.k),
     }));
     Plotly.newPlot(div, traces, { height: 280, margin: { t: 20, r: 10, b: 40, l: 50 },
@@ -30,13 +38,48 @@
     if (!body) return;
     latest.figures.forEach((f) => {
       const tr = document.createElement("tr");
-      [f.step, fmt(f.mean_at_k), fmt(f.pass_at_k), fmt(f.maj_at_k), f.samples, fmt(f.samples_per_s)]
+      [label(keyOf(f)), fmt(f.mean_at_k), fmt(f.pass_at_k), fmt(f.maj_at_k), f.samples, fmt(f.samples_per_s)]
         .forEach((v) => cell(tr, String(v)));
       body.appendChild(tr);
     });
   }
 
-  function fillMatrix(latest, change) {
+  function showSamples(box, url) {
+    box.replaceChildren();
+    const wait = document.createElement("p");
+    wait.className = "muted";
+    wait.textContent = "loading the transcripts…";
+    box.appendChild(wait);
+    fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      .then((r) => r.ok ? r.json() : Promise.reject(new Error(r.statusText)))
+      .then((samples) => {
+        box.replaceChildren();
+        if (!samples.length) {
+          wait.textContent = "no transcripts stored for this cell";
+          box.appendChild(wait);
+        }
+        samples.forEach((s) => {
+          const div = document.createElement("div");
+          div.className = "eval-sample";
+          const head = document.createElement("p");
+          head.className = s.correct ? "ok" : "muted";
+          head.textContent = "sample " + (s.sample + 1) + ": score " + fmt(s.score) + (s.correct ? " (correct)" : "") +
+            ", answer " + JSON.stringify(s.answer) + ", ended by " + s.finish_reason;
+          div.appendChild(head);
+          s.turns.forEach((t) => {
+            const pre = document.createElement("pre");
+            pre.className = "sample-text turn-" + String(t.role).replace(/[^a-z]/g, "");
+            pre.textContent = t.role + ": " + t.content;
+            div.appendChild(pre);
+          });
+          box.appendChild(div);
+        });
+      })
+      .catch((err) => { wait.textContent = "could not load the transcripts: " + err.message; });
+  }
+
+  function fillMatrix(data, change) {
+    const latest = data.latest;
     const table = document.getElementById("eval-matrix");
     if (!table) return;
     const head = table.querySelector("thead");
@@ -46,24 +89,26 @@
     const hr = document.createElement("tr");
     cell(hr, "prompt", "th");
     cell(hr, "answer", "th");
-    latest.checkpoints.forEach((s) => cell(hr, "step " + s + " (pass@k · mean@k)", "th"));
+    latest.columns.forEach((key) => cell(hr, label(key) + " (pass@k · mean@k)", "th"));
     cell(hr, "change", "th");
     head.appendChild(hr);
     latest.prompts.filter((p) => !change || p.change === change).forEach((p) => {
       const tr = document.createElement("tr");
       cell(tr, p.prompt);
       cell(tr, p.ground_truth);
-      latest.checkpoints.forEach((s) => {
-        const c = p.cells[String(s)];
+      latest.columns.forEach((key) => {
+        const c = p.cells[key];
         const td = document.createElement("td");
         if (c) {
           const details = document.createElement("details");
+          details.className = "eval-cell";
           const summary = document.createElement("summary");
           summary.textContent = fmt(c.pass_at_k) + " · " + fmt(c.mean_at_k) + " (" + c.correct + "/" + c.n + ")";
-          const pre = document.createElement("pre");
-          pre.className = "sample-text";
-          pre.textContent = c.sample;
-          details.append(summary, pre);
+          const box = document.createElement("div");
+          details.append(summary, box);
+          const url = data.api + latest.id + "/samples/?prompt=" + encodeURIComponent(p.position) +
+            "&column=" + encodeURIComponent(key);
+          details.addEventListener("toggle", () => { if (details.open && !box.childElementCount) showSamples(box, url); });
           td.appendChild(details);
         }
         tr.appendChild(td);
@@ -82,6 +127,7 @@
       const num = (name) => Number(form.elements[name].value);
       const body = {
         checkpoints: Array.from(form.querySelectorAll("input[name=checkpoints]:checked")).map((i) => Number(i.value)),
+        include_base: form.elements.include_base.checked, gpus: num("gpus"),
         dataset: num("dataset"), k: num("k"), max_prompts: num("max_prompts"),
         sampling: { temperature: num("temperature"), max_new_tokens: num("max_new_tokens") },
       };
@@ -93,11 +139,27 @@
       });
       const answer = await resp.json().catch(() => ({}));
       if (resp.ok) {
-        msg.textContent = "evaluation #" + answer.id + " queued; reload the page to see it finish";
+        msg.textContent = "evaluation #" + answer.id + " " + answer.status +
+          (answer.queue_reason ? " (" + answer.queue_reason + ")" : "") + "; reload the page to see it finish";
       } else {
         const err = answer.error || {};
         msg.textContent = (err.field ? err.field + ": " : "") + (err.message || resp.statusText);
       }
+    });
+  }
+
+  function wireStops(data) {
+    document.querySelectorAll("#eval-list button.eval-stop").forEach((btn) => {
+      btn.addEventListener("click", async () => {
+        btn.disabled = true;
+        const resp = await fetch(data.api + btn.dataset.id + "/stop/", {
+          method: "POST", credentials: "same-origin",
+          headers: { Accept: "application/json", "X-CSRFToken": csrf() },
+        });
+        const answer = await resp.json().catch(() => ({}));
+        btn.textContent = resp.ok ? (answer.status === "stopped" ? "stopped" : "stopping…")
+          : ((answer.error || {}).message || resp.statusText);
+      });
     });
   }
 
@@ -106,12 +168,13 @@
     if (!el) return;
     const data = JSON.parse(el.textContent);
     wireForm(data);
+    wireStops(data);
     if (!data.latest) return;
     drawCurve(data.latest);
     fillFigures(data.latest);
-    fillMatrix(data.latest, "");
+    fillMatrix(data, "");
     const pick = document.getElementById("eval-change");
-    if (pick) pick.addEventListener("change", () => fillMatrix(data.latest, pick.value));
+    if (pick) pick.addEventListener("change", () => fillMatrix(data, pick.value));
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

@@ -1,6 +1,7 @@
-"""API views of evaluations: /api/v1/runs/{id}/evaluations/ (GET list, POST create) and
-/runs/{id}/evaluations/{eid}/ (GET, ?change=better|worse|same filters the matrix). Reading follows
-the run (owner, shared readers, staff); creating needs the run's owner or staff (403 otherwise)."""
+"""API views of evaluations: /api/v1/runs/{id}/evaluations/ (GET list, POST create),
+/runs/{id}/evaluations/{eid}/ (GET, ?change=better|worse|same filters the matrix), .../{eid}/stop/
+(POST) and .../{eid}/samples/?prompt=&column= (GET: one cell's transcripts). Reading follows the run
+(owner, shared readers, staff); creating and stopping need the run's owner or staff (403 otherwise)."""
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status as http
@@ -11,9 +12,18 @@ from rlstudio.api.errors import ApiError
 from rlstudio.catalog.selectors import dataset_get_for
 
 from .matrix import CHANGES, matrix_rows
-from .selectors import evaluation_get_for, evaluation_list_for
-from .serializers import EvaluationCreateSerializer, EvaluationDetailSerializer, EvaluationSerializer
-from .services import EvaluationInvalid, EvaluationRefused, evaluation_new
+from .selectors import evaluation_get_for, evaluation_list_for, evaluation_samples_for
+from .serializers import (
+    EvaluationCreateSerializer,
+    EvaluationDetailSerializer,
+    EvaluationSampleSerializer,
+    EvaluationSerializer,
+)
+from .services import EvaluationInvalid, EvaluationRefused, evaluation_new, evaluation_stop
+
+
+def _forbidden(exc) -> ApiError:
+    return ApiError(exc.message, code="permission_denied", field=exc.field, status_code=http.HTTP_403_FORBIDDEN)
 
 
 class RunEvaluationsView(APIView):
@@ -31,8 +41,7 @@ class RunEvaluationsView(APIView):
         try:  # a reader of a shared run is refused before anything in the body is looked at
             check_can_manage(user=request.user, run=run, action="evaluate")
         except RunNotPermitted as exc:
-            raise ApiError(exc.message, code="permission_denied", field=exc.field,
-                           status_code=http.HTTP_403_FORBIDDEN) from None
+            raise _forbidden(exc) from None
         data = request.data if isinstance(request.data, dict) else {}
         dataset_id = data.get("dataset")
         if isinstance(dataset_id, bool) or not isinstance(dataset_id, int):
@@ -44,8 +53,7 @@ class RunEvaluationsView(APIView):
         try:
             ev = evaluation_new(user=request.user, run=run, dataset=dataset, data=data)
         except RunNotPermitted as exc:
-            raise ApiError(exc.message, code="permission_denied", field=exc.field,
-                           status_code=http.HTTP_403_FORBIDDEN) from None
+            raise _forbidden(exc) from None
         except EvaluationInvalid as exc:
             raise ApiError(str(exc), field=exc.field) from None
         except EvaluationRefused as exc:
@@ -62,5 +70,38 @@ class RunEvaluationDetailView(APIView):
         change = request.query_params.get("change") or None
         if change is not None and change not in CHANGES:
             raise ApiError(f"change must be one of {', '.join(CHANGES)}, got {change[:40]!r}", field="change")
-        prompts = matrix_rows(ev.results, list(ev.checkpoints), change)
+        prompts = matrix_rows(ev.results, ev.columns, change)
         return Response(EvaluationDetailSerializer(ev, context={"prompts": prompts}).data)
+
+
+class RunEvaluationStopView(APIView):
+    @extend_schema(request=None, responses={202: EvaluationSerializer}, operation_id="runs_evaluations_stop")
+    def post(self, request, run_id: int, evaluation_id: int):
+        from rlstudio.runs.services import RunNotPermitted
+
+        ev = evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id)
+        try:
+            ev = evaluation_stop(user=request.user, ev=ev)
+        except RunNotPermitted as exc:
+            raise _forbidden(exc) from None
+        except EvaluationRefused as exc:
+            raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
+        return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+
+
+class RunEvaluationSamplesView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("prompt", int, required=True,
+                                                description="the prompt's position in the matrix (its `position`)"),
+                               OpenApiParameter("column", str, required=True,
+                                                description="the column: 'base' or a step")],
+                   responses=EvaluationSampleSerializer(many=True), operation_id="runs_evaluations_samples")
+    def get(self, request, run_id: int, evaluation_id: int):
+        ev = evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id)
+        raw = request.query_params.get("prompt", "")
+        if not raw.isdigit() or len(raw) > 6:
+            raise ApiError(f"prompt must be a prompt's position (an integer >= 0), got {raw[:20]!r}", field="prompt")
+        column = request.query_params.get("column", "")
+        if column not in ev.columns:
+            raise ApiError(f"column must be one of {', '.join(ev.columns)}, got {column[:20]!r}", field="column")
+        rows = evaluation_samples_for(ev=ev, prompt=int(raw), column=column)
+        return Response(EvaluationSampleSerializer(rows, many=True).data)

@@ -1,4 +1,6 @@
-"""Django app config of `rlstudio.evaluations`: evaluations of a run's checkpoints (mean@k, pass@k, maj@k)."""
+"""Django app config of `rlstudio.evaluations`: evaluations of a run's checkpoints (mean@k, pass@k,
+maj@k) as Ray jobs. Registers with the runs app (which never imports evaluations): the reconcile pass
+follows and admits evaluations, and the runs' admission counts the GPUs evaluations hold."""
 from django.apps import AppConfig
 
 
@@ -7,3 +9,12 @@ class EvaluationsConfig(AppConfig):
     label = "evaluations"
     verbose_name = "Checkpoint evaluations"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from rlstudio.runs.reconcile import on_reconcile_pass
+        from rlstudio.runs.services.admission import on_gpus_held
+
+        from .reconcile import gpus_held, reconcile_evaluations
+
+        on_reconcile_pass(reconcile_evaluations)
+        on_gpus_held(gpus_held)

@@ -10,7 +10,7 @@ from django.http import Http404
 from rlstudio.runs.launch import inside, run_folder
 from trainer.checkpoint import STEP_DIR
 
-from .models import Evaluation
+from .models import Evaluation, EvaluationSample
 
 
 def evaluation_list_for(*, user, run_id) -> tuple[object, QuerySet[Evaluation]]:
@@ -31,6 +31,12 @@ def evaluation_get_for(*, user, run_id, evaluation_id) -> Evaluation:
     if ev is None:
         raise Http404("Not found")
     return ev
+
+
+def evaluation_samples_for(*, ev: Evaluation, prompt: int, column: str) -> QuerySet[EvaluationSample]:
+    """The samples of one cell (a prompt and a column) of an evaluation already read through
+    `evaluation_get_for`, in sample order."""
+    return EvaluationSample.objects.filter(evaluation=ev, prompt=prompt, column=column).order_by("sample")
 
 
 def checkpoint_steps(run) -> dict[int, Path]:

@@ -1,7 +1,7 @@
 """Shapes of evaluations in the API (docs/api.md "Evaluations")."""
 from rest_framework import serializers
 
-from .models import Evaluation
+from .models import Evaluation, EvaluationSample
 
 
 class SamplingSerializer(serializers.Serializer):
@@ -15,10 +15,15 @@ class SamplingSerializer(serializers.Serializer):
 class EvaluationCreateSerializer(serializers.Serializer):
     """The request body (checked in full by `services.clean_request`; this is its documented shape)."""
 
-    checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=False)
+    checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=True,
+                                        help_text="steps of the run's checkpoints (may be empty with include_base)")
+    include_base = serializers.BooleanField(required=False, default=False,
+                                            help_text="evaluate the run's base model too, as column 'base' (step 0)")
     dataset = serializers.IntegerField()
     k = serializers.IntegerField(min_value=1)
     max_prompts = serializers.IntegerField(required=False, min_value=1)
+    gpus = serializers.IntegerField(required=False, min_value=0, max_value=1,
+                                    help_text="0: on the CPU; 1: one GPU, counted against the quota")
     sampling = SamplingSerializer(required=False)
 
 
@@ -32,11 +37,16 @@ class EvaluationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Evaluation
-        fields = ["id", "run", "owner", "dataset", "checkpoints", "k", "max_prompts", "sampling", "status", "error",
-                  "figures", "created", "started", "finished"]
+        fields = ["id", "run", "owner", "dataset", "checkpoints", "include_base", "columns", "k", "max_prompts",
+                  "gpus", "sampling", "status", "queue_reason", "error", "stop_requested", "figures", "created",
+                  "started", "finished"]
+
+    columns = serializers.ListField(child=serializers.CharField(), read_only=True,
+                                    help_text="the matrix's column keys: 'base' first when included, then the steps")
 
     def get_figures(self, obj) -> list[dict]:
-        """Per checkpoint: step, mean_at_k, pass_at_k, maj_at_k, samples, seconds, samples_per_s."""
+        """Per column: key ("base" or the step), step (0 for the base model), base, mean_at_k, pass_at_k,
+        maj_at_k, samples, seconds, samples_per_s."""
         return list((obj.results or {}).get("checkpoints", []))
 
 
@@ -49,6 +59,15 @@ class EvaluationDetailSerializer(EvaluationSerializer):
         fields = EvaluationSerializer.Meta.fields + ["prompts"]
 
     def get_prompts(self, obj) -> list[dict]:
-        """Per prompt: index, prompt, ground_truth, change (better|worse|same: last checkpoint against the
-        first, on mean@k), cells {step: {n, correct, mean_at_k, pass_at_k, maj_at_k, sample}}."""
+        """Per prompt: position (its transcripts' `prompt`), index, prompt, ground_truth, change
+        (better|worse|same: last column against the first, on mean@k), cells {column key: {n, correct,
+        mean_at_k, pass_at_k, maj_at_k, sample}}."""
         return self.context.get("prompts", [])
+
+
+class EvaluationSampleSerializer(serializers.ModelSerializer):
+    """One transcript of a matrix cell: the turns after the prompt ({role, content}) and its score."""
+
+    class Meta:
+        model = EvaluationSample
+        fields = ["column", "prompt", "sample", "score", "correct", "answer", "finish_reason", "turns"]

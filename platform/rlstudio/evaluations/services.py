@@ -1,33 +1,40 @@
-"""Writes of evaluations: create one (the run's owner or staff only), run one (the Celery task).
+"""Writes of evaluations: create one (the run's owner or staff only), admit it within the owner's
+quota, submit it to Ray (the Celery task), stop it, store what its job wrote.
 
-Where an evaluation runs: in the Celery worker's own process, on its CPU (gpus = 0), not as a Ray job.
-It therefore takes none of the user's GPU quota; what bounds it instead: at most MAX_CHECKPOINTS
-checkpoints, MAX_PROMPTS prompts, k <= MAX_K, max_new_tokens <= MAX_NEW_TOKENS, and one queued or
-running evaluation per user at a time (docs/user-guide.md "Evaluate checkpoints"). An evaluation
-left `running` by a worker that died is marked failed once STALE_AFTER has passed since it started, so
-it stops blocking its owner.
+Where an evaluation runs: as a Ray job (`jobs.py`: `python -m trainer evaluate`), like a run, on
+`gpus` GPUs (0: the CPU; at most 1: the evaluation is one process). Admission is a run's
+(`rlstudio.runs.services.admission.QuotaPolicy.job_reason`, under the owner's lock): a running
+evaluation counts as one of the owner's concurrent runs and its GPUs against their GPUs and GPU-hours,
+so an evaluation on the CPU starts when the owner is under their concurrent-run cap. One evaluation per
+user is queued or running at a time; one that must wait stays `queued` with its reason, and the
+reconcile pass admits it when the quota allows (`reconcile.py`). Further bounds: at most
+MAX_CHECKPOINTS checkpoints, MAX_PROMPTS prompts, k <= MAX_K, max_new_tokens <= MAX_NEW_TOKENS.
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from rlstudio.runs.launch import dataset_path
+from rlstudio.accounts.services import audit_record
 
-from .models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
+from . import jobs
+from .models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationSample, EvaluationStatus
 from .selectors import checkpoint_steps
 
+log = logging.getLogger(__name__)
+S = EvaluationStatus
 MAX_K = 16
 MAX_CHECKPOINTS = 8
 MAX_PROMPTS = 64
 MAX_NEW_TOKENS = 1024
-STALE_AFTER = timedelta(hours=6)
+MAX_GPUS = 1
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 256, "seed": 0}
+SUBMIT_TASK = "evaluations.submit_evaluation"
 
 
 class EvaluationInvalid(ValueError):
@@ -39,14 +46,17 @@ class EvaluationInvalid(ValueError):
 
 
 class EvaluationRefused(RuntimeError):
-    """A valid request refused now (another evaluation of the user is still queued or running)."""
+    """A valid request refused now (another evaluation of the user is queued or running; a stop of
+    a finished one)."""
 
 
 @dataclass
 class EvaluationRequest:
     checkpoints: list[int]
+    include_base: bool
     k: int
     max_prompts: int
+    gpus: int
     sampling: dict[str, Any]
 
 
@@ -67,11 +77,16 @@ def _float(value: Any, field: str, lo: float, hi: float, *, open_low: bool = Fal
     return float(value)
 
 
-def clean_request(data: dict[str, Any], *, available: list[int]) -> EvaluationRequest:
-    """The request's inputs checked and bounded (EvaluationInvalid naming the field)."""
-    steps = data.get("checkpoints")
-    if not isinstance(steps, list) or not steps:
-        raise EvaluationInvalid("checkpoints must be a non-empty list of steps", field="checkpoints")
+def clean_request(data: dict[str, Any], *, available: list[int], max_gpus: int = MAX_GPUS) -> EvaluationRequest:
+    """The request's inputs checked and bounded (EvaluationInvalid naming the field). `max_gpus`: the
+    most the user may ask (their quota's, at most MAX_GPUS)."""
+    include_base = data.get("include_base", False)
+    if not isinstance(include_base, bool):
+        raise EvaluationInvalid(f"include_base must be true or false, got {include_base!r}", field="include_base")
+    steps = data.get("checkpoints", [])
+    if not isinstance(steps, list) or (not steps and not include_base):
+        raise EvaluationInvalid("checkpoints must be a non-empty list of steps (or empty with include_base)",
+                                field="checkpoints")
     if len(steps) > MAX_CHECKPOINTS:
         raise EvaluationInvalid(f"at most {MAX_CHECKPOINTS} checkpoints", field="checkpoints")
     clean = sorted({_int(s, "checkpoints", 0, 10**9) for s in steps})
@@ -81,6 +96,7 @@ def clean_request(data: dict[str, Any], *, available: list[int]) -> EvaluationRe
                                 f"{available or 'none'}", field="checkpoints")
     k = _int(data.get("k"), "k", 1, MAX_K)
     max_prompts = _int(data.get("max_prompts", 32), "max_prompts", 1, MAX_PROMPTS)
+    gpus = _int(data.get("gpus", 0), "gpus", 0, min(MAX_GPUS, max_gpus))
     given = data.get("sampling") or {}
     if not isinstance(given, dict):
         raise EvaluationInvalid("sampling must be an object", field="sampling")
@@ -95,63 +111,162 @@ def clean_request(data: dict[str, Any], *, available: list[int]) -> EvaluationRe
                 "top_k": -1 if top_k == 0 else top_k,
                 "max_new_tokens": _int(s["max_new_tokens"], "sampling.max_new_tokens", 1, MAX_NEW_TOKENS),
                 "seed": _int(s["seed"], "sampling.seed", 0, 2**31 - 1)}
-    return EvaluationRequest(checkpoints=clean, k=k, max_prompts=max_prompts, sampling=sampling)
+    return EvaluationRequest(checkpoints=clean, include_base=include_base, k=k, max_prompts=max_prompts,
+                             gpus=gpus, sampling=sampling)
+
+
+def _policy():
+    from rlstudio.runs.services.admission import quota_policy
+
+    return quota_policy()
 
 
 def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
-    """Create an evaluation of `run` (RunNotPermitted unless the user manages it) and queue its task."""
-    from rlstudio.config.celery import publish
+    """Create an evaluation of `run` (RunNotPermitted unless the user manages it) and admit it now when
+    the owner's quota allows (else it waits, queued, with the reason)."""
     from rlstudio.runs.services import check_can_manage
 
     check_can_manage(user=user, run=run, action="evaluate")
     if dataset.status != "ready":
         raise EvaluationInvalid(f"dataset {dataset.pk} is {dataset.status}, not ready", field="dataset")
-    req = clean_request(data, available=list(checkpoint_steps(run)))
+    policy = _policy()
+    max_gpus = policy.usage_for(user=run.owner).max_gpus
+    req = clean_request(data, available=list(checkpoint_steps(run)), max_gpus=max_gpus)
     with transaction.atomic():
-        Evaluation.objects.filter(owner=user, status=EvaluationStatus.RUNNING,
-                                  started__lt=timezone.now() - STALE_AFTER).update(
-            status=EvaluationStatus.FAILED, finished=timezone.now(),
-            error=f"no result {STALE_AFTER} after it started: its worker stopped")
-        if Evaluation.objects.select_for_update().filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
-            raise EvaluationRefused("you already have an evaluation queued or running; wait for it to finish")
-        ev = Evaluation.objects.create(run=run, owner=user, dataset=dataset, checkpoints=req.checkpoints, k=req.k,
-                                       max_prompts=req.max_prompts, sampling=req.sampling)
-    error = publish("evaluations.run_evaluation", ev.pk)
-    if error is not None:
-        _finish(ev, status=EvaluationStatus.FAILED, error=f"could not queue the evaluation: {error}")
+        policy.lock_owner(user=user)
+        if Evaluation.objects.filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
+            raise EvaluationRefused("you already have an evaluation queued or running; wait for it to finish "
+                                    "or stop it")
+        ev = Evaluation.objects.create(run=run, owner=user, dataset=dataset, checkpoints=req.checkpoints,
+                                       include_base=req.include_base, k=req.k, max_prompts=req.max_prompts,
+                                       gpus=req.gpus, sampling=req.sampling)
+        audit_record(actor=user, action="evaluation.create", obj=run,
+                     data={"evaluation": ev.pk, "checkpoints": req.checkpoints, "base": req.include_base,
+                           "gpus": req.gpus})
+    evaluation_admit(evaluation_id=ev.pk)
+    ev.refresh_from_db()
     return ev
 
 
-def _finish(ev: Evaluation, *, status: str, error: str = "", results: dict | None = None) -> None:
-    ev.status, ev.error, ev.finished = status, error[:4000], timezone.now()
-    if results is not None:
-        ev.results = results
-    ev.save(update_fields=["status", "error", "finished", "results"])
+def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = None) -> bool:
+    """Admit a queued evaluation if its owner's quota and the cluster allow: queued -> running (its
+    quota held from now) and the submit task sent once committed; otherwise it stays queued with the
+    reason updated. Returns admitted or not."""
+    from rlstudio.runs.services.admission import cluster_free_gpus as free_gpus
+
+    policy = _policy()
+    with transaction.atomic():
+        ev = Evaluation.objects.select_related("owner").get(pk=evaluation_id)
+        policy.lock_owner(user=ev.owner)
+        ev = Evaluation.objects.select_for_update().get(pk=evaluation_id)
+        if ev.status != S.QUEUED:
+            return False
+        free = cluster_free_gpus if cluster_free_gpus is not None else free_gpus(needed=ev.gpus)
+        reason = policy.job_reason(user=ev.owner, gpus=ev.gpus, cluster_free_gpus=free)
+        if reason:
+            if ev.queue_reason != reason:
+                ev.queue_reason = reason[:300]
+                ev.save(update_fields=["queue_reason"])
+            return False
+        ev.status, ev.started, ev.queue_reason = S.RUNNING, timezone.now(), ""
+        ev.save(update_fields=["status", "started", "queue_reason"])
+        transaction.on_commit(lambda: _send_submit(evaluation_id))
+    return True
 
 
-def evaluation_execute(*, evaluation_id: int) -> str:
-    """Run a queued evaluation here (the Celery worker) and store its results or its error."""
-    from trainer.data.dataset import read_rows
-    from trainer.evaluate import evaluate_checkpoints
+def _send_submit(evaluation_id: int) -> None:
+    from rlstudio.config.celery import publish
+
+    error = publish(SUBMIT_TASK, evaluation_id)
+    if error is not None:
+        evaluation_finish(evaluation_id=evaluation_id, status=S.FAILED,
+                          error=f"could not queue the evaluation's submission: {error}")
+
+
+def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", outcome: jobs.Outcome | None = None,
+                      only_from: frozenset = ACTIVE_EVALUATION_STATUSES) -> bool:
+    """End an evaluation (once: only from `only_from`), storing the job's results and samples when
+    given. Returns whether it moved."""
+    with transaction.atomic():
+        ev = Evaluation.objects.select_for_update().filter(pk=evaluation_id).first()
+        if ev is None or ev.status not in only_from:
+            return False
+        ev.status, ev.error, ev.finished = status, error[:4000], timezone.now()
+        fields = ["status", "error", "finished"]
+        if outcome is not None and outcome.results is not None:
+            ev.results = outcome.results
+            fields.append("results")
+            EvaluationSample.objects.filter(evaluation=ev).delete()
+            EvaluationSample.objects.bulk_create(
+                [EvaluationSample(evaluation=ev, column=str(s["column"])[:20], prompt=s["prompt"],
+                                  sample=s["sample"], score=float(s.get("score") or 0.0),
+                                  correct=bool(s.get("correct")), answer=str(s.get("answer") or "")[:200],
+                                  finish_reason=str(s.get("finish_reason") or "")[:20], turns=s["turns"])
+                 for s in outcome.samples], batch_size=1000)
+        ev.save(update_fields=fields)
+        audit_record(actor=None, action=f"evaluation.{status}", obj=ev.run,
+                     data={"evaluation": ev.pk, "error": error[:500]})
+    return True
+
+
+def evaluation_submit(*, evaluation_id: int) -> str:
+    """Submit an admitted evaluation to Ray (the Celery task's one call). Idempotent: the submission id
+    is derived from the evaluation and Ray refuses a second job under it."""
+    from rlstudio.runs import ray_jobs
 
     with transaction.atomic():
-        ev = Evaluation.objects.select_for_update().select_related("run", "dataset").get(pk=evaluation_id)
-        if ev.status != EvaluationStatus.QUEUED:
-            return f"already {ev.status}"
-        ev.status, ev.started = EvaluationStatus.RUNNING, timezone.now()
-        ev.save(update_fields=["status", "started"])
-    try:
-        steps = checkpoint_steps(ev.run)
-        gone = [s for s in ev.checkpoints if s not in steps]
-        if gone:
-            raise FileNotFoundError(f"checkpoint of step {gone[0]} is no longer in the run's folder")
-        rows = read_rows(dataset_path(ev.dataset))[: ev.max_prompts]
-        s = ev.sampling
-        results = evaluate_checkpoints(ev.run.config, [(step, steps[step]) for step in ev.checkpoints], rows,
-                                       k=ev.k, temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"],
-                                       max_new_tokens=s["max_new_tokens"], seed=s["seed"])
-    except Exception as exc:  # the evaluation fails with the reason; the worker goes on
-        _finish(ev, status=EvaluationStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-        return "failed"
-    _finish(ev, status=EvaluationStatus.SUCCEEDED, results=results)
-    return "succeeded"
+        ev = (Evaluation.objects.select_for_update(of=("self",)).select_related("run", "dataset")
+              .filter(pk=evaluation_id).first())
+        if ev is None or ev.status != S.RUNNING:
+            return "skipped: " + ("no such evaluation" if ev is None else f"it is {ev.status}")
+        if ev.ray_submission_id:
+            return "skipped: already submitted"
+        if ev.stop_requested:
+            ev.status, ev.finished = S.STOPPED, timezone.now()
+            ev.save(update_fields=["status", "finished"])
+            return "stopped before it was submitted"
+        out = jobs.folder(ev)
+        submission_id = jobs.submission_id_for(ev)
+        try:
+            spec_path = jobs.write_spec(jobs.build_spec(ev, steps=checkpoint_steps(ev.run)), out)
+            created = ray_jobs.submit(submission_id=submission_id,
+                                      entrypoint=jobs.entrypoint(spec_path=spec_path, out=out),
+                                      env_vars=jobs.job_env(ev), num_cpus=1, num_gpus=ev.gpus,
+                                      metadata={"rlstudio_evaluation": str(ev.pk), "owner": str(ev.owner_id)})
+        except (OSError, ray_jobs.RayUnavailable) as exc:
+            ev.status, ev.finished = S.FAILED, timezone.now()
+            ev.error = f"could not submit the evaluation: {type(exc).__name__}: {exc}"[:4000]
+            ev.save(update_fields=["status", "finished", "error"])
+            return "failed"
+        ev.ray_submission_id = submission_id
+        ev.save(update_fields=["ray_submission_id"])
+    return "submitted" if created else "already in Ray"
+
+
+def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
+    """Stop an evaluation (its run's owner or staff): a queued one ends now, a running one's Ray job is
+    asked to stop (the reconcile records it stopped once Ray says so). EvaluationRefused when it has
+    finished already."""
+    from rlstudio.runs import ray_jobs
+    from rlstudio.runs.services import check_can_manage
+
+    check_can_manage(user=user, run=ev.run, action="stop an evaluation of")
+    with transaction.atomic():
+        locked = Evaluation.objects.select_for_update().get(pk=ev.pk)
+        if locked.status not in ACTIVE_EVALUATION_STATUSES:
+            raise EvaluationRefused(f"evaluation {ev.pk} is {locked.status}: nothing to stop")
+        if locked.status == S.QUEUED:
+            locked.status, locked.finished = S.STOPPED, timezone.now()
+            locked.save(update_fields=["status", "finished"])
+        elif locked.stop_requested is None:
+            locked.stop_requested = timezone.now()
+            locked.save(update_fields=["stop_requested"])
+        audit_record(actor=user, action="evaluation.stop", obj=locked.run, data={"evaluation": locked.pk})
+        submission_id = locked.ray_submission_id
+    if submission_id:
+        try:
+            ray_jobs.stop(submission_id)
+        except ray_jobs.RayUnavailable as exc:  # asked again by the reconcile
+            log.warning("evaluation %s: stop not delivered: %s", ev.pk, exc)
+    ev.refresh_from_db()
+    return ev

@@ -4,8 +4,8 @@ from __future__ import annotations
 from celery import shared_task
 
 
-@shared_task(name="evaluations.run_evaluation", acks_late=True, ignore_result=True)
-def run_evaluation(evaluation_id: int) -> str:
-    from .services import evaluation_execute
+@shared_task(name="evaluations.submit_evaluation", acks_late=True, ignore_result=True)
+def submit_evaluation(evaluation_id: int) -> str:
+    from .services import evaluation_submit
 
-    return evaluation_execute(evaluation_id=evaluation_id)
+    return evaluation_submit(evaluation_id=evaluation_id)

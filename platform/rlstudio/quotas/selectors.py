@@ -52,16 +52,20 @@ def gpu_hours_between(*, user: AbstractBaseUser, start: datetime, end: datetime)
 
 
 def gpu_hours_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseUser | None = None) -> dict[int, float]:
-    """{owner id: GPU-hours} of every user's (or one `owner`'s) runs between `start` and `end`."""
-    runs = Run.objects.filter(gpus__gt=0, started__isnull=False, started__lt=end).filter(
-        Q(finished__isnull=True) | Q(finished__gt=start)
-    )
-    if owner is not None:
-        runs = runs.filter(owner=owner)
+    """{owner id: GPU-hours} of every user's (or one `owner`'s) runs and evaluations between `start`
+    and `end` (an evaluation holds its GPUs from its admission, `started`, to its end)."""
+    from rlstudio.evaluations.models import Evaluation
+
     seconds: dict[int, float] = {}
-    for owner_id, gpus, started, finished in runs.values_list("owner_id", "gpus", "started", "finished"):
-        overlap = (min(finished or end, end) - max(started, start)).total_seconds()
-        seconds[owner_id] = seconds.get(owner_id, 0.0) + gpus * max(overlap, 0.0)
+    for model in (Run, Evaluation):
+        jobs = model.objects.filter(gpus__gt=0, started__isnull=False, started__lt=end).filter(
+            Q(finished__isnull=True) | Q(finished__gt=start)
+        )
+        if owner is not None:
+            jobs = jobs.filter(owner=owner)
+        for owner_id, gpus, started, finished in jobs.values_list("owner_id", "gpus", "started", "finished"):
+            overlap = (min(finished or end, end) - max(started, start)).total_seconds()
+            seconds[owner_id] = seconds.get(owner_id, 0.0) + gpus * max(overlap, 0.0)
     return {owner_id: s / 3600.0 for owner_id, s in seconds.items()}
 
 

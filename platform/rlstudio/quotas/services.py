@@ -17,7 +17,7 @@ import math
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
@@ -72,30 +72,60 @@ def check_queue_cap(*, user: AbstractBaseUser) -> None:
         raise QueueCapReached(queued=queued, limit=limit)
 
 
-def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:
-    """'' when `run` may start now, else why it waits (shown to the user as the queue reason).
+def _evaluations_held(*, owner: AbstractBaseUser, exclude_evaluation: int | None = None) -> tuple[int, int]:
+    """(running evaluations, GPUs they hold) of `owner`: they count against the same quota as runs."""
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
 
-    Counts the owner's other active runs (submitting/running/stopping). GPU runs are limited by GPUs
-    held at once, GPU-hours this month and concurrent runs; CPU-only runs by concurrent runs only.
-    `cluster_free_gpus` is what the cluster can still give (None = not checked).
-    """
-    owner = run.owner
+    qs = Evaluation.objects.filter(owner=owner, status=EvaluationStatus.RUNNING)
+    if exclude_evaluation is not None:
+        qs = qs.exclude(pk=exclude_evaluation)
+    row = qs.aggregate(n=Count("id"), g=Sum("gpus"))
+    return row["n"] or 0, row["g"] or 0
+
+
+def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None, what: str,
+            exclude_run: int | None = None, exclude_evaluation: int | None = None) -> str:
     quota = quota_for(user=owner)
-    active = Run.objects.filter(owner=owner, status__in=ACTIVE_STATUSES).exclude(pk=run.pk)
-    n_active = active.count()
+    active = Run.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)
+    if exclude_run is not None:
+        active = active.exclude(pk=exclude_run)
+    n_evals, eval_gpus = _evaluations_held(owner=owner, exclude_evaluation=exclude_evaluation)
+    n_active = active.count() + n_evals
     if n_active >= quota.max_concurrent_runs:
-        return (f"you run {n_active} of your {_plural(quota.max_concurrent_runs, 'concurrent run')}")
-    if run.gpus > 0:
-        held = active.aggregate(n=Sum("gpus"))["n"] or 0
-        if held + run.gpus > quota.max_gpus:
-            return f"you hold {held} of your {_plural(quota.max_gpus, 'GPU')} and this run needs {run.gpus}"
+        jobs = "concurrent run"
+        held = f"you run {n_active}" if not n_evals else f"your runs and evaluations are {n_active}"
+        return f"{held} of your {_plural(quota.max_concurrent_runs, jobs)}"
+    if gpus > 0:
+        held = (active.aggregate(n=Sum("gpus"))["n"] or 0) + eval_gpus
+        if held + gpus > quota.max_gpus:
+            return f"you hold {held} of your {_plural(quota.max_gpus, 'GPU')} and this {what} needs {gpus}"
         now = timezone.now()
         used = gpu_hours_between(user=owner, start=month_start(now), end=now)
         if used >= quota.gpu_hours_per_month:
             return (f"you used {used:.1f} of your {quota.gpu_hours_per_month:g} GPU-hours this month")
-        if cluster_free_gpus is not None and run.gpus > cluster_free_gpus:
-            return f"the cluster has {cluster_free_gpus:g} free GPUs and this run needs {run.gpus}"
+        if cluster_free_gpus is not None and gpus > cluster_free_gpus:
+            return f"the cluster has {cluster_free_gpus:g} free GPUs and this {what} needs {gpus}"
     return ""
+
+
+def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:
+    """'' when `run` may start now, else why it waits (shown to the user as the queue reason).
+
+    Counts the owner's other active runs (submitting/running/stopping) and running evaluations (one
+    evaluation counts as one run, its GPUs as a run's). GPU runs are limited by GPUs held at once,
+    GPU-hours this month and concurrent runs; CPU-only runs by concurrent runs only.
+    `cluster_free_gpus` is what the cluster can still give (None = not checked).
+    """
+    return _reason(owner=run.owner, gpus=run.gpus, cluster_free_gpus=cluster_free_gpus, what="run",
+                   exclude_run=run.pk)
+
+
+def job_reason(*, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None,
+               exclude_evaluation: int | None = None) -> str:
+    """'' when an evaluation of `user` asking `gpus` may start now, else why it waits: the same limits
+    as a run's (an evaluation on the CPU, 0 GPUs, needs only room under the concurrent-run cap)."""
+    return _reason(owner=user, gpus=gpus, cluster_free_gpus=cluster_free_gpus, what="evaluation",
+                   exclude_evaluation=exclude_evaluation)
 
 
 class Quotas(QuotaPolicy):
@@ -116,6 +146,9 @@ class Quotas(QuotaPolicy):
 
     def usage_for(self, *, user: AbstractBaseUser) -> QuotaUsage:
         return quota_usage_for(user=user)
+
+    def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
+        return job_reason(user=user, gpus=gpus, cluster_free_gpus=cluster_free_gpus)
 
 
 def check_staff(*, user: AbstractBaseUser) -> None:

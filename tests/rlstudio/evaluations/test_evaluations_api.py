@@ -1,7 +1,7 @@
 """Evaluations of a run's checkpoints through the API (issue 19, item 2): validation 4xx naming the
-field, another user's run 404, a shared reader reads but may not create, the matrix's better/worse
-filter, and two checkpoints of a tiny real run evaluated with stored results."""
-import json
+field, another user's run 404, a shared reader reads but may neither create nor stop, the matrix's
+better/worse filter, a cell's transcripts (escaped by the page, 400 naming the field for a bad cell),
+and the run page's card. Admission, the Ray job and its outcome: test_evaluation_jobs.py."""
 
 import pytest
 from rest_framework.test import APIClient
@@ -23,7 +23,8 @@ def _api(user) -> APIClient:
 
 @pytest.fixture
 def published(monkeypatch):
-    """The evaluation tasks that would have been sent to the broker."""
+    """The evaluation tasks that would have been sent to the broker (on commit: a test that looks runs
+    its request inside django_capture_on_commit_callbacks)."""
     sent = []
     from rlstudio.config import celery
 
@@ -52,14 +53,19 @@ def _body(data, **over):
     return {"checkpoints": [1, 2], "dataset": data.pk, "k": 4, "sampling": {"temperature": 0.7}, **over}
 
 
-def test_create_queues_one_task_and_lists(alice, run_with_ckpts, data, published):
+def test_create_admits_sends_one_submit_task_and_lists(alice, run_with_ckpts, data, published,
+                                                      django_capture_on_commit_callbacks):
     url = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/"
-    r = _api(alice).post(url, _body(data), format="json")
+    with django_capture_on_commit_callbacks(execute=True):
+        r = _api(alice).post(url, _body(data, include_base=True), format="json")
     assert r.status_code == 202, r.content
+    assert r.json()["columns"] == ["base", "1", "2"] and r.json()["gpus"] == 0
     ev = Evaluation.objects.get(pk=r.json()["id"])
-    assert ev.checkpoints == [1, 2] and ev.k == 4 and ev.status == EvaluationStatus.QUEUED
+    # alice runs nothing: admitted at once (running: its quota held), its submission sent to the worker
+    assert ev.checkpoints == [1, 2] and ev.k == 4 and ev.status == EvaluationStatus.RUNNING and ev.started
+    assert ev.include_base and ev.columns == ["base", "1", "2"]
     assert ev.sampling == {**services.DEFAULT_SAMPLING, "temperature": 0.7}
-    assert published == [("evaluations.run_evaluation", ev.pk)]
+    assert published == [("evaluations.submit_evaluation", ev.pk)]
     listed = _api(alice).get(url).json()
     assert [e["id"] for e in listed] == [ev.pk]
     # one queued evaluation per user at a time
@@ -71,6 +77,9 @@ def test_create_queues_one_task_and_lists(alice, run_with_ckpts, data, published
     ({"checkpoints": [3]}, "checkpoints"),  # a .tmp folder is not a checkpoint
     ({"checkpoints": [7]}, "checkpoints"),
     ({"checkpoints": []}, "checkpoints"),
+    ({"checkpoints": [1], "include_base": "yes"}, "include_base"),
+    ({"gpus": 2}, "gpus"),
+    ({"gpus": -1}, "gpus"),
     ({"checkpoints": "../../etc"}, "checkpoints"),
     ({"checkpoints": ["/tmp/x"]}, "checkpoints"),
     ({"k": 0}, "k"),
@@ -116,7 +125,14 @@ def test_another_users_run_is_404_and_a_shared_reader_reads_but_cannot_create(
     r = _api(bob).post(base, _body(bob_data), format="json")
     assert r.status_code == 403
     assert _api(bob).post(base, _body(data, k=0), format="json").status_code == 403  # before validation
-    assert Evaluation.objects.count() == 1 and not published
+    running = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=2,
+                                        max_prompts=4, sampling=services.DEFAULT_SAMPLING,
+                                        status=EvaluationStatus.QUEUED)
+    assert _api(bob).post(f"{base}{running.pk}/stop/").status_code == 403
+    assert _api(carol).post(f"{base}{running.pk}/stop/").status_code == 404
+    running.refresh_from_db()
+    assert running.status == EvaluationStatus.QUEUED
+    assert Evaluation.objects.count() == 2 and not published
     assert _api(carol).get(base).status_code == 404
 
 
@@ -137,51 +153,6 @@ def test_matrix_change_filter(alice, run_with_ckpts, data):
     r = _api(alice).get(url + "?change=up")
     assert r.status_code == 400 and r.json()["error"]["field"] == "change"
     assert change_of(prompts[0]["cells"], [1]) == "same"
-
-
-def test_two_checkpoints_of_a_tiny_run_evaluated_and_stored(alice, make_run, make_dataset, settings, tmp_path,
-                                                           monkeypatch):
-    """A real 2-step cpu_smoke run written into the run's folder, then evaluated by the task's service."""
-    from trainer.config import apply_overrides
-    from trainer.models.tiny import make_tiny_model
-    from trainer.recipes import get_recipe
-    from trainer.run import run as train
-    from trainer.tasks import arith
-
-    settings.RUNS_DIR = str(tmp_path / "runs")
-    model = make_tiny_model(tmp_path / "model", preset="smoke", seed=0)
-    train_file, test_file = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
-    for path, rows in ((train_file, arith.make_rl_rows("train", 32, seed=0)),
-                       (test_file, arith.make_rl_rows("test", 4, seed=1))):
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run = make_run(alice, "tiny")
-    cfg = apply_overrides(get_recipe("cpu_smoke"), {
-        "data.train_files": str(train_file), "actor_rollout_ref.model.path": str(model),
-        "trainer.default_local_dir": str(tmp_path / "runs" / str(run.pk)), "trainer.logger": ["jsonl"],
-        "trainer.save_freq": 1, "reward.name": "arith"})
-    assert train(cfg) == 0
-    Run.objects.filter(pk=run.pk).update(config=cfg.to_dict(), status=RunStatus.SUCCEEDED)
-    run.refresh_from_db()
-    data = make_dataset(alice, "arith-test", status="ready")
-    type(data).objects.filter(pk=data.pk).update(file_path=str(test_file))
-    sent = []
-    from rlstudio.config import celery
-
-    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append(args[0]))
-    r = _api(alice).post(f"/api/v1/runs/{run.pk}/evaluations/",
-                         {"checkpoints": [1, 2], "dataset": data.pk, "k": 2, "max_prompts": 3,
-                          "sampling": {"max_new_tokens": 12, "seed": 3}}, format="json")
-    assert r.status_code == 202, r.content
-    from rlstudio.evaluations.tasks import run_evaluation
-
-    assert run_evaluation(sent[0]) == "succeeded"
-    body = _api(alice).get(f"/api/v1/runs/{run.pk}/evaluations/{sent[0]}/").json()
-    assert body["status"] == "succeeded", body["error"]
-    assert [f["step"] for f in body["figures"]] == [1, 2]
-    for f in body["figures"]:
-        assert f["samples"] == 3 * 2 and 0 <= f["pass_at_k"] <= 1 and 0 <= f["maj_at_k"] <= 1
-    assert len(body["prompts"]) == 3
-    assert all(set(p["cells"]) == {"1", "2"} and p["change"] in ("better", "worse", "same") for p in body["prompts"])
 
 
 def test_run_page_shows_the_newest_evaluation_escaped_and_the_form_to_its_owner_only(
@@ -209,13 +180,47 @@ def test_run_page_shows_the_newest_evaluation_escaped_and_the_form_to_its_owner_
             assert 'value="1"' in html and 'value="2"' in html and f'value="{data.pk}"' in html
 
 
-def test_a_stale_running_evaluation_stops_blocking(alice, run_with_ckpts, data, published):
-    from django.utils import timezone
+def test_stop_a_queued_one_ends_it_a_running_one_asks_ray(alice, run_with_ckpts, data, monkeypatch):
+    from rlstudio.runs import ray_jobs
 
-    old = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=1,
-                                    max_prompts=1, sampling=services.DEFAULT_SAMPLING, status=EvaluationStatus.RUNNING,
-                                    started=timezone.now() - services.STALE_AFTER * 2)
-    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", _body(data), format="json")
-    assert r.status_code == 202
-    old.refresh_from_db()
-    assert old.status == EvaluationStatus.FAILED and "worker stopped" in old.error
+    stopped = []
+    monkeypatch.setattr(ray_jobs, "stop", lambda sid: stopped.append(sid) or True)
+    base = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/"
+    queued = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=2,
+                                       max_prompts=4, sampling=services.DEFAULT_SAMPLING)
+    r = _api(alice).post(f"{base}{queued.pk}/stop/")
+    assert r.status_code == 202 and r.json()["status"] == "stopped" and not stopped
+    running = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=2,
+                                        max_prompts=4, sampling=services.DEFAULT_SAMPLING,
+                                        status=EvaluationStatus.RUNNING, ray_submission_id="rlstudio-eval-x")
+    r = _api(alice).post(f"{base}{running.pk}/stop/")
+    assert r.status_code == 202 and r.json()["status"] == "running" and r.json()["stop_requested"]
+    assert stopped == ["rlstudio-eval-x"]  # the reconcile records it stopped once Ray says so
+    r = _api(alice).post(f"{base}{queued.pk}/stop/")
+    assert r.status_code == 409
+
+
+def test_a_cells_transcripts_are_served_as_data_and_a_bad_cell_names_the_field(alice, bob, run_with_ckpts, data):
+    from rlstudio.evaluations.models import EvaluationSample
+
+    evil = "<img src=x onerror=alert(1)>"
+    ev = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[2], include_base=True,
+                                   k=2, max_prompts=4, sampling=services.DEFAULT_SAMPLING,
+                                   status=EvaluationStatus.SUCCEEDED, results={"checkpoints": [], "prompts": []})
+    for column in ("base", "2"):
+        for i in (1, 0):
+            EvaluationSample.objects.create(evaluation=ev, column=column, prompt=0, sample=i, score=float(i),
+                                            correct=bool(i), answer="7", finish_reason="stop",
+                                            turns=[{"role": "assistant", "content": f"{evil} {column}/{i}"}])
+    url = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/{ev.pk}/samples/"
+    r = _api(alice).get(url, {"prompt": 0, "column": "base"})
+    assert r.status_code == 200 and r["Content-Type"].startswith("application/json")
+    body = r.json()
+    assert [s["sample"] for s in body] == [0, 1] and body[1]["correct"] is True
+    assert body[0]["turns"] == [{"role": "assistant", "content": f"{evil} base/0"}]
+    assert _api(alice).get(url, {"prompt": 1, "column": "2"}).json() == []
+    for params, field in (({"prompt": 0, "column": "1"}, "column"), ({"prompt": "-1", "column": "2"}, "prompt"),
+                          ({"column": "2"}, "prompt"), ({"prompt": 0, "column": "../x"}, "column")):
+        r = _api(alice).get(url, params)
+        assert r.status_code == 400 and r.json()["error"]["field"] == field
+    assert _api(bob).get(url, {"prompt": 0, "column": "2"}).status_code == 404

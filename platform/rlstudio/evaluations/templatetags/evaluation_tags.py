@@ -1,12 +1,13 @@
 """`{% run_evaluations %}`: the run page's "Evaluations" card (the form for whoever manages the run,
-the newest finished evaluation as a curve, a table and the prompts x checkpoints matrix, and the list)."""
+the newest finished evaluation as a curve, a table and the prompts x columns matrix whose cells open
+their transcripts, and the list with a stop button on an active one)."""
 from django import template
 
 from rlstudio.catalog.selectors import dataset_list_for
 from rlstudio.runs.selectors import can_manage
 
 from ..matrix import matrix_rows
-from ..models import Evaluation, EvaluationStatus
+from ..models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
 from ..selectors import checkpoint_steps
 from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
 
@@ -22,9 +23,11 @@ def run_evaluations(context):
     manage = can_manage(user=user, run=run)
     data = {"api": f"/api/v1/runs/{run.pk}/evaluations/", "latest": None}
     if done is not None:
-        data["latest"] = {"id": done.pk, "k": done.k, "checkpoints": done.checkpoints,
+        data["latest"] = {"id": done.pk, "k": done.k, "columns": done.columns,
                           "figures": (done.results or {}).get("checkpoints", []),
-                          "prompts": matrix_rows(done.results, list(done.checkpoints))}
+                          "prompts": matrix_rows(done.results, done.columns)}
+    for e in evaluations:
+        e.active = e.status in ACTIVE_EVALUATION_STATUSES
     return {"run": run, "can_manage": manage, "evaluations": evaluations, "latest": done, "eval_data": data,
             "steps": list(checkpoint_steps(run)) if manage else [],
             "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if manage else [],

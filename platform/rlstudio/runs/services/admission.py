@@ -7,6 +7,8 @@ Quotas are asked through a `QuotaPolicy` that the quotas app registers at startu
 runs, not the other way round)."""
 from __future__ import annotations
 
+from typing import Callable
+
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
@@ -43,6 +45,11 @@ class QuotaPolicy:
     def usage_for(self, *, user: AbstractBaseUser):
         raise NotImplementedError
 
+    def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
+        """'' when another job of `user` (an evaluation) asking `gpus` may start now, else why it waits;
+        counted with the user's runs and other jobs (called after `lock_owner`)."""
+        raise NotImplementedError
+
 
 _QUOTA_POLICY: list[QuotaPolicy] = []
 
@@ -66,8 +73,26 @@ def quota_policy() -> QuotaPolicy:
 QUEUE_ORDER = ("-queue_priority", "created", "id")
 
 
+# Called with no arguments, each returns the GPUs held by the platform's other Ray jobs (the
+# evaluations app registers its running evaluations here, so that runs never imports it).
+_GPU_HOLDERS: list[Callable[[], int]] = []
+
+
+def on_gpus_held(hook: Callable[[], int]) -> Callable[[], int]:
+    """Register `hook() -> GPUs` held by jobs other than runs (idempotent per function)."""
+    if hook not in _GPU_HOLDERS:
+        _GPU_HOLDERS.append(hook)
+    return hook
+
+
+def other_jobs_gpus() -> int:
+    """GPUs the platform's other jobs hold now (the registered hooks' sum)."""
+    return sum(int(hook() or 0) for hook in _GPU_HOLDERS)
+
+
 def _cluster_free_gpus(*, needed: int) -> float | None:
-    """GPUs Ray has minus those our active runs hold; None when the run needs none (not checked)."""
+    """GPUs Ray has minus those our active runs and other jobs hold; None when the run needs none
+    (not checked)."""
     if needed <= 0:
         return None
     from django.db.models import Sum
@@ -79,8 +104,13 @@ def _cluster_free_gpus(*, needed: int) -> float | None:
         total = cluster_total_gpus()
     except RayUnavailable:
         return 0.0
-    held = Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0
+    held = (Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0) + other_jobs_gpus()
     return max(total - held, 0.0)
+
+
+def cluster_free_gpus(*, needed: int) -> float | None:
+    """`_cluster_free_gpus` for other jobs' admission (0.0 when Ray does not answer)."""
+    return _cluster_free_gpus(needed=needed)
 
 
 SUBMIT_UNSENT_REASON = "waiting to be submitted: the task queue is unreachable"

@@ -1,0 +1,226 @@
+"""Evaluations as Ray jobs within the owner's quota (issue 19, item 2): admission counted with the
+owner's runs (concurrent-run cap, GPUs), the submission (spec from the run's own folder, no secret in
+Ray's job API), and the reconcile's outcomes: results and transcripts stored from the files the real
+`python -m trainer evaluate` wrote, a failed job's error, a lost job, a stop. Ray itself is faked
+here (its real path: tests/e2e/test_evaluations.py)."""
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from rlstudio.evaluations import jobs, services
+from rlstudio.evaluations.models import Evaluation, EvaluationSample, EvaluationStatus
+from rlstudio.evaluations.reconcile import (
+    FAILED, LOST, STOP_AGAIN, STOPPED, SUCCEEDED, WAIT, decide, reconcile_evaluations,
+)
+from rlstudio.quotas.models import GpuQuota
+from rlstudio.runs import ray_jobs
+from rlstudio.runs.models import Run, RunStatus
+
+pytestmark = pytest.mark.django_db
+S = EvaluationStatus
+
+
+@pytest.fixture
+def published(monkeypatch):
+    sent = []
+    from rlstudio.config import celery
+
+    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append((name, *args)))
+    return sent
+
+
+@pytest.fixture
+def run_with_ckpts(alice, make_run, settings, tmp_path):
+    settings.RUNS_DIR = str(tmp_path / "runs")
+    run = make_run(alice, "alice-run")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
+    run.refresh_from_db()
+    for step in (1, 2):
+        (tmp_path / "runs" / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
+    return run
+
+
+@pytest.fixture
+def data(alice, make_dataset):
+    return make_dataset(alice, "eval-data", status="ready")
+
+
+def _new(user, run, data, **over):
+    body = {"checkpoints": [1, 2], "k": 2, "max_prompts": 3, **over}
+    return services.evaluation_new(user=user, run=run, dataset=data, data=body)
+
+
+def test_an_evaluation_counts_as_one_of_the_owners_runs(alice, make_run, run_with_ckpts, data, published):
+    GpuQuota.objects.create(user=alice, max_gpus=1, gpu_hours_per_month=100, max_concurrent_runs=1)
+    busy = make_run(alice, "busy")
+    Run.objects.filter(pk=busy.pk).update(status=RunStatus.RUNNING, started=timezone.now())
+    ev = _new(alice, run_with_ckpts, data)
+    assert ev.status == S.QUEUED and "you run 1 of your 1 concurrent run" in ev.queue_reason
+    assert reconcile_evaluations()["admitted"] == []
+    Run.objects.filter(pk=busy.pk).update(status=RunStatus.SUCCEEDED, finished=timezone.now())
+    assert reconcile_evaluations()["admitted"] == [ev.pk]
+    ev.refresh_from_db()
+    assert ev.status == S.RUNNING and ev.queue_reason == "" and ev.started
+    # and now it is the evaluation that keeps a queued run of hers waiting
+    from rlstudio.runs.services import run_admit
+
+    waiting = make_run(alice, "waiting")
+    assert run_admit(run=waiting) is False
+    waiting.refresh_from_db()
+    assert "your runs and evaluations are 1 of your 1 concurrent run" in waiting.queue_reason
+
+
+def test_a_gpu_evaluation_needs_a_free_gpu_of_the_quota(alice, make_run, run_with_ckpts, data, published,
+                                                        monkeypatch):
+    GpuQuota.objects.create(user=alice, max_gpus=1, gpu_hours_per_month=100, max_concurrent_runs=3)
+    monkeypatch.setattr(ray_jobs, "cluster_total_gpus", lambda: 4.0)
+    gpu_run = make_run(alice, "gpu-run", gpus=1)
+    Run.objects.filter(pk=gpu_run.pk).update(status=RunStatus.RUNNING, started=timezone.now())
+    ev = _new(alice, run_with_ckpts, data, gpus=1)
+    assert ev.status == S.QUEUED and "you hold 1 of your 1 GPU and this evaluation needs 1" in ev.queue_reason
+    services.evaluation_stop(user=alice, ev=ev)
+    cpu = _new(alice, run_with_ckpts, data, gpus=0)  # on the CPU: only the run cap applies
+    assert cpu.status == S.RUNNING
+    with pytest.raises(services.EvaluationRefused):  # one queued or running evaluation per user
+        _new(alice, run_with_ckpts, data)
+
+
+def test_submit_writes_the_spec_from_the_runs_folder_and_gives_ray_no_secret(alice, run_with_ckpts, data, published,
+                                                                            monkeypatch, settings):
+    submitted = []
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: submitted.append(kw) or True)
+    ev = _new(alice, run_with_ckpts, data, include_base=True, checkpoints=[2])
+    assert services.evaluation_submit(evaluation_id=ev.pk) == "submitted"
+    assert services.evaluation_submit(evaluation_id=ev.pk) == "skipped: already submitted"
+    ev.refresh_from_db()
+    (job,) = submitted
+    assert ev.ray_submission_id == job["submission_id"] == jobs.submission_id_for(ev)
+    out = jobs.folder(ev)
+    assert out.parent.name == "evaluations" and out.parent.parent.name == str(run_with_ckpts.pk)
+    spec = json.loads((out / "spec.json").read_text())
+    assert spec["columns"] == [{"key": "base", "step": 0, "path": None},
+                               {"key": "2", "step": 2, "path": str(out.parent.parent / "global_step_2")}]
+    assert spec["device"] == "cpu" and spec["k"] == 2 and job["num_gpus"] == 0
+    assert " -m trainer evaluate " in job["entrypoint"] and str(out / "spec.json") in job["entrypoint"]
+    assert not any("TOKEN" in key or "rls_" in value for key, value in job["env_vars"].items())
+
+
+def test_a_failed_or_lost_job_fails_the_evaluation_with_its_error_and_a_stop_is_a_stop(
+        alice, run_with_ckpts, data, published, monkeypatch):
+    status = {}
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: ray_jobs.JobInfo(sid, status[sid], "exit 1", 1)
+                        if sid in status else None)
+    monkeypatch.setattr(ray_jobs, "logs", lambda sid: "line 1\nTraceback: boom\n")
+    ev = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev.pk).update(ray_submission_id="sid-1")
+    jobs.folder(ev).mkdir(parents=True)
+    (jobs.folder(ev) / "error.json").write_text(json.dumps({"error": "ValueError: checkpoint weights do not fit"}))
+    status["sid-1"] = ray_jobs.FAILED
+    assert reconcile_evaluations()["moved"] == {ev.pk: S.FAILED}
+    ev.refresh_from_db()
+    assert ev.error == "ValueError: checkpoint weights do not fit" and ev.finished
+    # no error.json: the job's last log lines
+    ev2 = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev2.pk).update(ray_submission_id="sid-2")
+    status["sid-2"] = ray_jobs.FAILED
+    reconcile_evaluations()
+    ev2.refresh_from_db()
+    assert ev2.status == S.FAILED and "Traceback: boom" in ev2.error
+    # Ray does not know the job
+    ev3 = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev3.pk).update(ray_submission_id="sid-3")
+    reconcile_evaluations()
+    ev3.refresh_from_db()
+    assert ev3.status == S.FAILED and "no longer knows" in ev3.error
+    # a stop: Ray kills the job (FAILED or STOPPED), the evaluation is stopped
+    monkeypatch.setattr(ray_jobs, "stop", lambda sid: True)
+    ev4 = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev4.pk).update(ray_submission_id="sid-4")
+    ev4.refresh_from_db()
+    services.evaluation_stop(user=alice, ev=ev4)
+    status["sid-4"] = ray_jobs.FAILED
+    reconcile_evaluations()
+    ev4.refresh_from_db()
+    assert ev4.status == S.STOPPED and ev4.error == ""
+    # succeeded without its results: failed, saying so
+    ev5 = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev5.pk).update(ray_submission_id="sid-5")
+    status["sid-5"] = ray_jobs.SUCCEEDED
+    reconcile_evaluations()
+    ev5.refresh_from_db()
+    assert ev5.status == S.FAILED and "no results.json" in ev5.error
+
+
+def test_an_admitted_evaluation_never_submitted_fails_after_the_timeout(alice, run_with_ckpts, data, published,
+                                                                        monkeypatch, settings):
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: None)
+    ev = _new(alice, run_with_ckpts, data)
+    reconcile_evaluations()
+    ev.refresh_from_db()
+    assert ev.status == S.RUNNING  # within the timeout its task may still come
+    Evaluation.objects.filter(pk=ev.pk).update(
+        started=timezone.now() - timedelta(seconds=settings.RLSTUDIO_SUBMIT_TIMEOUT_S + 5))
+    reconcile_evaluations()
+    ev.refresh_from_db()
+    assert ev.status == S.FAILED and "submit task was lost" in ev.error
+
+
+def test_decide_table():
+    now = timezone.now()
+    assert decide(job_status=None, stop_requested=None, now=now, grace_s=60) == LOST
+    assert decide(job_status=ray_jobs.SUCCEEDED, stop_requested=now, now=now, grace_s=60) == SUCCEEDED
+    assert decide(job_status=ray_jobs.STOPPED, stop_requested=None, now=now, grace_s=60) == STOPPED
+    assert decide(job_status=ray_jobs.FAILED, stop_requested=None, now=now, grace_s=60) == FAILED
+    assert decide(job_status=ray_jobs.FAILED, stop_requested=now, now=now, grace_s=60) == STOPPED
+    assert decide(job_status=ray_jobs.RUNNING, stop_requested=None, now=now, grace_s=60) == WAIT
+    assert decide(job_status=ray_jobs.RUNNING, stop_requested=now, now=now, grace_s=60) == WAIT
+    late = now - timedelta(seconds=80)
+    assert decide(job_status=ray_jobs.PENDING, stop_requested=late, now=now, grace_s=60) == STOP_AGAIN
+
+
+def test_a_tiny_runs_base_and_checkpoints_evaluated_by_the_job_command_and_stored(
+        alice, make_run, make_dataset, settings, tmp_path, monkeypatch, published):
+    """A real 2-step cpu_smoke run in the run's folder; the job command (in process) on the spec the
+    platform wrote; the reconcile stores its results and every transcript."""
+    from trainer.config import apply_overrides
+    from trainer.evaluate_job import main as job_main
+    from trainer.models.tiny import make_tiny_model
+    from trainer.recipes import get_recipe
+    from trainer.run import run as train
+    from trainer.tasks import arith
+
+    settings.RUNS_DIR = str(tmp_path / "runs")
+    model = make_tiny_model(tmp_path / "model", preset="smoke", seed=0)
+    train_file, test_file = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    for path, rows in ((train_file, arith.make_rl_rows("train", 32, seed=0)),
+                       (test_file, arith.make_rl_rows("test", 4, seed=1))):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = make_run(alice, "tiny")
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "data.train_files": str(train_file), "actor_rollout_ref.model.path": str(model),
+        "trainer.default_local_dir": str(tmp_path / "runs" / str(run.pk)), "trainer.logger": ["jsonl"],
+        "trainer.save_freq": 1, "reward.name": "arith"})
+    assert train(cfg) == 0
+    Run.objects.filter(pk=run.pk).update(config=cfg.to_dict(), status=RunStatus.SUCCEEDED)
+    run.refresh_from_db()
+    data = make_dataset(alice, "arith-test", status="ready")
+    type(data).objects.filter(pk=data.pk).update(file_path=str(test_file))
+    data.refresh_from_db()
+    submitted = []
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: submitted.append(kw) or True)
+    ev = _new(alice, run, data, include_base=True, sampling={"max_new_tokens": 12, "seed": 3})
+    assert services.evaluation_submit(evaluation_id=ev.pk) == "submitted"
+    out = jobs.folder(ev)
+    assert job_main([str(out / "spec.json"), "--output", str(out)]) == 0
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: ray_jobs.JobInfo(sid, ray_jobs.SUCCEEDED, "", 0))
+    assert reconcile_evaluations()["moved"] == {ev.pk: S.SUCCEEDED}
+    ev.refresh_from_db()
+    figures = ev.results["checkpoints"]
+    assert [(f["key"], f["step"], f["base"]) for f in figures] == [("base", 0, True), ("1", 1, False), ("2", 2, False)]
+    assert all(f["samples"] == 3 * 2 for f in figures)
+    assert EvaluationSample.objects.filter(evaluation=ev).count() == 3 * 3 * 2
+    cell = ev.results["prompts"][1]["cells"]["2"]
+    stored = EvaluationSample.objects.filter(evaluation=ev, prompt=1, column="2")
+    assert stored.count() == 2 and sum(s.correct for s in stored) == cell["correct"]
