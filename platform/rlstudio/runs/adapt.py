@@ -60,6 +60,14 @@ def workers_for(gpus: int) -> int:
     return max(int(gpus), 1)
 
 
+def driver_gpus(gpus: int) -> int:
+    """GPUs the run's Ray job entrypoint (the trainer's driver) reserves. A run with one worker runs it
+    in the driver's own process (trainer.launcher=auto -> local), so the driver takes the GPU; with
+    several GPUs the workers are Ray actors whose placement group reserves them, and the driver only
+    coordinates: reserving them for the driver as well would make the run wait for twice its GPUs."""
+    return int(gpus) if workers_for(gpus) == 1 else 0
+
+
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 

@@ -42,7 +42,7 @@ def run_submit(*, run_id: int) -> str:
     submission id set; the submission id is derived from the run, so even a task that lost its
     database commit finds Ray refusing a second job with that id.
     """
-    from .. import launch, ray_jobs
+    from .. import adapt, launch, ray_jobs
 
     with transaction.atomic():
         run = (Run.objects.select_for_update(of=("self",))
@@ -82,7 +82,7 @@ def run_submit(*, run_id: int) -> str:
                 entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
                 env_vars=launch.job_env(run_id=run.pk, token_file=token_file),
                 num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
-                num_gpus=run.gpus,
+                num_gpus=adapt.driver_gpus(run.gpus),
                 metadata={"rlstudio_run": str(run.pk), "owner": str(run.owner_id)},
             )
         run.ray_submission_id = submission_id

@@ -1,0 +1,38 @@
+"""The GPUs a run's Ray job entrypoint reserves: the run's one GPU when its one worker runs in the
+driver's process; none when the run has several GPUs, which the workers' placement group reserves (a
+driver holding them too would make a 4-GPU run wait for 8)."""
+from __future__ import annotations
+
+import pytest
+
+from rlstudio.runs import adapt
+from rlstudio.runs.models import Run
+from rlstudio.runs.models import RunStatus as S
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("gpus, expected", [(0, 0), (1, 1), (2, 0), (8, 0)])
+def test_driver_gpus(gpus, expected):
+    assert adapt.driver_gpus(gpus) == expected
+
+
+@pytest.mark.parametrize("gpus, num_gpus, workers", [(1, 1, (1, 1)), (4, 0, (1, 4))])
+def test_the_job_entrypoint_reserves_gpus_only_for_a_one_worker_run(api, ready, settings, tmp_path, monkeypatch,
+                                                                    gpus, num_gpus, workers):
+    from rlstudio.runs import ray_jobs
+    from rlstudio.runs.services import run_submit
+
+    settings.RUNS_DIR = tmp_path
+    resp = api.post("/api/v1/runs/", {"name": "r", "dataset": ready["dataset"].pk, "model": ready["model"].pk,
+                                      "preset": "cpu_smoke", "gpus": gpus}, format="json")
+    assert resp.status_code == 201, resp.content
+    run = Run.objects.get(pk=resp.json()["id"])
+    Run.objects.filter(pk=run.pk).update(status=S.SUBMITTING)  # admitted (no cluster in this test)
+    given = {}
+    monkeypatch.setattr(ray_jobs, "job_info", lambda submission_id: None)
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kwargs: given.update(kwargs) or True)
+    assert run_submit(run_id=run.pk) == "submitted"
+    assert given["num_gpus"] == num_gpus
+    spec = Run.objects.get(pk=run.pk).config  # the frozen spec the job runs
+    assert (spec["trainer"]["nnodes"], spec["trainer"]["n_gpus_per_node"]) == workers
