@@ -6,6 +6,9 @@ Layout under `trainer.default_local_dir`:
                                     rank 0 the LR scheduler (scheduler.pt); loadable at another world
                                     size. (`read_actor_model` consolidates the model for inspection.)
   or, from `actor_state=` (a plain in-memory state): actor/model.pt and actor/optim.pt
+  global_step_N/critic/             the value model with algorithm.adv_estimator=gae, the same way as
+                                    actor/ (DCP shards of model + optimizer, scheduler.pt), written by
+                                    the workers beside actor/ (trainer.resume.save_run)
   global_step_N/extra_state.pt      RNG states (python, numpy, torch, cuda)
   global_step_N/data.pt             prompt loader state (epoch, position, seed)
   global_step_N/trainer_state.json  step, epoch, emitter seq, KL controller value

@@ -1,10 +1,15 @@
-"""The GRPO training loop (the driver): setup, the step, validation, and `fit` over the steps.
+"""The training loop (the driver): setup, the step, validation, and `fit` over the steps.
 
 `Trainer(cfg, emitter=..., should_stop=...).fit()` runs the whole training and returns "succeeded" or
 "stopped". `Trainer.train_step` is the step, phase by phase:
 
   load prompts -> rollout (MultiTurnRollout, n samples each) -> reward (score on the last trained
-  token) -> old log-probs -> ref log-probs -> advantages (registry) -> update -> weight sync
+  token) -> old log-probs -> ref log-probs -> [values] -> advantages (registry) -> [critic update]
+  -> update (from step trainer.critic_warmup on) -> weight sync
+
+The bracketed phases run for algorithm.adv_estimator=gae only: the critic (trainer.workers.critic,
+one more role in every worker) gives the values GAE needs, then trains on the step's returns before
+the actor's update, as verl's PPO trainer orders them.
 
 With dynamic sampling (algorithm.filter_groups, DAPO) the first two phases repeat: `Trainer.rollout`
 generates batches of data.gen_batch_size prompts until data.train_batch_size groups whose metric
@@ -152,6 +157,10 @@ class Trainer:
         elif rc.rollout_is is not None or rc.rollout_rs is not None:  # needed before the update
             self.recompute_old = True
         self.use_ref = bool(arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward)
+        from trainer.config.critic import uses_critic
+
+        self.use_critic = uses_critic(cfg.algorithm.adv_estimator)
+        self.critic_mini_batch_size = (cfg.critic.ppo_mini_batch_size or arr.actor.ppo_mini_batch_size) * self.n
         self.world_size = tr.nnodes * tr.n_gpus_per_node
         from trainer.config import apply_overrides
         from trainer.parallel.group import build_worker_group
@@ -160,6 +169,8 @@ class Trainer:
         worker_cfg = self.cfg
         if not arr.actor.optim.total_training_steps or arr.actor.optim.total_training_steps <= 0:
             worker_cfg = apply_overrides(self.cfg, {"actor_rollout_ref.actor.optim.total_training_steps": self.total_steps})
+        if self.use_critic and (not cfg.critic.optim.total_training_steps or cfg.critic.optim.total_training_steps <= 0):
+            worker_cfg = apply_overrides(worker_cfg, {"critic.optim.total_training_steps": self.total_steps})
         self.group = build_worker_group(worker_cfg.to_dict(), world_size=self.world_size, launcher=tr.launcher,
                                         device_type=self.device.type)
         if getattr(self.group, "nodes", None) and self.emitter is not None:
@@ -251,16 +262,24 @@ class Trainer:
                 with t("ref"):
                     exp.batch.ref_log_probs, _ = g.compute_log_prob(exp.batch, parts, step=step, role="ref",
                                                                     with_entropy=False)
+            if self.use_critic:
+                with t("values"):
+                    exp.batch.values = g.compute_values(exp.batch, parts, step=step)
             corr_metrics = scoring.correct_rollout(self.cfg.algorithm.rollout_correction, exp)
             with t("adv"):
                 extra.update(self.compute_advantages(exp))
             actor_metrics: dict[str, list[float]] = {}
+            if self.use_critic:
+                with t("update_critic"):
+                    actor_metrics.update(g.update_critic(exp.batch, parts, mini_batch_size=self.critic_mini_batch_size,
+                                                         seed=self.cfg.trainer.seed * 11 + step, step=step))
             if step >= self.cfg.trainer.critic_warmup:
                 with t("update_actor"):
                     capture = not self.recompute_old
-                    actor_metrics, old, ent = g.update_policy(exp.batch, parts, mini_batch_size=self.mini_batch_size,
-                                                              seed=self.cfg.trainer.seed * 7 + step, capture=capture,
-                                                              step=step)
+                    policy_metrics, old, ent = g.update_policy(exp.batch, parts, mini_batch_size=self.mini_batch_size,
+                                                               seed=self.cfg.trainer.seed * 7 + step, capture=capture,
+                                                               step=step)
+                    actor_metrics.update(policy_metrics)
                     if capture:
                         exp.batch.old_log_probs = old * exp.batch.response_mask
                         if exp.entropy is None and ent is not None:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-PHASES = ("rollout", "reward_model", "old_log_prob", "ref", "update", "sync", "idle")
+PHASES = ("rollout", "reward_model", "old_log_prob", "ref", "values", "update_critic", "update", "sync", "idle")
 
 
 def rss_bytes() -> int:

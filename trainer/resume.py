@@ -1,10 +1,10 @@
 """The driver's side of checkpoints: what a run saves at a step, and what it restores on resume.
 
-`save_run` writes one step's checkpoint (trainer.checkpoint's layout: every worker its actor shards
-through the worker group, the loader position, the RNG states, the driver's epoch / emitter seq /
+`save_run` writes one step's checkpoint (trainer.checkpoint's layout: every worker its actor shards,
+and its critic shards with gae, through the worker group, the loader position, the RNG states, the driver's epoch / emitter seq /
 KL coefficient, the config), prunes old ones to trainer.max_actor_ckpt_to_keep and reports it as a
 checkpoint event. `resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is
-one, loads the actor into every worker, the loader position and the RNG states, and returns the
+one, loads the actor (and the critic) into every worker, the loader position and the RNG states, and returns the
 driver's state for trainer.loop.Trainer to take over.
 """
 from __future__ import annotations
@@ -22,7 +22,8 @@ def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state
              emitter: Any) -> Path:
     """Save step `step` under `out_dir`, prune, emit the checkpoint event; the step folder's path."""
     path = ckpt.save_checkpoint(out_dir, step,
-                                write_actor=lambda d: group.call("save", path=str(d)),
+                                # the critic (gae) beside the actor, in the same uncommitted step folder
+                                write_actor=lambda d: group.call("save", path=str(d), critic_path=str(d.parent / "critic")),
                                 loader_state=loader.state_dict(),
                                 trainer_state=trainer_state,
                                 config=cfg.to_dict())
@@ -51,7 +52,8 @@ def resume_run(out_dir: Path, tr: TrainerConfig, *, group: Any, loader: Any, kl_
     if path is None:
         return None
     state = ckpt.load_checkpoint(path)
-    group.call("load", path=str(state["actor"]["dir"]))  # every rank its shards, then a weight sync
+    # every rank its shards (the critic's too, with gae), then a weight sync
+    group.call("load", path=str(state["actor"]["dir"]), critic_path=str(Path(path) / "critic"))
     loader.load_state_dict(state["loader"])
     ckpt.set_rng_state(state["rng"])
     ts = state["trainer_state"]

@@ -36,7 +36,7 @@ def step_metrics(cfg: Config, exp: Experience, timing: dict[str, float], actor: 
         token_level_scores=b.token_level_scores, token_level_rewards=b.token_level_rewards,
         advantages=b.advantages, returns=b.returns, response_mask=b.response_mask, loss_mask=b.loss_mask,
         prompt_lengths=prompt_len, max_response_length=cfg.actor_rollout_ref.rollout.response_length,
-        max_prompt_length=cfg.data.max_prompt_length)
+        max_prompt_length=cfg.data.max_prompt_length, values=b.values)
     m.update(compute_count_metrics("num_turns", [
         verl_num_turns(tr.num_turns, tr.messages, len(tr.prompt.messages), tr.finish_reason) for tr in trajs]))
     m.update(compute_count_metrics("tool_call_counts", [tr.tool_calls for tr in trajs]))
@@ -56,7 +56,7 @@ def step_metrics(cfg: Config, exp: Experience, timing: dict[str, float], actor: 
     for k in ("gen",):
         if k in timing and n_resp:
             m[f"timing_per_token_ms/{k}"] = 1000 * timing[k] / n_resp
-    for k in ("old_log_prob", "ref", "adv", "update_actor"):
+    for k in ("old_log_prob", "ref", "values", "adv", "update_critic", "update_actor"):
         if k in timing and n_total:
             m[f"timing_per_token_ms/{k}"] = 1000 * timing[k] / n_total
     world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node

@@ -1,7 +1,8 @@
 """verl's per-step data metrics and the driver-side reduction of metric lists.
 
 compute_data_metrics(...)  -> critic/score/*, critic/rewards/*, critic/advantages/*,
-                              critic/returns/*, response_length/*, prompt_length/*
+                              critic/returns/*, response_length/*, prompt_length/*; with the
+                              critic's values critic/values/*, critic/vf_explained_var
                               (the one implementation: trainer.step_report.step_metrics calls it)
 compute_count_metrics(...) -> <prefix>/{mean,max,min} of per-trajectory counts
                               (num_turns/*, tool_call_counts/*)
@@ -61,6 +62,7 @@ def compute_data_metrics(
     max_response_length: int,
     max_prompt_length: int | None = None,
     loss_mask: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """verl's data metrics from plain tensors.
 
@@ -70,7 +72,8 @@ def compute_data_metrics(
     default ``response_mask``). ``response_length`` counts the tokens of ``response_mask`` (the
     response's attention mask: in multi-turn it includes the tool replies, as verl's does).
     ``clip_ratio`` = fraction of sequences at the length limit, measured against the configured limit
-    (not the padded width: verl PR #7821).
+    (not the padded width: verl PR #7821). With the critic's ``values`` (gae): critic/values/* and
+    critic/vf_explained_var = 1 - Var(R - V) / (Var(R) + 1e-5) over the same tokens, as verl.
     """
     mask = (response_mask if loss_mask is None else loss_mask).bool()
     response_length = response_mask.sum(dim=-1).double()
@@ -80,6 +83,11 @@ def compute_data_metrics(
     metrics.update(_stats("critic/rewards", token_level_rewards.sum(dim=-1)))
     metrics.update(_stats("critic/advantages", advantages[mask]))
     metrics.update(_stats("critic/returns", returns[mask]))
+    if values is not None:
+        v, r = values[mask].double(), returns[mask].double()
+        metrics.update(_stats("critic/values", v))
+        if v.numel() > 1:
+            metrics["critic/vf_explained_var"] = float(1.0 - (r - v).var() / (r.var() + 1e-5))
     metrics.update(_stats("response_length", response_length))
     metrics["response_length/clip_ratio"] = float(
         (response_length >= max_response_length).double().mean()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .actor_rollout_ref import ActorConfig, ActorRolloutRefConfig, RolloutConfig
+from .critic import check_critic
 from .fields import ConfigError, coerce, hints
 from .lora import check_lora, lora_warnings
 from .reward_model import check_reward_model
@@ -212,6 +213,8 @@ def _check_algorithm(alg: AlgorithmConfig) -> None:
             )
     if not 0 <= alg.gamma <= 1:
         raise ConfigError("algorithm.gamma", "must be in [0, 1]")
+    if not 0 <= alg.lam <= 1:
+        raise ConfigError("algorithm.lam", "must be in [0, 1]")
 
 
 def _check_dapo(cfg: Config) -> None:
@@ -300,6 +303,9 @@ def _parts(cfg: Config, *, require_paths: bool) -> list:
         lambda: _check_batches(cfg),
         lambda: _check_actor(cfg.actor_rollout_ref),
         lambda: _check_algorithm(cfg.algorithm),
+        lambda: check_critic(cfg.critic, train_batch_size=cfg.data.train_batch_size,
+                             n=cfg.actor_rollout_ref.rollout.n, world=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node,
+                             actor_mini=cfg.actor_rollout_ref.actor.ppo_mini_batch_size),
         lambda: _check_dapo(cfg),
         lambda: check_reward_model(cfg.reward_model),
         lambda: check_rollout_correction(cfg.algorithm.rollout_correction),
@@ -325,7 +331,7 @@ def config_errors(cfg: Config, *, require_paths: bool = True) -> list[ConfigErro
 
 def resolve(cfg: Config) -> Config:
     """Fill the derived defaults (response_length, max_model_len, max_turns, clip bounds,
-    actor.loss_scale_factor, ref.use_torch_compile).
+    actor.loss_scale_factor, ref.use_torch_compile, the critic's keys left to the actor's).
 
     Pure config maths; device-dependent choices (dtype auto, device auto, rollout name auto) need
     torch and are left to the loop.
@@ -356,11 +362,23 @@ def resolve(cfg: Config) -> Config:
         if arr.ref.use_torch_compile is None
         else arr.ref.use_torch_compile,
     )
+    critic = cfg.critic
+    new_critic = dataclasses.replace(
+        critic,
+        model=dataclasses.replace(critic.model, path=critic.model.path or arr.model.path),
+        ppo_mini_batch_size=critic.ppo_mini_batch_size or actor.ppo_mini_batch_size,
+        ppo_epochs=critic.ppo_epochs or actor.ppo_epochs,
+        shuffle=actor.shuffle if critic.shuffle is None else critic.shuffle,
+        loss_agg_mode=critic.loss_agg_mode or actor.loss_agg_mode,
+        forward_micro_batch_size_per_gpu=critic.forward_micro_batch_size_per_gpu
+        or critic.ppo_micro_batch_size_per_gpu,
+    )
     return dataclasses.replace(
         cfg,
         actor_rollout_ref=dataclasses.replace(
             arr, rollout=new_rollout, actor=new_actor, ref=new_ref
         ),
+        critic=new_critic,
     )
 
 

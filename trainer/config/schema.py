@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Union
 
 from .actor_rollout_ref import ActorRolloutRefConfig, upgrade_stored
+from .critic import CriticConfig
 from .fields import build, option, section
 from .reward_model import RewardModelModelConfig
 from .rollout_correction import RolloutCorrectionConfig
@@ -108,13 +109,17 @@ class FilterGroupsConfig:
 @dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: Literal[
-        "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"
-    ] = option("grpo", "Advantage estimator (registry name in trainer.algorithms.advantages).")
+        "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"
+    ] = option(
+        "grpo",
+        "Advantage estimator (registry name in trainer.algorithms.advantages); gae = PPO with a "
+        "learned value model (the critic section).",
+    )
     norm_adv_by_std_in_grpo: bool = option(
         True, "Divide GRPO advantages by the group std (False = Dr.GRPO)."
     )
-    gamma: float = option(1.0, "Discount (REINFORCE++).")
-    lam: float = option(1.0, "GAE lambda (kept for verl compatibility).")
+    gamma: float = option(1.0, "Discount per trained token (GAE, REINFORCE++).")
+    lam: float = option(1.0, "GAE lambda: 1 = Monte-Carlo returns less the value, 0 = one-step TD.")
     use_kl_in_reward: bool = option(False, "Subtract a KL penalty from the token rewards.")
     kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = option(
         "kl", "KL estimator used as reward penalty."
@@ -251,7 +256,9 @@ class TrainerConfig:
         "and RLSTUDIO_INGEST_TOKEN_FILE or RLSTUDIO_INGEST_TOKEN, from the environment).",
     )
     critic_warmup: int = option(
-        0, "Steps before the actor updates (verl compatibility; no critic here)."
+        0,
+        "The actor updates from step critic_warmup on (verl's test, steps counted from 1): with "
+        "gae the steps before train the critic alone; 0 and 1 = from the first step.",
     )
     balance_batch: bool = option(True, "Reorder trajectories so workers get similar token counts.")
     export_hf: bool = option(True, "Export the final policy in Hugging Face format.")
@@ -290,6 +297,9 @@ class Config:
     data: DataConfig = section(DataConfig, "Datasets and lengths.")
     actor_rollout_ref: ActorRolloutRefConfig = section(
         ActorRolloutRefConfig, "Model, rollout, actor, reference."
+    )
+    critic: CriticConfig = section(
+        CriticConfig, "The value model of PPO with GAE (algorithm.adv_estimator=gae)."
     )
     algorithm: AlgorithmConfig = section(AlgorithmConfig, "Advantage estimator and KL in reward.")
     reward: RewardConfig = section(RewardConfig, "Reward function.")

@@ -90,6 +90,25 @@ class WorkerGroup(abc.ABC):
         return (metrics, _gather([o["old_log_probs"] for o in outs], parts, len(batch)),
                 _gather([o["entropy"] for o in outs], parts, len(batch)))
 
+    def compute_values(self, batch: Any, parts: list[list[int]], *, step: int) -> torch.Tensor:
+        """The critic's values (B, R), each rank on its rows."""
+        outs = self.call("compute_values", per_rank=[{"batch": batch.select(p)} for p in parts], step=step)
+        return _gather(outs, parts, len(batch))
+
+    def update_critic(self, batch: Any, parts: list[list[int]], *, mini_batch_size: int, seed: int,
+                      step: int) -> dict[str, list[float]]:
+        """The critic's update on every rank (`mini_batch_size` trajectories over all ranks); metric
+        lists concatenated over ranks."""
+        if mini_batch_size % self.world_size:
+            raise ValueError(f"critic mini batch {mini_batch_size} is not divisible by {self.world_size} workers")
+        outs = self.call("update_critic", per_rank=[{"batch": batch.select(p)} for p in parts],
+                         mini_batch_size=mini_batch_size // self.world_size, seed=seed, step=step)
+        metrics: dict[str, list[float]] = {}
+        for o in outs:
+            for k, v in o.items():
+                metrics.setdefault(k, []).extend(v)
+        return metrics
+
     def compute_rm_score(self, conversations: list[list[dict[str, Any]]], *, step: int) -> list[float]:
         """The reward model's scores, each rank on a contiguous run of the conversations (as generate
         splits prompts); back in input order."""

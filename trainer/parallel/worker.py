@@ -6,6 +6,8 @@ One worker per device holds, colocated (verl's hybrid engine):
              is the identity, so the one-worker path skips the process group)
   ref        ActorWorker over the frozen reference (FSDP2 too; parameters on the CPU with
              ref.fsdp_config.param_offload on GPUs), only when a KL term needs it
+  critic     CriticWorker over the value model (trainer.workers.critic; FSDP2-sharded as the
+             actor), only for algorithm.adv_estimator=gae
   reward_model  RewardModelWorker (trainer.workers.reward_model), only with reward_model.enable: a
              full, unsharded copy of the sequence-classification model on every worker (inference
              only); each rank scores its contiguous share of the step's trajectories, as it generates
@@ -17,7 +19,7 @@ One worker per device holds, colocated (verl's hybrid engine):
              the driver after each call
 
 Phase order per step (docs/design.md §4.6): generate (engine memory resumed, released after when
-rollout.free_cache_engine) -> old_log_prob -> ref -> update -> sync: the engine is resumed, the
+rollout.free_cache_engine) -> old_log_prob -> ref -> values -> update_critic -> update -> sync: the engine is resumed, the
 parameters flow from the FSDP shards in buckets of rollout.update_weights_bucket_megabytes (gather a
 bucket of full tensors, load it, free it), then flush_cache. Every phase boundary is a memory sample.
 
@@ -162,6 +164,20 @@ class RankWorker:
                                  use_torch_compile=arr.actor.use_torch_compile,
                                  model=load(torch.float32, lora=lora_enabled(arr.model)),
                                  rollout_correction=cfg.algorithm.rollout_correction)
+        self.critic = None  # the value model, only for algorithm.adv_estimator=gae
+        from trainer.config.critic import uses_critic
+
+        if uses_critic(cfg.algorithm.adv_estimator):
+            from trainer.workers.critic import CriticWorker, load_value_model
+
+            value_model = load_value_model(cfg.critic.model.path, dtype=torch.float32,
+                                           trust_remote_code=arr.model.trust_remote_code).to(device)
+            if self.sharded:  # sharded as the actor: each decoder layer, then the root
+                shard_module(value_model, device=device, compute_dtype=self.dtype, mixed_precision=True)
+            critic_steps = int(cfg.critic.optim.total_training_steps or 0)
+            self.critic = CriticWorker(model=value_model, cfg=cfg.critic, device=device, dtype=self.dtype,
+                                       total_steps=critic_steps if critic_steps > 0 else self.total_steps,
+                                       pad_token_id=pad, loss_scale_factor=arr.actor.loss_scale_factor)
         self.ref = None  # with LoRA the reference is the actor with its adapter disabled (no copy)
         if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and self.lora is None:
             self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),
@@ -261,6 +277,19 @@ class RankWorker:
             out["old_log_probs"], out["entropy"] = batch.old_log_probs, self.actor.last_entropy
         return out
 
+    def compute_values(self, batch: Any, *, step: int) -> torch.Tensor:
+        """The critic's values (B, R) of this rank's share of the batch."""
+        if self.critic is None:
+            raise RuntimeError("no critic on this worker (algorithm.adv_estimator is not gae)")
+        with self.phase("values", step):
+            return self.critic.compute_values(batch)
+
+    def update_critic(self, batch: Any, *, mini_batch_size: int, seed: int, step: int) -> dict[str, list[float]]:
+        if self.critic is None:
+            raise RuntimeError("no critic on this worker (algorithm.adv_estimator is not gae)")
+        with self.phase("update_critic", step):
+            return self.critic.update_critic(batch, mini_batch_size=mini_batch_size, seed=seed)
+
     def compute_rm_score(self, conversations: list[list[dict[str, Any]]], *, step: int) -> list[float]:
         """The reward model's score of each of this rank's conversations (trainer.workers.reward_model)."""
         if self.reward_model is None:
@@ -294,13 +323,22 @@ class RankWorker:
             return {"bytes": float(nbytes), "seconds": time.perf_counter() - t0, "buckets": float(buckets)}
 
     # ---------------------------------------------------------------------------- checkpoints
-    def save(self, path: str) -> None:
-        """This rank's shards of the actor (model + optimizer) under `path` (DCP; every rank calls)."""
+    def save(self, path: str, critic_path: str | None = None) -> None:
+        """This rank's shards of the actor (model + optimizer) under `path`, and of the critic under
+        `critic_path` when there is one (DCP; every rank calls)."""
         Path(path).mkdir(parents=True, exist_ok=True)
         self.actor.save_sharded(path)
+        if self.critic is not None and critic_path is not None:
+            Path(critic_path).mkdir(parents=True, exist_ok=True)
+            self.critic.save_sharded(critic_path)
 
-    def load(self, path: str) -> dict[str, float]:
+    def load(self, path: str, critic_path: str | None = None) -> dict[str, float]:
         self.actor.load_sharded(path)
+        if self.critic is not None:
+            if critic_path is None or not Path(critic_path, ".metadata").exists():
+                raise FileNotFoundError(f"the checkpoint has no critic ({critic_path}): it was saved by a run "
+                                        "without algorithm.adv_estimator=gae")
+            self.critic.load_sharded(critic_path)
         return self.sync_weights(step=self.step)
 
     def export_hf(self, out_dir: str) -> None:
@@ -344,11 +382,11 @@ class RankWorker:
         del plain
 
     # ---------------------------------------------------------------------------- diagnostics
-    def full_state(self) -> dict[str, torch.Tensor] | None:
-        """The actor's full weights on rank 0 (None on the others; collective under FSDP)."""
+    def full_state(self, role: str = "actor") -> dict[str, torch.Tensor] | None:
+        """The actor's (or the critic's) full weights on rank 0 (None on the others; collective under FSDP)."""
         from trainer.parallel.fsdp import full_model_state
 
-        state = full_model_state(self.actor.model)
+        state = full_model_state((self.critic if role == "critic" else self.actor).model)
         return state if self.rank == 0 else None
 
     def drain_memory(self) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ class ExperienceBatch:
     token_level_scores: torch.Tensor | None = None
     token_level_rewards: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    values: torch.Tensor | None = None  # (B, R) the critic's V_t before the update (gae only)
     # Rollout correction (algorithm.rollout_correction): the engine's log-probs of the sampled tokens (0
     # where the loss mask is 0) and the importance weights pi_old / pi_rollout the policy loss multiplies.
     rollout_log_probs: torch.Tensor | None = None

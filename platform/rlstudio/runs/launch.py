@@ -103,6 +103,8 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
         "data.val_files": dataset_path(val_dataset) if val_dataset is not None else None,
         "actor_rollout_ref.model.path": str(model.path) if model is not None else "",
         "actor_rollout_ref.model.tokenizer_path": None,
+        # PPO with GAE: the value model is a copy of the run's model with a scalar head
+        "critic.model.path": str(model.path) if model is not None else None,
         "actor_rollout_ref.model.trust_remote_code": bool(getattr(model, "trust_remote_code", False)),
         # The parser the registration check proved reads this model's tool calls (the schema's default
         # for a model registered before the check, or one whose template renders no tool calls).

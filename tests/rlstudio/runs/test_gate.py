@@ -53,6 +53,7 @@ PLATFORM_PROBES = {
     "actor_rollout_ref.model.path": "/srv/models/x",
     "actor_rollout_ref.model.tokenizer_path": "/srv/models/x",
     "actor_rollout_ref.model.trust_remote_code": True,
+    "critic.model.path": "/srv/other-user/critic",
     "actor_rollout_ref.rollout.multi_turn.format": "llama3",
     "reward_model.model.path": "/srv/other-user/rm",
     "reward_model.model.trust_remote_code": True,

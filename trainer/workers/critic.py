@@ -1,0 +1,216 @@
+"""The critic (PPO with GAE): a value model trained beside the actor on each step's batch.
+
+`CriticWorker` holds a Hugging Face token-classification model with one label: the transformer
+body of `critic.model.path` (the actor's model unless set) and a scalar head `score` on every
+position (verl's critic is the same AutoModelForTokenClassification, num_labels=1). A head the folder
+does not have starts at zero, so the first values are 0 whatever the seed and the world size (a
+checkpoint that has one, a trained critic, keeps it). Like the actor it is FSDP2-sharded by
+trainer.parallel when the world size is > 1 (`load_value_model` then `shard_module`), float32
+master weights, bf16 autocast on GPUs, dropout off.
+
+  compute_values(batch)  -> values (B, R)           V of the state before each response token
+  update_critic(batch)   -> metrics {name: [values]} ppo_epochs x mini-batches x micro-batches
+  save_sharded(dir) / load_sharded(dir)             model + optimizer (DCP) + LR scheduler
+
+Values are aligned as the actor's log-probs: position t is the head's output on the token before
+response token t (the last prompt token for t = 0), so V_t is the value of the state the policy
+acted in. The loss is verl's clipped value loss (trainer.algorithms.losses.value_loss) over the
+loss mask (tool replies are not trained), normalised like the actor's: each micro-batch weighted by
+its share of the whole mini-batch on every rank, so micro-batching and data parallelism give the
+gradient of the full mini-batch loss. Metrics (verl's names): critic/vf_loss (per mini-batch, the
+global loss), critic/vf_clipfrac and critic/vpred_mean (per micro-batch), critic/grad_norm (per
+optimizer step), critic/lr.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from trainer.workers.actor import (_all_reduce, _dist_world, _local_tensor, _rank, _without_dropout, equalize_chunks,
+                                   fused_adamw_ok, lr_lambda_factory)
+from trainer.workers.experience import ExperienceBatch, length_sorted_chunks, pack_micro_batch
+
+
+def load_value_model(path: str, *, dtype: torch.dtype, trust_remote_code: bool = False) -> torch.nn.Module:
+    """The value model of `path`: its body with a one-output `score` head (zero when the folder has
+    none), classifier dropout 0."""
+    from transformers import AutoConfig, AutoModelForTokenClassification
+    from transformers.utils import logging as hf_logging
+
+    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    config.num_labels = 1
+    config.classifier_dropout = 0.0
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "lm_head not used / score newly initialized" is the intent here
+    try:
+        model, info = AutoModelForTokenClassification.from_pretrained(
+            path, config=config, dtype=dtype, trust_remote_code=trust_remote_code, output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    head = getattr(model, "score", None)
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no `score` head: not usable as a value model")
+    missing = set(info.get("missing_keys") or [])
+    with torch.no_grad():
+        for name, param in head.named_parameters():
+            if f"score.{name}" in missing:
+                param.zero_()
+    return model
+
+
+def _share(mode: str, mask: torch.Tensor, rows: int, g_tokens: float, g_rows: float, g_rows_tok: float) -> float:
+    """Weight of one micro-batch's aggregated loss in the global mini-batch loss (as the actor's)."""
+    if mode == "token-mean":
+        return float(mask.sum()) / max(g_tokens, 1.0)
+    if mode == "seq-mean-token-mean":
+        return float((mask.sum(-1) > 0).sum()) / max(g_rows_tok, 1.0)
+    return rows / max(g_rows, 1.0)
+
+
+class CriticWorker:
+    """The value model on one device (a shard of it under FSDP2), its AdamW and LR schedule."""
+
+    def __init__(self, *, model: torch.nn.Module, cfg: Any, device: torch.device, dtype: torch.dtype,
+                 total_steps: int, pad_token_id: int, loss_scale_factor: float | None = None):
+        self.model = model  # placed (and sharded) by its owner
+        self.cfg = cfg  # the resolved critic section
+        self.device = device
+        self.compute_dtype = dtype
+        self.pad_token_id = int(pad_token_id)
+        self.loss_scale_factor = loss_scale_factor
+        _without_dropout(self.model)
+        self.model.eval()
+        optim = cfg.optim
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self._fused_optim = fused_adamw_ok(params)
+        self.optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas),
+                                           weight_decay=optim.weight_decay, fused=self._fused_optim or None)
+        total = int(optim.total_training_steps) if optim.total_training_steps and optim.total_training_steps > 0 \
+            else int(total_steps)
+        warmup = int(optim.lr_warmup_steps) if optim.lr_warmup_steps is not None and optim.lr_warmup_steps >= 0 \
+            else int(float(optim.lr_warmup_steps_ratio) * total)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lr_lambda_factory(warmup_steps=warmup, total_steps=total, style=optim.warmup_style,
+                                              min_lr_ratio=float(optim.min_lr_ratio)))
+
+    # ---- forward -------------------------------------------------------------------------------
+    def _autocast(self):
+        use = self.compute_dtype in (torch.bfloat16, torch.float16)
+        return torch.autocast(device_type=self.device.type, dtype=self.compute_dtype, enabled=use)
+
+    def _values(self, batch: ExperienceBatch, idx: list[int]) -> tuple[torch.Tensor, int]:
+        """Values (b, R_mb) float32 of rows `idx`, and R_mb."""
+        mb = pack_micro_batch([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx],
+                              pad_id=self.pad_token_id, device=self.device)
+        r = mb.response_width
+        with self._autocast():
+            out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                             position_ids=mb.position_ids, use_cache=False)
+        # Output row t is the value of the prefix ending at token t: rows -(R+1)..-2 precede the response tokens.
+        return out.logits[:, -(r + 1):-1, 0].float(), r
+
+    def _chunks(self, batch: ExperienceBatch, idx: list[int], micro: int | None) -> list[list[int]]:
+        lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
+        local = length_sorted_chunks(lengths, micro)
+        if _dist_world() > 1:  # FSDP: the same number of forwards on every rank
+            local = equalize_chunks(local, int(_all_reduce([float(len(local))], "max")[0]))
+        return [[idx[j] for j in chunk] for chunk in local]
+
+    @torch.no_grad()
+    def compute_values(self, batch: ExperienceBatch) -> torch.Tensor:
+        """(B, R) values on the CPU, float32, zero past each response."""
+        B, R = len(batch), batch.response_width
+        out = torch.zeros(B, R)
+        for chunk in self._chunks(batch, list(range(B)), self.cfg.forward_micro_batch_size_per_gpu):
+            v, r = self._values(batch, chunk)
+            out[torch.as_tensor(chunk), :r] = v.cpu()
+        return out * batch.response_mask
+
+    # ---- update --------------------------------------------------------------------------------
+    def current_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def update_critic(self, batch: ExperienceBatch, *, mini_batch_size: int, seed: int = 0) -> dict[str, list[float]]:
+        """critic.ppo_epochs passes over `batch` (needs values: V_old, and returns) in mini-batches of
+        `mini_batch_size` trajectories (this rank's share)."""
+        from trainer.algorithms.losses import masked_mean, value_loss
+
+        if batch.values is None or batch.returns is None:
+            raise ValueError("update_critic needs batch.values and batch.returns")
+        cfg = self.cfg
+        B = len(batch)
+        metrics: dict[str, list[float]] = {}
+
+        def add(name: str, value: float) -> None:
+            metrics.setdefault(name, []).append(float(value))
+
+        gen = torch.Generator().manual_seed(int(seed))
+        world = _dist_world()
+        for _epoch in range(int(cfg.ppo_epochs)):
+            order = torch.randperm(B, generator=gen).tolist() if cfg.shuffle else list(range(B))
+            for m0 in range(0, B, mini_batch_size):
+                mini = order[m0:m0 + mini_batch_size]
+                mmask = batch.loss_mask[torch.as_tensor(mini)]
+                g_tokens, g_rows, g_rows_tok = _all_reduce(
+                    [float(mmask.sum()), float(len(mini)), float((mmask.sum(-1) > 0).sum())])
+                self.optimizer.zero_grad(set_to_none=True)
+                mini_loss = 0.0
+                for micro in self._chunks(batch, mini, cfg.ppo_micro_batch_size_per_gpu):
+                    rows = torch.as_tensor(micro)
+                    vpred, r = self._values(batch, micro)
+                    mask = batch.loss_mask[rows, :r].to(self.device)
+                    loss, clipfrac = value_loss(vpred, batch.returns[rows, :r].to(self.device),
+                                                batch.values[rows, :r].to(self.device), mask, cfg.cliprange_value,
+                                                cfg.loss_agg_mode, self.loss_scale_factor or batch.response_width)
+                    weight = _share(cfg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
+                    (loss * weight * world).backward()  # FSDP averages gradients over ranks
+                    mini_loss += loss.item() * weight
+                    add("critic/vf_clipfrac", clipfrac.item())
+                    add("critic/vpred_mean", masked_mean(vpred.detach(), mask).item())
+                add("critic/vf_loss", _all_reduce([mini_loss])[0])
+                grad_norm = _local_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                                         max_norm=cfg.grad_clip))
+                if torch.isfinite(grad_norm):
+                    self.optimizer.step()
+                else:  # a non-finite gradient would poison the weights and Adam's moments
+                    self.optimizer.zero_grad(set_to_none=True)
+                    add("critic/skipped_steps", 1.0)
+                add("critic/grad_norm", grad_norm.item())
+        add("critic/lr", self.current_lr())
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return metrics
+
+    # ---- state ---------------------------------------------------------------------------------
+    def _keep_fused(self) -> None:
+        for group in self.optimizer.param_groups:  # see ActorWorker._keep_fused
+            group["fused"] = self._fused_optim or None
+
+    def save_sharded(self, path: str) -> None:
+        """Model + optimizer through torch.distributed.checkpoint (every rank its shards), the LR
+        scheduler as scheduler.pt by rank 0."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        with warnings.catch_warnings():  # one worker saves without a process group, as intended
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+        if _rank() == 0:
+            torch.save(self.scheduler.state_dict(), f"{path}/scheduler.pt")
+
+    def load_sharded(self, path: str) -> None:
+        """Inverse of save_sharded (every rank; the world size may differ from the saving run's)."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+            dcp.load(state, checkpoint_id=path)
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        self._keep_fused()
+        self.scheduler.load_state_dict(torch.load(f"{path}/scheduler.pt", weights_only=False))
