@@ -34,6 +34,7 @@ class HeldOut:
 
 @dataclass(frozen=True)
 class EvalFigures:
+    model: str  # "step N" or "base model" (an evaluation's base column, next to the step's)
     dataset: str
     k: int
     prompts: int
@@ -113,8 +114,8 @@ def model_card(f: CardFacts) -> str:
         lines.append("The run reported no held-out reward.")
     lines += ["", "## Evaluations of this checkpoint", ""]
     if f.evaluations:
-        lines += ["| dataset | k | prompts | mean@k | pass@k | maj@k |", "|---|---|---|---|---|---|"]
-        lines += [f"| {plain(e.dataset)} | {e.k} | {e.prompts} | {_num(e.mean_at_k)} | {_num(e.pass_at_k)} | "
+        lines += ["| model | dataset | k | prompts | mean@k | pass@k | maj@k |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {plain(e.model)} | {plain(e.dataset)} | {e.k} | {e.prompts} | {_num(e.mean_at_k)} | {_num(e.pass_at_k)} | "
                   f"{_num(e.maj_at_k)} |" for e in f.evaluations]
     else:
         lines.append(f"No evaluation of step {f.step} yet.")

@@ -51,15 +51,16 @@ def card_facts(*, run, step: int, lora: bool) -> CardFacts:
     figures = []
     for ev in (Evaluation.objects.filter(run=run, status=EvaluationStatus.SUCCEEDED)
                .select_related("dataset").order_by("created", "id")):
-        if step not in (ev.checkpoints or []):
-            continue
         # A dataset of someone else the run's owner may not see stays unnamed in the owner's card.
         name = ev.dataset.name if _visible_to(run.owner, ev.dataset) else "(a dataset not shared with the run's owner)"
         prompts = len((ev.results or {}).get("prompts", []))
-        for c in (ev.results or {}).get("checkpoints", []):
-            if c.get("step") == step:
-                figures.append(EvalFigures(dataset=name, k=ev.k, prompts=prompts, mean_at_k=float(c["mean_at_k"]),
-                                           pass_at_k=float(c["pass_at_k"]), maj_at_k=float(c["maj_at_k"])))
+        columns = (ev.results or {}).get("checkpoints", [])
+        mine = [c for c in columns if not c.get("base") and c.get("step") == step]
+        base = [c for c in columns if c.get("base")]
+        for label, c in [(f"step {step}", c) for c in mine] + [("base model", c) for c in base if mine]:
+            figures.append(EvalFigures(model=label, dataset=name, k=ev.k, prompts=prompts,
+                                       mean_at_k=float(c["mean_at_k"]), pass_at_k=float(c["pass_at_k"]),
+                                       maj_at_k=float(c["maj_at_k"])))
     estimator = flat.get("algorithm.adv_estimator") or "grpo"
     loss = flat.get("actor_rollout_ref.actor.policy_loss.loss_mode") or "vanilla"
     return CardFacts(run_id=run.pk, run_name=run.name, step=step, run_step=max(run.step or 0, step),
