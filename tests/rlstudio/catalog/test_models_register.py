@@ -115,3 +115,20 @@ def test_one_folder_one_registration_across_users(api, tiny, tmp_path, alice, bo
     # Reused, not owned: bob still cannot change it.
     assert other.delete(f"/api/v1/models/{body['id']}/").status_code == 403
     assert other.patch(f"/api/v1/models/{body['id']}/", {"visibility": "private"}, format="json").status_code == 403
+
+
+@pytest.mark.django_db
+def test_trust_remote_code_is_no_users_to_set(api, tiny, alice):
+    """An operator's decision (the admin, audited): registering or editing a model through the API
+    ignores it, and a run on the model is refused it (tests/rlstudio/runs/test_trust.py)."""
+    resp = api.post("/api/v1/models/", {"name": "tiny", "path": str(tiny), "trust_remote_code": True}, format="json")
+    assert resp.status_code == 201, resp.json()
+    assert resp.json()["trust_remote_code"] is False
+    pk = resp.json()["id"]
+    resp = api.patch(f"/api/v1/models/{pk}/", {"trust_remote_code": True}, format="json")
+    assert resp.status_code == 200 and resp.json()["trust_remote_code"] is False, resp.json()  # ignored
+    assert ModelAsset.objects.get(pk=pk).trust_remote_code is False
+    page = Client()
+    page.force_login(alice)
+    page.post("/models/", {"name": "again", "path": str(tiny), "trust_remote_code": "on"})
+    assert not ModelAsset.objects.filter(trust_remote_code=True).exists()

@@ -225,3 +225,39 @@ def test_asgi_gate_times_out_a_slow_body_and_passes_a_normal_one(settings):
     settings.RLSTUDIO_MAX_REQUEST_BYTES = 8
     sent, _, got = run_gate([(b"transfer-encoding", b"chunked")], body, path="/accounts/login/")
     assert sent[0]["status"] == 413 and got[-1] == {"type": "http.disconnect"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_gate_answers_a_peer_on_a_unix_socket(test_database_url, tmp_path):
+    """Regression: a peer on a unix socket has no host address, and the gate's refusal (its log line
+    names the client) raised there instead of answering. A Daphne on a unix socket (as behind a
+    local reverse proxy) now refuses a 2 GB upload and an unauthenticated one like a TCP peer's."""
+    from tests.conftest import REPO, VENV_BIN, _service_env, stop_process_group, wait_until
+    from tests.e2e.fault_procs import _spawn
+
+    sock_path = tmp_path / "d.sock"
+    log = tmp_path / "daphne.log"
+    proc = _spawn([str(VENV_BIN / "daphne"), "-u", str(sock_path), "rlstudio.config.asgi:application"], log=log,
+                  env=_service_env(DATABASE_URL=test_database_url), cwd=REPO)
+
+    def send(head: bytes) -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(15)
+            sock.connect(str(sock_path))
+            sock.sendall(head)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data
+
+    try:
+        wait_until(lambda: sock_path.exists() and send(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"),
+                   timeout=60, what="Daphne on a unix socket", proc=proc, log=log)
+        assert send(upload_head(TWO_GB)).startswith(b"HTTP/1.1 413"), log.read_text()[-2000:]
+        assert send(upload_head(1000)).startswith(b"HTTP/1.1 401"), log.read_text()[-2000:]
+        assert "Traceback" not in log.read_text()
+    finally:
+        stop_process_group(proc, grace=10)

@@ -34,17 +34,34 @@ def test_a_key_on_no_list_is_refused(monkeypatch):
 
 
 STRING_KEYS = [key for key, tp, *_ in describe_config() if "str" in tp and not tp.startswith("dict")]
+# String keys whose schema type is a closed set of choices ("hf" | "sglang"): the schema refuses a path.
+CHOICE_KEYS = [key for key, tp, *_ in describe_config() if tp.startswith('"')]
 
 
 @pytest.mark.parametrize("key", STRING_KEYS)
 def test_no_string_key_takes_a_path(key):
     """Every string-valued key of the schema: a server path is refused, naming the key."""
     value = ["/etc/passwd"] if key in ("tools.names", "trainer.logger") else "/etc/passwd"
-    if key == "data.val_files":
-        value = "/etc/passwd"
     with pytest.raises(gate.GateRefused) as exc:
         _check({key: value})
     assert exc.value.key.startswith(key)
+
+
+@pytest.mark.parametrize("key", CHOICE_KEYS)
+def test_no_choice_key_takes_a_path_and_unlisted_ones_take_no_choice(key):
+    """Choice-valued string keys: a path is refused by the schema; one not on the users' list refuses
+    even a valid choice (trainer.launcher=ray, trainer.device=cuda, a key added later)."""
+    with pytest.raises((gate.GateRefused, ConfigError)) as exc:
+        _check({key: "/etc/passwd"})
+    assert exc.value.key.startswith(key)
+    if key not in gate.USER_KEYS:
+        default = gate.flatten(Config().to_dict())[key]
+        tp = next(tp for k, tp, *_ in describe_config() if k == key)
+        other = next(c.strip().strip('"') for c in tp.split("|") if c.strip().strip('"') not in (str(default), "None"))
+        with pytest.raises(gate.GateRefused) as exc:
+            _check({key: other})
+        assert exc.value.key == key
+        assert ("set by the platform" if key in gate.PLATFORM_KEYS else "not a key users may set") in exc.value.message
 
 
 PLATFORM_PROBES = {
