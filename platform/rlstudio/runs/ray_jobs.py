@@ -30,7 +30,8 @@ class JobInfo:
     status: str
     message: str
     driver_exit_code: int | None
-    # The job's runtime_env env_vars (what the platform gave it at submit, the ingest token included).
+    # The job's runtime_env env_vars (what the platform gave it at submit; never the ingest token, which
+    # the job reads from a file in its run folder: launch.job_env).
     env_vars: dict[str, str] = field(default_factory=dict)
 
 
