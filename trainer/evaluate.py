@@ -89,9 +89,10 @@ def evaluate_columns(config: dict[str, Any], columns: Sequence[Column], rows: li
     "pass_at_k", "maj_at_k", "samples", "seconds", "samples_per_s"}], "prompts": [{"index", "prompt",
     "ground_truth", "cells": {key: {n, correct, mean_at_k, pass_at_k, maj_at_k, sample}}}]}, JSON-ready
     ("sample": the best-scored response); samples: every sample's transcript (`Sample`)."""
+    from trainer.chat.families import stop_token_ids
     from trainer.config import Config
     from trainer.data.dataset import build_prompt_dataset
-    from trainer.models.hf_folder import load_tokenizer
+    from trainer.models.hf_folder import load_tokenizer, read_generation_config
     from trainer.rewards import get_reward_fn
     from trainer.rollout.agent import MultiTurnRollout
     from trainer.rollout.base import SamplingParams, build_engine
@@ -114,8 +115,11 @@ def evaluate_columns(config: dict[str, Any], columns: Sequence[Column], rows: li
     if not ds.records:
         raise ValueError("no prompt of the dataset fits data.max_prompt_length")
     reward_fn = get_reward_fn(cfg)
+    # Stops as the trainer's rollout does (trainer.loop.Trainer._stop_token_ids): EOS, the chat
+    # family's end-of-turn tokens and generation_config.json's eos ids.
+    stops = stop_token_ids(tokenizer, extra=read_generation_config(arr.model.path).eos_token_ids)
     sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k,
-                              max_new_tokens=max_new_tokens, seed=seed)
+                              max_new_tokens=max_new_tokens, stop_token_ids=stops, seed=seed)
     rollout_cfg = arr.rollout
     prompts = [{"index": r.index, "prompt": _prompt_text(r.messages), "ground_truth": str(r.ground_truth),
                 "cells": {}} for r in ds.records]
