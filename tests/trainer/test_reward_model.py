@@ -174,3 +174,35 @@ def test_two_steps_with_the_reward_model_through_the_cli(tmp_path, tiny_model_di
         assert x["rm_score"] == pytest.approx(rm.score([s["messages"]])[0], abs=1e-4)
     mem = [e["data"]["phase"] for e in ev if e["type"] == "memory"]
     assert "reward_model" in mem
+
+
+def test_demo_reward_model_data_is_labelled_by_the_rule():
+    from trainer.models.demo_rm import KINDS, conversation, label, labelled_conversations
+    from trainer.rewards import compute_score
+    from trainer.tasks import arith
+
+    rng = __import__("random").Random(0)
+    right = conversation(12, 34, "*", "right_tool", rng)
+    assert right[-1]["content"] == "#### 408" and right[-2]["content"] == "408" and label(right, 408) == 1.0
+    for kind in KINDS:
+        for _ in range(20):
+            msgs = conversation(23, 45, "-", kind, rng)
+            text = "\n".join(m.get("content") or "" for m in msgs[2:])
+            assert label(msgs, -22) == compute_score("arith", text, -22)
+    data = labelled_conversations(400, seed=1)
+    held = {(a, b) for a, b, _ in arith.problems("test")}
+    assert all(tuple(int(x) for x in m[1]["content"][8:-1].split(" ")[::2]) not in held for m, _ in data)
+    share = sum(y for _, y in data) / len(data)
+    assert 0.3 < share < 0.6  # both labels well represented
+
+
+def test_demo_reward_model_trains_from_a_policy_folder(tmp_path, tiny_model_dir):
+    from trainer.models.demo_rm import make_demo_reward_model
+    from trainer.workers.reward_model import RewardModelWorker
+
+    res = make_demo_reward_model(tmp_path / "rm", init=tiny_model_dir, steps=3, batch=4, log=lambda m: None)
+    assert res["steps"] == 3 and 0.0 <= res["held_out_accuracy"] <= 1.0
+    w = RewardModelWorker(str(tmp_path / "rm"), device=torch.device("cpu"))
+    assert w.model.config.num_labels == 1 and w.model.config.architectures == ["Qwen2ForSequenceClassification"]
+    assert "<|im_start|>" in w.tokenizer.apply_chat_template(CONV, tokenize=False)  # the policy's template
+    assert json.loads((tmp_path / "rm" / "demo_rm_train.json").read_text())["steps"] == 3

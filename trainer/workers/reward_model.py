@@ -25,16 +25,7 @@ from typing import Any
 
 import torch
 
-
-def render(tokenizer: Any, messages: list[dict[str, Any]]) -> str:
-    """One conversation in the reward model's chat template (no generation prompt)."""
-    clean = []
-    for m in messages:
-        keep = {k: v for k, v in m.items() if k in ("role", "content", "tool_calls", "name", "tool_call_id")}
-        if not isinstance(keep.get("content"), str):
-            keep["content"] = "" if keep.get("content") is None else str(keep["content"])
-        clean.append(keep)
-    return tokenizer.apply_chat_template(clean, tokenize=False, add_generation_prompt=False)
+from trainer.chat.transcript import render_transcript as render
 
 
 class RewardModelWorker:
@@ -86,12 +77,12 @@ class RewardModelWorker:
             for r, i in enumerate(idx):  # right padding: the last valid token is at length - 1
                 ids[r, : len(seqs[i])] = torch.as_tensor(seqs[i], dtype=torch.long)
                 mask[r, : len(seqs[i])] = 1
-            for i, v in zip(idx, self._forward(ids.to(self.device), mask.to(self.device))):
+            for i, v in zip(idx, self.forward_scores(ids.to(self.device), mask.to(self.device))):
                 out[i] = float(v)
         return out
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """(b,) scores of one right-padded micro-batch (b, T)."""
+    def forward_scores(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(b,) scores of one right-padded micro-batch (b, T) (differentiable: the demo trains with it)."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         captured: list[torch.Tensor] = []
         handle = self._head.register_forward_hook(lambda _m, _i, o: captured.append(o)) if self._head else None

@@ -7,6 +7,11 @@ multi-turn RL (`trainer.chat.check_template`: token deltas, the tool-call parser
 ends a turn). Otherwise it returns a `ModelCheck`: the parameter count (from the safetensors headers:
 no tensor is read), architecture, dtype, shards, tied embeddings, and the chat family with its
 tool-call parser and stop tokens, which runs of the model use.
+
+A folder whose config names a `*ForSequenceClassification` architecture is a reward model (kind
+"reward"): it must have one label (`num_labels=1`: one score per conversation) and a chat template
+that renders a whole transcript, tool call and tool reply included (trainer.chat.transcript: a reward
+model reads conversations, it never generates, so the multi-turn check of a policy does not apply).
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ class ModelCheck:
     dtype: str = ""
     shards: int = 1
     tied_embeddings: bool | None = None
+    kind: str = "policy"  # policy | reward (a one-label sequence-classification model)
     chat_family: str = ""  # qwen2.5 | qwen3 | llama3 | chatml | "" (none of ours, checked as it is)
     tool_parser: str = ""  # SGLang's parser name; "" when the template renders no tool calls
     stop_tokens: list[str] = field(default_factory=list)
@@ -124,6 +130,20 @@ def _template(tokenizer) -> dict[str, Any]:
     return report.to_dict()
 
 
+def _reward_template(config, tokenizer) -> dict[str, Any]:
+    """A reward model's check: one label, and a template that renders a transcript with tool turns."""
+    from trainer.chat.transcript import check_transcript_template
+
+    labels = int(getattr(config, "num_labels", 0) or 0)
+    if labels != 1:
+        raise _refuse(f"a sequence-classification model is a reward model only with one label (num_labels=1), "
+                      f"this one has {labels}")
+    problems = check_transcript_template(tokenizer)
+    if problems:
+        raise _refuse("the chat template cannot be used to score transcripts: " + "; ".join(problems))
+    return {"ok": True, "kind": "reward", "num_labels": labels, "problems": []}
+
+
 def check_model_folder(path: str, *, roots: list[Path] | None = None) -> ModelCheck:
     """The ModelCheck of a Hugging Face–format checkpoint folder, or CatalogRefused naming what is wrong.
 
@@ -146,7 +166,12 @@ def check_model_folder(path: str, *, roots: list[Path] | None = None) -> ModelCh
         raise _refuse(f"the tokenizer does not load: {exc}") from None
     if not getattr(tokenizer, "chat_template", None):
         raise _refuse("the tokenizer has no chat template")
-    report = _template(tokenizer)
+    architectures = list(getattr(config, "architectures", None) or [])
+    kind = "reward" if any(a.endswith("ForSequenceClassification") for a in architectures) else "policy"
+    if kind == "reward":
+        report = _reward_template(config, tokenizer)
+    else:
+        report = _template(tokenizer)
     try:
         params, shards = count_parameters(folder)
     except CatalogRefused:
@@ -157,7 +182,7 @@ def check_model_folder(path: str, *, roots: list[Path] | None = None) -> ModelCh
     return ModelCheck(
         folder=folder, num_parameters=params,
         architecture=",".join(getattr(config, "architectures", None) or []) or str(getattr(config, "model_type", "")),
-        dtype=str(dtype).removeprefix("torch."), shards=shards,
+        dtype=str(dtype).removeprefix("torch."), shards=shards, kind=kind,
         tied_embeddings=getattr(config, "tie_word_embeddings", None),
         chat_family=report.get("family") or "", tool_parser=report.get("parser") or "",
         stop_tokens=list(report.get("stop_tokens") or []), report=report,

@@ -93,11 +93,18 @@ class ModelSource(models.TextChoices):
     RUN_EXPORT = "run_export", "run export"
 
 
+class ModelKind(models.TextChoices):
+    POLICY = "policy", "policy"
+    REWARD = "reward", "reward model"
+
+
 class ModelAsset(models.Model):
-    """A Hugging Face–format checkpoint (local path or URI) runs can start from."""
+    """A Hugging Face–format checkpoint (local path or URI) runs can start from, or (kind reward) a
+    sequence-classification reward model runs can score with."""
 
     Source = ModelSource
     Visibility = Visibility
+    Kind = ModelKind
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="model_assets")
     name = models.CharField(max_length=200)
@@ -113,6 +120,10 @@ class ModelAsset(models.Model):
         "runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="exported_models"
     )
     # What the registration check found (catalog.modelcheck): the checkpoint and its chat format.
+    kind = models.CharField(
+        max_length=8, choices=ModelKind.choices, default=ModelKind.POLICY,
+        help_text="policy: a causal LM runs train; reward: a sequence-classification model (one label) runs "
+                  "score trajectories with (reward_model).")
     architecture = models.CharField(max_length=100, blank=True)
     dtype = models.CharField(max_length=16, blank=True, help_text="The dtype the weights are stored in.")
     shards = models.PositiveIntegerField(default=1)
@@ -137,6 +148,7 @@ class ModelAsset(models.Model):
             models.CheckConstraint(
                 condition=models.Q(visibility__in=Visibility.values), name="modelasset_visibility_valid"
             ),
+            models.CheckConstraint(condition=models.Q(kind__in=ModelKind.values), name="modelasset_kind_valid"),
         ]
 
     def __str__(self) -> str:

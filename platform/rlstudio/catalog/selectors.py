@@ -50,7 +50,7 @@ def model_asset_get_for(*, user: AbstractBaseUser, model_id) -> ModelAsset:
 def model_asset_default_for(*, user: AbstractBaseUser) -> ModelAsset | None:
     """The model whose tokenizer measures a new upload's prompts when none was picked: the user's newest
     with a tokenizer, else the newest shared one."""
-    models = ModelAsset.objects.filter(tokenizer_ok=True).order_by("-created", "-id")
+    models = ModelAsset.objects.filter(tokenizer_ok=True, kind=ModelAsset.Kind.POLICY).order_by("-created", "-id")
     return models.filter(owner=user).first() or models.filter(visibility=Visibility.EVERYONE).first()
 
 

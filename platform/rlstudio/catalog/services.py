@@ -375,13 +375,13 @@ def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Sour
             owner=owner, path=str(folder),
             defaults={"name": name, "tokenizer_ok": True, "num_parameters": params, "source": source,
                       "source_run": source_run, "architecture": checked.architecture[:100],
-                      "dtype": checked.dtype[:16], "shards": checked.shards,
+                      "dtype": checked.dtype[:16], "shards": checked.shards, "kind": checked.kind,
                       "chat_family": checked.chat_family, "tool_parser": checked.tool_parser,
                       "stop_tokens": checked.stop_tokens, "check_report": checked.report},
         )
         audit_record(actor=owner, action="model.register" if created else "model.update", obj=model,
                      data={"name": name, "path": str(folder), "num_parameters": params,
-                           "chat_family": checked.chat_family})
+                           "chat_family": checked.chat_family, "kind": checked.kind})
     return model
 
 
@@ -425,8 +425,10 @@ def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: in
 def model_delete(*, model: ModelAsset, by) -> None:
     """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
     operator's, or a run's export). In use: CatalogInUse naming the runs."""
+    from django.db.models import Q
+
     check_can_change(user=by, item=model, action="delete")
-    used = _used_by(_run_model().objects.filter(model=model), by=by)
+    used = _used_by(_run_model().objects.filter(Q(model=model) | Q(reward_model=model)), by=by)
     if used:
         raise CatalogInUse(f"model {model.name!r} is used by {used}", code="in_use")
     with transaction.atomic():

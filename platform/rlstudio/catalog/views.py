@@ -38,7 +38,7 @@ def dataset_list(request):
 @login_required
 def dataset_upload_page(request):
     return render(request, "catalog/dataset_upload.html", {
-        "presets": PRESETS, "limits": _limits(), "models": model_asset_list_for(user=request.user)[:100],
+        "presets": PRESETS, "limits": _limits(), "models": model_asset_list_for(user=request.user).filter(kind="policy")[:100],
     })
 
 
@@ -90,7 +90,7 @@ def dataset_detail(request, dataset_id: int):
         "histogram": prompt_stats.get("histogram"),
         "stats_error": (dataset.stats or {}).get("error", ""),
         "rewards": rewards, "tools": tools, "check": check, "check_error": check_error,
-        "models": model_asset_list_for(user=request.user).filter(tokenizer_ok=True)[:100],
+        "models": model_asset_list_for(user=request.user).filter(tokenizer_ok=True, kind="policy")[:100],
         "runs": owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user),
         "can_change": can_change(user=request.user, item=dataset),
     })

@@ -203,6 +203,9 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         val_dataset = (_lookup(dataset_get_for, user=user, field="val_dataset", value=val, kind="dataset")
                        if val else None)
         model = _lookup(model_asset_get_for, user=user, field="model", value=d["model"])
+        rm_id = d.get("reward_model_id")
+        reward_model = (_lookup(model_asset_get_for, user=user, field="reward_model_id", value=rm_id, kind="model")
+                        if rm_id else None)
         config, saved = d.get("config"), None
         if d.get("config_id"):
             from django.http import Http404
@@ -214,7 +217,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         if config is not None and not isinstance(config, dict):
             raise ApiError("config must be an object", field="config")
         inputs = dict(dataset=dataset, val_dataset=val_dataset, model=model, gpus=d["gpus"],
-                      preset=d.get("preset") or None, config=config, overrides=d.get("overrides"))
+                      preset=d.get("preset") or None, config=config, overrides=d.get("overrides"),
+                      reward_model=reward_model)
         try:
             run = run_new(owner=user, name=d["name"], saved=saved, tool_set=d.get("tool_set") or "", **inputs)
         except RunInputInvalid as exc:
@@ -259,7 +263,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         except RunInputInvalid as exc:
             raise _invalid_all(exc, base=run.config, overrides=s.validated_data.get("overrides"),
                                dataset=run.dataset, val_dataset=run.val_dataset, model=run.model,
-                               gpus=run.gpus) from None
+                               gpus=run.gpus, reward_model=run.reward_model) from None
         except RunRefused as exc:
             raise _refused(exc) from None
         return self._answer(new)

@@ -58,14 +58,20 @@ class RunForm(forms.Form):
     reward_name = forms.ChoiceField(
         choices=(), required=False, label="Reward function",
         help_text="reward.name: a built-in, or one an operator registered (empty = the preset's).")
+    reward_model = forms.ModelChoiceField(
+        queryset=None, required=False, label="Reward model", empty_label="none",
+        help_text="A catalog reward model (sequence classification) scoring each trajectory; its weight "
+                  "against the reward function: reward_model.rm_weight / rule_weight in the overrides.")
 
-    def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), rewards=(), **kwargs):
+    def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), rewards=(), reward_models=None,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tool_set"].choices = [("", "none")] + [(t, t) for t in tool_sets]
         self.fields["reward_name"].choices = [("", "the preset's")] + [(r, r) for r in rewards]
         self.fields["dataset"].queryset = datasets
         self.fields["val_dataset"].queryset = datasets
         self.fields["model"].queryset = models
+        self.fields["reward_model"].queryset = reward_models if reward_models is not None else models.none()
         self.fields["saved_config"].queryset = configs
         self.fields["preset"].choices = [(p, p) for p in presets]
         for name, key, label, tp in IMPORTANT_FIELDS:
@@ -95,7 +101,7 @@ class RunForm(forms.Form):
         saved = d["saved_config"].config if d.get("saved_config") else None
         return {"preset": d["preset"], "config": config, "base": None if config else saved,
                 "overrides": self.override_list(), "dataset": d.get("dataset"), "val_dataset": d.get("val_dataset"),
-                "model": d.get("model"), "gpus": d["gpus"]}
+                "model": d.get("model"), "gpus": d["gpus"], "reward_model": d.get("reward_model")}
 
     def field_for_error(self, field: str, *, source: str = "", typed: set[str] = frozenset()) -> str | None:
         """The form field an error belongs on: the field of its config key, else where the key was typed
@@ -116,6 +122,8 @@ class RunForm(forms.Form):
                 return name
         if key == "reward.name":
             return "reward_name"
+        if key in ("reward_model_id", "reward_model.model.path"):
+            return "reward_model"
         if key in self.fields:
             return key
         return None

@@ -92,10 +92,11 @@ _DEFAULT_PARSER = Config().actor_rollout_ref.rollout.multi_turn.format
 
 def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0, reward_name: str = "default",
                     out_dir: Path | None = None, resume_from: str = "", tool_config: Path | None = None,
-                    loggers: Sequence[str] = ()) -> dict[str, Any]:
+                    loggers: Sequence[str] = (), reward_model=None) -> dict[str, Any]:
     """The keys only the platform sets (gate.PLATFORM_KEYS), from catalog objects and the run's record.
 
-    Paths come from the dataset and model records, the run's folder and a checkpoint the platform
+    Paths come from the dataset and model records (the reward model's from the catalog reward model the
+    run chose, which also turns reward_model.enable on), the run's folder and a checkpoint the platform
     recorded; code from the operator's reward registry; resources from the run's GPUs and settings.
     """
     values: dict[str, Any] = {
@@ -109,6 +110,8 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
         # The parser the registration check proved reads this model's tool calls (the schema's default
         # for a model registered before the check, or one whose template renders no tool calls).
         "actor_rollout_ref.rollout.multi_turn.format": getattr(model, "tool_parser", "") or _DEFAULT_PARSER,
+        "reward_model.model.path": str(reward_model.path) if reward_model is not None else None,
+        "reward_model.model.trust_remote_code": bool(getattr(reward_model, "trust_remote_code", False)),
         "custom_reward_function.path": None,
         "custom_reward_function.name": "compute_score",
         "tools.config_path": str(tool_config) if tool_config is not None else None,
@@ -135,7 +138,17 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
             values["custom_reward_function.name"] = resolved.function
     if loggers:
         values["trainer.logger"] = list(loggers)
+    if reward_model is not None:
+        values["reward_model.enable"] = True
     return values
+
+
+def check_reward_model(cfg: Config, reward_model, *, require: bool) -> None:
+    """reward_model.enable without a catalog reward model: refused on reward_model_id (the path is the
+    platform's to write), when a run is being made (`require`)."""
+    if require and cfg.reward_model.enable and reward_model is None:
+        raise ConfigInvalid("reward_model_id", "reward_model.enable needs a reward model: choose a catalog "
+                                               "reward model (kind reward) by reward_model_id")
 
 
 def build_config(
@@ -149,6 +162,7 @@ def build_config(
     model=None,
     gpus: int = 0,
     adapt: bool | None = None,
+    reward_model=None,
 ) -> dict[str, Any]:
     """The validated config of a new run, as the nested dict stored on it.
 
@@ -183,7 +197,8 @@ def build_config(
             cfg = changed
         cfg = apply_overrides(cfg, platform_values(
             dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus,
-            reward_name=cfg.reward.name))
+            reward_name=cfg.reward.name, reward_model=reward_model))
+        check_reward_model(cfg, reward_model, require=dataset is not None)
         validate(cfg, require_paths=dataset is not None)
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
@@ -224,7 +239,8 @@ def freeze_spec(*, run, out_dir: Path, tool_config: Path | None = None) -> dict[
         cfg = apply_overrides(cfg, platform_values(
             dataset=run.dataset, val_dataset=run.val_dataset, model=run.model, gpus=run.gpus,
             reward_name=cfg.reward.name, out_dir=out_dir, resume_from=resume_source(run),
-            tool_config=tool_config, loggers=loggers))
+            tool_config=tool_config, loggers=loggers, reward_model=run.reward_model))
+        check_reward_model(cfg, run.reward_model, require=True)
         validate(cfg)
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None

@@ -73,6 +73,10 @@ class Run(models.Model):
         "catalog.Dataset", null=True, blank=True, on_delete=models.PROTECT, related_name="val_runs"
     )
     model = models.ForeignKey("catalog.ModelAsset", on_delete=models.PROTECT, related_name="runs")
+    reward_model = models.ForeignKey(
+        "catalog.ModelAsset", null=True, blank=True, on_delete=models.PROTECT, related_name="reward_runs",
+        help_text="The catalog reward model (kind reward) the run scores with (reward_model.model.path).",
+    )
     config = models.JSONField(default=dict, help_text="Frozen snapshot handed to the trainer.")
     gpus = models.IntegerField(default=0)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED, db_index=True)

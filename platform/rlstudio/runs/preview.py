@@ -126,7 +126,8 @@ def _overrides(start: Config, overrides: Any, check_gate: _Gate, errors: list[Fi
 
 def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = None,
               base: Mapping[str, Any] | None = None, overrides: Sequence[str] | Mapping[str, Any] | None = None,
-              dataset=None, val_dataset=None, model=None, gpus: int = 0, adapt: bool | None = None) -> Checked:
+              dataset=None, val_dataset=None, model=None, gpus: int = 0, adapt: bool | None = None,
+              reward_model=None) -> Checked:
     """Every error `launch.build_config` would raise one at a time, as far as they can be found at once
     (same inputs, same meaning of `adapt`)."""
     errors: list[FieldError] = []
@@ -159,7 +160,9 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
         cfg, checked.override_keys = _overrides(start, overrides, check_gate, errors)
     try:
         cfg = apply_overrides(cfg, launch.platform_values(dataset=dataset, val_dataset=val_dataset, model=model,
-                                                          gpus=gpus, reward_name=cfg.reward.name))
+                                                          gpus=gpus, reward_name=cfg.reward.name,
+                                                          reward_model=reward_model))
+        launch.check_reward_model(cfg, reward_model, require=dataset is not None)
     except (ConfigError, launch.ConfigInvalid) as exc:
         errors.append(_error(exc))
         checked.config = cfg.to_dict()

@@ -31,7 +31,7 @@ class RunSerializer(serializers.ModelSerializer):
         model = Run
         fields = [
             "id", "name", "owner", "status", "queue_reason", "step", "total_steps", "latest_reward",
-            "latest_metrics", "gpus", "dataset", "val_dataset", "model", "created", "started",
+            "latest_metrics", "gpus", "dataset", "val_dataset", "model", "reward_model", "created", "started",
             "finished", "last_heartbeat", "error", "checkpoint", "parent", "parent_kind", "tool_set",
             "tags", "note", "visibility", "shared_with", "access",
         ]
@@ -93,6 +93,9 @@ class RunCreateSerializer(serializers.Serializer):
     dataset = serializers.IntegerField()
     val_dataset = serializers.IntegerField(required=False, allow_null=True)
     model = serializers.IntegerField()
+    reward_model_id = serializers.IntegerField(
+        required=False, allow_null=True,
+        help_text="A catalog reward model (kind reward) the run scores with; turns reward_model.enable on.")
     preset = serializers.CharField(required=False, allow_blank=True, help_text="A trainer recipe name.")
     config = serializers.JSONField(required=False, help_text="A whole trainer config (object).")
     config_id = serializers.IntegerField(required=False, allow_null=True, help_text="A saved config.")

@@ -94,7 +94,9 @@ def _form(request, data=None):
     from .launch import reward_names
 
     datasets = dataset_list_for(user=request.user).filter(status="ready")
-    return RunForm(data, datasets=datasets, models=model_asset_list_for(user=request.user),
+    models = model_asset_list_for(user=request.user)
+    return RunForm(data, datasets=datasets, models=models.filter(kind="policy"),
+                   reward_models=models.filter(kind="reward"),
                    configs=run_config_list_for(user=request.user), presets=list(REGISTRY),
                    tool_sets=tool_set_names(), rewards=reward_names(), initial={"preset": "cpu_smoke", "gpus": 0})
 
@@ -185,6 +187,7 @@ def _save_and_launch(request, form, config):
             owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
             model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=inputs["base"],
             overrides=inputs["overrides"], tool_set=d.get("tool_set") or "",
+            reward_model=d.get("reward_model"),
         )
 
 

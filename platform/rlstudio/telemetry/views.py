@@ -120,6 +120,30 @@ def _tokens(view: dict[str, Any] | None) -> list[dict[str, Any]]:
                                              view["logprobs"], ref, view["advantages"], rollout)]
 
 
+# The parts of a combined reward (trainer.rewards.combine.PART_KEYS) as the sample page lists them:
+# (reward_extra key, label, the reward_model weight that multiplies it).
+REWARD_PARTS = (("rule_score", "Reward function (rule)", "rule_weight"), ("rm_score", "Reward model", "rm_weight"),
+                ("tool_reward", "Tools' rewards", "tool_reward_weight"),
+                ("overlong_reward", "Overlong penalty", None), ("total", "Total", None))
+
+
+def reward_breakdown(extra: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per reward part the sample recorded: its value, the run's weight and the weighted value
+    (a part the run did not compute, e.g. no rule for the data source, shows as absent)."""
+    weights = (config or {}).get("reward_model") or {}
+    rows = []
+    for key, label, weight_key in REWARD_PARTS:
+        if key not in (extra or {}):
+            continue
+        value = extra[key]
+        number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+        weight = weights.get(weight_key) if weight_key else None
+        weight = weight if isinstance(weight, (int, float)) and not isinstance(weight, bool) else None
+        rows.append({"key": key, "label": label, "value": number, "weight": weight,
+                     "weighted": number * weight if number is not None and weight is not None else None})
+    return rows
+
+
 @login_required
 def sample_detail(request, run_id: int, sample_id: int):
     run = sel.run_visible(user=request.user, run_id=run_id)
@@ -127,6 +151,7 @@ def sample_detail(request, run_id: int, sample_id: int):
     return render(request, "telemetry/sample_detail.html", {
         "run": run, "sample": sample, "transcript": _pretty_tool_calls(sample["messages"]),
         "reward_parts": json.dumps(sample["reward_extra"], indent=2, ensure_ascii=False),
+        "reward_breakdown": reward_breakdown(sample["reward_extra"], run.config),
         "ground_truth": json.dumps(sample["ground_truth"], ensure_ascii=False),
         "tokens": _tokens(sample["token_view"]),
         "has_ref": bool(sample["token_view"] and sample["token_view"].get("ref_logprobs")),

@@ -218,7 +218,6 @@ SPECTACULAR_SETTINGS = {
         "RegistryStatusEnum": "rlstudio.registry.models.RegistryStatus",
         "RewardKindEnum": "rlstudio.registry.models.RewardKind",
         "EvaluationStatusEnum": "rlstudio.evaluations.models.EvaluationStatus",
-        "PlaygroundStatusEnum": "rlstudio.playground.models.SessionStatus",
     },
 }
 

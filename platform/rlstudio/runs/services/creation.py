@@ -36,6 +36,7 @@ def run_create(
     total_steps: int | None = None,
     tool_set: str = "",
     resume_from: str = "",
+    reward_model=None,
 ) -> tuple[Run, str]:
     """Create a queued run with a fresh per-run ingest token.
 
@@ -52,6 +53,7 @@ def run_create(
             dataset=dataset,
             val_dataset=val_dataset,
             model=model,
+            reward_model=reward_model,
             config=config,
             gpus=gpus,
             status=S.QUEUED,

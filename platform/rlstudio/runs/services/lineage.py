@@ -31,15 +31,18 @@ def run_new(
     saved: dict[str, Any] | None = None,
     overrides=None,
     tool_set: str = "",
+    reward_model=None,
 ) -> Run:
     """Validate the config (the gate, then the trainer's schema, before anything is queued), create
     the run, launch it.
 
     `config` is a whole config the user typed, `saved` a stored one (a saved config), `preset` a
-    recipe name; `overrides` are the user's dotted keys. `dataset` / `model` are objects the caller
-    already checked the owner may see. A dataset that is not ready is refused: the trainer would fail
-    on it minutes later. `tool_set` names an operator-registered tool set.
+    recipe name; `overrides` are the user's dotted keys. `dataset` / `model` / `reward_model` are
+    objects the caller already checked the owner may see. A dataset that is not ready is refused: the
+    trainer would fail on it minutes later. `tool_set` names an operator-registered tool set. The
+    model must be a policy and `reward_model` (optional) a reward model of the catalog (their kind).
     """
+    check_model_kinds(model=model, reward_model=reward_model)
     status = getattr(dataset, "status", "ready")
     if status != "ready":
         raise RunInputInvalid(f"dataset {dataset.name!r} is {status}, not ready", field="dataset")
@@ -53,13 +56,26 @@ def run_new(
         if tool_set not in tool_set_names():
             raise RunInputInvalid(f"no ready tool set named {tool_set!r}", field="tool_set")
     frozen = _config_or_invalid(preset=preset, config=config, base=saved, overrides=overrides,
-                                dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus)
+                                dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus,
+                                reward_model=reward_model)
     if tool_set and not frozen["actor_rollout_ref"]["rollout"]["multi_turn"]["enable"]:
         raise RunInputInvalid("a tool set is offered only in multi-turn rollout: set "
                               "actor_rollout_ref.rollout.multi_turn.enable=true", field="tool_set")
     return _create_and_launch(owner=owner, by=owner, name=name, dataset=dataset, model=model,
                               val_dataset=val_dataset, config=frozen, gpus=gpus, tool_set=tool_set,
-                              audit=("", {}))
+                              reward_model=reward_model, audit=("", {}))
+
+
+def check_model_kinds(*, model, reward_model) -> None:
+    """A run trains a policy (a causal LM) and scores with a reward model: a catalog model of the
+    other kind is refused on its field (a reward model cannot generate; a policy gives no score)."""
+    if model is not None and getattr(model, "kind", "policy") != "policy":
+        raise RunInputInvalid(f"model {model.name!r} is a reward model (a sequence-classification "
+                              "checkpoint): choose it as reward_model_id, and a policy as the model", field="model")
+    if reward_model is not None and getattr(reward_model, "kind", "policy") != "reward":
+        raise RunInputInvalid(f"model {reward_model.name!r} is not a reward model: a run's reward model is a "
+                              "catalog model of kind reward (a one-label sequence-classification checkpoint)",
+                              field="reward_model_id")
 
 
 def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
@@ -81,10 +97,10 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
         raise RunRefused("the run has no checkpoint to resume from")
     _check_still_visible(run)
     config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
-                                model=run.model, gpus=run.gpus)
+                                model=run.model, gpus=run.gpus, reward_model=run.reward_model)
     new = _create_and_launch(
         owner=run.owner, by=by, name=f"{run.name} (resumed)"[:200], dataset=run.dataset, model=run.model,
-        val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run, parent_kind="resume",
+        reward_model=run.reward_model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run, parent_kind="resume",
         tool_set=run.tool_set, resume_from=str(ckpt),
         audit=("run.resume", {"parent": run.pk, "from": str(ckpt)}))
     return new
@@ -99,10 +115,11 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
     check_can_manage(user=by, run=run, action="clone")
     _check_still_visible(run)
     config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
-                                val_dataset=run.val_dataset, model=run.model, gpus=run.gpus)
+                                val_dataset=run.val_dataset, model=run.model, gpus=run.gpus,
+                                reward_model=run.reward_model)
     return _create_and_launch(
         owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
-        model=run.model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
+        model=run.model, reward_model=run.reward_model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
         parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
 
 
@@ -114,7 +131,8 @@ def _check_still_visible(run: Run) -> None:
     from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 
     for field, getter, kind in (("dataset", dataset_get_for, "dataset"), ("val_dataset", dataset_get_for, "dataset"),
-                                ("model", model_asset_get_for, "model")):
+                                ("model", model_asset_get_for, "model"),
+                                ("reward_model", model_asset_get_for, "model")):
         obj_id = getattr(run, f"{field}_id")
         if obj_id is None:
             continue
