@@ -117,21 +117,26 @@ class StreamingEngine(RolloutEngine):
             ids += list(out.output_ids)
             logprobs += list(out.logprobs)
             self.tokens += len(out.output_ids)
-            sent = self._emit_text(ids, sent)
+            sent = self._emit_text(ids, sent, final=False)
             if out.finish_reason == "stop":
                 finish = "stop"
                 break
             if not out.output_ids:
                 break
             chunk = min(MAX_CHUNK, 2 * chunk)
+        self._emit_text(ids, sent, final=True)
         return GenerationOutput(req.request_id, ids, logprobs, finish)  # type: ignore[arg-type]
 
-    def _emit_text(self, ids: list[int], sent: str) -> str:
+    def _emit_text(self, ids: list[int], sent: str, *, final: bool) -> str:
+        """Emit what the turn's text gained since `sent`; returns the text sent so far. Until the turn
+        ends, trailing U+FFFD are held back (a character cut between two tokens may complete)."""
         shown = list(ids)
         while shown and shown[-1] in self.stop_ids:
             shown.pop()
-        text = self.tokenizer.decode(shown, skip_special_tokens=True)
-        if text.endswith("\ufffd"):  # a character cut between tokens: wait for the rest of it
+        text = self.tokenizer.decode(shown, skip_special_tokens=False)  # as the transcript decodes it
+        if not final:
+            text = text.rstrip("\ufffd")
+        if text == sent:
             return sent
         if text.startswith(sent):
             if len(text) > len(sent):
@@ -260,7 +265,9 @@ def run_chat(targets: list[Target], messages: dict[str, list[dict[str, Any]]], s
             results[t.key] = answer(t, messages[t.key], settings, emit=emit, should_stop=should_stop, device=device)
         except Stopped:
             results[t.key] = {"type": "stopped", "target": t.key}
-        except Exception as exc:  # reported to the page; the other column goes on
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # reported; the other column goes on (torch's DCP errors are BaseExceptions)
             results[t.key] = {"type": "error", "target": t.key, "error": f"{type(exc).__name__}: {exc}"[:2000]}
             emit(results[t.key])
 

@@ -63,7 +63,8 @@ def target_options_for(*, user) -> dict[str, list[TargetOption]]:
     from rlstudio.runs.selectors import visible_runs
     from rlstudio.runs.models import Run
 
-    models = [TargetOption(f"model:{m.pk}", m.name) for m in model_asset_list_for(user=user)[:100]]
+    models = [TargetOption(f"model:{m.pk}", m.name) for m in model_asset_list_for(user=user)[:100]
+              if getattr(m, "kind", "policy") != "reward"]  # a reward model scores, it does not chat
     checkpoints = []
     runs = visible_runs(Run.objects.select_related("owner"), user=user).order_by("-created", "-id")[:PAGE_RUNS]
     for run in runs:

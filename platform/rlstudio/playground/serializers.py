@@ -4,20 +4,20 @@ from rest_framework import serializers
 from .models import PlaygroundSession
 
 
-class MessageSerializer(serializers.Serializer):
+class PlaygroundMessageSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=["system", "user", "assistant"])
     content = serializers.CharField(allow_blank=True)
 
 
-class TargetSerializer(serializers.Serializer):
+class PlaygroundTargetSerializer(serializers.Serializer):
     model = serializers.IntegerField(required=False, help_text="a catalog model's id")
     run = serializers.IntegerField(required=False, help_text="a run's id (with step)")
     step = serializers.IntegerField(required=False, help_text="the step of one of the run's checkpoints")
-    messages = MessageSerializer(many=True, required=False,
+    messages = PlaygroundMessageSerializer(many=True, required=False,
                                  help_text="this target's own conversation (else the session's messages)")
 
 
-class SettingsSerializer(serializers.Serializer):
+class PlaygroundSettingsSerializer(serializers.Serializer):
     temperature = serializers.FloatField(required=False, min_value=0.0, max_value=2.0)
     top_p = serializers.FloatField(required=False, max_value=1.0)
     top_k = serializers.IntegerField(required=False, min_value=-1, max_value=1000)
@@ -30,10 +30,10 @@ class SettingsSerializer(serializers.Serializer):
 class SessionCreateSerializer(serializers.Serializer):
     """The request body (checked in full by `services.clean_request`; this is its documented shape)."""
 
-    targets = TargetSerializer(many=True, help_text="one target, or two side by side")
-    messages = MessageSerializer(many=True, required=False,
+    targets = PlaygroundTargetSerializer(many=True, help_text="one target, or two side by side")
+    messages = PlaygroundMessageSerializer(many=True, required=False,
                                  help_text="the conversation, ending with the user's message")
-    settings = SettingsSerializer(required=False)
+    settings = PlaygroundSettingsSerializer(required=False)
 
 
 class SessionSerializer(serializers.ModelSerializer):

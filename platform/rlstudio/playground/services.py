@@ -163,6 +163,9 @@ def clean_target(user, given: Any, field: str) -> dict[str, Any]:
             model = visible_model(user=user, model_id=model_id)
         except Http404:
             raise TargetNotFound(f"no model with id {model_id}", field=f"{field}.model") from None
+        if getattr(model, "kind", "policy") == "reward":
+            raise PlaygroundInvalid(f"model {model.pk} is a reward model: it scores, it does not chat",
+                                    field=f"{field}.model")
         _check_size(model, f"{field}.model")
         return {"kind": "model", "model": model.pk, "run": None, "step": None, "label": model.name[:200]}
     run_id = _int(given["run"], f"{field}.run", 1, 2**63 - 1)

@@ -1,0 +1,181 @@
+"""A playground session end to end over the real Redis channel layer and the whole ASGI stack: the
+task's runner answers from a catalog model and from a run's checkpoint side by side, the text arrives
+over the websocket and is what the session stores; another user's socket is refused (4403), an
+anonymous one 4401; leaving the page (the socket closes) stops the generation; the time limit too."""
+import asyncio
+import json
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from rest_framework.test import APIClient
+
+from rlstudio.config.asgi import application
+from rlstudio.playground.models import PlaygroundSession
+from rlstudio.playground.runner import session_execute as _session_execute
+from rlstudio.runs.models import Run, RunStatus
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+ORIGIN = (b"origin", b"http://testserver")
+URL = "/api/v1/playground/sessions/"
+
+
+def session_execute(*, session_id: int) -> str:
+    """The task's body, closing the database connection of the thread it ran on (as Celery does)."""
+    from django.db import connection
+
+    try:
+        return _session_execute(session_id=session_id)
+    finally:
+        connection.close()
+
+
+def _cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def _connect(path: str, cookie: bytes | None) -> WebsocketCommunicator:
+    headers = [ORIGIN, (b"host", b"testserver")] + ([(b"cookie", cookie)] if cookie else [])
+    comm = WebsocketCommunicator(application, path, headers=headers)
+    connected, _ = await comm.connect(timeout=5)
+    assert connected
+    return comm
+
+
+@pytest.fixture
+def published(monkeypatch):
+    sent = []
+    from rlstudio.config import celery
+
+    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append(args[0]))
+    return sent
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from trainer.models.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", preset="smoke", seed=0)
+
+
+@pytest.fixture
+def targets(alice, make_model, make_run, tiny, settings, tmp_path):
+    """A catalog model (the tiny model) and a run of it with a committed checkpoint at step 1."""
+    import torch
+
+    from trainer.checkpoint import save_checkpoint
+    from trainer.evaluate import load_policy
+
+    settings.RUNS_DIR = str(tmp_path / "runs")
+    model = make_model(alice, "tiny-model")
+    type(model).objects.filter(pk=model.pk).update(path=str(tiny))
+    run = make_run(alice, "tiny-run")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=1, config={
+        "actor_rollout_ref": {"model": {"path": str(tiny)}}})
+    state = {k: v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v
+             for k, v in load_policy(str(tiny), None).state_dict().items()}  # the "trained" weights
+    save_checkpoint(tmp_path / "runs" / str(run.pk), 1, actor_state={"model": state}, loader_state={},
+                    trainer_state={}, config={})
+    return model, run
+
+
+def _create(user, body) -> dict:
+    c = APIClient()
+    c.force_authenticate(user)
+    r = c.post(URL, body, format="json")
+    assert r.status_code == 202, r.content
+    return r.json()
+
+
+async def _until_end(comm, *, timeout=120.0) -> list[dict]:
+    events, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = await comm.receive_json_from(timeout=timeout)
+        assert frame["type"] == "events"
+        events += frame["events"]
+        if events[-1]["type"] == "end":
+            return events
+    raise AssertionError("no end event")
+
+
+def test_a_model_and_a_checkpoint_answer_side_by_side_over_the_websocket(alice, bob, targets, published):
+    model, run = targets
+    hello = [{"role": "user", "content": "What is 2 + 3?"}]
+    s = _create(alice, {"targets": [{"model": model.pk}, {"run": run.pk, "step": 1}], "messages": hello,
+                        "settings": {"temperature": 0.0, "max_new_tokens": 24}})
+    assert published == [s["id"]]
+    a_cookie, b_cookie = _cookie(alice), _cookie(bob)
+
+    async def scenario():
+        comm = await _connect(s["ws_url"], a_cookie)
+        other = await _connect(s["ws_url"], b_cookie)
+        other_close = await other.receive_output(timeout=5)
+        anon = await _connect(s["ws_url"], None)
+        anon_close = await anon.receive_output(timeout=5)
+        run_task = asyncio.ensure_future(sync_to_async(session_execute, thread_sensitive=False)(session_id=s["id"]))
+        events = await _until_end(comm)
+        status = await run_task
+        late = await _connect(s["ws_url"], a_cookie)  # a socket that comes later gets the whole log
+        replay = await late.receive_json_from(timeout=5)
+        await comm.disconnect()
+        await late.disconnect()
+        return events, status, other_close, anon_close, replay
+
+    events, status, other_close, anon_close, replay = asyncio.run(scenario())
+    assert other_close == {"type": "websocket.close", "code": 4403}
+    assert anon_close == {"type": "websocket.close", "code": 4401}
+    assert status == "succeeded"
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert replay["events"] == events
+    session = PlaygroundSession.objects.get(pk=s["id"])
+    assert session.status == "succeeded" and session.stop_reason == ""
+    streamed = {"a": "", "b": ""}
+    for e in events:
+        if e["type"] == "delta":
+            streamed[e["target"]] += e["text"]
+    for key in ("a", "b"):
+        result = session.results[key]
+        assert result["type"] == "done" and 0 < result["tokens"] <= 24
+        final = [t["content"] for t in result["turns"] if t["role"] == "assistant"][-1]
+        assert streamed[key].strip() == final and final
+    # the checkpoint is not the base model: its weights were changed, so is its greedy answer
+    assert streamed["a"] != streamed["b"]
+    assert events[-1] == {"type": "end", "status": "succeeded", "reason": "", "error": "", "seq": len(events)}
+
+
+def test_leaving_the_page_stops_the_generation(alice, targets, published):
+    model, _run = targets
+    s = _create(alice, {"targets": [{"model": model.pk}], "messages": [{"role": "user", "content": "Tell a story"}],
+                        "settings": {"temperature": 1.0, "seed": 7, "max_new_tokens": 512}})
+    cookie = _cookie(alice)
+
+    async def scenario():
+        comm = await _connect(s["ws_url"], cookie)
+        run_task = asyncio.ensure_future(sync_to_async(session_execute, thread_sensitive=False)(session_id=s["id"]))
+        first = await comm.receive_json_from(timeout=60)
+        await comm.disconnect()  # the page is left
+        left = time.monotonic()
+        status = await asyncio.wait_for(run_task, timeout=30)
+        return first, status, time.monotonic() - left
+
+    first, status, seconds = asyncio.run(scenario())
+    assert first["events"][0]["type"] == "delta"
+    session = PlaygroundSession.objects.get(pk=s["id"])
+    assert status == "stopped" and session.status == "stopped" and session.stop_reason == "page left"
+    assert session.results["a"]["type"] == "stopped"
+    assert seconds < 5, f"the session ended {seconds:.1f} s after the socket closed"
+    print(json.dumps({"stop_after_leave_s": round(seconds, 3)}))
+
+
+def test_the_time_limit_stops_a_session(alice, targets, published, settings):
+    model, _run = targets
+    settings.RLSTUDIO_PLAYGROUND_MAX_S = 0
+    s = _create(alice, {"targets": [{"model": model.pk}], "messages": [{"role": "user", "content": "hi"}],
+                        "settings": {"max_new_tokens": 512, "seed": 7, "temperature": 1.0}})
+    assert session_execute(session_id=s["id"]) == "stopped"
+    session = PlaygroundSession.objects.get(pk=s["id"])
+    assert session.stop_reason == "time limit" and session.results["a"]["type"] == "stopped"

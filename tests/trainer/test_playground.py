@@ -1,0 +1,84 @@
+"""trainer.playground on the tiny model: the streaming engine's chunks add up to the engine's own
+answer, its deltas add up to the turn's text, a stop between chunks ends it, a seeded answer is the same
+every time, and two targets answer side by side (one failing does not stop the other)."""
+import pytest
+
+from trainer.playground import ChatSettings, Stopped, StreamingEngine, Target, run_chat
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from trainer.models.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", preset="smoke", seed=0)
+
+
+@pytest.fixture(scope="module")
+def engine_and_tokenizer(tiny):
+    from trainer.evaluate import load_policy
+    from trainer.models.hf_folder import load_tokenizer
+    from trainer.rollout.base import build_engine
+
+    tok = load_tokenizer(str(tiny), model_path=str(tiny))
+    model = load_policy(str(tiny), None)
+    return build_engine("hf", model=model, tokenizer=tok, config={}, device="cpu"), tok
+
+
+def _req(tok, n, **sampling):
+    from trainer.rollout.base import GenerationRequest, SamplingParams
+
+    ids = tok("Tom has 3 apples and buys 4 more.", add_special_tokens=False)["input_ids"]
+    return GenerationRequest("r", ids, SamplingParams(max_new_tokens=n, **sampling))
+
+
+def test_chunks_add_up_to_the_engines_own_greedy_answer(engine_and_tokenizer):
+    inner, tok = engine_and_tokenizer
+    whole = inner.generate([_req(tok, 40, temperature=0.0)])[0]
+    texts = []
+    streaming = StreamingEngine(inner, tokenizer=tok, on_text=lambda turn, text, reset: texts.append((turn, text, reset)),
+                                should_stop=lambda: False)
+    out = streaming.generate([_req(tok, 40, temperature=0.0)])[0]
+    assert out.output_ids == whole.output_ids and out.finish_reason == whole.finish_reason
+    assert streaming.tokens == len(out.output_ids)
+    assert not any(reset for _, _, reset in texts) and {turn for turn, _, _ in texts} == {0}
+    assert "".join(t for _, t, _ in texts) == tok.decode(out.output_ids, skip_special_tokens=False)
+    if len(out.output_ids) > 2:
+        assert len(texts) >= 2  # it came in pieces: 2, 4, 8, ... tokens
+
+
+def test_a_stop_between_chunks_ends_the_turn(engine_and_tokenizer):
+    inner, tok = engine_and_tokenizer
+    calls = []
+
+    def should_stop():
+        calls.append(1)
+        return len(calls) > 2  # after two chunks (2 + 4 tokens)
+
+    streaming = StreamingEngine(inner, tokenizer=tok, on_text=lambda *a: None, should_stop=should_stop)
+    with pytest.raises(Stopped):
+        streaming.generate([_req(tok, 200, temperature=1.0, seed=3)])
+    assert streaming.tokens <= 6
+
+
+def test_seeded_answers_repeat_and_targets_answer_side_by_side(tiny):
+    msgs = [{"role": "user", "content": "What is 2 + 3?"}]
+    settings = ChatSettings(temperature=1.0, seed=11, max_new_tokens=30)
+    first = run_chat([Target(key="a", model_path=str(tiny)), Target(key="b", model_path=str(tiny))],
+                     {"a": msgs, "b": msgs}, settings, emit=lambda e: None, should_stop=lambda: False)
+    assert first["a"]["type"] == first["b"]["type"] == "done"
+    assert first["a"]["turns"] == first["b"]["turns"]  # the same model and seed on two threads
+    events = []
+    broken = Target(key="b", model_path=str(tiny), step_path=str(tiny / "no-such-step"))
+    again = run_chat([Target(key="a", model_path=str(tiny)), broken], {"a": msgs, "b": msgs}, settings,
+                     emit=events.append, should_stop=lambda: False)
+    assert again["a"]["turns"] == first["a"]["turns"]
+    assert again["b"]["type"] == "error" and any(e["type"] == "error" and e["target"] == "b" for e in events)
+    assert any(e["type"] == "done" and e["target"] == "a" for e in events)
+
+
+def test_stopped_before_anything_is_generated(tiny):
+    msgs = [{"role": "user", "content": "hi"}]
+    events = []
+    out = run_chat([Target(key="a", model_path=str(tiny))], {"a": msgs}, ChatSettings(max_new_tokens=8),
+                   emit=events.append, should_stop=lambda: True)
+    assert out["a"]["type"] == "stopped" and not [e for e in events if e["type"] == "delta"]
