@@ -1,5 +1,7 @@
 """Deployment files: compose parses (docker-compose when installed, else PyYAML), Dockerfiles COPY only
-what exists and install the pinned CPU / CUDA torch, the KubeRay manifest has its head and GPU workers.
+what exists and install the pinned CPU / CUDA torch, the KubeRay manifests have their head and GPU
+workers (the several-node one: N whole machines, each able to hold one bundle of an nnodes=N run) and
+use only KubeRay's field names.
 
 Run: .venv/bin/python -m pytest tests/e2e/test_deploy_files.py -q
 No container engine runs on these machines: this is everything checkable without building an image.
@@ -143,3 +145,60 @@ def test_kuberay_manifest():
         assert "/data" in mounts
         env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
         assert env["RLSTUDIO_STATE_DIR"] == "/data"
+
+
+# Field names of KubeRay's ray.io/v1 types (ray-operator/apis/ray/v1/raycluster_types.go): a misspelt
+# key would be pruned by the API server without an error.
+HEAD_GROUP_FIELDS = {"template", "headService", "enableIngress", "ingressOptions", "resources", "labels",
+                     "rayStartParams", "serviceType"}
+WORKER_GROUP_FIELDS = {"suspend", "groupName", "replicas", "minReplicas", "maxReplicas", "idleTimeoutSeconds",
+                       "priority", "resources", "labels", "rayStartParams", "template", "scaleStrategy",
+                       "numOfHosts"}
+
+
+@pytest.mark.parametrize("name", ["raycluster.yaml", "raycluster-nodes.yaml"])
+def test_kuberay_manifests_use_only_kuberay_fields(name):
+    cluster = next(d for d in yaml.safe_load_all((DOCKER / "k8s" / name).read_text()) if d["kind"] == "RayCluster")
+    assert set(cluster["spec"]["headGroupSpec"]) <= HEAD_GROUP_FIELDS
+    for group in cluster["spec"]["workerGroupSpecs"]:
+        assert set(group) <= WORKER_GROUP_FIELDS, group["groupName"]
+        assert {"groupName", "template"} <= set(group)
+
+
+def test_kuberay_nodes_manifest_holds_a_run_of_nnodes_whole_machines():
+    """docker/k8s/raycluster-nodes.yaml: N fixed worker pods of G GPUs, one per machine, each able to hold
+    one of the bundles the trainer asks for with trainer.nnodes=N, n_gpus_per_node=G."""
+    from trainer.parallel.placement import plan_placement
+
+    docs = list(yaml.safe_load_all((DOCKER / "k8s" / "raycluster-nodes.yaml").read_text()))
+    by_kind = {d["kind"]: d for d in docs}
+    single = {d["kind"]: d for d in yaml.safe_load_all((DOCKER / "k8s" / "raycluster.yaml").read_text())}
+    assert by_kind["PersistentVolumeClaim"] == single["PersistentVolumeClaim"]  # one shared claim
+    cluster = by_kind["RayCluster"]
+    assert cluster["apiVersion"] == "ray.io/v1"
+    ray_pin = re.search(r"^ray\[default\]==(\S+)$", (ROOT / "requirements.txt").read_text(), flags=re.M).group(1)
+    assert cluster["spec"]["rayVersion"] == ray_pin
+    head = cluster["spec"]["headGroupSpec"]
+    assert head["rayStartParams"]["num-gpus"] == "0" and head["serviceType"] == "ClusterIP"
+    (group,) = cluster["spec"]["workerGroupSpecs"]
+    nnodes = group["replicas"]
+    assert nnodes >= 2 and group["minReplicas"] == group["maxReplicas"] == nnodes and group["numOfHosts"] == 1
+    pod = group["template"]["spec"]
+    container = pod["containers"][0]
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    assert limits == requests
+    gpus = int(limits["nvidia.com/gpu"])
+    plan = plan_placement(nnodes=nnodes, per_node=gpus, gpu=True)
+    assert plan.strategy == "STRICT_SPREAD" and len(plan.bundles) == nnodes
+    assert plan.bundles[0]["GPU"] == gpus and plan.bundles[0]["CPU"] <= int(limits["cpu"])
+    (rule,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert rule["topologyKey"] == "kubernetes.io/hostname"
+    assert rule["labelSelector"]["matchLabels"] == {"ray.io/cluster": cluster["metadata"]["name"],
+                                                    "ray.io/group": group["groupName"]}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["RLSTUDIO_STATE_DIR"] == "/data" and env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"]
+    assert any(m["mountPath"] == "/dev/shm" for m in container["volumeMounts"])
+    for spec in (head["template"]["spec"], pod):
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        assert claims == ["rlstudio-state"]
+        assert "/data" in {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}

@@ -8,7 +8,8 @@
   in the same order: only the transport differs. The tolerance (1e-6 relative on metrics, 1e-6
   absolute on weights) only allows for that; measured, the two agree exactly.
 - asking for 3 nodes of a 2-node cluster fails after the placement timeout naming nodes asked and
-  available; asking for 2 nodes without a cluster (no RAY_ADDRESS) fails at once.
+  available; asking for 2 nodes without a cluster (no RAY_ADDRESS) fails at once;
+- with nnodes=1, two workers that do not fit one node are packed onto both (PACK spans nodes).
 
 The private cluster uses its own ports (none is 6379, Redis's) and temp folder, and is stopped by its
 processes' ids (never `ray stop`, which would stop every Ray on the machine, other tests' included).
@@ -221,6 +222,17 @@ except PlacementError as exc:
     print("PlacementError:", exc)
 """
 
+PACKED = """
+import ray
+from ray.util.placement_group import placement_group, placement_group_table
+from trainer.parallel.placement import plan_placement
+ray.init()
+plan = plan_placement(nnodes=1, per_node=2, gpu=False)
+pg = placement_group(list(plan.bundles), strategy=plan.strategy)
+ray.get(pg.ready(), timeout=60)
+print("nodes", len(set(placement_group_table(pg)["bundles_to_node_id"].values())))
+"""
+
 
 def test_more_nodes_than_the_cluster_has_fails_naming_them(two_node_cluster):
     env = {**os.environ, "RAY_ADDRESS": two_node_cluster.ready()}
@@ -231,6 +243,14 @@ def test_more_nodes_than_the_cluster_has_fails_naming_them(two_node_cluster):
     assert "the cluster has 2 alive node(s), 2 of them with {CPU: 1} or more" in proc.stdout
     assert "not placed after 2 s" in proc.stdout
     assert time.monotonic() - t0 < 60
+
+
+def test_one_node_placement_spans_nodes_when_one_is_too_small(two_node_cluster):
+    """nnodes=1 x 2 workers on two 1-CPU nodes: PACK puts the bundles on both (what a platform run
+    with more GPUs than a node has relies on)."""
+    proc = _cli(["-c", PACKED], env={**os.environ, "RAY_ADDRESS": two_node_cluster.ready()}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "nodes 2" in proc.stdout
 
 
 def test_nnodes_without_a_cluster_fails_at_once(monkeypatch):
