@@ -206,3 +206,26 @@ def test_demo_reward_model_trains_from_a_policy_folder(tmp_path, tiny_model_dir)
     assert w.model.config.num_labels == 1 and w.model.config.architectures == ["Qwen2ForSequenceClassification"]
     assert "<|im_start|>" in w.tokenizer.apply_chat_template(CONV, tokenize=False)  # the policy's template
     assert json.loads((tmp_path / "rm" / "demo_rm_train.json").read_text())["steps"] == 3
+
+
+def test_the_group_shards_scoring_like_the_rollout_and_keeps_the_order():
+    from trainer.parallel.group import WorkerGroup
+
+    class ThreeRanks(WorkerGroup):
+        world_size = 3
+
+        def __init__(self):
+            self.seen = []
+
+        def call(self, method, *, per_rank=None, **common):
+            assert method == "compute_rm_score" and common == {"step": 7}
+            self.seen = [len(p["conversations"]) for p in per_rank]
+            return [[float(c[0]["content"]) for c in p["conversations"]] for p in per_rank]
+
+        def shutdown(self):
+            pass
+
+    g = ThreeRanks()
+    convs = [[{"role": "user", "content": str(i)}] for i in range(8)]
+    assert g.compute_rm_score(convs, step=7) == [float(i) for i in range(8)]
+    assert g.seen == [3, 3, 2]  # contiguous shares, as generate splits prompts
