@@ -3,7 +3,7 @@ the real trainer.
 
 Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] [--steps 80]
      [--val 128] [--seed 0] [--threads 1] [--out /tmp/rlstudio_learning] [--write docs/benchmarks.md]
-     [--modes grpo,dapo,gspo,cispo [--section learning_modes]] [KEY=VALUE ...]
+     [--modes grpo,dapo,gspo,cispo,gae [--section learning_modes]] [KEY=VALUE ...]
 
 1. `trainer.models.demo.make_demo_model`: the tiny demo-preset model, warm-started with trainer.sft for
    --warm-steps steps (default the demo's own) on 20,000 arithmetic conversations (a tool-only
@@ -19,12 +19,13 @@ Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] 
 4. With --write, the figures, the machine and the command replace the text between
    `<!-- bench:learning:begin -->` and `<!-- bench:learning:end -->` in the given markdown file (markers
    appended when absent).
-5. --modes (issue 17): step 3 once per mode in MODES, one after the other, from the same warm start,
+5. --modes (issues 17, 18): step 3 once per mode in MODES, one after the other, from the same warm start,
    data and seeds: grpo (the demo recipe), dapo (the `dapo` recipe: clip-higher 0.2/0.28, token-mean,
    dynamic sampling on acc, overlong buffer), gspo (loss_mode=gspo, the GSPO paper's clip ranges
    3e-4/4e-4, seq-mean-token-mean) and cispo (loss_mode=cispo, clip_ratio_low=1.0: a floor of 0, so no
    lower bound as in the MiniMax-M1 paper, where verl's examples/cispo_trainer sets 10, which the config
-   check refuses (< 10), to the same effect; clip_ratio_high=0.2 as that example). The extra
+   check refuses (< 10), to the same effect; clip_ratio_high=0.2 as that example) and gae (PPO with a
+   critic: algorithm.adv_estimator=gae, gamma = lambda = 1, critic lr 1e-3). The extra
    KEY=VALUE overrides go to every mode (e.g. actor_rollout_ref.actor.ppo_mini_batch_size=2 for four
    updates per step, where the ratio leaves 1 and the clips act). With more than one mode, --write
    replaces the `bench:<--section>` section: held-out reward per validation step per mode, and each
@@ -76,6 +77,11 @@ MODES: dict[str, Mode] = {
                    f"{ACTOR}.clip_ratio_high=0.2"),
                   "loss_mode=cispo, clip_ratio_low 1.0 (a floor of 0: no lower bound, as MiniMax-M1; verl's "
                   "examples/cispo_trainer sets 10), clip_ratio_high 0.2 (that example), token-mean"),
+    "gae": Mode("PPO+GAE", "demo_tool_arith",
+                ("algorithm.adv_estimator=gae", "algorithm.gamma=1.0", "algorithm.lam=1.0", "critic.optim.lr=1e-3",
+                 "critic.optim.weight_decay=0.0"),
+                "adv_estimator=gae (a critic: the warm start's body with a zero scalar head), gamma 1, lambda 1 "
+                "(verl's defaults), critic lr 1e-3, no weight decay, cliprange_value 0.5, token-mean"),
 }
 
 
@@ -209,7 +215,7 @@ def render_modes(res: dict, section: str) -> str:
     """The comparison section: held-out reward per validation step for each mode, then their times."""
     modes = list(res["modes"])
     labels = [MODES[m].label for m in modes]
-    lines = [f"<!-- bench:{section}:begin -->", f"### Learning demo with each policy-loss mode (`{section}`)", "",
+    lines = [f"<!-- bench:{section}:begin -->", f"### Learning demo by algorithm (`{section}`)", "",
              f"Command: `{res['command']}`  ",
              f"Machine: {res['machine']}; torch {res['torch']}, threads {res['threads']}.", "",
              f"From one warm start ({res['warm_text']}; sampled held-out reward {res['warm_eval']['reward']:.3f}), "

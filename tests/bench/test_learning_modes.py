@@ -1,5 +1,6 @@
-"""bench/learning.py's policy-loss comparison: each mode's settings are a valid config with the intended
-keys (and no warning), and the curve / step figures and the docs table come out of hand-made events."""
+"""bench/learning.py's comparison of algorithms (policy-loss modes, DAPO, PPO+GAE): each mode's settings
+are a valid config with the intended keys (and no warning), and the curve / step figures and the docs
+table come out of hand-made events."""
 from __future__ import annotations
 
 import json
@@ -19,9 +20,13 @@ def test_each_mode_is_a_valid_config_without_warnings(name):
     assert config_warnings(cfg) == []
     actor = cfg.actor_rollout_ref.actor
     expected = {"grpo": ("vanilla", None, None, "token-mean"), "dapo": ("vanilla", 0.2, 0.28, "token-mean"),
-                "gspo": ("gspo", 3e-4, 4e-4, "seq-mean-token-mean"), "cispo": ("cispo", 1.0, 0.2, "token-mean")}[name]
+                "gspo": ("gspo", 3e-4, 4e-4, "seq-mean-token-mean"), "cispo": ("cispo", 1.0, 0.2, "token-mean"),
+                "gae": ("vanilla", None, None, "token-mean")}[name]
     assert (actor.policy_loss.loss_mode, actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == expected
     assert cfg.algorithm.filter_groups.enable == (name == "dapo")
+    assert (cfg.algorithm.adv_estimator == "gae") == (name == "gae")
+    if name == "gae":
+        assert (cfg.algorithm.gamma, cfg.algorithm.lam, cfg.critic.optim.lr) == (1.0, 1.0, 1e-3)
 
 
 def _metrics(step, **m):

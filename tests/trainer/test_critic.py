@@ -2,7 +2,8 @@
 in-process worker: the value model is the base's body with a zero scalar head; 3 steps through the
 command line train it (verl's critic metrics, trainer.critic_warmup holding the actor back), a run
 resumed from step 1 gives the same steps 2-3 and the same critic; a checkpoint without a critic is
-refused; the critic's config errors. Two workers: tests/trainer/parallel/test_critic_parallel.py."""
+refused; with LoRA the actor keeps its adapter and the critic trains in full; the critic's config
+errors. Two workers: tests/trainer/parallel/test_critic_parallel.py."""
 from __future__ import annotations
 
 import json
@@ -115,6 +116,21 @@ def test_resuming_gae_from_a_checkpoint_without_a_critic_is_refused(tmp_path, ti
                  f"trainer.resume_from_path={a / 'global_step_1'}", "--output", str(b)]) != 0
     failed = [e for e in events(b) if e["type"] == "status" and e["data"]["state"] == "failed"]
     assert failed and "has no critic" in json.dumps(failed[-1]["data"])
+
+
+def test_gae_with_lora_trains_a_full_critic_beside_the_adapter(tmp_path, tiny_model_dir, demo_data_dir):
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+    out = tmp_path / "lora"
+    assert main(["run", "--recipe", "cpu_smoke", f"data.train_files={demo_data_dir / 'train.jsonl'}",
+                 f"actor_rollout_ref.model.path={tiny_model_dir}", f"custom_reward_function.path={reward}",
+                 "trainer.logger=[jsonl]", "trainer.total_training_steps=2", "actor_rollout_ref.model.lora_rank=4",
+                 "actor_rollout_ref.model.lora_alpha=8", *GAE, "--output", str(out)]) == 0
+    m = metrics(out)
+    assert m[1]["critic/vf_loss"] > 0 and m[2]["critic/values/max"] != 0 and m[1]["actor/grad_norm"] > 0
+    actor, critic = read_model(out / "global_step_2", "actor"), read_model(out / "global_step_2", "critic")
+    assert actor and all(".lora_A." in k or ".lora_B." in k for k in actor)  # the actor: the adapter alone
+    assert "score.weight" in critic and any(k.startswith("model.layers.") for k in critic)  # the critic: all of it
 
 
 def _cfg(**over):
