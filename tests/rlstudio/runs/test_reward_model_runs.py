@@ -91,3 +91,12 @@ def test_the_form_offers_reward_models_for_the_reward_model_only(alice, ready, r
                                    "reward_model": rm.pk, "preset": "cpu_smoke", "gpus": 0})
     assert resp.status_code == 302, resp.content.decode()[:2000]
     assert Run.objects.get(name="via-form").reward_model == rm
+
+
+def test_the_run_page_names_the_reward_model_and_its_weights(alice, api, ready, rm):
+    run_id = api.post("/api/v1/runs/", _body(ready, reward_model_id=rm.pk,
+                                             overrides={"reward_model.rm_weight": 2.5}), format="json").json()["id"]
+    web = Client()
+    web.force_login(alice)
+    page = web.get(f"/runs/{run_id}/").content.decode()
+    assert "Reward model" in page and "alices-rm" in page and "reward model × 2.5" in page
