@@ -21,7 +21,11 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   kept for backward (norm inputs, q/k/v, attention output, the MLP's gate/up/act; no attention matrix
   with SDPA); with gradient checkpointing one hidden state per layer plus one layer recomputed; plus
   the response logits (compute dtype and their float32 copy) of a micro batch;
-- old / reference log-prob passes: the response logits of a log-prob micro batch.
+- old / reference log-prob passes: the response logits of a log-prob micro batch;
+- critic (only with algorithm.adv_estimator=gae, trainer/workers/critic.py): a second full model, the
+  body with a scalar head, trained in full whatever LoRA does: float32 weights 4 P / W and AdamW
+  moments 8 P / W resident, gradients 4 P / W and activations (as the actor's, no logits) in its own
+  update, which runs before the actor's.
 
 Phases do not overlap: the peak is the largest of rollout, log-prob and update, each on top of what
 stays resident (weights, optimizer, reference). `estimate` is a pure function (unit-tested against
@@ -299,7 +303,22 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
     lp_logits = int(lp_rows) * response * shape.vocab_size * (cb + 4)
     lines.append(MemoryLine("log-prob logits", lp_logits, f"{lp_rows} trajectories per old / reference log-prob pass"))
 
-    resident = weights + optim + ref_bytes + (engine_bytes if engine == "hf" else 0)
+    critic_bytes = critic_phase = 0
+    if algorithm.get("adv_estimator") == "gae":
+        critic = _section(cfg, "critic")
+        critic_bytes = 12 * p // world
+        lines.append(MemoryLine("critic weights and optimizer", critic_bytes,
+                                f"PPO with GAE: a float32 value model of {p:,} parameters and its AdamW "
+                                f"moments{shard_note}"))
+        c_mini = int(critic.get("ppo_mini_batch_size") or actor.get("ppo_mini_batch_size") or 1) * n // world
+        c_micro = critic.get("ppo_micro_batch_size_per_gpu") or c_mini
+        c_tokens = int(c_micro) * seq
+        c_act = c_tokens * shape.num_layers * per_layer * cb
+        lines.append(MemoryLine("critic update", 4 * p // world + c_act,
+                                f"its float32 gradients and activations of {c_tokens} tokens per micro batch"))
+        critic_phase = 4 * p // world + c_act
+
+    resident = weights + optim + ref_bytes + critic_bytes + (engine_bytes if engine == "hf" else 0)
     free_cache = rollout.get("free_cache_engine", True)
     held_pool = 0 if (engine != "sglang" or free_cache) else pool
     phases = {
@@ -307,6 +326,8 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         "log-prob": resident + held_pool + lp_logits,
         "update": resident + held_pool + grads + act + logits,
     }
+    if critic_phase:
+        phases["critic update"] = resident + held_pool + critic_phase
     peak_phase = max(phases, key=lambda k: phases[k])
     return MemoryEstimate(device="cuda" if gpu else "cpu", workers=world, lines=tuple(lines), phases=phases,
                           peak_phase=peak_phase, peak_bytes=phases[peak_phase], capacity_bytes=int(capacity_bytes),

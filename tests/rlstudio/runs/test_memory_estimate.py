@@ -211,3 +211,22 @@ def test_lora_saving_on_qwen_3b_gsm8k():
     # full fine-tuning: 16 P of weights, gradients and moments, the engine on the actor's module
     assert full.phases["update"] == 16 * p + act + logits
     assert full.phases["update"] - one.phases["update"] == 10 * p - 16 * a  # 27.8 GiB less per device
+
+
+def test_gae_adds_the_critic_by_hand():
+    shape = shape_from_config(SMOKE)
+    p = 177_024
+    plain = estimate(shape, _cfg(), gpus=0, capacity_bytes=GIB)
+    cfg = _cfg(**{"algorithm.adv_estimator": "gae"})
+    cfg["critic"] = {"ppo_mini_batch_size": None, "ppo_micro_batch_size_per_gpu": 1}
+    est = estimate(shape, cfg, gpus=0, capacity_bytes=GIB)
+    lines = {x.name: x.bytes for x in est.lines}
+    assert lines["critic weights and optimizer"] == 12 * p  # float32 weights + two AdamW moments
+    # its update: float32 gradients + micro 1 x 128 tokens x 2 layers x 1,472 values x 4 bytes
+    assert lines["critic update"] == 4 * p + 128 * 2 * 1472 * 4 == 2_215_424
+    for phase in ("rollout", "log-prob", "update"):
+        assert est.phases[phase] == plain.phases[phase] + 12 * p
+    assert est.phases["critic update"] == plain.phases["update"] - (4 * p + 3_014_656 + 374_976) + 12 * p + 2_215_424
+    assert est.peak_phase == "update" and est.peak_bytes == 6_930_112 + 12 * p
+    two = estimate(shape, cfg, gpus=2, capacity_bytes=80 * GIB)
+    assert {x.name: x.bytes for x in two.lines}["critic weights and optimizer"] == 12 * p // 2
