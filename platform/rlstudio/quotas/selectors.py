@@ -95,8 +95,14 @@ class QuotaUsage:
 
 
 def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> QuotaUsage:
-    """The caller's quota and usage: GPUs held by submitting/running/stopping runs, active runs,
-    GPU-hours since the start of this month, and their queued runs with queue positions."""
+    """The caller's quota and usage: GPUs held by submitting/running/stopping runs and running
+    evaluations, active runs (a running evaluation counts as one, as admission counts it), GPU-hours
+    since the start of this month, and their queued runs with queue positions."""
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+
+    evals = Evaluation.objects.filter(owner=user, status=EvaluationStatus.RUNNING).aggregate(
+        n=Count("id"), g=Sum("gpus"))
+    evals = {"n": evals["n"] or 0, "g": evals["g"] or 0}
     now = now or timezone.now()
     quota = quota_for(user=user)
     active = Run.objects.filter(owner=user, status__in=ACTIVE_STATUSES)
@@ -112,11 +118,11 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
     ]
     return QuotaUsage(
         max_gpus=quota.max_gpus,
-        gpus_held=active.aggregate(n=Sum("gpus"))["n"] or 0,
+        gpus_held=(active.aggregate(n=Sum("gpus"))["n"] or 0) + evals["g"],
         gpu_hours_per_month=quota.gpu_hours_per_month,
         gpu_hours_this_month=round(gpu_hours_between(user=user, start=month_start(now), end=now), 6),
         max_concurrent_runs=quota.max_concurrent_runs,
-        runs_active=active.count(),
+        runs_active=active.count() + evals["n"],
         max_queued_runs=quota.max_queued_runs,
         is_default=quota.is_default,
         queued=queued,

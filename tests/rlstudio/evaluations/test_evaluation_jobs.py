@@ -83,6 +83,10 @@ def test_a_gpu_evaluation_needs_a_free_gpu_of_the_quota(alice, make_run, run_wit
     services.evaluation_stop(user=alice, ev=ev)
     cpu = _new(alice, run_with_ckpts, data, gpus=0)  # on the CPU: only the run cap applies
     assert cpu.status == S.RUNNING
+    from rlstudio.quotas.selectors import quota_usage_for
+
+    usage = quota_usage_for(user=alice)  # "Your quota" counts it as admission does
+    assert (usage.runs_active, usage.gpus_held) == (2, 1)
     with pytest.raises(services.EvaluationRefused):  # one queued or running evaluation per user
         _new(alice, run_with_ckpts, data)
 
