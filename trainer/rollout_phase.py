@@ -30,10 +30,10 @@ def sampling_params(rollout: RolloutConfig, stop_ids: list[int], step: int, *, v
         v = r.val_kwargs
         temp = v.temperature if v.do_sample else 0.0
         return SamplingParams(temperature=temp, top_p=v.top_p, top_k=v.top_k, max_new_tokens=r.response_length,
-                              stop_token_ids=stop_ids, seed=r.seed + 7919 * (step + 1))
+                              stop_token_ids=stop_ids, seed=r.seed + 7919 * (step + 1), ignore_eos=r.ignore_eos)
     return SamplingParams(temperature=r.temperature if r.do_sample else 0.0, top_p=r.top_p, top_k=r.top_k,
                           max_new_tokens=r.response_length, stop_token_ids=stop_ids,
-                          seed=r.seed * 1_000_003 + step + 999_983 * gen_batch)
+                          seed=r.seed * 1_000_003 + step + 999_983 * gen_batch, ignore_eos=r.ignore_eos)
 
 
 def generate_step(step: int, *, next_batch: Callable[[], list[PromptItem]],

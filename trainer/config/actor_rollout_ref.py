@@ -100,6 +100,15 @@ class RolloutConfig:
         None, "Top-k sampling, -1 = off; None = the model's generation_config.json, else -1."
     )
     do_sample: bool = option(True, "Sample (False = greedy).")
+    ignore_eos: bool = option(
+        False,
+        "Generate response_length tokens whatever the model emits: no stop on EOS or end-of-turn "
+        "tokens (verl's rollout.ignore_eos; fixed-length rollouts for speed benchmarks).",
+    )
+    enforce_eager: bool = option(
+        False,
+        "hf engine on a GPU: decode without CUDA graphs (verl's rollout.enforce_eager).",
+    )
     response_length: Union[int, None] = option(
         None, "Response token limit; None = data.max_response_length."
     )

@@ -238,8 +238,9 @@ class MultiTurnRollout:
                     if remaining <= 0:
                         r.finish("length")
                         continue
+                    stops = [] if sampling.ignore_eos else sorted(set(sampling.stop_token_ids) | set(self.stop_ids))
                     sp = sampling.replace(max_new_tokens=min(int(sampling.max_new_tokens), remaining),
-                                          stop_token_ids=sorted(set(sampling.stop_token_ids) | set(self.stop_ids)),
+                                          stop_token_ids=stops,
                                           seed=self._seed(sampling.seed, r, turn))
                     batch.append((r, GenerationRequest(r.request_id, r.prompt.prompt_ids + r.response_ids, sp)))
                 if not batch:

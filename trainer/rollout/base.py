@@ -32,6 +32,7 @@ class SamplingParams:
     max_new_tokens: int = 512
     stop_token_ids: list[int] = field(default_factory=list)  # generation ends after emitting one
     seed: int | None = None  # None = unseeded (torch's global RNG)
+    ignore_eos: bool = False  # True: run to max_new_tokens; the agent then sends no stop ids at all
 
     @property
     def greedy(self) -> bool:

@@ -11,6 +11,20 @@ the module itself; `DecodeState.from_hf_cache` moves its cache into the prealloc
 Used by the hf engine only where `supports(model)` holds: model_type qwen2 or llama, default RoPE,
 SDPA attention, SiLU MLP, no sliding-window layers, and plain (not FSDP-sharded DTensor) weights.
 Anything else takes the module path. The engine tests check greedy outputs against `generate`.
+
+Two forms of the step (the engine picks one per generation, `trainer.rollout.hf`):
+- `FastDecoder.step`: the keys/values written at the Python position `state.length` and attention over
+  the first `length + 1` positions only (the least work; each step's shapes differ).
+- `StaticDecode`: every shape fixed for the whole generation (the CUDA-graph form). The position is a
+  device tensor, keys/values go in with `index_copy_`, attention runs over the whole preallocated
+  capacity under a mask of the positions written so far (zero-filled buffers, so a masked position
+  never brings a NaN in), and the step advances its own position, mask and RoPE positions in place.
+  On a CUDA device it is captured once per batch size as a CUDA graph (`torch.cuda.CUDAGraph`) and
+  replayed: one launch per token instead of ~20 kernels per layer, each a Python call. On the CPU the
+  same code runs eagerly (that is how the tests check it: same tokens as the sliced step). The graph
+  records the weights' addresses: valid while the engine's parameters are updated in place
+  (`update_weights` copies into them) and the graphs live only inside one `generate` call, so a
+  `release_memory` / `resume_memory` that moves the weights never meets a stale graph.
 """
 from __future__ import annotations
 
@@ -77,14 +91,17 @@ class DecodeState:
         return buf[:need].view(rows, vocab)
 
     @classmethod
-    def from_hf_cache(cls, cache: Any, extra: int) -> "DecodeState":
+    def from_hf_cache(cls, cache: Any, extra: int, *, zeros: bool = False) -> "DecodeState":
+        """The prefill's keys/values in buffers with room for `extra` more positions; `zeros` fills
+        that room with zeros (the static step attends over it under a mask: garbage could be NaN)."""
         keys, values = [], []
         length = 0
         for layer in cache.layers:
             k, v = layer.keys, layer.values  # (B, kvh, L, d)
             b, h, length, d = k.shape
-            kb = k.new_empty((b, h, length + extra, d))
-            vb = v.new_empty((b, h, length + extra, d))
+            alloc = k.new_zeros if zeros else k.new_empty
+            kb = alloc((b, h, length + extra, d))
+            vb = alloc((b, h, length + extra, d))
             kb[:, :, :length] = k
             vb[:, :, :length] = v
             keys.append(kb)
@@ -119,16 +136,59 @@ class FastDecoder:
 
         The logits live in the state's buffer (`DecodeState.logits_out`): the next step overwrites them.
         """
+        t = state.length
+
+        def kv_at(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            state.keys[i][:, :, t] = k
+            state.values[i][:, :, t] = v
+            return state.keys[i][:, :, : t + 1], state.values[i][:, :, : t + 1]
+
+        attn_mask = None if mask is None else mask[:, None, None, : t + 1].bool()  # (B, 1, 1, T)
+        h = self._layers(tokens, positions, kv_at, attn_mask)
+        state.length = t + 1
+        head = self.model.lm_head
+        if head.bias is not None or h.dtype != head.weight.dtype:
+            return F.linear(h, head.weight, head.bias)
+        # = F.linear(h, W) (no bias), written into the state's logits buffer: valid until the next step.
+        return torch.mm(h, head.weight.t(), out=state.logits_out(h.shape[0], head.weight.shape[0], h))
+
+    @torch.no_grad()
+    def step_static(self, state: DecodeState, tokens: torch.Tensor, positions: torch.Tensor,
+                    valid: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+        """The same step with every shape fixed (see the module docstring): no Python int in it.
+
+        tokens (B,) long; positions (B,) long, advanced by one in place; valid (B, capacity) bool, the
+        positions written so far (column `at` set here, before attending); at (1,) long, the write
+        position, advanced in place. -> logits (B, V), a fresh tensor (inside a graph: its output).
+        """
+        valid.index_fill_(1, at, True)
+
+        def kv_at(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            state.keys[i].index_copy_(2, at, k.unsqueeze(2))
+            state.values[i].index_copy_(2, at, v.unsqueeze(2))
+            return state.keys[i], state.values[i]
+
+        h = self._layers(tokens, positions, kv_at, valid[:, None, None, :])
+        positions.add_(1)
+        at.add_(1)
+        head = self.model.lm_head
+        return F.linear(h, head.weight, head.bias)
+
+    def _layers(self, tokens: torch.Tensor, positions: torch.Tensor, kv_at: Any,
+                attn_mask: torch.Tensor | None) -> torch.Tensor:
+        """Embedding, every decoder layer and the final norm for one new token per row -> (B, H).
+
+        `kv_at(i, k, v)` stores layer i's new key/value (B, kv_heads, d) and returns the keys/values
+        (B, kv_heads, T, d) to attend over; `attn_mask` (B, 1, 1, T) bool or None (attend to all T).
+        """
         base = self.model.model
         b = tokens.shape[0]
-        t = state.length
         x = F.embedding(tokens, base.embed_tokens.weight)  # (B, H)
         rot = base.rotary_emb
         freqs = positions[:, None].float() * rot.inv_freq.to(device=x.device, dtype=torch.float)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos = (emb.cos() * rot.attention_scaling).to(x.dtype)[:, None, :]  # (B, 1, d)
         sin = (emb.sin() * rot.attention_scaling).to(x.dtype)[:, None, :]
-        attn_mask = None if mask is None else mask[:, None, None, : t + 1].bool()  # (B, 1, 1, T)
         for i, layer in enumerate(self.layers):
             att = layer.self_attn
             h = _rms(x, layer.input_layernorm)
@@ -137,9 +197,7 @@ class FastDecoder:
             v = F.linear(h, att.v_proj.weight, att.v_proj.bias).view(b, self.num_kv, self.head_dim)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
-            state.keys[i][:, :, t] = k
-            state.values[i][:, :, t] = v
-            keys, values = state.keys[i][:, :, : t + 1], state.values[i][:, :, : t + 1]
+            keys, values = kv_at(i, k, v)
             if attn_mask is None:
                 o = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, scale=att.scaling,
                                                    enable_gqa=self.rep > 1)
@@ -153,10 +211,62 @@ class FastDecoder:
             x = x + F.linear(F.silu(F.linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias))
                              * F.linear(h, mlp.up_proj.weight, mlp.up_proj.bias),
                              mlp.down_proj.weight, mlp.down_proj.bias)
-        state.length = t + 1
-        head = self.model.lm_head
-        h = _rms(x, base.norm)
-        if head.bias is not None or h.dtype != head.weight.dtype:
-            return F.linear(h, head.weight, head.bias)
-        # = F.linear(h, W) (no bias), written into the state's logits buffer: valid until the next step.
-        return torch.mm(h, head.weight.t(), out=state.logits_out(b, head.weight.shape[0], h))
+        return _rms(x, base.norm)
+
+
+class StaticDecode:
+    """Decode steps at fixed shapes for one generation: static input buffers, and on CUDA (unless
+    `graphs=False`) one CUDA graph per batch size, captured at the first step of that size.
+
+    `step(tokens)` -> logits (B, V) for the rows' next tokens (the graph's output buffer on CUDA:
+    overwritten by the next step); `select(rows)` keeps only `rows` (batch compaction), after which
+    the next step captures a graph for the new size. `captures` counts the graphs captured.
+    """
+
+    kind = "static"
+
+    def __init__(self, decoder: FastDecoder, state: DecodeState, positions: torch.Tensor,
+                 prompt_mask: torch.Tensor | None, *, graphs: bool) -> None:
+        self.decoder, self.state = decoder, state
+        b, cap = state.keys[0].shape[0], state.keys[0].shape[2]
+        dev = state.keys[0].device
+        self.valid = torch.zeros((b, cap), dtype=torch.bool, device=dev)
+        width = state.length
+        self.valid[:, :width] = True if prompt_mask is None else prompt_mask[:, :width].bool()
+        self.positions = positions.clone()
+        self.at = torch.full((1,), width, dtype=torch.long, device=dev)
+        self.tokens = torch.zeros(b, dtype=torch.long, device=dev)
+        self.graphs = bool(graphs) and dev.type == "cuda"
+        self.graph: Any = None
+        self.out: torch.Tensor | None = None
+        self.captures = 0
+
+    def _run(self) -> torch.Tensor:
+        return self.decoder.step_static(self.state, self.tokens, self.positions, self.valid, self.at)
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.tokens.copy_(tokens)
+        if not self.graphs:
+            return self._run()
+        if self.graph is not None:
+            self.graph.replay()
+            return self.out
+        # First step at this size: run it eagerly on a side stream (the real step, and the warm-up
+        # CUDA graphs want before a capture), then record the same step for the following ones.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            logits = self._run()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.out = self._run()  # recorded, not run: the state is not advanced twice
+        self.graph = graph
+        self.captures += 1
+        return logits
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.state.select(rows)
+        self.valid, self.positions = self.valid[rows], self.positions[rows]
+        self.tokens = self.tokens[rows]
+        self.graph = self.out = None  # the buffers moved: the next step captures anew

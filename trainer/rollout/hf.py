@@ -10,7 +10,19 @@ cumsum(mask)-1) and prefilled once each through the module, logits for the last 
 decode step per new token. For Qwen2/Llama-style modules the decode step is
 `trainer.rollout.fast_decode` (the same maths on the live weights with a KV cache preallocated for
 the whole generation: bit-identical logits here, far less per-step overhead); other models, or
-FSDP-sharded ones, run the module with a growing `DynamicCache`.
+FSDP-sharded ones, run the module with a growing `DynamicCache` (`decode_steps.ModuleStep`). On a CUDA device the
+fast step runs at fixed shapes and is captured as one CUDA graph per batch size (`StaticDecode`;
+`cuda_graphs=False`, i.e. rollout.enforce_eager, runs the same static step eagerly); on the CPU it
+runs the sliced step, which does the least work.
+No host sync per token: the sampled tokens and log-probs stay on the device in (rows, budget)
+buffers, each row's end (a stop id of its own, or its budget) is a device-side mask, and the host reads
+that mask once every `sync_every` steps (16 on a GPU; on the CPU every step, where a read costs
+nothing). Rows that ended in between decode on and their extra tokens are cut off; on a GPU they leave
+the batch once an eighth of it has ended (a compaction copies the KV cache and needs a new graph).
+The sampler gets the batch's settings from the host (`mixed`, `cand`, `may_widen`), so it never asks
+the device either, except for a row filtered by top-p with no top-k (see `sample_next`).
+bench/host_reads.py counts these reads; tests/trainer/rollout/test_decode_host_reads.py holds them to
+one per interval.
 Sampling per row: temperature, top-k, top-p, then an inverse-CDF draw with that row's own pre-drawn
 uniforms (a `torch.Generator` seeded by the request's seed), so a seeded request reproduces exactly
 (alone or batched, up to float reduction order in batched kernels); temperature <= 0 is greedy argmax.
@@ -33,7 +45,8 @@ from typing import Any, Iterable
 
 import torch
 
-from trainer.rollout.fast_decode import DecodeState, FastDecoder
+from trainer.rollout.decode_steps import ModuleStep, SlicedFast, cache_kwarg, full_mask
+from trainer.rollout.fast_decode import DecodeState, FastDecoder, StaticDecode
 from trainer.rollout.fast_decode import supports as fast_supports
 from trainer.rollout.base import (
     GenerationOutput,
@@ -123,6 +136,9 @@ def sample_next(
     any_filter: bool,
     all_greedy: bool | None = None,
     inplace: bool = False,
+    mixed: bool | None = None,
+    cand: int | None = None,
+    may_widen: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row.
 
@@ -136,6 +152,11 @@ def sample_next(
     greedy = block maxima (`_argmax_rows`), exp and a sum for its log-prob; sampling = max, exp and the
     two-level inverse CDF (`_inverse_cdf`); top-k / top-p = max, exp, sum and a top-k slice of the
     weights (a full sort only when the kept set may extend beyond it), only the slice normalised.
+
+    Host syncs: none when the caller says what it knows of the batch: `mixed` (greedy and sampled
+    rows together; None = ask the device), `cand` (the top-k slice: the largest top-k >= 64; None =
+    ask), `may_widen` (False when no row can keep more than `cand` tokens, e.g. every sampled row has
+    a top-k; True = look at the probabilities, one read of the device, for a row filtered by top-p only).
     """
     if all_greedy is None:
         all_greedy = not any_sampled
@@ -161,11 +182,13 @@ def sample_next(
         # fall back to a full sort only for a batch where some row may keep more (exact either way).
         # Sorted on the unnormalised weights; only the slice is divided by the total.
         k_rows = top_k.clamp(max=vocab)
-        cand = min(vocab, max(64, int(k_rows[k_rows < vocab].max()) if bool((k_rows < vocab).any()) else 64))
+        if cand is None:
+            cand = max(64, int(k_rows[k_rows < vocab].max()) if bool((k_rows < vocab).any()) else 64)
+        cand = min(vocab, cand)
         norm = total.float().unsqueeze(-1)
         sorted_w, order = torch.topk(weights, cand, dim=-1)
         sorted_probs = sorted_w / norm
-        if cand < vocab and bool(((k_rows > cand) & (sorted_probs.sum(-1) < top_p)).any()):
+        if cand < vocab and may_widen and bool(((k_rows > cand) & (sorted_probs.sum(-1) < top_p)).any()):
             sorted_w, order = torch.sort(weights, dim=-1, descending=True)
             sorted_probs = sorted_w / norm
         ranks = torch.arange(sorted_probs.shape[-1], device=scaled.device).unsqueeze(0)
@@ -176,7 +199,7 @@ def sample_next(
         # side="right": the first index whose cdf exceeds u*total, never a zero-probability token.
         idx = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1), right=True)
         tokens = order.gather(-1, idx.clamp_(max=cdf.shape[-1] - 1)).squeeze(-1)
-    if bool(greedy.any()):  # mixed batch: greedy rows take the argmax
+    if bool(greedy.any()) if mixed is None else mixed:  # mixed batch: greedy rows take the argmax
         tokens = torch.where(greedy, _argmax_rows(weights)[1].squeeze(-1), tokens)
     picked = weights.gather(-1, tokens.unsqueeze(-1)).squeeze(-1).double()
     return tokens, (picked.log() - total.log()).float()
@@ -195,6 +218,9 @@ class HFRolloutEngine(RolloutEngine):
         share_module: bool = True,
         max_batch_size: int | None = None,
         fast_decode: bool = True,
+        cuda_graphs: bool = True,
+        static_decode: bool | None = None,
+        sync_every: int | None = None,
     ) -> None:
         self.model = model
         self.pad_token_id = int(pad_token_id)
@@ -202,6 +228,13 @@ class HFRolloutEngine(RolloutEngine):
         self.share_module = share_module  # True: the actor's module itself (colocated, no copies)
         self.max_batch_size = max_batch_size  # None: every request of a call in one batch
         self.fast_decode = fast_decode  # use trainer.rollout.fast_decode where the model supports it
+        # The fast step at fixed shapes (StaticDecode), captured as CUDA graphs on a GPU: None = on CUDA
+        # only (on the CPU the sliced step does less work); True forces it anywhere (tests).
+        self.static_decode = static_decode
+        self.cuda_graphs = cuda_graphs  # off: the static step runs eagerly (rollout.enforce_eager)
+        # Decode steps between two reads of the rows' end mask: None = 16 on a GPU, 1 on the CPU (where
+        # reading a tensor is no sync and a finished row's extra steps are pure compute).
+        self.sync_every = sync_every
         self._offloaded = False
         self.last_stats: dict[str, float] = {}
 
@@ -214,7 +247,8 @@ class HFRolloutEngine(RolloutEngine):
             pad = getattr(tokenizer, "eos_token_id", None)
         if pad is None:
             raise ValueError("tokenizer has neither pad_token_id nor eos_token_id")
-        return cls(model, pad_token_id=pad, device=device, share_module=True)
+        return cls(model, pad_token_id=pad, device=device, share_module=True,
+                   cuda_graphs=not bool(getattr(config, "enforce_eager", False)))
 
     # ------------------------------------------------------------------ generation
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
@@ -276,7 +310,7 @@ class HFRolloutEngine(RolloutEngine):
                              dtype=torch.long, device=dev)
         top_p = torch.tensor([min(max(float(r.sampling.top_p), 0.0), 1.0) for r in sub],
                              dtype=torch.float32, device=dev)
-        any_sampled = not bool(greedy.all())
+        any_sampled = any(r.sampling.temperature > 0 for r in sub)
         any_filter = any((r.sampling.top_k > 0 or r.sampling.top_p < 1.0) and r.sampling.temperature > 0
                          for r in sub)
         unit_temp = all(r.sampling.temperature <= 0 or r.sampling.temperature == 1.0 for r in sub)
@@ -289,70 +323,110 @@ class HFRolloutEngine(RolloutEngine):
                     gen = torch.Generator().manual_seed(int(r.sampling.seed) & 0xFFFF_FFFF_FFFF_FFFF)
                 uniforms[row, : budgets[live[row]]] = torch.rand(budgets[live[row]], generator=gen)
         uniforms = uniforms.to(dev)
-        stop_sets = [set(r.sampling.stop_token_ids) for r in sub]
+        stop_sets = [set() if r.sampling.ignore_eos else set(r.sampling.stop_token_ids) for r in sub]
+        # Per-row settings fixed for the batch, known here so that no step has to ask the device:
+        # whether greedy and sampled rows mix, and the top-k slice the filtered path sorts.
+        mixed = any_sampled and any(r.sampling.temperature <= 0 for r in sub)
+        cand = max([64, *(r.sampling.top_k for r in sub if r.sampling.top_k > 0)])
+        # A full sort may be needed only for a sampled row with no top-k (its kept set, by top-p alone,
+        # can reach past the top-`cand` slice); greedy rows take the argmax whatever the sort.
+        may_widen = any(r.sampling.temperature > 0 and r.sampling.top_k <= 0 for r in sub)
 
-        rows = list(live)  # original request index of each batch row
         cache = DynamicCache(config=getattr(self.model, "config", None))
         logits = self.model(input_ids=ids, attention_mask=mask if has_pad else None, position_ids=pos,
-                            cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+                            use_cache=True, logits_to_keep=1, **{cache_kwarg(self.model): cache}).logits[:, -1, :]
         if len(prompts) < len(sub):
             sel = torch.tensor(expand, dtype=torch.long, device=dev)
             cache.batch_select_indices(sel)
             logits, mask, pos = logits[sel], mask[sel], pos[sel]
-        # The attention mask for the whole generation, preallocated: prompt part, then ones.
-        mask_buf = torch.ones((len(sub), width + max_budget), dtype=torch.long, device=dev)
-        mask_buf[:, :width] = mask
-        fast = FastDecoder(self.model) if (self.fast_decode and fast_supports(self.model)) else None
-        state = DecodeState.from_hf_cache(cache, max_budget) if fast is not None else None
-        if state is not None:
-            del cache
-            cache = None
-        next_pos = pos[:, -1] + 1
-        cur = width
-        step = 0
-        decode_rows = 0
+        stepper = self._stepper(cache, mask if has_pad else None, pos[:, -1] + 1, width, max_budget)
+        del cache
+
+        # The batch's tokens and log-probs stay on the device, in (rows, max_budget) buffers; each row's
+        # end (a stop id from its own table, or its budget) is a device-side mask. The host reads that
+        # mask every `sync_every` steps only (rows that ended meanwhile decode on, their extra tokens
+        # cut off at their end), and only then do ended rows leave the batch (`compact`).
+        nb = len(sub)
+        tok_buf = torch.zeros((nb, max_budget), dtype=torch.long, device=dev)
+        lp_buf = torch.zeros((nb, max_budget), dtype=torch.float32, device=dev)
+        stop_tab = torch.full((nb, max(1, max(len(x) for x in stop_sets))), -1, dtype=torch.long)
+        for row, x in enumerate(stop_sets):
+            stop_tab[row, : len(x)] = torch.tensor(sorted(x), dtype=torch.long)
+        stop_tab = stop_tab.to(dev)
+        budget_t = torch.tensor([budgets[i] for i in live], dtype=torch.long, device=dev)
+        ended = torch.zeros(nb, dtype=torch.bool, device=dev)
+        n_out = torch.zeros(nb, dtype=torch.long, device=dev)  # tokens kept per row (set when it ends)
+        stopped = torch.zeros(nb, dtype=torch.bool, device=dev)
+        batch_rows = torch.arange(nb, device=dev)  # batch row -> index into `sub`
+        host_rows = list(range(nb))
+        final_n = [0] * nb
+        final_stop = [False] * nb
+        sync_every = max(1, int(self.sync_every or (1 if dev.type == "cpu" else 16)))
+        step = decode_rows = syncs = 0
         while True:
             tok, lp = sample_next(logits.float(), None if unit_temp else temps, greedy, top_k, top_p,
                                   uniforms[:, step], any_sampled=any_sampled, any_filter=any_filter,
-                                  all_greedy=not any_sampled, inplace=True)
-            tok_list, lp_list = tok.tolist(), lp.tolist()
+                                  all_greedy=not any_sampled, inplace=True, mixed=mixed, cand=cand,
+                                  may_widen=may_widen)
+            tok_buf[batch_rows, step] = tok
+            lp_buf[batch_rows, step] = lp
             step += 1
-            keep: list[int] = []
-            for b, i in enumerate(rows):
-                out_ids[i].append(tok_list[b])
-                out_lp[i].append(lp_list[b])
-                if tok_list[b] in stop_sets[b]:
-                    finish[i] = "stop"
-                elif step < budgets[i]:
-                    keep.append(b)
-            if not keep:
-                break
-            if len(keep) < len(rows):
-                # Finished rows leave the batch: shrink the KV cache and every per-row tensor.
-                sel = torch.tensor(keep, dtype=torch.long, device=dev)
-                if state is not None:
-                    state.select(sel)
-                else:
-                    cache.batch_select_indices(sel)
-                rows = [rows[b] for b in keep]
-                stop_sets = [stop_sets[b] for b in keep]
-                tok, mask_buf, next_pos = tok[sel], mask_buf[sel], next_pos[sel]
-                temps, greedy, top_k, top_p, uniforms = temps[sel], greedy[sel], top_k[sel], top_p[sel], uniforms[sel]
-                if has_pad:
-                    has_pad = bool((mask_buf[:, :width] == 0).any())
-            cur += 1
-            decode_rows += len(rows)
-            if state is not None:
-                logits = fast.step(state, tok, next_pos, mask_buf if has_pad else None)
-            else:
-                logits = self.model(input_ids=tok.unsqueeze(-1), attention_mask=mask_buf[:, :cur] if has_pad else None,
-                                    position_ids=next_pos.unsqueeze(-1), cache=cache, use_cache=True).logits[:, -1, :]
-            next_pos = next_pos + 1
-        del cache, state
+            hit = (tok.unsqueeze(-1) == stop_tab).any(-1)
+            now = ~ended & (hit | (budget_t <= step))
+            n_out = torch.where(now, step, n_out)
+            stopped |= now & hit
+            ended |= now
+            if step >= max_budget or step % sync_every == 0:  # step >= max_budget: every row has ended
+                syncs += 1
+                ended_h, n_h, s_h = torch.stack((ended.long(), n_out, stopped.long())).tolist()  # one read
+                keep = [b for b, e in enumerate(ended_h) if not e]
+                if not keep or self._compact(len(ended_h) - len(keep), len(ended_h), dev):
+                    for b, e in enumerate(ended_h):
+                        if e:
+                            final_n[host_rows[b]], final_stop[host_rows[b]] = n_h[b], bool(s_h[b])
+                    if not keep:
+                        break
+                    sel = torch.tensor(keep, dtype=torch.long, device=dev)
+                    stepper.select(sel)
+                    host_rows = [host_rows[b] for b in keep]
+                    tok, batch_rows, budget_t, stop_tab = tok[sel], batch_rows[sel], budget_t[sel], stop_tab[sel]
+                    ended, n_out, stopped = ended[sel], n_out[sel], stopped[sel]
+                    temps, greedy, top_k, top_p, uniforms = temps[sel], greedy[sel], top_k[sel], top_p[sel], uniforms[sel]
+            decode_rows += len(host_rows)
+            logits = stepper.step(tok)
+        toks, lps = tok_buf.tolist(), lp_buf.tolist()
+        for row, i in enumerate(live):
+            k = final_n[row]
+            out_ids[i], out_lp[i] = toks[row][:k], lps[row][:k]
+            finish[i] = "stop" if final_stop[row] else "length"
         self.last_stats = {"decode_steps": float(step), "decode_row_steps": float(decode_rows),
-                           "batch_size": float(len(sub)), "prefill_rows": float(len(prompts)),
-                           "fast_decode": float(fast is not None)}
+                           "batch_size": float(nb), "prefill_rows": float(len(prompts)),
+                           "fast_decode": float(stepper.kind != "module"), "host_syncs": float(syncs),
+                           "cuda_graphs": float(getattr(stepper, "captures", 0))}
+        del stepper
         return [GenerationOutput(r.request_id, out_ids[i], out_lp[i], finish[i]) for i, r in enumerate(reqs)]
+
+    def _compact(self, n_ended: int, n_rows: int, dev: torch.device) -> bool:
+        """Whether rows that ended leave the batch now. On the CPU at once (every row-step is compute);
+        on a GPU once an eighth of the batch has ended: a compaction copies the whole KV cache and, with
+        CUDA graphs, captures a new graph, while a finished row decoding on costs little there."""
+        if n_ended == 0:
+            return False
+        return dev.type == "cpu" or 8 * n_ended >= n_rows
+
+    def _stepper(self, cache: Any, prompt_mask: torch.Tensor | None, next_pos: torch.Tensor, width: int,
+                 max_budget: int) -> Any:
+        """The decode step for this batch: the fast step (static shapes + CUDA graphs on CUDA unless
+        `cuda_graphs` is off; the sliced step otherwise), or the module with a growing cache."""
+        if self.fast_decode and fast_supports(self.model):
+            fast = FastDecoder(self.model)
+            static = self.static_decode if self.static_decode is not None else self.device.type == "cuda"
+            if static:
+                state = DecodeState.from_hf_cache(cache, max_budget, zeros=True)
+                return StaticDecode(fast, state, next_pos, prompt_mask, graphs=self.cuda_graphs)
+            return SlicedFast(fast, DecodeState.from_hf_cache(cache, max_budget), next_pos,
+                               full_mask(prompt_mask, max_budget))
+        return ModuleStep(self.model, cache, next_pos, full_mask(prompt_mask, max_budget), width)
 
     # ------------------------------------------------------------------ weights and memory
     def update_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
@@ -396,3 +470,4 @@ class HFRolloutEngine(RolloutEngine):
 
     def flush_cache(self) -> None:
         """Nothing to flush: no KV or prefix cache survives a generate() call in this backend."""
+

@@ -74,6 +74,8 @@ def sampling_to_sglang(req: GenerationRequest) -> dict[str, Any]:
         "skip_special_tokens": False,
         "n": 1,  # the agent expands n into separate requests (verl does the same)
     }
+    if sp.ignore_eos:  # SGLang would still stop at the model's own EOS without it
+        params["ignore_eos"] = True
     if sp.seed is not None:
         params["sampling_seed"] = int(sp.seed) % (1 << 31)
     return params

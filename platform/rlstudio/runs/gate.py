@@ -106,6 +106,8 @@ USER_KEYS: dict[str, Bound] = {
     "actor_rollout_ref.rollout.top_p": UNIT,
     "actor_rollout_ref.rollout.top_k": Bound(lo=-1, hi=1_000_000),
     "actor_rollout_ref.rollout.do_sample": FLAG,
+    "actor_rollout_ref.rollout.ignore_eos": FLAG,
+    "actor_rollout_ref.rollout.enforce_eager": FLAG,
     "actor_rollout_ref.rollout.response_length": LENGTH,
     "actor_rollout_ref.rollout.max_model_len": Bound(lo=1, hi=262_144),
     "actor_rollout_ref.rollout.gpu_memory_utilization": UNIT,

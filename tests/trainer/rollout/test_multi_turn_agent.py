@@ -203,6 +203,16 @@ def test_single_turn_when_multi_turn_disabled(tiny_tokenizer):
     assert traj.loss_mask == [1] * len(traj.response_ids)
 
 
+def test_ignore_eos_sends_no_stop_ids_and_runs_to_the_budget(tiny_tokenizer):
+    tok = tiny_tokenizer
+    engine = ScriptedEngine(tok, lambda rid, turn: ANSWER + " and more text after the end of the turn" * 4)
+    ro = MultiTurnRollout(engine, tok, {}, {"multi_turn": {"enable": False}}, {"max_response_length": 40})
+    [traj] = ro.run([make_prompt(tok, {})], n=1,
+                    sampling=SamplingParams(max_new_tokens=40, stop_token_ids=[tok.eos_token_id], ignore_eos=True))
+    assert engine.requests[0].sampling.stop_token_ids == []
+    assert (traj.finish_reason, len(traj.response_ids)) == ("length", 40)
+
+
 def test_tool_lifecycle_with_tools_kwargs(tiny_tokenizer):
     tok = tiny_tokenizer
     tools = build_tools(["calc_gsm8k_reward"])
