@@ -45,8 +45,7 @@ COMPARED = ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_l
 
 
 def _free_ports(count: int) -> list[int]:
-    sys.path.insert(0, str(REPO / "platform"))
-    from rlstudio.launcher.layout import PortAllocator
+    from rlstudio.launcher.layout import PortAllocator  # free ports counting up; above the session head's
 
     return PortAllocator(53000 + (os.getpid() % 100) * 100).take_many(count)
 
@@ -164,6 +163,11 @@ def _metrics(out: Path) -> dict[int, dict[str, float]]:
     return {e["data"]["step"]: e["data"]["metrics"] for e in _events(out) if e["type"] == "metrics"}
 
 
+def _last_status(out: Path) -> str:
+    status = [e["data"] for e in _events(out) if e["type"] == "status"] if (out / "events.jsonl").exists() else []
+    return str(status[-1]) if status else "no status event"
+
+
 def _placement_line(out: Path) -> str:
     lines = [e["data"]["message"] for e in _events(out)
              if e["type"] == "log" and e["data"]["message"].startswith("workers on ")]
@@ -179,7 +183,7 @@ def _cli(args: list[str], *, env: dict[str, str], timeout: float) -> subprocess.
 def test_two_nodes_match_one_node(local_ray, two_node_cluster, tmp_path, tiny_model_dir, demo_data_dir):
     train = demo_data_dir / "train.jsonl"
     one = _spec(tmp_path, tiny_model_dir, train, "one", **{"trainer.nnodes": 1, "trainer.n_gpus_per_node": 2})
-    assert run(one) == 0  # on the session's one-node Ray (3 CPUs), while the two nodes boot
+    assert run(one) == 0, _last_status(tmp_path / "one")  # the session's one-node Ray, while the two nodes boot
     two = _spec(tmp_path, tiny_model_dir, train, "two", **{"trainer.nnodes": 2, "trainer.n_gpus_per_node": 1})
     spec = tmp_path / "two.json"
     spec.write_text(json.dumps(two.to_dict()))
@@ -187,7 +191,7 @@ def test_two_nodes_match_one_node(local_ray, two_node_cluster, tmp_path, tiny_mo
     t0 = time.monotonic()
     proc = _cli(["-m", "trainer", "run", str(spec)], env=env, timeout=600)
     two_node_s = time.monotonic() - t0
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
+    assert proc.returncode == 0, (_last_status(tmp_path / "two"), proc.stderr[-5000:])
 
     line = _placement_line(tmp_path / "two")
     nodes = re.findall(r"rank (\d) on \S+ \(node (\w+)\)", line)
