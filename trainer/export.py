@@ -23,7 +23,6 @@ took from the run's own record.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -70,7 +69,8 @@ def export_checkpoint(config: dict[str, Any], step_path: Path, out_dir: Path, *,
 
     The folder names no path of this machine: the adapter's `base_model_name_or_path` is
     `base_model_name` (None when not given; `PeftModel.from_pretrained` takes the base model as an
-    argument anyway) and peft's own README.md, which names the base by its path, is left out."""
+    argument anyway) and peft's own README.md, which names the base by its path, is left out
+    (`lora.save_adapter`)."""
     from transformers import AutoModelForCausalLM
 
     from trainer.config import Config
@@ -91,9 +91,7 @@ def export_checkpoint(config: dict[str, Any], step_path: Path, out_dir: Path, *,
         shutil.rmtree(tmp)
     try:
         tmp.mkdir(parents=True)
-        policy = _policy(m, base, state, step_path, tmp, is_lora=is_lora)
-        if is_lora:
-            _portable_adapter(tmp / lora.ADAPTER_DIR, base_model_name)
+        policy = _policy(m, base, state, step_path, tmp, is_lora=is_lora, base_model_name=base_model_name)
         policy.save_pretrained(tmp / MODEL_DIR)
         tokenizer.save_pretrained(tmp / MODEL_DIR)
     except BaseException:
@@ -106,7 +104,8 @@ def export_checkpoint(config: dict[str, Any], step_path: Path, out_dir: Path, *,
     return {"lora": is_lora, "files": files}
 
 
-def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, tmp: Path, *, is_lora: bool) -> Any:
+def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, tmp: Path, *, is_lora: bool,
+            base_model_name: str | None) -> Any:
     """The step's policy as a plain HF model (LoRA: merged; its adapter folder written into `tmp`)."""
     from transformers import AutoModelForCausalLM, GenerationConfig
 
@@ -120,7 +119,8 @@ def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, 
         _check_fit(list(result.missing_keys), list(result.unexpected_keys), base, step_path)
         return base.eval()
     wrapped, peft_model = _lora_policy(base, m, state, step_path)
-    lora.save_adapter(peft_model, lora.adapter_full_state(wrapped), tmp / lora.ADAPTER_DIR)
+    lora.save_adapter(peft_model, lora.adapter_full_state(wrapped), tmp / lora.ADAPTER_DIR,
+                      base_model_name=base_model_name)
     merged = lora.merged_state(wrapped)
     del wrapped, peft_model
     policy = AutoModelForCausalLM.from_config(_plain_config(m.path, m.trust_remote_code), dtype=torch.float32,
@@ -132,15 +132,6 @@ def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, 
     except OSError:
         pass
     return policy.eval()
-
-
-def _portable_adapter(folder: Path, base_model_name: str | None) -> None:
-    """The adapter folder without this machine's path of the base model (see export_checkpoint)."""
-    cfg_path = folder / "adapter_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["base_model_name_or_path"] = base_model_name
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    (folder / "README.md").unlink(missing_ok=True)
 
 
 def _plain_config(model_path: str, trust_remote_code: bool) -> Any:

@@ -143,7 +143,10 @@ def test_checkpoint_holds_the_adapter_and_resume_is_exact_and_the_export_generat
     from trainer.workers.lora import wrap
 
     assert {"adapter_config.json", "adapter_model.safetensors"} <= {p.name for p in (a / "lora_adapter").iterdir()}
-    assert json.loads((a / "lora_adapter" / "adapter_config.json").read_text())["r"] == 4
+    adapter_cfg = json.loads((a / "lora_adapter" / "adapter_config.json").read_text())
+    assert adapter_cfg["r"] == 4
+    # No path of this machine in the folder: peft's README.md and its base_model_name_or_path name the base's.
+    assert adapter_cfg["base_model_name_or_path"] is None and not (a / "lora_adapter" / "README.md").exists()
     merged = AutoModelForCausalLM.from_pretrained(a / "huggingface").eval()
     tok = AutoTokenizer.from_pretrained(a / "huggingface")
     with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), a / "lora_adapter")

@@ -168,15 +168,26 @@ def adapter_full_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             for name, p in model.named_parameters() if is_adapter_param(name)}
 
 
-def save_adapter(peft_model: Any, state: dict[str, torch.Tensor], out_dir: Path) -> Path:
+def save_adapter(peft_model: Any, state: dict[str, torch.Tensor], out_dir: Path, *,
+                 base_model_name: str | None = None) -> Path:
     """Write the adapter folder (adapter_config.json + adapter_model.safetensors) from `state`
     (adapter_full_state), replacing `out_dir` atomically. `PeftModel.from_pretrained(base, out_dir)`
-    loads it on the base model."""
+    loads it on the base model.
+
+    The folder names no path of this machine: the config's `base_model_name_or_path` (peft writes the
+    base model's folder there) becomes `base_model_name`, and peft's generated README.md, which names
+    that folder too, is left out (the platform writes its own model card)."""
+    import json
+
     out_dir = Path(out_dir)
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     peft_model.save_pretrained(str(tmp), state_dict=state, safe_serialization=True)
+    cfg = json.loads((tmp / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = base_model_name
+    (tmp / "adapter_config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    (tmp / "README.md").unlink(missing_ok=True)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)
