@@ -66,6 +66,34 @@ def test_value_model_is_the_base_body_with_a_zero_head_and_keeps_a_trained_one(t
     assert torch.equal(again.score.weight, torch.full_like(again.score.weight, 0.25))
 
 
+def test_shared_prompt_values_equal_the_padded_forward_with_the_same_gradient(tiny_model_dir):
+    from trainer.config import Config
+    from trainer.workers.critic import CriticWorker, load_value_model
+    from trainer.workers.experience import make_batch
+
+    vm = load_value_model(str(tiny_model_dir), dtype=torch.float32)
+    with torch.no_grad():  # a head that is not zero, so the values depend on the body
+        vm.score.weight.copy_(torch.randn(vm.score.weight.shape, generator=torch.Generator().manual_seed(0)))
+    cfg = resolve(apply_overrides(Config(), {"algorithm.adv_estimator": "gae"})).critic
+    worker = CriticWorker(model=vm, cfg=cfg, device=torch.device("cpu"), dtype=torch.float32, total_steps=1,
+                          pad_token_id=0)
+    assert worker.share_prompts
+    g = torch.Generator().manual_seed(1)
+    p0, p1 = torch.randint(10, 200, (6,), generator=g).tolist(), torch.randint(10, 200, (3,), generator=g).tolist()
+    responses = [torch.randint(10, 200, (n,), generator=g).tolist() for n in (5, 2, 7, 1)]
+    b = make_batch([p0, p0, p1, p1], responses, [[1] * len(r) for r in responses], uids=["a", "a", "b", "b"])
+    out = {}
+    for shared in (True, False):
+        worker.share_prompts = shared
+        vm.zero_grad(set_to_none=True)
+        v, r = worker._values(b, [0, 1, 2, 3])
+        (v * b.response_mask[:, :r]).sum().backward()
+        out[shared] = (v.detach() * b.response_mask[:, :r], {n: p.grad.clone() for n, p in vm.named_parameters()})
+    assert torch.allclose(out[True][0], out[False][0], atol=1e-5) and out[True][0].abs().max() > 0
+    for n, grad in out[False][1].items():
+        assert torch.allclose(out[True][1][n], grad, atol=1e-5, rtol=1e-4), n
+
+
 def test_gae_trains_the_critic_with_warmup_and_resumes_exactly(tmp_path, tiny_model_dir, demo_data_dir):
     reward = tmp_path / "reward.py"
     reward.write_text(REWARD)

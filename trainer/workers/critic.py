@@ -12,7 +12,10 @@ master weights, bf16 autocast on GPUs, dropout off.
   update_critic(batch)   -> metrics {name: [values]} ppo_epochs x mini-batches x micro-batches
   save_sharded(dir) / load_sharded(dir)             model + optimizer (DCP) + LR scheduler
 
-Values are aligned as the actor's log-probs: position t is the head's output on the token before
+Forward: rows of a micro-batch that share a prompt (GRPO's n samples) run it once, its keys and
+values handed to each sample (`shared_values`, the actor's shared-prompt forward of
+trainer.workers.prefix taken to the body's hidden states); otherwise, and under FSDP2, one padded
+forward. Values are aligned as the actor's log-probs: position t is the head's output on the token before
 response token t (the last prompt token for t = 0), so V_t is the value of the state the policy
 acted in. The loss is verl's clipped value loss (trainer.algorithms.losses.value_loss) over the
 loss mask (tool replies are not trained), normalised like the actor's: each micro-batch weighted by
@@ -28,9 +31,10 @@ from typing import Any
 
 import torch
 
-from trainer.workers.actor import (_all_reduce, _dist_world, _local_tensor, _rank, _without_dropout, equalize_chunks,
-                                   fused_adamw_ok, lr_lambda_factory)
+from trainer.workers.actor import (_all_reduce, _dist_world, _is_sharded, _local_tensor, _rank, _takes_cache,
+                                   _without_dropout, equalize_chunks, fused_adamw_ok, lr_lambda_factory)
 from trainer.workers.experience import ExperienceBatch, length_sorted_chunks, pack_micro_batch
+from trainer.workers.prefix import SharedInput, group_prompts, pack_shared, prompt_sorted_chunks
 
 
 def load_value_model(path: str, *, dtype: torch.dtype, trust_remote_code: bool = False) -> torch.nn.Module:
@@ -60,6 +64,24 @@ def load_value_model(path: str, *, dtype: torch.dtype, trust_remote_code: bool =
     return model
 
 
+def shared_values(model: Any, inp: SharedInput) -> torch.Tensor:
+    """Values (b, R_mb) from one body forward per distinct prompt (trainer.workers.prefix's shared-prompt
+    forward, taken to the body's hidden states and the scalar head instead of the LM head)."""
+    from transformers import DynamicCache
+
+    body = getattr(model, model.base_model_prefix)
+    cache = DynamicCache(config=getattr(model, "config", None))
+    first = body(input_ids=inp.prompt_ids, attention_mask=inp.prompt_mask, position_ids=inp.prompt_pos,
+                 cache=cache, use_cache=True).last_hidden_state[:, -1:, :]  # (U, 1, H)
+    hidden = first.index_select(0, inp.select)  # (b, 1, H)
+    if inp.response_width > 1:
+        cache.batch_select_indices(inp.select)
+        rest = body(input_ids=inp.feed_ids, attention_mask=inp.full_mask, position_ids=inp.feed_pos,
+                    cache=cache, use_cache=True).last_hidden_state  # (b, R_mb - 1, H)
+        hidden = torch.cat([hidden, rest], dim=1)
+    return model.score(model.dropout(hidden))[..., 0]
+
+
 def _share(mode: str, mask: torch.Tensor, rows: int, g_tokens: float, g_rows: float, g_rows_tok: float) -> float:
     """Weight of one micro-batch's aggregated loss in the global mini-batch loss (as the actor's)."""
     if mode == "token-mean":
@@ -82,6 +104,11 @@ class CriticWorker:
         self.loss_scale_factor = loss_scale_factor
         _without_dropout(self.model)
         self.model.eval()
+        # Rows sharing a prompt (GRPO's n samples) run it once, as the actor does: plain weights only
+        # (under FSDP2 a second root forward per micro-batch would all-gather every parameter again).
+        body = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
+        self.share_prompts = bool(body is not None and hasattr(self.model, "score") and not _is_sharded(self.model)
+                                  and _takes_cache(body))
         optim = cfg.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
         self._fused_optim = fused_adamw_ok(params)
@@ -102,8 +129,13 @@ class CriticWorker:
 
     def _values(self, batch: ExperienceBatch, idx: list[int]) -> tuple[torch.Tensor, int]:
         """Values (b, R_mb) float32 of rows `idx`, and R_mb."""
-        mb = pack_micro_batch([batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx],
-                              pad_id=self.pad_token_id, device=self.device)
+        prompts, responses = [batch.prompt_ids[i] for i in idx], [batch.response_ids[i] for i in idx]
+        groups = group_prompts(prompts) if self.share_prompts else None
+        if groups is not None:
+            inp = pack_shared(groups[0], groups[1], responses, pad_id=self.pad_token_id, device=self.device)
+            with self._autocast():
+                return shared_values(self.model, inp).float(), inp.response_width
+        mb = pack_micro_batch(prompts, responses, pad_id=self.pad_token_id, device=self.device)
         r = mb.response_width
         with self._autocast():
             out = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
@@ -113,7 +145,10 @@ class CriticWorker:
 
     def _chunks(self, batch: ExperienceBatch, idx: list[int], micro: int | None) -> list[list[int]]:
         lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
-        local = length_sorted_chunks(lengths, micro)
+        if self.share_prompts and micro and micro < len(idx):  # keep a prompt's rows together
+            local = prompt_sorted_chunks([batch.prompt_ids[i] for i in idx], lengths, micro)
+        else:
+            local = length_sorted_chunks(lengths, micro)
         if _dist_world() > 1:  # FSDP: the same number of forwards on every rank
             local = equalize_chunks(local, int(_all_reduce([float(len(local))], "max")[0]))
         return [[idx[j] for j in chunk] for chunk in local]
