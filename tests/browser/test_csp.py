@@ -98,7 +98,7 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
     expect(page.locator(".compare-panel")).to_have_count(2, timeout=20_000)
 
     for path in ("/runs/new/", "/datasets/", "/models/", "/accounts/profile/", "/api/v1/docs/", "/admin/",
-                 "/admin/accounts/auditevent/", "/alerts/", "/runs/quota/", "/no-such-page/"):
+                 "/admin/accounts/auditevent/", "/alerts/", "/runs/quota/", "/playground/", "/no-such-page/"):
         page.goto(path)
         page.wait_for_load_state("load")
     seen = _violations(page, console)

@@ -27,6 +27,7 @@ from .supervisor import Supervisor, recover, total_rss
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SETTINGS = "rlstudio.config.settings.local"
+PLAYGROUND_QUEUE = "playground"  # the Celery queue of playground sessions (their own worker)
 
 
 def debug_flag(environ: dict[str, str]) -> str:
@@ -113,6 +114,9 @@ class Launcher:
         # ray.init() writes it), which would make our loopback-only head answer 401 to the
         # platform's plain HTTP calls. Pin the mode; RAY_AUTH_MODE=token in the environment wins.
         env.setdefault("RAY_AUTH_MODE", "disabled")
+        # Playground sessions go to a queue of their own, served by the celery-playground worker: a
+        # session answering for up to RLSTUDIO_PLAYGROUND_MAX_S never holds up the main worker's tasks.
+        env["RLSTUDIO_PLAYGROUND_QUEUE"] = env.get("RLSTUDIO_PLAYGROUND_QUEUE") or PLAYGROUND_QUEUE
         for key in ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS"):
             env.pop(key, None)
             if urls.get(key):
@@ -200,6 +204,10 @@ class Launcher:
             self.sup.spawn("celery-worker", celery + ["worker", "--pool=solo", "--loglevel=INFO",
                                                       "-n", f"rlstudio-{tag}@%h"],
                            env=env, cwd=REPO, grace=20.0)
+            self.sup.spawn("celery-playground", celery + ["worker", "--pool=solo", "--loglevel=INFO",
+                                                          "-Q", env["RLSTUDIO_PLAYGROUND_QUEUE"],
+                                                          "-n", f"rlstudio-playground-{tag}@%h"],
+                           env=env, cwd=REPO, grace=10.0)
             self.sup.spawn("celery-beat", celery + ["beat", "--loglevel=INFO",
                                                     "--schedule", str(L.run / "celerybeat-schedule")],
                            env=env, cwd=REPO, grace=10.0)

@@ -1,5 +1,5 @@
 """Django app config of `rlstudio.playground`: chat with a catalog model or a run's checkpoint (one, or
-two side by side), answers streamed over a websocket, run as a short Celery task (docs/playground.md)."""
+two side by side), answers streamed over a websocket, run as a short Celery task (docs/user-guide.md, "5d. Talk to a model")."""
 from django.apps import AppConfig
 
 

@@ -1,0 +1,94 @@
+"""Journey: the playground in a real Chromium under the site's Content-Security-Policy (not bypassed).
+
+Two catalog models side by side answer the same message: the real Celery worker generates, the text
+streams over the websocket into both columns (docs' screenshot `19-playground`). Then hostile text as
+model output (a `<script>`, an `<img onerror>`, as a delta and as a tool reply, published on the
+session's real event log and group while the page listens) and as the user's own message is shown as
+text: no element is made from it, the title stays, no dialog opens. Stop ends the session, and the
+browser reported no CSP violation.
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_csp import _violations, _watch
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+
+SCRIPT = "<script>document.title='pwned'</script>"
+IMG = "<img src=x onerror=\"document.title='pwned'\">"
+ALERT = "<img src=x onerror=\"alert('xss')\">"
+
+
+def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_user, register_model, model_root,
+                                                                  shot, ui):
+    from rlstudio.catalog.services import model_register
+    from rlstudio.playground.models import PlaygroundSession
+    from rlstudio.playground.runner import Pump
+    from trainer.models.tiny import make_tiny_model
+
+    alice = make_user("alice")
+    first = register_model(alice, "tiny-smoke")
+    other = model_root / "tiny-smoke-seed1"
+    if not other.exists():
+        make_tiny_model(other, preset="smoke", seed=1)
+    second = model_register(owner=alice, name="tiny-smoke-seed1", path=str(other))
+    page = page_as(alice, bypass_csp=False)
+    console = _watch(page)
+    page.goto("/playground/")
+    expect(page.locator("header nav a", has_text="Playground")).to_be_visible()
+    page.select_option("#pg-target-a", f"model:{first.pk}")
+    page.select_option("#pg-target-b", f"model:{second.pk}")
+    page.fill("input[name=max_new_tokens]", "40")
+    page.fill("input[name=seed]", "1")
+    page.fill("#pg-system", "You are a careful assistant.")
+    page.fill("#pg-input", "What is 2+3?")
+    page.click("#pg-send-button")
+    for col in ("a", "b"):  # each column: the user's message, then the streamed answer and its figures
+        expect(page.locator(f"#pg-chat-{col} .pg-user")).to_have_text("userWhat is 2+3?")
+        expect(page.locator(f"#pg-chat-{col} .pg-meta")).to_contain_text("tokens", timeout=120_000)
+    expect(page.locator("#pg-status")).to_have_text("succeeded", timeout=30_000)
+    session = PlaygroundSession.objects.filter(owner=alice).latest("created")
+    assert session.status == "succeeded" and set(session.results) == {"a", "b"}
+    answer_a = [t["content"] for t in session.results["a"]["turns"] if t["role"] == "assistant"][-1]
+    shown = page.locator("#pg-chat-a .pg-assistant").text_content()
+    assert shown.removeprefix("assistant").strip() == answer_a
+    assert session.messages["a"][0] == {"role": "system", "content": "You are a careful assistant."}
+    shot(page, "19-playground")
+
+    # Hostile text: the user's own message, and model text arriving on the session's stream.
+    page.select_option("#pg-target-b", "")
+    page.fill("input[name=max_new_tokens]", "512")
+    page.fill("input[name=temperature]", "1")
+    page.fill("#pg-input", f"Hi {SCRIPT}")
+    page.click("#pg-send-button")
+    ui.wait_for(lambda: PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).exists(),
+                timeout=30, what="the second session")
+    hostile = PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).get()
+    pump = Pump(hostile.pk)
+    pump.seq = 1_000_000  # after anything the worker sends: the page shows these whatever came first
+    events = [{"type": "delta", "target": "a", "turn": 0, "text": f"model says {SCRIPT} {IMG}"},
+              {"type": "tool", "target": "a", "turn": 0, "name": f"calc{ALERT}", "arguments": IMG,
+               "result": f"5 {SCRIPT}"}]
+    # Playwright's sync API keeps a loop running on this thread: publish from a thread of its own.
+    sender = threading.Thread(target=lambda: asyncio.run(pump.send(events)))
+    sender.start()
+    sender.join(timeout=30)
+    expect(page.locator("#pg-chat-a .pg-assistant").last).to_contain_text(f"model says {SCRIPT} {IMG}",
+                                                                          timeout=30_000)
+    expect(page.locator("#pg-chat-a .pg-tool")).to_contain_text(f"calc{ALERT}({IMG})")
+    expect(page.locator("#pg-chat-a .pg-user").last).to_have_text(f"userHi {SCRIPT}")
+    page.wait_for_timeout(400)  # a failed <img> fires onerror asynchronously
+    assert page.locator("#pg-columns script, #pg-columns img").count() == 0
+    assert page.title() == "Playground — RL Studio"
+    assert page.dialogs == [], page.dialogs
+    page.click("#pg-stop")
+    ui.wait_for(lambda: PlaygroundSession.objects.get(pk=hostile.pk).status in ("stopped", "succeeded"),
+                timeout=60, what="the stopped session")
+    assert PlaygroundSession.objects.get(pk=hostile.pk).status == "stopped"
+    seen = _violations(page, console)
+    assert seen == [], "\n".join(seen)
