@@ -8,3 +8,10 @@ class ExportsConfig(AppConfig):
     label = "exports"
     verbose_name = "Checkpoint exports"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from rlstudio.runs.services import on_run_transition
+
+        from .services import on_run_succeeded
+
+        on_run_transition(on_run_succeeded)  # a succeeded run's final export gets its model card

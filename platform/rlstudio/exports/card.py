@@ -95,7 +95,7 @@ def model_card(f: CardFacts) -> str:
              "tags:", *[f"- {yaml_str(t)}" for t in dict.fromkeys(tags) if t],
              "---", "",
              f"# {plain(f.run_name)}, step {f.step}", "",
-             f"Exported by RL Studio from run {f.run_id} at its checkpoint of step {f.step} "
+             f"Exported by RL Studio from run {f.run_id}: its policy at step {f.step} "
              f"(the run reached step {f.run_step}).", "",
              "## Training", "",
              f"- Base model: {plain(f.base_model)}"]
@@ -104,7 +104,7 @@ def model_card(f: CardFacts) -> str:
     if f.lora:
         lines.append(f"- LoRA: rank {int(f.lora['rank'])}, alpha {_value(f.lora['alpha'])}, target modules "
                      f"{_value(f.lora['target_modules'])}. This folder holds the merged weights; the adapter "
-                     "alone is in `lora_adapter/` next to it in the archive.")
+                     "alone is in `lora_adapter/` beside it.")
     lines += ["", "## Held-out reward", ""]
     if f.held_out:
         lines += ["| metric | best | at step | last | at step |", "|---|---|---|---|---|"]

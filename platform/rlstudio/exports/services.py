@@ -14,6 +14,7 @@ per run and step: asking again returns the existing one, or queues a failed one 
 """
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from pathlib import Path
 
@@ -25,9 +26,49 @@ from rlstudio.runs.launch import inside, run_folder
 
 from .models import ACTIVE_EXPORT_STATUSES, Export, ExportStatus
 
+log = logging.getLogger(__name__)
 STALE_AFTER = timedelta(hours=6)
 MAX_ARCHIVE_BYTES = 64 * 2**30  # the largest export served as an archive (file bytes before compression)
 EXPORTS_DIR = "exports"
+
+
+def write_card(*, run, step: int, folder: Path, lora: bool) -> None:
+    """The model card of `run` at `step` as README.md in `folder/huggingface/` (and `lora_adapter/`)."""
+    from trainer.export import MODEL_DIR
+
+    from .card import model_card
+    from .facts import card_facts
+
+    card = model_card(card_facts(run=run, step=step, lora=lora))
+    for sub in (MODEL_DIR, "lora_adapter") if lora else (MODEL_DIR,):
+        (folder / sub / "README.md").write_text(card, encoding="utf-8")
+
+
+def final_export_card(*, run_id: int) -> bool:
+    """Write the model card into a succeeded run's final export (`huggingface/` and, with LoRA,
+    `lora_adapter/` in the run's folder, which the trainer writes and runs.register_export registers).
+    False when the run wrote no export."""
+    from rlstudio.runs.models import Run, RunStatus
+
+    run = Run.objects.select_related("owner", "model", "dataset", "val_dataset").get(pk=run_id)
+    folder = run_folder(run)
+    if run.status != RunStatus.SUCCEEDED or not (folder / "huggingface" / "config.json").is_file():
+        return False
+    if not inside(folder / "huggingface", folder):
+        return False
+    write_card(run=run, step=run.step, folder=folder, lora=(folder / "lora_adapter" / "adapter_config.json").is_file())
+    return True
+
+
+def on_run_succeeded(made) -> None:
+    """The transition hook: a run that succeeded gets its final export's card written by a task."""
+    if made.after != "succeeded":
+        return
+    from rlstudio.config.celery import publish
+
+    error = publish("exports.final_card", made.run_id)
+    if error is not None:
+        log.warning("run %s: the final export's model card was not sent (%s)", made.run_id, error)
 
 
 class ExportInvalid(ValueError):
@@ -106,8 +147,6 @@ def export_execute(*, export_id: int) -> str:
     from trainer.export import MODEL_DIR, export_checkpoint
 
     from .archive import archive_size
-    from .card import model_card
-    from .facts import card_facts
 
     with transaction.atomic():
         export = Export.objects.select_for_update().select_related("run", "run__owner", "run__model").get(
@@ -125,9 +164,7 @@ def export_execute(*, export_id: int) -> str:
         if not inside(out.parent, folder):
             raise FileNotFoundError("the run's exports folder leads outside the run's folder")
         info = export_checkpoint(run.config, steps[export.step], out, base_model_name=run.model.name)
-        card = model_card(card_facts(run=run, step=export.step, lora=info["lora"]))
-        for sub in (MODEL_DIR, "lora_adapter") if info["lora"] else (MODEL_DIR,):
-            (out / sub / "README.md").write_text(card, encoding="utf-8")
+        write_card(run=run, step=export.step, folder=out, lora=info["lora"])
         model = model_register(owner=run.owner, name=f"{run.name} (run {run.pk}, step {export.step})",
                                path=str(out / MODEL_DIR), source=ModelAsset.Source.RUN_EXPORT, source_run=run,
                                roots=[folder])

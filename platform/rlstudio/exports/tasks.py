@@ -9,3 +9,10 @@ def run_export(export_id: int) -> str:
     from .services import export_execute
 
     return export_execute(export_id=export_id)
+
+
+@shared_task(name="exports.final_card", acks_late=True, ignore_result=True)
+def final_card(run_id: int) -> bool:
+    from .services import final_export_card
+
+    return final_export_card(run_id=run_id)
