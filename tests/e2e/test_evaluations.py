@@ -1,6 +1,7 @@
-"""An evaluation of two checkpoints end to end: API → Celery (the real worker) → trainer.evaluate in
-the worker → results stored and served. The run's checkpoints come from a 2-step cpu_smoke run of the
-tiny smoke model written into the run's own folder under the worker's state directory."""
+"""An evaluation end to end: API → admission → Celery (the real worker) submits `python -m trainer
+evaluate` to the real Ray head → the reconcile (the real beat) stores its results and transcripts →
+served. The run's checkpoints come from a 2-step cpu_smoke run of the tiny smoke model written into the
+run's own folder under the worker's state directory; the base model and step 2 are evaluated."""
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from tests.conftest import poll_until
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-def test_two_checkpoints_evaluated_by_the_worker(celery_worker, settings, tmp_path):
+def test_base_and_a_checkpoint_evaluated_as_a_ray_job(celery_worker, celery_beat, ray_head, settings, tmp_path):
     from trainer.config import apply_overrides
     from trainer.models.tiny import make_tiny_model
     from trainer.recipes import get_recipe
@@ -49,18 +50,28 @@ def test_two_checkpoints_evaluated_by_the_worker(celery_worker, settings, tmp_pa
     api = APIClient()
     api.force_authenticate(alice)
     r = api.post(f"/api/v1/runs/{run.pk}/evaluations/",
-                 {"checkpoints": [2, 1], "dataset": data.pk, "k": 2, "max_prompts": 3,
+                 {"checkpoints": [2], "include_base": True, "dataset": data.pk, "k": 2, "max_prompts": 3,
                   "sampling": {"max_new_tokens": 12, "seed": 5}}, format="json")
     assert r.status_code == 202, r.content
+    assert r.json()["status"] == "running"  # alice runs nothing else: admitted at once
     eid = r.json()["id"]
     poll_until(lambda: Evaluation.objects.get(pk=eid).status in ("succeeded", "failed"), timeout=240,
                what="the evaluation to finish")
     body = api.get(f"/api/v1/runs/{run.pk}/evaluations/{eid}/").json()
     assert body["status"] == "succeeded", body["error"]
-    assert [f["step"] for f in body["figures"]] == [1, 2]
+    assert [(f["key"], f["step"]) for f in body["figures"]] == [("base", 0), ("2", 2)]
     for f in body["figures"]:
         assert f["samples"] == 3 * 2 and f["samples_per_s"] > 0
         assert all(0.0 <= f[key] <= 1.0 for key in ("mean_at_k", "pass_at_k", "maj_at_k"))
-    assert len(body["prompts"]) == 3 and all(set(p["cells"]) == {"1", "2"} for p in body["prompts"])
+    assert len(body["prompts"]) == 3 and all(set(p["cells"]) == {"base", "2"} for p in body["prompts"])
     stored = Evaluation.objects.get(pk=eid)
     assert stored.results["checkpoints"] == body["figures"] and stored.finished is not None
+    # it ran as Ray's job (no token in it), and each cell's k transcripts are served
+    from rlstudio.runs import ray_jobs
+
+    settings.RAY_ADDRESS = settings.RAY_DASHBOARD_URL = ray_head
+    info = ray_jobs.job_info(stored.ray_submission_id)
+    assert info.status == ray_jobs.SUCCEEDED and not any("TOKEN" in key for key in info.env_vars)
+    samples = api.get(f"/api/v1/runs/{run.pk}/evaluations/{eid}/samples/", {"prompt": 2, "column": "2"}).json()
+    assert [s["sample"] for s in samples] == [0, 1] and all(s["turns"] for s in samples)
+    assert sum(s["correct"] for s in samples) == body["prompts"][2]["cells"]["2"]["correct"]

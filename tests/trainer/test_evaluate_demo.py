@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 
 from tests.conftest import DEMO_GRPO_STEPS as GRPO_STEPS
 from tests.conftest import DEMO_PROMPTS as PROMPTS
@@ -19,6 +21,7 @@ from tests.conftest import DEMO_PROMPTS as PROMPTS
 K = 4
 
 
+@pytest.mark.timeout(1800)  # with demo_eval_run's build: over 600 s on a loaded 2-core machine
 def test_the_later_checkpoint_of_the_demo_task_is_better_on_pass_at_k(demo_eval_run, tmp_path):
     from trainer.evaluate_job import RESULTS, SAMPLES, main
 
