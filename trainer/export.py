@@ -107,8 +107,6 @@ def export_checkpoint(config: dict[str, Any], step_path: Path, out_dir: Path, *,
 def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, tmp: Path, *, is_lora: bool,
             base_model_name: str | None) -> Any:
     """The step's policy as a plain HF model (LoRA: merged; its adapter folder written into `tmp`)."""
-    from transformers import AutoModelForCausalLM, GenerationConfig
-
     from trainer.workers import lora
 
     if not is_lora:
@@ -122,19 +120,9 @@ def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, 
     lora.save_adapter(peft_model, lora.adapter_full_state(wrapped), tmp / lora.ADAPTER_DIR,
                       base_model_name=base_model_name)
     merged = lora.merged_state(wrapped)
+    plain = peft_model.unload()  # the model's own modules back, LoRA layers removed (no second copy)
     del wrapped, peft_model
-    policy = AutoModelForCausalLM.from_config(_plain_config(m.path, m.trust_remote_code), dtype=torch.float32,
-                                              trust_remote_code=m.trust_remote_code)
-    result = policy.load_state_dict(merged, strict=False)
-    _check_fit(list(result.missing_keys), list(result.unexpected_keys), policy, step_path)
-    try:  # the base's own generation_config.json (its eos list, sampling defaults), as from_pretrained keeps it
-        policy.generation_config = GenerationConfig.from_pretrained(m.path)
-    except OSError:
-        pass
-    return policy.eval()
-
-
-def _plain_config(model_path: str, trust_remote_code: bool) -> Any:
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(model_path, trust_remote_code=trust_remote_code)
+    result = plain.load_state_dict(merged, strict=False)
+    del merged
+    _check_fit(list(result.missing_keys), list(result.unexpected_keys), plain, step_path)
+    return plain.eval()
