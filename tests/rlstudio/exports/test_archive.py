@@ -27,8 +27,13 @@ def folder(tmp_path):
 
 
 def untar(data: bytes) -> dict[str, bytes]:
+    """The archive's files, read whole (r:gz) and as a stream (r|gz, one gzip member only): the same."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|gz") as tar:
+        streamed = {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+    assert streamed == files
+    return files
 
 
 def test_pieces_are_small_and_untar_to_the_same_files(folder, monkeypatch):
