@@ -57,6 +57,7 @@ class Target:
     trust_remote_code: bool = False
     tool_format: str = "hermes"  # multi_turn.format: the model's tool-call parser
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # data.apply_chat_template_kwargs
+    run_config: dict[str, Any] | None = None  # a checkpoint's run config: its model section (LoRA settings)
     tool_config: dict[str, Any] | None = None  # a parsed tool_config ({"tools": [...]}) when tools are on
     tool_names: tuple[str, ...] = ()  # registered tools offered when tools are on
     max_tool_response_length: int = 1024
@@ -187,12 +188,25 @@ def _tools(target: Target) -> dict[str, Any]:
     return tools
 
 
+def _load(target: Target, device: str) -> Any:
+    """The target's policy: a model folder as the trainer loads it, or a checkpoint's actor over its run's
+    base model (with the run's config: a LoRA checkpoint's adapter merged, as an export makes it)."""
+    from trainer.evaluate import load_policy
+
+    if target.step_path is None or target.run_config is None:
+        return load_policy(target.model_path, Path(target.step_path) if target.step_path else None,
+                           trust_remote_code=target.trust_remote_code, device=device)
+    from trainer.export import load_step_policy
+
+    return load_step_policy(target.run_config, Path(target.step_path)).to(device).eval()
+
+
 def answer(target: Target, messages: list[dict[str, Any]], settings: ChatSettings, *, emit: Emit,
            should_stop: Callable[[], bool], device: str = "cpu") -> dict[str, Any]:
     """Answer `messages` with one target; emits its events and returns its "done" event (or raises
     `Stopped`)."""
     from trainer.data.dataset import template_prompt
-    from trainer.evaluate import load_policy, transcript
+    from trainer.evaluate import transcript
     from trainer.models.hf_folder import load_tokenizer
     from trainer.rollout.agent import MultiTurnRollout
     from trainer.rollout.base import SamplingParams, build_engine
@@ -204,8 +218,7 @@ def answer(target: Target, messages: list[dict[str, Any]], settings: ChatSetting
             raise Stopped()
         tokenizer = load_tokenizer(target.tokenizer_path or target.model_path, model_path=target.model_path,
                                    trust_remote_code=target.trust_remote_code)
-        model = load_policy(target.model_path, Path(target.step_path) if target.step_path else None,
-                            trust_remote_code=target.trust_remote_code, device=device)
+        model = _load(target, device)
     load_seconds = time.perf_counter() - t0
     tools = _tools(target) if settings.tools else {}
     schemas = [t.schema for t in tools.values()]

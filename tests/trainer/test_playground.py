@@ -82,3 +82,39 @@ def test_stopped_before_anything_is_generated(tiny):
     out = run_chat([Target(key="a", model_path=str(tiny))], {"a": msgs}, ChatSettings(max_new_tokens=8),
                    emit=events.append, should_stop=lambda: True)
     assert out["a"]["type"] == "stopped" and not [e for e in events if e["type"] == "delta"]
+
+
+def test_a_lora_checkpoint_answers_as_its_export(tmp_path, tiny_model_dir, demo_data_dir):
+    """A LoRA run's step-1 checkpoint (adapter weights only): the playground merges the adapter with the
+    run's own LoRA settings, and answers greedily exactly as the exported (merged) model folder does."""
+    from tests.trainer.parallel.test_lora_fsdp import cfg_dict as lora_cfg_dict
+    from tests.trainer.parallel.test_lora_fsdp import step
+    from trainer import checkpoint as ckpt
+    from trainer.export import export_checkpoint
+    from trainer.parallel.group import LocalWorkerGroup
+
+    d = lora_cfg_dict(tiny_model_dir, demo_data_dir / "train.jsonl")
+    d["actor_rollout_ref"]["actor"]["optim"]["lr"] = 1e-2
+    group = LocalWorkerGroup(d)
+    try:
+        step(group, 1)
+        ckpt.save_checkpoint(tmp_path / "run", 1, write_actor=lambda p: group.call("save", path=str(p)),
+                             loader_state={}, trainer_state={}, config=d)
+    finally:
+        group.shutdown()
+    step1 = ckpt.step_dir(tmp_path / "run", 1)
+    assert all(".lora_" in k for k in ckpt.read_actor_model(step1))
+    export_checkpoint(d, step1, tmp_path / "out")
+    msgs = [{"role": "user", "content": "What is 2 + 3?"}]
+    settings = ChatSettings(temperature=0.0, max_new_tokens=20)
+    targets = [Target(key="a", model_path=str(tiny_model_dir), step_path=str(step1), run_config=d),
+               Target(key="b", model_path=str(tmp_path / "out" / "huggingface")),
+               Target(key="c", model_path=str(tiny_model_dir))]
+    out = run_chat(targets, {"a": msgs, "b": msgs, "c": msgs}, settings, emit=lambda e: None,
+                   should_stop=lambda: False)
+    assert {out[k]["type"] for k in "abc"} == {"done"}, out
+    assert out["a"]["turns"] == out["b"]["turns"]
+    # without the run's config the adapter-only checkpoint is refused, not silently the base model
+    plain = run_chat([Target(key="a", model_path=str(tiny_model_dir), step_path=str(step1))], {"a": msgs},
+                     settings, emit=lambda e: None, should_stop=lambda: False)
+    assert plain["a"]["type"] == "error" and "LoRA" in plain["a"]["error"]

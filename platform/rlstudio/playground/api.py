@@ -38,5 +38,8 @@ class SessionStopView(APIView):
     @extend_schema(request=None, responses={202: SessionSerializer}, operation_id="playground_sessions_stop")
     def post(self, request, session_id: int):
         session = session_get_for(user=request.user, session_id=session_id)
-        return Response(SessionSerializer(session_stop(user=request.user, session=session)).data,
-                        status=http.HTTP_202_ACCEPTED)
+        try:
+            session = session_stop(user=request.user, session=session)
+        except PlaygroundRefused as exc:
+            raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
+        return Response(SessionSerializer(session).data, status=http.HTTP_202_ACCEPTED)

@@ -90,7 +90,7 @@ def build_target(t: dict[str, Any], *, tools: bool):
                   trust_remote_code=bool(model.get("trust_remote_code")),
                   tool_format=str(mt.get("format") or "hermes"),
                   template_kwargs=dict((cfg.get("data") or {}).get("apply_chat_template_kwargs") or {}),
-                  tool_config=tool_config, tool_names=names,
+                  run_config=cfg, tool_config=tool_config, tool_names=names,
                   max_tool_response_length=int(mt.get("max_tool_response_length") or 1024),
                   tool_timeout_s=float(mt.get("tool_timeout_s") or 10.0))
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -243,10 +244,13 @@ def session_new(*, user, data: Any) -> PlaygroundSession:
             raise PlaygroundRefused("the playground is busy (every slot of the site is in use); try again shortly")
         session = PlaygroundSession.objects.create(owner=user, targets=req.targets, messages=req.messages,
                                                    settings=req.settings)
+        try:  # before the task is sent (on commit): a stale key of this id never reaches its page
+            streams.reset(session.pk)
+        except redis.RedisError as exc:
+            raise PlaygroundRefused(f"the live channel (Redis) is unavailable: {exc}"[:300]) from None
         audit_record(actor=user, action="playground.start", obj=session,
                      data={"targets": [{k: t[k] for k in ("kind", "model", "run", "step")} for t in req.targets]})
         transaction.on_commit(lambda: _send(session.pk))
-    streams.reset(session.pk)
     return session
 
 
@@ -260,7 +264,10 @@ def _send(session_id: int) -> None:
 
 def session_stop(*, user, session: PlaygroundSession, reason: str = "stopped by the user") -> PlaygroundSession:
     """Tell the session to stop (its worker hears it within a chunk); a queued one ends now."""
-    streams.request_stop(session.pk, reason)
+    try:
+        streams.request_stop(session.pk, reason)
+    except redis.RedisError as exc:  # a running session still ends at its time limit
+        raise PlaygroundRefused(f"the live channel (Redis) is unavailable: {exc}"[:300]) from None
     with transaction.atomic():
         locked = PlaygroundSession.objects.select_for_update().get(pk=session.pk)
         if locked.status == S.QUEUED:
