@@ -104,9 +104,27 @@ def export_checkpoint(config: dict[str, Any], step_path: Path, out_dir: Path, *,
     return {"lora": is_lora, "files": files}
 
 
-def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, tmp: Path, *, is_lora: bool,
-            base_model_name: str | None) -> Any:
-    """The step's policy as a plain HF model (LoRA: merged; its adapter folder written into `tmp`)."""
+def load_step_policy(config: dict[str, Any], step_path: Path) -> Any:
+    """The policy of checkpoint `step_path` of a run whose config is `config`, as `export_checkpoint`
+    makes it (float32, on the CPU, eval mode; LoRA: the adapter merged), written nowhere: what the
+    playground talks to. ValueError when the checkpoint does not fit the config's model."""
+    from transformers import AutoModelForCausalLM
+
+    from trainer.config import Config
+    from trainer.workers import lora
+
+    step_path = Path(step_path)
+    m = Config.from_dict(config).actor_rollout_ref.model
+    base = AutoModelForCausalLM.from_pretrained(m.path, dtype=torch.float32, trust_remote_code=m.trust_remote_code)
+    state = ckpt.read_actor_model(step_path)
+    is_lora = any(lora.is_adapter_param(k) for k in state)
+    return _policy(m, base, state, step_path, None, is_lora=is_lora, base_model_name=None)
+
+
+def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, tmp: Path | None, *,
+            is_lora: bool, base_model_name: str | None) -> Any:
+    """The step's policy as a plain HF model (LoRA: merged; its adapter folder written into `tmp`
+    unless None)."""
     from trainer.workers import lora
 
     if not is_lora:
@@ -117,8 +135,9 @@ def _policy(m: Any, base: Any, state: dict[str, torch.Tensor], step_path: Path, 
         _check_fit(list(result.missing_keys), list(result.unexpected_keys), base, step_path)
         return base.eval()
     wrapped, peft_model = _lora_policy(base, m, state, step_path)
-    lora.save_adapter(peft_model, lora.adapter_full_state(wrapped), tmp / lora.ADAPTER_DIR,
-                      base_model_name=base_model_name)
+    if tmp is not None:
+        lora.save_adapter(peft_model, lora.adapter_full_state(wrapped), tmp / lora.ADAPTER_DIR,
+                          base_model_name=base_model_name)
     merged = lora.merged_state(wrapped)
     plain = peft_model.unload()  # the model's own modules back, LoRA layers removed (no second copy)
     del wrapped, peft_model
