@@ -86,6 +86,7 @@ class StreamingEngine(RolloutEngine):
         self.on_text = on_text  # (turn, text, reset): reset=True when `text` replaces the turn's text
         self.should_stop = should_stop
         self.stop_ids = set(stop_ids)
+        self.keep_ids: set[int] = set()  # stop ids that are text all the same (the parser's </tool_call>)
         self.turn = -1
         self.tokens = 0
 
@@ -132,8 +133,8 @@ class StreamingEngine(RolloutEngine):
         """Emit what the turn's text gained since `sent`; returns the text sent so far. Until the turn
         ends, trailing U+FFFD are held back (a character cut between two tokens may complete)."""
         shown = list(ids)
-        while shown and shown[-1] in self.stop_ids:
-            shown.pop()
+        while shown and shown[-1] in self.stop_ids and shown[-1] not in self.keep_ids:
+            shown.pop()  # end-of-turn / eos are not text (the call-closing token is: the agent's rule)
         text = self.tokenizer.decode(shown, skip_special_tokens=False)  # as the transcript decodes it
         if not final:
             text = text.rstrip("\ufffd")
@@ -248,6 +249,7 @@ def answer(target: Target, messages: list[dict[str, Any]], settings: ChatSetting
     rollout = MultiTurnRollout(engine, tokenizer, {n: _ReportingTool(t, report) for n, t in tools.items()},
                                rollout_cfg, data_cfg)
     engine.stop_ids = set(rollout.stop_ids)
+    engine.keep_ids = {rollout.close_id} if rollout.close_id is not None else set()
     item = PromptItem(uid=f"playground-{target.key}", index=0, messages=[dict(m) for m in messages],
                       prompt_ids=prompt_ids, tools=schemas)
     sampling = SamplingParams(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,

@@ -118,3 +118,73 @@ def test_a_lora_checkpoint_answers_as_its_export(tmp_path, tiny_model_dir, demo_
     plain = run_chat([Target(key="a", model_path=str(tiny_model_dir), step_path=str(step1))], {"a": msgs},
                      settings, emit=lambda e: None, should_stop=lambda: False)
     assert plain["a"]["type"] == "error" and "LoRA" in plain["a"]["error"]
+
+
+class _ScriptedInner:
+    """An inner engine that writes fixed assistant turns (a tool call, then an answer) as token ids,
+    continuing a turn across the streaming engine's chunk calls (it tests the bookkeeping, not a model)."""
+
+    def __init__(self, tok, texts):
+        self.turns = [tok.encode(t, add_special_tokens=False) for t in texts]
+        self.turn, self.start, self.expect = -1, 0, None
+
+    def generate(self, requests):
+        from trainer.rollout.base import GenerationOutput
+
+        [r] = requests
+        if len(r.prompt_ids) != self.expect:  # a new assistant turn (the prompt grew by a tool reply)
+            self.turn, self.start = self.turn + 1, len(r.prompt_ids)
+        done = len(r.prompt_ids) - self.start
+        out, reason = [], "length"
+        for t in self.turns[self.turn][done: done + r.sampling.max_new_tokens]:
+            out.append(t)
+            if t in r.sampling.stop_token_ids:
+                reason = "stop"
+                break
+        self.expect = len(r.prompt_ids) + len(out)
+        return [GenerationOutput(r.request_id, out, [0.0] * len(out), reason)]
+
+    def release_memory(self):
+        pass
+
+    def resume_memory(self):
+        pass
+
+    def flush_cache(self):
+        pass
+
+
+def test_a_tool_call_and_its_reply_are_reported_between_streamed_turns(tiny):
+    from trainer.models.hf_folder import load_tokenizer
+    from trainer.playground import _ReportingTool
+    from trainer.rollout.agent import MultiTurnRollout
+    from trainer.rollout.base import SamplingParams
+    from trainer.tools import build_tools
+    from trainer.types import PromptItem
+
+    tok = load_tokenizer(str(tiny), model_path=str(tiny))
+    call = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "12+34"}}\n</tool_call>'
+    events = []
+    streaming = StreamingEngine(_ScriptedInner(tok, [call + "<|im_end|>", "#### 46<|im_end|>"]), tokenizer=tok,
+                                on_text=lambda turn, text, reset: events.append(("text", turn, text)),
+                                should_stop=lambda: False)
+    tools = {n: _ReportingTool(t, lambda name, args, result: events.append(("tool", streaming.turn, name, result)))
+             for n, t in build_tools(["calculator"]).items()}
+    ro = MultiTurnRollout(streaming, tok, tools, {"multi_turn": {"enable": True, "max_turns": 3}},
+                          {"max_response_length": 128})
+    streaming.stop_ids, streaming.keep_ids = set(ro.stop_ids), {ro.close_id}
+    msgs = [{"role": "user", "content": "What is 12+34?"}]
+    schemas = [t.schema for t in tools.values()]
+    ids = tok(tok.apply_chat_template(msgs, tools=schemas, add_generation_prompt=True, tokenize=False),
+              add_special_tokens=False)["input_ids"]
+    [traj] = ro.run([PromptItem(uid="p", index=0, messages=msgs, prompt_ids=ids, tools=schemas)], n=1,
+                    sampling=SamplingParams(temperature=0.0, max_new_tokens=64))
+    ro.close()
+    assert traj.tool_calls == 1 and traj.finish_reason == "stop"
+    turn0 = "".join(e[2] for e in events if e[0] == "text" and e[1] == 0)
+    turn1 = "".join(e[2] for e in events if e[0] == "text" and e[1] == 1)
+    assert turn0 == call and turn1 == "#### 46"
+    assert ("tool", 0, "calculator", "46") in events
+    kinds = [e[0] if e[0] == "tool" else f"text{e[1]}" for e in events]
+    assert kinds.index("tool") > max(i for i, k in enumerate(kinds) if k == "text0")  # after the call's text
+    assert kinds.index("tool") < kinds.index("text1")  # before the answer
