@@ -1,7 +1,7 @@
 """API views of exports: /api/v1/runs/{id}/exports/ (GET list, POST create), /runs/{id}/exports/{eid}/
-(GET) and /runs/{id}/exports/{eid}/archive/ (GET: the folder as a .tar.gz, streamed). Reading and
-downloading follow the run (owner, shared readers, staff; anyone else 404); asking for an export needs
-the run's owner or staff (a reader gets 403 before the body is looked at)."""
+(GET, DELETE) and /runs/{id}/exports/{eid}/archive/ (GET: the folder as a .tar.gz, streamed). Reading and
+downloading follow the run (owner, shared readers, staff; anyone else 404); asking for an export or
+deleting one needs the run's owner or staff (a reader gets 403 before the body is looked at)."""
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -16,7 +16,7 @@ from rlstudio.runs.launch import inside, run_folder
 from .archive import archive_size, async_chunks, tar_gz_chunks
 from .selectors import export_get_for, export_list_for
 from .serializers import ExportCreateSerializer, ExportSerializer
-from .services import MAX_ARCHIVE_BYTES, ExportInvalid, ExportRefused, export_folder, export_new
+from .services import MAX_ARCHIVE_BYTES, ExportInvalid, ExportRefused, export_delete, export_folder, export_new
 
 
 def _not_permitted(exc) -> ApiError:
@@ -52,6 +52,22 @@ class RunExportDetailView(APIView):
     @extend_schema(responses=ExportSerializer, operation_id="runs_exports_retrieve")
     def get(self, request, run_id: int, export_id: int):
         return Response(ExportSerializer(export_get_for(user=request.user, run_id=run_id, export_id=export_id)).data)
+
+    @extend_schema(responses={204: None}, operation_id="runs_exports_destroy")
+    def delete(self, request, run_id: int, export_id: int):
+        from rlstudio.catalog.errors import CatalogRefused
+        from rlstudio.runs.services import RunNotPermitted
+
+        export = export_get_for(user=request.user, run_id=run_id, export_id=export_id)
+        try:
+            export_delete(user=request.user, export=export)
+        except RunNotPermitted as exc:
+            raise _not_permitted(exc) from None
+        except ExportRefused as exc:
+            raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
+        except CatalogRefused as exc:  # its model is used by runs (CatalogInUse)
+            raise ApiError(exc.message, code=exc.code, status_code=http.HTTP_409_CONFLICT) from None
+        return Response(status=http.HTTP_204_NO_CONTENT)
 
 
 class RunExportArchiveView(APIView):

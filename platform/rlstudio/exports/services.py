@@ -15,6 +15,7 @@ per run and step: asking again returns the existing one, or queues a failed one 
 from __future__ import annotations
 
 import logging
+import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -178,3 +179,25 @@ def export_execute(*, export_id: int) -> str:
     _finish(export, status=ExportStatus.SUCCEEDED, lora=info["lora"], files=files, size_bytes=archive_size(out),
             model=model)
     return "succeeded"
+
+
+def export_delete(*, user, export: Export) -> None:
+    """Delete an export (the run's owner or staff, RunNotPermitted otherwise): its catalog model
+    (CatalogInUse while runs use it: then nothing is deleted), the record, and its folder in the run's
+    folder. ExportRefused while it is queued or running."""
+    from rlstudio.accounts.services import audit_record
+    from rlstudio.catalog.services import model_delete
+    from rlstudio.runs.services import check_can_manage
+
+    run = export.run
+    check_can_manage(user=user, run=run, action="delete exports of")
+    if export.status in ACTIVE_EXPORT_STATUSES:
+        raise ExportRefused(f"export {export.pk} is {export.status}: delete it once it has finished")
+    folder = export_folder(run, export.step)
+    with transaction.atomic():
+        if export.model is not None:
+            model_delete(model=export.model, by=user)
+        audit_record(actor=user, action="run.export.delete", obj=run, data={"step": export.step, "export": export.pk})
+        export.delete()
+    if folder.is_dir() and not folder.is_symlink() and inside(folder, run_folder(run)):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,5 +1,6 @@
-"""The run page's export button: POST /runs/{id}/exports/ with `step` (owner or staff; a reader 403,
-anyone else 404), then back to the run page, where the Exports card shows the state."""
+"""The run page's export buttons: POST /runs/{id}/exports/ with `step`, POST
+/runs/{id}/exports/{eid}/delete/ (owner or staff; a reader 403, anyone else 404), then back to the run
+page, where the Exports card shows the state."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -32,3 +33,24 @@ def export_start_view(request, run_id: int):
         else:
             messages.info(request, f"Step {export.step} is already exported ({export.status}).")
     return redirect(reverse("telemetry:run", kwargs={"run_id": run.pk}) + "#exports-card")
+
+
+@login_required
+@require_POST
+def export_delete_view(request, run_id: int, export_id: int):
+    from rlstudio.catalog.errors import CatalogRefused
+    from rlstudio.runs.services import RunNotPermitted
+
+    from .selectors import export_get_for
+    from .services import ExportRefused, export_delete
+
+    export = export_get_for(user=request.user, run_id=run_id, export_id=export_id)
+    try:
+        export_delete(user=request.user, export=export)
+    except RunNotPermitted as exc:
+        raise PermissionDenied(exc.message) from None
+    except (ExportRefused, CatalogRefused) as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Export of step {export.step} deleted.")
+    return redirect(reverse("telemetry:run", kwargs={"run_id": run_id}) + "#exports-card")

@@ -211,8 +211,8 @@ def test_one_export_at_a_time_a_failure_is_recorded_and_can_be_asked_again(alice
 def test_the_run_page_card(alice, bob, fake_run, published):
     from django.test import Client
 
-    Export.objects.create(run=fake_run, owner=alice, step=2, status=ExportStatus.SUCCEEDED, size_bytes=1234,
-                          files=["huggingface/config.json"])
+    done = Export.objects.create(run=fake_run, owner=alice, step=2, status=ExportStatus.SUCCEEDED, size_bytes=1234,
+                                 files=["huggingface/config.json"])
     run_share(run=fake_run, by=alice, add=["bob"])
     pages = {}
     for user in (alice, bob):
@@ -222,8 +222,10 @@ def test_the_run_page_card(alice, bob, fake_run, published):
     _, html = pages["alice"]
     assert 'id="exports-card"' in html and f"/api/v1/runs/{fake_run.pk}/exports/" in html
     assert "Export step 1</button>" in html and "disabled>Export step 2</button>" in html
+    assert f"/runs/{fake_run.pk}/exports/{done.pk}/delete/" in html and "data-confirm=" in html
     _, html = pages["bob"]
     assert 'id="exports-card"' in html and "archive/" in html and "Export step 1" not in html
+    assert "/delete/" not in html
     c, _ = pages["bob"]
     assert c.post(f"/runs/{fake_run.pk}/exports/", {"step": "1"}).status_code == 403
     c, _ = pages["alice"]
@@ -264,3 +266,32 @@ def test_the_archive_streams_through_the_asgi_handler(alice, fake_run, runs_dir)
         names = sorted(m.name for m in tar.getmembers())
     assert names == [f"run{fake_run.pk}-step2/huggingface/config.json",
                      f"run{fake_run.pk}-step2/huggingface/model.safetensors"]
+
+
+def test_delete_removes_the_folder_and_the_catalog_model(alice, bob, make_user, fake_run, make_dataset):
+    from rlstudio.runs.services import run_create
+
+    folder = export_folder(fake_run, 2)
+    (folder / "huggingface").mkdir(parents=True)
+    (folder / "huggingface" / "config.json").write_text("{}")
+    model = ModelAsset.objects.create(owner=alice, name="exported", path=str(folder / "huggingface"),
+                                      source=ModelAsset.Source.RUN_EXPORT, source_run=fake_run)
+    export = Export.objects.create(run=fake_run, owner=alice, step=2, status=ExportStatus.SUCCEEDED, model=model)
+    url = f"/api/v1/runs/{fake_run.pk}/exports/{export.pk}/"
+    carol = make_user("carol")
+    assert _api(carol).delete(url).status_code == 404
+    run_share(run=fake_run, by=alice, add=["bob"])
+    assert _api(bob).delete(url).status_code == 403
+    # A run started from the exported model keeps it (and the folder) until that run is gone.
+    user_run, _ = run_create(owner=alice, name="from-export", dataset=make_dataset(alice, "d2"), model=model,
+                             config={}, gpus=0)
+    r = _api(alice).delete(url)
+    assert r.status_code == 409 and "from-export" in r.json()["error"]["message"]
+    assert Export.objects.filter(pk=export.pk).exists() and folder.is_dir()
+    user_run.delete()
+    assert _api(alice).delete(url).status_code == 204
+    assert not Export.objects.filter(pk=export.pk).exists() and not ModelAsset.objects.filter(pk=model.pk).exists()
+    assert not folder.exists() and (folder.parent.parent / "global_step_2").is_dir()  # the checkpoint stays
+    queued = Export.objects.create(run=fake_run, owner=alice, step=1)
+    r = _api(alice).delete(f"/api/v1/runs/{fake_run.pk}/exports/{queued.pk}/")
+    assert r.status_code == 409 and Export.objects.filter(pk=queued.pk).exists()
