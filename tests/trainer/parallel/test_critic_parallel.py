@@ -1,10 +1,12 @@
 """The critic (algorithm.adv_estimator=gae) on two CPU workers under a real local Ray (gloo, FSDP2)
 against one in-process worker on the same batch: the same values, value loss, grad norm and updated
-value-model weights."""
+value-model weights; a whole 2-worker gae run resumed from its sharded step-1 checkpoint continues
+exactly (actor and critic)."""
 from __future__ import annotations
 
 import torch
 
+from tests.trainer.parallel.test_parallel_runs import events, two_worker_cfg
 from trainer.algorithms.advantages import compute_advantage
 from trainer.config import apply_overrides
 from trainer.recipes import get_recipe
@@ -72,3 +74,27 @@ def test_critic_on_two_workers_matches_one_worker(local_ray, tiny_model_dir, dem
     for rank in (0, 1):
         phases = {m["phase"] for m in memory if m["rank"] == rank}
         assert {"values", "update_critic"} <= phases, (rank, phases)
+
+
+def test_gae_run_on_two_workers_resumes_exactly_with_its_critic(local_ray, tmp_path, tiny_model_dir, demo_data_dir):
+    import pytest
+
+    from tests.trainer.test_critic import read_model
+    from trainer.run import run
+
+    train = demo_data_dir / "train.jsonl"
+    gae = {"algorithm.adv_estimator": "gae", "critic.optim.lr": 1e-3, "trainer.save_freq": 1}
+    assert run(two_worker_cfg(tmp_path, tiny_model_dir, train, "a", **gae)) == 0
+    step1 = tmp_path / "a" / "global_step_1"
+    assert len(list((step1 / "critic").glob("*.distcp"))) == 2  # one shard file per rank
+    assert run(two_worker_cfg(tmp_path, tiny_model_dir, train, "b", **gae, **{
+        "trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(step1)})) == 0
+    ma = {e["data"]["step"]: e["data"]["metrics"] for e in events(tmp_path / "a") if e["type"] == "metrics"}
+    mb = {e["data"]["step"]: e["data"]["metrics"] for e in events(tmp_path / "b") if e["type"] == "metrics"}
+    assert sorted(mb) == [2] and ma[1]["critic/vf_loss"] > 0
+    for k in ("critic/score/mean", "critic/values/mean", "critic/vf_loss", "critic/grad_norm", "actor/pg_loss",
+              "actor/grad_norm"):
+        assert ma[2][k] == pytest.approx(mb[2][k], rel=1e-5, abs=1e-7), k
+    for role in ("actor", "critic"):
+        wa, wb = read_model(tmp_path / "a" / "global_step_2", role), read_model(tmp_path / "b" / "global_step_2", role)
+        assert set(wa) == set(wb) and max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-6, role
