@@ -270,3 +270,36 @@ def effective_rate(work: list[Work], per_phase_s: dict[str, float]) -> float:
     """Total FLOPs / total floor seconds: the FLOP/s a bare matmul averages over this step's shapes."""
     total = sum(w.flops for w in work)
     return total / max(1e-12, sum(per_phase_s.values()))
+
+
+# ------------------------------------------------------------------------------------- verl's MFU
+# verl's peak dense bf16 FLOP/s per device name (verl/utils/flops_counter.py's table, the entries for
+# the GPUs this project may see); matched by substring of torch.cuda.get_device_name(), as verl does.
+VERL_PEAK_FLOPS = {"H100": 989e12, "H800": 989e12, "H200": 989e12, "A100": 312e12, "A800": 312e12,
+                   "L40S": 362.05e12, "H20": 148e12}
+
+
+def verl_peak_flops(device_name: str) -> float | None:
+    """verl's promised FLOP/s for this device name, or None when verl's table does not know it."""
+    for key in sorted(VERL_PEAK_FLOPS, reverse=True):  # "L40S" before "L40"-like shorter keys
+        if key in device_name:
+            return VERL_PEAK_FLOPS[key]
+    return None
+
+
+def verl_flops(s: ModelShape, seqlens: list[int]) -> float:
+    """FLOPs verl counts for one forward + backward over sequences of these lengths (prompt + response,
+    unpadded): its Qwen2 / Llama estimate, 6 x N x tokens + 6 x sum(L^2) x head_dim x heads x layers,
+    where N = layers x (q, k, v, o projections + the three MLP matrices) + 2 x vocab x hidden (the
+    embedding and the LM head both counted, tied or not). The attention term is the causal one verl
+    uses now (older releases counted 12 x sum(L^2): attention without the causal half)."""
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    per_layer = s.hidden * s.ffn * 3 + s.hidden * (q + kv + kv + q)
+    dense = per_layer * s.layers + 2 * s.vocab * s.hidden
+    return 6.0 * dense * sum(seqlens) + 6.0 * sum(n * n for n in seqlens) * s.head_dim * s.heads * s.layers
+
+
+def verl_mfu(s: ModelShape, seqlens: list[int], seconds: float, peak_flops: float, *, ppo_epochs: int = 1,
+             world: int = 1) -> float:
+    """verl's perf/mfu/actor: the update's counted FLOPs x ppo_epochs / its seconds / peak / world size."""
+    return verl_flops(s, seqlens) * ppo_epochs / max(seconds, 1e-12) / peak_flops / world

@@ -138,27 +138,39 @@ def our_step(trainer, step: int) -> tuple[float, dict[str, float], list[int], li
 
 
 # ------------------------------------------------------------------------------------------ TRL
-def build_trl(model_dir: Path, data: Path, out: Path, *, precision: str, max_steps: int, callback,
-              compiled: bool = False):
+def trl_rows(rows: list[dict]) -> "datasets.Dataset":  # noqa: F821 - datasets is imported lazily
+    """verl-format rows as TRL's dataset: the prompt messages, the ground truth and the data source."""
     import datasets
+
+    return datasets.Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["reward_model"]["ground_truth"],
+                                        "data_source": r.get("data_source") or "arith"} for r in rows])
+
+
+def trl_reward(completions, ground_truth, data_source=None, **_kw) -> list[float]:
+    """TRL reward function: trainer.rewards.compute_score of each completion, by its row's data source
+    (the same scorer RL Studio's step uses)."""
+    from trainer.rewards import compute_score
+
+    out = []
+    sources = data_source or ["arith"] * len(completions)
+    for c, gt, src in zip(completions, ground_truth, sources):
+        text = c[-1]["content"] if isinstance(c, list) else c
+        s = compute_score(src, text, gt)
+        out.append(float(s["score"] if isinstance(s, dict) else s))
+    return out
+
+
+def build_trl(model_dir: Path, data: Path, out: Path, *, precision: str, max_steps: int, callback,
+              compiled: bool = False, **overrides):
+    """TRL's GRPOTrainer on `data` (verl-format JSONL) with this bench's workload; `overrides` replace
+    GRPOConfig fields (bench/gpu_grpo.py sets its own batch, lengths and device). Returns the trainer
+    and its generation timing ({generate_s, generated_tokens, prompt_tokens} per generate call)."""
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.rewards import compute_score
-
     rows = [json.loads(line) for line in data.read_text().splitlines()]
-    ds = datasets.Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["reward_model"]["ground_truth"]}
-                                     for r in rows])
-
-    def arith_reward(completions, ground_truth, **_kw):
-        out = []
-        for c, gt in zip(completions, ground_truth):
-            text = c[-1]["content"] if isinstance(c, list) else c
-            s = compute_score("arith", text, gt)
-            out.append(float(s["score"] if isinstance(s, dict) else s))
-        return out
-
-    args = GRPOConfig(
+    ds = trl_rows(rows)
+    kwargs = dict(
         output_dir=str(out), per_device_train_batch_size=PROMPTS * N, num_generations=N,
         gradient_accumulation_steps=1, max_completion_length=NEW_TOKENS, temperature=1.0, top_p=1.0, top_k=0,
         beta=BETA, learning_rate=LR, max_grad_norm=1.0, lr_scheduler_type="constant", warmup_steps=0,
@@ -167,20 +179,30 @@ def build_trl(model_dir: Path, data: Path, out: Path, *, precision: str, max_ste
         disable_tqdm=True, dataloader_num_workers=0, seed=1, shuffle_dataset=True, log_completions=False,
         torch_compile=compiled,
     )
+    kwargs.update(overrides)
+    args = GRPOConfig(**kwargs)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=arith_reward, args=args, train_dataset=ds,
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=trl_reward, args=args, train_dataset=ds,
                           processing_class=tok, callbacks=[callback])
     # Time TRL's generation (instrumentation only): the unwrapped model is this same module on one CPU.
     model = trainer.model
     gen = model.generate
-    timing = {"generate_s": [], "generated_tokens": []}
+    timing = {"generate_s": [], "generated_tokens": [], "prompt_tokens": []}
 
     def timed_generate(*a, **kw):
+        import torch
+
+        if torch.cuda.is_available() and not args.use_cpu:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         res = gen(*a, **kw)
+        if torch.cuda.is_available() and not args.use_cpu:
+            torch.cuda.synchronize()
         timing["generate_s"].append(time.perf_counter() - t0)
         prompt_len = kw["input_ids"].shape[1] if "input_ids" in kw else a[0].shape[1]
         timing["generated_tokens"].append(int(res.shape[0] * (res.shape[1] - prompt_len)))
+        mask = kw.get("attention_mask")
+        timing["prompt_tokens"].append(int(mask.sum()) if mask is not None else int(res.shape[0] * prompt_len))
         return res
 
     model.generate = timed_generate

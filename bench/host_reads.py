@@ -10,8 +10,8 @@ engine's code is the same on the CPU, so the count taken here is the count a GPU
         engine.generate(requests)
     reads.count, reads.by_name   # e.g. 3, Counter({'tolist': 3})
 
-Used by tests/bench/test_host_reads.py (the `hf` engine's reads per generated token) and
-bench/rollout_vs_generate.py (the "host reads / token" column).
+Used by tests/trainer/rollout/test_decode_host_reads.py (the `hf` engine's reads per generated token).
+The mode costs Python time on every torch call: count with it, time without it.
 """
 from __future__ import annotations
 
