@@ -14,7 +14,8 @@ Run: .venv/bin/python bench/critic.py [--model WARM] [--steps 5] [--warmup 1] [-
    score must match) and says so.
 3. Read back per run the mean over the steps after --warmup of timing_s/step and its phases (gen, ref,
    old_log_prob, values, adv, update_critic, update_actor); the median over --rounds of each; the
-   critic's share: values + update_critic, and the step time GAE adds over GRPO.
+   critic's share: values + update_critic, the step time GAE adds over GRPO, and per run the critic's
+   time over the actor's update (a ratio within one process, so less at the mercy of the load).
 4. With --write, the table, the machine and the command replace the text between
    `<!-- bench:critic:begin -->` and `<!-- bench:critic:end -->`.
 """
@@ -70,6 +71,11 @@ def same_batches(a: dict[int, dict], b: dict[int, dict]) -> bool:
     return sorted(a) == sorted(b) and all(a[s][k] == b[s][k] for s in a for k in keys)
 
 
+def critic_ratio(phases: dict) -> float:
+    """The critic's time (values + update_critic) over the actor's update, within one run."""
+    return (phases["values"] + phases["update_critic"]) / max(phases["update_actor"], 1e-9)
+
+
 def run(args: argparse.Namespace, model: Path, data: Path, out: Path, mode: str) -> dict[int, dict]:
     if out.exists():
         import shutil
@@ -99,10 +105,13 @@ def render(res: dict) -> str:
     for ph in PHASES:
         lines.append(f"| {'**step**' if ph == 'step' else ph} | {g[ph]:.3f} | {p[ph]:.3f} |")
     critic = p["values"] + p["update_critic"]
+    ratios = [critic_ratio(rnd["gae"]) for rnd in res["rounds_data"]]
     lines += ["", f"The critic (values + update_critic) costs {critic:.3f} s a step, "
               f"{100 * critic / p['step']:.0f}% of the PPO+GAE step; the step is "
               f"{p['step'] / g['step']:.2f}x GRPO's ({p['step'] - g['step']:+.3f} s). Runs: "
-              + ", ".join(f"{m} {r['step']:.3f}" for rnd in res["rounds_data"] for m, r in rnd.items()) + " s/step.",
+              + ", ".join(f"{m} {r['step']:.3f}" for rnd in res["rounds_data"] for m, r in rnd.items()) + " s/step. "
+              "Within each PPO+GAE run, whatever the load, the critic took "
+              + ", ".join(f"{x:.2f}" for x in ratios) + f"x the actor's update (median {statistics.median(ratios):.2f}).",
               END]
     return "\n".join(lines) + "\n"
 

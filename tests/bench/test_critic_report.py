@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.critic import BEGIN, END, PHASES, render, same_batches, summarize
+from bench.critic import BEGIN, END, PHASES, critic_ratio, render, same_batches, summarize
 
 
 def _m(step, gen, values=None):
@@ -42,3 +42,4 @@ def test_render_reports_the_critics_share_and_the_ratio():
     assert text.startswith(BEGIN) and text.rstrip().endswith(END)
     assert "costs 1.000 s a step, 25% of the PPO+GAE step" in text and "1.33x GRPO's (+1.000 s)" in text
     assert "| **step** | 3.000 | 4.000 |" in text and "checked: equal" in text
+    assert critic_ratio(gae) == 1.0 and "the critic took 1.00x the actor's update (median 1.00)" in text
