@@ -1,8 +1,9 @@
 """Journey of issue 19 (item 4) in a real Chromium against the running platform (Daphne, the real
 Celery worker): the owner of a finished LoRA run presses "Export step 1" on its page; the worker
 exports the checkpoint and registers it; the page lists it with its catalog model and a download link;
-the archive, streamed by Daphne, untars to the export's files; the page breaks no CSP rule. A user the
-run is shared with sees the export and downloads it, with no button to start one.
+the archive, streamed by Daphne, untars to the export's files; a user the run is shared with sees the
+export and its link, with no button to start or delete one; the owner deletes it (confirmed); the
+page breaks no CSP rule throughout.
 
 The run never trains here: its two LoRA checkpoints are made by the trainer's own worker in this
 process, in a folder both server processes read (the run's frozen `trainer.default_local_dir`).
@@ -54,6 +55,7 @@ def _lora_run(owner, model, folder):
 
 def test_export_a_checkpoint_from_the_run_page_and_download_it(page_as, make_user, register_model, ui,
                                                                tmp_path_factory):
+    from rlstudio.catalog.models import ModelAsset
     from rlstudio.exports.models import Export
     from rlstudio.exports.services import export_folder
     from rlstudio.runs.services import run_share
@@ -103,3 +105,14 @@ def test_export_a_checkpoint_from_the_run_page_and_download_it(page_as, make_use
     card = other.locator("#exports-card")
     assert "succeeded" in card.inner_text() and card.get_by_role("link", name=".tar.gz").count() == 1
     assert card.get_by_role("button").count() == 0
+
+    # The owner deletes it (a confirmation first): the folder and the catalog model go, the checkpoint stays.
+    page.goto(f"/runs/{run.pk}/")
+    page.locator("#export-list tr[data-step='1']").get_by_role("button", name="delete").click()
+    page.wait_for_url(re.compile(rf".*/runs/{run.pk}/#exports-card$"))
+    assert page.dialogs and page.dialogs[-1][0] == "confirm" and "step 1" in page.dialogs[-1][1]
+    assert "Export of step 1 deleted." in page.content() and not Export.objects.filter(run=run).exists()
+    assert not folder.exists() and (folder.parent.parent / "global_step_1").is_dir()
+    assert not ModelAsset.objects.filter(source_run=run, name__endswith="step 1)").exists()
+    seen = _violations(page, console)
+    assert seen == [], "\n".join(seen)

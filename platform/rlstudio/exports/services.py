@@ -11,10 +11,15 @@ Where it runs: in the Celery worker's process, on its CPU (about twice the model
 memory). Bounds: one queued or running export per user at a time; an export left `running` by a
 worker that died is failed once STALE_AFTER has passed, so it stops blocking its owner. One export
 per run and step: asking again returns the existing one, or queues a failed one again.
+`export_delete` removes one (its catalog model, the record, the folder).
+
+The run's final export (the trainer's `huggingface/`, registered by runs.register_export) gets the
+same card: `on_run_succeeded`, a transition hook this app registers, sends `exports.final_card`.
 """
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from datetime import timedelta
 from pathlib import Path
@@ -42,7 +47,10 @@ def write_card(*, run, step: int, folder: Path, lora: bool) -> None:
 
     card = model_card(card_facts(run=run, step=step, lora=lora))
     for sub in (MODEL_DIR, "lora_adapter") if lora else (MODEL_DIR,):
-        (folder / sub / "README.md").write_text(card, encoding="utf-8")
+        tmp = folder / sub / "README.md.tmp"
+        tmp.unlink(missing_ok=True)
+        tmp.write_text(card, encoding="utf-8")
+        os.replace(tmp, folder / sub / "README.md")  # replaces a link there rather than writing through it
 
 
 def final_export_card(*, run_id: int) -> bool:
