@@ -186,6 +186,15 @@ def test_freeze_spec_sets_the_output_folder_and_jsonl(tmp_path, ready, alice, ma
     spec = freeze_spec(run=Run.objects.get(pk=run.pk), out_dir=tmp_path / "7")
     assert spec["trainer"]["default_local_dir"] == str(tmp_path / "7")
     assert "jsonl" in spec["trainer"]["logger"]
+    # the critic (PPO with GAE) starts from the run's catalog model, written by the platform
+    assert spec["critic"]["model"]["path"] == spec["actor_rollout_ref"]["model"]["path"] == str(ready["model"].path)
+    gae = build_config(preset="cpu_smoke", dataset=ready["dataset"], model=ready["model"],
+                       overrides=["algorithm.adv_estimator=gae", "critic.optim.lr=1e-4", "critic.ppo_epochs=2"])
+    assert gae["critic"]["optim"]["lr"] == 1e-4 and gae["critic"]["model"]["path"] == str(ready["model"].path)
+    with pytest.raises(ConfigInvalid) as info:  # a user cannot point the critic at a folder
+        build_config(preset="cpu_smoke", dataset=ready["dataset"], model=ready["model"],
+                     overrides=["critic.model.path=/srv/other-user/model"])
+    assert info.value.key == "critic.model.path"
     assert submission_id_for(run) == submission_id_for(Run.objects.get(pk=run.pk))
     with pytest.raises(ConfigInvalid) as info:
         build_config(preset="cpu_smoke", overrides=["actor_rollout_ref.rollout.n=zero"])
