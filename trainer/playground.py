@@ -20,7 +20,7 @@ Events (`emit(dict)`, called from the targets' threads; the platform publishes t
     {"type": "reset", "target", "turn", "text"}   the turn's whole text (decoding was not prefix-stable)
     {"type": "tool", "target", "turn", "name", "arguments", "result"}   a tool call and its reply
     {"type": "done", "target", "finish_reason", "turns", "tokens", "seconds", "load_seconds"}
-    {"type": "stopped", "target", "tokens"}
+    {"type": "stopped", "target", "tokens"}        (tokens generated before the stop)
     {"type": "error", "target", "error"}
 Model text is sent as it is: escaping is the page's business (it renders text, never markup).
 """
@@ -257,7 +257,8 @@ def answer(target: Target, messages: list[dict[str, Any]], settings: ChatSetting
     t1 = time.perf_counter()
     try:
         traj = rollout.run([item], n=1, sampling=sampling)[0]
-    except Stopped:
+    except Stopped as exc:
+        exc.tokens = engine.tokens  # type: ignore[attr-defined]
         emit({"type": "stopped", "target": target.key, "tokens": engine.tokens})
         raise
     finally:
@@ -278,8 +279,8 @@ def run_chat(targets: list[Target], messages: dict[str, list[dict[str, Any]]], s
     def work(t: Target) -> None:
         try:
             results[t.key] = answer(t, messages[t.key], settings, emit=emit, should_stop=should_stop, device=device)
-        except Stopped:
-            results[t.key] = {"type": "stopped", "target": t.key}
+        except Stopped as exc:
+            results[t.key] = {"type": "stopped", "target": t.key, "tokens": int(getattr(exc, "tokens", 0))}
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # reported; the other column goes on (torch's DCP errors are BaseExceptions)
