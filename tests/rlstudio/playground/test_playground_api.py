@@ -182,3 +182,11 @@ def test_the_page_offers_what_the_user_may_use_only(alice, bob, make_model, run_
     assert f"run:{run_with_ckpts.pk}:" not in page and "alice-own-model" not in page
     run_share(run=run_with_ckpts, by=alice, users=["bob"])
     assert f'value="run:{run_with_ckpts.pk}:1"' in c.get("/playground/").content.decode()
+
+
+def test_the_api_needs_login(alice, make_model, published):
+    model = make_model(alice)
+    r = APIClient().post(URL, {"targets": [{"model": model.pk}], "messages": HELLO}, format="json")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "not_authenticated"
+    assert APIClient().post(f"{URL}1/stop/").status_code == 401
+    assert not PlaygroundSession.objects.exists() and not published
