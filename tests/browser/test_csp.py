@@ -97,6 +97,28 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
     page.select_option("#metric-add", "actor/pg_loss")
     expect(page.locator(".compare-panel")).to_have_count(2, timeout=20_000)
 
+    # The run page's evaluations card (issue 19): curve, table and matrix from json_script, a cell's
+    # transcripts fetched by run_evaluations.js (the rows the reconcile stores from a job's files).
+    from rlstudio.evaluations.models import Evaluation, EvaluationSample
+
+    cell = {"n": 2, "correct": 1, "mean_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 1.0, "sample": "#### 2"}
+    ev = Evaluation.objects.create(
+        run=run, owner=alice, dataset=ds, checkpoints=[1], include_base=True, k=2, max_prompts=1,
+        sampling={"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 8, "seed": 0}, status="succeeded",
+        results={"checkpoints": [{"key": key, "step": step, "base": key == "base", "mean_at_k": 0.5, "pass_at_k": 1.0,
+                                  "maj_at_k": 1.0, "samples": 2, "seconds": 1.0, "samples_per_s": 2.0}
+                                 for key, step in (("base", 0), ("1", 1))],
+                 "prompts": [{"index": 0, "prompt": "What is 1+1?", "ground_truth": "2",
+                              "cells": {"base": cell, "1": cell}}]})
+    EvaluationSample.objects.bulk_create([
+        EvaluationSample(evaluation=ev, column=col, prompt=0, sample=i, score=float(i), correct=bool(i), answer="2",
+                         finish_reason="stop", turns=[{"role": "assistant", "content": "#### 2"}])
+        for col in ("base", "1") for i in (0, 1)])
+    page.goto(f"/runs/{run.pk}/")
+    page.wait_for_selector("#eval-curve .main-svg", timeout=20_000)
+    page.locator("#eval-matrix details.eval-cell summary").first.click()
+    expect(page.locator("#eval-matrix .eval-sample")).to_have_count(2, timeout=20_000)
+
     for path in ("/runs/new/", "/datasets/", "/models/", "/accounts/profile/", "/api/v1/docs/", "/admin/",
                  "/admin/accounts/auditevent/", "/alerts/", "/runs/quota/", "/playground/", "/no-such-page/"):
         page.goto(path)

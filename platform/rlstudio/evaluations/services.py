@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -231,7 +232,8 @@ def evaluation_submit(*, evaluation_id: int) -> str:
             spec_path = jobs.write_spec(jobs.build_spec(ev, steps=checkpoint_steps(ev.run)), out)
             created = ray_jobs.submit(submission_id=submission_id,
                                       entrypoint=jobs.entrypoint(spec_path=spec_path, out=out),
-                                      env_vars=jobs.job_env(ev), num_cpus=1, num_gpus=ev.gpus,
+                                      env_vars=jobs.job_env(ev), num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
+                                      num_gpus=ev.gpus,
                                       metadata={"rlstudio_evaluation": str(ev.pk), "owner": str(ev.owner_id)})
         except (OSError, ray_jobs.RayUnavailable) as exc:
             ev.status, ev.finished = S.FAILED, timezone.now()
