@@ -167,18 +167,18 @@ def evaluate_columns(config: dict[str, Any], columns: Sequence[Column], rows: li
     return {"checkpoints": out_cols, "prompts": prompts}, samples
 
 
-def transcript(tr: Any) -> list[dict[str, str]]:
+def transcript(tr: Any, *, max_turns: int = MAX_TURNS, max_chars: int = SAMPLE_CHARS) -> list[dict[str, str]]:
     """The turns of a trajectory after its prompt, each {"role", "content"} (tool calls written out as
-    JSON after the text), at most MAX_TURNS, each cut to SAMPLE_CHARS; the decoded response when the
+    JSON after the text), at most `max_turns`, each cut to `max_chars`; the decoded response when the
     trajectory kept no messages."""
     start = len(tr.prompt.messages or [])
     turns = []
-    for m in (tr.messages or [])[start:start + MAX_TURNS]:
+    for m in (tr.messages or [])[start:start + max_turns]:
         content = str(m.get("content") or "")
         if m.get("tool_calls"):
             content += ("\n" if content else "") + json.dumps(m["tool_calls"], ensure_ascii=False, default=str)
-        turns.append({"role": str(m.get("role") or "assistant")[:20], "content": content[:SAMPLE_CHARS]})
-    return turns or [{"role": "assistant", "content": str(tr.response_text or "")[:SAMPLE_CHARS]}]
+        turns.append({"role": str(m.get("role") or "assistant")[:20], "content": content[:max_chars]})
+    return turns or [{"role": "assistant", "content": str(tr.response_text or "")[:max_chars]}]
 
 
 def _score(value: Any) -> float:

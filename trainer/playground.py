@@ -37,6 +37,7 @@ from trainer.rollout.base import GenerationOutput, GenerationRequest, RolloutEng
 
 MIN_CHUNK, MAX_CHUNK = 2, 32  # tokens per chunk: the first, and the most (the stop latency's bound)
 MAX_TOOL_TEXT = 2000  # characters of a tool call's arguments / reply kept in an event
+MAX_TURN_CHARS = 8000  # characters kept per turn of the answer (what a message of a conversation may hold)
 
 Emit = Callable[[dict[str, Any]], None]
 _LOAD_LOCK = threading.Lock()
@@ -264,7 +265,7 @@ def answer(target: Target, messages: list[dict[str, Any]], settings: ChatSetting
     finally:
         rollout.close()
     done = {"type": "done", "target": target.key, "finish_reason": str(traj.finish_reason),
-            "turns": transcript(traj), "tokens": engine.tokens, "seconds": round(time.perf_counter() - t1, 3),
+            "turns": transcript(traj, max_turns=2 * settings.max_turns, max_chars=MAX_TURN_CHARS), "tokens": engine.tokens, "seconds": round(time.perf_counter() - t1, 3),
             "load_seconds": round(load_seconds, 3)}
     emit(done)
     return done
