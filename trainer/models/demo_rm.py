@@ -10,7 +10,10 @@ never appear) in the shapes the demo policy produces, each labelled by the rule 
   - the calculator called on a miscopied expression (an operand digit, the operator, or the operands
     swapped), its reply, that reply as the answer (label by the rule: 0 unless it happens to be right);
   - the calculator called right but another number answered, or no answer line (0);
-  - a direct answer without the tool, right for about a quarter of them (label by the rule).
+  - a direct answer without the tool, right for about a quarter of them (label by the rule);
+  - a tool call the agent could not parse (its "Error: malformed tool call ..." reply), then a guess
+    (label by the rule). Without these the policy found them: a first reward model trained without
+    them scored such transcripts like right ones, and GRPO on it drifted to malformed calls.
 So the model must compare the answer with the tool's reply and the expression with the question:
 copy checks a tiny transformer learns, not arithmetic.
 
@@ -38,8 +41,12 @@ from typing import Any
 
 from trainer.tasks import arith
 
-KINDS = ("right_tool", "miscopy", "wrong_answer", "no_answer", "direct")
-WEIGHTS = (0.35, 0.25, 0.15, 0.05, 0.20)
+KINDS = ("right_tool", "miscopy", "wrong_answer", "no_answer", "direct", "tool_error")
+WEIGHTS = (0.35, 0.20, 0.15, 0.05, 0.10, 0.15)
+# The error replies the multi-turn agent gives a call it cannot parse (trainer.rollout.agent).
+TOOL_ERRORS = ("Error: malformed tool call (unclosed_tag): <tool_call> without a closing </tool_call>",
+               "Error: malformed tool call (bad_json): tool call is not valid JSON (Expecting ':' delimiter at char 56)",
+               "Error: malformed tool call (bad_json): tool call is not valid JSON (Extra data at char 13)")
 
 
 def _change_digit(value: int, rng: random.Random) -> int:
@@ -81,6 +88,11 @@ def conversation(a: int, b: int, op: str, kind: str, rng: random.Random) -> list
         return msgs + _tool_turns(a, b, op, arith.final_answer(_change_digit(truth, rng)))
     if kind == "no_answer":
         return msgs + _tool_turns(a, b, op, rng.choice(["", str(truth), "The answer is above."]))
+    if kind == "tool_error":
+        guess = truth if rng.random() < 0.1 else _change_digit(truth, rng)
+        return msgs + [{"role": "assistant", "content": ""},
+                       {"role": "tool", "content": rng.choice(TOOL_ERRORS)},
+                       {"role": "assistant", "content": arith.final_answer(guess)}]
     if kind == "direct":
         guess = truth if rng.random() < 0.25 else _change_digit(truth, rng)
         return msgs + [{"role": "assistant", "content": arith.final_answer(guess)}]
