@@ -17,6 +17,7 @@ Where each part lives:
   fields.py             ConfigError, the field makers, checking a value against a field's type
   schema.py             the root Config and its sections; LOGGERS, the one list of sinks
   actor_rollout_ref.py  the model, rollout, actor and reference sections
+  critic.py             the critic section (the value model of PPO with GAE) and its checks
   overrides.py          apply_overrides, parse_value, KEY_ALIASES, load_config
   checks.py             validate (one check per part of the spec) and resolve
   reference.py          describe_config / describe_sections / config_markdown
