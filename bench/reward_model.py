@@ -1,6 +1,6 @@
 """Benchmark: the learning demo with a learned reward model as the ONLY reward (issue 18).
 
-Run: .venv/bin/python bench/reward_model.py [--warm DIR] [--rm-steps 300] [--steps 40] [--test-freq 5]
+Run: .venv/bin/python bench/reward_model.py [--warm DIR] [--rm-steps 600] [--steps 40] [--test-freq 5]
      [--grpo-seconds 900] [--val 128] [--seed 0] [--threads 1] [--out /tmp/rlstudio_rm]
      [--write docs/benchmarks.md] [KEY=VALUE ...]
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm", default=None, help="reuse this warm-started model")
     ap.add_argument("--warm-steps", type=int, default=None)
     ap.add_argument("--rm", default=None, help="reuse this trained reward model (skip step 2)")
-    ap.add_argument("--rm-steps", type=int, default=300)
+    ap.add_argument("--rm-steps", type=int, default=600)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--test-freq", type=int, default=5)
     ap.add_argument("--grpo-seconds", type=float, default=900.0)

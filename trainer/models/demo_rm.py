@@ -1,7 +1,7 @@
 """The demo's reward model: a tiny sequence-classification model trained here to predict the arithmetic
 demo's rule reward from a whole transcript, so that GRPO can learn the demo with it as the only reward.
 
-Run: ``python -m trainer make-demo-reward-model OUT [--init WARM_START] [--steps 300] [--seed 0] [--threads 1]``
+Run: ``python -m trainer make-demo-reward-model OUT [--init WARM_START] [--steps 600] [--seed 0] [--threads 1]``
 
 Data (`labelled_conversations`): transcripts of train-split problems only (held-out operand pairs
 never appear) in the shapes the demo policy produces, each labelled by the rule itself
@@ -146,7 +146,7 @@ def init_from_policy(out_dir: str | Path, init: str | Path) -> Path:
     return out
 
 
-def make_demo_reward_model(out_dir: str | Path, *, init: str | Path | None = None, steps: int = 300,
+def make_demo_reward_model(out_dir: str | Path, *, init: str | Path | None = None, steps: int = 600,
                            batch: int = 32, lr: float = 1e-3, seed: int = 0, log: Any = print) -> dict[str, Any]:
     """Build the reward model (from the policy folder `init`, else a random tiny one), train it on
     `labelled_conversations`, save it to `out_dir`; returns {steps, seconds, loss, train_accuracy,
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Train the demo's tiny reward model on rule-labelled transcripts.")
     ap.add_argument("out", help="output folder (HF format)")
     ap.add_argument("--init", default=None, help="a causal LM folder to start from (the demo's warm start)")
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
