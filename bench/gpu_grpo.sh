@@ -8,10 +8,10 @@
 #   results.md (the docs section), log.txt, and each part's JSON.
 #
 #   bash bench/gpu_wheels.sh                   # here, once: the wheels the device image lacks -> .whl/
-#   run(command="bash bench/gpu_grpo.sh", carry=[".whl"], timeout_s=540)    # the device call
+#   run(command="bash bench/gpu_grpo.sh", carry=[".whl"], timeout_s=480)    # the device call
 #   python bench/gpu_grpo.py --from-json RESULTS.json --out /tmp/x --write docs/benchmarks.md   # back here
 #
-# A budget (GPU_GRPO_BUDGET_S, default 450 s) stops the parts in time for the files to come back; TRL,
+# A budget (GPU_GRPO_BUDGET_S, default 400 s, counted from the start) stops the parts in time for the files to come back; TRL,
 # the last part, keeps the generation batches it finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,5 +31,5 @@ export RLSTUDIO_FIXTURE_CACHE=${RLSTUDIO_FIXTURE_CACHE:-/tmp/rlstudio-fixtures}
     "$PY" -c "import trl, datasets; print('trl', trl.__version__, '| datasets', datasets.__version__)" || echo "TRL not importable: the trl part will fail (bash bench/gpu_wheels.sh, carry .whl)"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
 } 2>&1 | tee "$OUT_DIR/env.txt"
-timeout $(( ${GPU_GRPO_BUDGET_S:-450} + 30 )) "$PY" bench/gpu_grpo.py --out "$OUT_DIR" --workdir /tmp/gpu_grpo_work \
-    --budget-s "${GPU_GRPO_BUDGET_S:-450}" "$@" 2>&1 | tee "$OUT_DIR/log.txt"
+timeout $(( ${GPU_GRPO_BUDGET_S:-400} + 30 )) "$PY" bench/gpu_grpo.py --out "$OUT_DIR" --workdir /tmp/gpu_grpo_work \
+    --budget-s "${GPU_GRPO_BUDGET_S:-400}" "$@" 2>&1 | tee "$OUT_DIR/log.txt"

