@@ -43,7 +43,7 @@ def test_smoke_run(tmp_path):
     out = tmp_path / "out"
     rc = gpu_grpo.main(["--smoke", "--inline", "--engine", "ours,decode", "--steps", "2", "--decode-batches", "3",
                         "--decode-new", "4", "--out", str(out), "--workdir", str(tmp_path / "work"),
-                        "--write", str(tmp_path / "bench.md")])
+                        "--write", str(tmp_path / "benchmarks.md")])
     assert rc == 0
     res = json.loads((out / "results.json").read_text())
     steps = res["ours"]["steps"]
@@ -53,5 +53,5 @@ def test_smoke_run(tmp_path):
     assert res["ours_summary"]["steps"] == 1 and res["ours_summary"]["samples_per_s"] > 0
     [row] = res["decode"]["rows"]
     assert row["batch"] == 3 and row["engine, sliced eager"] > 0 and row["generate"] > 0
-    md = (tmp_path / "bench.md").read_text()
+    md = (tmp_path / "benchmarks.md").read_text()
     assert gpu_grpo.BEGIN in md and "RL Studio (FSDP2 one rank, hf engine)" in md
