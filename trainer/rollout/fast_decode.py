@@ -259,7 +259,8 @@ class StaticDecode:
             logits = self._run()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: the memory monitor's thread may read allocator stats / NVML meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.out = self._run()  # recorded, not run: the state is not advanced twice
         self.graph = graph
         self.captures += 1
