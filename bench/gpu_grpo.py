@@ -327,6 +327,12 @@ def render(result: dict) -> str:
         names = [k for k in d["rows"][0] if k != "batch" and not k.endswith((" host syncs", " error"))]
         cpu = " On the CPU no graph is captured: that column is the static step run eagerly." \
             if "CPU" in str(env.get("device")) else ""
+        c = d.get("check") or {}
+        if c:
+            lines += ["", f"CUDA-graph decode against the same static step run eagerly (greedy, 16 rows x 48 tokens): "
+                      f"same tokens {c.get('graphs_equal_eager')}, with stop ids ending rows early (compaction) "
+                      f"{c.get('graphs_equal_eager_with_stops')}; graphs captured in the last call: "
+                      f"{c.get('graphs_captured')}."]
         lines += ["", f"Decode, {d['new_tokens']} new tokens a row, T 1, {d['dtype']} (tokens/s, wall time; "
                   f"~150-token prompts, 5 rows per prompt).{cpu}", "",
                   "| batch | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]

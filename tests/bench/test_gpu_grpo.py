@@ -51,6 +51,8 @@ def test_smoke_run(tmp_path):
     assert all(s["perf/throughput"] > 0 and s["verl_flops"] > 0 and 0 < s["gen_share"] < 1 for s in steps)
     assert res["ours"]["engine_stats"]["fast_decode"] == 1.0  # the engine's own (unsharded) copy
     assert res["ours_summary"]["steps"] == 1 and res["ours_summary"]["samples_per_s"] > 0
+    check = res["decode"]["check"]  # on the CPU: the sliced step against the static one, same greedy tokens
+    assert check["graphs_equal_eager"] is True and check["graphs_equal_eager_with_stops"] is True
     [row] = res["decode"]["rows"]
     assert row["batch"] == 3 and row["engine, sliced eager"] > 0 and row["generate"] > 0
     md = (tmp_path / "benchmarks.md").read_text()
