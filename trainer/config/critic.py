@@ -95,6 +95,9 @@ def check_critic(critic: CriticConfig, *, train_batch_size: int, n: int, world: 
         _positive(f"{CRITIC}.{name}", getattr(critic, name))
     mini = critic.ppo_mini_batch_size or actor_mini
     key = f"{CRITIC}.ppo_mini_batch_size"
+    if critic.ppo_mini_batch_size is None:  # inherited from the actor: its own check reports a bad one
+        if mini > train_batch_size or train_batch_size % mini or (mini * n) % world:
+            return
     if mini > train_batch_size or train_batch_size % mini:
         raise ConfigError(key, f"must divide data.train_batch_size ({train_batch_size}), got {mini}")
     if (mini * n) % world:
