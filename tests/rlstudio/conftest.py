@@ -66,3 +66,30 @@ def make_run(make_dataset, make_model):
         return run
 
     return make
+
+
+@pytest.fixture
+def published(monkeypatch):
+    """The tasks that would have been sent to the broker, as (name, *args) (on commit: a test that
+    looks runs its request inside django_capture_on_commit_callbacks)."""
+    sent = []
+    from rlstudio.config import celery
+
+    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append((name, *args)))
+    return sent
+
+
+@pytest.fixture
+def run_with_ckpts(alice, make_run, settings, tmp_path):
+    """alice's succeeded run with committed checkpoints at steps 1 and 2 in its folder (under a
+    temporary RUNS_DIR), and an uncommitted one (global_step_3.tmp) beside them."""
+    from rlstudio.runs.models import Run, RunStatus
+
+    settings.RUNS_DIR = str(tmp_path / "runs")
+    run = make_run(alice, "alice-run")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
+    run.refresh_from_db()
+    for step in (1, 2):
+        (tmp_path / "runs" / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (tmp_path / "runs" / str(run.pk) / "global_step_3.tmp" / "actor").mkdir(parents=True)  # uncommitted
+    return run

@@ -23,26 +23,6 @@ S = EvaluationStatus
 
 
 @pytest.fixture
-def published(monkeypatch):
-    sent = []
-    from rlstudio.config import celery
-
-    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append((name, *args)))
-    return sent
-
-
-@pytest.fixture
-def run_with_ckpts(alice, make_run, settings, tmp_path):
-    settings.RUNS_DIR = str(tmp_path / "runs")
-    run = make_run(alice, "alice-run")
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
-    run.refresh_from_db()
-    for step in (1, 2):
-        (tmp_path / "runs" / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
-    return run
-
-
-@pytest.fixture
 def data(alice, make_dataset):
     return make_dataset(alice, "eval-data", status="ready")
 

@@ -8,7 +8,6 @@ from rest_framework.test import APIClient
 from rlstudio.catalog.models import ModelAsset
 from rlstudio.playground import services, streams
 from rlstudio.playground.models import PlaygroundSession, SessionStatus
-from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_share
 
 pytestmark = pytest.mark.django_db
@@ -18,28 +17,6 @@ def _api(user) -> APIClient:
     c = APIClient()
     c.force_authenticate(user)
     return c
-
-
-@pytest.fixture
-def published(monkeypatch):
-    """The session tasks that would have been sent to the broker."""
-    sent = []
-    from rlstudio.config import celery
-
-    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append((name, *args)))
-    return sent
-
-
-@pytest.fixture
-def run_with_ckpts(alice, make_run, settings, tmp_path):
-    settings.RUNS_DIR = str(tmp_path / "runs")
-    run = make_run(alice, "alice-run")
-    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
-    run.refresh_from_db()
-    for step in (1, 2):
-        (tmp_path / "runs" / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
-    (tmp_path / "runs" / str(run.pk) / "global_step_3.tmp" / "actor").mkdir(parents=True)  # uncommitted
-    return run
 
 
 URL = "/api/v1/playground/sessions/"
