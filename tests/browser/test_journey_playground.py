@@ -87,8 +87,10 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
     assert page.title() == "Playground — RL Studio"
     assert page.dialogs == [], page.dialogs
     page.click("#pg-stop")
+    # Stop ends it, unless the sampled answer already ended at an end-of-turn token before the click
+    # (temperature 1 on the tiny model: a race this journey does not control; stopping a running answer
+    # on leaving the page and at the time limit is tested in tests/rlstudio/playground/test_playground_stream.py).
     ui.wait_for(lambda: PlaygroundSession.objects.get(pk=hostile.pk).status in ("stopped", "succeeded"),
                 timeout=60, what="the stopped session")
-    assert PlaygroundSession.objects.get(pk=hostile.pk).status == "stopped"
     seen = _violations(page, console)
     assert seen == [], "\n".join(seen)
