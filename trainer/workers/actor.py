@@ -168,6 +168,23 @@ def lr_lambda_factory(*, warmup_steps: int, total_steps: int, style: str, min_lr
     return fn
 
 
+def make_optimizer(params: list[torch.Tensor], optim: Any, total_steps: int):
+    """(AdamW over `params`, its LR scheduler, whether AdamW is fused) from an optim section (the actor's
+    or the critic's: lr, betas, weight_decay, total_training_steps, lr_warmup_steps(_ratio),
+    warmup_style, min_lr_ratio); total_steps is the run's when total_training_steps is unset."""
+    fused = fused_adamw_ok(params)
+    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas),
+                                  weight_decay=optim.weight_decay, fused=fused or None)
+    total = int(optim.total_training_steps) if optim.total_training_steps and optim.total_training_steps > 0 \
+        else int(total_steps)
+    warmup = int(optim.lr_warmup_steps) if optim.lr_warmup_steps is not None and optim.lr_warmup_steps >= 0 \
+        else int(float(optim.lr_warmup_steps_ratio) * total)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda_factory(warmup_steps=warmup, total_steps=total, style=optim.warmup_style,
+                                     min_lr_ratio=float(optim.min_lr_ratio)))
+    return optimizer, scheduler, fused
+
+
 def _without_dropout(model: torch.nn.Module) -> None:
     """Set every dropout probability of `model` to 0 (nn.Dropout modules and attention's own rate)."""
     for module in model.modules():
@@ -230,16 +247,7 @@ class ActorWorker:
             # the optimizer, its state and the checkpoints hold the adapter alone.
             params = [p for p in self.model.parameters() if p.requires_grad]
             self.frozen_params = len(params) < sum(1 for _ in self.model.parameters())
-            self._fused_optim = fused_adamw_ok(params)
-            self.optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas),
-                                               weight_decay=optim.weight_decay, fused=self._fused_optim or None)
-            total = int(optim.total_training_steps) if optim.total_training_steps and optim.total_training_steps > 0 \
-                else int(total_steps)
-            warmup = int(optim.lr_warmup_steps) if optim.lr_warmup_steps is not None and optim.lr_warmup_steps >= 0 \
-                else int(float(optim.lr_warmup_steps_ratio) * total)
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lr_lambda_factory(warmup_steps=warmup, total_steps=total,
-                                                  style=optim.warmup_style, min_lr_ratio=float(optim.min_lr_ratio)))
+            self.optimizer, self.scheduler, self._fused_optim = make_optimizer(params, optim, total_steps)
         else:
             for p in self.model.parameters():
                 p.requires_grad_(False)

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from trainer.workers.actor import (_all_reduce, _dist_world, _is_sharded, _local_tensor, _rank, _takes_cache,
-                                   _without_dropout, equalize_chunks, fused_adamw_ok, lr_lambda_factory)
+                                   _without_dropout, equalize_chunks, make_optimizer)
 from trainer.workers.experience import ExperienceBatch, length_sorted_chunks, pack_micro_batch
 from trainer.workers.prefix import SharedInput, group_prompts, pack_shared, prompt_sorted_chunks
 
@@ -111,16 +111,7 @@ class CriticWorker:
                                   and _takes_cache(body))
         optim = cfg.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self._fused_optim = fused_adamw_ok(params)
-        self.optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas),
-                                           weight_decay=optim.weight_decay, fused=self._fused_optim or None)
-        total = int(optim.total_training_steps) if optim.total_training_steps and optim.total_training_steps > 0 \
-            else int(total_steps)
-        warmup = int(optim.lr_warmup_steps) if optim.lr_warmup_steps is not None and optim.lr_warmup_steps >= 0 \
-            else int(float(optim.lr_warmup_steps_ratio) * total)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_lambda_factory(warmup_steps=warmup, total_steps=total, style=optim.warmup_style,
-                                              min_lr_ratio=float(optim.min_lr_ratio)))
+        self.optimizer, self.scheduler, self._fused_optim = make_optimizer(params, optim, total_steps)
 
     # ---- forward -------------------------------------------------------------------------------
     def _autocast(self):
