@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.md_sections import replace_section  # noqa: E402
+from bench.md_sections import cpu_name, replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:critic:begin -->", "<!-- bench:critic:end -->"
 PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step")
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         label = "the tiny demo-preset model, untrained (trainer.models.tiny, seed 0)"
     data = out / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in arith.make_rl_rows("train", 256, seed=0)))
-    mach = f"{_cpu()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start"
+    mach = f"{cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start"
     rounds, same = [], True
     for r in range(args.rounds):
         runs = {m: run(args, model, data, out / f"{m}_{r}", m) for m in (("grpo", "gae") if r % 2 == 0 else ("gae", "grpo"))}
@@ -163,13 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         replace_section(Path(args.write), render(res), begin=BEGIN, end=END)
         print(f"updated {args.write}")
     return 0
-
-
-def _cpu() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "platform"))
-from bench.md_sections import replace_section  # noqa: E402
+from bench.md_sections import cpu_name, replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:lora:begin -->", "<!-- bench:lora:end -->"
 PHASES = ("gen", "ref", "old_log_prob", "update_actor", "reshard")
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
 
     shape = shape_from_config(read_model_config(model))
     res = {"command": "python bench/lora.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "machine": f"{_cpu()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start",
+           "machine": f"{cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start",
            "torch": torch.__version__, "peft": peft.__version__, "threads": args.threads, "rank": args.rank,
            "warmup": args.warmup,
            "model_line": f"Qwen2.5 format, vocabulary {shape.vocab_size:,} (tied), {args.layers} layers of "
@@ -175,13 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         replace_section(Path(args.write), text, begin=BEGIN, end=END)
     return 0
-
-
-def _cpu() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 if __name__ == "__main__":

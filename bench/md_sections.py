@@ -5,6 +5,7 @@ file does not have it yet. Import it by file (`bench/` is not a package):
 """
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 
@@ -17,3 +18,11 @@ def replace_section(path: Path, text: str, *, begin: str, end: str) -> None:
     else:
         doc = doc.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
     path.write_text(doc, encoding="utf-8")
+
+
+def cpu_name() -> str:
+    """The machine's CPU model as /proc/cpuinfo names it (the processor string where there is none)."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
