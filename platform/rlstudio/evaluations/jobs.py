@@ -53,15 +53,6 @@ def build_spec(ev, *, steps: dict[int, Path]) -> dict[str, Any]:
             "torch_threads": settings.RLSTUDIO_RUN_TORCH_THREADS or None}
 
 
-def write_spec(spec: dict[str, Any], out: Path) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "spec.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(spec, indent=1, sort_keys=True), encoding="utf-8")
-    tmp.replace(path)
-    return path
-
-
 def entrypoint(*, spec_path: Path, out: Path) -> str:
     """The shell command Ray runs: from the repo, with this platform's interpreter (exec: Ray's SIGTERM
     on a stop reaches the job itself)."""

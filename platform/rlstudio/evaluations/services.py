@@ -22,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.runs.launch import write_spec
 
 from . import jobs
 from .models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationSample, EvaluationStatus
@@ -229,7 +230,7 @@ def evaluation_submit(*, evaluation_id: int) -> str:
         out = jobs.folder(ev)
         submission_id = jobs.submission_id_for(ev)
         try:
-            spec_path = jobs.write_spec(jobs.build_spec(ev, steps=checkpoint_steps(ev.run)), out)
+            spec_path = write_spec(jobs.build_spec(ev, steps=checkpoint_steps(ev.run)), out)
             created = ray_jobs.submit(submission_id=submission_id,
                                       entrypoint=jobs.entrypoint(spec_path=spec_path, out=out),
                                       env_vars=jobs.job_env(ev), num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
