@@ -185,6 +185,22 @@ def make_optimizer(params: list[torch.Tensor], optim: Any, total_steps: int):
     return optimizer, scheduler, fused
 
 
+def micro_chunks(batch: ExperienceBatch, idx: list[int], micro: int | None, *, share_prompts: bool,
+                 token_budget: int | None = None) -> list[list[int]]:
+    """Rows `idx` of `batch` cut into micro-batches (lists of row indices): by token budget when given,
+    keeping a prompt's rows together when prompts are shared, else by sorted length; under FSDP every
+    rank gets the same number of micro-batches (the same number of forwards)."""
+    lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
+    if token_budget is not None:
+        local = token_budget_chunks(lengths, token_budget)
+    elif share_prompts and micro and micro < len(idx):
+        local = prompt_sorted_chunks([batch.prompt_ids[i] for i in idx], lengths, micro)
+    else:
+        local = length_sorted_chunks(lengths, micro)
+    if _dist_world() > 1:
+        local = equalize_chunks(local, int(_all_reduce([float(len(local))], "max")[0]))
+    return [[idx[j] for j in chunk] for chunk in local]
+
 def _without_dropout(model: torch.nn.Module) -> None:
     """Set every dropout probability of `model` to 0 (nn.Dropout modules and attention's own rate)."""
     for module in model.modules():
@@ -303,16 +319,10 @@ class ActorWorker:
         return logp, ent, r
 
     def _micro_chunks(self, batch: ExperienceBatch, idx: list[int], micro_size: int | None) -> list[list[int]]:
-        lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
+        budget = None
         if self.cfg is not None and getattr(self.cfg, "use_dynamic_bsz", False):
-            local = token_budget_chunks(lengths, int(self.cfg.ppo_max_token_len_per_gpu))
-        elif self.share_prompts and micro_size and micro_size < len(idx):
-            local = prompt_sorted_chunks([batch.prompt_ids[i] for i in idx], lengths, micro_size)
-        else:
-            local = length_sorted_chunks(lengths, micro_size)
-        if _dist_world() > 1:  # FSDP: the same number of forwards on every rank
-            local = equalize_chunks(local, int(_all_reduce([float(len(local))], "max")[0]))
-        return [[idx[j] for j in chunk] for chunk in local]
+            budget = int(self.cfg.ppo_max_token_len_per_gpu)
+        return micro_chunks(batch, idx, micro_size, share_prompts=self.share_prompts, token_budget=budget)
 
     @torch.no_grad()
     def compute_log_prob(self, batch: ExperienceBatch, *, with_entropy: bool = True

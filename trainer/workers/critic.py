@@ -32,9 +32,9 @@ from typing import Any
 import torch
 
 from trainer.workers.actor import (_all_reduce, _dist_world, _is_sharded, _local_tensor, _rank, _takes_cache,
-                                   _without_dropout, equalize_chunks, make_optimizer)
-from trainer.workers.experience import ExperienceBatch, length_sorted_chunks, pack_micro_batch
-from trainer.workers.prefix import SharedInput, group_prompts, pack_shared, prompt_sorted_chunks
+                                   _without_dropout, make_optimizer, micro_chunks)
+from trainer.workers.experience import ExperienceBatch, pack_micro_batch
+from trainer.workers.prefix import SharedInput, group_prompts, pack_shared
 
 
 def load_value_model(path: str, *, dtype: torch.dtype, trust_remote_code: bool = False) -> torch.nn.Module:
@@ -135,14 +135,7 @@ class CriticWorker:
         return out.logits[:, -(r + 1):-1, 0].float(), r
 
     def _chunks(self, batch: ExperienceBatch, idx: list[int], micro: int | None) -> list[list[int]]:
-        lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
-        if self.share_prompts and micro and micro < len(idx):  # keep a prompt's rows together
-            local = prompt_sorted_chunks([batch.prompt_ids[i] for i in idx], lengths, micro)
-        else:
-            local = length_sorted_chunks(lengths, micro)
-        if _dist_world() > 1:  # FSDP: the same number of forwards on every rank
-            local = equalize_chunks(local, int(_all_reduce([float(len(local))], "max")[0]))
-        return [[idx[j] for j in chunk] for chunk in local]
+        return micro_chunks(batch, idx, micro, share_prompts=self.share_prompts)
 
     @torch.no_grad()
     def compute_values(self, batch: ExperienceBatch) -> torch.Tensor:
