@@ -1,13 +1,18 @@
-// The run page's "Evaluations" card: starts an evaluation (POST to the API with the page's CSRF
-// token) and stops one, draws the newest finished one as a curve (mean@k, pass@k, maj@k by step; the
-// base model at step 0) and a table, and fills the prompts x columns matrix with its better / worse
-// filter; opening a cell loads its k transcripts from the API. Prompts and responses are model and
-// user text: they go into the page as textContent only, never as markup.
+// The run page's "Evaluations" card (and a catalog model's, whose form has no checkpoints and whose
+// one column is the model, named by `labels`): starts an evaluation (POST to the API with the page's
+// CSRF token) and stops one, draws the newest finished one as a curve (mean@k, pass@k, maj@k by step;
+// the base model at step 0) and a table, and fills the prompts x columns matrix with its better / worse
+// filter; opening a cell loads its k transcripts from the API. Prompts, responses and model names are
+// model and user text: they go into the page as textContent only, never as markup.
 (function () {
   "use strict";
   function fmt(v) { return (v === null || v === undefined) ? "–" : Number(v).toFixed(3); }
   function keyOf(f) { return (f.key === undefined || f.key === null) ? String(f.step) : String(f.key); }
-  function label(key) { return key === "base" ? "base model" : "step " + key; }
+  let labels = {};
+  function label(key) {
+    if (Object.prototype.hasOwnProperty.call(labels, key)) return String(labels[key]);
+    return key === "base" ? "base model" : "step " + key;
+  }
   function csrf() {
     const input = document.querySelector("#evaluations-card input[name=csrfmiddlewaretoken]");
     return input ? input.value : "";
@@ -90,7 +95,8 @@
     cell(hr, "prompt", "th");
     cell(hr, "answer", "th");
     latest.columns.forEach((key) => cell(hr, label(key) + " (pass@k · mean@k)", "th"));
-    cell(hr, "change", "th");
+    const compared = latest.columns.length > 1;
+    if (compared) cell(hr, "change", "th");
     head.appendChild(hr);
     latest.prompts.filter((p) => !change || p.change === change).forEach((p) => {
       const tr = document.createElement("tr");
@@ -113,7 +119,7 @@
         }
         tr.appendChild(td);
       });
-      cell(tr, p.change);
+      if (compared) cell(tr, p.change);
       body.appendChild(tr);
     });
   }
@@ -126,11 +132,13 @@
       ev.preventDefault();
       const num = (name) => Number(form.elements[name].value);
       const body = {
-        checkpoints: Array.from(form.querySelectorAll("input[name=checkpoints]:checked")).map((i) => Number(i.value)),
-        include_base: form.elements.include_base.checked, gpus: num("gpus"),
-        dataset: num("dataset"), k: num("k"), max_prompts: num("max_prompts"),
+        gpus: num("gpus"), dataset: num("dataset"), k: num("k"), max_prompts: num("max_prompts"),
         sampling: { temperature: num("temperature"), max_new_tokens: num("max_new_tokens") },
       };
+      if (form.elements.include_base) {  // a run's form: the chosen checkpoints and the base model
+        body.checkpoints = Array.from(form.querySelectorAll("input[name=checkpoints]:checked")).map((i) => Number(i.value));
+        body.include_base = form.elements.include_base.checked;
+      }
       msg.textContent = "sending…";
       const resp = await fetch(data.api, {
         method: "POST", credentials: "same-origin", body: JSON.stringify(body),
@@ -167,6 +175,7 @@
     const el = document.getElementById("eval-data");
     if (!el) return;
     const data = JSON.parse(el.textContent);
+    labels = data.labels || {};
     wireForm(data);
     wireStops(data);
     if (!data.latest) return;

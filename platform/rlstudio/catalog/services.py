@@ -424,13 +424,20 @@ def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: in
 
 def model_delete(*, model: ModelAsset, by) -> None:
     """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
-    operator's, or a run's export). In use: CatalogInUse naming the runs."""
+    operator's, or a run's export); its finished evaluations go with it. In use: CatalogInUse naming the
+    runs, or counting its queued or running evaluations (their jobs read the model)."""
     from django.db.models import Q
 
     check_can_change(user=by, item=model, action="delete")
     used = _used_by(_run_model().objects.filter(Q(model=model) | Q(reward_model=model)), by=by)
     if used:
         raise CatalogInUse(f"model {model.name!r} is used by {used}", code="in_use")
+    # The evaluations app's reverse relation (it depends on the catalog, so the catalog does not import
+    # it); "queued" and "running" are its active statuses.
+    evaluating = model.evaluations.filter(status__in=("queued", "running")).count()
+    if evaluating:
+        raise CatalogInUse(f"model {model.name!r} is being evaluated ({evaluating} evaluation(s) queued or "
+                           f"running): wait for them to end or stop them", code="in_use")
     with transaction.atomic():
         audit_record(actor=by, action="model.delete", obj=model, data={"name": model.name, "path": model.path})
         model.delete()

@@ -1,7 +1,7 @@
 """Pages of the catalog: datasets (list, upload, detail with preview, statistics and reward check)
-and models (list, register, delete); share / unshare for staff. Every write goes through the same
-services as the API; a refused one (NotPermitted, CatalogRefused) comes back as a message, and the
-controls a user may not use are not shown."""
+and models (list, register, detail with its evaluations, delete); share / unshare for staff. Every
+write goes through the same services as the API; a refused one (NotPermitted, CatalogRefused) comes
+back as a message, and the controls a user may not use are not shown."""
 import json
 
 from django.conf import settings
@@ -124,6 +124,17 @@ def model_list(request):
     return render(request, "catalog/model_list.html", {
         "models": model_asset_list_for(user=request.user)[:500], "register_error": error, "register_field": field,
         "model_roots": settings.RLSTUDIO_MODEL_ROOTS, "json": json,
+    })
+
+
+@login_required
+def model_detail(request, model_id: int):
+    """One model the user may see: its catalog record and (the evaluations app's card, through its
+    template tag) its evaluations and the form to evaluate it."""
+    model = model_asset_get_for(user=request.user, model_id=model_id)
+    return render(request, "catalog/model_detail.html", {
+        "model": model, "can_change": can_change(user=request.user, item=model),
+        "runs": owned_by_or_staff(model.runs.order_by("-created"), user=request.user)[:50],
     })
 
 

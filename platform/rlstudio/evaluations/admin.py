@@ -6,9 +6,9 @@ from .models import Evaluation
 
 @admin.register(Evaluation)
 class EvaluationAdmin(admin.ModelAdmin):
-    list_display = ["id", "run", "owner", "dataset", "k", "gpus", "status", "created", "finished"]
+    list_display = ["id", "run", "model", "owner", "dataset", "k", "gpus", "status", "created", "finished"]
     list_filter = ["status", "created"]
-    search_fields = ["run__name", "owner__username"]
-    raw_id_fields = ["run", "owner", "dataset"]
+    search_fields = ["run__name", "model__name", "owner__username"]
+    raw_id_fields = ["run", "model", "owner", "dataset"]
     readonly_fields = ["status", "queue_reason", "error", "results", "ray_submission_id", "stop_requested", "created",
                        "started", "finished"]

@@ -1,7 +1,11 @@
 """API views of evaluations: /api/v1/runs/{id}/evaluations/ (GET list, POST create),
 /runs/{id}/evaluations/{eid}/ (GET, ?change=better|worse|same filters the matrix), .../{eid}/stop/
 (POST) and .../{eid}/samples/?prompt=&column= (GET: one cell's transcripts). Reading follows the run
-(owner, shared readers, staff); creating and stopping need the run's owner or staff (403 otherwise)."""
+(owner, shared readers, staff); creating and stopping need the run's owner or staff (403 otherwise).
+
+The same four under /api/v1/models/{id}/evaluations/ for a catalog model: whoever may see the model
+(own, shared, staff) evaluates it and reads and stops their own evaluations of it (staff: all); another
+user's private model, or another user's evaluation, is a 404."""
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status as http
@@ -12,18 +16,80 @@ from rlstudio.api.errors import ApiError
 from rlstudio.catalog.selectors import dataset_get_for
 
 from .matrix import CHANGES, matrix_rows
-from .selectors import evaluation_get_for, evaluation_list_for, evaluation_samples_for
+from .selectors import (
+    evaluation_get_for,
+    evaluation_list_for,
+    evaluation_samples_for,
+    model_evaluation_get_for,
+    model_evaluation_list_for,
+)
 from .serializers import (
     EvaluationCreateSerializer,
     EvaluationDetailSerializer,
     EvaluationSampleSerializer,
     EvaluationSerializer,
+    ModelEvaluationCreateSerializer,
 )
-from .services import EvaluationInvalid, EvaluationRefused, evaluation_new, evaluation_stop
+from .services import (
+    EvaluationInvalid,
+    EvaluationNotPermitted,
+    EvaluationRefused,
+    evaluation_new,
+    evaluation_new_for_model,
+    evaluation_stop,
+)
+
+CHANGE_PARAM = OpenApiParameter("change", str, enum=list(CHANGES), required=False,
+                                description="only the prompts that got better / worse / stayed")
+CELL_PARAMS = [OpenApiParameter("prompt", int, required=True,
+                                description="the prompt's position in the matrix (its `position`)"),
+               OpenApiParameter("column", str, required=True, description="the column: 'base' or a step")]
 
 
 def _forbidden(exc) -> ApiError:
     return ApiError(exc.message, code="permission_denied", field=exc.field, status_code=http.HTTP_403_FORBIDDEN)
+
+
+def _dataset_of(request, data: dict):
+    """The body's `dataset`: a dataset the user may see (400 naming `dataset` otherwise)."""
+    dataset_id = data.get("dataset")
+    if isinstance(dataset_id, bool) or not isinstance(dataset_id, int):
+        raise ApiError(f"dataset must be a dataset id, got {dataset_id!r}", field="dataset")
+    try:
+        return dataset_get_for(user=request.user, dataset_id=dataset_id)
+    except Http404:
+        raise ApiError(f"no dataset with id {dataset_id}", field="dataset") from None
+
+
+def _detail(request, ev) -> Response:
+    change = request.query_params.get("change") or None
+    if change is not None and change not in CHANGES:
+        raise ApiError(f"change must be one of {', '.join(CHANGES)}, got {change[:40]!r}", field="change")
+    prompts = matrix_rows(ev.results, ev.columns, change)
+    return Response(EvaluationDetailSerializer(ev, context={"prompts": prompts}).data)
+
+
+def _stop(request, ev) -> Response:
+    from rlstudio.runs.services import RunNotPermitted
+
+    try:
+        ev = evaluation_stop(user=request.user, ev=ev)
+    except (RunNotPermitted, EvaluationNotPermitted) as exc:
+        raise _forbidden(exc) from None
+    except EvaluationRefused as exc:
+        raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
+    return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+
+
+def _samples(request, ev) -> Response:
+    raw = request.query_params.get("prompt", "")
+    if not raw.isdigit() or len(raw) > 6:
+        raise ApiError(f"prompt must be a prompt's position (an integer >= 0), got {raw[:20]!r}", field="prompt")
+    column = request.query_params.get("column", "")
+    if column not in ev.columns:
+        raise ApiError(f"column must be one of {', '.join(ev.columns)}, got {column[:20]!r}", field="column")
+    rows = evaluation_samples_for(ev=ev, prompt=int(raw), column=column)
+    return Response(EvaluationSampleSerializer(rows, many=True).data)
 
 
 class RunEvaluationsView(APIView):
@@ -43,13 +109,7 @@ class RunEvaluationsView(APIView):
         except RunNotPermitted as exc:
             raise _forbidden(exc) from None
         data = request.data if isinstance(request.data, dict) else {}
-        dataset_id = data.get("dataset")
-        if isinstance(dataset_id, bool) or not isinstance(dataset_id, int):
-            raise ApiError(f"dataset must be a dataset id, got {dataset_id!r}", field="dataset")
-        try:
-            dataset = dataset_get_for(user=request.user, dataset_id=dataset_id)
-        except Http404:
-            raise ApiError(f"no dataset with id {dataset_id}", field="dataset") from None
+        dataset = _dataset_of(request, data)
         try:
             ev = evaluation_new(user=request.user, run=run, dataset=dataset, data=data)
         except RunNotPermitted as exc:
@@ -62,46 +122,64 @@ class RunEvaluationsView(APIView):
 
 
 class RunEvaluationDetailView(APIView):
-    @extend_schema(parameters=[OpenApiParameter("change", str, enum=list(CHANGES), required=False,
-                                                description="only the prompts that got better / worse / stayed")],
-                   responses=EvaluationDetailSerializer, operation_id="runs_evaluations_retrieve")
+    @extend_schema(parameters=[CHANGE_PARAM], responses=EvaluationDetailSerializer,
+                   operation_id="runs_evaluations_retrieve")
     def get(self, request, run_id: int, evaluation_id: int):
-        ev = evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id)
-        change = request.query_params.get("change") or None
-        if change is not None and change not in CHANGES:
-            raise ApiError(f"change must be one of {', '.join(CHANGES)}, got {change[:40]!r}", field="change")
-        prompts = matrix_rows(ev.results, ev.columns, change)
-        return Response(EvaluationDetailSerializer(ev, context={"prompts": prompts}).data)
+        return _detail(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
 
 class RunEvaluationStopView(APIView):
     @extend_schema(request=None, responses={202: EvaluationSerializer}, operation_id="runs_evaluations_stop")
     def post(self, request, run_id: int, evaluation_id: int):
-        from rlstudio.runs.services import RunNotPermitted
+        return _stop(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
-        ev = evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id)
+
+class RunEvaluationSamplesView(APIView):
+    @extend_schema(parameters=CELL_PARAMS, responses=EvaluationSampleSerializer(many=True),
+                   operation_id="runs_evaluations_samples")
+    def get(self, request, run_id: int, evaluation_id: int):
+        return _samples(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
+
+
+class ModelEvaluationsView(APIView):
+    @extend_schema(responses=EvaluationSerializer(many=True), operation_id="models_evaluations_list")
+    def get(self, request, model_id: int):
+        _model, qs = model_evaluation_list_for(user=request.user, model_id=model_id)
+        return Response(EvaluationSerializer(qs[:100], many=True).data)
+
+    @extend_schema(request=ModelEvaluationCreateSerializer, responses={202: EvaluationSerializer},
+                   operation_id="models_evaluations_create")
+    def post(self, request, model_id: int):
+        model, _qs = model_evaluation_list_for(user=request.user, model_id=model_id)
+        data = request.data if isinstance(request.data, dict) else {}
+        dataset = _dataset_of(request, data)
         try:
-            ev = evaluation_stop(user=request.user, ev=ev)
-        except RunNotPermitted as exc:
-            raise _forbidden(exc) from None
+            ev = evaluation_new_for_model(user=request.user, model=model, dataset=dataset, data=data)
+        except EvaluationInvalid as exc:
+            raise ApiError(str(exc), field=exc.field) from None
         except EvaluationRefused as exc:
             raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
         return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
 
 
-class RunEvaluationSamplesView(APIView):
-    @extend_schema(parameters=[OpenApiParameter("prompt", int, required=True,
-                                                description="the prompt's position in the matrix (its `position`)"),
-                               OpenApiParameter("column", str, required=True,
-                                                description="the column: 'base' or a step")],
-                   responses=EvaluationSampleSerializer(many=True), operation_id="runs_evaluations_samples")
-    def get(self, request, run_id: int, evaluation_id: int):
-        ev = evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id)
-        raw = request.query_params.get("prompt", "")
-        if not raw.isdigit() or len(raw) > 6:
-            raise ApiError(f"prompt must be a prompt's position (an integer >= 0), got {raw[:20]!r}", field="prompt")
-        column = request.query_params.get("column", "")
-        if column not in ev.columns:
-            raise ApiError(f"column must be one of {', '.join(ev.columns)}, got {column[:20]!r}", field="column")
-        rows = evaluation_samples_for(ev=ev, prompt=int(raw), column=column)
-        return Response(EvaluationSampleSerializer(rows, many=True).data)
+class ModelEvaluationDetailView(APIView):
+    @extend_schema(parameters=[CHANGE_PARAM], responses=EvaluationDetailSerializer,
+                   operation_id="models_evaluations_retrieve")
+    def get(self, request, model_id: int, evaluation_id: int):
+        return _detail(request, model_evaluation_get_for(user=request.user, model_id=model_id,
+                                                         evaluation_id=evaluation_id))
+
+
+class ModelEvaluationStopView(APIView):
+    @extend_schema(request=None, responses={202: EvaluationSerializer}, operation_id="models_evaluations_stop")
+    def post(self, request, model_id: int, evaluation_id: int):
+        return _stop(request, model_evaluation_get_for(user=request.user, model_id=model_id,
+                                                       evaluation_id=evaluation_id))
+
+
+class ModelEvaluationSamplesView(APIView):
+    @extend_schema(parameters=CELL_PARAMS, responses=EvaluationSampleSerializer(many=True),
+                   operation_id="models_evaluations_samples")
+    def get(self, request, model_id: int, evaluation_id: int):
+        return _samples(request, model_evaluation_get_for(user=request.user, model_id=model_id,
+                                                          evaluation_id=evaluation_id))

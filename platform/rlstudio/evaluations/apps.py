@@ -1,5 +1,5 @@
-"""Django app config of `rlstudio.evaluations`: evaluations of a run's checkpoints (mean@k, pass@k,
-maj@k) as Ray jobs. Registers with the runs app (which never imports evaluations): the reconcile pass
+"""Django app config of `rlstudio.evaluations`: evaluations of a run's checkpoints or of a catalog
+model (mean@k, pass@k, maj@k) as Ray jobs. Registers with the runs app (which never imports evaluations): the reconcile pass
 follows and admits evaluations, and the runs' admission counts the GPUs evaluations hold."""
 from django.apps import AppConfig
 

@@ -2,10 +2,15 @@
 evaluation's record (plus settings for folders and the interpreter); the services call them.
 
 - `folder`: <the run's own folder>/evaluations/<id>/ (the platform's record of where the run writes,
-  `rlstudio.runs.launch.run_folder`), where the spec goes and the job writes its outcome.
+  `rlstudio.runs.launch.run_folder`) for a run's evaluation, <STATE_DIR>/evaluations/<id>/ for a
+  catalog model's (next to RUNS_DIR, both from settings): where the spec goes and the job writes its
+  outcome. Never from user input.
 - `build_spec`: the job's spec (trainer.evaluate_job) made from the run's config, the step folders
   found again in the run's folder (`selectors.checkpoint_steps`: never a path the user typed), the
-  dataset's own file, and the evaluation's bounded settings.
+  dataset's own file, and the evaluation's bounded settings. A catalog model's evaluation has one
+  column ("base", step 0: the model itself) and the config a new run from that model would get
+  (`model_config`: the default preset, the model's path, trust_remote_code and tool-call parser from
+  its catalog record, `rlstudio.runs.launch.build_config`).
 - `entrypoint` / `job_env`: `cd <repo> && exec <venv python> -m trainer evaluate <spec> --output <dir>`.
   The job sends nothing over the network: it writes `results.json` / `samples.jsonl` / `error.json`
   into its folder and the platform reads them, so it holds no token and Ray's job API shows nothing
@@ -23,15 +28,32 @@ from typing import Any
 
 from django.conf import settings
 
-from rlstudio.runs.launch import dataset_path, run_folder
+from rlstudio.runs.launch import build_config, dataset_path, run_folder
 from trainer.evaluate_job import ERROR, RESULTS, SAMPLES
 
 MAX_RESULTS_BYTES = 16 * 1024 * 1024  # results.json: the matrix of at most 64 prompts x 9 columns
 MAX_SAMPLES_BYTES = 64 * 1024 * 1024  # samples.jsonl: every transcript, each turn cut by the trainer
 
 
+def model_evaluations_dir() -> Path:
+    """Where catalog models' evaluations write: the platform's state folder (settings.STATE_DIR, the
+    folder RUNS_DIR is in), never a path from a request."""
+    return Path(settings.STATE_DIR) / "evaluations"
+
+
 def folder(ev) -> Path:
+    if ev.run_id is None:
+        return model_evaluations_dir() / str(int(ev.pk))
     return run_folder(ev.run) / "evaluations" / str(ev.pk)
+
+
+def model_config(*, model, dataset, gpus: int) -> dict[str, Any]:
+    """The trainer config a catalog model is evaluated with: the one a new run from `model` on
+    `dataset` with `gpus` would get without a preset or overrides (`launch.build_config`: the default
+    preset fitted to the GPUs; the model's path, trust_remote_code and tool-call parser from its
+    catalog record; the reward `default`, which scores by each row's data_source). ConfigInvalid
+    naming the key when it cannot be built."""
+    return build_config(dataset=dataset, model=model, gpus=gpus)
 
 
 def submission_id_for(ev) -> str:
@@ -40,14 +62,18 @@ def submission_id_for(ev) -> str:
 
 
 def build_spec(ev, *, steps: dict[int, Path]) -> dict[str, Any]:
-    """The job's spec. `steps`: the run's committed step folders (selectors.checkpoint_steps);
-    FileNotFoundError when a chosen step is no longer there."""
+    """The job's spec. `steps`: the run's committed step folders (selectors.checkpoint_steps; empty for
+    a catalog model's evaluation); FileNotFoundError when a chosen step is no longer there."""
     gone = [s for s in ev.checkpoints if s not in steps]
     if gone:
         raise FileNotFoundError(f"the checkpoint of step {gone[0]} is no longer in the run's folder")
     columns = [{"key": "base", "step": 0, "path": None}] if ev.include_base else []
     columns += [{"key": str(s), "step": int(s), "path": str(steps[s])} for s in ev.checkpoints]
-    return {"config": ev.run.config, "data_file": dataset_path(ev.dataset), "max_prompts": ev.max_prompts,
+    if ev.run_id is None:
+        config = model_config(model=ev.model, dataset=ev.dataset, gpus=ev.gpus)
+    else:
+        config = ev.run.config
+    return {"config": config, "data_file": dataset_path(ev.dataset), "max_prompts": ev.max_prompts,
             "columns": columns, "k": ev.k, "sampling": dict(ev.sampling),
             "device": "cuda" if ev.gpus > 0 else "cpu",
             "torch_threads": settings.RLSTUDIO_RUN_TORCH_THREADS or None}

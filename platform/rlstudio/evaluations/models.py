@@ -1,6 +1,7 @@
 """Records of evaluations: one request to evaluate some checkpoints (steps) of a run, and optionally its
-base model, on a dataset, k samples per prompt, run as a Ray job within the owner's quota; its stored
-results (per column figures, the prompts x columns matrix) and every sample's transcript."""
+base model, or one registered catalog model, on a dataset, k samples per prompt, run as a Ray job
+within the owner's quota; its stored results (per column figures, the prompts x columns matrix) and
+every sample's transcript."""
 from django.conf import settings
 from django.db import models
 
@@ -19,16 +20,23 @@ TERMINAL_EVALUATION_STATUSES = frozenset({EvaluationStatus.SUCCEEDED, Evaluation
 
 
 class Evaluation(models.Model):
-    """An evaluation of `checkpoints` (global steps of `run`), and of the run's base model when
-    `include_base`, on `dataset`.
+    """An evaluation on `dataset` of either `checkpoints` (global steps of `run`) and of the run's base
+    model when `include_base`, or of one catalog `model` (kind policy; then `checkpoints` is empty,
+    `include_base` true and the model is the one column, "base", step 0). Exactly one of `run` and
+    `model` is set (a database constraint).
 
     `results` (once succeeded): {"checkpoints": [{"key", "step", "base", "mean_at_k", "pass_at_k",
     "maj_at_k", "samples", "seconds", "samples_per_s"}], "prompts": [{"index", "prompt", "ground_truth",
     "cells": {"<key>": {"n", "correct", "mean_at_k", "pass_at_k", "maj_at_k", "sample"}}}]}
     (trainer.evaluate.evaluate_columns; key "base" for the base model, else the step). Paths are never
-    stored: the job's spec is made again from the run's own folder and the dataset's record."""
+    stored: the job's spec is made again from the run's own folder (or the model's catalog record) and
+    the dataset's record."""
 
-    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="evaluations")
+    run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.CASCADE, related_name="evaluations")
+    # A registered model evaluated on its own (issue 19): deleting the model deletes its evaluations
+    # (the catalog refuses that while one of them is queued or running).
+    model = models.ForeignKey("catalog.ModelAsset", null=True, blank=True, on_delete=models.CASCADE,
+                              related_name="evaluations")
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evaluations")
     dataset = models.ForeignKey("catalog.Dataset", on_delete=models.PROTECT, related_name="evaluations")
     checkpoints = models.JSONField(default=list)  # sorted global steps
@@ -50,10 +58,20 @@ class Evaluation(models.Model):
     class Meta:
         ordering = ["-created", "-id"]
         constraints = [models.CheckConstraint(condition=models.Q(status__in=EvaluationStatus.values),
-                                              name="evaluation_status_valid")]
+                                              name="evaluation_status_valid"),
+                       models.CheckConstraint(condition=models.Q(run__isnull=False, model__isnull=True)
+                                              | models.Q(run__isnull=True, model__isnull=False),
+                                              name="evaluation_run_xor_model")]
 
     def __str__(self) -> str:
+        if self.run_id is None:
+            return f"evaluation {self.pk} of model {self.model_id}"
         return f"evaluation {self.pk} of run {self.run_id}"
+
+    @property
+    def subject(self):
+        """What is evaluated: the run, or the catalog model (the object its audit events name)."""
+        return self.run if self.run_id is not None else self.model
 
     @property
     def columns(self) -> list[str]:

@@ -111,7 +111,7 @@ def reconcile_evaluations() -> dict[str, object]:
     """One pass: every running evaluation, then the queued ones in creation order. Ray being down
     changes nothing (logged); one evaluation's failure never stops the others."""
     moved: dict[int, str] = {}
-    for ev in Evaluation.objects.filter(status=S.RUNNING).select_related("run").order_by("id"):
+    for ev in Evaluation.objects.filter(status=S.RUNNING).select_related("run", "model").order_by("id"):
         try:
             to = reconcile_evaluation(ev)
         except ray_jobs.RayUnavailable as exc:

@@ -1,5 +1,8 @@
-"""Reads of evaluations: through the run, so whoever may read a run (owner, shared readers, staff:
-`rlstudio.runs.selectors.run_get_for`) reads its evaluations, and nobody else."""
+"""Reads of evaluations. A run's: through the run, so whoever may read a run (owner, shared readers,
+staff: `rlstudio.runs.selectors.run_get_for`) reads its evaluations, and nobody else. A catalog
+model's: through the model (one the user may see: `rlstudio.catalog.selectors.model_asset_get_for`),
+and then only the user's own evaluations of it (staff: all): another user's evaluation of a shared
+model shows their dataset's prompts, which may be private."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,6 +27,28 @@ def evaluation_list_for(*, user, run_id) -> tuple[object, QuerySet[Evaluation]]:
 def evaluation_get_for(*, user, run_id, evaluation_id) -> Evaluation:
     """One evaluation of a visible run, or Http404."""
     _run, qs = evaluation_list_for(user=user, run_id=run_id)
+    try:
+        ev = qs.filter(pk=evaluation_id).first()
+    except (TypeError, ValueError):
+        ev = None
+    if ev is None:
+        raise Http404("Not found")
+    return ev
+
+
+def model_evaluation_list_for(*, user, model_id) -> tuple[object, QuerySet[Evaluation]]:
+    """(the visible catalog model, the user's evaluations of it, all for staff, newest first);
+    Http404 for a model the user may not see."""
+    from rlstudio.catalog.selectors import model_asset_get_for
+
+    model = model_asset_get_for(user=user, model_id=model_id)
+    qs = Evaluation.objects.filter(model=model).select_related("dataset", "owner", "model")
+    return model, (qs if user.is_staff else qs.filter(owner=user))
+
+
+def model_evaluation_get_for(*, user, model_id, evaluation_id) -> Evaluation:
+    """One of the user's evaluations of a visible model (staff: anyone's), or Http404."""
+    _model, qs = model_evaluation_list_for(user=user, model_id=model_id)
     try:
         ev = qs.filter(pk=evaluation_id).first()
     except (TypeError, ValueError):

@@ -27,17 +27,32 @@ class EvaluationCreateSerializer(serializers.Serializer):
     sampling = SamplingSerializer(required=False)
 
 
+class ModelEvaluationCreateSerializer(serializers.Serializer):
+    """The request body of a catalog model's evaluation (checked by `services.clean_model_request`):
+    a run evaluation's fields without checkpoints; the model is the one column, 'base'."""
+
+    dataset = serializers.IntegerField()
+    k = serializers.IntegerField(min_value=1)
+    max_prompts = serializers.IntegerField(required=False, min_value=1)
+    gpus = serializers.IntegerField(required=False, min_value=0, max_value=1,
+                                    help_text="0: on the CPU; 1: one GPU, counted against the quota")
+    sampling = SamplingSerializer(required=False)
+
+
 class EvaluationSerializer(serializers.ModelSerializer):
     """An evaluation without its per-prompt matrix: the per-checkpoint figures only."""
 
-    run = serializers.IntegerField(source="run_id", read_only=True)
+    run = serializers.IntegerField(source="run_id", read_only=True, allow_null=True,
+                                   help_text="the run evaluated (null for a catalog model's evaluation)")
+    model = serializers.IntegerField(source="model_id", read_only=True, allow_null=True,
+                                     help_text="the catalog model evaluated (null for a run's evaluation)")
     dataset = serializers.IntegerField(source="dataset_id", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
     figures = serializers.SerializerMethodField()
 
     class Meta:
         model = Evaluation
-        fields = ["id", "run", "owner", "dataset", "checkpoints", "include_base", "columns", "k", "max_prompts",
+        fields = ["id", "run", "model", "owner", "dataset", "checkpoints", "include_base", "columns", "k", "max_prompts",
                   "gpus", "sampling", "status", "queue_reason", "error", "stop_requested", "figures", "created",
                   "started", "finished"]
 

@@ -1,5 +1,6 @@
-"""Writes of evaluations: create one (the run's owner or staff only), admit it within the owner's
-quota, submit it to Ray (the Celery task), stop it, store what its job wrote.
+"""Writes of evaluations: create one (of a run: the run's owner or staff only; of a catalog model:
+whoever may see the model, who becomes its owner), admit it within the owner's quota, submit it to Ray
+(the Celery task), stop it, store what its job wrote.
 
 Where an evaluation runs: as a Ray job (`jobs.py`: `python -m trainer evaluate`), like a run, on
 `gpus` GPUs (0: the CPU; at most 1: the evaluation is one process). Admission is a run's
@@ -123,31 +124,71 @@ def _policy():
     return quota_policy()
 
 
+def _check_dataset(dataset) -> None:
+    if dataset.status != "ready":
+        raise EvaluationInvalid(f"dataset {dataset.pk} is {dataset.status}, not ready", field="dataset")
+
+
+def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -> Evaluation:
+    """Record the evaluation (one queued or running per user: EvaluationRefused) under the owner's
+    quota lock, then admit it now when the quota allows (else it waits, queued, with the reason)."""
+    policy = _policy()
+    with transaction.atomic():
+        policy.lock_owner(user=user)
+        if Evaluation.objects.filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
+            raise EvaluationRefused("you already have an evaluation queued or running; wait for it to finish "
+                                    "or stop it")
+        ev = Evaluation.objects.create(owner=user, checkpoints=req.checkpoints, include_base=req.include_base,
+                                       k=req.k, max_prompts=req.max_prompts, gpus=req.gpus, sampling=req.sampling,
+                                       **subject)
+        audit_record(actor=user, action="evaluation.create", obj=ev.subject,
+                     data={"evaluation": ev.pk, "gpus": req.gpus, **audit})
+    evaluation_admit(evaluation_id=ev.pk)
+    ev.refresh_from_db()
+    return ev
+
+
 def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
     """Create an evaluation of `run` (RunNotPermitted unless the user manages it) and admit it now when
     the owner's quota allows (else it waits, queued, with the reason)."""
     from rlstudio.runs.services import check_can_manage
 
     check_can_manage(user=user, run=run, action="evaluate")
-    if dataset.status != "ready":
-        raise EvaluationInvalid(f"dataset {dataset.pk} is {dataset.status}, not ready", field="dataset")
-    policy = _policy()
-    max_gpus = policy.usage_for(user=run.owner).max_gpus
+    _check_dataset(dataset)
+    max_gpus = _policy().usage_for(user=run.owner).max_gpus
     req = clean_request(data, available=list(checkpoint_steps(run)), max_gpus=max_gpus)
-    with transaction.atomic():
-        policy.lock_owner(user=user)
-        if Evaluation.objects.filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
-            raise EvaluationRefused("you already have an evaluation queued or running; wait for it to finish "
-                                    "or stop it")
-        ev = Evaluation.objects.create(run=run, owner=user, dataset=dataset, checkpoints=req.checkpoints,
-                                       include_base=req.include_base, k=req.k, max_prompts=req.max_prompts,
-                                       gpus=req.gpus, sampling=req.sampling)
-        audit_record(actor=user, action="evaluation.create", obj=run,
-                     data={"evaluation": ev.pk, "checkpoints": req.checkpoints, "base": req.include_base,
-                           "gpus": req.gpus})
-    evaluation_admit(evaluation_id=ev.pk)
-    ev.refresh_from_db()
-    return ev
+    return _create(user=user, req=req, run=run, dataset=dataset,
+                   audit={"checkpoints": req.checkpoints, "base": req.include_base})
+
+
+def clean_model_request(data: dict[str, Any], *, max_gpus: int = MAX_GPUS) -> EvaluationRequest:
+    """A catalog model's evaluation request checked (EvaluationInvalid naming the field): the run
+    fields' bounds, with no checkpoints (the model itself is the one column, "base")."""
+    if data.get("checkpoints") not in (None, []):
+        raise EvaluationInvalid("a model's evaluation has no checkpoints: it evaluates the model itself",
+                                field="checkpoints")
+    if data.get("include_base", True) is not True:
+        raise EvaluationInvalid("a model's evaluation always evaluates the model (column 'base'); leave "
+                                "include_base out", field="include_base")
+    return clean_request({**data, "checkpoints": [], "include_base": True}, available=[], max_gpus=max_gpus)
+
+
+def evaluation_new_for_model(*, user, model, dataset, data: dict[str, Any]) -> Evaluation:
+    """Create an evaluation of catalog `model` (one the caller may see: checked by the caller's
+    selector; kind policy, else EvaluationInvalid on `model`) owned by `user`, on `dataset`, and admit
+    it now when the user's quota allows. Its config is checked now as the job will build it."""
+    from rlstudio.runs.errors import ConfigInvalid
+
+    if model.kind != "policy":
+        raise EvaluationInvalid(f"model {model.pk} is a {model.get_kind_display()}: only a policy (a causal LM) "
+                                f"generates answers to evaluate", field="model")
+    _check_dataset(dataset)
+    req = clean_model_request(data, max_gpus=_policy().usage_for(user=user).max_gpus)
+    try:
+        jobs.model_config(model=model, dataset=dataset, gpus=req.gpus)
+    except ConfigInvalid as exc:
+        raise EvaluationInvalid(f"the model cannot be evaluated: {exc.key}: {exc.message}", field="model") from None
+    return _create(user=user, req=req, model=model, dataset=dataset, audit={"model": model.pk})
 
 
 def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = None) -> bool:
@@ -206,7 +247,7 @@ def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", outco
                                   finish_reason=str(s.get("finish_reason") or "")[:20], turns=s["turns"])
                  for s in outcome.samples], batch_size=1000)
         ev.save(update_fields=fields)
-        audit_record(actor=None, action=f"evaluation.{status}", obj=ev.run,
+        audit_record(actor=None, action=f"evaluation.{status}", obj=ev.subject,
                      data={"evaluation": ev.pk, "error": error[:500]})
     return True
 
@@ -215,9 +256,10 @@ def evaluation_submit(*, evaluation_id: int) -> str:
     """Submit an admitted evaluation to Ray (the Celery task's one call). Idempotent: the submission id
     is derived from the evaluation and Ray refuses a second job under it."""
     from rlstudio.runs import ray_jobs
+    from rlstudio.runs.errors import ConfigInvalid
 
     with transaction.atomic():
-        ev = (Evaluation.objects.select_for_update(of=("self",)).select_related("run", "dataset")
+        ev = (Evaluation.objects.select_for_update(of=("self",)).select_related("run", "model", "dataset")
               .filter(pk=evaluation_id).first())
         if ev is None or ev.status != S.RUNNING:
             return "skipped: " + ("no such evaluation" if ev is None else f"it is {ev.status}")
@@ -230,13 +272,14 @@ def evaluation_submit(*, evaluation_id: int) -> str:
         out = jobs.folder(ev)
         submission_id = jobs.submission_id_for(ev)
         try:
-            spec_path = write_spec(jobs.build_spec(ev, steps=checkpoint_steps(ev.run)), out)
+            steps = checkpoint_steps(ev.run) if ev.run_id is not None else {}
+            spec_path = write_spec(jobs.build_spec(ev, steps=steps), out)
             created = ray_jobs.submit(submission_id=submission_id,
                                       entrypoint=jobs.entrypoint(spec_path=spec_path, out=out),
                                       env_vars=jobs.job_env(ev), num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
                                       num_gpus=ev.gpus,
                                       metadata={"rlstudio_evaluation": str(ev.pk), "owner": str(ev.owner_id)})
-        except (OSError, ray_jobs.RayUnavailable) as exc:
+        except (OSError, ConfigInvalid, ray_jobs.RayUnavailable) as exc:
             ev.status, ev.finished = S.FAILED, timezone.now()
             ev.error = f"could not submit the evaluation: {type(exc).__name__}: {exc}"[:4000]
             ev.save(update_fields=["status", "finished", "error"])
@@ -246,14 +289,25 @@ def evaluation_submit(*, evaluation_id: int) -> str:
     return "submitted" if created else "already in Ray"
 
 
+class EvaluationNotPermitted(PermissionError):
+    """The user reads the evaluation but may not stop it (the API answers 403)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message, self.field = message, None
+
+
 def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
-    """Stop an evaluation (its run's owner or staff): a queued one ends now, a running one's Ray job is
-    asked to stop (the reconcile records it stopped once Ray says so). EvaluationRefused when it has
-    finished already."""
+    """Stop an evaluation (of a run: the run's owner or staff; of a catalog model: the evaluation's
+    owner or staff): a queued one ends now, a running one's Ray job is asked to stop (the reconcile
+    records it stopped once Ray says so). EvaluationRefused when it has finished already."""
     from rlstudio.runs import ray_jobs
     from rlstudio.runs.services import check_can_manage
 
-    check_can_manage(user=user, run=ev.run, action="stop an evaluation of")
+    if ev.run_id is not None:
+        check_can_manage(user=user, run=ev.run, action="stop an evaluation of")
+    elif not (user.is_staff or ev.owner_id == user.pk):
+        raise EvaluationNotPermitted("only the evaluation's owner or staff may stop it")
     with transaction.atomic():
         locked = Evaluation.objects.select_for_update().get(pk=ev.pk)
         if locked.status not in ACTIVE_EVALUATION_STATUSES:
@@ -264,7 +318,7 @@ def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
         elif locked.stop_requested is None:
             locked.stop_requested = timezone.now()
             locked.save(update_fields=["stop_requested"])
-        audit_record(actor=user, action="evaluation.stop", obj=locked.run, data={"evaluation": locked.pk})
+        audit_record(actor=user, action="evaluation.stop", obj=ev.subject, data={"evaluation": locked.pk})
         submission_id = locked.ray_submission_id
     if submission_id:
         try:

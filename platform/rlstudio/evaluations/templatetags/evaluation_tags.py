@@ -1,6 +1,10 @@
 """`{% run_evaluations %}`: the run page's "Evaluations" card (the form for whoever manages the run,
 the newest finished evaluation as a curve, a table and the prompts x columns matrix whose cells open
-their transcripts, and the list with a stop button on an active one)."""
+their transcripts, and the list with a stop button on an active one).
+
+`{% model_evaluations %}`: the same card on a catalog model's page (the form for whoever sees a policy
+model; the user's own evaluations of it, staff: all, each with its mean@k, pass@k and maj@k; the
+newest finished one's prompts, whose cells open their transcripts)."""
 from django import template
 
 from rlstudio.catalog.selectors import dataset_list_for
@@ -8,7 +12,7 @@ from rlstudio.runs.selectors import can_manage
 
 from ..matrix import matrix_rows
 from ..models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
-from ..selectors import checkpoint_steps
+from ..selectors import checkpoint_steps, model_evaluation_list_for
 from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
 
 register = template.Library()
@@ -31,5 +35,30 @@ def run_evaluations(context):
     return {"run": run, "can_manage": manage, "evaluations": evaluations, "latest": done, "eval_data": data,
             "steps": list(checkpoint_steps(run)) if manage else [],
             "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if manage else [],
+            "defaults": DEFAULT_SAMPLING, "max_k": MAX_K, "max_prompts": MAX_PROMPTS,
+            "max_new_tokens": MAX_NEW_TOKENS, "csrf_token": context.get("csrf_token")}
+
+
+@register.inclusion_tag("evaluations/model_section.html", takes_context=True)
+def model_evaluations(context):
+    """Context of the card for catalog `model` (already checked visible by the model page's view)."""
+    model, user = context["model"], context["request"].user
+    _model, qs = model_evaluation_list_for(user=user, model_id=model.pk)
+    evaluations = list(qs[:20])
+    done = next((e for e in evaluations if e.status == EvaluationStatus.SUCCEEDED), None)
+    for e in evaluations:
+        e.active = e.status in ACTIVE_EVALUATION_STATUSES
+        figures = (e.results or {}).get("checkpoints") or []
+        e.figure = figures[0] if figures and isinstance(figures[0], dict) else None
+        e.n_prompts = len((e.results or {}).get("prompts") or []) if e.results else None
+    can_evaluate = model.kind == "policy"
+    data = {"api": f"/api/v1/models/{model.pk}/evaluations/", "latest": None, "labels": {"base": model.name}}
+    if done is not None:
+        data["latest"] = {"id": done.pk, "k": done.k, "columns": done.columns,
+                          "figures": (done.results or {}).get("checkpoints", []),
+                          "prompts": matrix_rows(done.results, done.columns)}
+    return {"model": model, "user": user, "can_evaluate": can_evaluate, "not_policy": not can_evaluate,
+            "evaluations": evaluations, "latest": done, "eval_data": data,
+            "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if can_evaluate else [],
             "defaults": DEFAULT_SAMPLING, "max_k": MAX_K, "max_prompts": MAX_PROMPTS,
             "max_new_tokens": MAX_NEW_TOKENS, "csrf_token": context.get("csrf_token")}

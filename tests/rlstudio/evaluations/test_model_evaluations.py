@@ -1,0 +1,280 @@
+"""Evaluations of a registered catalog model (issue 19, item 2: a base model and a trained one side by
+side): the API under /api/v1/models/{id}/evaluations/ (create, list, detail, stop, a cell's
+transcripts), who may evaluate and read (a private model of another user is a 404, a shared one is
+evaluable by everyone, each user reads only their own evaluations of it, staff all), 400s naming the
+field, the job's spec (the model's catalog path and settings, a folder under the platform's state
+dir), the run-xor-model constraint, the model page's card, and the real `python -m trainer evaluate`
+on a tiny model with the reconcile storing its results (Ray faked, as in test_evaluation_jobs.py)."""
+import json
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.test import Client
+from rest_framework.test import APIClient
+
+from rlstudio.catalog.errors import CatalogInUse
+from rlstudio.catalog.services import model_delete
+from rlstudio.evaluations import jobs, services
+from rlstudio.evaluations.models import Evaluation, EvaluationSample, EvaluationStatus
+from rlstudio.evaluations.reconcile import reconcile_evaluations
+from rlstudio.runs import ray_jobs
+
+pytestmark = pytest.mark.django_db
+S = EvaluationStatus
+
+
+def _api(user) -> APIClient:
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
+
+
+@pytest.fixture
+def data(alice, make_dataset):
+    return make_dataset(alice, "eval-data", status="ready")
+
+
+@pytest.fixture
+def model(alice, make_model):
+    return make_model(alice, "alice-base", tokenizer_ok=True)
+
+
+def _url(model, tail: str = "") -> str:
+    return f"/api/v1/models/{model.pk}/evaluations/{tail}"
+
+
+def _body(data, **over):
+    return {"dataset": data.pk, "k": 2, "max_prompts": 3, "sampling": {"temperature": 0.5}, **over}
+
+
+def test_create_list_detail_cells_and_stop(alice, model, data, published, django_capture_on_commit_callbacks,
+                                           monkeypatch):
+    with django_capture_on_commit_callbacks(execute=True):
+        r = _api(alice).post(_url(model), _body(data), format="json")
+    assert r.status_code == 202, r.content
+    body = r.json()
+    assert body["model"] == model.pk and body["run"] is None and body["owner"] == "alice"
+    assert body["columns"] == ["base"] and body["checkpoints"] == [] and body["include_base"] is True
+    ev = Evaluation.objects.get(pk=body["id"])
+    assert ev.model_id == model.pk and ev.run_id is None and ev.owner == alice and ev.k == 2
+    assert ev.status == S.RUNNING and ev.started  # alice runs nothing: admitted at once
+    assert ev.sampling == {**services.DEFAULT_SAMPLING, "temperature": 0.5}
+    assert published == [("evaluations.submit_evaluation", ev.pk)]
+    assert [e["id"] for e in _api(alice).get(_url(model)).json()] == [ev.pk]
+    detail = _api(alice).get(_url(model, f"{ev.pk}/"))
+    assert detail.status_code == 200 and detail.json()["prompts"] == [] and detail.json()["model"] == model.pk
+    assert _api(alice).get(_url(model, f"{ev.pk}/?change=up")).json()["error"]["field"] == "change"
+    # one evaluation per user at a time, a run's or a model's
+    assert _api(alice).post(_url(model), _body(data), format="json").status_code == 409
+    EvaluationSample.objects.create(evaluation=ev, column="base", prompt=0, sample=0, score=1.0, correct=True,
+                                    answer="7", finish_reason="stop", turns=[{"role": "assistant", "content": "7"}])
+    cells = _api(alice).get(_url(model, f"{ev.pk}/samples/"), {"prompt": 0, "column": "base"})
+    assert cells.status_code == 200 and [s["answer"] for s in cells.json()] == ["7"]
+    r = _api(alice).get(_url(model, f"{ev.pk}/samples/"), {"prompt": 0, "column": "1"})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "column"
+    # the run routes do not reach a model's evaluation
+    assert _api(alice).get(f"/api/v1/runs/{ev.pk}/evaluations/{ev.pk}/").status_code == 404
+    stopped = []
+    monkeypatch.setattr(ray_jobs, "stop", lambda sid: stopped.append(sid) or True)
+    Evaluation.objects.filter(pk=ev.pk).update(ray_submission_id="rlstudio-eval-m")
+    r = _api(alice).post(_url(model, f"{ev.pk}/stop/"))
+    assert r.status_code == 202 and r.json()["stop_requested"] and stopped == ["rlstudio-eval-m"]
+
+
+def test_isolation_private_shared_and_own_evaluations_only(alice, bob, staff, make_model, make_dataset, data,
+                                                           published):
+    private = make_model(bob, "bob-private")
+    assert _api(alice).get(_url(private)).status_code == 404
+    assert _api(alice).post(_url(private), _body(data), format="json").status_code == 404
+    shared = make_model(bob, "bob-shared", visibility="everyone")
+    r = _api(alice).post(_url(shared), _body(data), format="json")
+    assert r.status_code == 202, r.content
+    ev_id = r.json()["id"]
+    assert Evaluation.objects.get(pk=ev_id).owner == alice
+    # bob owns the model but not alice's evaluation (her dataset may be private): he sees none of it
+    assert _api(bob).get(_url(shared)).json() == []
+    for tail in (f"{ev_id}/", f"{ev_id}/samples/?prompt=0&column=base"):
+        assert _api(bob).get(_url(shared, tail)).status_code == 404
+    assert _api(bob).post(_url(shared, f"{ev_id}/stop/")).status_code == 404
+    assert [e["id"] for e in _api(staff).get(_url(shared)).json()] == [ev_id]
+    assert _api(staff).get(_url(shared, f"{ev_id}/")).status_code == 200
+    # a model id with someone else's evaluation id: 404
+    assert _api(alice).get(_url(private, f"{ev_id}/")).status_code == 404
+    # a dataset alice may not see
+    Evaluation.objects.filter(pk=ev_id).update(status=S.SUCCEEDED)
+    hidden = make_dataset(bob, "bob-data", status="ready")
+    r = _api(alice).post(_url(shared), _body(hidden), format="json")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "dataset"
+    # a reward model generates nothing to evaluate
+    rm = make_model(alice, "alice-rm", kind="reward")
+    r = _api(alice).post(_url(rm), _body(data), format="json")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "model"
+    assert Evaluation.objects.count() == 1
+
+
+@pytest.mark.parametrize("over,field", [
+    ({"k": 0}, "k"),
+    ({"k": 17}, "k"),
+    ({"k": "4"}, "k"),
+    ({"max_prompts": 1000}, "max_prompts"),
+    ({"gpus": 2}, "gpus"),
+    ({"gpus": -1}, "gpus"),
+    ({"checkpoints": [1]}, "checkpoints"),
+    ({"checkpoints": "../../etc"}, "checkpoints"),
+    ({"include_base": False}, "include_base"),
+    ({"sampling": {"temperature": 9}}, "sampling.temperature"),
+    ({"sampling": {"top_p": 0}}, "sampling.top_p"),
+    ({"sampling": {"max_new_tokens": 100000}}, "sampling.max_new_tokens"),
+    ({"sampling": {"model_path": "/x"}}, "sampling.model_path"),
+    ({"sampling": "hot"}, "sampling"),
+    ({"dataset": 999999}, "dataset"),
+    ({"dataset": "x"}, "dataset"),
+    ({"dataset": None}, "dataset"),
+])
+def test_bad_fields_are_400_naming_the_field(alice, model, data, published, over, field):
+    r = _api(alice).post(_url(model), _body(data, **over), format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == field
+    assert not Evaluation.objects.exists() and not published
+
+
+def test_an_unready_dataset_is_refused(alice, model, make_dataset, published):
+    pending = make_dataset(alice, "pending", status="validating")
+    r = _api(alice).post(_url(model), _body(pending), format="json")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "dataset"
+
+
+def test_the_spec_has_the_models_catalog_path_and_a_folder_under_the_state_dir(
+        alice, make_model, data, published, monkeypatch, settings, tmp_path):
+    settings.STATE_DIR = tmp_path / "state"
+    model = make_model(alice, "remote-code", tokenizer_ok=True, trust_remote_code=True, tool_parser="llama3")
+    submitted = []
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: submitted.append(kw) or True)
+    ev = services.evaluation_new_for_model(user=alice, model=model, dataset=data,
+                                           data={"k": 3, "max_prompts": 5, "sampling": {"seed": 7}})
+    assert services.evaluation_submit(evaluation_id=ev.pk) == "submitted"
+    out = jobs.folder(ev)
+    assert out == tmp_path / "state" / "evaluations" / str(ev.pk)
+    spec = json.loads((out / "spec.json").read_text())
+    assert spec["columns"] == [{"key": "base", "step": 0, "path": None}]
+    model_cfg = spec["config"]["actor_rollout_ref"]["model"]
+    assert model_cfg["path"] == "/models/remote-code" and model_cfg["trust_remote_code"] is True
+    assert spec["config"]["actor_rollout_ref"]["rollout"]["multi_turn"]["format"] == "llama3"
+    assert spec["data_file"] == data.file_path and spec["k"] == 3 and spec["max_prompts"] == 5
+    assert spec["sampling"]["seed"] == 7 and spec["device"] == "cpu"
+    (job,) = submitted
+    assert str(out / "spec.json") in job["entrypoint"] and f"--output {out}" in job["entrypoint"]
+    assert job["num_gpus"] == 0 and not any("TOKEN" in key for key in job["env_vars"])
+
+
+def test_exactly_one_of_run_and_model(alice, model, make_run, data):
+    run = make_run(alice, "r")
+    fields = {"owner": alice, "dataset": data, "k": 1, "max_prompts": 1, "sampling": services.DEFAULT_SAMPLING}
+    for subject in ({"run": run, "model": model}, {}):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            Evaluation.objects.create(**fields, **subject)
+    assert Evaluation.objects.create(**fields, model=model).run_id is None
+    assert Evaluation.objects.create(**fields, run=run).model_id is None
+
+
+def test_a_model_being_evaluated_is_not_deleted_and_a_finished_evaluation_goes_with_it(alice, model, data, published):
+    ev = services.evaluation_new_for_model(user=alice, model=model, dataset=data, data={"k": 1})
+    assert ev.status == S.RUNNING
+    with pytest.raises(CatalogInUse, match="being evaluated"):
+        model_delete(model=model, by=alice)
+    services.evaluation_finish(evaluation_id=ev.pk, status=S.FAILED, error="x")
+    model_delete(model=model, by=alice)
+    assert not Evaluation.objects.filter(pk=ev.pk).exists()
+
+
+def test_a_model_evaluation_counts_against_the_quota_like_a_runs(alice, model, make_run, data, published):
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.quotas.selectors import quota_usage_for
+    from rlstudio.runs.models import Run, RunStatus
+    from rlstudio.runs.services import run_admit
+
+    GpuQuota.objects.create(user=alice, max_gpus=1, gpu_hours_per_month=100, max_concurrent_runs=1)
+    ev = services.evaluation_new_for_model(user=alice, model=model, dataset=data, data={"k": 1})
+    assert ev.status == S.RUNNING
+    assert quota_usage_for(user=alice).runs_active == 1
+    waiting = make_run(alice, "waiting")
+    assert run_admit(run=waiting) is False
+    waiting.refresh_from_db()
+    assert "evaluations are 1 of your 1 concurrent run" in waiting.queue_reason
+    services.evaluation_finish(evaluation_id=ev.pk, status=S.STOPPED)
+    busy = make_run(alice, "busy")
+    Run.objects.filter(pk=busy.pk).update(status=RunStatus.RUNNING)
+    Run.objects.filter(pk=waiting.pk).update(status=RunStatus.SUCCEEDED)
+    queued = services.evaluation_new_for_model(user=alice, model=model, dataset=data, data={"k": 1})
+    assert queued.status == S.QUEUED and "1 of your 1 concurrent run" in queued.queue_reason
+    Run.objects.filter(pk=busy.pk).update(status=RunStatus.SUCCEEDED)
+    assert reconcile_evaluations()["admitted"] == [queued.pk]
+
+
+def test_the_model_page_shows_the_form_and_the_figures_escaped(alice, bob, make_model, data):
+    evil = "<script>alert(1)</script>"
+    model = make_model(alice, evil, tokenizer_ok=True, visibility="everyone")
+    figures = [{"key": "base", "step": 0, "base": True, "mean_at_k": 0.625, "pass_at_k": 0.875, "maj_at_k": 0.5,
+                "samples": 8, "seconds": 2.0, "samples_per_s": 4.0}]
+    prompts = [{"index": 0, "prompt": evil, "ground_truth": "7",
+                "cells": {"base": {"n": 2, "correct": 1, "mean_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 0.0,
+                                   "sample": evil}}}]
+    Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=2, max_prompts=4,
+                              sampling=services.DEFAULT_SAMPLING, status=S.SUCCEEDED,
+                              results={"checkpoints": figures, "prompts": prompts})
+    c = Client()
+    c.force_login(alice)
+    html = c.get(f"/models/{model.pk}/").content.decode()
+    assert 'id="evaluations-card"' in html and 'id="eval-form"' in html and f'value="{data.pk}"' in html
+    assert "0.625" in html and "0.875" in html and "0.500" in html and 'id="eval-matrix"' in html
+    assert evil not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert f'/models/{model.pk}/' in c.get("/models/").content.decode()  # the list links to the page
+    c.force_login(bob)  # the model is shared with bob: he may evaluate it, but sees none of alice's figures
+    html = c.get(f"/models/{model.pk}/").content.decode()
+    assert 'id="eval-form"' in html and "0.625" not in html and 'id="eval-list"' not in html
+    rm = make_model(alice, "rm", kind="reward")
+    c.force_login(alice)
+    html = c.get(f"/models/{rm.pk}/").content.decode()
+    assert 'id="eval-form"' not in html and "generates no answers" in html
+    c.force_login(bob)
+    assert c.get(f"/models/{rm.pk}/").status_code == 404  # alice's private model
+
+
+def test_a_tiny_model_evaluated_by_the_job_command_and_stored(alice, make_dataset, settings, tmp_path, monkeypatch,
+                                                              published):
+    """The registered tiny model (its catalog path), the spec the platform wrote, the real job command
+    (in process), and the reconcile storing its figures and every transcript."""
+    from rlstudio.catalog.models import ModelAsset
+    from trainer.evaluate_job import main as job_main
+    from trainer.models.tiny import make_tiny_model
+    from trainer.tasks import arith
+
+    settings.STATE_DIR = tmp_path / "state"
+    folder = make_tiny_model(tmp_path / "model", preset="smoke", seed=0)
+    model = ModelAsset.objects.create(owner=alice, name="tiny", path=str(folder), tokenizer_ok=True)
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_text("".join(json.dumps(r) + "\n" for r in arith.make_rl_rows("test", 4, seed=1)))
+    data = make_dataset(alice, "arith-test", status="ready")
+    type(data).objects.filter(pk=data.pk).update(file_path=str(test_file))
+    data.refresh_from_db()
+    submitted = []
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: submitted.append(kw) or True)
+    ev = services.evaluation_new_for_model(user=alice, model=model, dataset=data,
+                                           data={"k": 2, "max_prompts": 3,
+                                                 "sampling": {"max_new_tokens": 12, "seed": 3}})
+    assert services.evaluation_submit(evaluation_id=ev.pk) == "submitted"
+    out = jobs.folder(ev)
+    assert job_main([str(out / "spec.json"), "--output", str(out)]) == 0
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: ray_jobs.JobInfo(sid, ray_jobs.SUCCEEDED, "", 0))
+    assert reconcile_evaluations()["moved"] == {ev.pk: S.SUCCEEDED}
+    ev.refresh_from_db()
+    (fig,) = ev.results["checkpoints"]
+    assert (fig["key"], fig["step"], fig["base"], fig["samples"]) == ("base", 0, True, 3 * 2)
+    assert all(0.0 <= fig[k] <= 1.0 for k in ("mean_at_k", "pass_at_k", "maj_at_k"))
+    assert len(ev.results["prompts"]) == 3
+    assert EvaluationSample.objects.filter(evaluation=ev, column="base").count() == 3 * 2
+    cell = ev.results["prompts"][0]["cells"]["base"]
+    stored = EvaluationSample.objects.filter(evaluation=ev, prompt=0)
+    assert stored.count() == 2 and sum(s.correct for s in stored) == cell["correct"]
+    r = _api(alice).get(_url(model, f"{ev.pk}/"))
+    assert r.status_code == 200 and r.json()["figures"][0]["mean_at_k"] == fig["mean_at_k"]
