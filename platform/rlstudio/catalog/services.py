@@ -317,7 +317,8 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     """Delete a dataset no run uses (its converted rows and, if no other dataset shares it, its file).
 
     Only its owner or staff may (NotPermitted). A dataset in use answers 409 with the runs' names
-    (another user's runs only counted).
+    (another user's runs only counted), or the count of the evaluations made on it (they keep its
+    prompts' figures and point at it).
     """
     from django.db.models import Q
 
@@ -326,6 +327,10 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     used = _used_by(run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)), by=by)
     if used:
         raise CatalogInUse(f"dataset {dataset.name!r} is used by {used}", code="in_use")
+    # The evaluations app's reverse relation (a protected key: deleting would fail with a 500).
+    evaluated = dataset.evaluations.count()
+    if evaluated:
+        raise CatalogInUse(f"dataset {dataset.name!r} is used by {evaluated} evaluation(s)", code="in_use")
     paths = [dataset.converted_path]
     shared = Dataset.objects.filter(file_path=dataset.file_path).exclude(pk=dataset.pk).exists()
     if not shared:

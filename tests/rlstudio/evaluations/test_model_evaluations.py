@@ -278,3 +278,11 @@ def test_a_tiny_model_evaluated_by_the_job_command_and_stored(alice, make_datase
     assert stored.count() == 2 and sum(s.correct for s in stored) == cell["correct"]
     r = _api(alice).get(_url(model, f"{ev.pk}/"))
     assert r.status_code == 200 and r.json()["figures"][0]["mean_at_k"] == fig["mean_at_k"]
+
+
+def test_a_dataset_an_evaluation_was_made_on_is_a_409_not_a_500(alice, model, data):
+    Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
+                              sampling=services.DEFAULT_SAMPLING, status=S.SUCCEEDED)
+    r = _api(alice).delete(f"/api/v1/datasets/{data.pk}/")
+    assert r.status_code == 409 and "1 evaluation(s)" in r.json()["error"]["message"]
+    assert type(data).objects.filter(pk=data.pk).exists()
