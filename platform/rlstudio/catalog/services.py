@@ -330,7 +330,8 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     # The evaluations app's reverse relation (a protected key: deleting would fail with a 500).
     evaluated = dataset.evaluations.count()
     if evaluated:
-        raise CatalogInUse(f"dataset {dataset.name!r} is used by {evaluated} evaluation(s)", code="in_use")
+        raise CatalogInUse(f"dataset {dataset.name!r} is used by {evaluated} evaluation(s): delete them first",
+                             code="in_use")
     paths = [dataset.converted_path]
     shared = Dataset.objects.filter(file_path=dataset.file_path).exclude(pk=dataset.pk).exists()
     if not shared:

@@ -1,10 +1,10 @@
 """API views of evaluations: /api/v1/runs/{id}/evaluations/ (GET list, POST create),
-/runs/{id}/evaluations/{eid}/ (GET, ?change=better|worse|same filters the matrix), .../{eid}/stop/
+/runs/{id}/evaluations/{eid}/ (GET, ?change=better|worse|same filters the matrix; DELETE once finished), .../{eid}/stop/
 (POST) and .../{eid}/samples/?prompt=&column= (GET: one cell's transcripts). Reading follows the run
-(owner, shared readers, staff); creating and stopping need the run's owner or staff (403 otherwise).
+(owner, shared readers, staff); creating, stopping and deleting need the run's owner or staff (403 otherwise).
 
 The same four under /api/v1/models/{id}/evaluations/ for a catalog model: whoever may see the model
-(own, shared, staff) evaluates it and reads and stops their own evaluations of it (staff: all); another
+(own, shared, staff) evaluates it and reads, stops and deletes their own evaluations of it (staff: all); another
 user's private model, or another user's evaluation, is a 404."""
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -35,6 +35,7 @@ from .services import (
     EvaluationNotPermitted,
     EvaluationRefused,
     evaluation_new,
+    evaluation_delete,
     evaluation_new_for_model,
     evaluation_stop,
 )
@@ -79,6 +80,18 @@ def _stop(request, ev) -> Response:
     except EvaluationRefused as exc:
         raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
     return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+
+
+def _delete(request, ev) -> Response:
+    from rlstudio.runs.services import RunNotPermitted
+
+    try:
+        evaluation_delete(user=request.user, ev=ev)
+    except (RunNotPermitted, EvaluationNotPermitted) as exc:
+        raise _forbidden(exc) from None
+    except EvaluationRefused as exc:
+        raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
+    return Response(status=http.HTTP_204_NO_CONTENT)
 
 
 def _samples(request, ev) -> Response:
@@ -127,6 +140,10 @@ class RunEvaluationDetailView(APIView):
     def get(self, request, run_id: int, evaluation_id: int):
         return _detail(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
+    @extend_schema(responses={204: None}, operation_id="runs_evaluations_destroy")
+    def delete(self, request, run_id: int, evaluation_id: int):
+        return _delete(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
+
 
 class RunEvaluationStopView(APIView):
     @extend_schema(request=None, responses={202: EvaluationSerializer}, operation_id="runs_evaluations_stop")
@@ -167,6 +184,11 @@ class ModelEvaluationDetailView(APIView):
                    operation_id="models_evaluations_retrieve")
     def get(self, request, model_id: int, evaluation_id: int):
         return _detail(request, model_evaluation_get_for(user=request.user, model_id=model_id,
+                                                         evaluation_id=evaluation_id))
+
+    @extend_schema(responses={204: None}, operation_id="models_evaluations_destroy")
+    def delete(self, request, model_id: int, evaluation_id: int):
+        return _delete(request, model_evaluation_get_for(user=request.user, model_id=model_id,
                                                          evaluation_id=evaluation_id))
 
 

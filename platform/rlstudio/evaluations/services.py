@@ -327,3 +327,25 @@ def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
             log.warning("evaluation %s: stop not delivered: %s", ev.pk, exc)
     ev.refresh_from_db()
     return ev
+
+
+def evaluation_delete(*, user, ev: Evaluation) -> None:
+    """Delete a finished evaluation, its transcripts and its job folder (found from its own record):
+    who may stop it may delete it. EvaluationRefused while it is queued or running (stop it first)."""
+    import shutil
+
+    from rlstudio.runs.services import check_can_manage
+
+    if ev.run_id is not None:
+        check_can_manage(user=user, run=ev.run, action="delete an evaluation of")
+    elif not (user.is_staff or ev.owner_id == user.pk):
+        raise EvaluationNotPermitted("only the evaluation's owner or staff may delete it")
+    with transaction.atomic():
+        locked = Evaluation.objects.select_for_update().get(pk=ev.pk)
+        if locked.status in ACTIVE_EVALUATION_STATUSES:
+            raise EvaluationRefused(f"evaluation {ev.pk} is {locked.status}: stop it before deleting it")
+        out = jobs.folder(locked)
+        audit_record(actor=user, action="evaluation.delete", obj=ev.subject,
+                     data={"evaluation": locked.pk, "dataset": locked.dataset_id})
+        locked.delete()
+    shutil.rmtree(out, ignore_errors=True)

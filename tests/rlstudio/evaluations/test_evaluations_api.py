@@ -200,3 +200,33 @@ def test_a_cells_transcripts_are_served_as_data_and_a_bad_cell_names_the_field(a
         r = _api(alice).get(url, params)
         assert r.status_code == 400 and r.json()["error"]["field"] == field
     assert _api(bob).get(url, {"prompt": 0, "column": "2"}).status_code == 404
+
+
+def test_delete_a_finished_evaluation_with_its_transcripts_and_folder_only(
+        alice, bob, run_with_ckpts, data, published):
+    from rlstudio.evaluations import jobs
+    from rlstudio.evaluations.models import EvaluationSample
+
+    base = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/"
+    done = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=1,
+                                     max_prompts=1, sampling=services.DEFAULT_SAMPLING,
+                                     status=EvaluationStatus.SUCCEEDED)
+    EvaluationSample.objects.create(evaluation=done, column="1", prompt=0, sample=0, score=1.0, correct=True)
+    out = jobs.folder(done)
+    out.mkdir(parents=True)
+    (out / "results.json").write_text("{}")
+    running = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=1,
+                                        max_prompts=1, sampling=services.DEFAULT_SAMPLING,
+                                        status=EvaluationStatus.RUNNING)
+    assert _api(bob).delete(f"{base}{done.pk}/").status_code == 404  # bob cannot read alice's run
+    r = _api(alice).delete(f"{base}{running.pk}/")
+    assert r.status_code == 409 and "stop it" in r.json()["error"]["message"]
+    assert _api(alice).delete(f"{base}{done.pk}/").status_code == 204
+    assert not Evaluation.objects.filter(pk=done.pk).exists() and not EvaluationSample.objects.exists()
+    assert not out.exists() and out.parent.exists()  # only its own folder went
+    assert Evaluation.objects.filter(pk=running.pk).exists()
+    run_share(run=run_with_ckpts, by=alice, add=["bob"])
+    running.status = EvaluationStatus.FAILED
+    running.save()
+    assert _api(bob).delete(f"{base}{running.pk}/").status_code == 403  # a shared reader never deletes
+    assert Evaluation.objects.filter(pk=running.pk).exists()

@@ -286,3 +286,15 @@ def test_a_dataset_an_evaluation_was_made_on_is_a_409_not_a_500(alice, model, da
     r = _api(alice).delete(f"/api/v1/datasets/{data.pk}/")
     assert r.status_code == 409 and "1 evaluation(s)" in r.json()["error"]["message"]
     assert type(data).objects.filter(pk=data.pk).exists()
+
+
+def test_deleting_its_evaluations_frees_the_dataset(alice, bob, model, data):
+    ev = Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
+                                   sampling=services.DEFAULT_SAMPLING, status=S.QUEUED)
+    assert _api(alice).delete(_url(model, f"{ev.pk}/")).status_code == 409  # queued: stop it first
+    ev.status = S.STOPPED
+    ev.save()
+    assert _api(bob).delete(_url(model, f"{ev.pk}/")).status_code == 404  # bob cannot see alice's model
+    assert _api(alice).delete(_url(model, f"{ev.pk}/")).status_code == 204
+    assert not Evaluation.objects.filter(pk=ev.pk).exists()
+    assert _api(alice).delete(f"/api/v1/datasets/{data.pk}/").status_code == 204
