@@ -185,7 +185,5 @@
     cols.forEach((x) => { chat(x).textContent = ""; });
     showColumns();
   }));
-  const pre = setup.dataset.preselect;
-  if (pre && Array.from(select("a").options).some((o) => o.value === pre)) select("a").value = pre;
   showColumns();
 })();

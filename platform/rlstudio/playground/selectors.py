@@ -3,6 +3,7 @@ all for staff: `catalog.selectors`), checkpoints of runs they see (owner, shared
 `runs.selectors`) found only in the run's own folder, and their own sessions (staff: all)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +57,24 @@ class TargetOption:
     label: str
 
 
+def model_target(model_id: int) -> str:
+    """The picker's value for a catalog model (also what /playground/?target= takes)."""
+    return f"model:{int(model_id)}"
+
+
+def checkpoint_target(run_id: int, step: int) -> str:
+    """The picker's value for a run's checkpoint (also what /playground/?target= takes)."""
+    return f"run:{int(run_id)}:{int(step)}"
+
+
+def _model_option(m) -> TargetOption:
+    return TargetOption(model_target(m.pk), m.name)
+
+
+def _checkpoint_option(run, step: int) -> TargetOption:
+    return TargetOption(checkpoint_target(run.pk, step), f"{run.name} (#{run.pk}) step {step}")
+
+
 def target_options_for(*, user) -> dict[str, list[TargetOption]]:
     """What the page offers: {"models": [...], "checkpoints": [...]} (the newest PAGE_RUNS runs the user
     sees that have a checkpoint, newest step first)."""
@@ -63,11 +82,36 @@ def target_options_for(*, user) -> dict[str, list[TargetOption]]:
     from rlstudio.runs.selectors import visible_runs
     from rlstudio.runs.models import Run
 
-    models = [TargetOption(f"model:{m.pk}", m.name) for m in model_asset_list_for(user=user)[:100]
+    models = [_model_option(m) for m in model_asset_list_for(user=user)[:100]
               if getattr(m, "kind", "policy") != "reward"]  # a reward model scores, it does not chat
     checkpoints = []
     runs = visible_runs(Run.objects.select_related("owner"), user=user).order_by("-created", "-id")[:PAGE_RUNS]
     for run in runs:
         for step in sorted(checkpoint_steps(run), reverse=True):
-            checkpoints.append(TargetOption(f"run:{run.pk}:{step}", f"{run.name} (#{run.pk}) step {step}"))
+            checkpoints.append(_checkpoint_option(run, step))
     return {"models": models, "checkpoints": checkpoints}
+
+
+TARGET_RE = re.compile(r"model:([1-9][0-9]{0,17})|run:([1-9][0-9]{0,17}):(0|[1-9][0-9]{0,8})")
+
+
+def target_option_for(*, user, value: str) -> tuple[str, TargetOption] | None:
+    """A target named by the page's `?target=` ("model:<id>" or "run:<id>:<step>"), as ("models" or
+    "checkpoints", its option), when the user may use it: a policy model they see, a committed checkpoint
+    of a run they may read; None for anything else (malformed, unknown, not theirs to see, a reward model,
+    no such step). The query only chooses among what the server would offer; it is never trusted."""
+    m = TARGET_RE.fullmatch(value or "")
+    if m is None:
+        return None
+    try:
+        if m.group(1):
+            model = visible_model(user=user, model_id=int(m.group(1)))
+            if getattr(model, "kind", "policy") == "reward":
+                return None
+            return "models", _model_option(model)
+        run, step = visible_run(user=user, run_id=int(m.group(2))), int(m.group(3))
+    except Http404:
+        return None
+    if step not in checkpoint_steps(run):
+        return None
+    return "checkpoints", _checkpoint_option(run, step)

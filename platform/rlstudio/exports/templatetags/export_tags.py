@@ -1,5 +1,6 @@
 """`{% run_exports %}`: the run page's "Exports" card (the run's exports with their state, catalog model
-and download link; for whoever manages the run, an Export button per checkpoint)."""
+and download link; its checkpoints, each with a "Talk to it" link to the playground and, for whoever
+manages the run, an Export button)."""
 from django import template
 
 from rlstudio.evaluations.selectors import checkpoint_steps
@@ -17,6 +18,6 @@ def run_exports(context):
     exports = list(Export.objects.filter(run=run).select_related("model").order_by("step")[:100])
     manage = can_manage(user=user, run=run)
     done = {e.step: e for e in exports}
-    steps = [{"step": s, "export": done.get(s)} for s in checkpoint_steps(run)] if manage else []
+    steps = [{"step": s, "export": done.get(s)} for s in checkpoint_steps(run)]  # "Talk to it" for every reader
     return {"run": run, "can_manage": manage, "exports": exports, "steps": steps,
             "csrf_token": context.get("csrf_token")}
