@@ -11,7 +11,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
-from rlstudio.runs.services.admission import QUEUE_ORDER
+from rlstudio.runs.services.admission import QUEUE_ORDER, other_jobs_gpus
 
 from .models import SHIPPED_DEFAULT, GpuQuota
 
@@ -79,6 +79,22 @@ class QueuedRun:
     reason: str
 
 
+def running_evaluations(*, owner: AbstractBaseUser | None = None,
+                        exclude_evaluation: int | None = None) -> dict[int, tuple[int, int]]:
+    """{owner id: (running evaluations, GPUs they hold)} of every user (or one `owner`), as admission
+    counts them against the quota next to runs: an evaluation as one concurrent run, its GPUs as a
+    run's. (Playground sessions run on the worker's CPU: they hold no GPU and are not counted here.)"""
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+
+    qs = Evaluation.objects.filter(status=EvaluationStatus.RUNNING)
+    if owner is not None:
+        qs = qs.filter(owner=owner)
+    if exclude_evaluation is not None:
+        qs = qs.exclude(pk=exclude_evaluation)
+    rows = qs.order_by().values("owner").annotate(n=Count("id"), g=Sum("gpus")).values_list("owner", "n", "g")
+    return {owner_id: (n, g or 0) for owner_id, n, g in rows}
+
+
 @dataclass(frozen=True)
 class QuotaUsage:
     """A user's quota next to their usage now."""
@@ -98,11 +114,7 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
     """The caller's quota and usage: GPUs held by submitting/running/stopping runs and running
     evaluations, active runs (a running evaluation counts as one, as admission counts it), GPU-hours
     since the start of this month, and their queued runs with queue positions."""
-    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
-
-    evals = Evaluation.objects.filter(owner=user, status=EvaluationStatus.RUNNING).aggregate(
-        n=Count("id"), g=Sum("gpus"))
-    evals = {"n": evals["n"] or 0, "g": evals["g"] or 0}
+    n_evals, eval_gpus = running_evaluations(owner=user).get(user.pk, (0, 0))
     now = now or timezone.now()
     quota = quota_for(user=user)
     active = Run.objects.filter(owner=user, status__in=ACTIVE_STATUSES)
@@ -118,11 +130,11 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
     ]
     return QuotaUsage(
         max_gpus=quota.max_gpus,
-        gpus_held=(active.aggregate(n=Sum("gpus"))["n"] or 0) + evals["g"],
+        gpus_held=(active.aggregate(n=Sum("gpus"))["n"] or 0) + eval_gpus,
         gpu_hours_per_month=quota.gpu_hours_per_month,
         gpu_hours_this_month=round(gpu_hours_between(user=user, start=month_start(now), end=now), 6),
         max_concurrent_runs=quota.max_concurrent_runs,
-        runs_active=active.count() + evals["n"],
+        runs_active=active.count() + n_evals,
         max_queued_runs=quota.max_queued_runs,
         is_default=quota.is_default,
         queued=queued,
@@ -131,13 +143,15 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
 
 @dataclass(frozen=True)
 class ClusterCapacity:
-    """The cluster's GPUs (Ray's total; None with `error` when Ray does not answer) and what runs hold."""
+    """The cluster's GPUs (Ray's total; None with `error` when Ray does not answer) and what the platform's
+    jobs hold: active runs and running evaluations (`gpus_held` is both, as admission subtracts both)."""
 
     total_gpus: float | None
     error: str
     gpus_held: int
     runs_active: int
     runs_queued: int
+    evaluations_gpus: int = 0
 
     @property
     def free_gpus(self) -> float | None:
@@ -159,6 +173,7 @@ class UserUsage:
     runs_active: int
     max_queued_runs: int
     runs_queued: int
+    evaluations_running: int = 0  # part of gpus_held and runs_active, as admission counts them
 
 
 @dataclass(frozen=True)
@@ -184,7 +199,8 @@ class QuotaAdminOverview:
 
 
 def cluster_capacity() -> ClusterCapacity:
-    """Ray's total GPUs (asked over HTTP, 5 s at most) and the GPUs / runs our active runs hold."""
+    """Ray's total GPUs (asked over HTTP, 5 s at most), the GPUs our active runs and other jobs (running
+    evaluations) hold, as admission counts them, and the runs active and queued."""
     from rlstudio.runs.ray_jobs import RayUnavailable, cluster_total_gpus
 
     try:
@@ -192,8 +208,10 @@ def cluster_capacity() -> ClusterCapacity:
     except RayUnavailable as exc:
         total, error = None, str(exc)
     active = Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Count("id"), g=Sum("gpus"))
-    return ClusterCapacity(total_gpus=total, error=error, gpus_held=active["g"] or 0, runs_active=active["n"],
-                           runs_queued=Run.objects.filter(status=RunStatus.QUEUED).count())
+    others = other_jobs_gpus()
+    return ClusterCapacity(total_gpus=total, error=error, gpus_held=(active["g"] or 0) + others,
+                           runs_active=active["n"], runs_queued=Run.objects.filter(status=RunStatus.QUEUED).count(),
+                           evaluations_gpus=others)
 
 
 def queue_in_order() -> list[QueueEntry]:
@@ -206,8 +224,8 @@ def queue_in_order() -> list[QueueEntry]:
 
 def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
     """What the staff quota page shows: the cluster, each active user's usage this month against their
-    quota (users by name), and the queue in admission order. A fixed number of queries, whatever the
-    number of users."""
+    quota (users by name; GPUs held and active jobs count running evaluations as admission does), and
+    the queue in admission order. A fixed number of queries, whatever the number of users."""
     from django.contrib.auth import get_user_model
 
     now = now or timezone.now()
@@ -217,18 +235,21 @@ def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
               .annotate(n=Count("id"), g=Sum("gpus"))}
     queued = dict(Run.objects.filter(status=RunStatus.QUEUED).values("owner").annotate(n=Count("id"))
                   .values_list("owner", "n"))
+    evals = running_evaluations()
     hours = gpu_hours_by_owner(start=month_start(now), end=now)
     users = []
     model = get_user_model()
     for user in model.objects.filter(is_active=True).order_by(model.USERNAME_FIELD):
         quota = own.get(user.pk, default)
         act = active.get(user.pk, {"n": 0, "g": 0})
+        n_evals, eval_gpus = evals.get(user.pk, (0, 0))
         users.append(UserUsage(
             user_id=user.pk, username=user.get_username(), is_default=quota.is_default,
-            max_gpus=quota.max_gpus, gpus_held=act["g"] or 0,
+            max_gpus=quota.max_gpus, gpus_held=(act["g"] or 0) + eval_gpus,
             gpu_hours_per_month=quota.gpu_hours_per_month,
             gpu_hours_this_month=round(hours.get(user.pk, 0.0), 6),
-            max_concurrent_runs=quota.max_concurrent_runs, runs_active=act["n"],
+            max_concurrent_runs=quota.max_concurrent_runs, runs_active=act["n"] + n_evals,
             max_queued_runs=quota.max_queued_runs, runs_queued=queued.get(user.pk, 0),
+            evaluations_running=n_evals,
         ))
     return QuotaAdminOverview(cluster=cluster_capacity(), default=default, users=users, queue=queue_in_order())

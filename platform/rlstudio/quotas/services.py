@@ -17,7 +17,7 @@ import math
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import Count, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
@@ -26,7 +26,7 @@ from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.admission import QuotaPolicy
 
 from .models import GpuQuota
-from .selectors import QuotaUsage, gpu_hours_between, month_start, quota_for, quota_usage_for
+from .selectors import QuotaUsage, gpu_hours_between, month_start, quota_for, quota_usage_for, running_evaluations
 
 
 def lock_owner(*, user: AbstractBaseUser) -> None:
@@ -72,24 +72,13 @@ def check_queue_cap(*, user: AbstractBaseUser) -> None:
         raise QueueCapReached(queued=queued, limit=limit)
 
 
-def _evaluations_held(*, owner: AbstractBaseUser, exclude_evaluation: int | None = None) -> tuple[int, int]:
-    """(running evaluations, GPUs they hold) of `owner`: they count against the same quota as runs."""
-    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
-
-    qs = Evaluation.objects.filter(owner=owner, status=EvaluationStatus.RUNNING)
-    if exclude_evaluation is not None:
-        qs = qs.exclude(pk=exclude_evaluation)
-    row = qs.aggregate(n=Count("id"), g=Sum("gpus"))
-    return row["n"] or 0, row["g"] or 0
-
-
 def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None, what: str,
             exclude_run: int | None = None, exclude_evaluation: int | None = None) -> str:
     quota = quota_for(user=owner)
     active = Run.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)
     if exclude_run is not None:
         active = active.exclude(pk=exclude_run)
-    n_evals, eval_gpus = _evaluations_held(owner=owner, exclude_evaluation=exclude_evaluation)
+    n_evals, eval_gpus = running_evaluations(owner=owner, exclude_evaluation=exclude_evaluation).get(owner.pk, (0, 0))
     n_active = active.count() + n_evals
     if n_active >= quota.max_concurrent_runs:
         jobs = "concurrent run"

@@ -179,3 +179,46 @@ def test_admin_index_links_the_page_and_the_quota_form_picks_users_by_name(staff
     found = admin.get("/admin/autocomplete/", {"app_label": "quotas", "model_name": "gpuquota",
                                                "field_name": "user", "term": "roo"}).json()
     assert [r["text"] for r in found["results"]] == ["root"]
+
+
+def test_page_counts_running_evaluations_gpus_as_admission_does(alice, bob, staff, make_run, make_model,
+                                                                make_dataset, monkeypatch):
+    """A running evaluation holds its GPUs and one concurrent-run slot on the page (the user's row, the
+    cluster) exactly as admission counts them; queued or finished ones and playground sessions (on the
+    worker's CPU) hold none."""
+    from django.utils import timezone
+
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus as E
+    from rlstudio.playground.models import PlaygroundSession, SessionStatus
+    from rlstudio.quotas.selectors import quota_usage_for
+    from rlstudio.quotas.services import admission_reason
+
+    monkeypatch.setattr("rlstudio.runs.ray_jobs.cluster_total_gpus", lambda: 8.0)
+    GpuQuota.objects.create(user=alice, max_gpus=3, gpu_hours_per_month=100, max_concurrent_runs=4)
+    held = make_run(alice, "held", gpus=1)
+    run_transition(run=held, to=S.SUBMITTING)
+    model, data = make_model(alice), make_dataset(alice)
+    common = {"model": model, "owner": alice, "dataset": data, "k": 2, "max_prompts": 4}
+    Evaluation.objects.create(**common, gpus=2, status=E.RUNNING, started=timezone.now())
+    Evaluation.objects.create(**common, gpus=1, status=E.QUEUED)
+    Evaluation.objects.create(**common, gpus=1, status=E.SUCCEEDED, started=timezone.now(), finished=timezone.now())
+    Evaluation.objects.create(**{**common, "owner": bob}, gpus=0, status=E.RUNNING, started=timezone.now())
+    PlaygroundSession.objects.create(owner=alice, status=SessionStatus.RUNNING, started=timezone.now())
+
+    html = _client(staff).get(PAGE).content.decode()
+    alice_row = html.split('data-username="alice"')[1].split("</tr>")[0]
+    cells = re.findall(r'<td class="num">(\d+) of (\d+)', alice_row)
+    assert cells[0] == ("3", "3")  # GPUs held: the run's 1 + the running evaluation's 2
+    assert cells[1] == ("2", "4") and "(incl. 1 evaluation)" in alice_row  # runs active: the run + the evaluation
+    bob_row = html.split('data-username="bob"')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">(\d+) of', bob_row)[:2] == ["0", "1"]  # a CPU evaluation: a slot, no GPU
+    assert re.search(r'id="cluster-held">3 <span class="muted small">\(2 by evaluations\)</span> \(5 free\)', html)
+
+    usage = quota_usage_for(user=alice)  # the page agrees with "Your quota" and with admission
+    assert (usage.gpus_held, usage.runs_active) == (3, 2)
+    waiting = make_run(alice, "waiting", gpus=1)
+    assert admission_reason(run=waiting, cluster_free_gpus=None) == "you hold 3 of your 3 GPUs and this run needs 1"
+    Evaluation.objects.filter(status=E.RUNNING).update(status=E.SUCCEEDED, finished=timezone.now())
+    alice_row = _client(staff).get(PAGE).content.decode().split('data-username="alice"')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num">(\d+) of (\d+)', alice_row)[:2] == [("1", "3"), ("1", "4")]
+    assert admission_reason(run=waiting, cluster_free_gpus=None) == ""
