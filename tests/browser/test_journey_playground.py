@@ -1,6 +1,7 @@
 """Journey: the playground in a real Chromium under the site's Content-Security-Policy (not bypassed).
 
-Two catalog models side by side answer the same message: the real Celery worker generates, the text
+"Talk to it" on a run's page (next to each checkpoint) and on the Models page opens the playground with
+that target chosen. Two catalog models side by side answer the same message: the real Celery worker generates, the text
 streams over the websocket into both columns (docs' screenshot `19-playground`). Then hostile text as
 model output (a `<script>`, an `<img onerror>`, as a delta and as a tool reply, published on the
 session's real event log and group while the page listens) and as the user's own message is shown as
@@ -25,10 +26,12 @@ ALERT = "<img src=x onerror=\"alert('xss')\">"
 
 
 def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_user, register_model, model_root,
-                                                                  shot, ui):
+                                                                  shot, ui, tmp_path):
+    from rlstudio.catalog.models import Dataset
     from rlstudio.catalog.services import model_register
     from rlstudio.playground.models import PlaygroundSession
     from rlstudio.playground.runner import Pump
+    from rlstudio.runs.models import Run
     from trainer.models.tiny import make_tiny_model
 
     alice = make_user("alice")
@@ -37,9 +40,24 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
     if not other.exists():
         make_tiny_model(other, preset="smoke", seed=1)
     second = model_register(owner=alice, name="tiny-smoke-seed1", path=str(other))
+    # A finished run as the platform records one (its frozen spec names its own folder), with a committed
+    # checkpoint at step 3: only its page's link is followed here, nothing is generated from it.
+    data = Dataset.objects.create(owner=alice, name="arith", file_path=str(tmp_path / "a.jsonl"), sha256="a1" * 32,
+                                  status="ready")
+    run = Run.objects.create(owner=alice, name="talk-run", dataset=data, model=first, status="succeeded", step=3)
+    folder = tmp_path / "runs" / str(run.pk)
+    (folder / "global_step_3" / "actor").mkdir(parents=True)
+    Run.objects.filter(pk=run.pk).update(config={"trainer": {"default_local_dir": str(folder)}},
+                                         ray_submission_id=f"rlstudio-run-{run.pk}-done")
     page = page_as(alice, bypass_csp=False)
     console = _watch(page)
-    page.goto("/playground/")
+    page.goto(f"/runs/{run.pk}/")
+    page.locator('#checkpoint-list tr[data-step="3"] a.talk-link').click()
+    page.wait_for_url(f"**/playground/?target=run:{run.pk}:3")
+    expect(page.locator("#pg-target-a")).to_have_value(f"run:{run.pk}:3")
+    page.goto("/models/")
+    page.locator(f'tr[data-model-id="{second.pk}"] a.talk-link').click()
+    expect(page.locator("#pg-target-a")).to_have_value(f"model:{second.pk}")
     expect(page.locator("header nav a", has_text="Playground")).to_be_visible()
     page.select_option("#pg-target-a", f"model:{first.pk}")
     page.select_option("#pg-target-b", f"model:{second.pk}")
