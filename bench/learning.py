@@ -25,7 +25,14 @@ Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] 
    3e-4/4e-4, seq-mean-token-mean) and cispo (loss_mode=cispo, clip_ratio_low=1.0: a floor of 0, so no
    lower bound as in the MiniMax-M1 paper, where verl's examples/cispo_trainer sets 10, which the config
    check refuses (< 10), to the same effect; clip_ratio_high=0.2 as that example) and gae (PPO with a
-   critic: algorithm.adv_estimator=gae, gamma = lambda = 1, critic lr 1e-3). The extra
+   critic: algorithm.adv_estimator=gae, gamma = lambda = 1, critic lr 1e-3) and lora (the demo recipe
+   training a peft LoRA adapter instead of every weight: lora_rank 32, lora_alpha 64 (alpha = 2 x rank,
+   as bench/lora.py), target_modules all-linear (q/k/v/o and the MLP's gate/up/down in each of the 4
+   layers; the tied embedding and head stay frozen), actor lr 1e-3: above the recipe's full
+   fine-tuning 3e-4, as LoRA needs; verl's LoRA examples use 10x (3e-6 full, 3e-5 LoRA), but 3e-3 here
+   reached 0.8 as soon and then sank to 0.75 held-out by step 40, where 1e-3 held 0.94-0.97 (issue 18,
+   docs/benchmarks.md bench:learning_lora: with rank 32 on a hidden size of 128, alpha / rank = 2, the
+   adapter moves the weights further per step than on a large model)). The extra
    KEY=VALUE overrides go to every mode (e.g. actor_rollout_ref.actor.ppo_mini_batch_size=2 for four
    updates per step, where the ratio leaves 1 and the clips act). With more than one mode, --write
    replaces the `bench:<--section>` section: held-out reward per validation step per mode, and each
@@ -82,7 +89,38 @@ MODES: dict[str, Mode] = {
                  "critic.optim.weight_decay=0.0"),
                 "adv_estimator=gae (a critic: the warm start's body with a zero scalar head), gamma 1, lambda 1 "
                 "(verl's defaults), critic lr 1e-3, no weight decay, cliprange_value 0.5, token-mean"),
+    "lora": Mode("LoRA", "demo_tool_arith",
+                 ("actor_rollout_ref.model.lora_rank=32", "actor_rollout_ref.model.lora_alpha=64",
+                  "actor_rollout_ref.model.target_modules=all-linear", f"{ACTOR}.optim.lr=1e-3"),
+                 "recipe demo_tool_arith with a LoRA adapter (peft): lora_rank 32, lora_alpha 64, target_modules "
+                 "all-linear (every linear layer of the 4 decoder layers; the tied embedding and head frozen), "
+                 "actor lr 1e-3 (3.3x the recipe's full fine-tuning 3e-4; 10x, verl's LoRA examples' ratio, "
+                 "drifted down late here: see the reading); the reference is the base with the adapter off "
+                 "(unused: no KL)"),
 }
+
+
+def mode_lr(name: str) -> float:
+    """The actor's lr of a mode: its recipe's with its overrides applied."""
+    from trainer.config import apply_overrides
+    from trainer.recipes import get_recipe
+
+    mode = MODES[name]
+    return apply_overrides(get_recipe(mode.recipe), list(mode.overrides)).actor_rollout_ref.actor.optim.lr
+
+
+def _sci(x: float) -> str:
+    """3e-4 as '3e-4' (not 0.0003 or 3e-04)."""
+    mantissa, exponent = f"{x:e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+def lr_text(modes: list[str]) -> str:
+    """'lr 3e-4' when the modes share the actor's lr, else each mode's ('lr GRPO 3e-4, LoRA 3e-3')."""
+    lrs = {m: _sci(mode_lr(m)) for m in modes}
+    if len(set(lrs.values())) == 1:
+        return f"lr {next(iter(lrs.values()))}"
+    return "lr " + ", ".join(f"{MODES[m].label} {lr}" for m, lr in lrs.items())
 
 
 def warm_start(args, out: Path) -> tuple[Path, dict]:
@@ -220,7 +258,7 @@ def render_modes(res: dict, section: str) -> str:
              f"Machine: {res['machine']}; torch {res['torch']}, threads {res['threads']}.", "",
              f"From one warm start ({res['warm_text']}; sampled held-out reward {res['warm_eval']['reward']:.3f}), "
              f"the same data and seeds, {res['steps']} steps of each (8 prompts x 8 samples per trained batch, "
-             f"lr 3e-4), validated every {res['test_freq']} steps on {res['val']} held-out prompts sampled at "
+             f"{lr_text(modes)}), validated every {res['test_freq']} steps on {res['val']} held-out prompts sampled at "
              "temperature 1 (val-core/arith/reward/mean@1). Overrides for every mode: "
              + (", ".join(f"`{o}`" for o in res["overrides"]) or "none") + ".", ""]
     lines += [f"- {MODES[m].label}: {MODES[m].settings}." for m in modes]

@@ -80,6 +80,17 @@
     peak.appendChild(el("td", "muted small", "of " + gib(mem.capacity_gib) + (mem.device === "cpu" ? " (this machine's memory)" : " per GPU") +
                          ", " + mem.workers + " worker" + (mem.workers > 1 ? "s" : "") + ", rollout engine " + mem.engine));
     table.appendChild(peak);
+    var full = mem.full_fine_tuning;  // with LoRA: the same config with LoRA off
+    if (full) {
+      var row = el("tr");
+      row.id = "lora-saving";
+      row.appendChild(el("td", "", "full fine-tuning (LoRA off)"));
+      row.appendChild(el("td", "num", gib(full.peak_gib)));
+      row.appendChild(el("td", "muted small", "peak (" + full.peak_phase + " phase): LoRA rank " + full.lora_rank +
+                         (full.saving_gib < 0 ? " needs " + gib(-full.saving_gib) + " more" : " saves " + gib(full.saving_gib)) +
+                         " per device"));
+      table.appendChild(row);
+    }
     box.appendChild(table);
     if (mem.warning) {
       var warn = el("p", "memory-warning", "\u26a0 " + mem.warning);

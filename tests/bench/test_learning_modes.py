@@ -1,4 +1,4 @@
-"""bench/learning.py's comparison of algorithms (policy-loss modes, DAPO, PPO+GAE): each mode's settings
+"""bench/learning.py's comparison of algorithms (policy-loss modes, DAPO, PPO+GAE, LoRA): each mode's settings
 are a valid config with the intended keys (and no warning), and the curve / step figures and the docs
 table come out of hand-made events."""
 from __future__ import annotations
@@ -21,12 +21,19 @@ def test_each_mode_is_a_valid_config_without_warnings(name):
     actor = cfg.actor_rollout_ref.actor
     expected = {"grpo": ("vanilla", None, None, "token-mean"), "dapo": ("vanilla", 0.2, 0.28, "token-mean"),
                 "gspo": ("gspo", 3e-4, 4e-4, "seq-mean-token-mean"), "cispo": ("cispo", 1.0, 0.2, "token-mean"),
-                "gae": ("vanilla", None, None, "token-mean")}[name]
+                "gae": ("vanilla", None, None, "token-mean"), "lora": ("vanilla", None, None, "token-mean")}[name]
     assert (actor.policy_loss.loss_mode, actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == expected
     assert cfg.algorithm.filter_groups.enable == (name == "dapo")
     assert (cfg.algorithm.adv_estimator == "gae") == (name == "gae")
     if name == "gae":
         assert (cfg.algorithm.gamma, cfg.algorithm.lam, cfg.critic.optim.lr) == (1.0, 1.0, 1e-3)
+    model = cfg.actor_rollout_ref.model
+    # LoRA: an adapter of rank 32 (alpha 2 x rank) on every linear layer, at a higher lr than the recipe's
+    # full fine-tuning one (1e-3 against 3e-4); the others train every weight at the recipe's lr.
+    assert (model.lora_rank, model.lora_alpha, model.target_modules) == (
+        (32, 64, "all-linear") if name == "lora" else (0, 16, "all-linear"))
+    recipe_lr = get_recipe(mode.recipe).actor_rollout_ref.actor.optim.lr
+    assert actor.optim.lr == (1e-3 if name == "lora" else recipe_lr) and recipe_lr == 3e-4
 
 
 def _metrics(step, **m):
@@ -59,3 +66,10 @@ def test_curve_and_step_figures(tmp_path):
     assert text.startswith("<!-- bench:learning_modes:begin -->") and text.endswith("<!-- bench:learning_modes:end -->\n")
     assert "| step | GRPO | CISPO |" in text and "| 3 | 0.790 |  |" in text
     assert "| GRPO | 10 | 3 | 3.00 | 2.00 | step 2, 2.0 s | 0.810 | 0.617 |" in text
+    assert "per trained batch, lr 3e-4)" in text
+
+    # A LoRA run's own lr is named next to the others'.
+    res = {**res, "modes": ["grpo", "lora"], "runs": {"grpo": res["runs"]["grpo"], "lora": res["runs"]["cispo"]}}
+    text = render_modes(res, "learning_lora")
+    assert "per trained batch, lr GRPO 3e-4, LoRA 1e-3)" in text and "| step | GRPO | LoRA |" in text
+    assert "- LoRA: recipe demo_tool_arith with a LoRA adapter (peft): lora_rank 32, lora_alpha 64" in text

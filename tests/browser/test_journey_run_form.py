@@ -45,8 +45,17 @@ def test_gpu_preset_on_the_cpu_preview_errors_memory_and_launch(page_as, make_us
     assert names[:4] == ["actor weights", "actor gradients", "optimizer states", "reference weights"], names
     assert "rollout KV cache" in names and names[-1].startswith("peak ("), names
     assert page.locator("#preview-errors li").count() == 0
+    assert page.locator("#lora-saving").count() == 0  # full fine-tuning: nothing to compare with
     page.evaluate("document.getElementById('run-preview').scrollIntoView()")
     ui.shot(page, "12-run-form-preview")
+
+    # LoRA: the table shows the same config's full fine-tuning peak and the saving per device.
+    page.fill("#id_overrides", "actor_rollout_ref.model.lora_rank=8")
+    saving = page.locator("#lora-saving")
+    expect(saving).to_contain_text("full fine-tuning (LoRA off)")
+    expect(saving).to_contain_text(re.compile(r"LoRA rank 8 (saves|needs) (< )?\d+\.\d\d GiB (more )?per device"))
+    page.fill("#id_overrides", "")
+    expect(page.locator("#lora-saving")).to_have_count(0)
 
     # Two bad overrides: both errors at once, live under the field and in the preview ...
     page.fill("#id_overrides", BAD)

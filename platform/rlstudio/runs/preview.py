@@ -257,15 +257,29 @@ def adapted_summary(checked: Checked) -> list[dict[str, Any]]:
 
 
 def memory(*, model, config: Mapping[str, Any] | None, gpus: int) -> dict[str, Any] | None:
-    """The memory estimate as a dict (None without a model; {"error": ...} when it cannot be made)."""
+    """The memory estimate as a dict (None without a model; {"error": ...} when it cannot be made).
+
+    With LoRA (actor_rollout_ref.model.lora_rank > 0) it also has `full_fine_tuning`: the same config's
+    estimate with LoRA off ({lora_rank, peak_gib, peak_phase, saving_gib}: the saving at the peak)."""
     if model is None or not config:
         return None
-    from .memory_estimate import ModelConfigUnreadable, estimate_for
+    from .memory_estimate import GIB, ModelConfigUnreadable, estimate_for
 
     try:
-        return estimate_for(model=model, cfg=config, gpus=gpus).as_dict()
+        est = estimate_for(model=model, cfg=config, gpus=gpus)
     except ModelConfigUnreadable as exc:
         return {"error": f"no estimate: {exc}"}
+    out = est.as_dict()
+    arr = config.get("actor_rollout_ref")
+    model_cfg = arr.get("model") if isinstance(arr, Mapping) else None
+    rank = model_cfg.get("lora_rank") if isinstance(model_cfg, Mapping) else None
+    if isinstance(rank, int) and rank > 0:
+        full_cfg = {**config, "actor_rollout_ref": {**arr, "model": {**model_cfg, "lora_rank": 0}}}
+        full = estimate_for(model=model, cfg=full_cfg, gpus=gpus)
+        out["full_fine_tuning"] = {"lora_rank": rank, "peak_gib": round(full.peak_bytes / GIB, 3),
+                                   "peak_phase": full.peak_phase,
+                                   "saving_gib": round((full.peak_bytes - est.peak_bytes) / GIB, 3)}
+    return out
 
 
 def warnings(config: Mapping[str, Any] | None) -> list[dict[str, str]]:

@@ -17,6 +17,7 @@ from django.shortcuts import render
 
 from rlstudio.api.errors import ApiError
 from rlstudio.runs.models import RunStatus
+from rlstudio.runs.preview import memory as memory_estimate
 from rlstudio.runs.selectors import latest_reward, run_get_for, run_header_context, run_shared_users
 
 from . import selectors as sel
@@ -73,6 +74,8 @@ def run_detail(request, run_id: int):
                  "metrics_api": f"/api/v1/runs/{run.pk}/metrics/", "metrics_page_size": sel.METRICS_PAGE_MAX,
                  "memory": sel.memory_for(run=run),
                  "samples_api": f"/api/v1/runs/{run.pk}/samples/", "page_size": SAMPLES_PAGE},
+        # The new-run form's estimate of this run's config (with LoRA, next to full fine-tuning's).
+        "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus),
         "samples": samples,
         "sample_filter": flt,
         "logs": sel.logs_tail(run=run, tail=200),

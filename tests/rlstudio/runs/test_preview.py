@@ -90,6 +90,28 @@ def test_a_missing_config_json_gives_no_estimate_but_a_reason(tmp_path):
     assert preview.preview(preset="cpu_smoke", gpus=0)["memory"] is None
 
 
+def test_a_lora_estimate_shows_the_saving_against_full_fine_tuning(tiny):
+    from rlstudio.runs.memory_estimate import GIB, estimate_for
+
+    lora = ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16"]
+    shown = preview.preview(preset="cpu_smoke", gpus=0, model=tiny, overrides=lora)
+    assert shown["errors"] == []
+    mem = shown["memory"]
+    full = preview.preview(preset="cpu_smoke", gpus=0, model=tiny)["memory"]
+    assert "full_fine_tuning" not in full  # no LoRA, nothing to compare with
+    assert mem["full_fine_tuning"]["lora_rank"] == 8
+    # The comparison is the same config's estimate with LoRA off: the full fine-tuning preview's figures.
+    assert mem["full_fine_tuning"]["peak_gib"] == full["peak_gib"]
+    assert mem["full_fine_tuning"]["peak_phase"] == full["peak_phase"]
+    assert mem["full_fine_tuning"]["saving_gib"] == round((full["peak_bytes"] - mem["peak_bytes"]) / GIB, 3) > 0
+    names = {x["name"]: x["bytes"] for x in mem["lines"]}
+    assert names["actor gradients"] < {x["name"]: x["bytes"] for x in full["lines"]}["actor gradients"]
+    # The stored config is not changed by the comparison.
+    cfg = launch.build_config(preset="cpu_smoke", gpus=0, model=tiny, overrides=lora)
+    assert preview.memory(model=tiny, config=cfg, gpus=0) == mem and cfg["actor_rollout_ref"]["model"]["lora_rank"] == 8
+    assert estimate_for(model=tiny, cfg=cfg, gpus=0).peak_bytes == mem["peak_bytes"]
+
+
 def test_yaml_lines_load_back_and_keep_odd_values_escaped_by_yaml():
     cfg = launch.preset_config("cpu_smoke").to_dict()
     cfg["trainer"]["experiment_name"] = "a: b # c"

@@ -125,3 +125,57 @@ def test_other_users_get_404(bob, finished):
                 f"/api/v1/runs/{finished.pk}/metrics/", f"/api/v1/runs/{finished.pk}/logs/"]:
         assert c.get(url).status_code == 404, url
     assert Client().get(f"/api/v1/runs/{finished.pk}/metrics/").status_code == 401
+
+
+QWEN25_3B = {"model_type": "qwen2", "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
+             "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936, "tie_word_embeddings": True}
+
+
+@pytest.mark.parametrize("shape,lora_rank", [("qwen2.5-3b", 0), ("qwen2.5-3b", 32), ("smoke", 8)])
+def test_run_page_shows_the_memory_estimate_and_the_lora_saving(alice, alice_client, make_dataset, tmp_path,
+                                                                shape, lora_rank):
+    from rlstudio.catalog.models import ModelAsset
+    from rlstudio.runs import launch, preview
+    from trainer.models.tiny import make_tiny_model
+
+    if shape == "smoke":
+        folder = make_tiny_model(tmp_path / "tiny", preset="smoke", seed=0)
+    else:  # the estimate reads only config.json: Qwen2.5-3B's sizes
+        folder = tmp_path / "qwen"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(QWEN25_3B))
+    model = ModelAsset.objects.create(owner=alice, name="m", path=str(folder))
+    config = launch.build_config(preset="cpu_smoke", gpus=0, model=model,
+                                 overrides=[f"actor_rollout_ref.model.lora_rank={lora_rank}"])
+    run, _token = run_create(owner=alice, name="lora-run", dataset=make_dataset(alice), model=model, config=config,
+                             gpus=0)
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="memory-estimate-table"' in page and "actor gradients" in page
+    mem = preview.memory(model=model, config=config, gpus=0)  # what the new-run form showed for it
+    assert f'peak ({mem["peak_phase"]} phase)</td><td class="num">{mem["peak_gib"]:.2f} GiB' in page
+    if not lora_rank:
+        assert 'id="lora-saving"' not in page and "full_fine_tuning" not in mem
+        return
+    full = mem["full_fine_tuning"]
+    saving = page[page.index('id="lora-saving"'):].split("</tr>")[0]
+    assert f'full fine-tuning (LoRA off)</td><td class="num">{full["peak_gib"]:.2f} GiB' in saving
+    if shape == "smoke":  # 177 k parameters: a saving under 0.01 GiB
+        assert 0 < full["saving_gib"] < 0.01 and "LoRA rank 8 saves &lt; 0.01 GiB per device" in saving
+    else:  # 3.1 B parameters: gradients and AdamW moments of the adapter only, no reference
+        assert full["saving_gib"] > 20 and full["peak_gib"] - mem["peak_gib"] == pytest.approx(full["saving_gib"],
+                                                                                              abs=2e-3)
+        assert f"LoRA rank 32 saves {full['saving_gib']:.2f} GiB per device" in saving
+
+
+def test_run_page_without_an_estimate_says_why(alice, alice_client, finished, make_dataset, make_model):
+    from rlstudio.runs import launch
+
+    page = alice_client.get(f"/runs/{finished.pk}/").content.decode()  # an empty config
+    assert 'id="memory-estimate"' in page and 'id="memory-estimate-table"' not in page
+    assert "No estimate for this run's config." in page
+    model = make_model(alice, name="no-folder")  # its path has no config.json
+    run, _token = run_create(owner=alice, name="r2", dataset=make_dataset(alice, name="d2"), model=model, gpus=0,
+                             config=launch.build_config(preset="cpu_smoke", gpus=0))
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="memory-estimate-table"' not in page
+    assert "no estimate: the model folder has no readable config.json" in page
