@@ -91,7 +91,9 @@ def test_shared_prompt_values_equal_the_padded_forward_with_the_same_gradient(ti
         out[shared] = (v.detach() * b.response_mask[:, :r], {n: p.grad.clone() for n, p in vm.named_parameters()})
     assert torch.allclose(out[True][0], out[False][0], atol=1e-5) and out[True][0].abs().max() > 0
     for n, grad in out[False][1].items():
-        assert torch.allclose(out[True][1][n], grad, atol=1e-5, rtol=1e-4), n
+        # float32 sums in another order: the tolerance scales with the gradient's largest entry (~1e2 here)
+        scale = max(1.0, float(grad.abs().max()))
+        assert torch.allclose(out[True][1][n], grad, atol=1e-5 * scale, rtol=1e-4), n
 
 
 def test_gae_trains_the_critic_with_warmup_and_resumes_exactly(tmp_path, tiny_model_dir, demo_data_dir):
