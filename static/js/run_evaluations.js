@@ -169,6 +169,19 @@
           : ((answer.error || {}).message || resp.statusText);
       });
     });
+    document.querySelectorAll("#eval-list button.eval-delete").forEach((btn) => {
+      btn.addEventListener("click", async () => {
+        if (!window.confirm("Delete evaluation #" + btn.dataset.id + " with its transcripts?")) return;
+        btn.disabled = true;
+        const resp = await fetch(data.api + btn.dataset.id + "/", {
+          method: "DELETE", credentials: "same-origin",
+          headers: { Accept: "application/json", "X-CSRFToken": csrf() },
+        });
+        if (resp.ok) { btn.closest("tr").remove(); return; }
+        const answer = await resp.json().catch(() => ({}));
+        btn.textContent = (answer.error || {}).message || resp.statusText;
+      });
+    });
   }
 
   function start() {

@@ -86,3 +86,9 @@ def test_evaluate_the_base_model_and_a_checkpoint_then_open_a_cells_transcripts(
     page.evaluate("document.getElementById('eval-matrix').scrollIntoView()")
     shot(page, "18-evaluation-transcripts")
     assert page.locator("#eval-matrix img").count() == 0 and page.title() != "pwned"
+
+    # A finished evaluation is deleted from its row (after the confirm dialog), transcripts and all.
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.locator(f"#eval-list button.eval-delete[data-id='{ev.pk}']").click()
+    page.wait_for_function(f"!document.querySelector(\"#eval-list button.eval-delete[data-id='{ev.pk}']\")")
+    assert not Evaluation.objects.filter(pk=ev.pk).exists()
