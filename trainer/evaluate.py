@@ -5,7 +5,7 @@ the run's reward function (`trainer.rewards.get_reward_fn`), summarised by `trai
 A column is the base model (`actor_rollout_ref.model.path`, loaded as the trainer loads it: key
 "base", step 0) or a checkpoint: the base model with the consolidated actor weights of its step folder
 (`checkpoint.read_actor_model`: a plain model.pt or the workers' DCP shards) loaded over it, as the HF
-export does. LoRA checkpoints (adapter weights only) are refused with a clear error.
+export does (`trainer.export.load_step_policy`: a LoRA checkpoint's adapter merged into the base).
 
 Besides the figures, every sample is kept as a transcript (`Sample`: the turns after the prompt, each
 cut to SAMPLE_CHARS), so that each cell of the prompts x columns matrix opens its k samples. The job
@@ -63,7 +63,7 @@ def load_policy(model_path: str, step_path: Path | None, *, trust_remote_code: b
     if step_path is not None:
         state = ckpt.read_actor_model(Path(step_path))
         if any("lora_" in k for k in state):
-            raise ValueError(f"{step_path}: a LoRA checkpoint; evaluating adapters is not supported")
+            raise ValueError(f"{step_path}: a LoRA checkpoint needs its run's config (load_step_policy)")
         missing, unexpected = model.load_state_dict(state, strict=False)
         tied = bool(getattr(model.config, "tie_word_embeddings", False))
         missing = [k for k in missing if not (tied and k.startswith("lm_head."))]
@@ -92,6 +92,7 @@ def evaluate_columns(config: dict[str, Any], columns: Sequence[Column], rows: li
     from trainer.chat.families import stop_token_ids
     from trainer.config import Config
     from trainer.data.dataset import build_prompt_dataset
+    from trainer.export import load_step_policy
     from trainer.models.hf_folder import load_tokenizer, read_generation_config
     from trainer.rewards import get_reward_fn
     from trainer.rollout.agent import MultiTurnRollout
@@ -126,8 +127,10 @@ def evaluate_columns(config: dict[str, Any], columns: Sequence[Column], rows: li
     out_cols: list[dict[str, Any]] = []
     samples: list[Sample] = []
     for col in columns:
-        model = load_policy(arr.model.path, col.path, trust_remote_code=arr.model.trust_remote_code,
-                            device=device)
+        if col.path is None:
+            model = load_policy(arr.model.path, None, trust_remote_code=arr.model.trust_remote_code, device=device)
+        else:  # the checkpoint as the export makes it (a LoRA run's adapter merged into the base)
+            model = load_step_policy(config, col.path).to(device).eval()
         engine = build_engine("hf", model=model, tokenizer=tokenizer, config=rollout_cfg, device=device)
         rollout = MultiTurnRollout(engine, tokenizer, tools, rollout_cfg, cfg.data)
         items = [PromptItem(uid=f"eval-{col.key}-{r.index}", index=r.index, messages=r.messages,

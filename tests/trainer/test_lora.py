@@ -165,6 +165,21 @@ def test_checkpoint_holds_the_adapter_and_resume_is_exact_and_the_export_generat
         out = [m.eval().generate(input_ids=ids, **kw)[0].tolist() for m in (merged, with_adapter, policy)]
     assert out[0] == out[1] == out[2]
 
+    # An evaluation of the LoRA checkpoint samples what the merged export does (greedy, the same prompts).
+    from trainer.evaluate import BASE, Column, evaluate_columns
+
+    from trainer.config import apply_overrides
+    from trainer.recipes import get_recipe
+
+    run_cfg = apply_overrides(get_recipe("cpu_smoke"), common).to_dict()  # a's config, as its run had it
+    exported = json.loads(json.dumps(run_cfg))
+    exported["actor_rollout_ref"]["model"].update({"path": str(a / "huggingface"), "lora_rank": 0})
+    rows = [json.loads(line) for line in (demo_data_dir / "test.jsonl").read_text().splitlines()[:3]]
+    kw = dict(k=1, temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=12, seed=0)
+    _, from_ckpt = evaluate_columns(run_cfg, [Column(key="3", step=3, path=a / "global_step_3")], rows, **kw)
+    _, from_export = evaluate_columns(exported, [Column(key=BASE, step=0)], rows, **kw)
+    assert [s.turns for s in from_ckpt] == [s.turns for s in from_export] and len(from_ckpt) == 3
+
 
 def test_config_checks_and_warnings():
     base = get_recipe("cpu_smoke")
