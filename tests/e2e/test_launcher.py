@@ -64,7 +64,10 @@ def launcher_env(state: Path, port: int) -> dict[str, str]:
         env.pop(key, None)
     env.update(RLSTUDIO_STATE_DIR=str(state), PORT=str(port), PYTHONUNBUFFERED="1",
                RLSTUDIO_ADMIN_PASSWORD=ADMIN_PASSWORD, RLSTUDIO_RAY_CPUS="1",
-               RLSTUDIO_DEMO_WARM_STEPS="4")  # the demo's warm start: 4 steps, not minutes
+               RLSTUDIO_DEMO_WARM_STEPS="4",  # the demo's warm start: 4 steps, not minutes
+               # 8 held-out rows, not 128: the run validates on all of them before its first point
+               # (62 s of this test on 128 rows, every answer running to the length limit)
+               RLSTUDIO_DEMO_VAL_ROWS="8")
     return env
 
 
@@ -260,9 +263,10 @@ def click_the_demo_and_watch_it_learn(launched: "Launched") -> None:
             run_id = int(page.url.rstrip("/").rsplit("/", 1)[-1])
             page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
             page.evaluate("window.__noReload = 1")
-            # The demo validates on its 256 held-out prompts before its first step (its first point:
-            # the held-out reward before GRPO). With the 4-step warm start of this test every answer runs
-            # to the length limit, so that takes minutes on a loaded machine: the wait is long.
+            # The demo validates on its held-out prompts before its first step (its first point: the
+            # held-out reward before GRPO). With the 4-step warm start of this test every answer runs to
+            # the length limit, so even on the 8 rows of this test that can take a while on a loaded
+            # machine: the wait is long.
             try:
                 page.wait_for_function("(" + REWARD_POINTS + ")() >= 1", timeout=420_000)
             except Exception:
@@ -331,6 +335,8 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
                     break
                 time.sleep(1)
             assert row == ("ready", 1319), row
+            cur.execute("SELECT num_rows FROM catalog_dataset WHERE name = 'demo-arith-heldout'")
+            assert cur.fetchone() == (8,)  # RLSTUDIO_DEMO_VAL_ROWS reached the demo's preparation
 
         # A real Redis with a live Celery worker on it.
         from celery import Celery

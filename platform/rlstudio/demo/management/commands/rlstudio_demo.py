@@ -1,13 +1,14 @@
 """Register the demo content (idempotent); the launcher runs it in the background after start-up.
 
     python manage.py rlstudio_demo [--user admin] [--warm-steps 600] [--gsm8k PATH] [--no-gsm8k]
-                                   [--wait 600]
+                                   [--wait 600] [--val-rows 128]
 
 For the owner (the admin, who must be staff), in this order, each shared with everyone (read-only for the
 other users, who launch runs on them without registering anything):
 1. the untrained tiny demo model (quick; it also gives the datasets' token statistics);
 2. the GSM8K test split, uploaded through the same service as a browser upload;
-3. the arithmetic demo datasets (`trainer.tasks.arith`: 4,096 train rows, 128 held-out rows), written
+3. the arithmetic demo datasets (`trainer.tasks.arith`: 4,096 train rows, 128 held-out rows, or
+   --val-rows / RLSTUDIO_DEMO_VAL_ROWS: the launcher's end-to-end test uses 8), written
    in the trainer's row format (verl's shape, the calculator in `extra_info.tools` /
    `tools_kwargs`) and uploaded with the "verl" preset, so the Celery worker validates and converts
    them like any upload;
@@ -23,6 +24,7 @@ Every step is idempotent: a second call finds everything and only refreshes the 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -77,6 +79,10 @@ class Command(BaseCommand):
                             help="do not upload the GSM8K test split")
         parser.add_argument("--wait", type=float, default=600.0,
                             help="seconds to wait for the worker to validate the demo datasets")
+        parser.add_argument("--val-rows", type=int,
+                            default=int(os.environ.get("RLSTUDIO_DEMO_VAL_ROWS") or ARITH_VAL_ROWS),
+                            help=f"held-out rows of the demo (env RLSTUDIO_DEMO_VAL_ROWS; default {ARITH_VAL_ROWS}): "
+                                 "the demo validates on all of them before its first step")
 
     def handle(self, *args, **opts):
         from rlstudio.demo.services import write_status
@@ -93,6 +99,8 @@ class Command(BaseCommand):
                                "staff-owned config, model and datasets shared with everyone")
         if opts["warm_steps"] is not None and opts["warm_steps"] < 2:
             raise CommandError(f"--warm-steps must be >= 2 (one per warm-start phase), got {opts['warm_steps']}")
+        if opts["val_rows"] < 1:
+            raise CommandError(f"--val-rows must be >= 1, got {opts['val_rows']}")
         # The launcher stops a preparation still running with SIGTERM: end through the handler below,
         # so the status says "failed: stopped" instead of going stale.
         signal.signal(signal.SIGTERM, _raise_on_sigterm)
@@ -134,7 +142,7 @@ class Command(BaseCommand):
         data_dir = Path(settings.STATE_DIR) / "demo" / "data"
         datasets = {}
         for name, split, n, seed in ((ARITH_TRAIN_NAME, "train", ARITH_TRAIN_ROWS, 0),
-                                     (ARITH_VAL_NAME, "val", ARITH_VAL_ROWS, 1)):
+                                     (ARITH_VAL_NAME, "val", opts["val_rows"], 1)):
             path = write_rows(data_dir / f"{name}.jsonl", arith_rows("train" if split == "train" else "test", n, seed))
             with open(path, "rb") as f:
                 ds, created = dataset_upload(owner=user, upload=File(f, name=path.name), name=name, preset="verl",
