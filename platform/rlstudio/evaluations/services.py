@@ -297,17 +297,24 @@ class EvaluationNotPermitted(PermissionError):
         self.message, self.field = message, None
 
 
+def check_can_manage_evaluation(*, user, ev: Evaluation, action: str) -> None:
+    """Of a run: the run's owner or staff (RunNotPermitted otherwise); of a catalog model: the
+    evaluation's owner or staff (EvaluationNotPermitted)."""
+    from rlstudio.runs.services import check_can_manage
+
+    if ev.run_id is not None:
+        check_can_manage(user=user, run=ev.run, action=f"{action} an evaluation of")
+    elif not (user.is_staff or ev.owner_id == user.pk):
+        raise EvaluationNotPermitted(f"only the evaluation's owner or staff may {action} it")
+
+
 def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
     """Stop an evaluation (of a run: the run's owner or staff; of a catalog model: the evaluation's
     owner or staff): a queued one ends now, a running one's Ray job is asked to stop (the reconcile
     records it stopped once Ray says so). EvaluationRefused when it has finished already."""
     from rlstudio.runs import ray_jobs
-    from rlstudio.runs.services import check_can_manage
 
-    if ev.run_id is not None:
-        check_can_manage(user=user, run=ev.run, action="stop an evaluation of")
-    elif not (user.is_staff or ev.owner_id == user.pk):
-        raise EvaluationNotPermitted("only the evaluation's owner or staff may stop it")
+    check_can_manage_evaluation(user=user, ev=ev, action="stop")
     with transaction.atomic():
         locked = Evaluation.objects.select_for_update().get(pk=ev.pk)
         if locked.status not in ACTIVE_EVALUATION_STATUSES:
@@ -334,12 +341,7 @@ def evaluation_delete(*, user, ev: Evaluation) -> None:
     who may stop it may delete it. EvaluationRefused while it is queued or running (stop it first)."""
     import shutil
 
-    from rlstudio.runs.services import check_can_manage
-
-    if ev.run_id is not None:
-        check_can_manage(user=user, run=ev.run, action="delete an evaluation of")
-    elif not (user.is_staff or ev.owner_id == user.pk):
-        raise EvaluationNotPermitted("only the evaluation's owner or staff may delete it")
+    check_can_manage_evaluation(user=user, ev=ev, action="delete")
     with transaction.atomic():
         locked = Evaluation.objects.select_for_update().get(pk=ev.pk)
         if locked.status in ACTIVE_EVALUATION_STATUSES:
