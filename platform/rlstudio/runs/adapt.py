@@ -60,6 +60,19 @@ def workers_for(gpus: int) -> int:
     return max(int(gpus), 1)
 
 
+def node_layout(gpus: int, gpus_per_node: int) -> tuple[int, int]:
+    """(trainer.nnodes, trainer.n_gpus_per_node) of a run with `gpus` GPUs on nodes of `gpus_per_node`
+    GPUs: one node while they fit on one (the CPU: one worker), else whole nodes, one bundle each (the
+    trainer's STRICT_SPREAD placement). ValueError when they do not fill whole nodes."""
+    gpus, per_node = int(gpus), max(int(gpus_per_node), 1)
+    if gpus <= per_node:
+        return 1, workers_for(gpus)
+    if gpus % per_node:
+        raise ValueError(f"{gpus} GPUs do not fill whole nodes of {per_node} GPUs: ask for at most {per_node} "
+                         f"or a multiple of {per_node}")
+    return gpus // per_node, per_node
+
+
 def driver_gpus(gpus: int) -> int:
     """GPUs the run's Ray job entrypoint (the trainer's driver) reserves. A run with one worker runs it
     in the driver's own process (trainer.launcher=auto -> local), so the driver takes the GPU; with

@@ -27,7 +27,7 @@ from django.conf import settings
 from trainer.config import LOGGERS, Config, ConfigError, apply_overrides, validate
 
 from . import gate
-from .adapt import adapt_preset
+from .adapt import adapt_preset, node_layout
 from .errors import ConfigInvalid
 
 # The trainer's sinks the platform always adds (jsonl: the heartbeat the reconcile falls back on; http:
@@ -97,8 +97,13 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
 
     Paths come from the dataset and model records (the reward model's from the catalog reward model the
     run chose, which also turns reward_model.enable on), the run's folder and a checkpoint the platform
-    recorded; code from the operator's reward registry; resources from the run's GPUs and settings.
+    recorded; code from the operator's reward registry; resources from the run's GPUs and settings
+    (more GPUs than one node has, RLSTUDIO_GPUS_PER_NODE: whole nodes, trainer.nnodes > 1).
     """
+    try:
+        nnodes, per_node = node_layout(gpus, settings.RLSTUDIO_GPUS_PER_NODE)
+    except ValueError as exc:
+        raise ConfigInvalid("gpus", f"{exc} (RLSTUDIO_GPUS_PER_NODE={settings.RLSTUDIO_GPUS_PER_NODE})") from None
     values: dict[str, Any] = {
         "data.train_files": dataset_path(dataset) if dataset is not None else "",
         "data.val_files": dataset_path(val_dataset) if val_dataset is not None else None,
@@ -119,8 +124,8 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
         "trainer.resume_mode": "resume_path" if resume_from else "auto",
         "trainer.resume_from_path": resume_from or None,
         "trainer.device": "cuda" if gpus > 0 else "cpu",
-        "trainer.nnodes": 1,
-        "trainer.n_gpus_per_node": max(int(gpus), 1),
+        "trainer.nnodes": nnodes,
+        "trainer.n_gpus_per_node": per_node,
         "trainer.launcher": "auto",
         "trainer.torch_threads": settings.RLSTUDIO_RUN_TORCH_THREADS or None,
     }

@@ -23,10 +23,13 @@ def test_gsm8k_preset_on_the_cpu_swaps_sglang_for_hf_and_nothing_else():
 
 @pytest.mark.parametrize("gpus", [1, 2, 3, 5, 6, 7, 8, 12, 24])
 @pytest.mark.parametrize("preset", ["gsm8k_multiturn_grpo", "cpu_smoke", "demo_tool_arith", "dapo"])
-def test_every_preset_validates_on_any_number_of_gpus(preset, gpus):
+def test_every_preset_validates_on_any_number_of_gpus(preset, gpus, settings):
+    settings.RLSTUDIO_GPUS_PER_NODE = 4 if gpus % 4 == 0 else 8  # 12 and 24: whole nodes of 4
     model = type("M", (), {"path": "/models/m", "trust_remote_code": False})()
     config = launch.build_config(preset=preset, gpus=gpus, model=model, adapt=True)
-    assert config["trainer"]["n_gpus_per_node"] == gpus and config["trainer"]["device"] == "cuda"
+    t = config["trainer"]
+    assert t["nnodes"] * t["n_gpus_per_node"] == gpus and t["device"] == "cuda"
+    assert t["nnodes"] == (1 if gpus <= settings.RLSTUDIO_GPUS_PER_NODE else gpus // 4)
 
 
 def test_batch_sizes_split_over_three_gpus():

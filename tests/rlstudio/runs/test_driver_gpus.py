@@ -36,3 +36,30 @@ def test_the_job_entrypoint_reserves_gpus_only_for_a_one_worker_run(api, ready, 
     assert given["num_gpus"] == num_gpus
     spec = Run.objects.get(pk=run.pk).config  # the frozen spec the job runs
     assert (spec["trainer"]["nnodes"], spec["trainer"]["n_gpus_per_node"]) == workers
+
+
+@pytest.mark.parametrize("gpus, per_node, layout", [(0, 8, (1, 1)), (1, 8, (1, 1)), (8, 8, (1, 8)),
+                                                     (16, 8, (2, 8)), (4, 2, (2, 2)), (3, 4, (1, 3))])
+def test_node_layout(gpus, per_node, layout):
+    assert adapt.node_layout(gpus, per_node) == layout
+
+
+def test_a_run_with_more_gpus_than_a_node_spans_whole_nodes(api, ready, settings, tmp_path, monkeypatch):
+    from rlstudio.runs import ray_jobs
+    from rlstudio.runs.services import run_submit
+
+    settings.RUNS_DIR, settings.RLSTUDIO_GPUS_PER_NODE = tmp_path, 2
+    body = {"name": "r", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke"}
+    resp = api.post("/api/v1/runs/", {**body, "gpus": 3}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "gpus", resp.content
+    assert "whole nodes of 2 GPUs" in resp.json()["error"]["message"] and not Run.objects.exists()
+    resp = api.post("/api/v1/runs/", {**body, "gpus": 4}, format="json")
+    assert resp.status_code == 201, resp.content
+    run = Run.objects.get(pk=resp.json()["id"])
+    Run.objects.filter(pk=run.pk).update(status=S.SUBMITTING)
+    given = {}
+    monkeypatch.setattr(ray_jobs, "job_info", lambda submission_id: None)
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kwargs: given.update(kwargs) or True)
+    assert run_submit(run_id=run.pk) == "submitted" and given["num_gpus"] == 0
+    spec = Run.objects.get(pk=run.pk).config
+    assert (spec["trainer"]["nnodes"], spec["trainer"]["n_gpus_per_node"]) == (2, 2)

@@ -297,6 +297,9 @@ RLSTUDIO_RUN_NUM_CPUS = 1
 # torch threads a run's processes use (the platform sets trainer.torch_threads; users cannot):
 # 0 = torch's default, the machine's cores.
 RLSTUDIO_RUN_TORCH_THREADS = env_int("RLSTUDIO_RUN_TORCH_THREADS", 0)
+# GPUs of one node of the Ray cluster: a run with more GPUs spans whole nodes of this many
+# (trainer.nnodes = gpus / this, one placement bundle per node); fewer fit on one node.
+RLSTUDIO_GPUS_PER_NODE = env_int("RLSTUDIO_GPUS_PER_NODE", 8)
 # GiB of one GPU, for the new-run form's memory estimate (runs/memory_estimate.py); the CPU's is the RAM.
 RLSTUDIO_GPU_MEMORY_GB = env_float("RLSTUDIO_GPU_MEMORY_GB", 80)
 
