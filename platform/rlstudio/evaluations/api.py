@@ -62,6 +62,23 @@ def _dataset_of(request, data: dict):
         raise ApiError(f"no dataset with id {dataset_id}", field="dataset") from None
 
 
+def _create(request, make) -> Response:
+    """202 with the evaluation `make(data, dataset)` created from the body; the API's errors otherwise."""
+    from rlstudio.runs.services import RunNotPermitted
+
+    data = request.data if isinstance(request.data, dict) else {}
+    dataset = _dataset_of(request, data)
+    try:
+        ev = make(data, dataset)
+    except RunNotPermitted as exc:
+        raise _forbidden(exc) from None
+    except EvaluationInvalid as exc:
+        raise ApiError(str(exc), field=exc.field) from None
+    except EvaluationRefused as exc:
+        raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
+    return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+
+
 def _detail(request, ev) -> Response:
     change = request.query_params.get("change") or None
     if change is not None and change not in CHANGES:
@@ -121,17 +138,8 @@ class RunEvaluationsView(APIView):
             check_can_manage(user=request.user, run=run, action="evaluate")
         except RunNotPermitted as exc:
             raise _forbidden(exc) from None
-        data = request.data if isinstance(request.data, dict) else {}
-        dataset = _dataset_of(request, data)
-        try:
-            ev = evaluation_new(user=request.user, run=run, dataset=dataset, data=data)
-        except RunNotPermitted as exc:
-            raise _forbidden(exc) from None
-        except EvaluationInvalid as exc:
-            raise ApiError(str(exc), field=exc.field) from None
-        except EvaluationRefused as exc:
-            raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
-        return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+        return _create(request, lambda data, dataset: evaluation_new(user=request.user, run=run, dataset=dataset,
+                                                                     data=data))
 
 
 class RunEvaluationDetailView(APIView):
@@ -168,15 +176,8 @@ class ModelEvaluationsView(APIView):
                    operation_id="models_evaluations_create")
     def post(self, request, model_id: int):
         model, _qs = model_evaluation_list_for(user=request.user, model_id=model_id)
-        data = request.data if isinstance(request.data, dict) else {}
-        dataset = _dataset_of(request, data)
-        try:
-            ev = evaluation_new_for_model(user=request.user, model=model, dataset=dataset, data=data)
-        except EvaluationInvalid as exc:
-            raise ApiError(str(exc), field=exc.field) from None
-        except EvaluationRefused as exc:
-            raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
-        return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+        return _create(request, lambda data, dataset: evaluation_new_for_model(user=request.user, model=model,
+                                                                               dataset=dataset, data=data))
 
 
 class ModelEvaluationDetailView(APIView):

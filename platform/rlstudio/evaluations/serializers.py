@@ -12,21 +12,6 @@ class SamplingSerializer(serializers.Serializer):
     seed = serializers.IntegerField(required=False, min_value=0)
 
 
-class EvaluationCreateSerializer(serializers.Serializer):
-    """The request body (checked in full by `services.clean_request`; this is its documented shape)."""
-
-    checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=True,
-                                        help_text="steps of the run's checkpoints (may be empty with include_base)")
-    include_base = serializers.BooleanField(required=False, default=False,
-                                            help_text="evaluate the run's base model too, as column 'base' (step 0)")
-    dataset = serializers.IntegerField()
-    k = serializers.IntegerField(min_value=1)
-    max_prompts = serializers.IntegerField(required=False, min_value=1)
-    gpus = serializers.IntegerField(required=False, min_value=0, max_value=1,
-                                    help_text="0: on the CPU; 1: one GPU, counted against the quota")
-    sampling = SamplingSerializer(required=False)
-
-
 class ModelEvaluationCreateSerializer(serializers.Serializer):
     """The request body of a catalog model's evaluation (checked by `services.clean_model_request`):
     a run evaluation's fields without checkpoints; the model is the one column, 'base'."""
@@ -37,6 +22,16 @@ class ModelEvaluationCreateSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(required=False, min_value=0, max_value=1,
                                     help_text="0: on the CPU; 1: one GPU, counted against the quota")
     sampling = SamplingSerializer(required=False)
+
+
+class EvaluationCreateSerializer(ModelEvaluationCreateSerializer):
+    """The request body of a run's evaluation (checked in full by `services.clean_request`; this is its
+    documented shape): what is evaluated, then a model evaluation's fields."""
+
+    checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=True,
+                                        help_text="steps of the run's checkpoints (may be empty with include_base)")
+    include_base = serializers.BooleanField(required=False, default=False,
+                                            help_text="evaluate the run's base model too, as column 'base' (step 0)")
 
 
 class EvaluationSerializer(serializers.ModelSerializer):
