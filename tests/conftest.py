@@ -225,8 +225,9 @@ def test_database_url(django_db_setup, django_db_blocker) -> str:
 
 
 @pytest.fixture(scope="session")
-def ray_head():
-    """A real local Ray head; yields RAY_ADDRESS (the Jobs API / dashboard URL)."""
+def _ray_head_started():
+    """The Ray head's process, started and not waited for (see `ray_head`): {"proc", "address", "log"}.
+    Apart from the wait so that the Celery worker and Daphne boot while the head does."""
     from rlstudio.launcher import ray_head as rh
     from rlstudio.launcher.layout import PortAllocator
 
@@ -241,22 +242,28 @@ def ray_head():
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=temp_dir,
                                 env=env, start_new_session=True)
-    address = f"http://127.0.0.1:{ports.dashboard}"
+    try:
+        yield {"proc": proc, "address": f"http://127.0.0.1:{ports.dashboard}", "log": log}
+    finally:
+        _stop_ray_head(proc)
+        _sweep(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_head(_ray_head_started):
+    """A real local Ray head; yields RAY_ADDRESS (the Jobs API / dashboard URL)."""
+    proc, address, log = (_ray_head_started[k] for k in ("proc", "address", "log"))
 
     def ready():
         with urllib.request.urlopen(address + "/api/version", timeout=2) as r:
             return r.status == 200
 
-    try:
-        wait_until(ready, timeout=120, what="Ray head", proc=proc, log=log)
-        # The Jobs API answers a little after the version endpoint.
-        wait_until(lambda: urllib.request.urlopen(address + "/api/jobs/", timeout=2).status == 200,
-                   timeout=60, what="Ray Jobs API", proc=proc, log=log)
-        yield address
-    finally:
-        _stop_ray_head(proc)
-        _sweep(temp_dir)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    wait_until(ready, timeout=120, what="Ray head", proc=proc, log=log)
+    # The Jobs API answers a little after the version endpoint.
+    wait_until(lambda: urllib.request.urlopen(address + "/api/jobs/", timeout=2).status == 200,
+               timeout=60, what="Ray Jobs API", proc=proc, log=log)
+    return address
 
 
 def _stop_ray_head(proc: subprocess.Popen) -> None:
@@ -293,19 +300,33 @@ def _sweep(marker: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(test_database_url, ray_head, asgi_server, tmp_path_factory):
-    """A real Celery worker (solo pool) on the test database, Redis and Ray head."""
+def _celery_worker_started(test_database_url, _ray_head_started, _asgi_started, tmp_path_factory):
+    """The Celery worker's process, started as soon as the head's and Daphne's addresses are known
+    (not when they answer: the worker needs them only for its tasks); see `celery_worker`."""
     log = tmp_path_factory.mktemp("celery") / "worker.log"
     state = tmp_path_factory.mktemp("state")
-    env = _service_env(DATABASE_URL=test_database_url, RAY_ADDRESS=ray_head,
-                       RAY_DASHBOARD_URL=ray_head, RLSTUDIO_STATE_DIR=str(state),
-                       RLSTUDIO_PUBLIC_URL=asgi_server)
+    ray_address = _ray_head_started["address"]
+    env = _service_env(DATABASE_URL=test_database_url, RAY_ADDRESS=ray_address,
+                       RAY_DASHBOARD_URL=ray_address, RLSTUDIO_STATE_DIR=str(state),
+                       RLSTUDIO_PUBLIC_URL=_asgi_started["base"])
     args = [str(VENV_BIN / "celery"), "-A", "rlstudio", "worker", "--pool", "solo",
             "--loglevel", "INFO", "--without-gossip", "--without-mingle",
             "-n", f"test-{os.getpid()}@%h"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env,
                                 start_new_session=True)
+    try:
+        yield {"process": proc, "log": log, "state_dir": state}
+    finally:
+        stop_process_group(proc, grace=20)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(_celery_worker_started, ray_head, asgi_server):
+    """A real Celery worker (solo pool) on the test database, Redis and Ray head.
+
+    The three processes boot together (the `_..._started` fixtures); this waits for the head, Daphne
+    and then the worker to answer. Started one after the other they took the sum of their boots."""
     from rlstudio.config.celery import app
 
     # `shared_task`s send through Celery's *current* app: make sure it is ours (a probe app made by
@@ -316,16 +337,14 @@ def celery_worker(test_database_url, ray_head, asgi_server, tmp_path_factory):
     def ready():
         return app.control.ping(timeout=1.0)
 
-    try:
-        wait_until(ready, timeout=90, what="Celery worker", proc=proc, log=log, interval=0.5)
-        yield {"process": proc, "log": log, "state_dir": state}
-    finally:
-        stop_process_group(proc, grace=20)
+    wait_until(ready, timeout=90, what="Celery worker", proc=_celery_worker_started["process"],
+               log=_celery_worker_started["log"], interval=0.5)
+    return _celery_worker_started
 
 
 @pytest.fixture(scope="session")
-def asgi_server(test_database_url, tmp_path_factory):
-    """Daphne serving the platform on the test database; yields the base URL."""
+def _asgi_started(test_database_url, tmp_path_factory):
+    """Daphne's process, started and not waited for (see `asgi_server`): {"proc", "base", "log"}."""
     port = free_port()
     log = tmp_path_factory.mktemp("daphne") / "daphne.log"
     env = _service_env(DATABASE_URL=test_database_url)
@@ -334,17 +353,23 @@ def asgi_server(test_database_url, tmp_path_factory):
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env,
                                 start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    try:
+        yield {"proc": proc, "base": f"http://127.0.0.1:{port}", "log": log}
+    finally:
+        stop_process_group(proc, grace=10)
+
+
+@pytest.fixture(scope="session")
+def asgi_server(_asgi_started):
+    """Daphne serving the platform on the test database; yields the base URL."""
+    base = _asgi_started["base"]
 
     def ready():
         with urllib.request.urlopen(base + "/healthz", timeout=2) as r:
             return r.status in (200, 503)
 
-    try:
-        wait_until(ready, timeout=60, what="Daphne", proc=proc, log=log)
-        yield base
-    finally:
-        stop_process_group(proc, grace=10)
+    wait_until(ready, timeout=60, what="Daphne", proc=_asgi_started["proc"], log=_asgi_started["log"])
+    return base
 
 
 @pytest.fixture(scope="session")
