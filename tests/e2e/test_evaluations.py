@@ -21,6 +21,28 @@ from tests.conftest import poll_until
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
+def _stuck(ev: Evaluation, ray_head: str, worker: dict) -> str:
+    """What an evaluation that did not finish was waiting for: its row, its Ray job (PENDING: no free
+    CPU on the head; RUNNING: slow or hung), the head's other live jobs and the worker's log tail."""
+    from ray.job_submission import JobSubmissionClient
+
+    def ask(what):
+        try:
+            return what()
+        except Exception as err:  # noqa: BLE001 - a diagnostic, never the failure itself
+            return f"({type(err).__name__}: {err})"
+
+    client = ask(lambda: JobSubmissionClient(ray_head))
+    live = ask(lambda: [(j.submission_id, str(j.status)) for j in client.list_jobs()
+                        if str(j.status).split(".")[-1] in ("PENDING", "RUNNING")])
+    job = ask(lambda: (lambda j: f"{j.status} {j.message!r}")(client.get_job_info(ev.ray_submission_id))
+              if ev.ray_submission_id else "not submitted")
+    ray_part = f"its Ray job: {job}; live jobs on the head: {live}"
+    tail = worker["log"].read_text(errors="replace")[-3000:] if worker["log"].exists() else ""
+    return (f"evaluation {ev.pk}: {ev.status}, submission {ev.ray_submission_id!r}, started {ev.started}; "
+            f"{ray_part}\nworker log tail:\n{tail}")
+
+
 def test_base_and_a_checkpoint_evaluated_as_a_ray_job(celery_worker, celery_beat, ray_head, settings, tmp_path):
     from trainer.config import apply_overrides
     from trainer.models.tiny import make_tiny_model
@@ -55,8 +77,11 @@ def test_base_and_a_checkpoint_evaluated_as_a_ray_job(celery_worker, celery_beat
     assert r.status_code == 202, r.content
     assert r.json()["status"] == "running"  # alice runs nothing else: admitted at once
     eid = r.json()["id"]
-    poll_until(lambda: Evaluation.objects.get(pk=eid).status in ("succeeded", "failed"), timeout=240,
-               what="the evaluation to finish")
+    try:
+        poll_until(lambda: Evaluation.objects.get(pk=eid).status in ("succeeded", "failed"), timeout=240,
+                   what="the evaluation to finish")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_stuck(Evaluation.objects.get(pk=eid), ray_head, celery_worker)}") from None
     body = api.get(f"/api/v1/runs/{run.pk}/evaluations/{eid}/").json()
     assert body["status"] == "succeeded", body["error"]
     assert [(f["key"], f["step"]) for f in body["figures"]] == [("base", 0), ("2", 2)]
