@@ -1,5 +1,6 @@
-"""The test suite's flush retry (tests/conftest.py): a transactional test's closing TRUNCATE that loses
-a real PostgreSQL deadlock to another session is tried again instead of leaving its rows behind."""
+"""The test suite's flush retry (tests/conftest.py): a transactional test's closing flush (a lock of every
+table, as TRUNCATE takes, then DELETEs) that loses a real PostgreSQL deadlock to another session is
+tried again instead of leaving its rows behind."""
 from __future__ import annotations
 
 import re
@@ -67,9 +68,14 @@ def test_a_flush_that_loses_a_deadlock_is_tried_again(make_user, capsys):
 def test_any_other_flush_failure_is_raised_at_once_with_the_database_s_own_error(capsys):
     from django.core.management.base import CommandError
 
-    # A table Django does not know, referencing one it truncates: PostgreSQL refuses the TRUNCATE.
+    # A table Django does not know, its (immediate) foreign key on a user the flush deletes: PostgreSQL
+    # refuses the DELETE (as it refused Django's TRUNCATE of a referenced table).
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user(username="referenced", password="pw-for-tests-1")
     with connection.cursor() as cur:
         cur.execute("CREATE TABLE flush_probe_ref (user_id integer REFERENCES auth_user (id))")
+        cur.execute("INSERT INTO flush_probe_ref VALUES (%s)", [user.pk])
     try:
         flusher = type("Flusher", (TransactionTestCase,), {"runTest": lambda self: None})()
         with pytest.raises(CommandError) as raised:
@@ -78,5 +84,6 @@ def test_any_other_flush_failure_is_raised_at_once_with_the_database_s_own_error
         with connection.cursor() as cur:
             cur.execute("DROP TABLE flush_probe_ref")
     message = str(raised.value)
-    assert "couldn't be flushed" in message and "cannot truncate a table referenced" in message
+    assert "couldn't be flushed" in message and "violates foreign key constraint" in message
+    assert "flush_probe_ref" in message
     assert message.endswith("try 1)") and "trying again" not in capsys.readouterr().err
