@@ -135,6 +135,7 @@
         gpus: num("gpus"), dataset: num("dataset"), k: num("k"), max_prompts: num("max_prompts"),
         sampling: { temperature: num("temperature"), max_new_tokens: num("max_new_tokens") },
       };
+      if (form.elements.reward) body.reward = form.elements.reward.value;  // a model's form: the reward's name
       if (form.elements.include_base) {  // a run's form: the chosen checkpoints and the base model
         body.checkpoints = Array.from(form.querySelectorAll("input[name=checkpoints]:checked")).map((i) => Number(i.value));
         body.include_base = form.elements.include_base.checked;

@@ -10,7 +10,7 @@ evaluation's record (plus settings for folders and the interpreter); the service
   dataset's own file, and the evaluation's bounded settings. A catalog model's evaluation has one
   column ("base", step 0: the model itself) and the config a new run from that model would get
   (`model_config`: the default preset, the model's path, trust_remote_code and tool-call parser from
-  its catalog record, `rlstudio.runs.launch.build_config`).
+  its catalog record, the evaluation's reward by name, `rlstudio.runs.launch.build_config`).
 - `entrypoint` / `job_env`: `cd <repo> && exec <venv python> -m trainer evaluate <spec> --output <dir>`.
   The job sends nothing over the network: it writes `results.json` / `samples.jsonl` / `error.json`
   into its folder and the platform reads them, so it holds no token and Ray's job API shows nothing
@@ -47,13 +47,17 @@ def folder(ev) -> Path:
     return run_folder(ev.run) / "evaluations" / str(ev.pk)
 
 
-def model_config(*, model, dataset, gpus: int) -> dict[str, Any]:
+def model_config(*, model, dataset, gpus: int, reward: str = "") -> dict[str, Any]:
     """The trainer config a catalog model is evaluated with: the one a new run from `model` on
-    `dataset` with `gpus` would get without a preset or overrides (`launch.build_config`: the default
-    preset fitted to the GPUs; the model's path, trust_remote_code and tool-call parser from its
-    catalog record; the reward `default`, which scores by each row's data_source). ConfigInvalid
-    naming the key when it cannot be built."""
-    return build_config(dataset=dataset, model=model, gpus=gpus)
+    `dataset` with `gpus` would get without a preset (`launch.build_config`: the default preset fitted
+    to the GPUs; the model's path, trust_remote_code and tool-call parser from its catalog record),
+    with the one override `reward.name` = `reward` when given (else the reward `default`, which scores
+    by each row's data_source). The override goes through the run form's gate (a built-in or a ready
+    operator-registered reward function, by name) and `platform_values` writes a registered one's file
+    from the registry (custom_reward_function.path). ConfigInvalid naming the key when it cannot be
+    built (`reward.name` for a reward the gate refuses)."""
+    overrides = {"reward.name": reward} if reward else None
+    return build_config(dataset=dataset, model=model, gpus=gpus, overrides=overrides)
 
 
 def submission_id_for(ev) -> str:
@@ -70,7 +74,7 @@ def build_spec(ev, *, steps: dict[int, Path]) -> dict[str, Any]:
     columns = [{"key": "base", "step": 0, "path": None}] if ev.include_base else []
     columns += [{"key": str(s), "step": int(s), "path": str(steps[s])} for s in ev.checkpoints]
     if ev.run_id is None:
-        config = model_config(model=ev.model, dataset=ev.dataset, gpus=ev.gpus)
+        config = model_config(model=ev.model, dataset=ev.dataset, gpus=ev.gpus, reward=ev.reward)
     else:
         config = ev.run.config
     return {"config": config, "data_file": dataset_path(ev.dataset), "max_prompts": ev.max_prompts,

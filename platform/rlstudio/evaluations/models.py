@@ -44,6 +44,10 @@ class Evaluation(models.Model):
     k = models.PositiveIntegerField()
     max_prompts = models.PositiveIntegerField()
     sampling = models.JSONField(default=dict)  # temperature, top_p, top_k, max_new_tokens, seed
+    # A catalog model's evaluation: the reward it is scored with, a name the run form accepts for
+    # `reward.name` (a built-in or an operator-registered reward function; blank: the default reward).
+    # Always blank for a run's evaluation, which is scored with the run's own config.
+    reward = models.CharField(max_length=64, blank=True)
     gpus = models.PositiveIntegerField(default=0)  # counted against the owner's GPU quota while running
     status = models.CharField(max_length=16, choices=EvaluationStatus.choices, default=EvaluationStatus.QUEUED)
     queue_reason = models.CharField(max_length=300, blank=True)

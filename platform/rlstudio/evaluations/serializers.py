@@ -12,9 +12,9 @@ class SamplingSerializer(serializers.Serializer):
     seed = serializers.IntegerField(required=False, min_value=0)
 
 
-class ModelEvaluationCreateSerializer(serializers.Serializer):
-    """The request body of a catalog model's evaluation (checked by `services.clean_model_request`):
-    a run evaluation's fields without checkpoints; the model is the one column, 'base'."""
+class EvaluationRequestFields(serializers.Serializer):
+    """The fields a run's and a model's evaluation request share: the dataset, k, prompts, GPUs and
+    sampling (not a request body itself; each request serializer below adds its own fields)."""
 
     dataset = serializers.IntegerField()
     k = serializers.IntegerField(min_value=1)
@@ -24,9 +24,19 @@ class ModelEvaluationCreateSerializer(serializers.Serializer):
     sampling = SamplingSerializer(required=False)
 
 
-class EvaluationCreateSerializer(ModelEvaluationCreateSerializer):
+class ModelEvaluationCreateSerializer(EvaluationRequestFields):
+    """The request body of a catalog model's evaluation (checked by `services.clean_model_request`):
+    the shared fields and the reward; no checkpoints: the model is the one column, 'base'."""
+
+    reward = serializers.CharField(required=False, allow_blank=True, max_length=64,
+                                   help_text="the reward's name, one the run form accepts for reward.name (a "
+                                             "built-in or an operator-registered reward function); absent or "
+                                             "'': the default reward")
+
+
+class EvaluationCreateSerializer(EvaluationRequestFields):
     """The request body of a run's evaluation (checked in full by `services.clean_request`; this is its
-    documented shape): what is evaluated, then a model evaluation's fields."""
+    documented shape): what is evaluated, then the shared fields. No reward: the run's config scores it."""
 
     checkpoints = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=True,
                                         help_text="steps of the run's checkpoints (may be empty with include_base)")
@@ -44,11 +54,14 @@ class EvaluationSerializer(serializers.ModelSerializer):
     dataset = serializers.IntegerField(source="dataset_id", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
     figures = serializers.SerializerMethodField()
+    reward = serializers.CharField(read_only=True,
+                                   help_text="a model's evaluation: the reward it is scored with ('': the default "
+                                             "reward); a run's: '' (the run's own config scores it)")
 
     class Meta:
         model = Evaluation
         fields = ["id", "run", "model", "owner", "dataset", "checkpoints", "include_base", "columns", "k", "max_prompts",
-                  "gpus", "sampling", "status", "queue_reason", "error", "stop_requested", "figures", "created",
+                  "gpus", "sampling", "reward", "status", "queue_reason", "error", "stop_requested", "figures", "created",
                   "started", "finished"]
 
     columns = serializers.ListField(child=serializers.CharField(), read_only=True,

@@ -61,6 +61,7 @@ class EvaluationRequest:
     max_prompts: int
     gpus: int
     sampling: dict[str, Any]
+    reward: str = ""  # a catalog model's evaluation: the reward's name ("": the default reward)
 
 
 def _int(value: Any, field: str, lo: int, hi: int) -> int:
@@ -82,7 +83,11 @@ def _float(value: Any, field: str, lo: float, hi: float, *, open_low: bool = Fal
 
 def clean_request(data: dict[str, Any], *, available: list[int], max_gpus: int = MAX_GPUS) -> EvaluationRequest:
     """The request's inputs checked and bounded (EvaluationInvalid naming the field). `max_gpus`: the
-    most the user may ask (their quota's, at most MAX_GPUS)."""
+    most the user may ask (their quota's, at most MAX_GPUS). A run's evaluation is scored with the
+    run's own config: a `reward` in it is refused."""
+    if "reward" in data:
+        raise EvaluationInvalid("a run's evaluation is scored with the run's own reward; `reward` is only for "
+                                "a registered model's evaluation", field="reward")
     include_base = data.get("include_base", False)
     if not isinstance(include_base, bool):
         raise EvaluationInvalid(f"include_base must be true or false, got {include_base!r}", field="include_base")
@@ -140,7 +145,7 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
                                     "or stop it")
         ev = Evaluation.objects.create(owner=user, checkpoints=req.checkpoints, include_base=req.include_base,
                                        k=req.k, max_prompts=req.max_prompts, gpus=req.gpus, sampling=req.sampling,
-                                       **subject)
+                                       reward=req.reward, **subject)
         audit_record(actor=user, action="evaluation.create", obj=ev.subject,
                      data={"evaluation": ev.pk, "gpus": req.gpus, **audit})
     evaluation_admit(evaluation_id=ev.pk)
@@ -163,20 +168,31 @@ def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
 
 def clean_model_request(data: dict[str, Any], *, max_gpus: int = MAX_GPUS) -> EvaluationRequest:
     """A catalog model's evaluation request checked (EvaluationInvalid naming the field): the run
-    fields' bounds, with no checkpoints (the model itself is the one column, "base")."""
+    fields' bounds, with no checkpoints (the model itself is the one column, "base"), and an optional
+    `reward`: a string here (absent, null or "": the default reward); whether it names a reward the
+    run form accepts is the gate's check, when the config is built (`jobs.model_config`)."""
+    data = dict(data)
+    reward = data.pop("reward", None)
+    if reward is None:
+        reward = ""
+    if not isinstance(reward, str):
+        raise EvaluationInvalid(f"reward must be a reward's name, got {reward!r:.80}", field="reward")
     if data.get("checkpoints") not in (None, []):
         raise EvaluationInvalid("a model's evaluation has no checkpoints: it evaluates the model itself",
                                 field="checkpoints")
     if data.get("include_base", True) is not True:
         raise EvaluationInvalid("a model's evaluation always evaluates the model (column 'base'); leave "
                                 "include_base out", field="include_base")
-    return clean_request({**data, "checkpoints": [], "include_base": True}, available=[], max_gpus=max_gpus)
+    req = clean_request({**data, "checkpoints": [], "include_base": True}, available=[], max_gpus=max_gpus)
+    req.reward = reward
+    return req
 
 
 def evaluation_new_for_model(*, user, model, dataset, data: dict[str, Any]) -> Evaluation:
     """Create an evaluation of catalog `model` (one the caller may see: checked by the caller's
     selector; kind policy, else EvaluationInvalid on `model`) owned by `user`, on `dataset`, and admit
-    it now when the user's quota allows. Its config is checked now as the job will build it."""
+    it now when the user's quota allows. Its config is checked now as the job will build it: a
+    `reward` the run form's gate refuses is EvaluationInvalid on `reward`, nothing saved."""
     from rlstudio.runs.errors import ConfigInvalid
 
     if model.kind != "policy":
@@ -185,10 +201,13 @@ def evaluation_new_for_model(*, user, model, dataset, data: dict[str, Any]) -> E
     _check_dataset(dataset)
     req = clean_model_request(data, max_gpus=_policy().usage_for(user=user).max_gpus)
     try:
-        jobs.model_config(model=model, dataset=dataset, gpus=req.gpus)
+        jobs.model_config(model=model, dataset=dataset, gpus=req.gpus, reward=req.reward)
     except ConfigInvalid as exc:
+        if exc.key == "reward.name":
+            raise EvaluationInvalid(f"reward: {exc.message}", field="reward") from None
         raise EvaluationInvalid(f"the model cannot be evaluated: {exc.key}: {exc.message}", field="model") from None
-    return _create(user=user, req=req, model=model, dataset=dataset, audit={"model": model.pk})
+    return _create(user=user, req=req, model=model, dataset=dataset,
+                   audit={"model": model.pk, "reward": req.reward or "default"})
 
 
 def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = None) -> bool:

@@ -298,3 +298,126 @@ def test_deleting_its_evaluations_frees_the_dataset(alice, bob, model, data):
     assert _api(alice).delete(_url(model, f"{ev.pk}/")).status_code == 204
     assert not Evaluation.objects.filter(pk=ev.pk).exists()
     assert _api(alice).delete(f"/api/v1/datasets/{data.pk}/").status_code == 204
+
+
+# --- the reward a model's evaluation is scored with (a name the run form accepts for reward.name) ----------
+@pytest.fixture
+def registered_reward(settings, tmp_path):
+    """A ready operator-registered reward function `three_quarters` (a file under the test's reward root,
+    recorded as a passed check leaves it: its real path and SHA-256); returns its file's real path."""
+    import hashlib
+
+    from rlstudio.registry.models import RewardFunction
+
+    root = tmp_path / "rewards"
+    root.mkdir()
+    path = root / "three_quarters.py"
+    path.write_text("def compute_score(*a, **k):\n    return 0.75\n", encoding="utf-8")
+    settings.RLSTUDIO_REWARD_ROOTS = [str(root)]
+    RewardFunction.objects.create(name="three_quarters", kind="file", path=str(path.resolve()), status="ready",
+                                  function="compute_score",
+                                  checked_sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    return path.resolve()
+
+
+def _submitted_spec(ev, monkeypatch) -> dict:
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: True)
+    assert services.evaluation_submit(evaluation_id=ev.pk) == "submitted"
+    return json.loads((jobs.folder(ev) / "spec.json").read_text())
+
+
+@pytest.mark.parametrize("reward,stored,expected", [(None, "", "default"), ("", "", "default"),
+                                                    ("gsm8k", "gsm8k", "gsm8k"), ("arith", "arith", "arith")])
+def test_a_builtin_reward_is_stored_and_reaches_the_specs_config(alice, model, data, published, monkeypatch,
+                                                                 settings, tmp_path, reward, stored, expected):
+    settings.STATE_DIR = tmp_path / "state"
+    body = _body(data) if reward is None else _body(data, reward=reward)
+    r = _api(alice).post(_url(model), body, format="json")
+    assert r.status_code == 202, r.content
+    assert r.json()["reward"] == stored
+    ev = Evaluation.objects.get(pk=r.json()["id"])
+    assert ev.reward == stored
+    assert [e["reward"] for e in _api(alice).get(_url(model)).json()] == [stored]
+    spec = _submitted_spec(ev, monkeypatch)
+    assert spec["config"]["reward"]["name"] == expected
+    assert spec["config"]["custom_reward_function"]["path"] is None  # a built-in: no file
+
+
+def test_a_registered_reward_reaches_the_spec_as_its_file_from_the_registry(alice, model, data, published,
+                                                                            monkeypatch, settings, tmp_path,
+                                                                            registered_reward):
+    settings.STATE_DIR = tmp_path / "state"
+    # fields that only the platform writes are not request fields: sent anyway, they change nothing
+    body = _body(data, reward="three_quarters", custom_reward_function={"path": "/etc/passwd", "name": "x"},
+                 config={"custom_reward_function.path": "/tmp/evil.py"})
+    r = _api(alice).post(_url(model), body, format="json")
+    assert r.status_code == 202, r.content
+    ev = Evaluation.objects.get(pk=r.json()["id"])
+    assert ev.reward == "three_quarters"
+    spec = _submitted_spec(ev, monkeypatch)
+    assert spec["config"]["reward"]["name"] == "three_quarters"
+    assert spec["config"]["custom_reward_function"] == {"path": str(registered_reward), "name": "compute_score"}
+
+
+def test_a_registered_reward_whose_file_changed_is_a_400_naming_reward(alice, model, data, published,
+                                                                      registered_reward):
+    registered_reward.write_text("def compute_score(*a, **k):\n    return 1.0\n", encoding="utf-8")
+    r = _api(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
+    assert r.status_code == 400, r.content
+    err = r.json()["error"]
+    assert err["field"] == "reward" and "changed since it was checked" in err["message"]
+    assert not Evaluation.objects.exists() and not published
+
+
+@pytest.mark.parametrize("reward", ["nope", "../x.py", "/etc/passwd", "trainer.rewards.arith", "gsm8k; rm -rf /",
+                                    "a" * 65, 5, ["gsm8k"], {"name": "gsm8k"}, True])
+def test_an_unknown_or_path_like_reward_is_a_400_naming_reward_and_nothing_is_saved(alice, model, data, published,
+                                                                                   registered_reward, reward):
+    r = _api(alice).post(_url(model), _body(data, reward=reward), format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == "reward"
+    assert not Evaluation.objects.exists() and not published
+
+
+def test_a_not_ready_registered_reward_is_refused(alice, model, data, published, registered_reward):
+    from rlstudio.registry.models import RewardFunction
+
+    RewardFunction.objects.filter(name="three_quarters").update(status="broken", error="it raised")
+    r = _api(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "reward"
+    assert not Evaluation.objects.exists()
+
+
+@pytest.mark.parametrize("reward", ["gsm8k", "", None])
+def test_reward_on_a_run_evaluation_is_a_400_naming_reward(alice, run_with_ckpts, data, published, reward):
+    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/",
+                         {"dataset": data.pk, "k": 2, "checkpoints": [1], "reward": reward}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == "reward"
+    assert not Evaluation.objects.exists() and not published
+
+
+def test_the_model_page_offers_the_rewards_default_first_and_lists_each_evaluations_reward(
+        alice, model, data, run_with_ckpts, registered_reward):
+    import re
+
+    Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
+                              sampling=services.DEFAULT_SAMPLING, status=S.SUCCEEDED, reward="three_quarters")
+    Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
+                              sampling=services.DEFAULT_SAMPLING, status=S.FAILED, reward="")
+    Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
+                              sampling=services.DEFAULT_SAMPLING, status=S.FAILED, reward="<b>x</b>")
+    c = Client()
+    c.force_login(alice)
+    html = c.get(f"/models/{model.pk}/").content.decode()
+    select = re.search(r'<select name="reward">(.*?)</select>', html, re.S)
+    assert select, "no reward select on the model page"
+    offered = re.findall(r'<option value="([^"]*)">', select.group(1))
+    assert offered[0] == "default" and {"gsm8k", "arith", "three_quarters"} <= set(offered)
+    assert len(offered) == len(set(offered))
+    listed = re.findall(r'<td class="eval-reward">(.*?)</td>', html)
+    assert listed == ["&lt;b&gt;x&lt;/b&gt;", "default", "three_quarters"]  # newest first
+    assert "<b>x</b>" not in html
+    # the run page's form has no reward: the run's config scores its evaluations
+    run_html = c.get(f"/runs/{run_with_ckpts.pk}/").content.decode()
+    assert 'id="eval-form"' in run_html and 'name="reward"' not in run_html

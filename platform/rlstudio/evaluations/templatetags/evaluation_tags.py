@@ -3,10 +3,12 @@ the newest finished evaluation as a curve, a table and the prompts x columns mat
 their transcripts, and the list with a stop button on an active one).
 
 `{% model_evaluations %}`: the same card on a catalog model's page (the form for whoever sees a policy
-model; the user's own evaluations of it, staff: all, each with its mean@k, pass@k and maj@k; the
-newest finished one's prompts, whose cells open their transcripts)."""
+model, with the rewards it may be scored with; the user's own evaluations of it, staff: all, each with
+its reward, mean@k, pass@k and maj@k; the newest finished one's prompts, whose cells open their
+transcripts)."""
 from django import template
 
+from rlstudio.catalog.rewardcheck import reward_names
 from rlstudio.catalog.selectors import dataset_list_for
 from rlstudio.runs.selectors import can_manage
 
@@ -39,6 +41,13 @@ def run_evaluations(context):
             "max_new_tokens": MAX_NEW_TOKENS, "csrf_token": context.get("csrf_token")}
 
 
+def reward_choices() -> list[str]:
+    """The rewards a model's evaluation may name (those a run's `reward.name` may be: the built-ins and
+    the operator's ready reward functions, `catalog.rewardcheck.reward_names`), `default` first."""
+    names = reward_names()
+    return ["default"] + [name for name in names if name != "default"]
+
+
 @register.inclusion_tag("evaluations/model_section.html", takes_context=True)
 def model_evaluations(context):
     """Context of the card for catalog `model` (already checked visible by the model page's view)."""
@@ -60,5 +69,6 @@ def model_evaluations(context):
     return {"model": model, "user": user, "can_evaluate": can_evaluate, "not_policy": not can_evaluate,
             "evaluations": evaluations, "latest": done, "eval_data": data,
             "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if can_evaluate else [],
+            "rewards": reward_choices() if can_evaluate else [],
             "defaults": DEFAULT_SAMPLING, "max_k": MAX_K, "max_prompts": MAX_PROMPTS,
             "max_new_tokens": MAX_NEW_TOKENS, "csrf_token": context.get("csrf_token")}
