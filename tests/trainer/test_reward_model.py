@@ -196,14 +196,119 @@ def test_demo_reward_model_data_is_labelled_by_the_rule():
     assert 0.3 < share < 0.6  # both labels well represented
 
 
-def test_demo_reward_model_trains_from_a_policy_folder(tmp_path, tiny_model_dir):
-    from trainer.models.demo_rm import make_demo_reward_model
+def test_demo_reward_model_near_answers_are_wrong_and_of_every_way():
+    from trainer.models.demo_rm import NEAR_WAYS, near_answer
+    from trainer.tasks import arith
+
+    rng = __import__("random").Random(0)
+    seen = {"operand": 0, "other_op": 0, "sign": 0, "drop": 0}
+    for a, b, op in [(12, 34, "*"), (23, 45, "-"), (60, 60, "-"), (10, 99, "+"), (55, 11, "*")]:
+        truth = arith.answer(a, b, op)
+        for _ in range(80):
+            got = near_answer(a, b, op, rng)
+            assert got != truth
+            seen["operand"] += got in (a, b)
+            seen["other_op"] += got in {arith.answer(a, b, o) for o in arith.OPS if o != op} - {truth}
+            seen["sign"] += got == -truth
+            seen["drop"] += len(str(abs(got))) < len(str(abs(truth)))
+    assert len(NEAR_WAYS) == 8 and all(n >= 10 for n in seen.values()), seen
+    # the reply 0 (60 - 60) answered with an operand: the drift seen in the GRPO run on the first model
+    assert any(near_answer(60, 60, "-", rng) == 60 for _ in range(100))
+
+
+def test_demo_reward_model_pairs_differ_only_where_their_kind_says():
+    from trainer.models.demo_rm import matched_pairs
+    from trainer.tasks import arith
+
+    pairs = matched_pairs(200, seed=3)
+    held = {(a, b) for a, b, _ in arith.problems("test")}
+    kinds = {"answer": 0, "call": 0}
+    for (right, y_right), (wrong, y_wrong) in pairs:
+        assert y_right == 1.0 and right[:2] == wrong[:2]  # the same problem
+        assert tuple(int(x) for x in right[1]["content"][8:-1].split(" ")[::2]) not in held
+        if right[2] == wrong[2]:  # same call, same reply: only the answer differs, and it is wrong
+            assert right[3] == wrong[3] and right[4] != wrong[4] and y_wrong == 0.0
+            kinds["answer"] += 1
+        else:  # a miscopied call; its reply answered (right only when the miscopy is harmless, e.g. a swap of +)
+            assert wrong[4]["content"] == "#### " + wrong[3]["content"]
+            assert y_wrong == (1.0 if wrong[3]["content"] == right[3]["content"] else 0.0)
+            kinds["call"] += 1
+    assert kinds["answer"] > 100 and kinds["call"] > 30
+
+
+def test_demo_reward_model_agreement_and_ranking_score_a_perfect_and_a_blind_model():
+    from trainer.models.demo_rm import KINDS, NEAR_WAYS, agreement_by_kind, label, ranking_by_way
+    from trainer.tasks import arith
+
+    def truth(conv):  # "What is a op b?"
+        a, op, b = conv[1]["content"][8:-1].split(" ")
+        return arith.answer(int(a), int(b), op)
+
+    class Rule:  # scores by the rule itself: agrees everywhere, ranks every pair
+        def score(self, convs):
+            return [1.0 if label(m, truth(m)) else -1.0 for m in convs]
+
+    class Blind:  # the same score for everything: ranks no pair above another
+        def score(self, convs):
+            return [1.0] * len(convs)
+
+    perfect, blind = agreement_by_kind(Rule(), n=32), agreement_by_kind(Blind(), n=32)
+    assert set(perfect) == {*KINDS, "pair_ranking"} and all(v == 1.0 for v in perfect.values())
+    assert blind["pair_ranking"] == 0.0 and blind["wrong_answer"] == 0.0 and blind["right_tool"] == 1.0
+    perfect, blind = ranking_by_way(Rule(), n=24), ranking_by_way(Blind(), n=24)
+    assert list(perfect) == [*NEAR_WAYS, "miscopy_a", "miscopy_b", "miscopy_op"]
+    assert all(v == 1.0 for v in perfect.values()) and all(v == 0.0 for v in blind.values())
+
+
+def test_demo_reward_model_prefix_targets_start_where_a_pair_differs():
+    from trainer.models.demo_rm import prefix_targets
+
+    seqs = [[5, 5], [1, 2, 3, 4], [1, 2, 9, 4, 7], [1, 2, 3], [1, 2, 3]]  # a mix row, then two pairs
+    labels = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0])  # the second pair has equal labels: no targets
+    target, weight = prefix_targets(seqs, labels, 1, 6)
+    assert weight[0].sum() == 0 and weight[3:].sum() == 0
+    assert weight[1].tolist() == [0, 0, 1, 1, 0, 0] and target[1].tolist() == [0, 0, 1, 1, 0, 0]
+    assert weight[2].tolist() == [0, 0, 1, 1, 1, 0] and target[2].sum() == 0
+    _, weight = prefix_targets([[1, 2], [1, 2, 3]], torch.tensor([1.0, 0.0]), 0, 3)  # one a prefix of the other
+    assert weight.tolist() == [[0, 0, 0], [0, 0, 1]]
+
+
+def test_demo_reward_model_token_scores_end_with_the_workers_score(tiny_rm_dir):
+    from trainer.models.demo_rm import token_scores
     from trainer.workers.reward_model import RewardModelWorker
 
-    res = make_demo_reward_model(tmp_path / "rm", init=tiny_model_dir, steps=3, batch=4, log=lambda m: None)
-    assert res["steps"] == 3 and 0.0 <= res["held_out_accuracy"] <= 1.0
+    w = RewardModelWorker(str(tiny_rm_dir), device=torch.device("cpu"))
+    short = CONV[:2] + [{"role": "assistant", "content": "#### 15"}]
+    seqs = [w.encode(CONV), w.encode(short)]
+    ids = torch.full((2, len(seqs[0])), w.pad_id)
+    mask = torch.zeros((2, len(seqs[0])), dtype=torch.long)
+    for r, seq in enumerate(seqs):
+        ids[r, : len(seq)], mask[r, : len(seq)] = torch.as_tensor(seq), 1
+    per_token = token_scores(w.model, ids, mask)
+    assert per_token.shape == ids.shape and len(seqs[1]) < len(seqs[0])
+    last = per_token[torch.arange(2), mask.sum(-1) - 1].tolist()
+    assert last == pytest.approx(w.score([CONV, short]), abs=1e-5)
+
+
+def test_demo_reward_model_trains_from_a_policy_folder(tmp_path, tiny_model_dir):
+    from trainer.models.demo_rm import KINDS, make_demo_reward_model
+    from trainer.workers.reward_model import RewardModelWorker
+
+    with pytest.raises(ValueError, match="pairs"):
+        make_demo_reward_model(tmp_path / "bad", init=tiny_model_dir, steps=1, batch=4, pairs=3)
+    res = make_demo_reward_model(tmp_path / "rm", init=tiny_model_dir, steps=3, batch=4, pairs=1, extra_layers=1,
+                                 body_lr=0.0, log=lambda m: None)
+    assert res["steps"] == 3 and 0.0 <= res["held_out_accuracy"] <= 1.0 and res["pairs"] == 1
+    assert set(res["held_out_by_kind"]) == {*KINDS, "pair_ranking"} and res["pair_loss"] > 0
+    body = json.loads((Path(tiny_model_dir) / "config.json").read_text())["num_hidden_layers"]
+    from transformers import AutoModelForCausalLM
+
+    frozen = AutoModelForCausalLM.from_pretrained(tiny_model_dir).model.layers[0].mlp.down_proj.weight
     w = RewardModelWorker(str(tmp_path / "rm"), device=torch.device("cpu"))
     assert w.model.config.num_labels == 1 and w.model.config.architectures == ["Qwen2ForSequenceClassification"]
+    assert w.model.config.num_hidden_layers == body + 1  # one fresh layer on the policy's body, trained
+    assert torch.equal(w.model.base_model.layers[0].mlp.down_proj.weight, frozen)  # body_lr 0: the body as it was
+    assert w.model.base_model.layers[body].mlp.down_proj.weight.abs().sum() > 0  # started at zero
     assert "<|im_start|>" in w.tokenizer.apply_chat_template(CONV, tokenize=False)  # the policy's template
     assert json.loads((tmp_path / "rm" / "demo_rm_train.json").read_text())["steps"] == 3
 

@@ -1,7 +1,8 @@
 """The demo's reward model: a tiny sequence-classification model trained here to predict the arithmetic
 demo's rule reward from a whole transcript, so that GRPO can learn the demo with it as the only reward.
 
-Run: ``python -m trainer make-demo-reward-model OUT [--init WARM_START] [--steps 600] [--seed 0] [--threads 1]``
+Run: ``python -m trainer make-demo-reward-model OUT [--init WARM_START] [--steps 600] [--pairs 12]
+[--extra-layers 2] [--body-lr 3e-4] [--seed 0] [--threads 1]``
 
 Data (`labelled_conversations`): transcripts of train-split problems only (held-out operand pairs
 never appear) in the shapes the demo policy produces, each labelled by the rule itself
@@ -9,7 +10,9 @@ never appear) in the shapes the demo policy produces, each labelled by the rule 
   - the calculator called on the problem, its reply, the reply as the answer (label 1);
   - the calculator called on a miscopied expression (an operand digit, the operator, or the operands
     swapped), its reply, that reply as the answer (label by the rule: 0 unless it happens to be right);
-  - the calculator called right but another number answered, or no answer line (0);
+  - the calculator called right but another number answered (`wrong_answer`, 0): the reply with a
+    digit changed, dropped, added or two swapped, its sign flipped, off by 1 or 10, an operand, or
+    the result of another operator on the operands (`near_answer`); or no answer line (0);
   - a direct answer without the tool, right for about a quarter of them (label by the rule);
   - a tool call the agent could not parse (its "Error: malformed tool call ..." reply), then a guess
     (label by the rule). Without these the policy found them: a first reward model trained without
@@ -17,17 +20,38 @@ never appear) in the shapes the demo policy produces, each labelled by the rule 
 So the model must compare the answer with the tool's reply and the expression with the question:
 copy checks a tiny transformer learns, not arithmetic.
 
+Matched pairs (`matched_pair`): a right transcript and the same transcript with only the answer
+changed (`wrong_answer`) or only the call miscopied (`miscopy`, its reply and answer following).
+A first reward model trained on the mix alone agreed with the rule on only 0.68 of held-out
+transcripts and scored an answer that differs from the tool's reply nearly like the right one, and
+GRPO on it drifted there; a pair differs in nothing else, so only the comparison separates it.
+
 Initialisation: with ``--init`` a causal LM folder (the demo's warm start, trainer.models.demo), the
-reward model is that model's body with a fresh one-label head, its tokenizer and its chat template
-(the usual RLHF recipe: the reward model starts from the supervised policy, which already reads this
-format and copies operands and replies); without it, a random tiny reward model
+reward model is that model's body, `--extra-layers` fresh decoder layers on top (starting as the
+identity) and a fresh one-label head, with its tokenizer and its chat template (the usual RLHF
+recipe: the reward model starts from the supervised policy, which already reads this format and
+copies operands and replies; the fresh layers give the comparison room above the policy's own
+computation, which its last layer spends on predicting the next token); without it, a random tiny reward model
 (trainer.models.tiny_rm, preset demo, its own tokenizer and template).
 
 Training: binary cross-entropy on the head's output (a logit) at the last token of the reward model's
-own rendering (trainer.workers.reward_model), AdamW with warmup and cosine decay, batches of
-`--batch` conversations; bounded by steps, so the same seed gives the same model on the same
-machine. The folder is a plain Hugging Face sequence-classification checkpoint (config, weights,
-tokenizer, chat template) that the catalog registers as a reward model.
+own rendering (trainer.workers.reward_model), plus ``pair_weight`` times a Bradley-Terry term on the
+matched pairs (-log sigmoid(score of the right one - score of the wrong one)), plus
+``prefix_weight`` times a per-token term on the pairs (`prefix_targets`: the head's output at every
+token from the first one where the two differ, labelled with its transcript's label, so the model
+is told where the difference is). Every batch of `--batch` conversations holds `--pairs` matched
+pairs, the rest drawn from the mix. The head and the fresh layers train at `--lr`, the policy's
+body at `--body-lr`; AdamW with warmup and cosine decay; bounded by steps, so the same seed gives
+the same model on the same machine. The result (``demo_rm_train.json``) has the agreement with the
+rule on the mix (training and held-out problems), per kind on held-out problems, and the share of
+held-out matched pairs ranked right (`agreement_by_kind`). The folder is a plain Hugging Face
+sequence-classification checkpoint (config, weights, tokenizer, chat template) that the catalog
+registers as a reward model.
+
+What it learns (docs/benchmarks.md, bench:reward_model): answers of another length or sign, an
+operand or another operator's result, a miscopied operator, a malformed call; not yet a single digit
+changed (in the answer or in a copied operand), which it ranks below the right transcript only a
+little more often than chance.
 """
 from __future__ import annotations
 
@@ -43,6 +67,20 @@ from trainer.tasks import arith
 
 KINDS = ("right_tool", "miscopy", "wrong_answer", "no_answer", "direct", "tool_error")
 WEIGHTS = (0.35, 0.20, 0.15, 0.05, 0.10, 0.15)
+# How `near_answer` makes a wrong answer from the tool's reply, and their odds: the same-length
+# changes (a digit, two swapped, off by 1 or 10) are the ones a reward model learns last (a model
+# trained on equal odds told 94-100% of the drops, additions, sign flips and other operators' results
+# from the right answer, and 69-74% of these), so they come more often.
+NEAR_WAYS = ("digit", "drop", "add", "swap", "sign", "off", "operand", "other_op")
+NEAR_WEIGHTS = (3, 1, 1, 2, 1, 2, 1, 1)
+# The kinds a matched pair's wrong transcript can be, and their odds.
+PAIR_KINDS = ("wrong_answer", "miscopy")
+PAIR_WEIGHTS = (0.6, 0.4)
+# Training defaults (docs/benchmarks.md, bench:reward_model): matched pairs per batch of 32, fresh
+# layers on the policy's body, the body's learning rate (the fresh layers and the head: --lr).
+PAIRS = 12
+EXTRA_LAYERS = 2
+BODY_LR = 3e-4
 # The error replies the multi-turn agent gives a call it cannot parse (trainer.rollout.agent).
 TOOL_ERRORS = ("Error: malformed tool call (unclosed_tag): <tool_call> without a closing </tool_call>",
                "Error: malformed tool call (bad_json): tool call is not valid JSON (Expecting ':' delimiter at char 56)",
@@ -66,6 +104,66 @@ def _tool_turns(expr_a: int, expr_b: int, op: str, answer_text: str | None) -> l
     return turns
 
 
+def near_answer(a: int, b: int, op: str, rng: random.Random, *, ways: tuple[str, ...] | None = None) -> int:
+    """A wrong number close to the result of (a, b, op), as a policy might answer after the tool's
+    reply: one digit changed, dropped, added or two swapped, the sign flipped, off by 1 or 10, an
+    operand, or another operator's result on the operands (`ways`: only these; default all, with
+    NEAR_WEIGHTS' odds). Never the result itself."""
+    value = arith.answer(a, b, op)
+    digits = str(abs(value))
+    sign = -1 if value < 0 else 1
+    for _ in range(20):
+        how = rng.choices(NEAR_WAYS, NEAR_WEIGHTS)[0] if ways is None else rng.choice(ways)
+        if how == "digit":
+            got = _change_digit(value, rng)
+        elif how == "drop":
+            if len(digits) < 2:
+                continue
+            pos = rng.randrange(len(digits))
+            got = sign * int(digits[:pos] + digits[pos + 1:])
+        elif how == "add":
+            pos = rng.randrange(len(digits) + 1)
+            got = sign * int(digits[:pos] + rng.choice("0123456789" if pos else "123456789") + digits[pos:])
+        elif how == "swap":
+            if len(digits) < 2:
+                continue
+            pos = rng.randrange(len(digits) - 1)
+            got = sign * int(digits[:pos] + digits[pos + 1] + digits[pos] + digits[pos + 2:])
+        elif how == "sign":
+            got = -value
+        elif how == "off":
+            got = value + rng.choice((-10, -1, 1, 10))
+        elif how == "operand":
+            got = rng.choice((a, b))
+        else:  # "other_op"
+            got = arith.answer(a, b, rng.choice([o for o in arith.OPS if o != op]))
+        if got != value:
+            return got
+    return value + 1
+
+
+def _changed_operand(x: int, rng: random.Random) -> int:
+    """An operand with one digit changed, kept in the task's range (so never x itself)."""
+    for _ in range(20):
+        got = _change_digit(x, rng)
+        if arith.LOW <= got <= arith.HIGH:
+            return got
+    return x + 1 if x < arith.HIGH else x - 1
+
+
+def _miscopy(a: int, b: int, op: str, rng: random.Random) -> tuple[int, int, str]:
+    """The problem as a careless call copies it: an operand digit (the likeliest: a model learns these
+    last), the operator, or the operands swapped."""
+    how = rng.choices(("a", "b", "op", "swap"), (2, 2, 1, 1))[0]
+    if how == "a":
+        return _changed_operand(a, rng), b, op
+    if how == "b":
+        return a, _changed_operand(b, rng), op
+    if how == "op":
+        return a, b, rng.choice([o for o in arith.OPS if o != op])
+    return b, a, op
+
+
 def conversation(a: int, b: int, op: str, kind: str, rng: random.Random) -> list[dict[str, Any]]:
     """One transcript of the problem (a, b, op) of the given kind."""
     msgs: list[dict[str, Any]] = arith.prompt_messages(a, b, op)
@@ -73,19 +171,10 @@ def conversation(a: int, b: int, op: str, kind: str, rng: random.Random) -> list
     if kind == "right_tool":
         return msgs + _tool_turns(a, b, op, arith.final_answer(truth))
     if kind == "miscopy":
-        how = rng.choice(("a", "b", "op", "swap"))
-        ea, eb, eop = a, b, op
-        if how == "a":
-            ea = max(arith.LOW, min(arith.HIGH, _change_digit(a, rng)))
-        elif how == "b":
-            eb = max(arith.LOW, min(arith.HIGH, _change_digit(b, rng)))
-        elif how == "op":
-            eop = rng.choice([o for o in arith.OPS if o != op])
-        else:
-            ea, eb = b, a
+        ea, eb, eop = _miscopy(a, b, op, rng)
         return msgs + _tool_turns(ea, eb, eop, arith.final_answer(arith.answer(ea, eb, eop)))
     if kind == "wrong_answer":
-        return msgs + _tool_turns(a, b, op, arith.final_answer(_change_digit(truth, rng)))
+        return msgs + _tool_turns(a, b, op, arith.final_answer(near_answer(a, b, op, rng)))
     if kind == "no_answer":
         return msgs + _tool_turns(a, b, op, rng.choice(["", str(truth), "The answer is above."]))
     if kind == "tool_error":
@@ -97,6 +186,9 @@ def conversation(a: int, b: int, op: str, kind: str, rng: random.Random) -> list
         guess = truth if rng.random() < 0.25 else _change_digit(truth, rng)
         return msgs + [{"role": "assistant", "content": arith.final_answer(guess)}]
     raise ValueError(f"unknown kind {kind!r}; allowed: {KINDS}")
+
+
+Labelled = tuple[list[dict[str, Any]], float]
 
 
 def label(messages: list[dict[str, Any]], truth: int) -> float:
@@ -119,17 +211,86 @@ def labelled_conversations(n: int, *, split: str = "train", seed: int = 0) -> li
     return out
 
 
+def matched_pair(a: int, b: int, op: str, rng: random.Random) -> tuple[Labelled, Labelled]:
+    """A right transcript of (a, b, op) and the same transcript with only the answer changed
+    (`wrong_answer`) or only the call miscopied (`miscopy`), each with its rule reward."""
+    truth = arith.answer(a, b, op)
+    right = conversation(a, b, op, "right_tool", rng)
+    wrong = conversation(a, b, op, rng.choices(PAIR_KINDS, PAIR_WEIGHTS)[0], rng)
+    return (right, label(right, truth)), (wrong, label(wrong, truth))
+
+
+def matched_pairs(n: int, *, split: str = "train", seed: int = 0) -> list[tuple[Labelled, Labelled]]:
+    """`n` matched pairs on problems of `split`."""
+    rng = random.Random(seed)
+    pool = arith.problems(split)
+    return [matched_pair(*rng.choice(pool), rng) for _ in range(n)]
+
+
 def accuracy(worker: Any, data: list[tuple[list[dict[str, Any]], float]]) -> float:
     """Share of transcripts whose score has the label's sign (logit > 0 for reward 1)."""
     scores = worker.score([m for m, _ in data])
     return sum((s > 0) == (y > 0.5) for s, (_, y) in zip(scores, data)) / max(1, len(data))
 
 
-def init_from_policy(out_dir: str | Path, init: str | Path) -> Path:
-    """A one-label sequence-classification model from the causal LM folder `init`: its body, a fresh
-    head, its tokenizer and chat template, written to `out_dir`."""
+def agreement_by_kind(worker: Any, *, n: int = 128, split: str = "test", seed: int = 1) -> dict[str, float]:
+    """Accuracy (as `accuracy`) on `n` transcripts of each kind on problems of `split`, and
+    "pair_ranking": the share of `n` matched pairs with different labels whose right transcript
+    scores above the wrong one."""
+    pool = arith.problems(split)
+    out = {}
+    for i, kind in enumerate(KINDS):
+        rng = random.Random(seed * 1000 + i)
+        data = []
+        for _ in range(n):
+            a, b, op = rng.choice(pool)
+            msgs = conversation(a, b, op, kind, rng)
+            data.append((msgs, label(msgs, arith.answer(a, b, op))))
+        out[kind] = accuracy(worker, data)
+    pairs = [(p, q) for p, q in matched_pairs(n, split=split, seed=seed * 1000 + len(KINDS)) if p[1] != q[1]]
+    scores = worker.score([m for pair in pairs for m, _ in pair])
+    out["pair_ranking"] = sum(scores[2 * i] > scores[2 * i + 1] for i in range(len(pairs))) / max(1, len(pairs))
+    return out
+
+
+def ranking_by_way(worker: Any, *, n: int = 128, split: str = "test", seed: int = 1) -> dict[str, float]:
+    """For each way of making a wrong transcript from a right one (`NEAR_WAYS` for the answer,
+    "miscopy_a" / "miscopy_b" / "miscopy_op" for the call; a swap of the operands is left out, right for
+    + and *), the share of `n` problems of `split` whose right transcript scores above the wrong one."""
+    pool = arith.problems(split)
+    rng = random.Random(seed)
+    problems = [rng.choice(pool) for _ in range(n)]
+    right = worker.score([conversation(a, b, op, "right_tool", rng) for a, b, op in problems])
+    out = {}
+    for way in (*NEAR_WAYS, "miscopy_a", "miscopy_b", "miscopy_op"):
+        wrong = []
+        for a, b, op in problems:
+            msgs = arith.prompt_messages(a, b, op)
+            if way.startswith("miscopy_"):
+                ea, eb, eop = a, b, op
+                if way == "miscopy_a":
+                    ea = _changed_operand(a, rng)
+                elif way == "miscopy_b":
+                    eb = _changed_operand(b, rng)
+                else:
+                    eop = rng.choice([o for o in arith.OPS if o != op])
+                msgs += _tool_turns(ea, eb, eop, arith.final_answer(arith.answer(ea, eb, eop)))
+            else:
+                msgs += _tool_turns(a, b, op, arith.final_answer(near_answer(a, b, op, rng, ways=(way,))))
+            wrong.append(msgs)
+        scores = worker.score(wrong)
+        out[way] = sum(r > w for r, w in zip(right, scores)) / max(1, n)
+    return out
+
+
+def init_from_policy(out_dir: str | Path, init: str | Path, *, extra_layers: int = 0) -> Path:
+    """A one-label sequence-classification model from the causal LM folder `init`: its body, with
+    `extra_layers` fresh decoder layers on top (before the final norm), a fresh head, its tokenizer and
+    chat template, written to `out_dir`. A fresh
+    layer's output projections (attention and MLP) start at zero, so it starts as the identity and the
+    model reads the policy's last hidden states."""
     import torch
-    from transformers import AutoModelForSequenceClassification
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from trainer.models.hf_folder import load_tokenizer
 
@@ -137,47 +298,126 @@ def init_from_policy(out_dir: str | Path, init: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tok = load_tokenizer(init)
     tok.save_pretrained(out)
+    cfg = AutoConfig.from_pretrained(str(init))
+    body = int(cfg.num_hidden_layers)
+    cfg.num_hidden_layers = body + extra_layers
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = list(cfg.layer_types) + [cfg.layer_types[-1]] * extra_layers
+    cfg.num_labels, cfg.pad_token_id = 1, tok.pad_token_id
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = AutoModelForSequenceClassification.from_pretrained(
-            str(init), num_labels=1, dtype=torch.float32, pad_token_id=tok.pad_token_id)
+        model = AutoModelForSequenceClassification.from_pretrained(str(init), config=cfg, dtype=torch.float32)
+    with torch.no_grad():
+        for layer in model.base_model.layers[body:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
     model.config.architectures = [type(model).__name__]
     model.save_pretrained(out, safe_serialization=True)
     return out
 
 
-def make_demo_reward_model(out_dir: str | Path, *, init: str | Path | None = None, steps: int = 600,
-                           batch: int = 32, lr: float = 1e-3, seed: int = 0, log: Any = print) -> dict[str, Any]:
-    """Build the reward model (from the policy folder `init`, else a random tiny one), train it on
-    `labelled_conversations`, save it to `out_dir`; returns {steps, seconds, loss, train_accuracy,
-    held_out_accuracy}."""
+def token_scores(model: Any, ids: Any, mask: Any) -> Any:
+    """(b, T) head outputs at every token of a right-padded batch: the sequence-classification model's
+    own computation (its `score` head on the last hidden states) before it picks the last token,
+    which is where trainer.workers.reward_model reads the score."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                              use_cache=False).last_hidden_state
+    return model.score(hidden)[..., 0].float()
+
+
+def prefix_targets(seqs: list[list[int]], labels: Any, single: int, width: int) -> tuple[Any, Any]:
+    """Targets and weights (b, width) of the prefix term on the matched pairs (rows single + 2i, the
+    right transcript, and single + 2i + 1, the wrong one; only pairs whose labels differ): every
+    token from the first one where the two differ to the end is labelled with its transcript's
+    label. Earlier tokens are the same in both (the same score), so they get no target."""
     import torch
+
+    target = torch.zeros((len(seqs), width))
+    weight = torch.zeros((len(seqs), width))
+    for r in range(single, len(seqs) - 1, 2):
+        if not labels[r] > 0.5 > labels[r + 1]:
+            continue
+        a, b = seqs[r], seqs[r + 1]
+        first = next((i for i, (x, z) in enumerate(zip(a, b)) if x != z), min(len(a), len(b)))
+        for row, seq in ((r, a), (r + 1, b)):
+            target[row, first:len(seq)] = float(labels[row])
+            weight[row, first:len(seq)] = 1.0
+    return target, weight
+
+
+def make_demo_reward_model(out_dir: str | Path, *, init: str | Path | None = None, steps: int = 600,
+                           batch: int = 32, pairs: int = PAIRS, pair_weight: float = 1.0,
+                           prefix_weight: float = 1.0, lr: float = 1e-3,
+                           extra_layers: int | None = None, body_lr: float | None = None, seed: int = 0,
+                           eval_every: int = 0, log: Any = print) -> dict[str, Any]:
+    """Build the reward model (from the policy folder `init`, else a random tiny one), train it on
+    `labelled_conversations` and `matched_pairs` (`pairs` of them in every batch of `batch`), save
+    it to `out_dir`; returns {steps, seconds, loss, train_accuracy, held_out_accuracy, held_out_by_kind,
+    ...}. With `init`, `extra_layers` fresh layers go on the policy's body (`init_from_policy`; None:
+    EXTRA_LAYERS); the body (the policy's layers and embeddings) trains at `body_lr` (None: BODY_LR;
+    0: frozen), the fresh layers and the head at `lr`. With `eval_every`, `agreement_by_kind` on 64 held-out transcripts per
+    kind is logged every so many steps (and kept under "evals")."""
+    import torch
+    import torch.nn.functional as F
 
     from trainer.models.tiny_rm import make_tiny_reward_model
     from trainer.workers.reward_model import RewardModelWorker
 
+    if not 0 <= 2 * pairs <= batch:
+        raise ValueError(f"pairs must be in 0..batch/2 ({batch // 2}), got {pairs}")
     out = Path(out_dir)
     if init is not None:
-        init_from_policy(out, init)
+        extra_layers = EXTRA_LAYERS if extra_layers is None else extra_layers
+        body_lr = BODY_LR if body_lr is None else body_lr
+        body = int(json.loads((Path(init) / "config.json").read_text())["num_hidden_layers"])
+        init_from_policy(out, init, extra_layers=extra_layers)
+    elif extra_layers or body_lr is not None:  # nothing to put them on
+        raise ValueError("extra_layers and body_lr need init (a policy folder)")
     else:
         make_tiny_reward_model(out, preset="demo", seed=seed)
+        body, extra_layers = 0, 0
     w = RewardModelWorker(str(out), device=torch.device("cpu"), micro_batch=batch)
     model = w.model
-    for p in model.parameters():
-        p.requires_grad_(True)
-    model.train()
-    data = labelled_conversations(steps * batch // 4 + 1000, seed=seed)
+    fresh = [f"layers.{i}." for i in range(body, body + extra_layers)]
+    groups: dict[str, list[Any]] = {"body": [], "fresh": []}
+    for name, p in model.named_parameters():
+        in_body = init is not None and not name.startswith("score.") and not any(f in name for f in fresh)
+        groups["body" if in_body else "fresh"].append(p)
+    body_lr = lr if body_lr is None else body_lr
+    trainable = groups["fresh"] + (groups["body"] if body_lr > 0 else [])
+    single = batch - 2 * pairs
+    data = labelled_conversations(steps * single // 2 + 1000, seed=seed)
     enc = [(w.encode(m), y) for m, y in data]
+    enc_pairs = [((w.encode(p), yp), (w.encode(q), yq))
+                 for (p, yp), (q, yq) in matched_pairs(steps * pairs // 2 + 500, seed=seed + 2)]
     held = labelled_conversations(512, split="test", seed=seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    opt = torch.optim.AdamW([{"params": groups["fresh"], "lr": lr}]
+                            + ([{"params": groups["body"], "lr": body_lr}] if body_lr > 0 and groups["body"] else []),
+                            weight_decay=0.01)
     warm = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    t0, loss_ema = time.perf_counter(), None
+    evals: list[dict[str, Any]] = []
+
+    def evaluate(step: int) -> None:
+        model.eval()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        got = agreement_by_kind(w, n=64)
+        evals.append({"step": step, **got})
+        log(f"step {step} held-out agreement " + " ".join(f"{k} {v:.3f}" for k, v in got.items()))
+
+    t0, ema = time.perf_counter(), {}
     for step in range(steps):
-        rows = rng.sample(enc, batch)
+        model.train()
+        for p in trainable:
+            p.requires_grad_(True)
+        rows = rng.sample(enc, single)
+        for right, wrong in rng.sample(enc_pairs, pairs):
+            rows += [right, wrong]  # rows single + 2i (right) and single + 2i + 1 (wrong)
         width = max(len(ids) for ids, _ in rows)
         ids = torch.full((batch, width), w.pad_id, dtype=torch.long)
         mask = torch.zeros((batch, width), dtype=torch.long)
@@ -185,24 +425,42 @@ def make_demo_reward_model(out_dir: str | Path, *, init: str | Path | None = Non
             ids[r, : len(seq)] = torch.as_tensor(seq)
             mask[r, : len(seq)] = 1
         y = torch.tensor([lab for _, lab in rows], dtype=torch.float32)
+        dense_y, dense_w = prefix_targets([seq for seq, _ in rows], y, single, width)
         with torch.enable_grad():
-            logits = w.forward_scores(ids, mask)
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
+            per_token = token_scores(model, ids, mask)
+            logits = per_token[torch.arange(batch), mask.sum(-1) - 1]
+            bce = F.binary_cross_entropy_with_logits(logits, y)
+            right, wrong = logits[single::2], logits[single + 1::2]
+            differ = (y[single::2] - y[single + 1::2]) > 0.5  # the right one is right, the wrong one wrong
+            bt = -F.logsigmoid(right - wrong)[differ].mean() if bool(differ.any()) else logits.sum() * 0.0
+            prefix = (F.binary_cross_entropy_with_logits(per_token, dense_y, weight=dense_w, reduction="sum")
+                      / dense_w.sum().clamp(min=1.0))
+            loss = bce + pair_weight * bt + prefix_weight * prefix
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
             opt.step()
             sched.step()
-        value = float(loss.detach())
-        loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
+        for key, value in (("loss", loss), ("bce", bce), ("pair_loss", bt), ("prefix_loss", prefix)):
+            v = float(value.detach())
+            ema[key] = v if key not in ema else 0.95 * ema[key] + 0.05 * v
         if (step + 1) % 25 == 0 or step + 1 == steps:
-            log(f"step {step + 1}/{steps} loss {loss_ema:.4f} ({time.perf_counter() - t0:.0f} s)")
+            log(f"step {step + 1}/{steps} loss {ema['loss']:.4f} bce {ema['bce']:.4f} pair {ema['pair_loss']:.4f} "
+                f"prefix {ema['prefix_loss']:.4f} ({time.perf_counter() - t0:.0f} s)")
+        if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+            evaluate(step + 1)
     seconds = time.perf_counter() - t0
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    result = {"steps": steps, "seconds": seconds, "loss": loss_ema,
-              "train_accuracy": accuracy(w, data[:512]), "held_out_accuracy": accuracy(w, held)}
+    by_kind = agreement_by_kind(w, n=256)
+    result = {"steps": steps, "batch": batch, "pairs": pairs, "pair_weight": pair_weight, "lr": lr,
+              "extra_layers": extra_layers, "body_lr": body_lr,
+              "seconds": seconds, "loss": ema["loss"], "bce": ema["bce"], "pair_loss": ema["pair_loss"],
+              "prefix_weight": prefix_weight, "prefix_loss": ema["prefix_loss"],
+              "train_accuracy": accuracy(w, data[:512]), "held_out_accuracy": accuracy(w, held),
+              "held_out_by_kind": by_kind, "evals": evals}
+    log("held-out agreement " + " ".join(f"{k} {v:.3f}" for k, v in by_kind.items()))
     model.save_pretrained(out, safe_serialization=True)
     (out / "demo_rm_train.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -215,13 +473,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--init", default=None, help="a causal LM folder to start from (the demo's warm start)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--pairs", type=int, default=PAIRS, help="matched pairs in each batch (2 conversations each)")
+    ap.add_argument("--pair-weight", type=float, default=1.0, help="weight of the pairwise (Bradley-Terry) term")
+    ap.add_argument("--prefix-weight", type=float, default=1.0,
+                    help="weight of the prefix term (every token of a pair from where the two differ)")
+    ap.add_argument("--eval-every", type=int, default=0, help="log the held-out agreement every N steps (0: at the end)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate of the head and the fresh layers")
+    ap.add_argument("--extra-layers", type=int, default=None,
+                    help=f"fresh decoder layers on the policy's body (with --init; default {EXTRA_LAYERS})")
+    ap.add_argument("--body-lr", type=float, default=None,
+                    help=f"learning rate of the policy's body (with --init; default {BODY_LR:g}; 0: frozen)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    res = make_demo_reward_model(args.out, init=args.init, steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed)
+    res = make_demo_reward_model(args.out, init=args.init, steps=args.steps, batch=args.batch, pairs=args.pairs,
+                                 pair_weight=args.pair_weight, prefix_weight=args.prefix_weight, lr=args.lr,
+                                 extra_layers=args.extra_layers,
+                                 body_lr=args.body_lr, seed=args.seed, eval_every=args.eval_every)
     print(json.dumps(res, indent=2))
     return 0
