@@ -261,7 +261,7 @@ def test_demo_reward_model_agreement_and_ranking_score_a_perfect_and_a_blind_mod
 
 
 def test_demo_reward_model_prefix_targets_start_where_a_pair_differs():
-    from trainer.models.demo_rm import prefix_targets
+    from trainer.models.demo_rm import first_differences, prefix_targets
 
     seqs = [[5, 5], [1, 2, 3, 4], [1, 2, 9, 4, 7], [1, 2, 3], [1, 2, 3]]  # a mix row, then two pairs
     labels = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0])  # the second pair has equal labels: no targets
@@ -271,6 +271,8 @@ def test_demo_reward_model_prefix_targets_start_where_a_pair_differs():
     assert weight[2].tolist() == [0, 0, 1, 1, 1, 0] and target[2].sum() == 0
     _, weight = prefix_targets([[1, 2], [1, 2, 3]], torch.tensor([1.0, 0.0]), 0, 3)  # one a prefix of the other
     assert weight.tolist() == [[0, 0, 0], [0, 0, 1]]
+    assert first_differences(seqs, labels, 1) == [(1, 2)]  # the token both have where they first differ
+    assert first_differences([[1, 2], [1, 2, 3]], torch.tensor([1.0, 0.0]), 0) == []
 
 
 def test_demo_reward_model_token_scores_end_with_the_workers_score(tiny_rm_dir):
