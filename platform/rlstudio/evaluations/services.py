@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.text import without_nul
 from rlstudio.runs.launch import write_spec
 
 from . import jobs
@@ -253,17 +254,19 @@ def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", outco
         ev = Evaluation.objects.select_for_update().filter(pk=evaluation_id).first()
         if ev is None or ev.status not in only_from:
             return False
-        ev.status, ev.error, ev.finished = status, error[:4000], timezone.now()
+        ev.status, ev.error, ev.finished = status, without_nul(error[:4000]), timezone.now()
         fields = ["status", "error", "finished"]
-        if outcome is not None and outcome.results is not None:
-            ev.results = outcome.results
+        if outcome is not None and outcome.results is not None:  # model text: PostgreSQL refuses NUL
+            ev.results = without_nul(outcome.results)
             fields.append("results")
             EvaluationSample.objects.filter(evaluation=ev).delete()
             EvaluationSample.objects.bulk_create(
                 [EvaluationSample(evaluation=ev, column=str(s["column"])[:20], prompt=s["prompt"],
                                   sample=s["sample"], score=float(s.get("score") or 0.0),
-                                  correct=bool(s.get("correct")), answer=str(s.get("answer") or "")[:200],
-                                  finish_reason=str(s.get("finish_reason") or "")[:20], turns=s["turns"])
+                                  correct=bool(s.get("correct")),
+                                  answer=without_nul(str(s.get("answer") or "")[:200]),
+                                  finish_reason=str(s.get("finish_reason") or "")[:20],
+                                  turns=without_nul(s["turns"]))
                  for s in outcome.samples], batch_size=1000)
         ev.save(update_fields=fields)
         audit_record(actor=None, action=f"evaluation.{status}", obj=ev.subject,

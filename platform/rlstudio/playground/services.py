@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.text import without_nul
 
 from . import streams
 from .models import ACTIVE_SESSION_STATUSES, PlaygroundSession, SessionStatus
@@ -304,8 +305,9 @@ def session_finish(*, session_id: int, status: str, results: dict[str, Any] | No
         s = PlaygroundSession.objects.select_for_update().filter(pk=session_id).first()
         if s is None or s.status not in ACTIVE_SESSION_STATUSES:
             return False
-        s.status, s.error, s.stop_reason, s.finished = status, error[:4000], stop_reason[:100], timezone.now()
+        s.status, s.stop_reason, s.finished = status, stop_reason[:100], timezone.now()
+        s.error = without_nul(error[:4000])
         if results is not None:
-            s.results = results
+            s.results = without_nul(results)  # model text: PostgreSQL's JSON refuses NUL
         s.save(update_fields=["status", "error", "stop_reason", "finished", "results"])
     return True

@@ -43,6 +43,7 @@ from rlstudio.accounts.services import audit_record
 from rlstudio.runs import launch
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_reach
+from rlstudio.text import without_nul
 from trainer.events import SAMPLE_OPTIONAL_KEYS, Event, EventError, TokenView, validate_event
 
 from . import codec
@@ -148,17 +149,6 @@ def wire_form(event: Event) -> dict[str, Any]:
     return {"seq": event.seq, "type": event.type, "time": event.time, "data": data}
 
 
-def _without_nul(value: Any) -> Any:
-    """`value` with every NUL character in its strings (keys included) replaced by U+FFFD."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, list):
-        return [_without_nul(v) for v in value]
-    if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
-    return value
-
-
 def parse_events(raw_events: list[Any], *, max_event_bytes: int, body_bytes: int | None = None,
                  body_may_hold_nul: bool = True) -> tuple[list[dict[str, Any]], list[Refusal], int]:
     """Validate a batch: (valid events in wire form, first per seq), refusals, in-batch duplicates.
@@ -186,7 +176,7 @@ def parse_events(raw_events: list[Any], *, max_event_bytes: int, body_bytes: int
             if b"\\u0000" in text:
                 # PostgreSQL stores no NUL in text or jsonb, and a model can emit one: keep the event
                 # with U+FFFD in its place (what a browser shows for an undecodable character).
-                raw = _without_nul(raw)
+                raw = without_nul(raw)
                 text = codec.dumpb(raw)
             size = len(text)
             if size > max_event_bytes:

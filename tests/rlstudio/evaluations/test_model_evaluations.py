@@ -421,3 +421,17 @@ def test_the_model_page_offers_the_rewards_default_first_and_lists_each_evaluati
     # the run page's form has no reward: the run's config scores its evaluations
     run_html = c.get(f"/runs/{run_with_ckpts.pk}/").content.decode()
     assert 'id="eval-form"' in run_html and 'name="reward"' not in run_html
+
+
+def test_model_text_with_a_nul_is_stored_with_a_replacement_character(alice, model, data):
+    ev = Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
+                                   sampling=services.DEFAULT_SAMPLING, status=S.RUNNING)
+    results = {"checkpoints": [], "prompts": [{"index": 0, "prompt": "p\x00", "cells": {"base": {"sample": "\x00"}}}]}
+    sample = {"column": "base", "prompt": 0, "sample": 0, "score": 0.0, "correct": False, "answer": "1\x00",
+              "finish_reason": "stop", "turns": [{"role": "assistant", "content": "x\x00y"}]}
+    assert services.evaluation_finish(evaluation_id=ev.pk, status=S.SUCCEEDED,
+                                      outcome=jobs.Outcome(results=results, samples=[sample]))
+    ev.refresh_from_db()
+    assert ev.status == S.SUCCEEDED and ev.results["prompts"][0]["prompt"] == "p\ufffd"
+    (stored,) = EvaluationSample.objects.filter(evaluation=ev)
+    assert stored.answer == "1\ufffd" and stored.turns == [{"role": "assistant", "content": "x\ufffdy"}]

@@ -167,3 +167,15 @@ def test_the_api_needs_login(alice, make_model, published):
     assert r.status_code == 401 and r.json()["error"]["code"] == "not_authenticated"
     assert APIClient().post(f"{URL}1/stop/").status_code == 401
     assert not PlaygroundSession.objects.exists() and not published
+
+
+def test_model_text_with_a_nul_is_stored_with_a_replacement_character(alice, make_model, published):
+    # A model can generate U+0000 like any other character; PostgreSQL's JSON and text columns refuse it.
+    model = make_model(alice)
+    sid = _api(alice).post(URL, {"targets": [{"model": model.pk}], "messages": HELLO}, format="json").json()["id"]
+    assert services.session_start(session_id=sid) is not None
+    assert services.session_finish(session_id=sid, status=SessionStatus.SUCCEEDED, error="bad\x00tail",
+                                   results={"a\x00": {"text": "4\x002", "turns": [{"content": "\x00"}]}})
+    s = PlaygroundSession.objects.get(pk=sid)
+    assert s.results == {"a\ufffd": {"text": "4\ufffd2", "turns": [{"content": "\ufffd"}]}}
+    assert s.error == "bad\ufffdtail" and s.status == SessionStatus.SUCCEEDED
