@@ -50,7 +50,8 @@ def pairs_text(rm: dict) -> str:
         return ""
     return (f" ({rm['pairs']} matched pairs of a right transcript and the same with only the answer or the call "
             f"changed, the rest from the mix; BCE + {rm.get('pair_weight', 1.0):g} x Bradley-Terry on the pairs + "
-            f"{rm.get('prefix_weight', 0.0):g} x the per-token term; {rm.get('extra_layers', 0)} fresh layers "
+            f"{rm.get('prefix_weight', 0.0):g} x the per-token terms (every token from where a pair differs, and a "
+            f"Bradley-Terry term on the first differing token); {rm.get('extra_layers', 0)} fresh layers "
             f"on the policy's body, the body at lr {rm.get('body_lr', rm.get('lr', 1e-3)):g})")
 
 
