@@ -81,7 +81,10 @@ def test_header_and_details_follow_the_run(page_as, make_user, register_model, u
     assert _text(page, HEADER.format("started")) == started  # the header says the same
     duration = _text(page, DETAIL.format("duration"))
     assert duration != "—"
-    page.wait_for_function(f"() => {FIELD.format('duration')} !== {json.dumps(duration)}", timeout=5_000)
+    # The duration ticks while the run runs (a 4-step run may also finish within these seconds on a loaded
+    # machine; its final duration is checked below)
+    page.wait_for_function(f"() => {FIELD.format('duration')} !== {json.dumps(duration)} "
+                           f"|| {BADGE} === 'succeeded'", timeout=5_000)
     page.wait_for_function(f"() => {FIELD.format('heartbeat')} !== {json.dumps(heartbeat)}", timeout=30_000)
     # Badge, heartbeat age and flash read in one evaluation: a 4-step run may finish in between, and
     # a finished run's header has no heartbeat age.

@@ -147,8 +147,19 @@ def test_a_model_and_a_checkpoint_answer_side_by_side_over_the_websocket(alice, 
     assert events[-1] == {"type": "end", "status": "succeeded", "reason": "", "error": "", "seq": len(events)}
 
 
-def test_leaving_the_page_stops_the_generation(alice, targets, published):
+def test_leaving_the_page_stops_the_generation(alice, targets, published, monkeypatch):
+    import trainer.playground
+
     model, _run = targets
+    run_chat = trainer.playground.run_chat
+
+    def paced(targets, messages, chat, *, emit, should_stop):  # 20 ms a token: the page leaves long before
+        def slow_emit(event):  # the answer could end, however loaded the machine is
+            time.sleep(0.02)
+            emit(event)
+        return run_chat(targets, messages, chat, emit=slow_emit, should_stop=should_stop)
+
+    monkeypatch.setattr(trainer.playground, "run_chat", paced)
     s = _create(alice, {"targets": [{"model": model.pk}], "messages": [{"role": "user", "content": "Tell a story"}],
                         "settings": {"temperature": 1.0, "seed": 7, "max_new_tokens": 512}})
     cookie = _cookie(alice)
