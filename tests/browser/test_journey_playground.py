@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -51,13 +52,7 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
                                          ray_submission_id=f"rlstudio-run-{run.pk}-done")
     page = page_as(alice, bypass_csp=False)
     console = _watch(page)
-    page.goto(f"/runs/{run.pk}/")
-    page.locator('#checkpoint-list tr[data-step="3"] a.talk-link').click()
-    page.wait_for_url(f"**/playground/?target=run:{run.pk}:3")
-    expect(page.locator("#pg-target-a")).to_have_value(f"run:{run.pk}:3")
-    page.goto("/models/")
-    page.locator(f'tr[data-model-id="{second.pk}"] a.talk-link').click()
-    expect(page.locator("#pg-target-a")).to_have_value(f"model:{second.pk}")
+    page.goto("/playground/")
     expect(page.locator("header nav a", has_text="Playground")).to_be_visible()
     page.select_option("#pg-target-a", f"model:{first.pk}")
     page.select_option("#pg-target-b", f"model:{second.pk}")
@@ -81,11 +76,13 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
     # Hostile text: the user's own message, and model text arriving on the session's stream.
     page.select_option("#pg-target-b", "")
     page.fill("input[name=max_new_tokens]", "512")
-    page.fill("input[name=temperature]", "1")
+    page.fill("input[name=temperature]", "0")  # greedy: the tiny model's answer runs to the 512 tokens
     page.fill("#pg-input", f"Hi {SCRIPT}")
     page.click("#pg-send-button")
-    ui.wait_for(lambda: PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).exists(),
-                timeout=30, what="the second session")
+    deadline = time.monotonic() + 30  # polled closely: the events must arrive while the answer streams
+    while not PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).exists():
+        assert time.monotonic() < deadline, "the second session was not created"
+        time.sleep(0.005)
     hostile = PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).get()
     pump = Pump(hostile.pk)
     pump.seq = 1_000_000  # after anything the worker sends: the page shows these whatever came first
@@ -96,9 +93,10 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
     sender = threading.Thread(target=lambda: asyncio.run(pump.send(events)))
     sender.start()
     sender.join(timeout=30)
-    expect(page.locator("#pg-chat-a .pg-assistant").last).to_contain_text(f"model says {SCRIPT} {IMG}",
-                                                                          timeout=30_000)
-    expect(page.locator("#pg-chat-a .pg-tool")).to_contain_text(f"calc{ALERT}({IMG})")
+    # The bubble of turn 0 (the sampled answer may have gone on to later turns of its own tool calls)
+    said = page.locator("#pg-chat-a .pg-assistant").filter(has_text="model says")
+    expect(said).to_contain_text(f"model says {SCRIPT} {IMG}", timeout=30_000)
+    expect(page.locator("#pg-chat-a .pg-tool").filter(has_text="calc")).to_contain_text(f"calc{ALERT}({IMG})")
     expect(page.locator("#pg-chat-a .pg-user").last).to_have_text(f"userHi {SCRIPT}")
     page.wait_for_timeout(400)  # a failed <img> fires onerror asynchronously
     assert page.locator("#pg-columns script, #pg-columns img").count() == 0
@@ -112,3 +110,13 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
                 timeout=60, what="the stopped session")
     seen = _violations(page, console)
     assert seen == [], "\n".join(seen)
+
+    # "Talk to it" on the run's page (next to its checkpoint) and on the Models page: the playground opens
+    # with that target chosen.
+    page.goto(f"/runs/{run.pk}/")
+    page.locator('#checkpoint-list tr[data-step="3"] a.talk-link').click()
+    page.wait_for_url(f"**/playground/?target=run:{run.pk}:3")
+    expect(page.locator("#pg-target-a")).to_have_value(f"run:{run.pk}:3")
+    page.goto("/models/")
+    page.locator(f'tr[data-model-id="{second.pk}"] a.talk-link').click()
+    expect(page.locator("#pg-target-a")).to_have_value(f"model:{second.pk}")
