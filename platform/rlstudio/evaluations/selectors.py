@@ -42,8 +42,14 @@ def model_evaluation_list_for(*, user, model_id) -> tuple[object, QuerySet[Evalu
     from rlstudio.catalog.selectors import model_asset_get_for
 
     model = model_asset_get_for(user=user, model_id=model_id)
+    return model, model_evaluations_of(user=user, model=model)
+
+
+def model_evaluations_of(*, user, model) -> QuerySet[Evaluation]:
+    """The user's evaluations of `model`, a catalog model already read through the catalog's selector
+    (staff: everyone's)."""
     qs = Evaluation.objects.filter(model=model).select_related("dataset", "owner", "model")
-    return model, (qs if user.is_staff else qs.filter(owner=user))
+    return qs if user.is_staff else qs.filter(owner=user)
 
 
 def model_evaluation_get_for(*, user, model_id, evaluation_id) -> Evaluation:

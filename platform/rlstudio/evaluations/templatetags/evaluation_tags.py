@@ -14,7 +14,7 @@ from rlstudio.runs.selectors import can_manage
 
 from ..matrix import matrix_rows
 from ..models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
-from ..selectors import checkpoint_steps, model_evaluation_list_for
+from ..selectors import checkpoint_steps, model_evaluations_of
 from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
 
 register = template.Library()
@@ -52,8 +52,7 @@ def reward_choices() -> list[str]:
 def model_evaluations(context):
     """Context of the card for catalog `model` (already checked visible by the model page's view)."""
     model, user = context["model"], context["request"].user
-    _model, qs = model_evaluation_list_for(user=user, model_id=model.pk)
-    evaluations = list(qs[:20])
+    evaluations = list(model_evaluations_of(user=user, model=model)[:20])
     done = next((e for e in evaluations if e.status == EvaluationStatus.SUCCEEDED), None)
     for e in evaluations:
         e.active = e.status in ACTIVE_EVALUATION_STATUSES
