@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -53,7 +52,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.md_sections import replace_section  # noqa: E402
+from bench.md_sections import cpu_name, replace_section  # noqa: E402
 
 BEGIN, END = "<!-- bench:learning:begin -->", "<!-- bench:learning:end -->"
 VAL_KEY = "val-core/arith/reward/mean@1"
@@ -204,11 +203,7 @@ def run_grpo(*, warm: Path, data: Path, out: Path, steps: int, test_freq: int, s
 
 
 def machine() -> str:
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor()
-    return f"{cpu}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start"
+    return f"{cpu_name()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start"
 
 
 def _phases(warm: dict) -> str:
