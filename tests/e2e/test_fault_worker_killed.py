@@ -130,7 +130,10 @@ def test_worker_killed_after_ray_accepted_the_job_gives_one_job_and_a_reporting_
         run = _wait(lambda: Run.objects.filter(pk=run.pk, ray_submission_id__gt="").first(),
                     timeout=90, what="the redelivered submit on worker B")
         assert run.ray_submission_id == submission_id
-        assert "already in Ray" in b.log.read_text(errors="replace")  # B found A's job, made none
+        # B found A's job and made none: its task's result is logged once the task returns, after the
+        # database already holds the submission id
+        _wait(lambda: "already in Ray" in b.log.read_text(errors="replace"), timeout=30,
+              what="worker B's log of the task's result")
         assert _jobs_of(world["ray"], run) == [submission_id]
 
         run = _wait(lambda: Run.objects.filter(pk=run.pk, status__in=[S.SUCCEEDED, S.FAILED, S.LOST]).first(),
