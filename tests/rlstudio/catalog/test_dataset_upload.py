@@ -169,6 +169,126 @@ def test_jsonl_parquet_csv_json_gzip_zip_give_the_same_rows(api, uploads, tmp_pa
     assert [gt for _, gt in first] == [r["answer"].split("#### ")[-1].replace(",", "") for r in rows]
 
 
+# --- zipped save_to_disk folders whose metadata names paths (state.json, dataset_dict.json) ---
+
+SECRET = {"question": "SECRET question from another folder", "answer": "#### 42"}
+
+
+def _zip_folder(folder: Path, top: str = "ds", *, extra: dict[str, tuple[bytes, int]] | None = None) -> bytes:
+    """A zip of `folder` under `top/`; `extra` adds members {name: (bytes, unix mode)}."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for p in sorted(folder.rglob("*")):
+            if p.is_file():
+                zf.write(p, str(Path(top) / p.relative_to(folder)))
+        for name, (data, mode) in (extra or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.create_system = 3
+            info.external_attr = mode << 16
+            zf.writestr(info, data)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    """A real `save_to_disk` folder outside the uploads folder, holding a row nobody uploaded."""
+    import datasets
+
+    folder = tmp_path / "victim"
+    datasets.Dataset.from_list([SECRET]).save_to_disk(str(folder))
+    return folder
+
+
+def _one_file_dataset(tmp_path: Path, rows: list[dict]) -> Path:
+    import datasets
+
+    folder = tmp_path / "mine"
+    datasets.Dataset.from_list(rows).save_to_disk(str(folder))
+    return folder
+
+
+def _point_state_at(folder: Path, filename: str) -> None:
+    state = json.loads((folder / "state.json").read_text())
+    state["_data_files"] = [{"filename": filename}]
+    (folder / "state.json").write_text(json.dumps(state))
+
+
+def _evil_zip(kind: str, tmp_path: Path, victim: Path) -> bytes:
+    arrow = next(victim.glob("*.arrow"))
+    # The upload is unpacked to UPLOADS/incoming/<uuid>.d/ds: four levels up is tmp_path.
+    up = "../../../../"
+    mine = _one_file_dataset(tmp_path, [GOOD])
+    for p in mine.glob("*.arrow"):
+        p.unlink()  # the zip holds metadata only: its rows could only come from elsewhere
+    if kind == "absolute":
+        _point_state_at(mine, str(arrow))
+        return _zip_folder(mine)
+    if kind == "dotdot":
+        _point_state_at(mine, f"{up}victim/{arrow.name}")
+        return _zip_folder(mine)
+    if kind == "subfolder-name":
+        _point_state_at(mine, f"sub/{arrow.name}")
+        return _zip_folder(mine, extra={f"ds/sub/{arrow.name}": (arrow.read_bytes(), 0o100644)})
+    if kind == "missing-file":
+        _point_state_at(mine, "data-00000-of-00001.arrow")
+        return _zip_folder(mine)
+    if kind == "symlink-member":
+        _point_state_at(mine, "data-00000-of-00001.arrow")
+        return _zip_folder(mine, extra={"ds/data-00000-of-00001.arrow": (str(arrow).encode(), 0o120777)})
+    if kind in ("split-escape", "split-absolute"):
+        split = f"{up}victim" if kind == "split-escape" else str(victim)
+        dd = tmp_path / "dd"
+        dd.mkdir()
+        (dd / "dataset_dict.json").write_text(json.dumps({"splits": [split]}))
+        return _zip_folder(dd)
+    raise AssertionError(kind)
+
+
+EVIL_ZIPS = [
+    ("absolute", "state.json names a data file outside the dataset folder: '/"),
+    ("dotdot", "state.json names a data file outside the dataset folder: '../../../../victim/"),
+    ("subfolder-name", "state.json names a data file that is not a plain file name: 'sub/"),
+    ("missing-file", "state.json names a data file the zip does not hold: 'data-00000-of-00001.arrow'"),
+    ("symlink-member", "the archive holds a symbolic link or special file 'ds/data-00000-of-00001.arrow'"),
+    ("split-escape", "dataset_dict.json names a split outside the dataset folder: '../../../../victim'"),
+    ("split-absolute", "dataset_dict.json names a split outside the dataset folder: '/"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind,words", EVIL_ZIPS, ids=[c[0] for c in EVIL_ZIPS])
+def test_hf_zip_naming_files_outside_itself_is_refused(api, uploads, tmp_path, victim, kind, words):
+    # Before the check, `datasets.load_from_disk` joined these names onto the unpacked folder and
+    # the other folder's rows became the uploader's dataset.
+    code, body = upload_and_validate(api, "evil.zip", _evil_zip(kind, tmp_path, victim), preset="gsm8k")
+    assert code == 201 and body["status"] == "invalid", body
+    assert words in body["error"], body["error"]
+    assert str(uploads) not in body["error"]
+    rows = api.get(f"/api/v1/datasets/{body['id']}/rows/")
+    assert "SECRET" not in rows.content.decode()
+    assert files_left(uploads) == []
+    assert not Dataset.objects.filter(status=Dataset.Status.READY).exists()
+    assert (victim / "state.json").is_file()  # the other folder is untouched
+
+
+@pytest.mark.django_db
+def test_genuine_dataset_dict_and_sharded_dataset_zips_import(api, uploads, tmp_path):
+    import datasets
+
+    train = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(30)]
+    test = [{"question": "t", "answer": "#### 99"}]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(train), "test": datasets.Dataset.from_list(test)}
+                         ).save_to_disk(str(tmp_path / "dd"))
+    datasets.Dataset.from_list(train).save_to_disk(str(tmp_path / "sharded"), num_shards=3)
+    assert len(list((tmp_path / "sharded").glob("*.arrow"))) == 3
+    for name, folder in (("dd.zip", tmp_path / "dd"), ("sharded.zip", tmp_path / "sharded")):
+        code, body = upload_and_validate(api, name, _zip_folder(folder))
+        assert code == 201 and body["status"] == "ready", (name, body)
+        assert body["num_rows"] == 30 and body["preset"] == "gsm8k", (name, body)
+        got = api.get(f"/api/v1/datasets/{body['id']}/rows/?limit=500").json()
+        assert [r["ground_truth"] for r in got["results"]] == [str(i) for i in range(30)], name
+
+
 @pytest.mark.django_db
 def test_rows_api_pages_with_the_sparse_index(api, uploads):
     rows = [{"question": f"q{i}", "answer": f"#### {i}"} for i in range(250)]
