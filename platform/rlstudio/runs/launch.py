@@ -54,18 +54,33 @@ def preset_config(name: str) -> Config:
 
 
 def parse_config_text(text: str) -> dict[str, Any]:
-    """A whole config as YAML (JSON is YAML too); errors carry the line."""
+    """A whole config as YAML (JSON is YAML too), read by the user-YAML parser (`user_yaml`: no anchors
+    or aliases, bounded size, node count and depth); errors carry the line."""
     import yaml
 
+    from .user_yaml import YamlRefused, load_user_yaml
+
     try:
-        data = yaml.safe_load(text) if text.strip() else {}
+        data = load_user_yaml(text) if text.strip() else {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
+        if isinstance(exc, YamlRefused):
+            raise ConfigInvalid("config", f"{exc.problem}{where}") from None
         raise ConfigInvalid("config", f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
         raise ConfigInvalid("config", "the config must be a mapping of sections (data, actor_rollout_ref, …)")
     return data
+
+
+def check_shape(field: str, value: Any) -> None:
+    """ConfigInvalid(field) when a config the user gave as an object is past the user-YAML parser's
+    bounds (`user_yaml.shape_problem`: node count and nesting), before anything walks it."""
+    from .user_yaml import shape_problem
+
+    problem = shape_problem(value)
+    if problem is not None:
+        raise ConfigInvalid(field, problem)
 
 
 def reward_names() -> list[str]:
@@ -188,6 +203,7 @@ def build_config(
         elif config:
             if not isinstance(config, Mapping):
                 raise ConfigInvalid("config", "must be an object")
+            check_shape("config", config)
             cfg = Config.from_dict(dict(config))
             _gate(Config(), cfg)
         else:
@@ -197,6 +213,7 @@ def build_config(
         if overrides:
             if isinstance(overrides, str) or not isinstance(overrides, (Mapping, list, tuple)):
                 raise ConfigInvalid("overrides", "must be an object of dotted keys or a list of key=value")
+            check_shape("overrides", overrides)
             changed = apply_overrides(cfg, overrides)
             _gate(cfg, changed)
             cfg = changed

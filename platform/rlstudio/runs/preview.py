@@ -143,6 +143,7 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
         elif config:
             if not isinstance(config, Mapping):
                 raise launch.ConfigInvalid("config", "must be an object")
+            launch.check_shape("config", config)
             start = _whole_config(config, check_gate, errors)
             checked.reference, checked.reference_label = Config().to_dict(), "the schema's defaults"
         else:
@@ -157,6 +158,11 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
         return checked
     cfg = start
     if overrides:
+        try:
+            launch.check_shape("overrides", overrides)
+        except launch.ConfigInvalid as exc:
+            errors.append(_error(exc, "overrides"))
+            return checked
         cfg, checked.override_keys = _overrides(start, overrides, check_gate, errors)
     try:
         cfg = apply_overrides(cfg, launch.platform_values(dataset=dataset, val_dataset=val_dataset, model=model,

@@ -159,3 +159,52 @@ def test_the_api_checks_a_saved_config_on_the_gpus_it_names(alice):
     assert resp.status_code == 201, resp.json()
     resp = api.post("/api/v1/configs/", {"name": "bad", "config": config, "gpus": -1}, format="json")
     assert resp.status_code == 400 and "gpus" in str(resp.json())
+
+
+def _alias_bomb(levels: int = 7, width: int = 8) -> str:
+    """The reported denial of service: `levels` lines of `width` aliases of the line above, inside
+    data.apply_chat_template_kwargs (about 650 bytes; safe_load builds width**levels leaves)."""
+    lines = ["data:", "  apply_chat_template_kwargs:", f"    l0: &l0 [{', '.join(['x'] * width)}]"]
+    lines += [f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_on_the_form_and_nothing_is_made(page, ready):
+    from rlstudio.runs.models import RunConfig
+
+    bomb = _alias_bomb()
+    assert len(bomb) < 800
+    resp = page.post("/runs/new/", _form(ready, config_yaml=bomb, save_as="boom"))
+    assert resp.status_code == 400
+    shown = _field_text(resp.content.decode(), "config_yaml")
+    assert "config: YAML anchors (&amp;l0) and aliases are not accepted" in shown and "(line 3)" in shown
+    assert Run.objects.count() == 0 and RunConfig.objects.count() == 0
+    errors = page.post("/runs/new/preview/", _form(ready, config_yaml=bomb)).json()["errors"]
+    assert [(e["field"], e["form_field"]) for e in errors] == [("config", "config_yaml")]
+    assert "anchors (&l0)" in errors[0]["message"]
+    # an alias without its anchor, and a merge key (also an alias), are refused the same way
+    for text in ("data: *nowhere\n", "a: {x: 1}\ndata:\n  <<: *a\n"):
+        errors = page.post("/runs/new/preview/", _form(ready, config_yaml=text)).json()["errors"]
+        assert errors[0]["field"] == "config" and "not accepted" in errors[0]["message"], text
+
+
+def test_yaml_past_the_bounds_is_a_form_error_not_a_500(page, ready):
+    from rlstudio.runs.user_yaml import MAX_YAML_BYTES, MAX_YAML_DEPTH, MAX_YAML_NODES
+
+    deep = "data: {apply_chat_template_kwargs: " + "[" * 3000 + "]" * 3000 + "}\n"  # RecursionError before
+    many = "data:\n  apply_chat_template_kwargs:\n    k: [" + ", ".join(["1"] * MAX_YAML_NODES) + "]\n"
+    big = "# " + "x" * MAX_YAML_BYTES + "\ndata: {}\n"
+    for text, words in ((deep, f"nested more than {MAX_YAML_DEPTH} levels"), (many, f"more than {MAX_YAML_NODES}"),
+                        (big, f"at most {MAX_YAML_BYTES}")):
+        resp = page.post("/runs/new/", _form(ready, config_yaml=text))
+        assert resp.status_code == 400 and words in _field_text(resp.content.decode(), "config_yaml"), words
+    assert Run.objects.count() == 0
+
+
+def test_plain_yaml_still_launches(page, ready):
+    text = "actor_rollout_ref:\n  rollout:\n    n: 4\ndata:\n  apply_chat_template_kwargs: {enable_thinking: false}\n"
+    resp = page.post("/runs/new/", _form(ready, config_yaml=text))
+    assert resp.status_code == 302, resp.content.decode()[-3000:]
+    cfg = Run.objects.get(name="f1").config
+    assert cfg["actor_rollout_ref"]["rollout"]["n"] == 4
+    assert cfg["data"]["apply_chat_template_kwargs"] == {"enable_thinking": False}

@@ -279,3 +279,36 @@ def test_run_pages_form_controls_and_quota(alice, ready, make_run):
     assert resp.status_code == 302 and Run.objects.get(pk=hostile.pk).status == S.STOPPED
     quota = page.get("/runs/quota/").content.decode()
     assert "Your quota" in quota
+
+
+def _nested(depth: int):
+    value: object = 1
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
+def test_a_config_or_overrides_past_the_shape_bounds_is_a_400_naming_the_field(api, ready):
+    """JSON cannot alias, but the API's config object and override values get the user-YAML parser's
+    bounds too (user_yaml.shape_problem), on runs and saved configs; nothing is made."""
+    from rlstudio.runs.models import RunConfig
+    from rlstudio.runs.user_yaml import MAX_YAML_DEPTH, MAX_YAML_NODES
+
+    deep = {"data": {"apply_chat_template_kwargs": _nested(MAX_YAML_DEPTH)}}
+    wide = {"data": {"apply_chat_template_kwargs": {"k": list(range(MAX_YAML_NODES))}}}
+    for body, field, words in (
+        (_body(ready, config=deep), "config", "levels deep"),
+        (_body(ready, config=wide), "config", f"more than {MAX_YAML_NODES}"),
+        (_body(ready, overrides={"data.apply_chat_template_kwargs": _nested(MAX_YAML_DEPTH)}), "overrides",
+         "levels deep"),
+    ):
+        resp = api.post("/api/v1/runs/", body, format="json")
+        assert resp.status_code == 400, resp.content
+        err = resp.json()["error"]
+        assert err["field"] == field and words in err["message"], err
+    resp = api.post("/api/v1/configs/", {"name": "deep", "config": deep}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "config"
+    assert Run.objects.count() == 0 and RunConfig.objects.count() == 0
+    ok = {"data": {"apply_chat_template_kwargs": {"enable_thinking": False}}}
+    resp = api.post("/api/v1/runs/", _body(ready, config=ok), format="json")
+    assert resp.status_code == 201, resp.content
