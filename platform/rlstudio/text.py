@@ -1,5 +1,8 @@
-"""Model text on its way into PostgreSQL: its text and JSON columns refuse the NUL character (U+0000),
-which a model can generate like any other, so every NUL becomes U+FFFD (the replacement character)."""
+"""Text on its way in: model text into PostgreSQL, whose text and JSON columns refuse the NUL character
+(U+0000), which a model can generate like any other, so every NUL becomes U+FFFD (the replacement
+character); users' input, where a NUL is refused (`nul_path`), and numbers given as text
+(`ascii_uint`: only the ASCII digits 0-9, which `int()` reads, not every character `isdigit()` calls a
+digit, such as "²")."""
 from __future__ import annotations
 
 from typing import Any
@@ -15,3 +18,34 @@ def without_nul(value: Any) -> Any:
     if isinstance(value, dict):
         return {without_nul(k): without_nul(v) for k, v in value.items()}
     return value
+
+
+def nul_path(value: Any, path: str | None = None) -> str | None:
+    """The field path (`a.b`, `a[2].c`) of the first string in `value` (keys included, through lists and
+    dicts) that holds a NUL character, `path` itself for a string; None when there is none. A key with
+    a NUL is named with its NULs shown as U+FFFD."""
+    stack: list[tuple[Any, str | None]] = [(value, path)]
+    while stack:  # iterative: a deeply nested body cannot exhaust the recursion limit here
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return where
+        elif isinstance(item, dict):
+            for k, v in reversed(list(item.items())):
+                key = without_nul(k) if isinstance(k, str) else str(k)
+                sub = key if where is None else f"{where}.{key}"
+                if isinstance(k, str) and "\x00" in k:
+                    return sub
+                stack.append((v, sub))
+        elif isinstance(item, (list, tuple)):
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((item[i], f"{where or ''}[{i}]"))
+    return None
+
+
+def ascii_uint(raw: Any, *, max_digits: int = 18) -> int | None:
+    """The non-negative integer `raw` spells with 1 to `max_digits` ASCII digits (nothing else, no sign,
+    no spaces); None for anything else."""
+    if not isinstance(raw, str) or not 0 < len(raw) <= max_digits or not (raw.isascii() and raw.isdigit()):
+        return None
+    return int(raw)

@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
 from rlstudio.runs.selectors import can_manage
+from rlstudio.text import nul_path
 
 from . import rules as R
 from . import selectors as sel
@@ -30,8 +31,13 @@ def _invalid(exc: AlertInvalid) -> ApiError:
 
 
 def _body(request) -> dict:
+    """The JSON object sent; its values are read as they are (no serializer), so a NUL character in any
+    of its texts, which PostgreSQL refuses, is refused here naming the field."""
     if not isinstance(request.data, dict):
         raise ApiError("the body must be a JSON object", code="invalid")
+    where = nul_path(request.data)
+    if where is not None:
+        raise ApiError(f"{where} must not contain the NUL character (U+0000)", code="invalid", field=where)
     return dict(request.data)
 
 

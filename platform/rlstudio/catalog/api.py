@@ -9,10 +9,11 @@ from dataclasses import asdict
 from django.http import Http404
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.parsers import JSONParser
 
 from .rewardcheck import CheckError, reward_check
 from .selectors import dataset_list_for, dataset_rows, model_asset_get_for, model_asset_list_for, row_view
@@ -101,7 +102,12 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.L
         data = DatasetUploadSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        model = model_asset_get_for(user=request.user, model_id=v["stats_model"]) if v["stats_model"] else None
+        model = None
+        if v["stats_model"]:
+            try:
+                model = model_asset_get_for(user=request.user, model_id=v["stats_model"])
+            except Http404:  # an id named in the request: a 400 on its field (docs/api.md)
+                raise ApiError(f"no model with id {v['stats_model']}", field="stats_model") from None
         dataset, created = dataset_upload(owner=request.user, upload=v["file"], name=v["name"], preset=v["preset"],
                                           split=v["split"], stats_model=model)
         body = DatasetSerializer(dataset).data

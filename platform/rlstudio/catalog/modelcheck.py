@@ -103,17 +103,22 @@ def count_parameters(folder: Path) -> tuple[int, int]:
 def _inside_roots(path: str, roots: list[Path] | None = None) -> Path:
     if not path or not isinstance(path, str):
         raise CatalogRefused("a folder path is required", field="path")
-    folder = Path(path).expanduser()
-    if not folder.is_absolute():
-        raise CatalogRefused("the path must be absolute", field="path")
-    folder = folder.resolve()
-    roots = [Path(r).resolve() for r in (roots if roots is not None else settings.RLSTUDIO_MODEL_ROOTS)]
-    if not any(folder == r or r in folder.parents for r in roots):
-        raise _refuse(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)")
-    if not folder.is_dir():
-        raise _refuse("no such folder")
-    if not (folder / "config.json").is_file():
-        raise _refuse("no config.json in the folder")
+    if "\x00" in path:
+        raise CatalogRefused("the path must not contain the NUL character", field="path")
+    try:
+        folder = Path(path).expanduser()
+        if not folder.is_absolute():
+            raise CatalogRefused("the path must be absolute", field="path")
+        folder = folder.resolve()
+        roots = [Path(r).resolve() for r in (roots if roots is not None else settings.RLSTUDIO_MODEL_ROOTS)]
+        if not any(folder == r or r in folder.parents for r in roots):
+            raise _refuse(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)")
+        if not folder.is_dir():
+            raise _refuse("no such folder")
+        if not (folder / "config.json").is_file():
+            raise _refuse("no config.json in the folder")
+    except (OSError, ValueError) as exc:  # a name too long for the file system (ENAMETOOLONG), a loop, ...
+        raise _refuse(f"the path cannot be read: {exc.strerror if isinstance(exc, OSError) else exc}") from None
     return folder
 
 

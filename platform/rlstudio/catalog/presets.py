@@ -87,6 +87,8 @@ def _maybe_json(value: Any, *, line: int, field: str, unit: str) -> Any:
             return json.loads(value)
         except json.JSONDecodeError as exc:
             raise RowError(f"holds text that is not valid JSON ({exc.msg})", line=line, field=field, unit=unit) from None
+        except RecursionError:
+            raise RowError("holds JSON nested too deeply", line=line, field=field, unit=unit) from None
     return value
 
 

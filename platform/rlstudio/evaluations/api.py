@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
 from rlstudio.catalog.selectors import dataset_get_for
+from rlstudio.text import ascii_uint
 
 from .matrix import CHANGES, matrix_rows
 from .selectors import (
@@ -113,12 +114,13 @@ def _delete(request, ev) -> Response:
 
 def _samples(request, ev) -> Response:
     raw = request.query_params.get("prompt", "")
-    if not raw.isdigit() or len(raw) > 6:
+    prompt = ascii_uint(raw, max_digits=6)
+    if prompt is None:
         raise ApiError(f"prompt must be a prompt's position (an integer >= 0), got {raw[:20]!r}", field="prompt")
     column = request.query_params.get("column", "")
     if column not in ev.columns:
         raise ApiError(f"column must be one of {', '.join(ev.columns)}, got {column[:20]!r}", field="column")
-    rows = evaluation_samples_for(ev=ev, prompt=int(raw), column=column)
+    rows = evaluation_samples_for(ev=ev, prompt=prompt, column=column)
     return Response(EvaluationSampleSerializer(rows, many=True).data)
 
 

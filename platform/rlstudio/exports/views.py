@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from rlstudio.runs.selectors import run_get_for
+from rlstudio.text import ascii_uint
 
 
 @login_required
@@ -20,7 +21,9 @@ def export_start_view(request, run_id: int):
 
     run = run_get_for(user=request.user, run_id=run_id)
     raw = request.POST.get("step", "")
-    step = int(raw) if raw.isdigit() and len(raw) < 10 else raw[:20]
+    step = ascii_uint(raw, max_digits=9)
+    if step is None:
+        step = raw[:20]  # export_new refuses it, naming step
     try:
         export, queued = export_new(user=request.user, run=run, data={"step": step})
     except RunNotPermitted as exc:

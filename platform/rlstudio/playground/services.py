@@ -119,6 +119,9 @@ def clean_messages(given: Any, field: str) -> list[dict[str, str]]:
         if not isinstance(content, str) or len(content) > MAX_MESSAGE_CHARS:
             raise PlaygroundInvalid(f"{where}.content must be a text of at most {MAX_MESSAGE_CHARS} characters",
                                     field=f"{where}.content")
+        if "\x00" in content:  # PostgreSQL's jsonb refuses it; a user's message with one is bad input
+            raise PlaygroundInvalid(f"{where}.content must not contain the NUL character (U+0000)",
+                                    field=f"{where}.content")
         total += len(content)
         out.append({"role": role, "content": content})
     if total > MAX_TOTAL_CHARS:

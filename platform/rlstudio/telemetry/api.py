@@ -297,7 +297,10 @@ def _since_param(params) -> datetime | None:
         return datetime.fromtimestamp(float(raw), tz=dt_timezone.utc)
     except (ValueError, OverflowError, OSError):
         pass
-    parsed = parse_datetime(raw.replace(" ", "+")) if "T" in raw or "-" in raw else None
+    try:  # parse_datetime: None for a malformed text, ValueError for a well-formed impossible one (Feb 30)
+        parsed = parse_datetime(raw.replace(" ", "+")) if "T" in raw or "-" in raw else None
+    except ValueError:
+        parsed = None
     if parsed is None or parsed.tzinfo is None:
         raise ApiError("since must be unix seconds or an ISO 8601 time with a zone", field="since")
     return parsed
@@ -337,7 +340,7 @@ class RunRetentionView(_RunReadView):
         try:
             r = retention_set(run=self.run, mode=mode, k=k, by=request.user)
         except ValueError as exc:
-            raise ApiError(str(exc), field="k" if "k " in str(exc) else "mode") from None
+            raise ApiError(str(exc), field="k" if str(exc).startswith("retention k ") else "mode") from None
         return Response({"mode": r.mode, "k": r.k})
 
 

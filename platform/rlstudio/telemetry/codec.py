@@ -31,11 +31,15 @@ import orjson
 
 
 def loads(data: bytes | str) -> Any:
-    """The JSON value of `data` (bytes in UTF-8, or str); ValueError when it is not JSON."""
+    """The JSON value of `data` (bytes in UTF-8, or str); ValueError when it is not JSON, or is nested
+    too deeply to read (orjson stops at 1024 levels; json.loads then raises RecursionError)."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        try:
+            return json.loads(data)
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
 
 
 def dumpb(value: Any) -> bytes:

@@ -61,6 +61,7 @@ TRAINER_STATES = {"running": S.RUNNING, "stopping": S.STOPPING, "stopped": S.STO
                   "succeeded": S.SUCCEEDED, "failed": S.FAILED}
 SAMPLE_SUMMARY_KEYS = ("step", "uid", "index", "reward", "advantage", "response_length", "num_turns",
                        "finish_reason", "tool_calls", "validation")
+RETENTION_K_MAX = 1_000_000  # a retention's k: samples kept per step, or every k-th step
 
 
 # hook(run=..., by_type={"metrics": [event, ...], ...}): the new events of a stored batch, seq order.
@@ -466,8 +467,8 @@ def retention_set(*, run: Run, mode: str, k: int = 1, by: AbstractBaseUser | Non
     """Set how many samples of `run` keep their transcript in the database (from now on)."""
     if mode not in RetentionMode.values:
         raise ValueError(f"retention mode must be one of {', '.join(RetentionMode.values)}, got {mode!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"retention k must be an int >= 1, got {k!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= RETENTION_K_MAX:
+        raise ValueError(f"retention k must be an integer from 1 to {RETENTION_K_MAX}, got {repr(k)[:30]}")
     with transaction.atomic():
         retention, _ = RunRetention.objects.update_or_create(run=run, defaults={"mode": mode, "k": k})
         audit_record(actor=by, action="run.retention", obj=run, data={"mode": mode, "k": k})

@@ -96,7 +96,7 @@ def _pretty_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if isinstance(args, str):
                 try:
                     args = json.loads(args)
-                except ValueError:
+                except (ValueError, RecursionError):  # model text: any string at all
                     pass
             calls.append({"name": str(fn.get("name", "")) if isinstance(fn, dict) else "",
                           "arguments": json.dumps(args, indent=2, ensure_ascii=False)

@@ -65,6 +65,17 @@ def test_profile_creates_shows_once_and_revokes(alice, bob):
     assert AuditEvent.objects.filter(action="api_token.revoke", actor=alice).exists()
 
 
+def test_token_name_with_a_nul_is_a_400_naming_it(alice):
+    """PostgreSQL refuses a NUL: the page's form field is refused (the NUL guard) before the token is made."""
+    client = Client()
+    client.force_login(alice)
+    for r in (client.post("/accounts/profile/tokens/", {"name": "a\x00b"}),  # multipart, as the test client sends
+              client.post("/accounts/profile/tokens/", "name=a%00b", content_type="application/x-www-form-urlencoded")):
+        assert r.status_code == 400
+        assert 'data-field="name"' in r.content.decode() and "name must not contain the NUL" in r.content.decode()
+    assert not ApiToken.objects.exists() and not AuditEvent.objects.filter(action="api_token.create").exists()
+
+
 def test_csrf_enforced_on_session_posts(alice):
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)

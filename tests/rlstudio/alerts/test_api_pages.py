@@ -168,3 +168,34 @@ def test_pages_show_the_centre_the_defaults_the_card_and_budgets(alice, make_run
     # an outside `next` is not followed
     resp = page.post("/alerts/notifications/read/", {"next": "https://evil.example/"})
     assert resp["Location"] == "/alerts/"
+
+
+def test_nul_characters_and_non_ascii_digits_are_400s_naming_the_field(alice):
+    """A NUL (which PostgreSQL refuses) anywhere in a rule or the settings, and a window of '²' (a digit
+    to str.isdigit, not to int), are refused naming the field; nothing is stored."""
+    from rlstudio.alerts.models import NotificationSettings
+    from rlstudio.alerts.services import AlertInvalid, webhook_by_name
+
+    a = api(alice)
+    for body, field in [({"kind": "kl_high", "webhook": "a\x00"}, "webhook"),
+                        ({"kind": "kl_high", "metric": "actor/\x00kl"}, "metric"),
+                        ({"kind": "kl_high", "window": "\u00b2"}, "window"),
+                        ({"kind": "kl_high", "window": "\u0663"}, "window")]:  # ARABIC-INDIC DIGIT THREE
+        resp = a.post("/api/v1/alerts/rules/", body, format="json")
+        assert resp.status_code == 400 and resp.json()["error"]["field"] == field, (body, resp.content)
+    assert a.post("/api/v1/alerts/rules/", {"kind": "kl_high", "window": " 4 "}, format="json").json()["window"] == 4
+    rule = AlertRule.objects.get(owner=alice)
+    resp = a.patch(f"/api/v1/alerts/rules/{rule.pk}/", {"webhook": "\x00"}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "webhook"
+    for body, field in [({"webhook": "a\x00"}, "webhook"), ({"routes": {"fail\x00ed": ["app"]}}, "routes.fail\ufffded")]:
+        resp = a.put("/api/v1/alerts/settings/", body, format="json")
+        assert resp.status_code == 400 and resp.json()["error"]["field"] == field, body
+    assert not NotificationSettings.objects.filter(user=alice, webhook__isnull=False).exists()
+    page = Client()
+    page.force_login(alice)
+    resp = page.post("/alerts/rules/add/", {"kind": "kl_high", "webhook": "\x00"})
+    assert resp.status_code == 400 and 'data-field="webhook"' in resp.content.decode()
+    assert AlertRule.objects.filter(owner=alice).count() == 1
+    with pytest.raises(AlertInvalid) as err:
+        webhook_by_name("x\x00")
+    assert err.value.field == "webhook"

@@ -131,6 +131,15 @@ def test_over_size_limit_is_refused_413(api, uploads, settings):
     assert files_left(uploads) == [] and not Dataset.objects.exists()
 
 
+def test_a_stats_model_the_user_may_not_see_is_a_400_on_its_field(api, uploads, bob, make_model):
+    """An id named in the request (docs/api.md): another user's private model, or none, is a 400 on stats_model."""
+    for model_id in (make_model(bob, "bobs-private").pk, 999_999):
+        resp = upload(api, "d.jsonl", jsonl(GOOD), stats_model=model_id)
+        assert resp.status_code == 400, resp.content
+        assert resp.json()["error"]["field"] == "stats_model" and str(model_id) in resp.json()["error"]["message"]
+    assert files_left(uploads) == [] and not Dataset.objects.exists()
+
+
 def _gsm8k_rows(n: int) -> list[dict]:
     with open(GSM8K_TEST, encoding="utf-8") as f:
         return [json.loads(next(f)) for _ in range(n)]

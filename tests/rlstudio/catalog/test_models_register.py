@@ -52,6 +52,29 @@ def test_bad_model_folders_are_refused(api, tmp_path, tiny):
 
 
 @pytest.mark.django_db
+def test_paths_the_file_system_cannot_take_are_refused_on_path(api, alice, tmp_path):
+    """A name over the file system's limit (ENAMETOOLONG from is_dir) and a NUL (ValueError from the
+    path calls) are refusals on `path`, from the API, the page and the service, never a 500."""
+    from rlstudio.catalog.errors import CatalogRefused
+    from rlstudio.catalog.services import model_register
+
+    resp = api.post("/api/v1/models/", {"name": "x", "path": str(tmp_path / ("a" * 300))}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "path", resp.json()
+    assert "File name too long" in resp.json()["error"]["message"]
+    page = Client()
+    page.force_login(alice)
+    resp = page.post("/models/", {"name": "x", "path": f"{tmp_path}/a\x00b"})
+    assert resp.status_code == 400 and 'data-field="path"' in resp.content.decode()
+    resp = page.post("/models/", {"name": "x", "path": str(tmp_path / ("a" * 300))})
+    assert resp.status_code == 200 and "File name too long" in resp.content.decode()
+    for path in (f"{tmp_path}/a\x00b", str(tmp_path / ("a" * 300))):
+        with pytest.raises(CatalogRefused) as err:
+            model_register(owner=alice, name="x", path=path)
+        assert err.value.field == "path"
+    assert not ModelAsset.objects.exists()
+
+
+@pytest.mark.django_db
 def test_token_stats_with_the_models_tokenizer(api, tiny, alice):
     from transformers import AutoTokenizer
 

@@ -38,6 +38,35 @@ def test_error_shape_and_no_500(client):
     assert method.status_code == 405 and method.json()["error"]["code"] == "method_not_allowed"
 
 
+@pytest.mark.parametrize("method, url", [
+    ("post", "/api/v1/playground/sessions/"), ("post", "/api/v1/runs/"), ("post", "/api/v1/alerts/rules/"),
+    ("put", "/api/v1/alerts/settings/"), ("post", "/api/v1/datasets/"),  # the datasets name their own parsers
+])
+def test_json_nested_past_the_recursion_limit_is_a_parse_error(client, method, url):
+    """Python's JSON reader raises RecursionError on `[[[[...`: the project's parser (REST_FRAMEWORK
+    DEFAULT_PARSER_CLASSES) makes it a 400 like any other body that is not JSON; nothing is stored."""
+    from rlstudio.alerts.models import AlertRule
+    from rlstudio.catalog.models import Dataset
+    from rlstudio.playground.models import PlaygroundSession
+    from rlstudio.runs.models import Run
+
+    r = getattr(client, method)(url, "[" * 100_000, content_type="application/json")
+    assert r.status_code == 400, r.content[:300]
+    assert r.json()["error"]["code"] == "parse_error" and "nested too deeply" in r.json()["error"]["message"]
+    assert not (PlaygroundSession.objects.exists() or Run.objects.exists() or AlertRule.objects.exists()
+                or Dataset.objects.exists())
+
+
+def test_nul_in_a_query_parameter_of_any_api_route_is_a_400_naming_it(client, alice):
+    """The NUL guard (rlstudio.config.nul_guard) answers in the API's error shape under /api/."""
+    r = client.get("/api/v1/runs/", {"status": "queued", "search": "a\x00"})
+    assert r.status_code == 400
+    assert r.json()["error"] == {"code": "invalid", "message": "search must not contain the NUL character (U+0000)",
+                                 "field": "search", "line": None}
+    assert r.json()["errors"] == [{"field": "search", "message": r.json()["error"]["message"]}]
+    assert client.get("/api/v1/runs/", {"status": "queued"}).status_code == 200
+
+
 def test_run_detail_includes_config(client, alice, make_run):
     run = make_run(alice, config={"algorithm": {"adv_estimator": "grpo"}})
     body = client.get(f"/api/v1/runs/{run.pk}/").json()

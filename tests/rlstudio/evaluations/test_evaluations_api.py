@@ -196,7 +196,9 @@ def test_a_cells_transcripts_are_served_as_data_and_a_bad_cell_names_the_field(a
     assert body[0]["turns"] == [{"role": "assistant", "content": f"{evil} base/0"}]
     assert _api(alice).get(url, {"prompt": 1, "column": "2"}).json() == []
     for params, field in (({"prompt": 0, "column": "1"}, "column"), ({"prompt": "-1", "column": "2"}, "prompt"),
-                          ({"column": "2"}, "prompt"), ({"prompt": 0, "column": "../x"}, "column")):
+                          ({"column": "2"}, "prompt"), ({"prompt": 0, "column": "../x"}, "column"),
+                          ({"prompt": "\u00b2", "column": "2"}, "prompt"),  # "²".isdigit(), but int("²") fails
+                          ({"prompt": "\u0661", "column": "2"}, "prompt")):  # ARABIC-INDIC DIGIT ONE
         r = _api(alice).get(url, params)
         assert r.status_code == 400 and r.json()["error"]["field"] == field
     assert _api(bob).get(url, {"prompt": 0, "column": "2"}).status_code == 404

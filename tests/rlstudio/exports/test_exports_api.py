@@ -236,6 +236,20 @@ def test_the_run_page_card(alice, bob, fake_run, published):
     assert "no checkpoint at step 9" in r.content.decode()
 
 
+def test_the_run_page_refuses_a_step_of_non_ascii_digits(alice, fake_run, published):
+    """'²' is a digit to str.isdigit but not to int(): the page's form refuses it like any bad step (the
+    card's message names step), nothing is queued."""
+    from django.test import Client
+
+    c = Client()
+    c.force_login(alice)
+    for raw in ("\u00b2", "\u0661", "1" * 12, " 1"):
+        r = c.post(f"/runs/{fake_run.pk}/exports/", {"step": raw}, follow=True)
+        assert r.status_code == 200 and r.redirect_chain[-1][1] == 302, raw
+        assert "step must be the global step of a checkpoint" in r.content.decode(), raw
+    assert not Export.objects.exists() and not published
+
+
 def test_the_archive_streams_through_the_asgi_handler(alice, fake_run, runs_dir):
     """Under ASGI (Daphne) the view hands Django an async iterator (a sync one would be read whole
     before the first byte is sent): the pieces arrive one by one and untar to the folder's files."""

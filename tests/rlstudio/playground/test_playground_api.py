@@ -53,6 +53,8 @@ def test_a_model_session_is_created_queued_and_its_task_sent(alice, make_model, 
     ({"messages": [{"role": "assistant", "content": "hi"}]}, "messages"),
     ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
     ({"messages": [{"role": "user", "content": "x" * 9000}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "hi\u0000there"}]}, "messages[0].content"),  # jsonb refuses NUL
+    ({"messages": [{"role": "system", "content": "\u0000"}, {"role": "user", "content": "hi"}]}, "messages[0].content"),
     ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "late"},
                    {"role": "user", "content": "b"}]}, "messages[1].role"),
     ({"targets": []}, "targets"),

@@ -117,6 +117,15 @@ def test_bad_bodies_never_500(run_and_token, settings):
     assert post(run.pk, token, [metrics_event(i, i) for i in range(1, 5)]).status_code == 413
 
 
+def test_too_deeply_nested_bodies_are_a_400_not_a_500(run_and_token):
+    """orjson stops at 1024 levels and json.loads then hits the recursion limit: both are 'not JSON'."""
+    run, token = run_and_token
+    for raw in (b"[" * 100_000, b'{"events": [' + b"[" * 5_000 + b"]" * 5_000 + b"]}"):
+        r = post(run.pk, token, None, raw=raw)
+        assert r.status_code == 400 and r.json()["error"]["code"] == "parse_error", r.content[:200]
+    assert not RunEvent.objects.filter(run=run).exists()
+
+
 def test_samples_memory_heartbeat_checkpoint_logs(run_and_token):
     from rlstudio.runs.launch import run_dir
 

@@ -127,6 +127,61 @@ def test_other_users_get_404(bob, finished):
     assert Client().get(f"/api/v1/runs/{finished.pk}/metrics/").status_code == 401
 
 
+def test_nul_in_a_query_parameter_is_a_400_naming_it(alice_client, finished):
+    """psycopg2 refuses a NUL in a query: the NUL guard answers before any lookup, in the API's error
+    shape under /api/ and as a plain 400 page elsewhere."""
+    base = f"/api/v1/runs/{finished.pk}"
+    for url in (f"{base}/samples/?uid=%00", f"{base}/groups/?step=0&uid=a%00b", f"{base}/samples/?order=seq&u%00id=1"):
+        r = alice_client.get(url)
+        assert r.status_code == 400, url
+        assert r.json()["error"]["field"] in ("uid", "u\ufffdid"), url
+        assert "NUL" in r.json()["error"]["message"]
+    for url in (f"/runs/{finished.pk}/?uid=%00", f"/runs/{finished.pk}/groups/?step=0&uid=%00",
+                f"/runs/{finished.pk}/prompts/?uid=%00"):
+        r = alice_client.get(url)
+        assert r.status_code == 400 and r["Content-Type"].startswith("text/html"), url
+        page = r.content.decode()
+        assert 'data-field="uid"' in page and "uid must not contain the NUL character" in page, url
+    assert alice_client.get(f"/runs/{finished.pk}/prompts/?uid=p-flat").status_code == 200  # no NUL: as before
+
+
+def test_memory_since_an_impossible_date_is_a_400(alice_client, finished):
+    r = alice_client.get(f"/api/v1/runs/{finished.pk}/memory/", {"since": "2024-02-30T00:00:00+00:00"})
+    assert r.status_code == 400 and r.json()["error"]["field"] == "since"
+    r = alice_client.get(f"/api/v1/runs/{finished.pk}/memory/", {"since": "2024-02-29T00:00:00+00:00"})
+    assert r.status_code == 200
+
+
+def test_retention_k_is_bounded(alice_client, finished):
+    from rlstudio.telemetry.models import RunRetention
+    from rlstudio.telemetry.services import RETENTION_K_MAX
+
+    url = f"/api/v1/runs/{finished.pk}/retention/"
+    for k in (2**31, RETENTION_K_MAX + 1, 0, -1, "2"):
+        r = alice_client.put(url, {"mode": "per_step", "k": k}, content_type="application/json")
+        assert r.status_code == 400 and r.json()["error"]["field"] == "k", k
+    assert not RunRetention.objects.filter(run=finished).exists()
+    r = alice_client.put(url, {"mode": "k x", "k": 2}, content_type="application/json")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "mode"
+    r = alice_client.put(url, {"mode": "per_step", "k": RETENTION_K_MAX}, content_type="application/json")
+    assert r.json() == {"mode": "per_step", "k": RETENTION_K_MAX}
+
+
+def test_sample_page_with_deeply_nested_tool_arguments(alice, alice_client, make_dataset, make_model):
+    """A model's tool call arguments are any text: JSON nested past the recursion limit is shown as text."""
+    run, token = run_create(owner=alice, name="deep-args", dataset=make_dataset(alice), model=make_model(alice),
+                            config={}, gpus=0)
+    event = _sample(1, 1, "p", 0, 1.0, 0.0)
+    event["data"]["messages"][2]["tool_calls"][0]["arguments"] = "[" * 100_000
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        r = Client().post(f"/api/v1/runs/{run.pk}/events/", json.dumps({"events": [event]}),
+                          content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert r.json()["accepted"] == 1
+    s = Sample.objects.get(run=run)
+    page = alice_client.get(f"/runs/{run.pk}/samples/{s.pk}/")
+    assert page.status_code == 200 and "[[[[" in page.content.decode()
+
+
 QWEN25_3B = {"model_type": "qwen2", "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
              "num_key_value_heads": 2, "intermediate_size": 11008, "vocab_size": 151936, "tie_word_embeddings": True}
 

@@ -9,6 +9,7 @@ from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import Run
+from rlstudio.text import ascii_uint
 
 from .. import rules as R
 from ..models import CHANNELS, LIFECYCLE_EVENTS, AlertRule, Notification, NotificationSettings, WebhookEndpoint
@@ -29,6 +30,8 @@ def webhook_by_name(name: str | None) -> WebhookEndpoint | None:
     """The enabled operator webhook called `name` (None for no name); AlertInvalid when there is none."""
     if name in (None, ""):
         return None
+    if isinstance(name, str) and "\x00" in name:
+        raise AlertInvalid("webhook", "must not contain the NUL character (U+0000)")
     endpoint = WebhookEndpoint.objects.filter(name=name, enabled=True).first() if isinstance(name, str) else None
     if endpoint is None:
         known = ", ".join(WebhookEndpoint.objects.filter(enabled=True).values_list("name", flat=True)) or "none"
@@ -47,9 +50,8 @@ def _number(value: Any, name: str) -> Any:
     if value is None or value == "":
         return None
     if name == "window":
-        if isinstance(value, str) and value.strip().isdigit():
-            return int(value)
-        return value
+        number = ascii_uint(value.strip()) if isinstance(value, str) else None
+        return value if number is None else number
     if isinstance(value, str):
         try:
             return float(value)

@@ -64,6 +64,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "csp.middleware.CSPMiddleware",  # Content-Security-Policy (settings/web_hardening.py)
+    "rlstudio.config.nul_guard.NulParameterMiddleware",  # a NUL in a parameter: 400 naming it
     "axes.middleware.AxesMiddleware",  # last: turns a locked-out login into the 429 page
 ]
 
@@ -201,7 +202,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "rlstudio.api.parsers.JSONParser",  # DRF's, with too deeply nested JSON a 400
         "rest_framework.parsers.MultiPartParser",
         "rest_framework.parsers.FormParser",
     ],
