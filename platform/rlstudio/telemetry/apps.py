@@ -11,6 +11,8 @@ class TelemetryConfig(AppConfig):
     def ready(self) -> None:
         from rlstudio.runs.services import on_job_adopted
 
+        from . import access
         from .backfill import backfill_local_events
 
         on_job_adopted(lambda run_id: backfill_local_events(run_id=run_id))
+        access.connect()

@@ -3,6 +3,9 @@
 Group messages (what `RunConsumer` receives):
     {"type": "run.event", "event": {"seq": N, "type": "metrics" | "sample" | ..., "data": {...}}}
     {"type": "run.events", "first": N, "last": M, "frame": "<JSON text>"}   (ingest batches)
+    {"type": "run.access_changed"}   (who may read the run changed: each socket checks its user again)
+The last is also sent to a user's viewer group (`viewer_group`, joined by each of their run sockets)
+when their record changes (telemetry.access).
 `frame` is the batch websocket frame, `{"type": "batch", "seq": M, "events": [...]}`, encoded once
 here: the consumer sends it as is to a batch-mode viewer that has seen nothing of it (the usual case),
 and decodes it only to filter or to send one frame per event. Encoding per viewer was most of the
@@ -27,6 +30,11 @@ def run_group(run_id: int) -> str:
     return f"run.{int(run_id)}"
 
 
+def viewer_group(user_id: int) -> str:
+    """The Channels group every run websocket of user `user_id` joins (whatever the run)."""
+    return f"run.viewer.{int(user_id)}"
+
+
 def run_event_message(event: dict[str, Any]) -> dict[str, Any]:
     """The group message that carries one event to the run's websockets."""
     return {"type": "run.event", "event": event}
@@ -49,6 +57,25 @@ def run_events_message(events: list[dict[str, Any]]) -> dict[str, Any]:
 def run_event_send(*, run_id: int, event: dict[str, Any]) -> None:
     """Send one event to everyone watching the run (sync code; call it from on_commit)."""
     async_to_sync(get_channel_layer().group_send)(run_group(run_id), run_event_message(event))
+
+
+def _access_changed_send(group: str) -> None:
+    async def send() -> None:
+        await asyncio.wait_for(get_channel_layer().group_send(group, {"type": "run.access_changed"}),
+                               timeout=settings.RLSTUDIO_BROADCAST_TIMEOUT_S)
+
+    async_to_sync(send)()
+
+
+def run_access_changed_send(run_id: int) -> None:
+    """Tell the run's websockets that who may read it changed (sync code; the sharing service calls it
+    after the change commits): each one checks its user again (RunConsumer.run_access_changed)."""
+    _access_changed_send(run_group(run_id))
+
+
+def user_access_changed_send(user_id: int) -> None:
+    """Tell every run websocket of the user that their record changed (sync code, after the commit)."""
+    _access_changed_send(viewer_group(user_id))
 
 
 def run_events_send(*, run_id: int, events: list[dict[str, Any]], chunk: int = 100) -> None:

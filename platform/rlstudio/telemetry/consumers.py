@@ -3,7 +3,12 @@
 Only the run's owner, staff and the users the run is shared with (by name or with everyone; the
 stream only ever reads) get the stream: anonymous connections are closed with 4401, everyone else
 (including for a run that does not exist) with 4403. The socket is accepted before closing so the
-browser receives the code (a close before accept becomes a bare HTTP 403).
+browser receives the code (a close before accept becomes a bare HTTP 403). The check is made again
+when who may read the run changes (a `run.access_changed` group message, sent after the change
+commits, to the run's group when its sharing changed and to the user's own viewer group when their
+record was saved: telemetry.access): a socket whose user may no longer read the run (unshared, the run
+made private, the user deactivated or no longer staff) leaves its groups, forwards nothing more and is
+closed with 4403; the owner's, staff's and the remaining readers' sockets stay open.
 
 Resume: `?resume_after=N` on the URL, or a `{"resume_after": N}` message, sends the stored events
 with seq > N (RunEvent, seq order) and then the live ones, with no gap and no duplicate:
@@ -54,7 +59,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import visible_runs
 
-from .broadcast import run_group
+from .broadcast import run_group, viewer_group
 from .layer_watch import layer_watch
 from .selectors import events_after
 
@@ -72,6 +77,15 @@ MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
 def _may_watch(user, run_id: int) -> bool:
     """The run selectors' one visibility rule: owner, staff, or a user the run is shared with."""
     return visible_runs(Run.objects.filter(pk=run_id), user=user).exists()
+
+
+@database_sync_to_async
+def _may_still_watch(user, run_id: int) -> bool:
+    """`_may_watch` for a socket already open: its user as the database holds them now (active, staff)."""
+    from django.contrib.auth import get_user_model
+
+    fresh = get_user_model().objects.filter(pk=getattr(user, "pk", None), is_active=True).first()
+    return fresh is not None and visible_runs(Run.objects.filter(pk=run_id), user=fresh).exists()
 
 
 _events_after = database_sync_to_async(events_after)
@@ -106,6 +120,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     run_id: int = 0
     last_sent: int | None = None  # None until something with a seq was sent: no filtering yet
     batch: bool = False  # the client asked for `{"type": "batch", "events": [...]}` frames
+    viewer: str | None = None  # the user's own group (broadcast.viewer_group)
+    revoked: bool = False  # the user may no longer read the run: nothing more is sent
 
     async def dispatch(self, message):
         """Group messages go straight to their handler.
@@ -117,6 +133,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         database_sync_to_async, which closes stale connections itself), so they skip it.
         """
         if message.get("type") in ("run.events", "run.event"):
+            if self.revoked:
+                return
             await getattr(self, message["type"].replace(".", "_"))(message)
             return
         await super().dispatch(message)
@@ -135,6 +153,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # Join before accepting (and before any replay): nothing committed after this is missed.
         self.group = run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        self.viewer = viewer_group(user.pk)  # the user's record changed: check again (telemetry.access)
+        await self.channel_layer.group_add(self.viewer, self.channel_name)
         await self.accept()
         layer_watch(self.channel_layer).add(self._layer_lost)
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
@@ -144,13 +164,29 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self._replay(resume)
 
     async def disconnect(self, code):
+        await self._leave_group()
+
+    async def _leave_group(self) -> None:
         if self.group is not None:
+            groups, self.group, self.viewer = [self.group, self.viewer], None, None
             layer_watch(self.channel_layer).discard(self._layer_lost)
             try:
-                await self.channel_layer.group_discard(self.group, self.channel_name)
+                for group in groups:
+                    if group is not None:
+                        await self.channel_layer.group_discard(group, self.channel_name)
             except Exception as exc:  # Redis is down. The layer has already dropped the membership;
                 # at worst this process stays subscribed to the group's Redis channel and ignores it.
                 log.warning("run %s: group_discard failed: %r", self.run_id, exc)
+
+    async def run_access_changed(self, message):
+        """The run's sharing changed: close with 4403 unless the user may still read the run."""
+        if self.group is None or self.revoked:
+            return
+        if await _may_still_watch(self.scope.get("user"), self.run_id):
+            return
+        self.revoked = True
+        await self._leave_group()
+        await self.close(code=CLOSE_FORBIDDEN)
 
     def _layer_lost(self) -> None:
         """layer_watch's callback: close so the browser reconnects and the replay brings what was lost."""

@@ -155,3 +155,111 @@ def test_socket_closed_4503_when_the_layer_is_lost(alice, make_run, private_redi
         return closed
 
     assert asyncio.run(scenario()) == {"type": "websocket.close", "code": 4503}
+
+
+def _api_put_sharing(user, run_id: int, body: dict) -> int:
+    """PUT /api/v1/runs/<id>/sharing/ as `user` (sync: called through sync_to_async); the status code."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client.put(f"/api/v1/runs/{run_id}/sharing/", body, format="json").status_code
+
+
+def test_unsharing_closes_the_removed_readers_socket_4403(alice, bob, staff, make_run):
+    """Bob watches a run shared with him; Alice removes him: his socket is closed with 4403 and gets no
+    further event, while Alice's and staff's sockets stay open and keep receiving."""
+    from asgiref.sync import sync_to_async
+
+    from rlstudio.runs.services import run_share
+
+    run = make_run(alice)
+    run_share(run=run, by=alice, users=["bob"])
+    cookies = {u.username: _session_cookie(u) for u in (alice, bob, staff)}
+
+    async def scenario():
+        socks = {name: await _connect(f"/ws/runs/{run.pk}/", cookie) for name, cookie in cookies.items()}
+        layer, group = get_channel_layer(), run_group(run.pk)
+        await layer.group_send(group, run_event_message({"seq": 1, "type": "log", "data": {"line": "before"}}))
+        before = {name: (await s.receive_json_from(timeout=5))["seq"] for name, s in socks.items()}
+        status = await sync_to_async(_api_put_sharing)(alice, run.pk, {"users": []})
+        bob_close = await socks["bob"].receive_output(timeout=5)
+        await layer.group_send(group, run_event_message({"seq": 2, "type": "log", "data": {"line": "after"}}))
+        after = {name: (await socks[name].receive_json_from(timeout=5))["seq"] for name in ("alice", "root")}
+        bob_quiet = await socks["bob"].receive_nothing(timeout=0.5)
+        for name in ("alice", "root"):
+            await socks[name].disconnect()
+        return before, status, bob_close, after, bob_quiet
+
+    before, status, bob_close, after, bob_quiet = asyncio.run(scenario())
+    assert before == {"alice": 1, "bob": 1, "root": 1}
+    assert status == 200
+    assert bob_close == {"type": "websocket.close", "code": 4403}
+    assert after == {"alice": 2, "root": 2} and bob_quiet
+
+
+def test_making_a_run_private_closes_the_everyone_readers_only(alice, bob, make_user, make_run):
+    """Visibility everyone -> private: Carol (who read it as everyone) is closed with 4403; Bob, to whom
+    it is still shared by name, stays and keeps receiving."""
+    from asgiref.sync import sync_to_async
+
+    from rlstudio.runs.services import run_share
+
+    carol = make_user("carol")
+    run = make_run(alice)
+    run_share(run=run, by=alice, visibility="everyone", users=["bob"])
+    bob_cookie, carol_cookie = _session_cookie(bob), _session_cookie(carol)
+
+    async def scenario():
+        bob_ws = await _connect(f"/ws/runs/{run.pk}/", bob_cookie)
+        carol_ws = await _connect(f"/ws/runs/{run.pk}/", carol_cookie)
+        await sync_to_async(run_share)(run=run, by=alice, visibility="everyone")  # unchanged: nothing sent
+        await sync_to_async(run_share)(run=run, by=alice, visibility="private")
+        carol_close = await carol_ws.receive_output(timeout=5)
+        await get_channel_layer().group_send(
+            run_group(run.pk), run_event_message({"seq": 5, "type": "log", "data": {"line": "x"}}))
+        bob_msg = await bob_ws.receive_json_from(timeout=5)
+        carol_quiet = await carol_ws.receive_nothing(timeout=0.5)
+        await bob_ws.disconnect()
+        return carol_close, bob_msg, carol_quiet
+
+    carol_close, bob_msg, carol_quiet = asyncio.run(scenario())
+    assert carol_close == {"type": "websocket.close", "code": 4403}
+    assert bob_msg["seq"] == 5 and carol_quiet
+
+
+def test_deactivating_a_reader_closes_their_run_sockets_4403(alice, bob, make_run):
+    """Saving Bob's record tells his run sockets to check again (telemetry.access): a save that leaves
+    him able to read (a new first name, a login's last_login) keeps the socket open; deactivating him
+    (as the admin does, user.save()) closes it with 4403, while Alice's stays open."""
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth.models import update_last_login
+
+    from rlstudio.runs.services import run_share
+
+    run = make_run(alice)
+    run_share(run=run, by=alice, users=["bob"])
+    bob_cookie, alice_cookie = _session_cookie(bob), _session_cookie(alice)
+
+    def save_bob(**fields):
+        for name, value in fields.items():
+            setattr(bob, name, value)
+        bob.save()
+
+    async def scenario():
+        ws = await _connect(f"/ws/runs/{run.pk}/", bob_cookie)
+        alice_ws = await _connect(f"/ws/runs/{run.pk}/", alice_cookie)
+        await sync_to_async(save_bob)(first_name="Bob")
+        await sync_to_async(update_last_login)(None, bob)
+        still_open = await ws.receive_nothing(timeout=0.5)
+        await sync_to_async(save_bob)(is_active=False)
+        closed = await ws.receive_output(timeout=5)
+        await get_channel_layer().group_send(
+            run_group(run.pk), run_event_message({"seq": 3, "type": "log", "data": {"line": "x"}}))
+        alice_msg = await alice_ws.receive_json_from(timeout=5)
+        await alice_ws.disconnect()
+        return still_open, closed, alice_msg
+
+    still_open, closed, alice_msg = asyncio.run(scenario())
+    assert still_open and closed == {"type": "websocket.close", "code": 4403}
+    assert alice_msg["seq"] == 3

@@ -25,7 +25,7 @@ from .creation import INGEST_TOKEN_PREFIX, run_create, run_issue_ingest_token, r
 from ..errors import RunInputInvalid, RunNotPermitted, RunRefused
 from .export import on_run_succeeded, run_register_export
 from .lineage import run_clone, run_config_save, run_new, run_resume
-from .sharing import check_can_manage, run_annotate, run_share
+from .sharing import check_can_manage, on_access_changed, run_annotate, run_share
 from .stop import run_force_kill, run_output_dir, run_stop
 from .submission import (
     on_job_adopted,
@@ -50,7 +50,7 @@ __all__ = [
     "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
     "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "TransitionMade", "check_can_manage",
     "on_run_succeeded", "on_run_transition", "run_register_export",
-    "models_q_earlier", "run_annotate", "run_share", "on_job_adopted",
+    "models_q_earlier", "run_annotate", "run_share", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
     "run_force_kill", "run_issue_ingest_token", "run_launch", "run_queue_move", "run_mark_finished",
     "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",

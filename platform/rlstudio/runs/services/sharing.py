@@ -5,11 +5,16 @@ it or stop sharing it (`check_can_manage`, which the stop / resume / clone servi
 the run is shared with, by name or with everyone, reads its page, samples, transcripts and groups and
 nothing more; their attempts are refused with `RunNotPermitted` (403). Every change is audited:
 `run.annotate` (tags / note, before and after) and `run.share` (visibility and users, before and after).
+
+A sharing change that commits is handed to the `on_access_changed` hooks (the telemetry app registers
+one that tells the run's open websockets, which check their user again and close with 4403 for whoever
+may no longer read it), so that runs never imports telemetry.
 """
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -20,6 +25,26 @@ from rlstudio.accounts.services import audit_record
 from ..errors import RunInputInvalid, RunNotPermitted
 from ..models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunVisibility
 from ..selectors import can_manage, run_shared_users
+
+log = logging.getLogger(__name__)
+_ACCESS_HOOKS: list[Callable[[int], None]] = []
+
+
+def on_access_changed(hook: Callable[[int], None]) -> Callable[[int], None]:
+    """Register `hook(run_id)` to run after a change of who may read the run commits (idempotent per
+    function); a hook that raises is logged and the others still run."""
+    if hook not in _ACCESS_HOOKS:
+        _ACCESS_HOOKS.append(hook)
+    return hook
+
+
+def _access_changed(run_id: int) -> None:
+    for hook in list(_ACCESS_HOOKS):
+        try:
+            hook(run_id)
+        except Exception:  # the change is stored; an open socket then keeps streaming until it reconnects
+            log.exception("run %s: access-changed hook %r failed", run_id, hook)
+
 
 # A tag: letters, digits and _ . : + / - (no spaces, so a tag reads as one word in the list and a URL).
 TAG_RE = re.compile(r"^[\w.:+/-]+$")
@@ -136,5 +161,7 @@ def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
         if after != before:
             audit_record(actor=by, action="run.share", obj=locked,
                          data={"owner": locked.owner.get_username(), "from": before, "to": after})
+            run_id = locked.pk
+            transaction.on_commit(lambda: _access_changed(run_id))
     run.visibility = locked.visibility
     return run
