@@ -39,8 +39,10 @@ STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
 def rng_state() -> dict[str, Any]:
+    """The process's RNG states; CUDA's only when this process already uses CUDA (a CPU run, or a
+    Ray driver whose workers hold the GPUs, must not open a CUDA context on every visible GPU)."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

@@ -250,6 +250,21 @@ def test_resolve_fills_derived_values():
     assert resolve(Config()).actor_rollout_ref.rollout.multi_turn.max_turns == 1
 
 
+@pytest.mark.parametrize("device, name, expected", [("cpu", "auto", "hf"), ("auto", "auto", "auto"),
+                                                    ("cuda", "auto", "auto"), ("cuda", "sglang", "sglang"),
+                                                    ("cpu", "hf", "hf")])
+def test_resolve_makes_auto_hf_on_the_cpu(device, name, expected):
+    """A CPU run's rollout engine is hf before the loop looks at the machine (security review F1)."""
+    cfg = apply_overrides(Config(), [f"trainer.device={device}", f"actor_rollout_ref.rollout.name={name}"])
+    assert resolve(cfg).actor_rollout_ref.rollout.name == expected
+
+
+def test_auto_passes_and_sglang_is_refused_on_the_cpu():
+    validate(apply_overrides(_runnable(), ["trainer.device=cpu", "actor_rollout_ref.rollout.name=auto"]))
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.rollout\.name: sglang needs a GPU"):
+        validate(apply_overrides(_runnable(), ["trainer.device=cpu", "actor_rollout_ref.rollout.name=sglang"]))
+
+
 def test_recipes_all_validate_and_need_paths():
     assert set(REGISTRY) == {"cpu_smoke", "dapo", "demo_tool_arith", "gsm8k_multiturn_grpo"}
     for name in REGISTRY:

@@ -86,7 +86,8 @@ class ValKwargsConfig:
 class RolloutConfig:
     name: Literal["auto", "hf", "sglang"] = option(
         "auto",
-        "Rollout engine: hf (transformers, anywhere), sglang (GPU), auto = sglang where usable.",
+        "Rollout engine: hf (transformers, anywhere), sglang (GPU), auto = sglang where usable "
+        "(a GPU device with sglang installed), always hf with trainer.device=cpu.",
     )
     n: int = option(1, "Samples per prompt (the GRPO group size).")
     temperature: Union[float, None] = option(

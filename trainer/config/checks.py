@@ -334,7 +334,8 @@ def resolve(cfg: Config) -> Config:
     actor.loss_scale_factor, ref.use_torch_compile, the critic's keys left to the actor's).
 
     Pure config maths; device-dependent choices (dtype auto, device auto, rollout name auto) need
-    torch and are left to the loop.
+    torch and are left to the loop, except rollout name auto with trainer.device=cpu: that is hf
+    whatever the machine has (a CPU run never starts SGLang on a GPU it was not given).
     """
     arr = cfg.actor_rollout_ref
     rollout, mt, actor = arr.rollout, arr.rollout.multi_turn, arr.actor
@@ -342,6 +343,7 @@ def resolve(cfg: Config) -> Config:
     new_mt = dataclasses.replace(mt, max_turns=mt.max_turns or (5 if mt.enable else 1))
     new_rollout = dataclasses.replace(
         rollout,
+        name="hf" if (rollout.name == "auto" and cfg.trainer.device == "cpu") else rollout.name,
         response_length=response_length,
         multi_turn=new_mt,
         max_model_len=rollout.max_model_len or cfg.data.max_prompt_length + response_length,

@@ -183,7 +183,7 @@ class RankWorker:
             self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),
                                    log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
                                    use_torch_compile=bool(arr.ref.use_torch_compile))
-        self.engine_name = resolve_engine_name(arr.rollout.name)
+        self.engine_name = resolve_engine_name(arr.rollout.name, device)
         # One hf worker: the engine runs on the actor's module itself. Otherwise (and with LoRA: it
         # generates with merged weights, trainer.workers.lora) it holds its own weights.
         self.shared_engine = self.engine_name == "hf" and not self.sharded and self.lora is None

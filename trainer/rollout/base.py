@@ -124,8 +124,26 @@ def sglang_available() -> bool:
     return importlib.util.find_spec("sglang") is not None
 
 
-def resolve_engine_name(name: str) -> str:
-    """Map "auto" to a concrete backend: sglang with a GPU and sglang installed, else hf."""
+def _device_type(device: Any) -> str | None:
+    """"cpu" / "cuda" / ... of a device given as a torch.device or a string; None when unknown or auto."""
+    if device is None:
+        return None
+    kind = getattr(device, "type", None) or str(device).split(":", 1)[0]
+    return None if kind in ("", "auto") else kind
+
+
+def resolve_engine_name(name: str, device: Any = None) -> str:
+    """Map "auto" to a concrete backend for `device` (trainer.device, resolved or not).
+
+    On the CPU auto is always hf, and sglang is refused: CUDA is not even asked about, so a CPU run
+    never starts an engine on a GPU it was not given. Otherwise (a GPU or an unknown device) auto is
+    sglang when sglang is installed and CUDA is usable, else hf.
+    """
+    kind = _device_type(device)
+    if kind == "cpu":
+        if name == "sglang":
+            raise ValueError("rollout engine 'sglang' needs a GPU; use hf with trainer.device=cpu")
+        return "hf" if name == "auto" else name
     if name != "auto":
         return name
     import torch
@@ -133,8 +151,9 @@ def resolve_engine_name(name: str) -> str:
     return "sglang" if (sglang_available() and torch.cuda.is_available()) else "hf"
 
 
-def get_engine_class(name: str) -> type[RolloutEngine]:
-    name = resolve_engine_name(name)
+def get_engine_class(name: str, device: Any = None) -> type[RolloutEngine]:
+    """The engine class `name` stands for on `device` ("auto" resolves first)."""
+    name = resolve_engine_name(name, device)
     if name not in _REGISTRY and name in _BUILTIN_MODULES:
         importlib.import_module(_BUILTIN_MODULES[name])
     if name not in _REGISTRY:
@@ -153,4 +172,4 @@ def build_engine(name: str, *, model: Any, tokenizer: Any, config: Any, device: 
     For `hf`, `model` is the live torch module (the actor's, colocated: no copy is made). For
     `sglang`, `model` is the HF model folder path (or a module whose `name_or_path` gives it).
     """
-    return get_engine_class(name).from_config(model=model, tokenizer=tokenizer, config=config, device=device)
+    return get_engine_class(name, device).from_config(model=model, tokenizer=tokenizer, config=config, device=device)

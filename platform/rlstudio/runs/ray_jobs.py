@@ -79,9 +79,23 @@ def job_info(submission_id: str) -> JobInfo | None:
     )
 
 
+def job_runtime_env(env_vars: dict[str, str], *, job_gpus: float) -> dict:
+    """The runtime_env a job is submitted with. A job given no GPUs at all (`job_gpus` 0) also gets
+    CUDA_VISIBLE_DEVICES="": Ray leaves the variable unset for an entrypoint that reserves no GPU, and
+    the process would otherwise see (and could use) every GPU of its node, outside the GPU quota."""
+    env = dict(env_vars)
+    if not job_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return {"env_vars": env}  # never working_dir: the head shares our filesystem
+
+
 def submit(*, submission_id: str, entrypoint: str, env_vars: dict[str, str], num_cpus: float,
-           num_gpus: float, metadata: dict[str, str]) -> bool:
+           num_gpus: float, metadata: dict[str, str], job_gpus: float | None = None) -> bool:
     """Submit a job under `submission_id`; False when a job with that id already exists.
+
+    `num_gpus` is what the entrypoint itself reserves; `job_gpus` is what the whole job is given (a
+    run with several GPUs: its workers' placement group holds them and the driver reserves 0). None
+    means `num_gpus`. A job whose `job_gpus` is 0 runs with no GPU visible (job_runtime_env).
 
     The id is derived from the run, so a retried or duplicated Celery task lands here twice and Ray
     itself refuses the second: that refusal is the idempotence, not a check-then-act race.
@@ -91,7 +105,7 @@ def submit(*, submission_id: str, entrypoint: str, env_vars: dict[str, str], num
         c.submit_job(
             entrypoint=entrypoint,
             submission_id=submission_id,
-            runtime_env={"env_vars": env_vars},  # never working_dir: the head shares our filesystem
+            runtime_env=job_runtime_env(env_vars, job_gpus=num_gpus if job_gpus is None else job_gpus),
             entrypoint_num_cpus=num_cpus,
             entrypoint_num_gpus=num_gpus or None,
             metadata=metadata,

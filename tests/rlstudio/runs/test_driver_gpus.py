@@ -33,7 +33,7 @@ def test_the_job_entrypoint_reserves_gpus_only_for_a_one_worker_run(api, ready, 
     monkeypatch.setattr(ray_jobs, "job_info", lambda submission_id: None)
     monkeypatch.setattr(ray_jobs, "submit", lambda **kwargs: given.update(kwargs) or True)
     assert run_submit(run_id=run.pk) == "submitted"
-    assert given["num_gpus"] == num_gpus
+    assert given["num_gpus"] == num_gpus and given["job_gpus"] == gpus
     spec = Run.objects.get(pk=run.pk).config  # the frozen spec the job runs
     assert (spec["trainer"]["nnodes"], spec["trainer"]["n_gpus_per_node"]) == workers
 
@@ -63,3 +63,57 @@ def test_a_run_with_more_gpus_than_a_node_spans_whole_nodes(api, ready, settings
     assert run_submit(run_id=run.pk) == "submitted" and given["num_gpus"] == 0
     spec = Run.objects.get(pk=run.pk).config
     assert (spec["trainer"]["nnodes"], spec["trainer"]["n_gpus_per_node"]) == (2, 2)
+
+
+class _FakeClient:
+    """Stands for Ray's JobSubmissionClient: keeps what submit_job was given."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def submit_job(self, **kwargs):
+        self.submitted.append(kwargs)
+        return kwargs["submission_id"]
+
+
+@pytest.mark.parametrize("num_gpus, job_gpus, hidden", [(0, 0, True), (0, None, True), (1, 1, False),
+                                                        (1, None, False), (0, 4, False)])
+def test_a_job_given_no_gpu_sees_none(monkeypatch, num_gpus, job_gpus, hidden):
+    """Security review F1: Ray leaves CUDA_VISIBLE_DEVICES unset for an entrypoint that reserves no
+    GPU, so a CPU job would see every GPU of its node; the platform sets it to "" for those jobs only
+    (a multi-GPU run's driver reserves 0 too, but its job has GPUs: its variable is left to Ray)."""
+    from rlstudio.runs import ray_jobs
+
+    fake = _FakeClient()
+    monkeypatch.setattr(ray_jobs, "client", lambda: fake)
+    kwargs = {} if job_gpus is None else {"job_gpus": job_gpus}
+    assert ray_jobs.submit(submission_id="rlstudio-run-1", entrypoint="true", env_vars={"A": "1"}, num_cpus=1,
+                           num_gpus=num_gpus, metadata={}, **kwargs) is True
+    (job,) = fake.submitted
+    env = job["runtime_env"]["env_vars"]
+    assert env["A"] == "1" and set(job["runtime_env"]) == {"env_vars"}
+    if hidden:
+        assert env["CUDA_VISIBLE_DEVICES"] == "" and job["entrypoint_num_gpus"] is None
+    else:
+        assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_a_cpu_run_is_submitted_with_no_gpu_visible(api, ready, settings, tmp_path, monkeypatch):
+    """The whole path: a gpus=0 run reaches Ray's client with CUDA_VISIBLE_DEVICES="" and hf."""
+    from rlstudio.runs import ray_jobs
+    from rlstudio.runs.services import run_submit
+
+    settings.RUNS_DIR = tmp_path
+    resp = api.post("/api/v1/runs/", {"name": "r", "dataset": ready["dataset"].pk, "model": ready["model"].pk,
+                                      "preset": "cpu_smoke", "gpus": 0}, format="json")
+    assert resp.status_code == 201, resp.content
+    run = Run.objects.get(pk=resp.json()["id"])
+    Run.objects.filter(pk=run.pk).update(status=S.SUBMITTING)
+    fake = _FakeClient()
+    monkeypatch.setattr(ray_jobs, "client", lambda: fake)
+    monkeypatch.setattr(ray_jobs, "job_info", lambda submission_id: None)
+    assert run_submit(run_id=run.pk) == "submitted"
+    (job,) = fake.submitted
+    assert job["runtime_env"]["env_vars"]["CUDA_VISIBLE_DEVICES"] == "" and job["entrypoint_num_gpus"] is None
+    spec = Run.objects.get(pk=run.pk).config
+    assert spec["trainer"]["device"] == "cpu" and spec["actor_rollout_ref"]["rollout"]["name"] != "sglang"

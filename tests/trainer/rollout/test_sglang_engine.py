@@ -227,6 +227,45 @@ def test_auto_and_missing_sglang():
             build_engine("sglang", model="/models/tiny", tokenizer=None, config={}, device="cuda:0")
 
 
+def _cuda_and_sglang_everywhere(monkeypatch):
+    """Make this machine look like a GPU node with sglang installed, whatever it has."""
+    from trainer.rollout import base
+
+    monkeypatch.setattr(base, "sglang_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu")])
+def test_auto_is_hf_on_the_cpu_even_with_sglang_and_a_gpu(monkeypatch, device):
+    """Security review F1: a CPU run (given no GPU) must never resolve auto to sglang, which would
+    start SGLang on GPU 0 of whatever the process can see."""
+    _cuda_and_sglang_everywhere(monkeypatch)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append(1) or True)
+    assert resolve_engine_name("auto", device) == "hf"
+    assert resolve_engine_name("hf", device) == "hf"
+    assert asked == []  # CUDA is not even asked about on the CPU
+    with pytest.raises(ValueError, match="sglang.*needs a GPU"):
+        resolve_engine_name("sglang", device)
+    with pytest.raises(ValueError, match="needs a GPU"):
+        build_engine("sglang", model="/models/tiny", tokenizer=None, config={}, device=device)
+    from trainer.rollout.base import get_engine_class
+    from trainer.rollout.hf import HFRolloutEngine
+
+    assert get_engine_class("auto", device) is HFRolloutEngine
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", torch.device("cuda", 0), "auto", None])
+def test_auto_is_sglang_on_a_gpu_with_sglang(monkeypatch, device):
+    _cuda_and_sglang_everywhere(monkeypatch)
+    assert resolve_engine_name("auto", device) == "sglang"
+    assert resolve_engine_name("hf", device) == "hf"
+    from trainer.rollout import base
+
+    monkeypatch.setattr(base, "sglang_available", lambda: False)
+    assert resolve_engine_name("auto", device) == "hf"
+
+
 def test_multi_turn_agent_over_sglang_backend(tiny_tokenizer):
     from trainer.rollout.agent import MultiTurnRollout
     from trainer.types import PromptItem

@@ -82,7 +82,7 @@ def run_submit(*, run_id: int) -> str:
                 entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
                 env_vars=launch.job_env(run_id=run.pk, token_file=token_file),
                 num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
-                num_gpus=adapt.driver_gpus(run.gpus),
+                num_gpus=adapt.driver_gpus(run.gpus), job_gpus=run.gpus,
                 metadata={"rlstudio_run": str(run.pk), "owner": str(run.owner_id)},
             )
         run.ray_submission_id = submission_id
