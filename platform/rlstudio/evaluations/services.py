@@ -156,21 +156,13 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
 
 def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
     """Create an evaluation of `run` (RunNotPermitted unless the user manages it) and admit it now when
-    the owner's quota allows (else it waits, queued, with the reason). The run's config is checked now
-    as the job will build it (`jobs.run_config`: its reward function and tool set resolved again from
-    the registries): one that can no longer be used (disabled, deleted, its file changed) is
-    EvaluationInvalid naming the key (`reward.name`, `tool_set`), nothing saved."""
-    from rlstudio.runs.errors import ConfigInvalid
+    the owner's quota allows (else it waits, queued, with the reason)."""
     from rlstudio.runs.services import check_can_manage
 
     check_can_manage(user=user, run=run, action="evaluate")
     _check_dataset(dataset)
     max_gpus = _policy().usage_for(user=run.owner).max_gpus
     req = clean_request(data, available=list(checkpoint_steps(run)), max_gpus=max_gpus)
-    try:
-        jobs.run_config(run)
-    except ConfigInvalid as exc:
-        raise EvaluationInvalid(f"the run cannot be evaluated now: {exc.message}", field=exc.key) from None
     return _create(user=user, req=req, run=run, dataset=dataset,
                    audit={"checkpoints": req.checkpoints, "base": req.include_base})
 
