@@ -82,11 +82,13 @@ def published(monkeypatch):
 @pytest.fixture
 def run_with_ckpts(alice, make_run, settings, tmp_path):
     """alice's succeeded run with committed checkpoints at steps 1 and 2 in its folder (under a
-    temporary RUNS_DIR), and an uncommitted one (global_step_3.tmp) beside them."""
+    temporary RUNS_DIR), and an uncommitted one (global_step_3.tmp) beside them. Its config is a whole
+    one (the default preset's), as a real run's is: an evaluation builds its config from it."""
+    from rlstudio.runs import launch
     from rlstudio.runs.models import Run, RunStatus
 
     settings.RUNS_DIR = str(tmp_path / "runs")
-    run = make_run(alice, "alice-run")
+    run = make_run(alice, "alice-run", config=launch.build_config(preset=launch.DEFAULT_PRESET))
     Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
     run.refresh_from_db()
     for step in (1, 2):

@@ -5,7 +5,8 @@ evaluation's record (plus settings for folders and the interpreter); the service
   `rlstudio.runs.launch.run_folder`) for a run's evaluation, <STATE_DIR>/evaluations/<id>/ for a
   catalog model's (next to RUNS_DIR, both from settings): where the spec goes and the job writes its
   outcome. Never from user input.
-- `build_spec`: the job's spec (trainer.evaluate_job) made from the run's config, the step folders
+- `build_spec`: the job's spec (trainer.evaluate_job) made from the run's config (`run_config`: made
+  again from the run's record as a resume or clone's is, never the paths frozen at its submission), the step folders
   found again in the run's folder (`selectors.checkpoint_steps`: never a path the user typed), the
   dataset's own file, and the evaluation's bounded settings. A catalog model's evaluation has one
   column ("base", step 0: the model itself) and the config a new run from that model would get
@@ -28,7 +29,8 @@ from typing import Any
 
 from django.conf import settings
 
-from rlstudio.runs.launch import build_config, dataset_path, run_folder
+from rlstudio.runs.errors import ConfigInvalid
+from rlstudio.runs.launch import build_config, dataset_path, freeze_spec, run_folder
 from trainer.evaluate_job import ERROR, RESULTS, SAMPLES
 
 MAX_RESULTS_BYTES = 16 * 1024 * 1024  # results.json: the matrix of at most 64 prompts x 9 columns
@@ -60,6 +62,35 @@ def model_config(*, model, dataset, gpus: int, reward: str = "") -> dict[str, An
     return build_config(dataset=dataset, model=model, gpus=gpus, overrides=overrides)
 
 
+def run_config(run, *, out: Path | None = None) -> dict[str, Any]:
+    """The trainer config a run's evaluation is scored with, made again from the run's record the way a
+    resume's or a clone's is (`launch.freeze_spec`): the user's keys of its stored config (re-checked
+    against their bounds), then the platform's keys from the catalog and the registries as they are now:
+    the reward function re-resolved by `reward.name` (`registry.services.reward_function_resolve`: ready,
+    inside a reward root, the SHA-256 its check recorded) and the run's tool set written again from the
+    registry into `out`. Never the reward file or tool config frozen when the run was submitted.
+
+    `out` None: checked only (the tool set must be ready now; nothing is written). ConfigInvalid naming
+    the key (`reward.name`, `tool_set`, ...), its message starting with the key, when the run cannot
+    be evaluated with what the registries hold now."""
+    from rlstudio.registry.services import RegistryRefused, tool_set_names, tool_set_write
+
+    try:
+        tool_config = None
+        if run.tool_set and out is None:
+            if run.tool_set not in tool_set_names():
+                raise ConfigInvalid("tool_set", f"the run's tool set {run.tool_set!r} is no longer a ready "
+                                                "registered tool set")
+        elif run.tool_set:
+            try:
+                tool_config = tool_set_write(name=run.tool_set, out_dir=out)
+            except RegistryRefused as exc:
+                raise ConfigInvalid("tool_set", str(exc)) from None
+        return freeze_spec(run=run, out_dir=out if out is not None else run_folder(run), tool_config=tool_config)
+    except ConfigInvalid as exc:
+        raise ConfigInvalid(exc.key, f"{exc.key}: {exc.message}") from None
+
+
 def submission_id_for(ev) -> str:
     """Derived from the evaluation (id + creation time): stable across retries of its submit task."""
     return f"rlstudio-eval-{ev.pk}-{ev.created.strftime('%Y%m%d%H%M%S%f')}"
@@ -76,7 +107,7 @@ def build_spec(ev, *, steps: dict[int, Path]) -> dict[str, Any]:
     if ev.run_id is None:
         config = model_config(model=ev.model, dataset=ev.dataset, gpus=ev.gpus, reward=ev.reward)
     else:
-        config = ev.run.config
+        config = run_config(ev.run, out=folder(ev))
     return {"config": config, "data_file": dataset_path(ev.dataset), "max_prompts": ev.max_prompts,
             "columns": columns, "k": ev.k, "sampling": dict(ev.sampling),
             "device": "cuda" if ev.gpus > 0 else "cpu",

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.text import without_nul
-from rlstudio.runs.launch import write_spec
+from rlstudio.runs.launch import run_folder, write_spec
 
 from . import jobs
 from .models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationSample, EvaluationStatus
@@ -156,13 +156,21 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
 
 def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
     """Create an evaluation of `run` (RunNotPermitted unless the user manages it) and admit it now when
-    the owner's quota allows (else it waits, queued, with the reason)."""
+    the owner's quota allows (else it waits, queued, with the reason). The run's config is checked now
+    as the job will build it (`jobs.run_config`: its reward function and tool set resolved again from
+    the registries): one that can no longer be used (disabled, deleted, its file changed) is
+    EvaluationInvalid naming the key (`reward.name`, `tool_set`), nothing saved."""
+    from rlstudio.runs.errors import ConfigInvalid
     from rlstudio.runs.services import check_can_manage
 
     check_can_manage(user=user, run=run, action="evaluate")
     _check_dataset(dataset)
     max_gpus = _policy().usage_for(user=run.owner).max_gpus
     req = clean_request(data, available=list(checkpoint_steps(run)), max_gpus=max_gpus)
+    try:
+        jobs.run_config(run)
+    except ConfigInvalid as exc:
+        raise EvaluationInvalid(f"the run cannot be evaluated now: {exc.message}", field=exc.key) from None
     return _create(user=user, req=req, run=run, dataset=dataset,
                    audit={"checkpoints": req.checkpoints, "base": req.include_base})
 
@@ -360,8 +368,10 @@ def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
 
 def evaluation_delete(*, user, ev: Evaluation) -> None:
     """Delete a finished evaluation, its transcripts and its job folder (found from its own record):
-    who may stop it may delete it. EvaluationRefused while it is queued or running (stop it first)."""
-    import shutil
+    who may stop it may delete it. EvaluationRefused while it is queued or running (stop it first).
+    The folder is removed only when it is a real folder inside the run's folder (or the models'
+    evaluations folder), no link followed (`runs.folders.remove_tree_inside`); the records go anyway."""
+    from rlstudio.runs.folders import remove_tree_inside
 
     check_can_manage_evaluation(user=user, ev=ev, action="delete")
     with transaction.atomic():
@@ -369,7 +379,8 @@ def evaluation_delete(*, user, ev: Evaluation) -> None:
         if locked.status in ACTIVE_EVALUATION_STATUSES:
             raise EvaluationRefused(f"evaluation {ev.pk} is {locked.status}: stop it before deleting it")
         out = jobs.folder(locked)
+        root = jobs.model_evaluations_dir() if locked.run_id is None else run_folder(locked.run)
         audit_record(actor=user, action="evaluation.delete", obj=ev.subject,
                      data={"evaluation": locked.pk, "dataset": locked.dataset_id})
         locked.delete()
-    shutil.rmtree(out, ignore_errors=True)
+    remove_tree_inside(out, root)

@@ -190,6 +190,7 @@ def test_a_tiny_runs_base_and_checkpoints_evaluated_by_the_job_command_and_store
         "trainer.save_freq": 1, "reward.name": "arith"})
     assert train(cfg) == 0
     Run.objects.filter(pk=run.pk).update(config=cfg.to_dict(), status=RunStatus.SUCCEEDED)
+    type(run.model).objects.filter(pk=run.model_id).update(path=str(model))  # the catalog's record of it
     run.refresh_from_db()
     data = make_dataset(alice, "arith-test", status="ready")
     type(data).objects.filter(pk=data.pk).update(file_path=str(test_file))
@@ -210,3 +211,90 @@ def test_a_tiny_runs_base_and_checkpoints_evaluated_by_the_job_command_and_store
     cell = ev.results["prompts"][1]["cells"]["2"]
     stored = EvaluationSample.objects.filter(evaluation=ev, prompt=1, column="2")
     assert stored.count() == 2 and sum(s.correct for s in stored) == cell["correct"]
+
+
+# --- a run's evaluation resolves its reward and tool set from the registries again (never the frozen paths) --
+def _api(user):
+    from rest_framework.test import APIClient
+
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
+
+
+@pytest.fixture
+def reward_run(run_with_ckpts, registered_reward, settings, tmp_path):
+    """alice's run scored with the registered reward `three_quarters` and offering the tool set `calc`,
+    its config as its submission froze it: the reward file's and the tool config's paths written in."""
+    from rlstudio.registry.models import ToolSet
+
+    ToolSet.objects.create(name="calc", config_yaml="tools:\n  - class_name: calculator\n", status="ready")
+    config = json.loads(json.dumps(run_with_ckpts.config))
+    config["reward"]["name"] = "three_quarters"
+    config["custom_reward_function"] = {"path": str(registered_reward), "name": "compute_score"}
+    config["tools"]["config_path"] = str(tmp_path / "runs" / str(run_with_ckpts.pk) / "tool_config.yaml")
+    Run.objects.filter(pk=run_with_ckpts.pk).update(config=config, tool_set="calc")
+    run_with_ckpts.refresh_from_db()
+    return run_with_ckpts
+
+
+def _post(user, run, data):
+    return _api(user).post(f"/api/v1/runs/{run.pk}/evaluations/",
+                           {"dataset": data.pk, "k": 2, "checkpoints": [1]}, format="json")
+
+
+def test_a_runs_evaluation_gets_its_reward_and_tool_set_from_the_registries(alice, reward_run, registered_reward,
+                                                                           data, published, monkeypatch):
+    # what the run's stored config says about files is not read: the registries' records are
+    config = json.loads(json.dumps(reward_run.config))
+    config["custom_reward_function"] = {"path": "/tmp/evil.py", "name": "steal"}
+    config["tools"]["config_path"] = "/tmp/evil_tools.yaml"
+    Run.objects.filter(pk=reward_run.pk).update(config=config)
+    r = _post(alice, reward_run, data)
+    assert r.status_code == 202, r.content
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: True)
+    assert services.evaluation_submit(evaluation_id=r.json()["id"]) == "submitted"
+    ev = Evaluation.objects.get(pk=r.json()["id"])
+    spec = json.loads((jobs.folder(ev) / "spec.json").read_text())
+    assert spec["config"]["reward"]["name"] == "three_quarters"
+    assert spec["config"]["custom_reward_function"] == {"path": str(registered_reward), "name": "compute_score"}
+    assert spec["config"]["tools"]["config_path"] == str(jobs.folder(ev) / "tool_config.yaml")
+    assert (jobs.folder(ev) / "tool_config.yaml").read_text() == "tools:\n  - class_name: calculator\n"
+
+
+@pytest.mark.parametrize("change,field,says", [
+    ("disabled", "reward.name", "is broken"),
+    ("deleted", "reward.name", "no reward function named 'three_quarters'"),
+    ("file_changed", "reward.name", "changed since it was checked"),
+    ("tool_set_disabled", "tool_set", "no longer a ready registered tool set"),
+])
+def test_a_run_whose_reward_or_tool_set_is_no_longer_usable_is_refused_an_evaluation(
+        alice, reward_run, registered_reward, data, published, change, field, says):
+    from rlstudio.registry.models import RewardFunction, ToolSet
+
+    if change == "disabled":
+        RewardFunction.objects.filter(name="three_quarters").update(status="broken", error="it raised")
+    elif change == "deleted":
+        RewardFunction.objects.filter(name="three_quarters").delete()
+    elif change == "file_changed":
+        registered_reward.write_text("def compute_score(*a, **k):\n    return 1.0\n", encoding="utf-8")
+    else:
+        ToolSet.objects.filter(name="calc").update(status="broken")
+    r = _post(alice, reward_run, data)
+    assert r.status_code == 400, r.content
+    err = r.json()["error"]
+    assert err["field"] == field and says in err["message"], err
+    assert not Evaluation.objects.exists() and not published
+
+
+def test_a_reward_changed_between_creation_and_the_job_fails_the_evaluation_and_nothing_runs(
+        alice, reward_run, registered_reward, data, published, monkeypatch):
+    submitted = []
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: submitted.append(kw) or True)
+    r = _post(alice, reward_run, data)
+    assert r.status_code == 202, r.content
+    registered_reward.write_text("import os\ndef compute_score(*a, **k):\n    return 1.0\n", encoding="utf-8")
+    assert services.evaluation_submit(evaluation_id=r.json()["id"]) == "failed"
+    ev = Evaluation.objects.get(pk=r.json()["id"])
+    assert ev.status == S.FAILED and "reward.name: " in ev.error and "changed since it was checked" in ev.error
+    assert submitted == [] and not (jobs.folder(ev) / "spec.json").exists()

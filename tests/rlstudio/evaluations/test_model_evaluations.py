@@ -301,25 +301,6 @@ def test_deleting_its_evaluations_frees_the_dataset(alice, bob, model, data):
 
 
 # --- the reward a model's evaluation is scored with (a name the run form accepts for reward.name) ----------
-@pytest.fixture
-def registered_reward(settings, tmp_path):
-    """A ready operator-registered reward function `three_quarters` (a file under the test's reward root,
-    recorded as a passed check leaves it: its real path and SHA-256); returns its file's real path."""
-    import hashlib
-
-    from rlstudio.registry.models import RewardFunction
-
-    root = tmp_path / "rewards"
-    root.mkdir()
-    path = root / "three_quarters.py"
-    path.write_text("def compute_score(*a, **k):\n    return 0.75\n", encoding="utf-8")
-    settings.RLSTUDIO_REWARD_ROOTS = [str(root)]
-    RewardFunction.objects.create(name="three_quarters", kind="file", path=str(path.resolve()), status="ready",
-                                  function="compute_score",
-                                  checked_sha256=hashlib.sha256(path.read_bytes()).hexdigest())
-    return path.resolve()
-
-
 def _submitted_spec(ev, monkeypatch) -> dict:
     monkeypatch.setattr(ray_jobs, "submit", lambda **kw: True)
     assert services.evaluation_submit(evaluation_id=ev.pk) == "submitted"
@@ -435,3 +416,19 @@ def test_model_text_with_a_nul_is_stored_with_a_replacement_character(alice, mod
     assert ev.status == S.SUCCEEDED and ev.results["prompts"][0]["prompt"] == "p\ufffd"
     (stored,) = EvaluationSample.objects.filter(evaluation=ev)
     assert stored.answer == "1\ufffd" and stored.turns == [{"role": "assistant", "content": "x\ufffdy"}]
+
+
+def test_a_registered_reward_disabled_between_creation_and_the_job_fails_it_and_nothing_runs(
+        alice, model, data, published, monkeypatch, settings, tmp_path, registered_reward):
+    from rlstudio.registry.models import RewardFunction
+
+    settings.STATE_DIR = tmp_path / "state"
+    submitted = []
+    monkeypatch.setattr(ray_jobs, "submit", lambda **kw: submitted.append(kw) or True)
+    r = _api(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
+    assert r.status_code == 202, r.content
+    RewardFunction.objects.filter(name="three_quarters").update(status="broken", error="it raised")
+    assert services.evaluation_submit(evaluation_id=r.json()["id"]) == "failed"
+    ev = Evaluation.objects.get(pk=r.json()["id"])
+    assert ev.status == S.FAILED and "'three_quarters' is not a reward function" in ev.error
+    assert submitted == [] and not (jobs.folder(ev) / "spec.json").exists()
