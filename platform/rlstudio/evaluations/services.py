@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.text import without_nul
-from rlstudio.runs.launch import write_spec
+from rlstudio.runs.launch import run_folder, write_spec
 
 from . import jobs
 from .models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationSample, EvaluationStatus
@@ -368,8 +368,10 @@ def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
 
 def evaluation_delete(*, user, ev: Evaluation) -> None:
     """Delete a finished evaluation, its transcripts and its job folder (found from its own record):
-    who may stop it may delete it. EvaluationRefused while it is queued or running (stop it first)."""
-    import shutil
+    who may stop it may delete it. EvaluationRefused while it is queued or running (stop it first).
+    The folder is removed only when it is a real folder inside the run's folder (or the models'
+    evaluations folder), no link followed (`runs.folders.remove_tree_inside`); the records go anyway."""
+    from rlstudio.runs.folders import remove_tree_inside
 
     check_can_manage_evaluation(user=user, ev=ev, action="delete")
     with transaction.atomic():
@@ -377,7 +379,8 @@ def evaluation_delete(*, user, ev: Evaluation) -> None:
         if locked.status in ACTIVE_EVALUATION_STATUSES:
             raise EvaluationRefused(f"evaluation {ev.pk} is {locked.status}: stop it before deleting it")
         out = jobs.folder(locked)
+        root = jobs.model_evaluations_dir() if locked.run_id is None else run_folder(locked.run)
         audit_record(actor=user, action="evaluation.delete", obj=ev.subject,
                      data={"evaluation": locked.pk, "dataset": locked.dataset_id})
         locked.delete()
-    shutil.rmtree(out, ignore_errors=True)
+    remove_tree_inside(out, root)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.evaluations.selectors import checkpoint_steps
+from rlstudio.runs.folders import remove_tree_inside
 from rlstudio.runs.launch import inside, run_folder
 
 from .models import ACTIVE_EXPORT_STATUSES, Export, ExportStatus
@@ -207,5 +207,4 @@ def export_delete(*, user, export: Export) -> None:
             model_delete(model=export.model, by=user)
         audit_record(actor=user, action="run.export.delete", obj=run, data={"step": export.step, "export": export.pk})
         export.delete()
-    if folder.is_dir() and not folder.is_symlink() and inside(folder, run_folder(run)):
-        shutil.rmtree(folder, ignore_errors=True)
+    remove_tree_inside(folder, run_folder(run))

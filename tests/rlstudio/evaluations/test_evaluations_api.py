@@ -232,3 +232,37 @@ def test_delete_a_finished_evaluation_with_its_transcripts_and_folder_only(
     running.save()
     assert _api(bob).delete(f"{base}{running.pk}/").status_code == 403  # a shared reader never deletes
     assert Evaluation.objects.filter(pk=running.pk).exists()
+
+
+@pytest.mark.parametrize("linked", ["evaluations", "the evaluation's folder"])
+def test_delete_never_follows_a_link_out_of_the_runs_folder(alice, run_with_ckpts, data, published, tmp_path,
+                                                            linked):
+    """Security review F5: the job (or anyone writing in the run's folder) may replace evaluations/ or
+    evaluations/<id>/ by a symlink to another folder; the delete removes the records and leaves that
+    folder (and the link) alone."""
+    from rlstudio.evaluations import jobs
+    from rlstudio.evaluations.models import EvaluationSample
+
+    done = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=1,
+                                     max_prompts=1, sampling=services.DEFAULT_SAMPLING,
+                                     status=EvaluationStatus.SUCCEEDED)
+    EvaluationSample.objects.create(evaluation=done, column="1", prompt=0, sample=0, score=1.0, correct=True)
+    out = jobs.folder(done)
+    outside = tmp_path / "elsewhere"
+    if linked == "evaluations":
+        (outside / str(done.pk)).mkdir(parents=True)
+        (outside / str(done.pk) / "precious.txt").write_text("keep me")
+        out.parent.parent.mkdir(parents=True, exist_ok=True)
+        out.parent.symlink_to(outside, target_is_directory=True)
+        kept = outside / str(done.pk) / "precious.txt"
+    else:
+        outside.mkdir()
+        (outside / "precious.txt").write_text("keep me")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.symlink_to(outside, target_is_directory=True)
+        kept = outside / "precious.txt"
+    assert (out / "precious.txt").read_text() == "keep me"  # the link is live
+    r = _api(alice).delete(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/{done.pk}/")
+    assert r.status_code == 204, r.content
+    assert not Evaluation.objects.filter(pk=done.pk).exists() and not EvaluationSample.objects.exists()
+    assert kept.read_text() == "keep me" and (out / "precious.txt").exists()  # nothing followed, link kept
