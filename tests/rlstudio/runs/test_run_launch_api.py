@@ -129,6 +129,70 @@ def test_stop_cancels_a_queued_run_and_refuses_finished_ones(alice, make_run, ap
         run_resume(run=Run.objects.get(pk=run.pk), by=alice)
 
 
+def test_a_run_the_queue_admitted_first_is_launched_not_refused(alice, make_run):
+    """The reconcile's queue (every second) may admit a run between its creation and the launch's
+    own admission: the launch answers with the admitted run, not "is submitting, not queued"."""
+    from rlstudio.runs.services import queue_admit_all, run_launch
+
+    run = make_run(alice)
+    stale = Run.objects.get(pk=run.pk)
+    assert queue_admit_all() == [run.pk]
+    launched = run_launch(run=stale, by=alice)
+    assert launched.status == S.SUBMITTING and Run.objects.get(pk=run.pk).status == S.SUBMITTING
+    assert AuditEvent.objects.filter(object_id=str(run.pk), action="run.launch").count() == 1
+    # A run cancelled from the queue meanwhile is still refused: it was not launched.
+    cancelled = make_run(alice, "cancelled")
+    stale = Run.objects.get(pk=cancelled.pk)
+    run_stop(run=cancelled, by=alice)
+    with pytest.raises(RunRefused, match="stopped, not queued"):
+        run_launch(run=stale, by=alice)
+
+
+@pytest.fixture
+def reconcile_admits_on_create(monkeypatch):
+    """The reconcile's queue pass runs right after each launch creates its run (the worst moment);
+    returns the run ids it admitted."""
+    from rlstudio.runs.services import lineage, queue_admit_all
+
+    admitted: list[int] = []
+    real_create = lineage.run_create
+
+    def create(**kwargs):
+        made = real_create(**kwargs)
+        admitted.extend(queue_admit_all())
+        return made
+
+    monkeypatch.setattr(lineage, "run_create", create)
+    return admitted
+
+
+def test_an_api_launch_the_queue_admitted_first_is_a_201(api, ready, alice, reconcile_admits_on_create):
+    resp = api.post("/api/v1/runs/", _body(ready), format="json")
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert reconcile_admits_on_create == [body["id"]]
+    assert body["status"] == S.SUBMITTING and Run.objects.get(pk=body["id"]).status == S.SUBMITTING
+
+
+def test_a_resume_button_the_queue_admitted_first_opens_the_new_run(alice, ready, settings, tmp_path,
+                                                                     reconcile_admits_on_create):
+    settings.RUNS_DIR = tmp_path
+    api = APIClient()
+    api.force_authenticate(alice)
+    parent = Run.objects.get(pk=api.post("/api/v1/runs/", _body(ready), format="json").json()["id"])
+    Run.objects.filter(pk=parent.pk).update(status=S.STOPPED)
+    (tmp_path / str(parent.pk) / "global_step_1").mkdir(parents=True)
+    (tmp_path / str(parent.pk) / "latest_checkpointed_iteration.txt").write_text("1")
+    reconcile_admits_on_create.clear()
+    page = Client()
+    page.force_login(alice)
+    resp = page.post(f"/runs/{parent.pk}/resume/")
+    child = Run.objects.get(parent=parent)
+    assert reconcile_admits_on_create == [child.pk]
+    assert resp.status_code == 302 and resp["Location"].rstrip("/").endswith(f"/{child.pk}"), resp["Location"]
+    assert child.status == S.SUBMITTING and child.parent_kind == "resume"
+
+
 def test_running_run_goes_stopping_with_the_time_recorded(alice, make_run):
     run = make_run(alice)
     for to in (S.SUBMITTING, S.RUNNING):

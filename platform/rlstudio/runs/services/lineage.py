@@ -13,7 +13,7 @@ from django.db import transaction
 from rlstudio.accounts.services import audit_record
 
 from ..models import Run
-from .admission import quota_policy, run_launch
+from .admission import quota_policy, run_admit_for_launch, run_launch_recorded
 from .creation import run_create
 from ..errors import RunInputInvalid, RunRefused
 
@@ -153,7 +153,7 @@ def _config_or_invalid(**kwargs) -> dict[str, Any]:
 def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_from: str = "",
                        tool_set: str = "", **fields) -> Run:
     """Create a queued run (refused past the owner's queued-runs cap), record how it was made, and
-    launch it if the quota allows."""
+    launch it if the quota allows, in one transaction (the submit task is sent once it commits)."""
     from .. import launch
 
     policy = quota_policy()
@@ -167,7 +167,10 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
         action, data = audit
         if action:
             audit_record(actor=by, action=action, obj=run, data=data)
-    return run_launch(run=run, by=by)
+        # Admitted in the transaction that creates it: the reconcile's queue (every second) never sees
+        # it queued and not yet admitted, so it cannot admit it first and turn this launch into a refusal.
+        run_admit_for_launch(run=run, by=by)
+    return run_launch_recorded(run=run, by=by)
 
 
 def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any] | None = None,
