@@ -271,7 +271,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         parameters=[
             OpenApiParameter("tail", int, required=False, description="Last N lines (default 200)."),
-            OpenApiParameter("download", bool, required=False, description="The whole log as a text file."),
+            OpenApiParameter("download", bool, required=False,
+                             description="The log as a text file, cut after RLSTUDIO_JOB_LOG_DOWNLOAD_MAX_BYTES."),
         ],
         responses=RunLogsSerializer,
     )
@@ -290,11 +291,32 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 def _download(run):
-    from django.http import HttpResponse
+    """The job's driver log as a text attachment, streamed from Ray and cut after
+    RLSTUDIO_JOB_LOG_DOWNLOAD_MAX_BYTES: a cut log ends with a line saying so (the header
+    X-RLStudio-Log-Max-Bytes gives the limit). Without a job, or without Ray, a one-line text says why."""
+    from django.conf import settings
+    from django.http import HttpResponse, StreamingHttpResponse
 
-    body = run_logs(run=run, tail=10**7)
-    resp = HttpResponse("\n".join(body["lines"]) + "\n", content_type="text/plain; charset=utf-8")
-    resp["Content-Disposition"] = f'attachment; filename="run-{run.pk}.log"'
+    limit = int(settings.RLSTUDIO_JOB_LOG_DOWNLOAD_MAX_BYTES)
+    disposition = f'attachment; filename="run-{run.pk}.log"'
+    message = "the run has no Ray job yet"
+    if run.ray_submission_id:
+        try:
+            chunks, was_cut = ray_jobs.log_chunks(run.ray_submission_id, max_bytes=limit)
+        except ray_jobs.RayUnavailable as exc:
+            message = str(exc)
+        else:
+            def body():
+                yield from chunks
+                if was_cut():
+                    yield (f"\n[rlstudio: log cut after {limit} bytes (RLSTUDIO_JOB_LOG_DOWNLOAD_MAX_BYTES); "
+                           f"its end is in the job-log tail]\n").encode()
+
+            resp = StreamingHttpResponse(body(), content_type="text/plain; charset=utf-8")
+            resp["Content-Disposition"], resp["X-RLStudio-Log-Max-Bytes"] = disposition, str(limit)
+            return resp
+    resp = HttpResponse(f"[{message}]\n", content_type="text/plain; charset=utf-8")
+    resp["Content-Disposition"] = disposition
     return resp
 
 

@@ -130,16 +130,92 @@ def stop(submission_id: str) -> bool:
         raise RayUnavailable(f"stop_job({submission_id}): {exc}") from exc
 
 
-def logs(submission_id: str) -> str:
-    """The job's whole driver log ('' when Ray has none)."""
+# The most of a job's driver log kept for a tail (the job-log API, a failed job's error): Ray reads the
+# asked lines from the end of the file; this also bounds what a server that sent more would cost.
+LOG_TAIL_MAX_BYTES = 256 * 1024
+LOG_TAIL_MAX_LINES = 5000
+_LOG_CHUNK = 64 * 1024
+
+
+def _open_log(submission_id: str, *, lines: int):
+    """An open HTTP response streaming the job's driver log from Ray's log API (the last `lines`
+    lines, read from the end of the file by the agent on the driver's node; -1: all of it), or None
+    when Ray has no log for it (an unknown job, or one whose driver has not started)."""
+    import urllib.error
+    import urllib.parse
+
+    c = client()
     try:
-        return client().get_job_logs(submission_id) or ""
-    except RayUnavailable:
-        raise
+        info = c.get_job_info(submission_id)
     except Exception as exc:  # noqa: BLE001
         if _is_missing(exc):
-            return ""
-        raise RayUnavailable(f"get_job_logs({submission_id}): {exc}") from exc
+            return None
+        raise RayUnavailable(f"get_job_info({submission_id}): {exc}") from exc
+    node_id = getattr(info, "driver_node_id", None)
+    if not node_id:
+        return None
+    query = urllib.parse.urlencode({"submission_id": submission_id, "node_id": node_id, "lines": int(lines)})
+    request = urllib.request.Request(f"{ray_address()}/api/v0/logs/file?{query}",
+                                     headers=dict(getattr(c, "_headers", None) or {}))
+    try:
+        return urllib.request.urlopen(request, timeout=30)
+    except urllib.error.HTTPError as exc:
+        text = exc.read(2000).decode("utf-8", "replace")
+        if "could not find a log file" in text.lower() or _is_missing(Exception(text)):
+            return None
+        raise RayUnavailable(f"Ray's log of {submission_id}: HTTP {exc.code}: {text[:300]}") from exc
+    except Exception as exc:  # noqa: BLE001
+        raise RayUnavailable(f"Ray's log of {submission_id}: {exc}") from exc
+
+
+def logs(submission_id: str, *, lines: int = LOG_TAIL_MAX_LINES, max_bytes: int = LOG_TAIL_MAX_BYTES) -> str:
+    """The end of the job's driver log: its last `lines` lines, and of those at most the last
+    `max_bytes` bytes ('' when Ray has none). Never the whole log: Ray's log API reads the lines from
+    the end of the file, and what arrives is kept in a buffer of `max_bytes` at most."""
+    resp = _open_log(submission_id, lines=lines)
+    if resp is None:
+        return ""
+    kept, cut = bytearray(), False
+    try:
+        with resp:
+            while chunk := resp.read(_LOG_CHUNK):
+                kept += chunk
+                if len(kept) > max_bytes:
+                    del kept[:len(kept) - max_bytes]
+                    cut = True
+    except Exception as exc:  # noqa: BLE001 - a connection cut mid-way
+        raise RayUnavailable(f"Ray's log of {submission_id}: {exc}") from exc
+    text = kept.decode("utf-8", "replace")
+    if cut and "\n" in text:
+        text = text[text.index("\n") + 1:]  # cut at a byte bound: drop the partial first line
+    return text
+
+
+def log_chunks(submission_id: str, *, max_bytes: int):
+    """The job's driver log from its start, as byte chunks, and whether it was cut: (chunks, cut) where
+    `chunks` is an iterator that stops after `max_bytes` bytes and `cut()` says afterwards whether there
+    was more. RayUnavailable is raised here, before the first chunk; ([], ...) when Ray has no log."""
+    resp = _open_log(submission_id, lines=-1)
+    state = {"cut": False}
+
+    def chunks():
+        if resp is None:
+            return
+        sent = 0
+        with resp:
+            while sent < max_bytes:
+                try:
+                    chunk = resp.read(min(_LOG_CHUNK, max_bytes - sent))
+                except Exception:  # noqa: BLE001 - the connection dropped mid-download: stop there
+                    state["cut"] = True
+                    return
+                if not chunk:
+                    return
+                sent += len(chunk)
+                yield chunk
+            state["cut"] = bool(resp.read(1))
+
+    return chunks(), lambda: state["cut"]
 
 
 def tail_lines(text: str, n: int) -> str:

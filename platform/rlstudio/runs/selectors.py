@@ -163,13 +163,14 @@ def latest_reward(run: Run) -> float | None:
 
 
 def run_logs(*, run: Run, tail: int = 200) -> dict:
-    """The run's last `tail` log lines from Ray (the job's driver log), with where they came from."""
+    """The run's last `tail` log lines from Ray (the job's driver log), with where they came from: at
+    most the last ray_jobs.LOG_TAIL_MAX_BYTES of the log, read from its end (never the whole log)."""
     from . import ray_jobs
 
     if not run.ray_submission_id:
         return {"lines": [], "source": "none", "message": "the run has no Ray job yet"}
     try:
-        text = ray_jobs.logs(run.ray_submission_id)
+        text = ray_jobs.logs(run.ray_submission_id, lines=max(1, min(int(tail), ray_jobs.LOG_TAIL_MAX_LINES)))
     except ray_jobs.RayUnavailable as exc:
         return {"lines": [], "source": "unavailable", "message": str(exc)}
     return {"lines": text.splitlines()[-tail:], "source": "ray", "message": ""}
