@@ -411,6 +411,67 @@ def check_bounds(config: Mapping[str, Any]) -> None:
             check_value(key, flat[key], bound)
 
 
+@dataclass(frozen=True)
+class StepLimits:
+    """The operator's bounds on one training step as a whole (settings RLSTUDIO_MAX_TRAJECTORIES_PER_STEP,
+    RLSTUDIO_MAX_TOKENS_PER_STEP, RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP): each key within its own
+    bound can still multiply into a step no machine finishes, or a flood of sample events."""
+
+    trajectories: int
+    """Trajectories one generation batch makes: prompts (data.train_batch_size, or data.gen_batch_size
+    with dynamic sampling when larger) x actor_rollout_ref.rollout.n."""
+    tokens: int
+    """Those trajectories x (data.max_prompt_length + the response length)."""
+    reported_samples: int
+    """Samples a step reports (report.samples_per_step; -1, every one, is the trajectories)."""
+
+
+def _int_of(flat: Mapping[str, Any], key: str) -> int | None:
+    value = flat.get(key, _DEFAULTS.get(key))
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def check_step_size(config: Mapping[str, Any], limits: StepLimits) -> None:
+    """Refuse a config whose one step is larger than the operator allows (GateRefused naming the key
+    to lower; the message gives the product and the limit). Cross-key: run on the whole config after
+    each key passed its own bound and the trainer's schema."""
+    flat = flatten(config)
+    batch, n = _int_of(flat, "data.train_batch_size"), _int_of(flat, "actor_rollout_ref.rollout.n")
+    if batch is None or n is None:
+        return  # the schema's check names a missing or mistyped key
+    key, prompts = "data.train_batch_size", batch
+    gen = _int_of(flat, "data.gen_batch_size")
+    if flat.get("algorithm.filter_groups.enable") is True and gen is not None and gen > batch:
+        key, prompts = "data.gen_batch_size", gen  # dynamic sampling generates batches of these
+    trajectories = prompts * n
+    if trajectories > limits.trajectories:
+        raise GateRefused(key, f"{key} x actor_rollout_ref.rollout.n = {prompts} x {n} = {trajectories:,} "
+                               f"trajectories per step, more than this platform's {limits.trajectories:,} "
+                               f"(RLSTUDIO_MAX_TRAJECTORIES_PER_STEP); lower either")
+    prompt_len = _int_of(flat, "data.max_prompt_length") or 0
+    response_key = "actor_rollout_ref.rollout.response_length"
+    response_len = _int_of(flat, response_key)
+    if response_len is None:
+        response_key, response_len = "data.max_response_length", _int_of(flat, "data.max_response_length") or 0
+    tokens = trajectories * (prompt_len + response_len)
+    if tokens > limits.tokens:
+        raise GateRefused(response_key, f"{trajectories:,} trajectories x (data.max_prompt_length + {response_key}"
+                                        f" = {prompt_len} + {response_len}) = {tokens:,} tokens per step, more "
+                                        f"than this platform's {limits.tokens:,} (RLSTUDIO_MAX_TOKENS_PER_STEP); "
+                                        f"lower the lengths, {key} or actor_rollout_ref.rollout.n")
+    budget = _int_of(flat, "report.samples_per_step")
+    if budget is None or budget == 0:
+        return
+    # trainer.step_report.pick_groups: -1 = every trajectory; else whole groups, at least one
+    reported = trajectories if budget < 0 else min(trajectories, max(budget, n))
+    if reported > limits.reported_samples:
+        said = "-1 (all)" if budget < 0 else str(budget)
+        raise GateRefused("report.samples_per_step",
+                          f"{said} reports {reported:,} samples per step, more than this platform's "
+                          f"{limits.reported_samples:,} (RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP); give a number "
+                          f"of samples up to that (whole groups of actor_rollout_ref.rollout.n = {n} are reported)")
+
+
 def user_view(config: Mapping[str, Any]) -> dict[str, Any]:
     """A stored config with every platform key reset to the schema default: what its user owns."""
     flat = flatten(config)

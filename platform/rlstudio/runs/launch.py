@@ -163,6 +163,13 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
     return values
 
 
+def step_limits() -> gate.StepLimits:
+    """The operator's bounds on one step (settings; `gate.check_step_size` applies them)."""
+    return gate.StepLimits(trajectories=int(settings.RLSTUDIO_MAX_TRAJECTORIES_PER_STEP),
+                           tokens=int(settings.RLSTUDIO_MAX_TOKENS_PER_STEP),
+                           reported_samples=int(settings.RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP))
+
+
 def check_reward_model(cfg: Config, reward_model, *, require: bool) -> None:
     """reward_model.enable without a catalog reward model: refused on reward_model_id (the path is the
     platform's to write), when a run is being made (`require`)."""
@@ -192,7 +199,9 @@ def build_config(
     else `preset` (the default preset when none), fitted to the run's GPUs (or CPU) by
     `adapt.adapt_preset` when `adapt` (None: when a run's config is built, i.e. a dataset is given;
     a saved config keeps the preset as written). The user's `overrides` go through the gate too.
-    Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`).
+    Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`), and
+    the whole is checked by the trainer's schema and against the operator's bounds on one step
+    (`gate.check_step_size`: trajectories, tokens and reported samples per step).
     """
     try:
         if base is not None:
@@ -222,6 +231,7 @@ def build_config(
             reward_name=cfg.reward.name, reward_model=reward_model))
         check_reward_model(cfg, reward_model, require=dataset is not None)
         validate(cfg, require_paths=dataset is not None)
+        gate.check_step_size(cfg.to_dict(), step_limits())
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     except gate.GateRefused as exc:

@@ -167,3 +167,83 @@ def test_docs_security_lists_the_gate_as_the_code_has_it():
     page = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text(encoding="utf-8")
     block = page.split("<!-- gate:begin -->\n", 1)[1].split("<!-- gate:end -->", 1)[0]
     assert block == gate.markdown()
+
+
+# --- the operator's bounds on one step as a whole (security review F2) ------------------------------------
+LIMITS = gate.StepLimits(trajectories=32_768, tokens=1024 * 1024 * 1024, reported_samples=1024)
+
+
+def _step(overrides, limits=LIMITS):
+    gate.check_step_size(apply_overrides(Config(), overrides).to_dict(), limits)
+
+
+def _refused(overrides, limits=LIMITS) -> gate.GateRefused:
+    with pytest.raises(gate.GateRefused) as err:
+        _step(overrides, limits)
+    return err.value
+
+
+GSM8K = {"data.train_batch_size": 1024, "actor_rollout_ref.rollout.n": 5, "data.max_prompt_length": 512,
+         "data.max_response_length": 1024}
+DAPO = {"data.train_batch_size": 512, "actor_rollout_ref.rollout.n": 16, "data.max_prompt_length": 2048,
+        "data.max_response_length": 20480, "algorithm.filter_groups.enable": True, "data.gen_batch_size": 1536}
+
+
+def test_verls_gsm8k_and_dapo_examples_and_the_settings_defaults_pass(settings):
+    _step(GSM8K)
+    _step(DAPO)
+    _step({**GSM8K, "report.samples_per_step": 1024})
+    from rlstudio.runs.launch import step_limits
+
+    assert step_limits() == LIMITS  # the settings' defaults are the ones tested here
+
+
+def test_the_reviewers_cpu_run_is_refused_on_trajectories_per_step():
+    err = _refused({"data.train_batch_size": 4096, "actor_rollout_ref.rollout.n": 1024,
+                    "actor_rollout_ref.rollout.response_length": 32768, "report.samples_per_step": -1,
+                    "trainer.save_freq": 1})
+    assert err.key == "data.train_batch_size"
+    assert "4096 x 1024 = 4,194,304 trajectories per step" in err.message and "32,768" in err.message
+    # one more than the limit is refused, the limit itself passes
+    _step({"data.train_batch_size": 32, "actor_rollout_ref.rollout.n": 1024, "data.max_response_length": 16})
+    assert _refused({"data.train_batch_size": 33, "actor_rollout_ref.rollout.n": 1024}).key == "data.train_batch_size"
+
+
+def test_dynamic_samplings_generation_batch_counts():
+    over = {**DAPO, "data.gen_batch_size": 2049}
+    err = _refused(over)
+    assert err.key == "data.gen_batch_size" and "2049 x 16 = 32,784" in err.message
+    _step({**over, "algorithm.filter_groups.enable": False, "data.gen_batch_size": None})
+
+
+def test_tokens_per_step_are_refused_on_the_response_length_that_applies():
+    big = {**GSM8K, "data.train_batch_size": 4096}  # 20,480 trajectories: within their own bound
+    _step(big)
+    err = _refused({**big, "data.max_response_length": 65536})
+    assert err.key == "data.max_response_length" and "20,480 trajectories x" in err.message
+    assert "= 512 + 65536) = 1,352,663,040 tokens per step" in err.message
+    assert "RLSTUDIO_MAX_TOKENS_PER_STEP" in err.message
+    err = _refused({**big, "actor_rollout_ref.rollout.response_length": 65536})
+    assert err.key == "actor_rollout_ref.rollout.response_length"
+    _step({**big, "data.max_response_length": 65536},
+          gate.StepLimits(trajectories=32_768, tokens=20480 * (512 + 65536), reported_samples=1024))
+
+
+def test_reporting_every_sample_counts_as_the_trajectories_per_step():
+    err = _refused({**GSM8K, "report.samples_per_step": -1})
+    assert err.key == "report.samples_per_step" and "-1 (all) reports 5,120 samples" in err.message
+    _step({"data.train_batch_size": 64, "actor_rollout_ref.rollout.n": 16, "report.samples_per_step": -1})
+    assert _refused({**GSM8K, "report.samples_per_step": 2048}).key == "report.samples_per_step"
+    # whole groups, at least one: n = 1024 reports 1024 whatever the number asked
+    small = gate.StepLimits(trajectories=32_768, tokens=LIMITS.tokens, reported_samples=512)
+    assert _refused({"data.train_batch_size": 2, "actor_rollout_ref.rollout.n": 1024,
+                     "report.samples_per_step": 8}, small).key == "report.samples_per_step"
+    _step({"data.train_batch_size": 2, "actor_rollout_ref.rollout.n": 1024, "report.samples_per_step": 0}, small)
+
+
+def test_every_preset_passes_the_default_bounds():
+    from trainer.recipes import REGISTRY, get_recipe
+
+    assert REGISTRY
+    for name in REGISTRY:
+        gate.check_step_size(get_recipe(name).to_dict(), LIMITS)

@@ -216,6 +216,46 @@ def test_clone_copies_the_config_with_overrides(alice, api, ready):
     assert body["status"] == S.SUBMITTING
 
 
+# the reviewer's CPU run (F2): every key within its own bound, the step as a whole far past the operator's
+HUGE_STEP = {"data.train_batch_size": 4096, "actor_rollout_ref.actor.ppo_mini_batch_size": 4096,
+             "actor_rollout_ref.rollout.n": 1024, "actor_rollout_ref.rollout.response_length": 32768,
+             "data.max_response_length": 32768, "report.samples_per_step": -1, "trainer.save_freq": 1}
+
+
+@pytest.mark.parametrize("overrides,field,says", [
+    (HUGE_STEP, "data.train_batch_size", "4,194,304 trajectories per step"),
+    ({"data.train_batch_size": 256, "actor_rollout_ref.actor.ppo_mini_batch_size": 256,
+      "actor_rollout_ref.rollout.n": 100, "actor_rollout_ref.rollout.response_length": 65536,
+      "data.max_response_length": 65536}, "actor_rollout_ref.rollout.response_length", "tokens per step"),
+    ({"data.train_batch_size": 256, "actor_rollout_ref.actor.ppo_mini_batch_size": 256,
+      "actor_rollout_ref.rollout.n": 8, "report.samples_per_step": -1}, "report.samples_per_step",
+     "-1 (all) reports 2,048 samples per step"),
+])
+def test_a_step_past_the_operators_bounds_is_a_400_naming_the_key_and_nothing_is_made(
+        api, ready, alice, overrides, field, says):
+    resp = api.post("/api/v1/runs/", _body(ready, overrides=overrides), format="json")
+    assert resp.status_code == 400, resp.content
+    err = resp.json()["error"]
+    assert err["field"] == field and says in err["message"], err
+    assert Run.objects.count() == 0
+    # the form's preview says the same before anything is sent
+    from rlstudio.runs import preview
+
+    checked = preview.check_all(preset="cpu_smoke", overrides=overrides, dataset=ready["dataset"],
+                                model=ready["model"])
+    assert [(e.field, says in e.message) for e in checked.errors] == [(field, True)]
+
+
+def test_a_clone_or_a_lower_bound_set_by_the_operator_is_checked_too(alice, api, ready, settings):
+    src = api.post("/api/v1/runs/", _body(ready), format="json").json()
+    resp = api.post(f"/api/v1/runs/{src['id']}/clone/", {"overrides": HUGE_STEP}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "data.train_batch_size", resp.content
+    settings.RLSTUDIO_MAX_TRAJECTORIES_PER_STEP = 3  # cpu_smoke: 2 prompts x 2 samples
+    resp = api.post("/api/v1/runs/", _body(ready), format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "data.train_batch_size", resp.content
+    assert Run.objects.count() == 1
+
+
 def test_clone_and_config_save_report_every_error_at_once(alice, api, ready):
     src = api.post("/api/v1/runs/", _body(ready), format="json").json()
     bad = {"actor_rollout_ref.rollout.temperature": 99, "trainer.default_local_dir": "/etc", "trainer.save_freq": 0}

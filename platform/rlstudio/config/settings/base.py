@@ -304,6 +304,15 @@ RLSTUDIO_RUN_TORCH_THREADS = env_int("RLSTUDIO_RUN_TORCH_THREADS", 0)
 # GPUs of one node of the Ray cluster: a run with more GPUs spans whole nodes of this many
 # (trainer.nnodes = gpus / this, one placement bundle per node); fewer fit on one node.
 RLSTUDIO_GPUS_PER_NODE = env_int("RLSTUDIO_GPUS_PER_NODE", 8)
+# Bounds on one training step as a whole (runs.gate.check_step_size, when a run's config is built: new,
+# clone, resume, saved config): trajectories per generation batch (data.train_batch_size, or
+# data.gen_batch_size with dynamic sampling, x actor_rollout_ref.rollout.n), those x (prompt + response
+# length) tokens, and samples reported per step (report.samples_per_step; -1 = every trajectory). The
+# defaults let verl's GSM8K GRPO (1024 x 5, 512 + 1024 tokens) and DAPO (512 x 16 trained, generation
+# batches of 1536 x 16, 2048 + 20480 tokens: 24,576 trajectories, 554M tokens) examples in.
+RLSTUDIO_MAX_TRAJECTORIES_PER_STEP = env_int("RLSTUDIO_MAX_TRAJECTORIES_PER_STEP", 32_768)
+RLSTUDIO_MAX_TOKENS_PER_STEP = env_int("RLSTUDIO_MAX_TOKENS_PER_STEP", 1024 * 1024 * 1024)
+RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP = env_int("RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP", 1024)
 # GiB of one GPU, for the new-run form's memory estimate (runs/memory_estimate.py); the CPU's is the RAM.
 RLSTUDIO_GPU_MEMORY_GB = env_float("RLSTUDIO_GPU_MEMORY_GB", 80)
 
