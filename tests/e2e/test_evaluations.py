@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 
 from rlstudio.catalog.models import Dataset, ModelAsset
 from rlstudio.evaluations.models import Evaluation
+from rlstudio.quotas.models import GpuQuota
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_create
 
@@ -58,6 +59,9 @@ def test_base_and_a_checkpoint_evaluated_as_a_ray_job(celery_worker, celery_beat
                        (test_file, arith.make_rl_rows("test", 4, seed=1))):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     alice = get_user_model().objects.create_user(username="eval-alice", password="pw-for-tests-1")
+    # No concurrent run while her run is trained here: the session's reconcile (every second) would
+    # admit it, and the worker would write into the same runs/<pk> folder train() writes.
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
     data = Dataset.objects.create(owner=alice, name="arith-test", file_path=str(test_file), sha256="ef" * 32,
                                   status="ready")
     asset = ModelAsset.objects.create(owner=alice, name="tiny", path=str(model))
@@ -68,7 +72,10 @@ def test_base_and_a_checkpoint_evaluated_as_a_ray_job(celery_worker, celery_beat
         "trainer.default_local_dir": str(runs / str(run.pk)), "trainer.logger": ["jsonl"],
         "trainer.save_freq": 1, "reward.name": "arith"})
     assert train(cfg) == 0
+    assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED  # never admitted: only train() wrote its folder
     Run.objects.filter(pk=run.pk).update(config=cfg.to_dict(), status=RunStatus.SUCCEEDED)
+    # Now finished, it holds nothing: room for the one evaluation (counted under the same cap).
+    GpuQuota.objects.filter(user=alice).update(max_concurrent_runs=1)
     api = APIClient()
     api.force_authenticate(alice)
     r = api.post(f"/api/v1/runs/{run.pk}/evaluations/",

@@ -90,6 +90,9 @@ def _wait(pred, *, timeout: float, what: str):
 @pytest.mark.timeout(420)
 def test_worker_killed_after_ray_accepted_the_job_gives_one_job_and_a_reporting_run(
         world, broker, test_database_url, tmp_path):
+    from datetime import timedelta
+
+    from django.utils import timezone
     from rest_framework.test import APIClient
 
     from rlstudio.runs.models import Run, RunStatus as S
@@ -105,6 +108,10 @@ def test_worker_killed_after_ray_accepted_the_job_gives_one_job_and_a_reporting_
     run = Run.objects.get(pk=resp.json()["id"])
     assert run.status == S.QUEUED  # held by the quota: nothing was enqueued on the session's broker
     run_transition(run=run, to=S.SUBMITTING)
+    # A session's reconcile (if a beat runs) adopts a submitting run's Ray job once
+    # RLSTUDIO_SUBMIT_TIMEOUT_S (120 s) have passed since submit_requested: a slow redelivery to B
+    # would then find the job already recorded. Its clock starts a day ahead: only B records it.
+    Run.objects.filter(pk=run.pk).update(submit_requested=timezone.now() + timedelta(days=1))
 
     queue = f"h4-fault-submit-{run.pk}-{int(time.time())}"
     marker = tmp_path / "submitted"

@@ -33,10 +33,12 @@ def test_quiet_while_redis_answers_then_every_callback_once_when_it_is_gone(priv
     calls: list[str] = []
 
     async def scenario():
-        watch = LayerWatch(layer, interval=0.2, timeout=1.0)
+        # A probe is lost after 3 s (1 s made a false alarm of a loaded machine's slow delivery); each
+        # quiet window below outlasts interval + timeout, so a lost probe in it would be reported.
+        watch = LayerWatch(layer, interval=0.2, timeout=3.0)
         watch.add(lambda: calls.append("a"))
         watch.add(lambda: calls.append("b"))
-        await asyncio.sleep(1.5)  # several probes go round
+        await asyncio.sleep(4.0)  # several probes go round
         quiet = list(calls)
         t0 = time.monotonic()
         await asyncio.get_running_loop().run_in_executor(None, private_redis.kill)
@@ -51,7 +53,7 @@ def test_quiet_while_redis_answers_then_every_callback_once_when_it_is_gone(priv
         await asyncio.get_running_loop().run_in_executor(None, private_redis.start)
         await _wait_until_delivering(layer, private_redis.url)
         watch.add(lambda: calls.append("c"))
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(4.0)
         after_restart = list(calls)
         watch.discard(calls.append)  # not registered: no effect
         return quiet, lost_after, after_restart
@@ -66,7 +68,7 @@ def test_probing_stops_with_the_last_callback(private_redis):
     layer = RedisPubSubChannelLayer(hosts=[{"address": private_redis.url}], prefix="watch-test")
 
     async def scenario():
-        watch = LayerWatch(layer, interval=0.1, timeout=1.0)
+        watch = LayerWatch(layer, interval=0.1, timeout=3.0)
         callback = lambda: None  # noqa: E731
         watch.add(callback)
         await asyncio.sleep(0.5)
