@@ -7,12 +7,18 @@ model output (a `<script>`, an `<img onerror>`, as a delta and as a tool reply, 
 session's real event log and group while the page listens) and as the user's own message is shown as
 text: no element is made from it, the title stays, no dialog opens. Stop ends the session, and the
 browser reported no CSP violation.
+
+The page closes its socket on the session's `end` event, and the tiny model can answer within a
+fraction of a second: the hostile session is held open by pausing the test's Celery worker's
+consumption of the queue (its task waits queued) until the page has shown the hostile text and Stop
+has ended it. Streaming a real answer is the first session's part.
 """
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import threading
-import time
 
 import pytest
 from playwright.sync_api import expect
@@ -73,41 +79,48 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
     assert session.messages["a"][0] == {"role": "system", "content": "You are a careful assistant."}
     shot(page, "19-playground")
 
-    # Hostile text: the user's own message, and model text arriving on the session's stream.
-    page.select_option("#pg-target-b", "")
-    page.fill("input[name=max_new_tokens]", "512")
-    page.fill("input[name=temperature]", "0")  # greedy: the tiny model's answer runs to the 512 tokens
-    page.fill("#pg-input", f"Hi {SCRIPT}")
-    page.click("#pg-send-button")
-    deadline = time.monotonic() + 30  # polled closely: the events must arrive while the answer streams
-    while not PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).exists():
-        assert time.monotonic() < deadline, "the second session was not created"
-        time.sleep(0.005)
-    hostile = PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).get()
-    pump = Pump(hostile.pk)
-    pump.seq = 1_000_000  # after anything the worker sends: the page shows these whatever came first
-    events = [{"type": "delta", "target": "a", "turn": 0, "text": f"model says {SCRIPT} {IMG}"},
-              {"type": "tool", "target": "a", "turn": 0, "name": f"calc{ALERT}", "arguments": IMG,
-               "result": f"5 {SCRIPT}"}]
-    # Playwright's sync API keeps a loop running on this thread: publish from a thread of its own.
-    sender = threading.Thread(target=lambda: asyncio.run(pump.send(events)))
-    sender.start()
-    sender.join(timeout=30)
-    # The bubble of turn 0 (the sampled answer may have gone on to later turns of its own tool calls)
-    said = page.locator("#pg-chat-a .pg-assistant").filter(has_text="model says")
-    expect(said).to_contain_text(f"model says {SCRIPT} {IMG}", timeout=30_000)
-    expect(page.locator("#pg-chat-a .pg-tool").filter(has_text="calc")).to_contain_text(f"calc{ALERT}({IMG})")
-    expect(page.locator("#pg-chat-a .pg-user").last).to_have_text(f"userHi {SCRIPT}")
-    page.wait_for_timeout(400)  # a failed <img> fires onerror asynchronously
-    assert page.locator("#pg-columns script, #pg-columns img").count() == 0
-    assert page.title() == "Playground — RL Studio"
-    assert page.dialogs == [], page.dialogs
-    page.click("#pg-stop")
-    # Stop ends it, unless the sampled answer already ended at an end-of-turn token before the click
-    # (temperature 1 on the tiny model: a race this journey does not control; stopping a running answer
-    # on leaving the page and at the time limit is tested in tests/rlstudio/playground/test_playground_stream.py).
-    ui.wait_for(lambda: PlaygroundSession.objects.get(pk=hostile.pk).status in ("stopped", "succeeded"),
-                timeout=60, what="the stopped session")
+    # Hostile text: the user's own message, and model text arriving on the session's stream while the
+    # session is held queued (see the module docstring): the page listens for as long as the test needs.
+    from django.conf import settings
+
+    from rlstudio.config.celery import app
+
+    worker = f"test-{os.getpid()}@{socket.gethostname()}"  # tests/conftest.py's worker (-n test-<pid>@%h)
+    queue = settings.RLSTUDIO_PLAYGROUND_QUEUE or app.conf.task_default_queue
+    replies = app.control.cancel_consumer(queue, destination=[worker], reply=True, timeout=10)
+    assert [list(r) for r in replies] == [[worker]] and "ok" in replies[0][worker], replies
+    try:
+        page.select_option("#pg-target-b", "")
+        page.fill("#pg-input", f"Hi {SCRIPT}")
+        page.click("#pg-send-button")
+        expect(page.locator("#pg-status")).to_have_text("answering…")
+        hostile = PlaygroundSession.objects.filter(owner=alice).exclude(pk=session.pk).get()
+        pump = Pump(hostile.pk)
+        events = [{"type": "delta", "target": "a", "turn": 0, "text": f"model says {SCRIPT} {IMG}"},
+                  {"type": "tool", "target": "a", "turn": 0, "name": f"calc{ALERT}", "arguments": IMG,
+                   "result": f"5 {SCRIPT}"}]
+        # Playwright's sync API keeps a loop running on this thread: publish from a thread of its own.
+        sender = threading.Thread(target=lambda: asyncio.run(pump.send(events)))
+        sender.start()
+        sender.join(timeout=30)
+        said = page.locator("#pg-chat-a .pg-assistant").filter(has_text="model says")
+        expect(said).to_have_text(f"assistantmodel says {SCRIPT} {IMG}")
+        expect(page.locator("#pg-chat-a .pg-tool").filter(has_text="calc")).to_contain_text(f"calc{ALERT}({IMG})")
+        expect(page.locator("#pg-chat-a .pg-user").last).to_have_text(f"userHi {SCRIPT}")
+        page.wait_for_timeout(400)  # a failed <img> fires onerror asynchronously
+        assert page.locator("#pg-columns script, #pg-columns img").count() == 0
+        assert page.title() == "Playground — RL Studio"
+        assert page.dialogs == [], page.dialogs
+        hostile.refresh_from_db()
+        assert hostile.status == "queued"  # held: the page heard these while the session was still open
+        expect(page.locator("#pg-status")).to_have_text("answering…")
+        page.click("#pg-stop")  # Stop ends it (a queued session at once)
+        ui.wait_for(lambda: PlaygroundSession.objects.get(pk=hostile.pk).status == "stopped", timeout=60,
+                    what="the stopped session")
+        assert PlaygroundSession.objects.get(pk=hostile.pk).stop_reason == "stopped by the user"
+    finally:
+        replies = app.control.add_consumer(queue, destination=[worker], reply=True, timeout=10)
+    assert [list(r) for r in replies] == [[worker]] and "ok" in replies[0][worker], replies
     seen = _violations(page, console)
     assert seen == [], "\n".join(seen)
 
