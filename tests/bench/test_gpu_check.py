@@ -56,6 +56,14 @@ def test_section_wiring_dry_run_on_cpu(monkeypatch):
                 raise
 
     monkeypatch.setattr(checks, "_check_multi_turn", allow_sglang_on_cpu)
+    from trainer.rollout import base
+
+    resolve = base.resolve_engine_name  # the engine resolution refuses sglang on the CPU as well
+
+    def sglang_on_cpu(name, device=None):
+        return name if name == "sglang" else resolve(name, device)
+
+    monkeypatch.setattr(base, "resolve_engine_name", sglang_on_cpu)
     section = gpu_check.sglang_section(args(), device="cpu")
     (engine,) = built
     assert engine.kwargs["attention_backend"] == "triton" and engine.kwargs["enable_memory_saver"]

@@ -147,6 +147,12 @@ def test_launch_goes_queued_submitting_running_succeeded_with_a_checkpoint(world
     assert job is not None and job.status == ray_jobs.SUCCEEDED
     logs = world["api"].get(f"/api/v1/runs/{run.pk}/job-log/?tail=5").json()
     assert logs["source"] == "ray" and 0 < len(logs["lines"]) <= 5
+    # The download streams the whole driver log from Ray's log API: it ends with the tail's lines.
+    resp = world["api"].get(f"/api/v1/runs/{run.pk}/job-log/?download=1")
+    assert resp.status_code == 200 and resp["Content-Disposition"] == f'attachment; filename="run-{run.pk}.log"'
+    whole = b"".join(resp.streaming_content).decode("utf-8", "replace").splitlines()
+    assert len(whole) > len(logs["lines"]) and whole[-len(logs["lines"]):] == logs["lines"]
+    assert not any(line.startswith("[rlstudio: log cut") for line in whole)
 
 
 def test_stop_saves_a_checkpoint_and_resume_continues_at_the_next_step(world):
