@@ -45,6 +45,22 @@ def can_manage(*, user: AbstractBaseUser, run: Run) -> bool:
     return bool(getattr(user, "is_authenticated", False) and (user.is_staff or run.owner_id == user.pk))
 
 
+def run_config_for(*, user: AbstractBaseUser, run: Run) -> dict:
+    """`run`'s frozen config as `user` may see it: whole for its owner and staff (`can_manage`); for a
+    reader (shared by name or with everyone) `gate.user_view`'s, the platform's keys (dataset files,
+    model and reward paths, the run's folder, ...) reset to the schema's defaults."""
+    if can_manage(user=user, run=run):
+        return run.config
+    from .gate import user_view
+
+    return user_view(run.config or {})
+
+
+def run_checkpoint_for(*, user: AbstractBaseUser, run: Run) -> str:
+    """`run`'s last checkpoint path (in the run's own folder) for its owner and staff; "" for a reader."""
+    return run.checkpoint_path if can_manage(user=user, run=run) else ""
+
+
 def run_access(*, user: AbstractBaseUser, run: Run) -> str:
     """Why `user` sees `run`: "owner", "staff" (another user's run, with its controls) or "shared"
     (read-only: shared with them or with everyone)."""

@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunConfig, RunVisibility
-from .selectors import can_manage, latest_reward, run_access
+from .selectors import can_manage, latest_reward, run_access, run_checkpoint_for, run_config_for
 
 
 class RunConfigSerializer(serializers.ModelSerializer):
@@ -18,7 +18,8 @@ class RunConfigSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
-    checkpoint = serializers.CharField(source="checkpoint_path", read_only=True)
+    checkpoint = serializers.SerializerMethodField(
+        help_text="The last checkpoint's path (the owner and staff; empty for a reader).")
     latest_metrics = serializers.SerializerMethodField()
     latest_reward = serializers.SerializerMethodField()
     tags = serializers.ListField(child=serializers.CharField(), read_only=True)
@@ -44,6 +45,10 @@ class RunSerializer(serializers.ModelSerializer):
     def get_access(self, run: Run) -> str:
         return run_access(user=self._user(), run=run)
 
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_checkpoint(self, run: Run) -> str:
+        return run_checkpoint_for(user=self._user(), run=run)
+
     @extend_schema_field({"type": "array", "items": {"type": "string"}})
     def get_shared_with(self, run: Run) -> list[str]:
         user = self._user()
@@ -61,11 +66,19 @@ class RunSerializer(serializers.ModelSerializer):
 
 
 class RunDetailSerializer(RunSerializer):
-    """A run with its frozen config snapshot."""
+    """A run with its frozen config snapshot: whole for its owner and staff, without the platform's
+    keys (server paths) for a reader (`selectors.run_config_for`)."""
+
+    config = serializers.SerializerMethodField(
+        help_text="The frozen config (for a reader: the platform's keys reset to the schema's defaults).")
 
     class Meta(RunSerializer.Meta):
         fields = RunSerializer.Meta.fields + ["config"]
         read_only_fields = fields
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_config(self, run: Run) -> dict:
+        return run_config_for(user=self._user(), run=run)
 
 
 class RunCreatedSerializer(RunDetailSerializer):

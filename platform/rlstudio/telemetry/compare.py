@@ -34,7 +34,7 @@ from django.db.models import Func
 from django.utils import timezone
 
 from rlstudio.runs.gate import flatten
-from rlstudio.runs.selectors import latest_reward, runs_get_for
+from rlstudio.runs.selectors import latest_reward, run_config_for, runs_get_for
 
 from .models import MetricRow
 
@@ -284,5 +284,6 @@ def compare_runs(*, user: AbstractBaseUser, run_ids: Sequence[int], metrics: Seq
         "metrics": names,
         "series": metric_series(ids, list(metrics), max_points),
         "max_points": max_points,
-        "config_diff": config_diff([r.config for r in runs]),
+        # each run's config as the user may see it (a reader's without the platform's keys)
+        "config_diff": config_diff([run_config_for(user=user, run=r) for r in runs]),
     }

@@ -18,7 +18,13 @@ from django.shortcuts import render
 from rlstudio.api.errors import ApiError
 from rlstudio.runs.models import RunStatus
 from rlstudio.runs.preview import memory as memory_estimate
-from rlstudio.runs.selectors import latest_reward, run_get_for, run_header_context, run_shared_users
+from rlstudio.runs.selectors import (
+    latest_reward,
+    run_config_for,
+    run_get_for,
+    run_header_context,
+    run_shared_users,
+)
 
 from . import selectors as sel
 from .api import sample_filter_from
@@ -68,7 +74,8 @@ def run_detail(request, run_id: int):
     ctx.update({
         "run": run,
         "shared_users": run_shared_users(run=run) if ctx["can_manage"] else [],
-        "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+        # A reader (not the owner or staff) sees the config without the platform's keys (server paths).
+        "config_json": json.dumps(run_config_for(user=request.user, run=run), indent=2, sort_keys=True),
         "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
                  "metrics": metrics, "metrics_next_after_step": metrics_next,
                  "metrics_api": f"/api/v1/runs/{run.pk}/metrics/", "metrics_page_size": sel.METRICS_PAGE_MAX,

@@ -296,3 +296,76 @@ def test_nul_characters_never_reach_postgresql(shared_run, alice):
     assert resp.status_code == 400 and resp.json()["error"]["field"].startswith("users")
     resp = _page(alice).post(f"/runs/{shared_run.pk}/share/", {"remove": "b\x00"})
     assert resp.status_code == 400 and b"remove must not contain" in resp.content
+
+
+def _server_paths(run, steps: int = 10) -> dict[str, str]:
+    """Gives `run` a user config of `steps` training steps, freezes it as submitting does
+    (launch.freeze_spec: the platform's keys filled from the run's dataset, model and folder) and
+    returns those paths: its dataset file, model and folder."""
+    from rlstudio.runs import launch
+
+    run.config = {"trainer": {"total_training_steps": steps}}
+    Run.objects.filter(pk=run.pk).update(config=launch.freeze_spec(run=run, out_dir=launch.run_dir(run.pk)))
+    run.refresh_from_db()
+    cfg = run.config
+    paths = {"dataset file": cfg["data"]["train_files"], "model path": cfg["actor_rollout_ref"]["model"]["path"],
+             "run folder": cfg["trainer"]["default_local_dir"]}
+    for what, value in paths.items():
+        assert isinstance(value, str) and value.startswith("/"), (what, value)
+    return paths
+
+
+def test_a_reader_sees_the_config_without_the_platforms_server_paths(shared_run, alice, bob, carol):
+    paths = _server_paths(shared_run)
+    steps = shared_run.config["trainer"]["total_training_steps"]
+    # the owner: the whole stored config, on the API, the run page and the compare view
+    owner = _api(alice).get(f"/api/v1/runs/{shared_run.pk}/").json()
+    assert owner["config"] == shared_run.config and owner["checkpoint"] == "/tmp/ckpt"
+    owner_page = _page(alice).get(f"/runs/{shared_run.pk}/").content.decode()
+    for what, path in paths.items():
+        assert path in owner_page, what
+        assert path in str(owner["config"]), what
+    # a reader by name, then everyone once the run is public: the user's keys, no server path
+    run_share(run=shared_run, by=alice, visibility="everyone")
+    for reader in (bob, carol):
+        body = _api(reader).get(f"/api/v1/runs/{shared_run.pk}/")
+        assert body.status_code == 200
+        detail = body.json()
+        assert detail["access"] == "shared" and detail["checkpoint"] == ""
+        assert detail["config"]["trainer"]["total_training_steps"] == steps  # what the owner chose stays readable
+        assert detail["config"]["data"]["train_files"] != paths["dataset file"]
+        page = _page(reader).get(f"/runs/{shared_run.pk}/").content.decode()
+        compare_api = _api(reader).get(f"/api/v1/runs/compare/?ids={shared_run.pk}").content.decode()
+        compare_page = _page(reader).get(f"/runs/compare/?ids={shared_run.pk}").content.decode()
+        for what, path in paths.items():
+            for where, text in (("api", body.content.decode()), ("page", page), ("compare api", compare_api),
+                                ("compare page", compare_page)):
+                assert path not in text, (reader.username, what, where)
+        assert "/tmp/ckpt" not in page and "/tmp/ckpt" not in body.content.decode()
+
+
+def test_compare_as_a_reader_diffs_only_the_keys_a_user_owns(shared_run, bob, staff, make_run):
+    mine = make_run(bob, "bob-run")
+    ids = f"{shared_run.pk},{mine.pk}"
+    paths = _server_paths(shared_run)
+    _server_paths(mine, steps=20)
+
+    def diff(user) -> dict:
+        resp = _api(user).get(f"/api/v1/runs/compare/?ids={ids}")
+        assert resp.status_code == 200
+        return {d["key"]: d["values"] for d in resp.json()["config_diff"]}
+
+    # staff (who manage both runs) see both configs whole: alice's paths differ from bob's
+    full = diff(staff)
+    assert full["data.train_files"][0] == paths["dataset file"]
+    assert full["actor_rollout_ref.model.path"][0] == paths["model path"]
+    # bob sees his own run whole and alice's without her paths, on the API and the page
+    seen = diff(bob)
+    assert seen["trainer.total_training_steps"] == [10, 20]
+    mine.refresh_from_db()
+    assert seen["data.train_files"][1] == mine.config["data"]["train_files"]
+    page = _page(bob).get(f"/runs/compare/?ids={ids}").content.decode()
+    assert mine.config["data"]["train_files"] in page
+    for what, path in paths.items():
+        assert all(path not in str(v) for values in seen.values() for v in values), what
+        assert path not in page, what
