@@ -10,3 +10,6 @@ class AccountsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import schema  # noqa: F401  (registers the token scheme with drf-spectacular)
+        from . import sockets
+
+        sockets.connect()  # a saved user record: their open websockets check them again

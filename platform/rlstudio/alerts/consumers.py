@@ -1,7 +1,9 @@
 """`NotificationConsumer`: the websocket `/ws/notifications/` of the page header's notification centre.
 
 Signed-in users only (4401 otherwise; accepted first so the browser sees the code): the socket joins
-the user's own group (`notify.<user id>`), so a user only ever hears their own notifications. Server
+the user's own group (`notify.<user id>`), so a user only ever hears their own notifications, and the
+user's sockets group (`accounts.sockets`): once the user's record is saved and they are no longer
+active (deactivated), the socket leaves its groups, forwards nothing more and is closed with 4403. Server
 frames: `{"type": "notification", "notification": {...}}` (the API's fields plus `url`, and `firing`
 for an alert: the rule's kind, metric, step and values, which the run page draws as a marker).
 Nothing is replayed: a page lists the stored notifications when it loads or its socket reconnects
@@ -11,16 +13,21 @@ import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from rlstudio.accounts.sockets import active_user, sockets_group
+
 from .services.notify import user_group
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_BIG = 4009
 MAX_CLIENT_MESSAGE_BYTES = 4096
 
 
 class NotificationConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
+    sockets: str | None = None  # the user's sockets group (accounts.sockets)
+    revoked: bool = False  # the user was deactivated: nothing more is sent
 
     async def connect(self):
         user = self.scope.get("user")
@@ -28,16 +35,33 @@ class NotificationConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        self.group = user_group(user.pk)
+        self.group, self.sockets = user_group(user.pk), sockets_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_add(self.sockets, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code):
-        if self.group is not None:
+        await self._leave_groups()
+
+    async def _leave_groups(self) -> None:
+        groups, self.group, self.sockets = [self.group, self.sockets], None, None
+        for group in groups:
+            if group is None:
+                continue
             try:
-                await self.channel_layer.group_discard(self.group, self.channel_name)
+                await self.channel_layer.group_discard(group, self.channel_name)
             except Exception as exc:  # Redis is down; the layer already dropped the membership
                 log.warning("notifications: group_discard failed: %r", exc)
+
+    async def user_changed(self, message):
+        """The user's record was saved (accounts.sockets): close with 4403 once they are not active."""
+        if self.group is None or self.revoked:
+            return
+        if await active_user(self.scope.get("user")) is not None:
+            return
+        self.revoked = True
+        await self._leave_groups()
+        await self.close(code=CLOSE_FORBIDDEN)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")
@@ -45,4 +69,5 @@ class NotificationConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_TOO_BIG)
 
     async def notify_message(self, message):
-        await self.send_json(message["message"])
+        if not self.revoked:
+            await self.send_json(message["message"])

@@ -2,7 +2,10 @@
 
 Only the session's owner (and staff) get the stream: anonymous connections are closed with 4401,
 everyone else (also for a session that does not exist) with 4403, after accepting so the browser sees
-the code. The socket joins the session's group before it reads the event log, then sends the logged
+the code. The socket also joins the user's sockets group (`accounts.sockets`): once the user's record
+is saved and they may no longer read the session (deactivated, or no longer staff for another user's
+session), it leaves its groups, forwards nothing more and is closed with 4403 (which, as any leaving,
+may stop the session). The socket joins the session's group before it reads the event log, then sends the logged
 events and the live ones, each once, in seq order (frames `{"type": "events", "events": [...]}`;
 event shapes in trainer.playground and runner.py, then `{"type": "end", "status", ...}`).
 
@@ -16,6 +19,8 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
+
+from rlstudio.accounts.sockets import active_user, sockets_group
 
 from . import streams
 from .selectors import session_get_for
@@ -37,8 +42,16 @@ def _may_watch(user, session_id: int) -> bool:
     return True
 
 
+async def _may_still_watch(user, session_id: int) -> bool:
+    """`_may_watch` for a socket already open: its user as the database holds them now (active, staff)."""
+    fresh = await active_user(user)
+    return fresh is not None and await _may_watch(fresh, session_id)
+
+
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
+    sockets: str | None = None  # the user's sockets group (accounts.sockets)
+    revoked: bool = False  # the user may no longer read the session: nothing more is sent
     session_id: int = 0
     last_sent: int = 0
 
@@ -53,8 +66,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.group = streams.group(self.session_id)
+        self.group, self.sockets = streams.group(self.session_id), sockets_group(user.pk)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.channel_layer.group_add(self.sockets, self.channel_name)
         await sync_to_async(streams.viewer_joined, thread_sensitive=False)(self.session_id)
         await self.accept()
         logged = await sync_to_async(streams.events_after, thread_sensitive=False)(self.session_id, 0)
@@ -63,16 +77,32 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code):
         if self.group is None:
             return
-        try:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-        except Exception as exc:  # Redis is down; the layer already dropped the membership
-            log.warning("playground: group_discard failed: %r", exc)
+        await self._leave_groups()
         try:
             left = await sync_to_async(streams.viewer_left, thread_sensitive=False)(self.session_id)
             if left <= 0:
                 await sync_to_async(streams.request_stop, thread_sensitive=False)(self.session_id, LEFT)
         except Exception as exc:  # the time limit still ends the session
             log.warning("playground %s: could not flag the stop: %r", self.session_id, exc)
+
+    async def _leave_groups(self) -> None:
+        for group in (self.group, self.sockets):
+            if group is None:
+                continue
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception as exc:  # Redis is down; the layer already dropped the membership
+                log.warning("playground: group_discard failed: %r", exc)
+
+    async def user_changed(self, message):
+        """The user's record was saved (accounts.sockets): close with 4403 unless they may still read
+        the session."""
+        if self.group is None or self.revoked:
+            return
+        if await _may_still_watch(self.scope.get("user"), self.session_id):
+            return
+        self.revoked = True
+        await self.close(code=CLOSE_FORBIDDEN)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")
@@ -83,6 +113,8 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await self._forward(message["events"])
 
     async def _forward(self, events):
+        if self.revoked:
+            return
         fresh = [e for e in events if int(e.get("seq", 0)) > self.last_sent]
         if fresh:
             self.last_sent = int(fresh[-1]["seq"])

@@ -4,8 +4,8 @@ Group messages (what `RunConsumer` receives):
     {"type": "run.event", "event": {"seq": N, "type": "metrics" | "sample" | ..., "data": {...}}}
     {"type": "run.events", "first": N, "last": M, "frame": "<JSON text>"}   (ingest batches)
     {"type": "run.access_changed"}   (who may read the run changed: each socket checks its user again)
-The last is also sent to a user's viewer group (`viewer_group`, joined by each of their run sockets)
-when their record changes (telemetry.access).
+A run socket also joins its user's sockets group (`accounts.sockets`), whose `{"type": "user.changed"}`
+(the user's record was saved) makes it check its user again the same way.
 `frame` is the batch websocket frame, `{"type": "batch", "seq": M, "events": [...]}`, encoded once
 here: the consumer sends it as is to a batch-mode viewer that has seen nothing of it (the usual case),
 and decodes it only to filter or to send one frame per event. Encoding per viewer was most of the
@@ -28,11 +28,6 @@ from . import codec
 def run_group(run_id: int) -> str:
     """The Channels group every websocket watching run `run_id` joins."""
     return f"run.{int(run_id)}"
-
-
-def viewer_group(user_id: int) -> str:
-    """The Channels group every run websocket of user `user_id` joins (whatever the run)."""
-    return f"run.viewer.{int(user_id)}"
 
 
 def run_event_message(event: dict[str, Any]) -> dict[str, Any]:
@@ -71,11 +66,6 @@ def run_access_changed_send(run_id: int) -> None:
     """Tell the run's websockets that who may read it changed (sync code; the sharing service calls it
     after the change commits): each one checks its user again (RunConsumer.run_access_changed)."""
     _access_changed_send(run_group(run_id))
-
-
-def user_access_changed_send(user_id: int) -> None:
-    """Tell every run websocket of the user that their record changed (sync code, after the commit)."""
-    _access_changed_send(viewer_group(user_id))
 
 
 def run_events_send(*, run_id: int, events: list[dict[str, Any]], chunk: int = 100) -> None:

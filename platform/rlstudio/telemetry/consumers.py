@@ -5,8 +5,8 @@ stream only ever reads) get the stream: anonymous connections are closed with 44
 (including for a run that does not exist) with 4403. The socket is accepted before closing so the
 browser receives the code (a close before accept becomes a bare HTTP 403). The check is made again
 when who may read the run changes (a `run.access_changed` group message, sent after the change
-commits, to the run's group when its sharing changed and to the user's own viewer group when their
-record was saved: telemetry.access): a socket whose user may no longer read the run (unshared, the run
+commits, to the run's group when its sharing changed: telemetry.access; and a `user.changed` to the
+user's own sockets group when their record was saved: accounts.sockets): a socket whose user may no longer read the run (unshared, the run
 made private, the user deactivated or no longer staff) leaves its groups, forwards nothing more and is
 closed with 4403; the owner's, staff's and the remaining readers' sockets stay open.
 
@@ -56,10 +56,11 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from rlstudio.accounts.sockets import sockets_group
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import visible_runs
 
-from .broadcast import run_group, viewer_group
+from .broadcast import run_group
 from .layer_watch import layer_watch
 from .selectors import events_after
 
@@ -120,7 +121,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     run_id: int = 0
     last_sent: int | None = None  # None until something with a seq was sent: no filtering yet
     batch: bool = False  # the client asked for `{"type": "batch", "events": [...]}` frames
-    viewer: str | None = None  # the user's own group (broadcast.viewer_group)
+    viewer: str | None = None  # the user's own sockets group (accounts.sockets.sockets_group)
     revoked: bool = False  # the user may no longer read the run: nothing more is sent
 
     async def dispatch(self, message):
@@ -153,7 +154,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # Join before accepting (and before any replay): nothing committed after this is missed.
         self.group = run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        self.viewer = viewer_group(user.pk)  # the user's record changed: check again (telemetry.access)
+        self.viewer = sockets_group(user.pk)  # the user's record changed: check again (accounts.sockets)
         await self.channel_layer.group_add(self.viewer, self.channel_name)
         await self.accept()
         layer_watch(self.channel_layer).add(self._layer_lost)
@@ -179,7 +180,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
                 log.warning("run %s: group_discard failed: %r", self.run_id, exc)
 
     async def run_access_changed(self, message):
-        """The run's sharing changed: close with 4403 unless the user may still read the run."""
+        """The run's sharing changed (or the user's record: `user_changed`): close with 4403 unless the
+        user may still read the run."""
         if self.group is None or self.revoked:
             return
         if await _may_still_watch(self.scope.get("user"), self.run_id):
@@ -187,6 +189,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.revoked = True
         await self._leave_group()
         await self.close(code=CLOSE_FORBIDDEN)
+
+    async def user_changed(self, message):
+        """The user's record was saved (accounts.sockets): check them again, as for a sharing change."""
+        await self.run_access_changed(message)
 
     def _layer_lost(self) -> None:
         """layer_watch's callback: close so the browser reconnects and the replay brings what was lost."""

@@ -59,3 +59,44 @@ def test_each_user_hears_only_their_own_notifications(alice, bob, make_run):
     assert got_b["notification"]["title"] == "for bob"
     assert a_quiet  # bob's notification never reached alice's socket
     assert anon_close == {"type": "websocket.close", "code": 4401}
+
+
+def test_deactivating_a_user_closes_their_notification_socket_4403(alice, bob):
+    """Saving Alice's record tells her notification socket to check her again (accounts.sockets): a
+    harmless save (a new first name, a login's last_login) keeps it open and hearing; deactivating her
+    (user.save(), as the admin does) closes it with 4403 and sends nothing more; Bob's stays open."""
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth.models import update_last_login
+
+    rules_cache_clear()
+    a_cookie, b_cookie = _cookie(alice), _cookie(bob)
+    first = Notification.objects.create(user=alice, kind="lifecycle", event="failed", title="first")
+    after = Notification.objects.create(user=alice, kind="lifecycle", event="failed", title="after")
+    for_bob = Notification.objects.create(user=bob, kind="lifecycle", event="failed", title="for bob")
+
+    def save(user, **fields):
+        for name, value in fields.items():
+            setattr(user, name, value)
+        user.save()
+
+    async def scenario():
+        a, b = await _connect(a_cookie), await _connect(b_cookie)
+        await asyncio.sleep(0.2)
+        push = sync_to_async(_after_commit)
+        await sync_to_async(save)(alice, first_name="Alice")
+        await sync_to_async(update_last_login)(None, alice)
+        await push(first.pk, push=True, deliver=False)
+        live = await a.receive_json_from(timeout=5)
+        await sync_to_async(save)(alice, is_active=False)
+        closed = await a.receive_output(timeout=5)
+        await push(after.pk, push=True, deliver=False)
+        a_quiet = await a.receive_nothing(timeout=0.5)
+        await push(for_bob.pk, push=True, deliver=False)
+        got_b = await b.receive_json_from(timeout=5)
+        await b.disconnect()
+        return live, closed, a_quiet, got_b
+
+    live, closed, a_quiet, got_b = asyncio.run(scenario())
+    assert live["notification"]["title"] == "first"  # still open after the harmless saves
+    assert closed == {"type": "websocket.close", "code": 4403}
+    assert a_quiet and got_b["notification"]["title"] == "for bob"

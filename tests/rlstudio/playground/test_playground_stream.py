@@ -187,3 +187,49 @@ def test_the_time_limit_stops_a_session(alice, targets, published, settings):
     assert session_execute(session_id=s["id"]) == "stopped"
     session = PlaygroundSession.objects.get(pk=s["id"])
     assert session.stop_reason == "time limit" and session.results["a"]["type"] == "stopped"
+
+
+def test_deactivating_the_user_closes_their_playground_socket_4403(alice, staff):
+    """Saving Alice's record tells her playground socket to check her again (accounts.sockets): a
+    harmless save (a new first name, a login's last_login) keeps it open and streaming; deactivating
+    her (user.save(), as the admin does) closes it with 4403 and forwards nothing more, while staff's
+    socket on the same session stays open; staff who lose staff are closed too."""
+    from channels.layers import get_channel_layer
+    from django.contrib.auth.models import update_last_login
+
+    from rlstudio.playground import streams
+
+    session = PlaygroundSession.objects.create(owner=alice, targets=[{"model": 1}])
+    path = f"/ws/playground/{session.pk}/"
+    alice_cookie, staff_cookie = _cookie(alice), _cookie(staff)
+
+    def save(user, **fields):
+        for name, value in fields.items():
+            setattr(user, name, value)
+        user.save()
+
+    def event(seq: int) -> dict:
+        return {"type": "playground.events", "events": [{"seq": seq, "type": "delta", "target": "a", "text": "x"}]}
+
+    async def scenario():
+        mine, theirs = await _connect(path, alice_cookie), await _connect(path, staff_cookie)
+        layer = get_channel_layer()
+        await sync_to_async(save)(alice, first_name="Alice")
+        await sync_to_async(update_last_login)(None, alice)
+        await layer.group_send(streams.group(session.pk), event(1))
+        live = await mine.receive_json_from(timeout=5)
+        await theirs.receive_json_from(timeout=5)
+        await sync_to_async(save)(alice, is_active=False)
+        closed = await mine.receive_output(timeout=5)
+        await layer.group_send(streams.group(session.pk), event(2))
+        staff_live = await theirs.receive_json_from(timeout=5)
+        mine_quiet = await mine.receive_nothing(timeout=0.5)
+        await sync_to_async(save)(staff, is_staff=False)
+        staff_closed = await theirs.receive_output(timeout=5)
+        return live, closed, staff_live, mine_quiet, staff_closed
+
+    live, closed, staff_live, mine_quiet, staff_closed = asyncio.run(scenario())
+    assert live["events"][0]["seq"] == 1  # still open after the harmless saves
+    assert closed == {"type": "websocket.close", "code": 4403}
+    assert staff_live["events"][0]["seq"] == 2 and mine_quiet
+    assert staff_closed == {"type": "websocket.close", "code": 4403}

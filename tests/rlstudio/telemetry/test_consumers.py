@@ -229,7 +229,7 @@ def test_making_a_run_private_closes_the_everyone_readers_only(alice, bob, make_
 
 
 def test_deactivating_a_reader_closes_their_run_sockets_4403(alice, bob, make_run):
-    """Saving Bob's record tells his run sockets to check again (telemetry.access): a save that leaves
+    """Saving Bob's record tells his run sockets to check again (accounts.sockets): a save that leaves
     him able to read (a new first name, a login's last_login) keeps the socket open; deactivating him
     (as the admin does, user.save()) closes it with 4403, while Alice's stays open."""
     from asgiref.sync import sync_to_async

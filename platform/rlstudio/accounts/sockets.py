@@ -1,0 +1,69 @@
+"""A user's own websocket group, told when the user's record changes, so that open sockets check them again.
+
+Every websocket of a signed-in user (a run's `/ws/runs/<id>/`, `/ws/playground/<id>/`,
+`/ws/notifications/`) joins `sockets_group(user.pk)`. After a save of the user's record commits (an
+operator deactivates the user or takes staff away; any save but a login's `last_login`, and not the
+creation), one `{"type": "user.changed"}` message goes to that group: each consumer's `user_changed`
+handler reads the user from the database again and closes with 4403 a socket its user may no longer
+have (every socket of a deactivated user). One receiver here, in the app that owns the user, so that
+the apps whose consumers listen (telemetry, playground, alerts) import accounts and never each other.
+A failed send is logged: the change stands, and those sockets stay open until they reconnect (when
+the usual admission check refuses them).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models.signals import post_save
+
+log = logging.getLogger(__name__)
+
+USER_CHANGED = {"type": "user.changed"}
+
+
+def sockets_group(user_id: int) -> str:
+    """The Channels group every websocket of user `user_id` joins (whatever it streams)."""
+    return f"user.sockets.{int(user_id)}"
+
+
+def user_changed_send(user_id: int) -> None:
+    """Tell every open websocket of the user that their record changed (sync code, after the commit)."""
+
+    async def send() -> None:
+        await asyncio.wait_for(get_channel_layer().group_send(sockets_group(user_id), dict(USER_CHANGED)),
+                               timeout=settings.RLSTUDIO_BROADCAST_TIMEOUT_S)
+
+    async_to_sync(send)()
+
+
+@database_sync_to_async
+def active_user(user):
+    """`user` as the database holds them now, or None when they are gone or no longer active."""
+    return get_user_model().objects.filter(pk=getattr(user, "pk", None), is_active=True).first()
+
+
+def _send_for_user(user_id: int) -> None:
+    try:
+        user_changed_send(user_id)
+    except Exception as exc:  # Redis down or hung (or no layer yet, e.g. a bootstrap command): see above
+        log.warning("user %s: user-changed message not sent: %r", user_id, exc)
+
+
+def _user_saved(sender, instance, created=False, update_fields=None, **kwargs) -> None:
+    """post_save of the user model: after the commit, tell the user's sockets to check again."""
+    if created or (update_fields is not None and set(update_fields) <= {"last_login"}):
+        return
+    user_id = instance.pk
+    transaction.on_commit(lambda: _send_for_user(user_id))
+
+
+def connect() -> None:
+    """Register the receiver (the accounts app's ready)."""
+    post_save.connect(_user_saved, sender=get_user_model(), dispatch_uid="accounts.sockets.user_saved")
