@@ -49,6 +49,18 @@ def active_user(user):
     return get_user_model().objects.filter(pk=getattr(user, "pk", None), is_active=True).first()
 
 
+async def leave_groups(layer, channel_name: str, groups, *, what: str) -> None:
+    """Take `channel_name` out of each of `groups` (None entries skipped). A failed discard (Redis is
+    down: the layer has already dropped the membership) is logged, naming the socket as `what`."""
+    for group in groups:
+        if group is None:
+            continue
+        try:
+            await layer.group_discard(group, channel_name)
+        except Exception as exc:  # at worst this process stays subscribed to the group and ignores it
+            log.warning("%s: group_discard failed: %r", what, exc)
+
+
 def _send_for_user(user_id: int) -> None:
     try:
         user_changed_send(user_id)

@@ -13,7 +13,7 @@ import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from rlstudio.accounts.sockets import active_user, sockets_group
+from rlstudio.accounts.sockets import active_user, leave_groups, sockets_group
 
 from .services.notify import user_group
 
@@ -45,13 +45,7 @@ class NotificationConsumer(AsyncJsonWebsocketConsumer):
 
     async def _leave_groups(self) -> None:
         groups, self.group, self.sockets = [self.group, self.sockets], None, None
-        for group in groups:
-            if group is None:
-                continue
-            try:
-                await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception as exc:  # Redis is down; the layer already dropped the membership
-                log.warning("notifications: group_discard failed: %r", exc)
+        await leave_groups(self.channel_layer, self.channel_name, groups, what="notifications")
 
     async def user_changed(self, message):
         """The user's record was saved (accounts.sockets): close with 4403 once they are not active."""

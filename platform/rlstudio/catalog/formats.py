@@ -391,6 +391,19 @@ def _read_meta(path: Path, shown: str) -> Any:
         raise RowError(f"{shown} is not valid JSON ({exc})") from None
 
 
+def _member(folder: Path, name: str, says: str, kind: str) -> Path:
+    """`folder / name` when `name` is a plain name of something directly in `folder` (not a link);
+    else a RowError that starts with `says` ("state.json names a data file") and names `name`."""
+    if _escapes(name):
+        raise RowError(f"{says} outside the dataset folder: {name!r}")
+    if not _is_plain_name(name):
+        raise RowError(f"{says} that is not a plain {kind} name: {name!r}")
+    target = folder / name
+    if target.is_symlink() or target.resolve().parent != folder.resolve():
+        raise RowError(f"{says} outside the dataset folder: {name!r}")
+    return target
+
+
 def _check_dataset_folder(folder: Path, shown: str) -> None:
     """Refuse a `Dataset` folder whose state.json names a data file that is not a plain file lying
     in `folder` itself; `shown` is the folder as messages name it ('' for the top one)."""
@@ -399,18 +412,11 @@ def _check_dataset_folder(folder: Path, shown: str) -> None:
     files = state.get("_data_files") if isinstance(state, dict) else None
     if not isinstance(files, list) or not files:
         raise RowError(f"{state_name} names no data files (its '_data_files' list is missing or empty)")
-    real = folder.resolve()
     for entry in files:
         name = entry.get("filename") if isinstance(entry, dict) else None
         if not isinstance(name, str):
             raise RowError(f"{state_name} has a data file entry without a file name: {entry!r}")
-        if _escapes(name):
-            raise RowError(f"{state_name} names a data file outside the dataset folder: {name!r}")
-        if not _is_plain_name(name):
-            raise RowError(f"{state_name} names a data file that is not a plain file name: {name!r}")
-        target = folder / name
-        if target.is_symlink() or target.resolve().parent != real:
-            raise RowError(f"{state_name} names a data file outside the dataset folder: {name!r}")
+        target = _member(folder, name, f"{state_name} names a data file", "file")
         if not target.is_file():
             raise RowError(f"{state_name} names a data file the zip does not hold: {name!r}")
 
@@ -431,17 +437,10 @@ def check_hf_folder(folder: Path) -> None:
     splits = meta.get("splits") if isinstance(meta, dict) else None
     if not isinstance(splits, list) or not splits:
         raise RowError("dataset_dict.json names no splits (its 'splits' list is missing or empty)")
-    real = folder.resolve()
     for name in splits:
         if not isinstance(name, str):
             raise RowError(f"dataset_dict.json names a split that is not text: {name!r}")
-        if _escapes(name):
-            raise RowError(f"dataset_dict.json names a split outside the dataset folder: {name!r}")
-        if not _is_plain_name(name):
-            raise RowError(f"dataset_dict.json names a split that is not a plain folder name: {name!r}")
-        sub = folder / name
-        if sub.is_symlink() or sub.resolve().parent != real:
-            raise RowError(f"dataset_dict.json names a split outside the dataset folder: {name!r}")
+        sub = _member(folder, name, "dataset_dict.json names a split", "folder")
         if not sub.is_dir():
             raise RowError(f"dataset_dict.json names a split the zip does not hold: {name!r}")
         _check_dataset_folder(sub, f"{name}/")

@@ -20,7 +20,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
-from rlstudio.accounts.sockets import active_user, sockets_group
+from rlstudio.accounts.sockets import active_user, leave_groups, sockets_group
 
 from . import streams
 from .selectors import session_get_for
@@ -86,13 +86,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             log.warning("playground %s: could not flag the stop: %r", self.session_id, exc)
 
     async def _leave_groups(self) -> None:
-        for group in (self.group, self.sockets):
-            if group is None:
-                continue
-            try:
-                await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception as exc:  # Redis is down; the layer already dropped the membership
-                log.warning("playground: group_discard failed: %r", exc)
+        await leave_groups(self.channel_layer, self.channel_name, (self.group, self.sockets), what="playground")
 
     async def user_changed(self, message):
         """The user's record was saved (accounts.sockets): close with 4403 unless they may still read

@@ -56,7 +56,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from rlstudio.accounts.sockets import sockets_group
+from rlstudio.accounts.sockets import leave_groups, sockets_group
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import visible_runs
 
@@ -171,13 +171,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if self.group is not None:
             groups, self.group, self.viewer = [self.group, self.viewer], None, None
             layer_watch(self.channel_layer).discard(self._layer_lost)
-            try:
-                for group in groups:
-                    if group is not None:
-                        await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception as exc:  # Redis is down. The layer has already dropped the membership;
-                # at worst this process stays subscribed to the group's Redis channel and ignores it.
-                log.warning("run %s: group_discard failed: %r", self.run_id, exc)
+            await leave_groups(self.channel_layer, self.channel_name, groups, what=f"run {self.run_id}")
 
     async def run_access_changed(self, message):
         """The run's sharing changed (or the user's record: `user_changed`): close with 4403 unless the
