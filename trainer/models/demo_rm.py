@@ -451,7 +451,7 @@ def make_demo_reward_model(out_dir: str | Path, *, init: str | Path | None = Non
             prefix = (F.binary_cross_entropy_with_logits(per_token, dense_y, weight=dense_w, reduction="sum")
                       / dense_w.sum().clamp(min=1.0))
             # where a pair first differs, both tokens exist: the right one's token scores above the wrong one's
-            at = [(r, first) for r, first in first_differences([seq for seq, _ in rows], y, single)]
+            at = first_differences([seq for seq, _ in rows], y, single)
             local = (-F.logsigmoid(per_token[[r for r, _ in at], [f for _, f in at]]
                                    - per_token[[r + 1 for r, _ in at], [f for _, f in at]]).mean()
                      if at else logits.sum() * 0.0)

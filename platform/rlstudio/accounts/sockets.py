@@ -33,14 +33,20 @@ def sockets_group(user_id: int) -> str:
     return f"user.sockets.{int(user_id)}"
 
 
-def user_changed_send(user_id: int) -> None:
-    """Tell every open websocket of the user that their record changed (sync code, after the commit)."""
+def group_send_bounded(group: str, message: dict) -> None:
+    """Send `message` to the Channels `group` from sync code, giving up (asyncio.TimeoutError) after
+    RLSTUDIO_BROADCAST_TIMEOUT_S: a hung Redis must not hold the request or task that sends it."""
 
     async def send() -> None:
-        await asyncio.wait_for(get_channel_layer().group_send(sockets_group(user_id), dict(USER_CHANGED)),
+        await asyncio.wait_for(get_channel_layer().group_send(group, message),
                                timeout=settings.RLSTUDIO_BROADCAST_TIMEOUT_S)
 
     async_to_sync(send)()
+
+
+def user_changed_send(user_id: int) -> None:
+    """Tell every open websocket of the user that their record changed (sync code, after the commit)."""
+    group_send_bounded(sockets_group(user_id), dict(USER_CHANGED))
 
 
 @database_sync_to_async

@@ -8,12 +8,10 @@ from rest_framework.exceptions import ParseError
 
 
 class JSONParser(parsers.JSONParser):
-    """rest_framework.parsers.JSONParser whose every failure to read the body is a ParseError."""
+    """rest_framework.parsers.JSONParser whose RecursionError (too deep a body) is a ParseError too."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
             return super().parse(stream, media_type, parser_context)
-        except RecursionError:
+        except RecursionError:  # DRF's parse maps ValueError only
             raise ParseError("JSON parse error - the body is nested too deeply") from None
-        except ValueError as exc:  # DRF maps these already; kept so that none escapes as a 500
-            raise ParseError(f"JSON parse error - {exc}") from None

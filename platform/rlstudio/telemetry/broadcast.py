@@ -22,6 +22,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from rlstudio.accounts.sockets import group_send_bounded
+
 from . import codec
 
 
@@ -54,18 +56,10 @@ def run_event_send(*, run_id: int, event: dict[str, Any]) -> None:
     async_to_sync(get_channel_layer().group_send)(run_group(run_id), run_event_message(event))
 
 
-def _access_changed_send(group: str) -> None:
-    async def send() -> None:
-        await asyncio.wait_for(get_channel_layer().group_send(group, {"type": "run.access_changed"}),
-                               timeout=settings.RLSTUDIO_BROADCAST_TIMEOUT_S)
-
-    async_to_sync(send)()
-
-
 def run_access_changed_send(run_id: int) -> None:
     """Tell the run's websockets that who may read it changed (sync code; the sharing service calls it
     after the change commits): each one checks its user again (RunConsumer.run_access_changed)."""
-    _access_changed_send(run_group(run_id))
+    group_send_bounded(run_group(run_id), {"type": "run.access_changed"})
 
 
 def run_events_send(*, run_id: int, events: list[dict[str, Any]], chunk: int = 100) -> None:

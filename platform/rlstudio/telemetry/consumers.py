@@ -56,7 +56,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from rlstudio.accounts.sockets import leave_groups, sockets_group
+from rlstudio.accounts.sockets import active_user, leave_groups, sockets_group
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import visible_runs
 
@@ -80,13 +80,10 @@ def _may_watch(user, run_id: int) -> bool:
     return visible_runs(Run.objects.filter(pk=run_id), user=user).exists()
 
 
-@database_sync_to_async
-def _may_still_watch(user, run_id: int) -> bool:
+async def _may_still_watch(user, run_id: int) -> bool:
     """`_may_watch` for a socket already open: its user as the database holds them now (active, staff)."""
-    from django.contrib.auth import get_user_model
-
-    fresh = get_user_model().objects.filter(pk=getattr(user, "pk", None), is_active=True).first()
-    return fresh is not None and visible_runs(Run.objects.filter(pk=run_id), user=fresh).exists()
+    fresh = await active_user(user)
+    return fresh is not None and await _may_watch(fresh, run_id)
 
 
 _events_after = database_sync_to_async(events_after)

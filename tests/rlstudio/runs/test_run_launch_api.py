@@ -132,7 +132,11 @@ def test_stop_cancels_a_queued_run_and_refuses_finished_ones(alice, make_run, ap
 def test_a_run_the_queue_admitted_first_is_launched_not_refused(alice, make_run):
     """The reconcile's queue (every second) may admit a run between its creation and the launch's
     own admission: the launch answers with the admitted run, not "is submitting, not queued"."""
-    from rlstudio.runs.services import queue_admit_all, run_launch
+    from rlstudio.runs.services import queue_admit_all, run_admit_for_launch, run_launch_recorded
+
+    def run_launch(*, run, by):  # what a launch does once its run is created (lineage._create_and_launch)
+        run_admit_for_launch(run=run, by=by)
+        return run_launch_recorded(run=run, by=by)
 
     run = make_run(alice)
     stale = Run.objects.get(pk=run.pk)

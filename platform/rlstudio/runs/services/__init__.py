@@ -17,7 +17,8 @@ from .admission import (
     models_q_earlier,
     queue_admit_all,
     run_admit,
-    run_launch,
+    run_admit_for_launch,
+    run_launch_recorded,
     run_queue_move,
     run_requeue_unsent,
 )
@@ -52,7 +53,7 @@ __all__ = [
     "on_run_succeeded", "on_run_transition", "run_register_export",
     "models_q_earlier", "run_annotate", "run_share", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
-    "run_force_kill", "run_issue_ingest_token", "run_launch", "run_queue_move", "run_mark_finished",
+    "run_force_kill", "run_issue_ingest_token", "run_admit_for_launch", "run_launch_recorded", "run_queue_move", "run_mark_finished",
     "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",
     "run_requeue_unsent", "run_resubmit", "run_resume", "run_stop", "run_submit", "run_token_check",
     "run_transition", "token_hash", "transition_path",

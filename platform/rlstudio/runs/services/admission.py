@@ -230,20 +230,12 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     return run
 
 
-def run_launch(*, run: Run, by: AbstractBaseUser) -> Run:
-    """Launch a queued run now if quota allows, else leave it queued with its reason.
-
-    A run the queue admitted meanwhile (the reconcile's `queue_admit_all`, every second, between the
-    run's creation and this call) counts as launched: it is returned as it is now, not refused
-    (`run_admit_for_launch`). Call it in the transaction that created the run to close that window."""
-    run_admit_for_launch(run=run, by=by)
-    return run_launch_recorded(run=run, by=by)
-
-
 def run_admit_for_launch(*, run: Run, by: AbstractBaseUser | None) -> bool:
-    """`run_admit` for the launch path: a run no longer queued because it was admitted by another
-    caller (the queue) is not an error. RunRefused still when it left the queue otherwise (cancelled:
-    stopped without ever being submitted). Returns whether it is admitted now."""
+    """`run_admit` for the launch path (`lineage._create_and_launch`, in the transaction that creates
+    the run): a run no longer queued because it was admitted by another caller (the queue's
+    `queue_admit_all`, which the reconcile runs every second) is not an error. RunRefused still when
+    it left the queue otherwise (cancelled: stopped without ever being submitted). Returns whether it
+    is admitted now."""
     try:
         return run_admit(run=run, by=by)
     except RunRefused:
