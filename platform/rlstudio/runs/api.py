@@ -2,7 +2,8 @@
 
 /api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags and note),
 /runs/{id}/stop|resume|clone/ (POST), /runs/{id}/sharing/ (GET, PUT),
-/runs/{id}/job-log/?tail=&download= (Ray's driver log; /logs/ is LIVE's event log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
+/runs/{id}/job-log/?tail=&download= (Ray's driver log, owner and staff only; /logs/ is LIVE's event
+log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
 Views only translate HTTP to the services; refusals become the API's error shape (RunNotPermitted:
 403 for a user a run is shared with, read-only).
 """
@@ -278,8 +279,11 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["get"], url_path="job-log")
     def job_log(self, request, pk=None):
-        """The Ray job's driver log (stdout/stderr of the trainer); /logs/ is the trainer's log events."""
+        """The Ray job's driver log (stdout/stderr of the trainer), for the run's owner and staff only: it
+        prints server paths (dataset files, model paths, the run's folder), so a reader gets the 403 of
+        every other owner-only action. /logs/ is the trainer's log events, which readers get."""
         run = self._run(pk)
+        check_can_manage(user=request.user, run=run, action="read the job log of")
         if request.query_params.get("download") in ("1", "true"):
             return _download(run)
         try:

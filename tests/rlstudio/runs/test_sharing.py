@@ -106,7 +106,9 @@ def test_a_run_not_shared_with_a_user_is_404_for_them(shared_run, carol):
     for url in READ_URLS:
         assert client.get(url.format(id=shared_run.pk)).status_code == 404, url
     for method, url in [("post", f"/api/v1/runs/{shared_run.pk}/stop/"), ("patch", f"/api/v1/runs/{shared_run.pk}/"),
-                        ("get", f"/api/v1/runs/{shared_run.pk}/sharing/")]:
+                        ("get", f"/api/v1/runs/{shared_run.pk}/sharing/"),
+                        ("get", f"/api/v1/runs/{shared_run.pk}/job-log/"),
+                        ("get", f"/api/v1/runs/{shared_run.pk}/job-log/?download=1")]:
         assert getattr(api, method)(url, {}, format="json").status_code == 404, url
     assert api.get("/api/v1/runs/").json()["count"] == 0
     assert api.get(f"/api/v1/runs/compare/?ids={shared_run.pk}").status_code == 404
@@ -369,3 +371,42 @@ def test_compare_as_a_reader_diffs_only_the_keys_a_user_owns(shared_run, bob, st
     for what, path in paths.items():
         assert all(path not in str(v) for values in seen.values() for v in values), what
         assert path not in page, what
+
+
+def test_the_job_log_is_the_owners_and_staffs_not_a_readers(shared_run, alice, bob, carol, staff, monkeypatch):
+    """Ray's driver log prints server paths: its tail, its download and the run page's log panel are
+    the owner's and staff's; a reader (by name, or once the run is shared with everyone) gets the 403
+    of the other owner-only actions, and the page says whose the log is instead of showing it."""
+    from rlstudio.runs import ray_jobs
+
+    paths = _server_paths(shared_run)
+    log = "".join(f"{what}: {path}\n" for what, path in paths.items())
+    Run.objects.filter(pk=shared_run.pk).update(ray_submission_id="rlstudio-run-shared")
+    monkeypatch.setattr(ray_jobs, "logs", lambda submission_id, **kw: log)
+    monkeypatch.setattr(ray_jobs, "log_chunks",
+                        lambda submission_id, **kw: (iter([log.encode()]), lambda: False))
+    pk = shared_run.pk
+    tail, download = f"/api/v1/runs/{pk}/job-log/", f"/api/v1/runs/{pk}/job-log/?download=1"
+    for manager in (alice, staff):
+        resp = _api(manager).get(tail)
+        assert resp.status_code == 200 and resp.json()["lines"] == log.splitlines(), manager.username
+        resp = _api(manager).get(download)
+        assert resp.status_code == 200 and b"".join(resp.streaming_content) == log.encode(), manager.username
+        page = _page(manager).get(f"/runs/{pk}/").content.decode()
+        assert 'id="run-logs"' in page and f"{tail}?download=1" in page, manager.username
+        assert "run-logs-owner-only" not in page
+    run_share(run=shared_run, by=alice, visibility="everyone")
+    for reader in (bob, carol):
+        for url in (tail, download):
+            resp = _api(reader).get(url)
+            assert resp.status_code == 403, (reader.username, url, resp.content)
+            error = resp.json()["error"]
+            assert error["code"] == "permission_denied", url
+            assert "only its owner (alice) or staff can read the job log" in error["message"], error
+            assert all(path not in resp.content.decode() for path in paths.values()), url
+            assert _page(reader).get(url).status_code == 403, url  # the browser's session, as the page's fetch
+        page = _page(reader).get(f"/runs/{pk}/").content.decode()
+        assert "job-log" not in page and 'id="run-logs"' not in page, reader.username
+        assert 'id="run-logs-owner-only"' in page and "is for the run's owner and staff" in page
+        assert 'id="live-log"' in page  # the trainer's own messages stay the reader's
+        assert _page(reader).get(f"/api/v1/runs/{pk}/logs/").status_code == 200
