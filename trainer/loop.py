@@ -50,7 +50,7 @@ import torch
 from trainer import scoring
 from trainer.algorithms.metrics import reduce_metrics
 from trainer.config import Config, resolve
-from trainer.data import PromptLoader, all_items, load_prompt_dataset
+from trainer.data import PromptLoader, all_items, chunks, load_prompt_dataset
 from trainer.resume import resume_run, save_run
 from trainer.rewards.combine import Weights, part_metrics
 from trainer.rollout_phase import generate_step, sampling_params
@@ -337,20 +337,27 @@ class Trainer:
 
     # ------------------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
+        """One pass over the validation set, data.val_batch_size prompts at a time (None: all at once):
+        the val-core reward means over the whole set, and report.val_samples of it as sample events
+        (whole groups, chosen over the whole set as pick_groups spreads them)."""
         if self.val_ds is None or len(self.val_ds) == 0:
             return {}
         t0 = time.perf_counter()
         v = self.cfg.actor_rollout_ref.rollout.val_kwargs
-        trajs = self.group.generate(all_items(self.val_ds), n=v.n, sampling=self.sampling(step, validate=True),
-                                    step=step)
-        self.emit_worker_memory()
-        exp = self.score(trajs, validation=True)
+        items = all_items(self.val_ds)
+        shown = {items[i // v.n].uid for i in pick_groups([it.uid for it in items for _ in range(v.n)],
+                                                         self.cfg.report.val_samples)}
         by_source: dict[str, list[float]] = defaultdict(list)
-        for tr in trajs:
-            by_source[tr.prompt.data_source or "unknown"].append(tr.reward)
+        for index, part in enumerate(chunks(items, self.cfg.data.val_batch_size)):
+            trajs = self.group.generate(part, n=v.n, step=step,
+                                        sampling=self.sampling(step, validate=True, gen_batch=index))
+            self.emit_worker_memory()
+            exp = self.score(trajs, validation=True)
+            for tr in trajs:
+                by_source[tr.prompt.data_source or "unknown"].append(tr.reward)
+            emit_samples(self.emitter, self.tokenizer, self.cfg, step, exp, validation=True, uids=shown)
         metrics = {f"val-core/{src}/reward/mean@{v.n}": sum(r) / len(r) for src, r in by_source.items()}
         metrics["timing_s/testing"] = time.perf_counter() - t0
-        emit_samples(self.emitter, self.tokenizer, self.cfg, step, exp, validation=True)
         return metrics
 
     # ----------------------------------------------------------------------------- checkpoints

@@ -24,13 +24,14 @@ from trainer.types import PromptItem, Trajectory
 
 def sampling_params(rollout: RolloutConfig, stop_ids: list[int], step: int, *, validate: bool = False,
                     gen_batch: int = 0) -> SamplingParams:
-    """How the step samples: rollout.val_kwargs for a validation, else the rollout's own settings."""
+    """How the step samples: rollout.val_kwargs for a validation, else the rollout's own settings;
+    `gen_batch` (the batch's index in the step or the validation) varies the seed."""
     r = rollout
     if validate:
         v = r.val_kwargs
         temp = v.temperature if v.do_sample else 0.0
         return SamplingParams(temperature=temp, top_p=v.top_p, top_k=v.top_k, max_new_tokens=r.response_length,
-                              stop_token_ids=stop_ids, seed=r.seed + 7919 * (step + 1), ignore_eos=r.ignore_eos)
+                              stop_token_ids=stop_ids, seed=r.seed + 7919 * (step + 1) + 999_983 * gen_batch, ignore_eos=r.ignore_eos)
     return SamplingParams(temperature=r.temperature if r.do_sample else 0.0, top_p=r.top_p, top_k=r.top_k,
                           max_new_tokens=r.response_length, stop_token_ids=stop_ids,
                           seed=r.seed * 1_000_003 + step + 999_983 * gen_batch, ignore_eos=r.ignore_eos)

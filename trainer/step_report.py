@@ -86,9 +86,10 @@ def rollout_probs_diff(b: ExperienceBatch) -> dict[str, float] | None:
 
 
 def emit_samples(emitter: Any, tokenizer: Any, cfg: Config, step: int, exp: Experience, *,
-                 validation: bool = False) -> None:
-    """Sample events for whole groups (pick_groups); training samples carry their group's size,
-    mean and std of scores exactly as the advantage estimator computed them."""
+                 validation: bool = False, uids: set[str] | None = None) -> None:
+    """Sample events for whole groups: those of `uids` when given (a validation chosen over its whole
+    set), else pick_groups' over this batch; training samples carry their group's size, mean and std of
+    scores exactly as the advantage estimator computed them."""
     from trainer.algorithms.advantages import _group_stats
     from trainer.events import SampleData, TokenView, fit_sample
 
@@ -97,12 +98,15 @@ def emit_samples(emitter: Any, tokenizer: Any, cfg: Config, step: int, exp: Expe
     # The rollout's log-probs beside the actor's (the token page shows the gap); in bypass mode
     # the actor's are the rollout's, so there is no gap to show.
     rollout_lp = None if cfg.algorithm.rollout_correction.bypass_mode else b.rollout_log_probs
-    uids = [tr.uid for tr in exp.trajectories]
     group = None
     if not validation and b.token_level_rewards is not None:
         # The scores and grouping compute_advantages handed the estimator (b.uids), same function.
         group = [t.tolist() for t in _group_stats(b.token_level_rewards.sum(dim=-1), b.uids)]
-    for i in pick_groups(uids, rep.val_samples if validation else rep.samples_per_step):
+    if uids is not None:
+        rows = [i for i, tr in enumerate(exp.trajectories) if tr.uid in uids]
+    else:
+        rows = pick_groups([tr.uid for tr in exp.trajectories], rep.val_samples if validation else rep.samples_per_step)
+    for i in rows:
         tr = exp.trajectories[i]
         r = len(tr.response_ids)
         view = None

@@ -101,3 +101,57 @@ def test_validation_reports_whole_groups(tmp_path, tiny_model_dir, demo_data_dir
         by_uid.setdefault(d["uid"], []).append(d["index"])
     assert len(by_uid) == 2 and all(sorted(ix) == [0, 1] for ix in by_uid.values())  # 5 // 2 = 2 groups
     assert all("group_mean" not in d for d in val)  # no advantages in validation
+
+
+def _val_run(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch, **overrides):
+    """A cpu_smoke run that validates once before training; returns its events and the prompts each
+    validation generation was given (the worker group's generate, spied)."""
+    from trainer.parallel.group import WorkerGroup
+
+    batches: list[int] = []
+    original = WorkerGroup.generate
+
+    def spy(self, prompts, **kw):
+        if kw["n"] == 2:  # a validation: val_kwargs.n = 2, rollout.n = 1
+            batches.append(len(prompts))
+        return original(self, prompts, **kw)
+
+    monkeypatch.setattr(WorkerGroup, "generate", spy)
+    reward = tmp_path / "reward.py"
+    reward.write_text(REWARD)
+    out = tmp_path / "out"
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "data.train_files": str(demo_data_dir / "train.jsonl"), "data.val_files": str(demo_data_dir / "test.jsonl"),
+        "actor_rollout_ref.model.path": str(tiny_model_dir), "trainer.default_local_dir": str(out),
+        "custom_reward_function.path": str(reward), "trainer.logger": ["jsonl"], "trainer.total_training_steps": 1,
+        "trainer.save_freq": -1, "trainer.val_before_train": True, "trainer.test_freq": -1,
+        "actor_rollout_ref.rollout.n": 1, "actor_rollout_ref.rollout.val_kwargs.n": 2,
+        "report.samples_per_step": 0, **overrides})
+    assert run(cfg) == 0
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()], batches
+
+
+def test_validation_generates_val_batch_size_prompts_at_a_time(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch):
+    events, batches = _val_run(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch,
+                               **{"data.val_batch_size": 3, "report.val_samples": -1})
+    assert batches == [3, 3, 2]  # the 8 validation prompts, 3 at a time
+    val = [e["data"] for e in events if e["type"] == "sample"]
+    assert len(val) == 16 and all(d["validation"] for d in val)  # every sample of every batch reported
+    # the reward mean is over the whole set, not the last batch
+    mean = next(e["data"]["metrics"] for e in events if e["type"] == "metrics"
+                and any(k.startswith("val-core/") for k in e["data"]["metrics"]))
+    [(key, value)] = [(k, v) for k, v in mean.items() if k.startswith("val-core/")]
+    assert key.endswith("/reward/mean@2") and value == pytest.approx(statistics.mean(d["reward"] for d in val))
+
+
+def test_validation_samples_are_chosen_over_the_whole_set(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch):
+    events, batches = _val_run(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch,
+                               **{"data.val_batch_size": 4, "report.val_samples": 4})
+    assert batches == [4, 4]
+    rows = [json.loads(line) for line in (demo_data_dir / "test.jsonl").read_text().splitlines()]
+    val = [e["data"] for e in events if e["type"] == "sample"]
+    # two whole groups, spread as pick_groups spreads them: the first and the last prompt, one per batch
+    assert len(val) == 4 and len({d["uid"] for d in val}) == 2
+    truths = {json.dumps(d["ground_truth"]) for d in val}
+    assert truths == {json.dumps(rows[0]["reward_model"]["ground_truth"]),
+                      json.dumps(rows[-1]["reward_model"]["ground_truth"])}

@@ -54,7 +54,9 @@ class DataConfig:
         "train_batch_size (verl's default). Ignored without dynamic sampling.",
     )
     val_batch_size: Union[int, None] = option(
-        None, "Prompts per validation batch; None = the whole val set."
+        None,
+        "Prompts a validation generates at a time; None = the whole val set in one batch (verl's only "
+        "behaviour: verl deprecates this key). Metrics and reported samples cover the whole set.",
     )
     filter_overlong_prompts: bool = option(
         True, "Drop (and count) rows whose prompt exceeds max_prompt_length."

@@ -80,3 +80,11 @@ def all_items(dataset: PromptDataset) -> list[PromptItem]:
     return [PromptItem(uid=uuid.uuid4().hex, index=r.index, messages=r.messages, prompt_ids=list(r.prompt_ids),
                        data_source=r.data_source, ground_truth=r.ground_truth, tools=r.tools,
                        tools_kwargs=r.tools_kwargs, extra_info=r.extra_info) for r in dataset.records]
+
+
+def chunks(items: list[PromptItem], size: int | None) -> list[list[PromptItem]]:
+    """`items` in consecutive batches of `size` (data.val_batch_size; None: one batch of all)."""
+    if not items:
+        return []
+    step = size or len(items)
+    return [items[i:i + step] for i in range(0, len(items), step)]

@@ -472,6 +472,59 @@ def check_step_size(config: Mapping[str, Any], limits: StepLimits) -> None:
                           f"of samples up to that (whole groups of actor_rollout_ref.rollout.n = {n} are reported)")
 
 
+def check_validation_size(config: Mapping[str, Any], limits: StepLimits, val_rows: int | None) -> None:
+    """Refuse a config whose validation is larger than the operator allows one step to be (GateRefused
+    naming the key to lower). A validation generates data.val_batch_size prompts at a time (None: the
+    whole validation set, `val_rows` prompts) x actor_rollout_ref.rollout.val_kwargs.n, and reports
+    report.val_samples of the whole set (-1: every one). Without a validation set (no data.val_files)
+    there is no validation; with `val_rows` unknown only a given data.val_batch_size is checked."""
+    flat = flatten(config)
+    n = _int_of(flat, "actor_rollout_ref.rollout.val_kwargs.n")
+    if not flat.get("data.val_files") or n is None:
+        return
+    key, size = "data.val_batch_size", _int_of(flat, "data.val_batch_size")
+    prompts = size if size is not None else val_rows
+    if prompts is not None:
+        batch = min(prompts, val_rows) if val_rows is not None else prompts
+        said = f"data.val_batch_size = {size}" if size is not None else f"the validation set's {val_rows:,} rows"
+        trajectories = batch * n
+        if trajectories > limits.trajectories:
+            raise GateRefused(key, f"a validation batch of {said} x actor_rollout_ref.rollout.val_kwargs.n = "
+                                   f"{batch:,} x {n} = {trajectories:,} trajectories, more than this platform's "
+                                   f"{limits.trajectories:,} per step (RLSTUDIO_MAX_TRAJECTORIES_PER_STEP); set "
+                                   f"data.val_batch_size lower, or lower val_kwargs.n")
+        length = (_int_of(flat, "data.max_prompt_length") or 0) + (
+            _int_of(flat, "actor_rollout_ref.rollout.response_length")
+            or _int_of(flat, "data.max_response_length") or 0)
+        if trajectories * length > limits.tokens:
+            raise GateRefused(key, f"a validation batch of {trajectories:,} trajectories x {length} tokens (prompt "
+                                   f"+ response length) = {trajectories * length:,} tokens, more than this "
+                                   f"platform's {limits.tokens:,} per step (RLSTUDIO_MAX_TOKENS_PER_STEP); set "
+                                   f"data.val_batch_size lower")
+    budget = _int_of(flat, "report.val_samples")
+    if budget is None or budget == 0 or (budget < 0 and val_rows is None):
+        return
+    total = val_rows * n if val_rows is not None else None
+    reported = total if budget < 0 else max(budget, n) if total is None else min(total, max(budget, n))
+    if reported > limits.reported_samples:
+        said = "-1 (all)" if budget < 0 else str(budget)
+        raise GateRefused("report.val_samples",
+                          f"{said} reports {reported:,} samples per validation, more than this platform's "
+                          f"{limits.reported_samples:,} (RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP); give a number "
+                          f"of samples up to that (whole groups of val_kwargs.n = {n} are reported)")
+
+
+def check_checkpoints_kept(config: Mapping[str, Any], cap: int | None) -> None:
+    """Refuse trainer.max_actor_ckpt_to_keep above the operator's cap on checkpoints kept per run
+    (RLSTUDIO_MAX_CHECKPOINTS_PER_RUN; None: no cap). Unset, the trainer keeps the cap's number."""
+    keep = _int_of(flatten(config), "trainer.max_actor_ckpt_to_keep")
+    if cap is not None and keep is not None and keep > cap:
+        raise GateRefused("trainer.max_actor_ckpt_to_keep",
+                          f"{keep} checkpoints kept, more than this platform's {cap} per run "
+                          f"(RLSTUDIO_MAX_CHECKPOINTS_PER_RUN); give at most {cap}, or leave it unset to keep "
+                          f"the newest {cap}")
+
+
 def user_view(config: Mapping[str, Any]) -> dict[str, Any]:
     """A stored config with every platform key reset to the schema default: what its user owns."""
     flat = flatten(config)

@@ -170,6 +170,14 @@ def step_limits() -> gate.StepLimits:
                            reported_samples=int(settings.RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP))
 
 
+def check_sizes(config: Mapping[str, Any], val_dataset=None) -> None:
+    """The operator's bounds on one step and on one validation (`gate.check_step_size`,
+    `gate.check_validation_size` with the validation dataset's rows); GateRefused names the key to lower."""
+    limits = step_limits()
+    gate.check_step_size(config, limits)
+    gate.check_validation_size(config, limits, getattr(val_dataset, "num_rows", None))
+
+
 def check_reward_model(cfg: Config, reward_model, *, require: bool) -> None:
     """reward_model.enable without a catalog reward model: refused on reward_model_id (the path is the
     platform's to write), when a run is being made (`require`)."""
@@ -201,7 +209,7 @@ def build_config(
     a saved config keeps the preset as written). The user's `overrides` go through the gate too.
     Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`), and
     the whole is checked by the trainer's schema and against the operator's bounds on one step
-    (`gate.check_step_size`: trajectories, tokens and reported samples per step).
+    (`check_sizes`: trajectories, tokens and reported samples per step, and per validation).
     """
     try:
         if base is not None:
@@ -231,7 +239,7 @@ def build_config(
             reward_name=cfg.reward.name, reward_model=reward_model))
         check_reward_model(cfg, reward_model, require=dataset is not None)
         validate(cfg, require_paths=dataset is not None)
-        gate.check_step_size(cfg.to_dict(), step_limits())
+        check_sizes(cfg.to_dict(), val_dataset)
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     except gate.GateRefused as exc:

@@ -247,3 +247,62 @@ def test_every_preset_passes_the_default_bounds():
     assert REGISTRY
     for name in REGISTRY:
         gate.check_step_size(get_recipe(name).to_dict(), LIMITS)
+
+
+# --- the same bounds on one validation: data.val_batch_size prompts at a time x val_kwargs.n ------------------
+VAL = {"data.val_files": "/v.jsonl", "data.max_prompt_length": 512, "data.max_response_length": 1024}
+
+
+def _val(overrides, val_rows, limits=LIMITS):
+    gate.check_validation_size(apply_overrides(Config(), overrides).to_dict(), limits, val_rows)
+
+
+def _val_refused(overrides, val_rows, limits=LIMITS) -> gate.GateRefused:
+    with pytest.raises(gate.GateRefused) as err:
+        _val(overrides, val_rows, limits)
+    return err.value
+
+
+def test_a_whole_validation_set_in_one_batch_counts_its_rows():
+    _val(VAL, 1319)  # GSM8K's test split, val_kwargs.n = 1: verl's example
+    err = _val_refused({**VAL, "actor_rollout_ref.rollout.val_kwargs.n": 32}, 1319)
+    assert err.key == "data.val_batch_size"
+    assert "the validation set's 1,319 rows x actor_rollout_ref.rollout.val_kwargs.n = 1,319 x 32 = 42,208" \
+        in err.message and "RLSTUDIO_MAX_TRAJECTORIES_PER_STEP" in err.message
+    # the fix the message names: generate the set in batches
+    _val({**VAL, "actor_rollout_ref.rollout.val_kwargs.n": 32, "data.val_batch_size": 1024}, 1319)
+    assert _val_refused({**VAL, "actor_rollout_ref.rollout.val_kwargs.n": 32, "data.val_batch_size": 1025},
+                        1_000_000).key == "data.val_batch_size"
+    # a batch larger than the set generates the set: 1,000 rows x 32 pass whatever the batch
+    _val({**VAL, "actor_rollout_ref.rollout.val_kwargs.n": 32, "data.val_batch_size": 65536}, 1000)
+
+
+def test_validation_tokens_and_no_validation_set():
+    long = {**VAL, "data.max_response_length": 65536, "data.val_batch_size": 20480}
+    err = _val_refused(long, 1_000_000)
+    assert err.key == "data.val_batch_size" and "RLSTUDIO_MAX_TOKENS_PER_STEP" in err.message
+    _val({**long, "data.val_files": None}, None)  # no validation set: no validation to bound
+    _val({**VAL, "report.val_samples": -1}, None)  # rows unknown (a saved config): only a given batch counts
+
+
+def test_reporting_every_validation_sample_counts_the_whole_set():
+    err = _val_refused({**VAL, "report.val_samples": -1}, 1319)
+    assert err.key == "report.val_samples" and "-1 (all) reports 1,319 samples per validation" in err.message
+    _val({**VAL, "report.val_samples": -1}, 1024)
+    # whole groups, at least one: val_kwargs.n = 2048 reports 2048 whatever the number asked
+    assert _val_refused({**VAL, "actor_rollout_ref.rollout.val_kwargs.n": 1024, "report.val_samples": 8,
+                         "data.val_batch_size": 4}, 100,
+                        gate.StepLimits(trajectories=32_768, tokens=LIMITS.tokens, reported_samples=512)
+                        ).key == "report.val_samples"
+    _val({**VAL, "report.val_samples": 0, "actor_rollout_ref.rollout.val_kwargs.n": 1024,
+          "data.val_batch_size": 4}, 100, gate.StepLimits(trajectories=32_768, tokens=LIMITS.tokens,
+                                                           reported_samples=512))
+
+
+def test_every_preset_passes_the_validation_bounds_with_gsm8ks_test_split():
+    from trainer.recipes import REGISTRY, get_recipe
+
+    for name in REGISTRY:
+        cfg = get_recipe(name).to_dict()
+        cfg["data"]["val_files"] = "/v.jsonl"
+        gate.check_validation_size(cfg, LIMITS, 1319)

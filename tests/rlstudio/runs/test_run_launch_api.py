@@ -250,6 +250,28 @@ def test_a_step_past_the_operators_bounds_is_a_400_naming_the_key_and_nothing_is
     assert [(e.field, says in e.message) for e in checked.errors] == [(field, True)]
 
 
+def test_a_validation_past_the_operators_bounds_is_a_400_naming_the_key(api, ready, alice):
+    """The whole validation set is one generation batch unless data.val_batch_size cuts it: 5,000 rows
+    x val_kwargs.n = 8 is refused on data.val_batch_size (the key that fixes it), in batches of 64 it runs."""
+    val = ready["dataset"]
+    val.num_rows = 5000
+    val.save(update_fields=["num_rows"])
+    many = {"actor_rollout_ref.rollout.val_kwargs.n": 8}
+    resp = api.post("/api/v1/runs/", _body(ready, val_dataset=val.pk, overrides=many), format="json")
+    assert resp.status_code == 400, resp.content
+    err = resp.json()["error"]
+    assert err["field"] == "data.val_batch_size" and "5,000 x 8 = 40,000 trajectories" in err["message"], err
+    assert Run.objects.count() == 0
+    from rlstudio.runs import preview
+
+    checked = preview.check_all(preset="cpu_smoke", overrides=many, dataset=val, val_dataset=val, model=ready["model"])
+    assert [e.field for e in checked.errors] == ["data.val_batch_size"]
+    resp = api.post("/api/v1/runs/", _body(ready, val_dataset=val.pk, overrides={**many, "data.val_batch_size": 64}),
+                    format="json")
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["config"]["data"]["val_batch_size"] == 64
+
+
 def test_a_clone_or_a_lower_bound_set_by_the_operator_is_checked_too(alice, api, ready, settings):
     src = api.post("/api/v1/runs/", _body(ready), format="json").json()
     resp = api.post(f"/api/v1/runs/{src['id']}/clone/", {"overrides": HUGE_STEP}, format="json")
