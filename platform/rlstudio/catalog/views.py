@@ -54,14 +54,18 @@ def dataset_detail(request, dataset_id: int):
     rewards, tools = _registries()
     check = None
     check_error = ""
+    # The check's form starts at the API's default reward and, once submitted, shows what was checked.
+    picked_reward, picked, picked_model = "default", [], ""
     if request.method == "POST" and request.POST.get("action") == "reward_check":
+        picked_reward = request.POST.get("reward") or "default"
         picked = [t for t in request.POST.getlist("tools") if t in tools]
+        picked_model = request.POST.get("model", "")
         parser = "hermes"
         try:
-            if request.POST.get("model"):  # tool calls written in that model's chat format
-                parser = model_asset_get_for(user=request.user, model_id=request.POST["model"]).tool_parser or parser
+            if picked_model:  # tool calls written in that model's chat format
+                parser = model_asset_get_for(user=request.user, model_id=picked_model).tool_parser or parser
             check = reward_check(dataset_rows(dataset=dataset, offset=0, limit=3),
-                                 reward_name=request.POST.get("reward", "default"), tool_names=picked, parser=parser)
+                                 reward_name=picked_reward, tool_names=picked, parser=parser)
         except CheckError as exc:
             check_error = str(exc)
         except (Http404, ValueError):
@@ -90,6 +94,7 @@ def dataset_detail(request, dataset_id: int):
         "histogram": prompt_stats.get("histogram"),
         "stats_error": (dataset.stats or {}).get("error", ""),
         "rewards": rewards, "tools": tools, "check": check, "check_error": check_error,
+        "picked_reward": picked_reward, "picked_tools": picked, "picked_model": picked_model,
         "models": model_asset_list_for(user=request.user).filter(tokenizer_ok=True, kind="policy")[:100],
         "runs": owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user),
         "can_change": can_change(user=request.user, item=dataset),

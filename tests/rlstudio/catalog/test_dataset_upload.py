@@ -370,6 +370,27 @@ def test_reward_check_writes_tool_calls_in_the_models_format(api, uploads, alice
 
 
 @pytest.mark.django_db
+def test_reward_check_form_starts_at_default_and_keeps_what_was_checked(api, uploads, alice, client):
+    """The page's check starts at the API's default reward (not the first name in the list), and its
+    answer shows the form as it was checked: the reward and tools picked stay picked."""
+    import re
+
+    _, body = upload_and_validate(api, "r.jsonl", jsonl(*_gsm8k_rows(3)))
+    client.force_login(alice)
+
+    def picked(page: str) -> tuple[list[str], list[str]]:
+        rewards = re.findall(r'<option value="([^"]+)" selected>', page.split('name="reward"')[1].split("</select>")[0])
+        return rewards, re.findall(r'name="tools" value="([^"]+)" checked', page)
+
+    page = client.get(f"/datasets/{body['id']}/").content.decode()
+    assert picked(page) == (["default"], [])
+    page = client.post(f"/datasets/{body['id']}/", {"action": "reward_check", "reward": "gsm8k",
+                                                      "tools": ["calc_gsm8k_reward"]}).content.decode()
+    assert "tool_call:calc_gsm8k_reward" in page
+    assert picked(page) == (["gsm8k"], ["calc_gsm8k_reward"])
+
+
+@pytest.mark.django_db
 def test_reward_check_refuses_a_dataset_without_ground_truth(api, uploads):
     rows = [{"messages": [{"role": "user", "content": "hi"}], "ground_truth": None}]
     _, body = upload_and_validate(api, "m.jsonl", jsonl(*rows), preset="messages")
