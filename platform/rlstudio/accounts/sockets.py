@@ -7,13 +7,19 @@ creation), one `{"type": "user.changed"}` message goes to that group: each consu
 handler reads the user from the database again and closes with 4403 a socket its user may no longer
 have (every socket of a deactivated user). One receiver here, in the app that owns the user, so that
 the apps whose consumers listen (telemetry, playground, alerts) import accounts and never each other.
-A failed send is logged: the change stands, and those sockets stay open until they reconnect (when
-the usual admission check refuses them).
+A failed send is logged: the change stands, and those sockets see it at their next re-check.
+
+Not every change sends a message: a bulk `User.objects.filter(...).update(is_active=False)`, a run's
+sharing changed without `run_share` (a queryset update, raw SQL) or a failed send say nothing. So
+each of those sockets also checks its user and access again on its own every
+RLSTUDIO_SOCKET_RECHECK_S seconds (`RecheckedSocket`): access revoked by any means ends within that
+interval.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Awaitable, Callable
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -65,6 +71,55 @@ async def leave_groups(layer, channel_name: str, groups, *, what: str) -> None:
             await layer.group_discard(group, channel_name)
         except Exception as exc:  # at worst this process stays subscribed to the group and ignores it
             log.warning("%s: group_discard failed: %r", what, exc)
+
+
+class RecheckedSocket:
+    """Mixin for a signed-in user's websocket consumer (listed before Channels' consumer class): while
+    the socket is open, its `check` (given to `recheck_start`) is awaited every
+    RLSTUDIO_SOCKET_RECHECK_S seconds. `check` is the consumer's own re-check, the one its group
+    message handlers run: read the user (and what the socket streams) from the database again, close
+    with 4403 when they may no longer have it, and answer whether the socket stays open.
+
+    One asyncio task per socket: `recheck_start` (once the socket is accepted) starts it, and it ends
+    when `check` answers False, on `recheck_stop` (the consumer's disconnect), and in any case when
+    the consumer itself ends (its `__call__` returns, raises or is cancelled), so no task outlives its
+    socket. A check that raises (the database unreachable) is logged and tried again at the next
+    interval; the socket stays open meanwhile.
+    """
+
+    _recheck: asyncio.Task | None = None
+
+    async def __call__(self, scope, receive, send):
+        try:
+            return await super().__call__(scope, receive, send)
+        finally:
+            self.recheck_stop()
+
+    def recheck_start(self, check: Callable[[], Awaitable[bool]], *, what: str) -> None:
+        """Start the periodic re-check of this socket (`what` names it in the log)."""
+        self.recheck_stop()
+        every = float(settings.RLSTUDIO_SOCKET_RECHECK_S)
+        self._recheck = asyncio.get_running_loop().create_task(_recheck_every(every, check, what))
+
+    def recheck_stop(self) -> None:
+        """Cancel the re-check task, if one runs (never the calling task itself: a check that closes
+        its socket ends its task by answering False)."""
+        task, self._recheck = self._recheck, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+
+async def _recheck_every(every: float, check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Await `check()` every `every` seconds until it answers False (the socket was closed)."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            still_open = await check()
+        except Exception as exc:  # the database is down: the socket stays, the next interval tries again
+            log.warning("%s: access re-check failed: %r", what, exc)
+            continue
+        if not still_open:
+            return
 
 
 def _send_for_user(user_id: int) -> None:

@@ -3,7 +3,9 @@
 Signed-in users only (4401 otherwise; accepted first so the browser sees the code): the socket joins
 the user's own group (`notify.<user id>`), so a user only ever hears their own notifications, and the
 user's sockets group (`accounts.sockets`): once the user's record is saved and they are no longer
-active (deactivated), the socket leaves its groups, forwards nothing more and is closed with 4403. Server
+active (deactivated), or at the latest at the next re-check (every RLSTUDIO_SOCKET_RECHECK_S:
+`accounts.sockets.RecheckedSocket`, which sees a deactivation that sent no message, such as a bulk
+update), the socket leaves its groups, forwards nothing more and is closed with 4403. Server
 frames: `{"type": "notification", "notification": {...}}` (the API's fields plus `url`, and `firing`
 for an alert: the rule's kind, metric, step and values, which the run page draws as a marker).
 Nothing is replayed: a page lists the stored notifications when it loads or its socket reconnects
@@ -13,7 +15,7 @@ import logging
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from rlstudio.accounts.sockets import active_user, leave_groups, sockets_group
+from rlstudio.accounts.sockets import RecheckedSocket, active_user, leave_groups, sockets_group
 
 from .services.notify import user_group
 
@@ -24,7 +26,7 @@ CLOSE_TOO_BIG = 4009
 MAX_CLIENT_MESSAGE_BYTES = 4096
 
 
-class NotificationConsumer(AsyncJsonWebsocketConsumer):
+class NotificationConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     group: str | None = None
     sockets: str | None = None  # the user's sockets group (accounts.sockets)
     revoked: bool = False  # the user was deactivated: nothing more is sent
@@ -39,23 +41,33 @@ class NotificationConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.channel_layer.group_add(self.sockets, self.channel_name)
         await self.accept()
+        self.recheck_start(self.access_recheck, what="notifications")
 
     async def disconnect(self, code):
+        self.recheck_stop()
         await self._leave_groups()
 
     async def _leave_groups(self) -> None:
         groups, self.group, self.sockets = [self.group, self.sockets], None, None
         await leave_groups(self.channel_layer, self.channel_name, groups, what="notifications")
 
-    async def user_changed(self, message):
-        """The user's record was saved (accounts.sockets): close with 4403 once they are not active."""
+    async def access_recheck(self) -> bool:
+        """Close with 4403 once the user is not active (as the database holds them now); whether the
+        socket stays open. Run on a save of the user's record and every RLSTUDIO_SOCKET_RECHECK_S."""
         if self.group is None or self.revoked:
-            return
+            return False
         if await active_user(self.scope.get("user")) is not None:
-            return
+            return True
+        if self.group is None or self.revoked:  # closed meanwhile (another check, a disconnect)
+            return False
         self.revoked = True
         await self._leave_groups()
         await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
+    async def user_changed(self, message):
+        """The user's record was saved (accounts.sockets): check them again."""
+        await self.access_recheck()
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")

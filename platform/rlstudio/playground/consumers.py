@@ -1,11 +1,14 @@
 """`PlaygroundConsumer`: the websocket `/ws/playground/<id>/` that streams a session's answers.
 
-Only the session's owner (and staff) get the stream: anonymous connections are closed with 4401,
-everyone else (also for a session that does not exist) with 4403, after accepting so the browser sees
-the code. The socket also joins the user's sockets group (`accounts.sockets`): once the user's record
-is saved and they may no longer read the session (deactivated, or no longer staff for another user's
-session), it leaves its groups, forwards nothing more and is closed with 4403 (which, as any leaving,
-may stop the session). The socket joins the session's group before it reads the event log, then sends the logged
+Only the session's owner (and staff) get the stream, and only while they may read every run whose
+checkpoint the session answers from (`selectors.session_runs_visible`): anonymous connections are
+closed with 4401, everyone else (also for a session that does not exist) with 4403, after accepting
+so the browser sees the code. The socket also joins the user's sockets group (`accounts.sockets`):
+once the user's record is saved, and in any case every RLSTUDIO_SOCKET_RECHECK_S seconds
+(`accounts.sockets.RecheckedSocket`: a bulk update or a run's sharing changed sends no message to
+this socket), the check is made again, and a socket whose user may no longer read the session
+(deactivated, no longer staff for another user's session, a checkpoint's run no longer shared with
+them) forwards nothing more and is closed with 4403 (which, as any leaving, may stop the session). The socket joins the session's group before it reads the event log, then sends the logged
 events and the live ones, each once, in seq order (frames `{"type": "events", "events": [...]}`;
 event shapes in trainer.playground and runner.py, then `{"type": "end", "status", ...}`).
 
@@ -20,10 +23,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
-from rlstudio.accounts.sockets import active_user, leave_groups, sockets_group
+from rlstudio.accounts.sockets import RecheckedSocket, active_user, leave_groups, sockets_group
 
 from . import streams
-from .selectors import session_get_for
+from .selectors import session_get_for, session_runs_visible
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
@@ -35,11 +38,12 @@ LEFT = "page left"
 
 @database_sync_to_async
 def _may_watch(user, session_id: int) -> bool:
+    """The session is the user's (any for staff) and they may read the runs it answers from."""
     try:
-        session_get_for(user=user, session_id=session_id)
+        session = session_get_for(user=user, session_id=session_id)
     except Http404:
         return False
-    return True
+    return session_runs_visible(user=user, session=session)
 
 
 async def _may_still_watch(user, session_id: int) -> bool:
@@ -48,7 +52,7 @@ async def _may_still_watch(user, session_id: int) -> bool:
     return fresh is not None and await _may_watch(fresh, session_id)
 
 
-class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
+class PlaygroundConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     group: str | None = None
     sockets: str | None = None  # the user's sockets group (accounts.sockets)
     revoked: bool = False  # the user may no longer read the session: nothing more is sent
@@ -71,10 +75,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.sockets, self.channel_name)
         await sync_to_async(streams.viewer_joined, thread_sensitive=False)(self.session_id)
         await self.accept()
+        self.recheck_start(self.access_recheck, what=f"playground {self.session_id}")
         logged = await sync_to_async(streams.events_after, thread_sensitive=False)(self.session_id, 0)
         await self._forward(logged)
 
     async def disconnect(self, code):
+        self.recheck_stop()
         if self.group is None:
             return
         await self._leave_groups()
@@ -88,15 +94,23 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def _leave_groups(self) -> None:
         await leave_groups(self.channel_layer, self.channel_name, (self.group, self.sockets), what="playground")
 
-    async def user_changed(self, message):
-        """The user's record was saved (accounts.sockets): close with 4403 unless they may still read
-        the session."""
+    async def access_recheck(self) -> bool:
+        """Close with 4403 unless the user, as the database holds them now, may still read the session;
+        whether the socket stays open. Run on a save of the user's record and every
+        RLSTUDIO_SOCKET_RECHECK_S."""
         if self.group is None or self.revoked:
-            return
+            return False
         if await _may_still_watch(self.scope.get("user"), self.session_id):
-            return
+            return True
+        if self.revoked:  # closed meanwhile by another check
+            return False
         self.revoked = True
         await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
+    async def user_changed(self, message):
+        """The user's record was saved (accounts.sockets): check them again."""
+        await self.access_recheck()
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")

@@ -30,6 +30,16 @@ def session_get_for(*, user, session_id) -> PlaygroundSession:
     return session
 
 
+def session_runs_visible(*, user, session: PlaygroundSession) -> bool:
+    """Whether `user` may read every run whose checkpoint `session` answers from (owner, shared
+    readers, staff: `runs.selectors.visible_runs`); True for a session of catalog models only."""
+    from rlstudio.runs.models import Run
+    from rlstudio.runs.selectors import visible_runs
+
+    ids = {t["run"] for t in session.targets if isinstance(t, dict) and isinstance(t.get("run"), int)}
+    return not ids or visible_runs(Run.objects.filter(pk__in=ids), user=user).count() == len(ids)
+
+
 def checkpoint_steps(run) -> dict[int, Path]:
     """The run's committed step folders, by step (read from the run's own folder only)."""
     from rlstudio.evaluations.selectors import checkpoint_steps as steps

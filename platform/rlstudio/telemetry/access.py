@@ -8,7 +8,8 @@ Two causes, each a group message sent after the change commits:
     every websocket of the user joins, run, playground and notification sockets alike).
 `RunConsumer.run_access_changed` / `user_changed` then read the user from the database and close with
 4403 a socket whose user may no longer read the run. A failed send is logged: the change stays, and
-that socket keeps streaming until it reconnects (when the usual admission check refuses it).
+that socket keeps streaming until its next periodic re-check (every RLSTUDIO_SOCKET_RECHECK_S:
+`accounts.sockets.RecheckedSocket`, which also catches a change that sent no message at all).
 """
 from .broadcast import run_access_changed_send
 

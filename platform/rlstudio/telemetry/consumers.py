@@ -6,9 +6,11 @@ stream only ever reads) get the stream: anonymous connections are closed with 44
 browser receives the code (a close before accept becomes a bare HTTP 403). The check is made again
 when who may read the run changes (a `run.access_changed` group message, sent after the change
 commits, to the run's group when its sharing changed: telemetry.access; and a `user.changed` to the
-user's own sockets group when their record was saved: accounts.sockets): a socket whose user may no longer read the run (unshared, the run
-made private, the user deactivated or no longer staff) leaves its groups, forwards nothing more and is
-closed with 4403; the owner's, staff's and the remaining readers' sockets stay open.
+user's own sockets group when their record was saved: accounts.sockets), and every
+RLSTUDIO_SOCKET_RECHECK_S seconds whatever happened (accounts.sockets.RecheckedSocket: a change that
+sent no message, such as a bulk update, is seen then): a socket whose user may no longer read the run
+(unshared, the run made private, the user deactivated or no longer staff) leaves its groups, forwards
+nothing more and is closed with 4403; the owner's, staff's and the remaining readers' sockets stay open.
 
 Resume: `?resume_after=N` on the URL, or a `{"resume_after": N}` message, sends the stored events
 with seq > N (RunEvent, seq order) and then the live ones, with no gap and no duplicate:
@@ -56,7 +58,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from rlstudio.accounts.sockets import active_user, leave_groups, sockets_group
+from rlstudio.accounts.sockets import RecheckedSocket, active_user, leave_groups, sockets_group
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import visible_runs
 
@@ -111,7 +113,7 @@ def _resume_arg(value) -> int | None:
     return n if n >= 0 else None
 
 
-class RunConsumer(AsyncJsonWebsocketConsumer):
+class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     """Joins group `run.<id>`, replays on resume_after, forwards `run.event` messages in seq order."""
 
     group: str | None = None
@@ -155,6 +157,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.viewer, self.channel_name)
         await self.accept()
         layer_watch(self.channel_layer).add(self._layer_lost)
+        self.recheck_start(self.access_recheck, what=f"run {self.run_id}")
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.batch = bool(_batch_arg((query.get("batch") or [None])[0]))
         resume = _resume_arg((query.get("resume_after") or [None])[0])
@@ -162,6 +165,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self._replay(resume)
 
     async def disconnect(self, code):
+        self.recheck_stop()
         await self._leave_group()
 
     async def _leave_group(self) -> None:
@@ -170,20 +174,28 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             layer_watch(self.channel_layer).discard(self._layer_lost)
             await leave_groups(self.channel_layer, self.channel_name, groups, what=f"run {self.run_id}")
 
-    async def run_access_changed(self, message):
-        """The run's sharing changed (or the user's record: `user_changed`): close with 4403 unless the
-        user may still read the run."""
+    async def access_recheck(self) -> bool:
+        """Close with 4403 unless the user, as the database holds them now, may still read the run;
+        whether the socket stays open. Run on a sharing change, on a save of the user's record and every
+        RLSTUDIO_SOCKET_RECHECK_S (its own task: the state is checked again after the read)."""
         if self.group is None or self.revoked:
-            return
+            return False
         if await _may_still_watch(self.scope.get("user"), self.run_id):
-            return
+            return True
+        if self.group is None or self.revoked:  # closed meanwhile (another check, a disconnect)
+            return False
         self.revoked = True
         await self._leave_group()
         await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
+    async def run_access_changed(self, message):
+        """The run's sharing changed (telemetry.access): check the user again."""
+        await self.access_recheck()
 
     async def user_changed(self, message):
         """The user's record was saved (accounts.sockets): check them again, as for a sharing change."""
-        await self.run_access_changed(message)
+        await self.access_recheck()
 
     def _layer_lost(self) -> None:
         """layer_watch's callback: close so the browser reconnects and the replay brings what was lost."""
@@ -223,7 +235,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         cursor = max(after, self.last_sent or 0)
         while True:
             chunk = await _events_after(run_id=self.run_id, after=cursor, limit=REPLAY_CHUNK)
-            if not chunk:
+            if not chunk or self.revoked:  # a re-check may close the socket during the replay
                 break
             if self.batch:
                 await self._send_batch(chunk)

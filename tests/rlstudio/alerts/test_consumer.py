@@ -100,3 +100,37 @@ def test_deactivating_a_user_closes_their_notification_socket_4403(alice, bob):
     assert live["notification"]["title"] == "first"  # still open after the harmless saves
     assert closed == {"type": "websocket.close", "code": 4403}
     assert a_quiet and got_b["notification"]["title"] == "for bob"
+
+
+def test_a_bulk_deactivation_closes_a_notification_socket_at_the_next_recheck(alice, bob, settings):
+    """`User.objects.filter(...).update(is_active=False)` sends no signal: Alice's notification socket
+    is closed with 4403 by its own re-check (every RLSTUDIO_SOCKET_RECHECK_S, here 0.5 s) and hears
+    nothing more; Bob's stays open across several re-checks and keeps hearing."""
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+
+    rules_cache_clear()
+    settings.RLSTUDIO_SOCKET_RECHECK_S = 0.5
+    a_cookie, b_cookie = _cookie(alice), _cookie(bob)
+    after = Notification.objects.create(user=alice, kind="lifecycle", event="failed", title="after")
+    for_bob = Notification.objects.create(user=bob, kind="lifecycle", event="failed", title="for bob")
+
+    def deactivate_alice():
+        return get_user_model().objects.filter(pk=alice.pk).update(is_active=False)
+
+    async def scenario():
+        a, b = await _connect(a_cookie), await _connect(b_cookie)
+        push = sync_to_async(_after_commit)
+        updated = await sync_to_async(deactivate_alice)()
+        closed = await a.receive_output(timeout=3)
+        await push(after.pk, push=True, deliver=False)
+        a_quiet = await a.receive_nothing(timeout=0.5)
+        b_open = await b.receive_nothing(timeout=1.2)
+        await push(for_bob.pk, push=True, deliver=False)
+        got_b = await b.receive_json_from(timeout=5)
+        await b.disconnect()
+        return updated, closed, a_quiet, b_open, got_b
+
+    updated, closed, a_quiet, b_open, got_b = asyncio.run(scenario())
+    assert updated == 1 and closed == {"type": "websocket.close", "code": 4403}
+    assert a_quiet and b_open and got_b["notification"]["title"] == "for bob"

@@ -67,3 +67,22 @@ def test_migrations_are_complete():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "No changes detected" in out.stdout
+
+
+def test_the_socket_recheck_interval_comes_from_the_environment():
+    """RLSTUDIO_SOCKET_RECHECK_S (accounts.sockets.RecheckedSocket): 30 s by default, any positive number
+    of seconds from the environment, and a settings error for 0 or less (a re-check loop would spin)."""
+    from django.conf import settings
+
+    assert "RLSTUDIO_SOCKET_RECHECK_S" in os.environ or settings.RLSTUDIO_SOCKET_RECHECK_S == 30.0
+    show = "from django.conf import settings; print(settings.RLSTUDIO_SOCKET_RECHECK_S)"
+    for value, expected in (("2.5", "2.5"), ("0", None)):
+        out = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", show], cwd=REPO, capture_output=True, text=True, timeout=60,
+            env=_env(DJANGO_SETTINGS_MODULE="rlstudio.config.settings.test", RLSTUDIO_SOCKET_RECHECK_S=value),
+        )
+        if expected is None:
+            assert out.returncode != 0 and "RLSTUDIO_SOCKET_RECHECK_S must be > 0 seconds (got 0.0)" in out.stderr
+        else:
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.strip().splitlines()[-1] == expected

@@ -233,3 +233,58 @@ def test_deactivating_the_user_closes_their_playground_socket_4403(alice, staff)
     assert closed == {"type": "websocket.close", "code": 4403}
     assert staff_live["events"][0]["seq"] == 2 and mine_quiet
     assert staff_closed == {"type": "websocket.close", "code": 4403}
+
+
+def test_access_lost_without_a_message_closes_a_playground_socket_at_the_next_recheck(alice, bob, staff, make_run,
+                                                                                     settings):
+    """Bob's session answers from a checkpoint of Alice's run, shared with him. His sharing row deleted
+    by a queryset (no `run_share`, no message) closes his socket with 4403 at its next re-check (every
+    RLSTUDIO_SOCKET_RECHECK_S, here 0.5 s), and a new socket of his on that session is refused; staff's
+    socket on his session and Alice's on her own stay open across several re-checks. Then a bulk
+    `update(is_active=False)` of Alice (no signal) closes hers the same way."""
+    from channels.layers import get_channel_layer
+    from django.contrib.auth import get_user_model
+
+    from rlstudio.playground import streams
+    from rlstudio.runs.services import run_share
+
+    settings.RLSTUDIO_SOCKET_RECHECK_S = 0.5
+    run = make_run(alice, "shared-run")
+    run_share(run=run, by=alice, users=["bob"])
+    checkpoint = [{"key": "a", "kind": "checkpoint", "model": None, "run": run.pk, "step": 1, "label": "x"}]
+    bobs = PlaygroundSession.objects.create(owner=bob, targets=checkpoint)
+    alices = PlaygroundSession.objects.create(owner=alice, targets=checkpoint)
+    cookies = {u.username: _cookie(u) for u in (alice, bob, staff)}
+
+    def unshare_bob():
+        return Run.shared_with.through.objects.filter(run_id=run.pk, user_id=bob.pk).delete()[0]
+
+    def deactivate_alice():
+        return get_user_model().objects.filter(pk=alice.pk).update(is_active=False)
+
+    def event(seq: int) -> dict:
+        return {"type": "playground.events", "events": [{"seq": seq, "type": "delta", "target": "a", "text": "x"}]}
+
+    async def scenario():
+        bob_ws = await _connect(f"/ws/playground/{bobs.pk}/", cookies["bob"])
+        staff_ws = await _connect(f"/ws/playground/{bobs.pk}/", cookies["root"])
+        alice_ws = await _connect(f"/ws/playground/{alices.pk}/", cookies["alice"])
+        removed = await sync_to_async(unshare_bob)()
+        bob_close = await bob_ws.receive_output(timeout=3)
+        again = await _connect(f"/ws/playground/{bobs.pk}/", cookies["bob"])
+        again_close = await again.receive_output(timeout=5)
+        still = [await ws.receive_nothing(timeout=1.2) for ws in (staff_ws, alice_ws)]
+        layer = get_channel_layer()
+        await layer.group_send(streams.group(bobs.pk), event(1))
+        staff_live = await staff_ws.receive_json_from(timeout=5)
+        bob_quiet = await bob_ws.receive_nothing(timeout=0.3)
+        updated = await sync_to_async(deactivate_alice)()
+        alice_close = await alice_ws.receive_output(timeout=3)
+        await staff_ws.disconnect()
+        return removed, bob_close, again_close, still, staff_live, bob_quiet, updated, alice_close
+
+    removed, bob_close, again_close, still, staff_live, bob_quiet, updated, alice_close = asyncio.run(scenario())
+    assert removed == 1 and updated == 1
+    assert bob_close == again_close == {"type": "websocket.close", "code": 4403}
+    assert still == [True, True] and staff_live["events"][0]["seq"] == 1 and bob_quiet
+    assert alice_close == {"type": "websocket.close", "code": 4403}

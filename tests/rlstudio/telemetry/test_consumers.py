@@ -263,3 +263,105 @@ def test_deactivating_a_reader_closes_their_run_sockets_4403(alice, bob, make_ru
     still_open, closed, alice_msg = asyncio.run(scenario())
     assert still_open and closed == {"type": "websocket.close", "code": 4403}
     assert alice_msg["seq"] == 3
+
+
+def _rechecks() -> int:
+    """Re-check tasks (accounts.sockets.RecheckedSocket) still alive in this event loop."""
+    return sum(t.get_coro().__qualname__ == "_recheck_every" for t in asyncio.all_tasks())
+
+
+def test_a_bulk_deactivation_closes_a_readers_run_socket_at_the_next_recheck(alice, bob, make_run, settings,
+                                                                           monkeypatch):
+    """`User.objects.filter(...).update(is_active=False)` sends no signal, so no `user.changed`: Bob's
+    run socket is closed with 4403 by its own re-check (every RLSTUDIO_SOCKET_RECHECK_S, here 0.5 s)
+    and gets nothing more, while Alice's sockets are checked again several times, stay open and keep
+    receiving. No re-check task outlives its socket: closed by the check, disconnected, or the
+    consumer cancelled without a disconnect (as the server does after its close timeout)."""
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+
+    from rlstudio.runs.services import run_share
+    from rlstudio.telemetry import consumers
+
+    settings.RLSTUDIO_SOCKET_RECHECK_S = 0.5
+    checked, real = [], consumers._may_still_watch
+
+    async def counting(user, run_id):
+        checked.append(user.username)
+        return await real(user, run_id)
+
+    monkeypatch.setattr(consumers, "_may_still_watch", counting)
+    run = make_run(alice)
+    run_share(run=run, by=alice, users=["bob"])
+    bob_cookie, alice_cookie = _session_cookie(bob), _session_cookie(alice)
+
+    def deactivate_bob():
+        return get_user_model().objects.filter(pk=bob.pk).update(is_active=False)
+
+    async def scenario():
+        path = f"/ws/runs/{run.pk}/"
+        bob_ws, alice_ws, spare = [await _connect(path, c) for c in (bob_cookie, alice_cookie, alice_cookie)]
+        running = _rechecks()
+        updated = await sync_to_async(deactivate_bob)()
+        closed = await bob_ws.receive_output(timeout=3)
+        after_close = _rechecks()
+        await get_channel_layer().group_send(
+            run_group(run.pk), run_event_message({"seq": 4, "type": "log", "data": {"line": "x"}}))
+        alice_msg = await alice_ws.receive_json_from(timeout=5)
+        bob_quiet = await bob_ws.receive_nothing(timeout=0.5)
+        alice_open = await alice_ws.receive_nothing(timeout=1.6)  # three more re-checks at least
+        spare.future.cancel()
+        await alice_ws.disconnect()
+        await asyncio.sleep(0.1)
+        return running, updated, closed, after_close, alice_msg, bob_quiet, alice_open, _rechecks()
+
+    running, updated, closed, after_close, alice_msg, bob_quiet, alice_open, left = asyncio.run(scenario())
+    assert running == 3 and updated == 1
+    assert closed == {"type": "websocket.close", "code": 4403}
+    assert after_close == 2  # Bob's re-check ended with his socket
+    assert alice_msg["seq"] == 4 and bob_quiet and alice_open
+    assert checked.count("alice") >= 6  # her two sockets, checked again and again, stayed open
+    assert left == 0
+
+
+def test_sharing_removed_without_the_service_closes_the_readers_sockets_at_the_next_recheck(
+        alice, bob, make_user, make_run, settings):
+    """A sharing change that does not go through `run_share` sends no `run.access_changed`: the run
+    made private by a queryset update closes Carol's socket (she read it as everyone) at its next
+    re-check, Bob's (shared by name) stays; then his sharing row deleted by a queryset closes his.
+    Alice's stays open throughout and keeps receiving."""
+    from asgiref.sync import sync_to_async
+
+    from rlstudio.runs.models import Run
+    from rlstudio.runs.services import run_share
+
+    settings.RLSTUDIO_SOCKET_RECHECK_S = 0.5
+    carol = make_user("carol")
+    run = make_run(alice)
+    run_share(run=run, by=alice, visibility="everyone", users=["bob"])
+    cookies = {u.username: _session_cookie(u) for u in (alice, bob, carol)}
+
+    def make_private():
+        return Run.objects.filter(pk=run.pk).update(visibility="private")
+
+    def unshare_bob():
+        return Run.shared_with.through.objects.filter(run_id=run.pk, user_id=bob.pk).delete()[0]
+
+    async def scenario():
+        socks = {name: await _connect(f"/ws/runs/{run.pk}/", cookie) for name, cookie in cookies.items()}
+        changed = [await sync_to_async(make_private)()]
+        carol_close = await socks["carol"].receive_output(timeout=3)
+        bob_open = await socks["bob"].receive_nothing(timeout=1.2)
+        changed.append(await sync_to_async(unshare_bob)())
+        bob_close = await socks["bob"].receive_output(timeout=3)
+        await get_channel_layer().group_send(
+            run_group(run.pk), run_event_message({"seq": 7, "type": "log", "data": {"line": "x"}}))
+        alice_msg = await socks["alice"].receive_json_from(timeout=5)
+        await socks["alice"].disconnect()
+        return changed, carol_close, bob_open, bob_close, alice_msg
+
+    changed, carol_close, bob_open, bob_close, alice_msg = asyncio.run(scenario())
+    assert changed == [1, 1]
+    assert carol_close == {"type": "websocket.close", "code": 4403}
+    assert bob_open and bob_close == {"type": "websocket.close", "code": 4403}
+    assert alice_msg["seq"] == 7
