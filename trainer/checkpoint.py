@@ -1,4 +1,4 @@
-"""Checkpoints: save, find, load, prune, and the final Hugging Face export.
+"""Checkpoints: save, find, load, prune, the output folder's disk budget, and the final Hugging Face export.
 
 Layout under `trainer.default_local_dir`:
   global_step_N/actor/              the workers' torch.distributed.checkpoint (DCP) folder: every rank
@@ -19,6 +19,10 @@ Layout under `trainer.default_local_dir`:
 A step folder is written as `global_step_N.tmp` and renamed into place, then the marker is replaced
 with os.replace: a crash at any point leaves either the previous checkpoint or the new one committed,
 never a half-written one that resume would pick up.
+
+After each save the trainer keeps `keep_count` checkpoints (the user's trainer.max_actor_ckpt_to_keep
+under the operator's trainer.max_ckpt_to_keep_cap) and holds the folder to trainer.disk_budget_gb
+(`enforce_disk_budget`): pruning never removes the newest step folder nor the committed one.
 """
 from __future__ import annotations
 
@@ -27,7 +31,9 @@ import os
 import random
 import re
 import shutil
+import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,6 +42,7 @@ import torch
 
 MARKER = "latest_checkpointed_iteration.txt"
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
+GIB = 2**30  # the "GB" of trainer.disk_budget_gb and the perf/run_folder_gb metric
 
 
 def rng_state() -> dict[str, Any]:
@@ -144,7 +151,8 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
 
 
 def prune(root: Path, keep: int | None) -> list[Path]:
-    """Delete all but the newest `keep` committed step folders (never the committed one)."""
+    """Delete all but the newest `keep` step folders (never the newest, never the committed one);
+    `keep` None or <= 0: none."""
     if not keep or keep <= 0:
         return []
     root = Path(root)
@@ -156,6 +164,60 @@ def prune(root: Path, keep: int | None) -> list[Path]:
         shutil.rmtree(step_dir(root, s))
         removed.append(step_dir(root, s))
     return removed
+
+
+def keep_count(keep: int | None, cap: int | None) -> int | None:
+    """Checkpoints the trainer keeps: the user's trainer.max_actor_ckpt_to_keep under the operator's
+    trainer.max_ckpt_to_keep_cap; None (either unset) is no bound on its side, so None = keep all."""
+    bounds = [n for n in (keep, cap) if n is not None and n > 0]
+    return min(bounds) if bounds else None
+
+
+def folder_bytes(root: Path) -> int:
+    """Bytes of the regular files under `root` (their sizes; symlinks are neither followed nor
+    counted; a file removed while it is walked counts nothing)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root, followlinks=False):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(dirpath, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                total += st.st_size
+    return total
+
+
+class DiskBudgetExceeded(RuntimeError):
+    """The output folder holds more than trainer.disk_budget_gb with only its newest checkpoint left."""
+
+    def __init__(self, size: int, budget_gb: float):
+        super().__init__(
+            f"the run's folder holds {size / GIB:.2f} GB with only its newest checkpoint kept, more than its "
+            f"disk budget of {budget_gb:g} GB (trainer.disk_budget_gb, set by the platform from "
+            f"RLSTUDIO_RUN_DISK_BUDGET_GB); the run stops here, its newest checkpoint kept")
+        self.size, self.budget_gb = size, budget_gb
+
+
+@dataclass(frozen=True)
+class DiskUse:
+    """The output folder after a checkpoint: its bytes, and the step folders pruned to fit the budget."""
+
+    size: int
+    pruned: list[Path]
+
+
+def enforce_disk_budget(root: Path, budget_gb: float | None) -> DiskUse:
+    """Hold `root` to `budget_gb` GiB (None: no budget, only measured): over it, every checkpoint but
+    the newest (and the committed one) is pruned; still over, DiskBudgetExceeded."""
+    size = folder_bytes(root)
+    if budget_gb is None or size <= budget_gb * GIB:
+        return DiskUse(size, [])
+    pruned = prune(root, 1)
+    size = folder_bytes(root)
+    if size > budget_gb * GIB:
+        raise DiskBudgetExceeded(size, budget_gb)
+    return DiskUse(size, pruned)
 
 
 def read_actor_model(step_path: Path) -> dict[str, torch.Tensor]:

@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from trainer import scoring
+from trainer.checkpoint import GIB
 from trainer.algorithms.metrics import reduce_metrics
 from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, chunks, load_prompt_dataset
@@ -362,13 +363,15 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- checkpoints
     def save(self, step: int) -> Path:
-        """Checkpoint step `step` (trainer.resume.save_run); its seconds go to the step's metrics."""
+        """Checkpoint step `step` (trainer.resume.save_run); its seconds and the output folder's size
+        go to the step's metrics."""
         t0 = time.perf_counter()
-        path = save_run(self.out_dir, step, group=self.group, loader=self.loader, cfg=self.cfg, emitter=self.emitter,
-                        trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value})
+        saved = save_run(self.out_dir, step, group=self.group, loader=self.loader, cfg=self.cfg, emitter=self.emitter,
+                         trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value})
         self.last_saved = step
         self.save_seconds = time.perf_counter() - t0
-        return path
+        self.folder_gb = saved.folder_bytes / GIB
+        return saved.path
 
     def maybe_resume(self) -> None:
         """Continue from the checkpoint trainer.resume_mode names, if any (trainer.resume.resume_run)."""
@@ -407,6 +410,7 @@ class Trainer:
             if (tr.save_freq > 0 and step % tr.save_freq == 0) or last or stopping:
                 self.save(step)
                 metrics["timing_s/save_checkpoint"] = self.save_seconds
+                metrics["perf/run_folder_gb"] = self.folder_gb
             self.emitter.metrics(step, metrics)
             if stopping and not last:
                 return "stopped"

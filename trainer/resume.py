@@ -2,8 +2,9 @@
 
 `save_run` writes one step's checkpoint (trainer.checkpoint's layout: every worker its actor shards,
 and its critic shards with gae, through the worker group, the loader position, the RNG states, the driver's epoch / emitter seq /
-KL coefficient, the config), prunes old ones to trainer.max_actor_ckpt_to_keep and reports it as a
-checkpoint event. `resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is
+KL coefficient, the config), prunes old ones to trainer.max_actor_ckpt_to_keep under the operator's
+trainer.max_ckpt_to_keep_cap, reports it as a checkpoint event and holds the output folder to
+trainer.disk_budget_gb (trainer.checkpoint.enforce_disk_budget: DiskBudgetExceeded ends the run). `resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is
 one, loads the actor (and the critic) into every worker, the loader position and the RNG states, and returns the
 driver's state for trainer.loop.Trainer to take over.
 """
@@ -18,18 +19,34 @@ from trainer.config import Config
 from trainer.config.schema import TrainerConfig
 
 
+@dataclass(frozen=True)
+class Saved:
+    """A checkpoint written: its step folder, and the output folder's bytes after pruning."""
+
+    path: Path
+    folder_bytes: int
+
+
 def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state: dict[str, Any], cfg: Config,
-             emitter: Any) -> Path:
-    """Save step `step` under `out_dir`, prune, emit the checkpoint event; the step folder's path."""
+             emitter: Any) -> Saved:
+    """Save step `step` under `out_dir`, prune, emit the checkpoint event, then measure the folder
+    against trainer.disk_budget_gb (over it: pruned to the newest checkpoint, with a warning; still
+    over: ckpt.DiskBudgetExceeded, after the checkpoint event, so the platform has it)."""
     path = ckpt.save_checkpoint(out_dir, step,
                                 # the critic (gae) beside the actor, in the same uncommitted step folder
                                 write_actor=lambda d: group.call("save", path=str(d), critic_path=str(d.parent / "critic")),
                                 loader_state=loader.state_dict(),
                                 trainer_state=trainer_state,
                                 config=cfg.to_dict())
-    ckpt.prune(out_dir, cfg.trainer.max_actor_ckpt_to_keep)
+    tr = cfg.trainer
+    ckpt.prune(out_dir, ckpt.keep_count(tr.max_actor_ckpt_to_keep, tr.max_ckpt_to_keep_cap))
     emitter.checkpoint(step, str(path))
-    return path
+    use = ckpt.enforce_disk_budget(out_dir, tr.disk_budget_gb)
+    if use.pruned:
+        emitter.log("warning", f"the run's folder was over its disk budget of {tr.disk_budget_gb:g} GB "
+                               f"(trainer.disk_budget_gb): pruned {len(use.pruned)} older checkpoint(s), "
+                               f"{use.size / ckpt.GIB:.2f} GB left")
+    return Saved(path, use.size)
 
 
 @dataclass

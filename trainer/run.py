@@ -10,8 +10,8 @@ demo with `--demo-preset demo`) in `<output>/tiny_model` and the arithmetic demo
 
 Signals: the first SIGTERM/SIGINT sets a flag; the loop finishes the current step, writes a
 checkpoint, reports status `stopped` and exits 0. A second signal exits at once (status 130).
-Status events: starting -> running -> succeeded | stopped | failed (failed carries the traceback
-and the exit code is 1).
+Status events: starting -> running -> succeeded | stopped | failed (failed carries the traceback,
+or for a run over its disk budget the budget's message, and the exit code is 1).
 """
 from __future__ import annotations
 
@@ -118,6 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     return run(cfg)
 
 
+def _failure_message(exc: BaseException) -> str:
+    """A failed status's message: the traceback's end, or a budget's refusal as it is (not a bug)."""
+    from trainer.checkpoint import DiskBudgetExceeded
+
+    if isinstance(exc, DiskBudgetExceeded):
+        return str(exc)
+    return "".join(traceback.format_exception(exc))[-4000:]
+
+
 def run(cfg: Any) -> int:
     """Train `cfg` in this process, reporting events; returns the process exit code."""
     import torch
@@ -158,7 +167,7 @@ def run(cfg: Any) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the platform as an event
         if monitor is not None:
             monitor.stop()
-        message = "".join(traceback.format_exception(exc))[-4000:]
+        message = _failure_message(exc)
         step = trainer.global_step if trainer is not None else 0
         try:
             emitter.status("failed", message, step=step, total_steps=getattr(trainer, "total_steps", None) or 0)

@@ -259,6 +259,9 @@ def _check_trainer(tr: TrainerConfig) -> None:
         )
     _positive("trainer.max_actor_ckpt_to_keep", tr.max_actor_ckpt_to_keep, allow_none=True)
     _positive("trainer.torch_threads", tr.torch_threads, allow_none=True)
+    _positive("trainer.max_ckpt_to_keep_cap", tr.max_ckpt_to_keep_cap, allow_none=True)
+    if tr.disk_budget_gb is not None and not tr.disk_budget_gb > 0:
+        raise ConfigError("trainer.disk_budget_gb", f"must be > 0 (None: no budget), got {tr.disk_budget_gb!r}")
     for item in tr.logger:
         if item not in LOGGERS:
             raise ConfigError(

@@ -240,7 +240,21 @@ class TrainerConfig:
         None, "A global_step_N folder (resume_mode=resume_path)."
     )
     max_actor_ckpt_to_keep: Union[int, None] = option(
-        None, "Keep at most this many checkpoints; None = all."
+        None,
+        "Keep at most this many checkpoints (the newest, and always the committed one); None = all "
+        "(up to max_ckpt_to_keep_cap).",
+    )
+    max_ckpt_to_keep_cap: Union[int, None] = option(
+        None,
+        "The operator's ceiling on checkpoints kept: the trainer keeps min(max_actor_ckpt_to_keep, "
+        "this); None = no ceiling (verl's behaviour). Set by the platform from "
+        "RLSTUDIO_MAX_CHECKPOINTS_PER_RUN.",
+    )
+    disk_budget_gb: Union[float, None] = option(
+        None,
+        "GiB the output folder may hold after a checkpoint (file sizes, symlinks not followed): over "
+        "it every checkpoint but the newest is pruned, and if still over the run fails; None = no "
+        "budget. Set by the platform from RLSTUDIO_RUN_DISK_BUDGET_GB.",
     )
     seed: int = option(1, "Seed of the training randomness (torch, Python and NumPy RNGs).")
     device: Literal["auto", "cpu", "cuda"] = option("auto", "auto = cuda when available, else cpu.")

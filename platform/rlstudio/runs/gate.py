@@ -265,6 +265,8 @@ PLATFORM_KEYS: dict[str, str] = {
     "trainer.n_gpus_per_node": "the run's GPUs",
     "trainer.launcher": "the run's GPUs",
     "trainer.torch_threads": "the CPUs the platform gives a run",
+    "trainer.max_ckpt_to_keep_cap": "the operator's cap on checkpoints kept per run (RLSTUDIO_MAX_CHECKPOINTS_PER_RUN)",
+    "trainer.disk_budget_gb": "the operator's disk budget per run (RLSTUDIO_RUN_DISK_BUDGET_GB)",
 }
 
 

@@ -113,7 +113,8 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
     Paths come from the dataset and model records (the reward model's from the catalog reward model the
     run chose, which also turns reward_model.enable on), the run's folder and a checkpoint the platform
     recorded; code from the operator's reward registry; resources from the run's GPUs and settings
-    (more GPUs than one node has, RLSTUDIO_GPUS_PER_NODE: whole nodes, trainer.nnodes > 1).
+    (more GPUs than one node has, RLSTUDIO_GPUS_PER_NODE: whole nodes, trainer.nnodes > 1); the run's
+    disk from settings (the cap on checkpoints kept, the folder's budget).
     """
     try:
         nnodes, per_node = node_layout(gpus, settings.RLSTUDIO_GPUS_PER_NODE)
@@ -143,6 +144,8 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
         "trainer.n_gpus_per_node": per_node,
         "trainer.launcher": "auto",
         "trainer.torch_threads": settings.RLSTUDIO_RUN_TORCH_THREADS or None,
+        "trainer.max_ckpt_to_keep_cap": checkpoint_cap(),
+        "trainer.disk_budget_gb": disk_budget_gb(),
     }
     if reward_name:
         from trainer.rewards import registered_rewards
@@ -178,6 +181,18 @@ def check_sizes(config: Mapping[str, Any], val_dataset=None) -> None:
     gate.check_validation_size(config, limits, getattr(val_dataset, "num_rows", None))
 
 
+def checkpoint_cap() -> int | None:
+    """The operator's cap on checkpoints kept per run (RLSTUDIO_MAX_CHECKPOINTS_PER_RUN; 0: None, no cap)."""
+    cap = int(settings.RLSTUDIO_MAX_CHECKPOINTS_PER_RUN)
+    return cap if cap > 0 else None
+
+
+def disk_budget_gb() -> float | None:
+    """GiB a run's folder may hold after a checkpoint (RLSTUDIO_RUN_DISK_BUDGET_GB; 0: None, no budget)."""
+    budget = float(settings.RLSTUDIO_RUN_DISK_BUDGET_GB)
+    return budget if budget > 0 else None
+
+
 def check_reward_model(cfg: Config, reward_model, *, require: bool) -> None:
     """reward_model.enable without a catalog reward model: refused on reward_model_id (the path is the
     platform's to write), when a run is being made (`require`)."""
@@ -209,7 +224,8 @@ def build_config(
     a saved config keeps the preset as written). The user's `overrides` go through the gate too.
     Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`), and
     the whole is checked by the trainer's schema and against the operator's bounds on one step
-    (`check_sizes`: trajectories, tokens and reported samples per step, and per validation).
+    (`check_sizes`: trajectories, tokens and reported samples per step, and per validation) and against
+    the cap on checkpoints kept (`gate.check_checkpoints_kept`).
     """
     try:
         if base is not None:
@@ -240,6 +256,7 @@ def build_config(
         check_reward_model(cfg, reward_model, require=dataset is not None)
         validate(cfg, require_paths=dataset is not None)
         check_sizes(cfg.to_dict(), val_dataset)
+        gate.check_checkpoints_kept(cfg.to_dict(), checkpoint_cap())
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     except gate.GateRefused as exc:

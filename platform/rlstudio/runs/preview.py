@@ -178,9 +178,10 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
     for exc in config_errors(cfg, require_paths=dataset is not None):
         if exc.key not in refused:  # not a consequence of a piece already refused
             errors.append(_error(exc))
-    if not errors:  # the operator's bounds on one step and one validation, over keys that each passed
+    if not errors:  # the operator's bounds on one step, one validation and checkpoints kept, over keys that each passed
         try:
             launch.check_sizes(checked.config, val_dataset)
+            gate.check_checkpoints_kept(checked.config, launch.checkpoint_cap())
         except gate.GateRefused as exc:
             errors.append(_error(exc))
     return checked

@@ -85,6 +85,8 @@ PLATFORM_PROBES = {
     "trainer.n_gpus_per_node": 2,
     "trainer.launcher": "ray",
     "trainer.torch_threads": 4096,
+    "trainer.max_ckpt_to_keep_cap": 1000,
+    "trainer.disk_budget_gb": 1e9,
 }
 
 

@@ -32,6 +32,8 @@ PROBES = [
     ({"trainer.experiment_name": "../x"}, "trainer.experiment_name"),
     ({"trainer.launcher": "ray", "trainer.n_gpus_per_node": 2}, "trainer."),
     ({"trainer.torch_threads": 4096}, "trainer.torch_threads"),
+    ({"trainer.max_ckpt_to_keep_cap": 1000}, "trainer.max_ckpt_to_keep_cap"),
+    ({"trainer.disk_budget_gb": 1e9}, "trainer.disk_budget_gb"),
     ({"trainer": '{"default_local_dir": "/tmp/x"}'}, "trainer.default_local_dir"),
 ]
 

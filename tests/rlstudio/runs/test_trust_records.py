@@ -31,6 +31,7 @@ PLANTED = [
     {"trainer.logger": ["console", "wandb"]},
     {"trainer.launcher": "ray", "trainer.n_gpus_per_node": 2, "trainer.nnodes": 2},
     {"trainer.torch_threads": 4096},
+    {"trainer.max_ckpt_to_keep_cap": 1000, "trainer.disk_budget_gb": 1e9},
 ]
 # User keys planted out of their bounds: refused (400 naming the key), never run as stored.
 PLANTED_OUT_OF_BOUNDS = [

@@ -181,13 +181,6 @@ _BROKER_TIMEOUT_S = _env_float("RLSTUDIO_BROKER_TIMEOUT_S", 3.0)
 # this long: a hung Redis must not hold the trainer's POSTs for the layer's 30 s socket timeout. The
 # events are stored; viewers get them by replay (the layer watch and the page's gap check reconnect).
 RLSTUDIO_BROADCAST_TIMEOUT_S = _env_float("RLSTUDIO_BROADCAST_TIMEOUT_S", 3.0)
-# Every open websocket of a signed-in user (run, playground, notifications) reads its user and their
-# access from the database again this often and closes with 4403 once they are lost
-# (accounts.sockets.RecheckedSocket): access revoked without a group message (a bulk update(), a
-# sharing change made without the services) ends within this many seconds.
-RLSTUDIO_SOCKET_RECHECK_S = _env_float("RLSTUDIO_SOCKET_RECHECK_S", 30.0)
-if not RLSTUDIO_SOCKET_RECHECK_S > 0:
-    raise ValueError(f"RLSTUDIO_SOCKET_RECHECK_S must be > 0 seconds (got {RLSTUDIO_SOCKET_RECHECK_S})")
 CELERY_BROKER_CONNECTION_TIMEOUT = _BROKER_TIMEOUT_S
 CELERY_BROKER_TRANSPORT_OPTIONS.update(
     socket_connect_timeout=_BROKER_TIMEOUT_S,
@@ -320,6 +313,13 @@ RLSTUDIO_GPUS_PER_NODE = env_int("RLSTUDIO_GPUS_PER_NODE", 8)
 RLSTUDIO_MAX_TRAJECTORIES_PER_STEP = env_int("RLSTUDIO_MAX_TRAJECTORIES_PER_STEP", 32_768)
 RLSTUDIO_MAX_TOKENS_PER_STEP = env_int("RLSTUDIO_MAX_TOKENS_PER_STEP", 1024 * 1024 * 1024)
 RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP = env_int("RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP", 1024)
+# A run's disk (docs/security.md, "A run's disk"): checkpoints one run keeps at most, written into
+# trainer.max_ckpt_to_keep_cap (the trainer keeps min(trainer.max_actor_ckpt_to_keep, this); a larger
+# user value is refused when a config is built; 0 = no cap, verl's keep-all), and the GiB a run's
+# folder may hold after a checkpoint, written into trainer.disk_budget_gb (over it the trainer prunes
+# to the newest checkpoint, then fails the run; 0 = no budget).
+RLSTUDIO_MAX_CHECKPOINTS_PER_RUN = env_int("RLSTUDIO_MAX_CHECKPOINTS_PER_RUN", 5)
+RLSTUDIO_RUN_DISK_BUDGET_GB = env_float("RLSTUDIO_RUN_DISK_BUDGET_GB", 200)
 # GiB of one GPU, for the new-run form's memory estimate (runs/memory_estimate.py); the CPU's is the RAM.
 RLSTUDIO_GPU_MEMORY_GB = env_float("RLSTUDIO_GPU_MEMORY_GB", 80)
 
