@@ -181,6 +181,13 @@ _BROKER_TIMEOUT_S = _env_float("RLSTUDIO_BROKER_TIMEOUT_S", 3.0)
 # this long: a hung Redis must not hold the trainer's POSTs for the layer's 30 s socket timeout. The
 # events are stored; viewers get them by replay (the layer watch and the page's gap check reconnect).
 RLSTUDIO_BROADCAST_TIMEOUT_S = _env_float("RLSTUDIO_BROADCAST_TIMEOUT_S", 3.0)
+# Every open websocket of a signed-in user (run, playground, notifications) reads its user and their
+# access from the database again this often and closes with 4403 once they are lost
+# (accounts.sockets.RecheckedSocket): access revoked without a group message (a bulk update(), a
+# sharing change made without the services) ends within this many seconds.
+RLSTUDIO_SOCKET_RECHECK_S = _env_float("RLSTUDIO_SOCKET_RECHECK_S", 30.0)
+if not RLSTUDIO_SOCKET_RECHECK_S > 0:
+    raise ValueError(f"RLSTUDIO_SOCKET_RECHECK_S must be > 0 seconds (got {RLSTUDIO_SOCKET_RECHECK_S})")
 CELERY_BROKER_CONNECTION_TIMEOUT = _BROKER_TIMEOUT_S
 CELERY_BROKER_TRANSPORT_OPTIONS.update(
     socket_connect_timeout=_BROKER_TIMEOUT_S,
