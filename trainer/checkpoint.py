@@ -220,16 +220,35 @@ def enforce_disk_budget(root: Path, budget_gb: float | None) -> DiskUse:
     return DiskUse(size, pruned)
 
 
-def read_actor_model(step_path: Path) -> dict[str, torch.Tensor]:
-    """The consolidated model state of a checkpoint's actor (plain model.pt or a DCP folder)."""
-    actor = Path(step_path) / "actor"
-    if (actor / "model.pt").exists():
-        return torch.load(actor / "model.pt", map_location="cpu", weights_only=True)
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+class CheckpointGone(FileNotFoundError):
+    """A checkpoint asked for (an evaluation, an export, the playground) is no longer on disk: its run
+    pruned it meanwhile. The message names the step, not the server's path."""
 
-    with tempfile.TemporaryDirectory() as tmp:
-        dcp_to_torch_save(actor, Path(tmp) / "full.pt")
-        return torch.load(Path(tmp) / "full.pt", map_location="cpu", weights_only=False)["model"]
+    def __init__(self, step_path: Path):
+        m = STEP_DIR.match(Path(step_path).name)
+        what = f"the checkpoint of step {m.group(1)}" if m else f"the checkpoint {Path(step_path).name!r}"
+        super().__init__(f"{what} is no longer on disk: its run pruned it (a run keeps "
+                         "trainer.max_actor_ckpt_to_keep checkpoints, at most the platform's cap); choose a newer step")
+
+
+def read_actor_model(step_path: Path) -> dict[str, torch.Tensor]:
+    """The consolidated model state of a checkpoint's actor (plain model.pt or a DCP folder);
+    CheckpointGone when it is missing, or removed while being read."""
+    actor = Path(step_path) / "actor"
+    if not actor.is_dir():
+        raise CheckpointGone(step_path)
+    try:
+        if (actor / "model.pt").exists():
+            return torch.load(actor / "model.pt", map_location="cpu", weights_only=True)
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        with tempfile.TemporaryDirectory() as tmp:
+            dcp_to_torch_save(actor, Path(tmp) / "full.pt")
+            return torch.load(Path(tmp) / "full.pt", map_location="cpu", weights_only=False)["model"]
+    except Exception:  # torch's DCP reader wraps a vanished file in its own exception type
+        if not actor.is_dir():
+            raise CheckpointGone(step_path) from None
+        raise
 
 
 def export_hf(model: Any, tokenizer: Any, out_dir: Path, *, state_dict: dict[str, Any] | None = None) -> Path:

@@ -34,6 +34,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def run_spec(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     """Evaluate what `spec` says and write samples.jsonl then results.json into `out`."""
+    from trainer.checkpoint import CheckpointGone
     from trainer.data.dataset import read_rows
     from trainer.evaluate import Column, evaluate_columns
 
@@ -44,6 +45,9 @@ def run_spec(spec: dict[str, Any], out: Path) -> dict[str, Any]:
         torch.set_num_threads(int(threads))
     columns = [Column(key=str(c["key"]), step=int(c["step"]), path=Path(c["path"]) if c.get("path") else None)
                for c in spec["columns"]]
+    for c in columns:  # a checkpoint pruned since the evaluation was asked fails it before any work
+        if c.path is not None and not (c.path / "actor").is_dir():
+            raise CheckpointGone(c.path)
     rows = read_rows(spec["data_file"])[: int(spec["max_prompts"])]
     s = spec["sampling"]
     results, samples = evaluate_columns(spec["config"], columns, rows, k=int(spec["k"]),

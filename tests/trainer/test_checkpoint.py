@@ -57,3 +57,29 @@ def test_prune_keeps_newest(tmp_path):
     assert sorted(p.name for p in removed) == ["global_step_1", "global_step_2"]
     assert sorted(p.name for p in tmp_path.glob("global_step_*")) == ["global_step_3", "global_step_4"]
     assert ckpt.prune(tmp_path, None) == []
+
+
+def test_reading_a_pruned_checkpoint_says_which_step_is_gone(tmp_path, monkeypatch):
+    """An export or the playground asking for a checkpoint the run pruned meanwhile: CheckpointGone (a
+    FileNotFoundError) naming the step, not the path; also when it vanishes while being read."""
+    import shutil
+
+    from trainer.export import export_checkpoint
+
+    with pytest.raises(ckpt.CheckpointGone, match=r"^the checkpoint of step 12 is no longer on disk") as err:
+        ckpt.read_actor_model(tmp_path / "global_step_12")
+    assert isinstance(err.value, FileNotFoundError) and str(tmp_path) not in str(err.value)
+    step = tmp_path / "global_step_4"
+    (step / "actor").mkdir(parents=True)
+    (step / "actor" / "model.pt").write_bytes(b"")
+    real_load = torch.load
+
+    def load_while_pruned(path, *args, **kwargs):  # the run prunes the step as its file is opened
+        shutil.rmtree(step)
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", load_while_pruned)
+    with pytest.raises(ckpt.CheckpointGone, match="step 4"):
+        ckpt.read_actor_model(step)
+    with pytest.raises(ckpt.CheckpointGone, match="step 4"):
+        export_checkpoint({}, step, tmp_path / "export")

@@ -57,3 +57,21 @@ def test_a_failing_job_writes_its_error_and_exits_1(tmp_path):
     error = json.loads((tmp_path / "out" / ERROR).read_text())["error"]
     assert error and not (tmp_path / "out" / RESULTS).exists()
     assert Path(tmp_path / "out").is_dir()
+
+
+def test_a_checkpoint_pruned_since_the_evaluation_was_asked_fails_it_naming_the_step(tmp_path):
+    """The run keeps max_actor_ckpt_to_keep checkpoints under the platform's cap: one an evaluation was
+    asked for can be gone when the job starts. The job fails at once, saying which step and why, and
+    the error names no server path."""
+    from trainer.evaluate_job import ERROR, main
+
+    gone = tmp_path / "runs" / "7" / "global_step_3"
+    (tmp_path / "rows.jsonl").write_text("")
+    (tmp_path / "spec.json").write_text(json.dumps({
+        "config": {}, "data_file": str(tmp_path / "rows.jsonl"), "max_prompts": 1, "k": 1,
+        "columns": [{"key": "3", "step": 3, "path": str(gone)}],
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 4}}))
+    assert main([str(tmp_path / "spec.json"), "--output", str(tmp_path / "out")]) == 1
+    error = json.loads((tmp_path / "out" / ERROR).read_text())["error"]
+    assert error.startswith("CheckpointGone: the checkpoint of step 3 is no longer on disk: its run pruned it")
+    assert str(tmp_path) not in error
