@@ -149,6 +149,7 @@ def check_staff(*, user: AbstractBaseUser) -> None:
 
 
 QUOTA_FIELDS = ("max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "max_queued_runs")
+QUOTA_MAX_COUNT = 2**31 - 1  # the integer limits are PostgreSQL integer columns
 
 
 class QuotaInvalid(ValueError):
@@ -163,7 +164,8 @@ def quota_set(*, user: AbstractBaseUser, by: AbstractBaseUser, max_gpus: int, gp
               max_concurrent_runs: int, max_queued_runs: int) -> GpuQuota:
     """Give `user` a quota row of their own with these limits (created, or changed if they have one).
 
-    Staff only (`check_staff`); every value must be >= 0 (QuotaInvalid naming the field). Audited as
+    Staff only (`check_staff`); every value must be >= 0, and a count at most QUOTA_MAX_COUNT
+    (QuotaInvalid naming the field). Audited as
     `quota.create` / `quota.change` with the user and each changed value (before → after). Queued runs
     the new limits allow start at the reconcile's next admission pass.
     """
@@ -173,6 +175,8 @@ def quota_set(*, user: AbstractBaseUser, by: AbstractBaseUser, max_gpus: int, gp
     for name, value in values.items():
         if value is None or not math.isfinite(value) or value < 0:
             raise QuotaInvalid(name, "must be a number, 0 or more")
+        if name != "gpu_hours_per_month" and value > QUOTA_MAX_COUNT:
+            raise QuotaInvalid(name, f"must be at most {QUOTA_MAX_COUNT}")
     with transaction.atomic():
         quota = GpuQuota.objects.select_for_update().filter(user=user).first()
         current = quota if quota is not None else quota_for(user=user)

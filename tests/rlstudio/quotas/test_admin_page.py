@@ -51,6 +51,9 @@ def test_quota_set_refuses_non_staff_and_bad_values(alice, bob, staff):
     assert err.value.field == "gpu_hours_per_month"
     with pytest.raises(QuotaInvalid):
         quota_set(user=bob, by=staff, **{**LIMITS, "max_concurrent_runs": -1})
+    with pytest.raises(QuotaInvalid) as err:
+        quota_set(user=bob, by=staff, **{**LIMITS, "max_gpus": 2**31})
+    assert err.value.field == "max_gpus"
     assert not GpuQuota.objects.filter(user=bob).exists()
     assert not AuditEvent.objects.filter(action__startswith="quota.").exists()
 
@@ -138,6 +141,10 @@ def test_quota_form_picks_the_user_by_name_and_prefills(alice, staff, no_ray):
     ({"user": "nobody", **LIMITS}, "user"),
     ({"user": "alice", **LIMITS, "max_gpus": -1}, "max_gpus"),
     ({"user": "alice", **LIMITS, "gpu_hours_per_month": "lots"}, "gpu_hours_per_month"),
+    # Past PostgreSQL's integer column: a 400 on the field, not the database's 500.
+    ({"user": "alice", **LIMITS, "max_gpus": 10**20}, "max_gpus"),
+    ({"user": "alice", **LIMITS, "max_concurrent_runs": 2**31}, "max_concurrent_runs"),
+    ({"user": "alice", **LIMITS, "max_queued_runs": 99999999999}, "max_queued_runs"),
 ])
 def test_quota_form_errors_answer_400_next_to_the_field(alice, staff, no_ray, data, field):
     response = _client(staff).post(PAGE + "quota/", data)
