@@ -130,7 +130,12 @@
     const msg = document.getElementById("eval-form-msg");
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
-      const num = (name) => Number(form.elements[name].value);
+      // An empty box is left out of the request (the server's default applies, or it names the missing
+      // field): Number("") is 0, which would evaluate greedily (temperature 0) without saying so.
+      const num = (name) => {
+        const text = form.elements[name].value.trim();
+        return text === "" ? undefined : Number(text);
+      };
       const body = {
         gpus: num("gpus"), dataset: num("dataset"), k: num("k"), max_prompts: num("max_prompts"),
         sampling: { temperature: num("temperature"), max_new_tokens: num("max_new_tokens") },

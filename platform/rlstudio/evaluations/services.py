@@ -66,6 +66,8 @@ class EvaluationRequest:
 
 
 def _int(value: Any, field: str, lo: int, hi: int) -> int:
+    if value is None:
+        raise EvaluationInvalid(f"{field} is required: an integer from {lo} to {hi}", field=field)
     if isinstance(value, bool) or not isinstance(value, int):
         raise EvaluationInvalid(f"{field} must be an integer, got {value!r}", field=field)
     if not lo <= value <= hi:

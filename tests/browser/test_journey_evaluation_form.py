@@ -1,0 +1,53 @@
+"""The evaluation form (a model's page; a run's page uses the same script) in a real Chromium: a box
+left empty is left out of the request, so the server's default applies (temperature 1.0, 32 prompts,
+256 new tokens) or the server names the missing field. It once sent 0 for an empty box: an empty
+temperature evaluated greedily (k identical samples) without a word, an empty k or prompts count was
+refused as "got 0"."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def test_empty_boxes_are_left_out_of_the_evaluation_request(page_as, make_user, tmp_path):
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.evaluations.models import Evaluation
+
+    alice = make_user("alice")
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"prompt": [{"role": "user", "content": "1+1?"}], "ground_truth": "2"}) + "\n")
+    Dataset.objects.create(owner=alice, name="held-out", file_path=str(data), sha256="f0" * 32, status="ready")
+    model = ModelAsset.objects.create(owner=alice, name="tiny", path=str(tmp_path / "tiny"))
+    page = page_as(alice)
+    page.goto(f"/models/{model.pk}/")
+    form = page.locator("#eval-form")
+    msg = page.locator("#eval-form-msg")
+
+    # An empty k reaches the server without a value: refused on k, by name, and nothing is saved.
+    form.locator("input[name=k]").fill("")
+    form.locator("button[type=submit]").click()
+    page.wait_for_function("document.getElementById('eval-form-msg').textContent.startsWith('k:')")
+    assert msg.inner_text() == "k: k is required: an integer from 1 to 16"
+    assert not Evaluation.objects.exists()
+
+    # Empty temperature, prompts and budget: left out, so the server's defaults apply (the request is
+    # answered here: what it carries is the point, not a Ray job).
+    sent = []
+
+    def answer(route):
+        sent.append(json.loads(route.request.post_data))
+        route.fulfill(status=201, content_type="application/json", body=json.dumps({"id": 1, "status": "queued"}))
+
+    page.route("**/api/v1/models/*/evaluations/", answer)
+    form.locator("input[name=k]").fill("4")
+    for name in ("temperature", "max_prompts", "max_new_tokens"):
+        form.locator(f"input[name={name}]").fill("")
+    form.locator("button[type=submit]").click()
+    page.wait_for_function("document.getElementById('eval-form-msg').textContent.startsWith('evaluation #1')")
+    assert len(sent) == 1
+    body = sent[0]
+    assert body["k"] == 4 and body["gpus"] == 0 and body["reward"] == "default"
+    assert "max_prompts" not in body and body["sampling"] == {}, body
