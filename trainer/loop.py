@@ -379,8 +379,11 @@ class Trainer:
         if r is None:
             return
         self.global_step, self.epoch, self.kl_ctrl.value = r.global_step, r.epoch, r.kl_coef
-        self.emitter.log("info", f"resumed from {r.path} at step {self.global_step} (epoch {self.epoch}, "
-                         f"loader position {self.loader.position}/{self.loader.batches_per_epoch})")
+        # Named without server paths: whoever reads the run reads its log events.
+        where = (f"{Path(r.path).name} in the run's folder" if self.cfg.trainer.resume_mode == "auto"
+                 else "trainer.resume_from_path")
+        self.emitter.log("info", f"resumed from the checkpoint of step {self.global_step} ({where}; epoch "
+                         f"{self.epoch}, loader position {self.loader.position}/{self.loader.batches_per_epoch})")
 
     # ------------------------------------------------------------------------------------- fit
     def fit(self) -> str:
@@ -416,7 +419,7 @@ class Trainer:
                 return "stopped"
         if tr.export_hf:
             self.group.call("export_hf", out_dir=str(self.out_dir / "huggingface"))
-            self.emitter.log("info", f"exported the final policy to {self.out_dir / 'huggingface'}")
+            self.emitter.log("info", "exported the final policy (huggingface/ in the run's folder)")
         return "succeeded"
 
 

@@ -145,7 +145,7 @@ def run(cfg: Any) -> int:
     monitor = None
     trainer = None
     try:
-        emitter.status("starting", f"loading {cfg.actor_rollout_ref.model.path}")
+        emitter.status("starting", "loading the model")  # no server path: readers of the run see it
         from trainer.loop import Trainer
 
         trainer = Trainer(cfg, emitter=emitter, should_stop=flag)

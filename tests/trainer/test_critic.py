@@ -109,6 +109,10 @@ def test_gae_trains_the_critic_with_warmup_and_resumes_exactly(tmp_path, tiny_mo
                  f"trainer.resume_from_path={a / 'global_step_1'}", "--output", str(b)]) == 0
     ma, mb = metrics(a), metrics(b)
     assert sorted(ma) == [1, 2, 3] and sorted(mb) == [2, 3]
+    resumed = [e["data"]["message"] for e in events(b) if e["type"] == "log" and "resumed" in e["data"]["message"]]
+    # the checkpoint named by its step and the key that named it, not its server path
+    assert resumed == ["resumed from the checkpoint of step 1 (trainer.resume_from_path; epoch 0, "
+                       "loader position 1/32)"]
     for step, m in ma.items():
         missing = [k for k in CRITIC_METRICS if k not in m]
         assert not missing, (step, missing)

@@ -56,6 +56,10 @@ def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
     assert seqs == list(range(1, len(ev) + 1))
     states = [e["data"]["state"] for e in ev if e["type"] == "status"]
     assert states == ["starting", "running", "succeeded"]
+    said = [e["data"]["message"] for e in ev if e["type"] in ("log", "status")]
+    assert "exported the final policy (huggingface/ in the run's folder)" in said
+    # no server path (the run's folder, the model's): readers of the run read these messages
+    assert not [m for m in said if str(tmp_path) in m or str(tiny_model_dir) in m]
     metrics = [e["data"] for e in ev if e["type"] == "metrics"]
     train = [m for m in metrics if "actor/pg_loss" in m["metrics"]]
     assert [m["step"] for m in train] == [1, 2]
@@ -117,7 +121,10 @@ def test_resume_equals_uninterrupted_run_across_an_epoch_boundary(tmp_path, tiny
     assert run(b_rest) == 0
     ea, eb = events(tmp_path / "a" / "out"), events(tmp_path / "b" / "out")
     assert [e["seq"] for e in eb] == list(range(1, len(eb) + 1))  # numbering continues after resume
-    assert any(e["type"] == "log" and "resumed from" in e["data"]["message"] for e in eb)
+    resumed = [e["data"]["message"] for e in eb if e["type"] == "log" and "resumed from" in e["data"]["message"]]
+    # named by its step and folder name, not by its server path: readers of the run read its log events
+    assert resumed == ["resumed from the checkpoint of step 2 (global_step_2 in the run's folder; epoch 0, "
+                       "loader position 2/2)"]
     ma = {e["data"]["step"]: e["data"]["metrics"] for e in ea if e["type"] == "metrics"}
     mb = {e["data"]["step"]: e["data"]["metrics"] for e in eb if e["type"] == "metrics"}
     assert sorted(ma) == sorted(mb) == [1, 2, 3, 4]

@@ -104,7 +104,10 @@ class Run(models.Model):
     submit_resends = models.PositiveSmallIntegerField(
         default=0, help_text="How many times the reconcile re-sent a lost submit task in this submitting phase."
     )
-    error = models.TextField(blank=True)
+    error = models.TextField(blank=True)  # why it failed: no server paths (runs.failure)
+    error_log = models.TextField(
+        blank=True, help_text="A failed run's job log tail or traceback (its owner's and staff's only)."
+    )
     checkpoint_path = models.CharField(max_length=1024, blank=True)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     parent_kind = models.CharField(max_length=8, choices=RunParentKind.choices, blank=True, default="")

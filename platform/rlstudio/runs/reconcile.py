@@ -9,8 +9,9 @@ endpoint) and moves the run through the services:
     Ray PENDING/RUNNING + a submission id    → running (a submitting run)
     Ray SUCCEEDED                            → succeeded (stopped when the trainer said "stopped")
     Ray STOPPED                              → stopped
-    Ray FAILED                               → failed, with the job's last log lines as the error
-                                               (stopped when a stop was asked for: a forced stop kills the job)
+    Ray FAILED                               → failed, Ray's reason as the error and the job's last log
+                                               lines as the error_log (the owner's and staff's only);
+                                               stopped when a stop was asked for (a forced stop kills the job)
     Ray does not know the job                → lost
     no heartbeat for RLSTUDIO_HEARTBEAT_TIMEOUT_S while Ray says running → lost (and the job stopped)
     stopping for longer than the grace period → forced stop
@@ -35,6 +36,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import launch, ray_jobs
+from .failure import ray_failure
 from .models import Run, RunStatus
 from .services import (
     IllegalTransition,
@@ -184,6 +186,19 @@ def _out_dir(run: Run) -> Path:
     return run_output_dir(run)
 
 
+def failed_job_texts(run: Run, message: str) -> tuple[str, str]:
+    """A failed Ray job's (error, error_log): Ray's reason, and the last RLSTUDIO_ERROR_LOG_LINES
+    lines of the job log (the lines Ray put in its message when the log cannot be read). The log
+    prints server paths: it goes to `error_log`, which only the run's owner and staff see."""
+    reason, ray_lines = ray_failure(message)
+    lines = int(settings.RLSTUDIO_ERROR_LOG_LINES)
+    try:
+        tail = ray_jobs.tail_lines(ray_jobs.logs(run.ray_submission_id), lines)
+    except ray_jobs.RayUnavailable as exc:
+        tail = "\n".join(x for x in (ray_jobs.tail_lines(ray_lines, lines), f"(logs unavailable: {exc})") if x)
+    return reason or "the Ray job failed", tail
+
+
 def reconcile_run(run: Run, *, now: datetime | None = None) -> str | None:
     """Bring one live run up to date; returns the status it moved to, if any."""
     now = now or timezone.now()
@@ -206,18 +221,14 @@ def reconcile_run(run: Run, *, now: datetime | None = None) -> str | None:
         run_force_kill(run_id=run.pk)
     if d.to is None:
         return None
-    error = d.error
+    error, error_log = d.error, ""
     if d.need_logs:
-        try:
-            tail = ray_jobs.tail_lines(ray_jobs.logs(run.ray_submission_id), settings.RLSTUDIO_ERROR_LOG_LINES)
-        except ray_jobs.RayUnavailable as exc:
-            tail = f"(logs unavailable: {exc})"
-        error = "\n".join(x for x in (error, tail) if x)
+        error, error_log = failed_job_texts(run, d.error)
     try:
         if d.to == S.RUNNING:
             run_mark_running(run=run)
         else:
-            run_mark_finished(run=run, to=d.to, error=error)
+            run_mark_finished(run=run, to=d.to, error=error, error_log=error_log)
     except IllegalTransition as exc:  # moved meanwhile by another worker: the next pass sees it
         log.info("reconcile: %s", exc)
         return None

@@ -61,6 +61,12 @@ def run_checkpoint_for(*, user: AbstractBaseUser, run: Run) -> str:
     return run.checkpoint_path if can_manage(user=user, run=run) else ""
 
 
+def run_error_log_for(*, user: AbstractBaseUser, run: Run) -> str:
+    """`run`'s error log (a failed run's job log tail or traceback, which name server paths) for its
+    owner and staff; "" for a reader."""
+    return run.error_log if can_manage(user=user, run=run) else ""
+
+
 def run_access(*, user: AbstractBaseUser, run: Run) -> str:
     """Why `user` sees `run`: "owner", "staff" (another user's run, with its controls) or "shared"
     (read-only: shared with them or with everyone)."""

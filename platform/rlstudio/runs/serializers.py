@@ -4,7 +4,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunConfig, RunVisibility
-from .selectors import can_manage, latest_reward, run_access, run_checkpoint_for, run_config_for
+from .selectors import (
+    can_manage,
+    latest_reward,
+    run_access,
+    run_checkpoint_for,
+    run_config_for,
+    run_error_log_for,
+)
 
 
 class RunConfigSerializer(serializers.ModelSerializer):
@@ -18,6 +25,11 @@ class RunConfigSerializer(serializers.ModelSerializer):
 
 class RunSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username", read_only=True)
+    error = serializers.CharField(read_only=True, help_text=(
+        "Why a failed or lost run ended (no server paths: a path in it reads [path])."))
+    error_log = serializers.SerializerMethodField(help_text=(
+        "A failed run's job log tail or the trainer's traceback, which name server paths (the owner and "
+        "staff; empty for a reader)."))
     checkpoint = serializers.SerializerMethodField(
         help_text="The last checkpoint's path (the owner and staff; empty for a reader).")
     latest_metrics = serializers.SerializerMethodField()
@@ -33,7 +45,7 @@ class RunSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "owner", "status", "queue_reason", "step", "total_steps", "latest_reward",
             "latest_metrics", "gpus", "dataset", "val_dataset", "model", "reward_model", "created", "started",
-            "finished", "last_heartbeat", "error", "checkpoint", "parent", "parent_kind", "tool_set",
+            "finished", "last_heartbeat", "error", "error_log", "checkpoint", "parent", "parent_kind", "tool_set",
             "tags", "note", "visibility", "shared_with", "access",
         ]
         read_only_fields = fields
@@ -48,6 +60,10 @@ class RunSerializer(serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.STR)
     def get_checkpoint(self, run: Run) -> str:
         return run_checkpoint_for(user=self._user(), run=run)
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_error_log(self, run: Run) -> str:
+        return run_error_log_for(user=self._user(), run=run)
 
     @extend_schema_field({"type": "array", "items": {"type": "string"}})
     def get_shared_with(self, run: Run) -> list[str]:

@@ -318,7 +318,7 @@ class RunLogsView(_RunReadView):
                    responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
         tail = _int_param(request.query_params, "tail", minimum=1) or 500
-        return Response({"lines": sel.logs_tail(run=self.run, tail=min(tail, 10000))})
+        return Response({"lines": sel.logs_tail(run=self.run, user=request.user, tail=min(tail, 10000))})
 
 
 class RunRetentionView(_RunReadView):

@@ -12,6 +12,11 @@ sent no message, such as a bulk update, is seen then): a socket whose user may n
 (unshared, the run made private, the user deactivated or no longer staff) leaves its groups, forwards
 nothing more and is closed with 4403; the owner's, staff's and the remaining readers' sockets stay open.
 
+A reader (shared with, not the owner nor staff) gets every event without the platform's server paths
+(`redact.event_for_viewer`: a checkpoint's path blank, status and log messages scrubbed), applied here to
+each event sent to that socket, live or replayed; whether the socket's user manages the run is read at
+connect and again at each check above.
+
 Resume: `?resume_after=N` on the URL, or a `{"resume_after": N}` message, sends the stored events
 with seq > N (RunEvent, seq order) and then the live ones, with no gap and no duplicate:
   * the consumer joins the run's group *before* reading the database, so an event committed during
@@ -60,10 +65,11 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from rlstudio.accounts.sockets import RecheckedSocket, active_user, leave_groups, sockets_group
 from rlstudio.runs.models import Run
-from rlstudio.runs.selectors import visible_runs
+from rlstudio.runs.selectors import can_manage, visible_runs
 
 from .broadcast import run_group
 from .layer_watch import layer_watch
+from .redact import event_for_viewer, frame_may_hold_redacted
 from .selectors import events_after
 
 log = logging.getLogger(__name__)
@@ -74,18 +80,24 @@ REPLAY_CHUNK = 1000  # stored events per database read, and per frame in batch m
 CLOSE_TOO_BIG = 4009  # 1009's meaning in the application range (see the module docstring)
 CLOSE_LAYER_LOST = 4503  # the channel layer stopped delivering: reconnect with resume_after
 MAX_CLIENT_MESSAGE_BYTES = 64 * 1024
+MANAGE, READ = "manage", "read"  # how a socket's user may watch the run (`_may_watch`)
 
 
 @database_sync_to_async
-def _may_watch(user, run_id: int) -> bool:
-    """The run selectors' one visibility rule: owner, staff, or a user the run is shared with."""
-    return visible_runs(Run.objects.filter(pk=run_id), user=user).exists()
+def _may_watch(user, run_id: int) -> str | None:
+    """The run selectors' one visibility rule (owner, staff, or a user the run is shared with), and how:
+    MANAGE for the owner and staff (`can_manage`: events as stored), READ for a reader (events without
+    server paths), None when the user may not read the run."""
+    run = visible_runs(Run.objects.filter(pk=run_id), user=user).only("id", "owner_id").first()
+    if run is None:
+        return None
+    return MANAGE if can_manage(user=user, run=run) else READ
 
 
-async def _may_still_watch(user, run_id: int) -> bool:
+async def _may_still_watch(user, run_id: int) -> str | None:
     """`_may_watch` for a socket already open: its user as the database holds them now (active, staff)."""
     fresh = await active_user(user)
-    return fresh is not None and await _may_watch(fresh, run_id)
+    return None if fresh is None else await _may_watch(fresh, run_id)
 
 
 _events_after = database_sync_to_async(events_after)
@@ -122,6 +134,7 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     batch: bool = False  # the client asked for `{"type": "batch", "events": [...]}` frames
     viewer: str | None = None  # the user's own sockets group (accounts.sockets.sockets_group)
     revoked: bool = False  # the user may no longer read the run: nothing more is sent
+    manager: bool = False  # the user manages the run (owner, staff): events go unredacted
 
     async def dispatch(self, message):
         """Group messages go straight to their handler.
@@ -146,10 +159,12 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
             await self.accept()
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if not await _may_watch(user, self.run_id):
+        access = await _may_watch(user, self.run_id)
+        if access is None:
             await self.accept()
             await self.close(code=CLOSE_FORBIDDEN)
             return
+        self.manager = access == MANAGE
         # Join before accepting (and before any replay): nothing committed after this is missed.
         self.group = run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
@@ -180,7 +195,9 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
         RLSTUDIO_SOCKET_RECHECK_S (its own task: the state is checked again after the read)."""
         if self.group is None or self.revoked:
             return False
-        if await _may_still_watch(self.scope.get("user"), self.run_id):
+        access = await _may_still_watch(self.scope.get("user"), self.run_id)
+        if access is not None:
+            self.manager = access == MANAGE  # staff taken away: a reader's events from now on
             return True
         if self.group is None or self.revoked:  # closed meanwhile (another check, a disconnect)
             return False
@@ -237,12 +254,13 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
             chunk = await _events_after(run_id=self.run_id, after=cursor, limit=REPLAY_CHUNK)
             if not chunk or self.revoked:  # a re-check may close the socket during the replay
                 break
-            if self.batch:
-                await self._send_batch(chunk)
-            else:
-                for event in chunk:
-                    await self.send_json(event)
             cursor = chunk[-1]["seq"]
+            shown = self._shown(chunk)
+            if self.batch:
+                await self._send_batch(shown)
+            else:
+                for event in shown:
+                    await self.send_json(event)
             self.last_sent = cursor
             if len(chunk) < REPLAY_CHUNK:
                 break
@@ -250,15 +268,17 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     async def run_events(self, message):
         """A chunk of events from one ingest batch (broadcast.run_events_message).
 
-        A batch-mode viewer that has sent nothing of the chunk yet gets the pre-encoded frame as is;
-        otherwise the frame is decoded and filtered like any other events."""
+        A batch-mode viewer that has sent nothing of the chunk yet gets the pre-encoded frame as is,
+        unless it is a reader and the frame holds an event to redact for them; otherwise the frame is
+        decoded, filtered and redacted like any other events."""
         frame = message.get("frame")
         if frame is None:  # the older form: the events themselves
             await self._forward_all(message["events"])
             return
         first, last = message.get("first"), message.get("last")
         if (self.batch and isinstance(first, int) and isinstance(last, int)
-                and (self.last_sent is None or first > self.last_sent)):
+                and (self.last_sent is None or first > self.last_sent)
+                and (self.manager or not frame_may_hold_redacted(frame))):
             await self.send(text_data=frame)
             self.last_sent = last
             return
@@ -277,8 +297,14 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
         self.last_sent = seq
         return True
 
+    def _shown(self, events: list) -> list:
+        """`events` as this socket's user may see them (`redact.event_for_viewer`)."""
+        if self.manager:
+            return events
+        return [event_for_viewer(event, manager=False) for event in events]
+
     async def _forward_all(self, events) -> None:
-        fresh = [event for event in events if self._fresh(event)]
+        fresh = self._shown([event for event in events if self._fresh(event)])
         if self.batch:
             if fresh:
                 await self._send_batch(fresh)

@@ -19,9 +19,10 @@ from django.db.models.expressions import RawSQL
 from django.http import Http404
 
 from rlstudio.runs.models import Run
-from rlstudio.runs.selectors import visible_runs
+from rlstudio.runs.selectors import can_manage, visible_runs
 
 from .models import MemoryPoint, MetricRow, RunEvent, Sample
+from .redact import event_for_viewer
 
 SAMPLE_ORDERS = ("reward", "-reward", "step", "-step", "response_length", "-response_length",
                  "num_turns", "-num_turns", "advantage", "-advantage", "index", "seq", "-seq")
@@ -230,11 +231,17 @@ def memory_for(*, run: Run, since: datetime | None = None) -> list[dict[str, Any
              "peak": p.peak, "rss": p.rss, "rank": p.rank, "device_used": p.device_used} for p in qs]
 
 
-def logs_tail(*, run: Run, tail: int = 500) -> list[dict[str, Any]]:
-    """The last `tail` log events of the run, oldest first."""
+def logs_tail(*, run: Run, user: AbstractBaseUser, tail: int = 500) -> list[dict[str, Any]]:
+    """The last `tail` log events of the run, oldest first, as `user` may see them (a reader's without
+    server paths: `redact.event_for_viewer`)."""
+    manager = can_manage(user=user, run=run)
     rows = list(RunEvent.objects.filter(run=run, type="log").order_by("-seq")[:tail])
-    return [{"seq": e.seq, "time": e.time.isoformat(), "level": e.data.get("level", "info"),
-             "message": e.data.get("message", "")} for e in reversed(rows)]
+    out = []
+    for e in reversed(rows):
+        data = event_for_viewer({"type": "log", "data": e.data}, manager=manager)["data"]
+        out.append({"seq": e.seq, "time": e.time.isoformat(), "level": data.get("level", "info"),
+                    "message": data.get("message", "")})
+    return out
 
 
 def events_after(*, run_id: int, after: int, limit: int = 1000) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs import launch
+from rlstudio.runs.failure import trainer_failure
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_reach
 from rlstudio.text import without_nul
@@ -339,8 +340,10 @@ def _apply_status(run: Run, events: list[dict[str, Any]]) -> list[str]:
     for ev in events:
         to = TRAINER_STATES.get(ev["data"]["state"])
         if to is not None:
-            error = ev["data"].get("message", "") or "the trainer reported a failure"
-            made += run_reach(run=run, to=to, error=error)
+            # A traceback's last line is the reason; the traceback (its frames name the server's
+            # files) goes to the error_log, the owner's and staff's only.
+            error, error_log = trainer_failure(ev["data"].get("message", ""))
+            made += run_reach(run=run, to=to, error=error or "the trainer reported a failure", error_log=error_log)
     return made
 
 

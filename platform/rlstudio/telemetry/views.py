@@ -85,7 +85,7 @@ def run_detail(request, run_id: int):
         "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus),
         "samples": samples,
         "sample_filter": flt,
-        "logs": sel.logs_tail(run=run, tail=200),
+        "logs": sel.logs_tail(run=run, user=request.user, tail=200),
         "retention": retention.get_mode_display() if retention else RetentionMode.ALL.label,
         "retention_k": retention.k if retention else None,
     })

@@ -410,3 +410,71 @@ def test_the_job_log_is_the_owners_and_staffs_not_a_readers(shared_run, alice, b
         assert 'id="run-logs-owner-only"' in page and "is for the run's owner and staff" in page
         assert 'id="live-log"' in page  # the trainer's own messages stay the reader's
         assert _page(reader).get(f"/api/v1/runs/{pk}/logs/").status_code == 200
+
+
+def test_a_failed_runs_job_log_tail_is_the_owners_and_staffs_not_a_readers(
+        shared_run, alice, bob, carol, staff, monkeypatch, settings, tmp_path):
+    """The reconcile of a failed Ray job keeps Ray's reason as the run's `error`, which readers see on
+    the API, the run page's controls and the runs list, and the job log's tail (dataset file, model
+    path, run folder) as its `error_log`: the owner's and staff's on the API and the run page, empty
+    for a reader, as `checkpoint` is."""
+    from rlstudio.runs import ray_jobs
+    from rlstudio.runs.reconcile import reconcile_run
+
+    settings.RUNS_DIR = tmp_path
+    paths = _server_paths(shared_run)
+    log = "".join(f"{what}: {path}\n" for what, path in paths.items()) + "RuntimeError: boom\n"
+    message = ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 "
+               "chars):\n" + log)
+    job = ray_jobs.JobInfo(submission_id="rlstudio-run-shared", status=ray_jobs.FAILED, message=message,
+                           driver_exit_code=1)
+    monkeypatch.setattr(ray_jobs, "job_info", lambda submission_id: job)
+    monkeypatch.setattr(ray_jobs, "logs", lambda submission_id, **kw: log)
+    Run.objects.filter(pk=shared_run.pk).update(status=RunStatus.RUNNING, ray_submission_id="rlstudio-run-shared")
+    assert reconcile_run(Run.objects.get(pk=shared_run.pk)) == RunStatus.FAILED
+    pk, reason = shared_run.pk, "Job entrypoint command failed with exit code 1"
+    for manager in (alice, staff):
+        detail = _api(manager).get(f"/api/v1/runs/{pk}/").json()
+        listed = next(r for r in _api(manager).get("/api/v1/runs/").json()["results"] if r["id"] == pk)
+        for body in (detail, listed):
+            assert body["error"] == reason and body["error_log"] == log.strip(), manager.username
+        for url in (f"/runs/{pk}/", f"/runs/{pk}/controls/"):
+            html = _page(manager).get(url).content.decode()
+            assert 'class="run-error-log"' in html and reason in html, (manager.username, url)
+            assert all(path in html for path in paths.values()), (manager.username, url)
+    run_share(run=shared_run, by=alice, visibility="everyone")
+    for reader in (bob, carol):
+        detail = _api(reader).get(f"/api/v1/runs/{pk}/")
+        listed = _api(reader).get("/api/v1/runs/")
+        row = next(r for r in listed.json()["results"] if r["id"] == pk)
+        for body in (detail.json(), row):
+            assert body["error"] == reason and body["error_log"] == "", reader.username
+        pages = {url: _page(reader).get(url) for url in (f"/runs/{pk}/", f"/runs/{pk}/controls/", "/runs/")}
+        assert reason in pages[f"/runs/{pk}/controls/"].content.decode()
+        assert "run-error-log" not in pages[f"/runs/{pk}/"].content.decode()
+        for what, path in paths.items():
+            for where, resp in (("api detail", detail), ("api list", listed), *pages.items()):
+                assert resp.status_code == 200 and path not in resp.content.decode(), (reader.username, what, where)
+
+
+def test_a_reader_gets_the_trainers_messages_without_server_paths(shared_run, alice, bob, staff):
+    """The trainer's log events are readable by readers (the API's logs and the page's "Trainer
+    messages"), with every absolute path replaced; the owner and staff read them as the trainer sent
+    them."""
+    from rlstudio.runs.failure import PATH_MARK
+    from rlstudio.telemetry.services import events_ingest
+
+    said = "resumed from /srv/rlstudio/runs/7/global_step_2 at step 2"
+    events_ingest(run=shared_run, raw_events=[
+        {"seq": 1, "type": "log", "time": 1.0, "data": {"level": "info", "message": said}},
+        {"seq": 2, "type": "log", "time": 2.0, "data": {"level": "warning", "message": "step 3/10: 2 of 4 groups"}},
+    ])
+    for manager in (alice, staff):
+        lines = _api(manager).get(f"/api/v1/runs/{shared_run.pk}/logs/").json()["lines"]
+        assert [x["message"] for x in lines] == [said, "step 3/10: 2 of 4 groups"]
+    lines = _api(bob).get(f"/api/v1/runs/{shared_run.pk}/logs/").json()["lines"]
+    assert [x["message"] for x in lines] == [f"resumed from {PATH_MARK} at step 2", "step 3/10: 2 of 4 groups"]
+    assert [x["level"] for x in lines] == ["info", "warning"]
+    page = _page(bob).get(f"/runs/{shared_run.pk}/").content.decode()
+    assert "/srv/rlstudio/runs/7" not in page and f"resumed from {PATH_MARK} at step 2" in page
+    assert said in _page(alice).get(f"/runs/{shared_run.pk}/").content.decode()

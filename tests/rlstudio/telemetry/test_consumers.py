@@ -1,5 +1,6 @@
 """RunConsumer over the real Redis channel layer, through the whole ASGI websocket stack."""
 import asyncio
+import json
 
 import pytest
 from channels.layers import get_channel_layer
@@ -365,3 +366,104 @@ def test_sharing_removed_without_the_service_closes_the_readers_sockets_at_the_n
     assert carol_close == {"type": "websocket.close", "code": 4403}
     assert bob_open and bob_close == {"type": "websocket.close", "code": 4403}
     assert alice_msg["seq"] == 7
+
+
+FOLDER = "/srv/rlstudio/runs/42"
+FAILURE = ('Traceback (most recent call last):\n  File "/opt/rlstudio/trainer/run.py", line 151, in run\n'
+           f"FileNotFoundError: {FOLDER}/train.parquet\n")
+
+
+def _path_events(first: int) -> list[dict]:
+    """A checkpoint, a log line and a failed status, each naming the run's folder; seqs from `first`."""
+    return [
+        {"seq": first, "type": "checkpoint", "time": 1.0, "data": {"step": 2, "path": f"{FOLDER}/global_step_2"}},
+        {"seq": first + 1, "type": "log", "time": 2.0,
+         "data": {"level": "info", "message": f"resumed from {FOLDER}/global_step_2"}},
+        {"seq": first + 2, "type": "status", "time": 3.0,
+         "data": {"state": "failed", "message": FAILURE, "step": 2, "total_steps": 4}},
+    ]
+
+
+def _datas(frames: list[dict]) -> list[dict]:
+    """The events' `data` of frames received, batch frames unpacked."""
+    events = [e for f in frames for e in (f["events"] if f.get("type") == "batch" else [f])]
+    return [e["data"] for e in events]
+
+
+def test_a_readers_socket_gets_the_runs_events_without_server_paths(alice, bob, staff, make_run):
+    """One group message reaches every socket of a run: each socket redacts for its own user when
+    sending. The owner and staff get each checkpoint's path and the messages as the trainer sent them;
+    a reader (here with and without batching, replayed and live, one event or a pre-encoded chunk) gets
+    the path blank and the messages without server paths, the other events as they are."""
+    from rlstudio.runs.failure import PATH_MARK
+    from rlstudio.runs.services import run_share
+    from rlstudio.telemetry.broadcast import run_events_message
+    from rlstudio.telemetry.services import events_ingest
+
+    run = make_run(alice)
+    run_share(run=run, by=alice, users=["bob"])
+    events_ingest(run=run, raw_events=_path_events(1))  # stored: the replay's source
+    metrics = {"seq": 7, "type": "metrics", "time": 4.0, "data": {"step": 3, "metrics": {"critic/score/mean": 0.5}}}
+    live = _path_events(4) + [metrics]
+    single = {"seq": 8, "type": "checkpoint", "time": 5.0, "data": {"step": 4, "path": f"{FOLDER}/global_step_4"}}
+    whole = [e["data"] for e in _path_events(1) + live + [single]]
+    redacted = [{"step": 2, "path": ""}, {"level": "info", "message": f"resumed from {PATH_MARK}"},
+                {"state": "failed", "message": f"FileNotFoundError: {PATH_MARK}", "step": 2, "total_steps": 4}]
+    seen_by_reader = redacted * 2 + [metrics["data"], {"step": 4, "path": ""}]
+    cookies = {"alice": _session_cookie(alice), "staff": _session_cookie(staff), "bob": _session_cookie(bob)}
+
+    async def scenario():
+        socks = {
+            "alice": await _connect(f"/ws/runs/{run.pk}/?resume_after=0&batch=1", cookies["alice"]),
+            "staff": await _connect(f"/ws/runs/{run.pk}/?resume_after=0", cookies["staff"]),
+            "bob": await _connect(f"/ws/runs/{run.pk}/?resume_after=0", cookies["bob"]),
+            "bob batch": await _connect(f"/ws/runs/{run.pk}/?resume_after=0&batch=1", cookies["bob"]),
+        }
+        layer = get_channel_layer()
+        await layer.group_send(run_group(run.pk), run_events_message(live))
+        await layer.group_send(run_group(run.pk), run_event_message(single))
+        frames = {"alice": 3, "staff": 8, "bob": 8, "bob batch": 3}  # batch: replay, chunk, single
+        got = {name: [await socks[name].receive_json_from(timeout=5) for _ in range(n)]
+               for name, n in frames.items()}
+        for sock in socks.values():
+            assert await sock.receive_nothing(timeout=0.2)
+            await sock.disconnect()
+        return got
+
+    got = asyncio.run(scenario())
+    assert _datas(got["alice"]) == _datas(got["staff"]) == whole
+    assert _datas(got["bob"]) == _datas(got["bob batch"]) == seen_by_reader
+    assert [f["seq"] for f in got["bob"]] == list(range(1, 9))
+    assert all(FOLDER not in json.dumps(f) for name in ("bob", "bob batch") for f in got[name])
+
+
+def test_staff_taken_away_makes_a_shared_staff_socket_a_readers(alice, make_user, make_run):
+    """Whether a socket's user manages the run is read again with their access: a staff member the run
+    is shared with keeps the socket when staff is taken away, and gets the reader's events from then."""
+    from asgiref.sync import sync_to_async
+
+    from rlstudio.runs.services import run_share
+
+    dana = make_user("dana", staff=True)
+    run = make_run(alice)
+    run_share(run=run, by=alice, users=["dana"])
+    cookie = _session_cookie(dana)
+
+    def demote():
+        dana.is_staff = False
+        dana.save()  # sends user.changed: the socket checks its user again
+
+    async def scenario():
+        sock = await _connect(f"/ws/runs/{run.pk}/", cookie)
+        layer = get_channel_layer()
+        await layer.group_send(run_group(run.pk), run_event_message(_path_events(1)[0]))
+        before = await sock.receive_json_from(timeout=5)
+        await sync_to_async(demote)()
+        await asyncio.sleep(0.5)
+        await layer.group_send(run_group(run.pk), run_event_message(_path_events(2)[0]))
+        after = await sock.receive_json_from(timeout=5)
+        await sock.disconnect()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert before["data"]["path"] == f"{FOLDER}/global_step_2" and after["data"]["path"] == ""

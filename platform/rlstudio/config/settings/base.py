@@ -290,7 +290,7 @@ RLSTUDIO_STOP_GRACE_S = env_float("RLSTUDIO_STOP_GRACE_S", 60)
 RLSTUDIO_INGEST_CLOSE_TIMEOUT_S = env_float("RLSTUDIO_INGEST_CLOSE_TIMEOUT_S", 10)
 # A running run whose newest heartbeat (events.jsonl / ingest) is older than this is marked lost.
 RLSTUDIO_HEARTBEAT_TIMEOUT_S = env_float("RLSTUDIO_HEARTBEAT_TIMEOUT_S", 120)
-# Seconds between two reconciles (Celery beat); log lines kept as a failed run's error.
+# Seconds between two reconciles (Celery beat); job log lines kept as a failed run's error_log.
 RLSTUDIO_RECONCILE_INTERVAL_S = env_float("RLSTUDIO_RECONCILE_INTERVAL_S", 3)
 RLSTUDIO_ERROR_LOG_LINES = 30
 # A run's job-log download (GET /api/v1/runs/{id}/job-log/?download=1) stops after this many bytes of

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 
+from ..failure import stored_error
 from ..models import TERMINAL_STATUSES, Run, RunStatus
 
 log = logging.getLogger(__name__)
@@ -92,13 +93,16 @@ def run_transition(
     by: AbstractBaseUser | None = None,
     error: str = "",
     reason: str = "",
+    error_log: str = "",
 ) -> Run:
     """Move `run` to status `to`, or raise `IllegalTransition`.
 
     Locks the row so that two workers (a reconcile and a stop, say) cannot both move it; checks the
     table against the status stored *now*, not the caller's possibly stale copy; sets `started` on
-    entering running and `finished` on a terminal state; keeps `error` for failed/lost and `reason`
-    as the queue reason on entering queued; records an AuditEvent. Updates `run` in place too.
+    entering running and `finished` on a terminal state; keeps `error` for failed/lost (its server
+    paths scrubbed: whoever reads the run sees it) and `error_log` (the job log's tail, a traceback,
+    the error as it was: the owner's and staff's; `failure.stored_error`), and `reason` as the queue
+    reason on entering queued; records an AuditEvent. Updates `run` in place too.
     """
     if to not in ALLOWED_TRANSITIONS:
         raise ValueError(f"unknown run status {to!r}; known: {', '.join(ALLOWED_TRANSITIONS)}")
@@ -123,8 +127,11 @@ def run_transition(
             locked.finished, locked.ingest_token_hash = now, ""
             fields += ["finished", "ingest_token_hash"]
         if error:
-            locked.error = error
+            locked.error, error_log = stored_error(error, error_log)
             fields.append("error")
+        if error_log:
+            locked.error_log = error_log
+            fields.append("error_log")
         if to == S.QUEUED or current == S.QUEUED:
             # A queue reason describes waiting; it is cleared once the run leaves the queue.
             locked.queue_reason = reason if to == S.QUEUED else ""
@@ -132,7 +139,7 @@ def run_transition(
         locked.save(update_fields=fields)
         data: dict[str, Any] = {"from": current, "to": to}
         if error:
-            data["error"] = error
+            data["error"] = locked.error
         if reason:
             data["reason"] = reason
         audit_record(actor=by, action="run.transition", obj=locked, data=data)
@@ -168,14 +175,16 @@ def transition_path(current: str, to: str) -> tuple[str, ...]:
     return ()
 
 
-def run_reach(*, run: Run, to: str, error: str = "") -> list[str]:
-    """Move `run` to `to` through `transition_path` (error kept on a failed or lost end); the
-    transitions made. A chain another worker interrupts stops there: its move stands."""
+def run_reach(*, run: Run, to: str, error: str = "", error_log: str = "") -> list[str]:
+    """Move `run` to `to` through `transition_path` (error and error_log kept on a failed or lost
+    end); the transitions made. A chain another worker interrupts stops there: its move stands."""
     run.refresh_from_db(fields=["status"])
     made = []
     for step in transition_path(run.status, to):
         try:
-            run_transition(run=run, to=step, error=error if step in (S.FAILED, S.LOST) else "", reason="")
+            final = step in (S.FAILED, S.LOST)
+            run_transition(run=run, to=step, error=error if final else "", error_log=error_log if final else "",
+                           reason="")
         except IllegalTransition as exc:
             log.info("%s", exc)
             break
@@ -187,11 +196,13 @@ def run_mark_running(*, run: Run) -> Run:
     return run_transition(run=run, to=S.RUNNING) if run.status == S.SUBMITTING else run
 
 
-def run_mark_finished(*, run: Run, to: str, error: str = "") -> Run:
-    """Move a submitting/running/stopping run to a terminal state, through the states between."""
+def run_mark_finished(*, run: Run, to: str, error: str = "", error_log: str = "") -> Run:
+    """Move a submitting/running/stopping run to a terminal state, through the states between
+    (`error` and `error_log` kept on the last)."""
     path = transition_path(run.status, to)
     if not path:
         raise IllegalTransition(run_id=run.pk, current=run.status, to=to)
     for step in path:
-        run_transition(run=run, to=step, error=error if step == to else "")
+        run_transition(run=run, to=step, error=error if step == to else "",
+                       error_log=error_log if step == to else "")
     return run
