@@ -61,11 +61,15 @@
 
   function settings() {
     const f = setup.elements;
-    const num = (name) => Number(f[name].value);
-    const s = { temperature: num("temperature"), top_p: num("top_p"), top_k: num("top_k"),
-                max_new_tokens: num("max_new_tokens"), tools: f.tools.checked, max_turns: num("max_turns") };
-    if (f.seed.value !== "") s.seed = num("seed");
-    return s;
+    // An empty box is left out (the server's default applies): Number("") is 0, which would answer
+    // greedily (temperature 0) or be refused as 0 new tokens.
+    const num = (name) => {
+      const text = f[name].value.trim();
+      return text === "" ? undefined : Number(text);
+    };
+    return { temperature: num("temperature"), top_p: num("top_p"), top_k: num("top_k"),
+             max_new_tokens: num("max_new_tokens"), tools: f.tools.checked, max_turns: num("max_turns"),
+             seed: num("seed") };
   }
 
   function bubble(col, turn) {

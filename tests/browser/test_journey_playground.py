@@ -133,3 +133,30 @@ def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_
     page.goto("/models/")
     page.locator(f'tr[data-model-id="{second.pk}"] a.talk-link').click()
     expect(page.locator("#pg-target-a")).to_have_value(f"model:{second.pk}")
+
+
+def test_empty_settings_are_left_out_of_the_session_request(page_as, make_user, register_model):
+    """A settings box left empty is left out of the request (the server's default applies): it once
+    went as 0, so an empty temperature answered greedily without a word and an empty budget was refused
+    as 0 new tokens."""
+    import json
+
+    alice = make_user("alice")
+    model = register_model(alice, "tiny-smoke")
+    page = page_as(alice)
+    page.goto(f"/playground/?target=model:{model.pk}")
+    sent = []
+
+    def answer(route):
+        sent.append(json.loads(route.request.post_data))
+        route.fulfill(status=400, content_type="application/json",
+                      body=json.dumps({"error": {"code": "invalid", "message": "answered by the test", "field": None}}))
+
+    page.route("**/api/v1/playground/sessions/", answer)
+    for name in ("temperature", "top_p", "top_k", "max_new_tokens", "max_turns"):
+        page.fill(f"#pg-form input[name={name}]", "")
+    page.fill("#pg-input", "What is 2 + 2?")
+    page.click("#pg-send-button")
+    expect(page.locator("#pg-error")).to_have_text("answered by the test")
+    assert len(sent) == 1 and [t["model"] for t in sent[0]["targets"]] == [model.pk]
+    assert sent[0]["settings"] == {"tools": False}, sent[0]
