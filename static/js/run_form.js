@@ -136,6 +136,16 @@
       });
   }
   function later() { clearTimeout(timer); timer = setTimeout(refresh, 350); }
+  // The errors the server rendered after a refused Launch are about the values sent then: once the
+  // user edits a field, its own are stale and go (the live ones above keep saying what is wrong now).
+  function dropServerErrors(ev) {
+    var holder = ev.target && ev.target.closest && ev.target.closest("p[data-field]");
+    if (!holder) { return; }
+    holder.querySelectorAll(".field-error:not(.live)").forEach(function (span) { span.remove(); });
+    if (ev.target.getAttribute("aria-invalid") === "true") { ev.target.removeAttribute("aria-invalid"); }
+  }
+  form.addEventListener("input", dropServerErrors);
+  form.addEventListener("change", dropServerErrors);
   form.addEventListener("input", later);
   form.addEventListener("change", later);
   refresh();

@@ -94,3 +94,24 @@ def test_gpu_preset_on_the_cpu_preview_errors_memory_and_launch(page_as, make_us
 
         raise AssertionError(f"run {run.status} (queue: {run.queue_reason!r}, heartbeat {run.last_heartbeat}); "
                              f"job log: {run_logs(run=run, tail=40)}") from None
+
+
+def test_a_refused_launchs_errors_go_from_a_field_once_it_is_edited(page_as, make_user):
+    """After a refused Launch each field shows the server's error for what was sent; editing a field
+    drops its own (it said "This field is required." under a name already typed until the next Launch),
+    and the other fields' errors stay."""
+    alice = make_user("alice")
+    page = page_as(alice)
+    page.goto("/runs/new/")
+    with page.expect_navigation():
+        page.click("form.run-form button[type=submit]")
+    server = "p[data-field={}] > span.field-error:not(.live)"
+    for field in ("name", "dataset", "model"):
+        assert page.locator(server.format(field)).all_inner_texts() == ["This field is required."], field
+    assert page.get_attribute("#id_name", "aria-invalid") == "true"
+
+    page.fill("#id_name", "typed now")
+    assert page.locator(server.format("name")).count() == 0
+    assert page.get_attribute("#id_name", "aria-invalid") is None
+    for field in ("dataset", "model"):
+        assert page.locator(server.format(field)).count() == 1, field
