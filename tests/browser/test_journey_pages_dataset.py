@@ -49,3 +49,28 @@ def test_long_prompt_lines_wrap_on_the_dataset_page(page_as, make_user, ui, tmp_
     checks = page.locator("section.card:has(h2:has-text('Reward check')) table tbody tr")
     assert checks.count() > 0, (page.url, page.title(), page.locator("body").inner_text()[:3000])
     assert page.evaluate("document.scrollingElement.scrollWidth") <= width
+
+
+def test_the_upload_pages_drop_target_is_a_box_and_its_sentence_one_line(page_as, make_user, shot):
+    """/datasets/upload/: "Drop a file here or choose one." is one line inside a visible box (it was
+    broken over three lines, "choose one" a block label like the form's others, with no box to drop on),
+    and the box is outlined while a file is dragged over it."""
+    alice = make_user("alice")
+    page = page_as(alice)
+    page.goto("/datasets/upload/")
+    zone = page.locator("#dropzone")
+    style = page.evaluate("""() => { const s = getComputedStyle(document.getElementById('dropzone'));
+        return {style: s.borderTopStyle, width: parseFloat(s.borderTopWidth), colour: s.borderTopColor}; }""")
+    assert style["style"] == "dashed" and style["width"] >= 1, style
+    sentence = zone.locator("p").first
+    link = sentence.locator("label.link")
+    assert page.evaluate("getComputedStyle(document.querySelector('#dropzone label.link')).display") == "inline"
+    line = page.evaluate("parseFloat(getComputedStyle(document.querySelector('#dropzone p')).lineHeight)")
+    assert sentence.bounding_box()["height"] < 1.5 * line, sentence.bounding_box()
+    assert sentence.inner_text().strip() == "Drop a file here or choose one."
+    assert link.bounding_box()["y"] >= sentence.bounding_box()["y"]
+    page.dispatch_event("#dropzone", "dragenter")
+    over = page.evaluate("getComputedStyle(document.getElementById('dropzone')).borderTopColor")
+    assert "over" in zone.get_attribute("class") and over != style["colour"]
+    page.dispatch_event("#dropzone", "dragleave")
+    shot(page, "pages-dataset-upload")
