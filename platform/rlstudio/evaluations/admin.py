@@ -10,5 +10,5 @@ class EvaluationAdmin(admin.ModelAdmin):
     list_filter = ["status", "created"]
     search_fields = ["run__name", "model__name", "owner__username"]
     raw_id_fields = ["run", "model", "owner", "dataset"]
-    readonly_fields = ["status", "queue_reason", "error", "results", "ray_submission_id", "stop_requested", "created",
-                       "started", "finished"]
+    readonly_fields = ["status", "queue_reason", "error", "error_log", "results", "ray_submission_id", "stop_requested",
+                       "created", "started", "finished"]

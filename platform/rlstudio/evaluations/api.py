@@ -77,7 +77,7 @@ def _create(request, make) -> Response:
         raise ApiError(str(exc), field=exc.field) from None
     except EvaluationRefused as exc:
         raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
-    return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+    return Response(EvaluationSerializer(ev, context={"request": request}).data, status=http.HTTP_202_ACCEPTED)
 
 
 def _detail(request, ev) -> Response:
@@ -85,7 +85,7 @@ def _detail(request, ev) -> Response:
     if change is not None and change not in CHANGES:
         raise ApiError(f"change must be one of {', '.join(CHANGES)}, got {change[:40]!r}", field="change")
     prompts = matrix_rows(ev.results, ev.columns, change)
-    return Response(EvaluationDetailSerializer(ev, context={"prompts": prompts}).data)
+    return Response(EvaluationDetailSerializer(ev, context={"prompts": prompts, "request": request}).data)
 
 
 def _stop(request, ev) -> Response:
@@ -97,7 +97,7 @@ def _stop(request, ev) -> Response:
         raise _forbidden(exc) from None
     except EvaluationRefused as exc:
         raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
-    return Response(EvaluationSerializer(ev).data, status=http.HTTP_202_ACCEPTED)
+    return Response(EvaluationSerializer(ev, context={"request": request}).data, status=http.HTTP_202_ACCEPTED)
 
 
 def _delete(request, ev) -> Response:
@@ -128,7 +128,7 @@ class RunEvaluationsView(APIView):
     @extend_schema(responses=EvaluationSerializer(many=True), operation_id="runs_evaluations_list")
     def get(self, request, run_id: int):
         _run, qs = evaluation_list_for(user=request.user, run_id=run_id)
-        return Response(EvaluationSerializer(qs[:100], many=True).data)
+        return Response(EvaluationSerializer(qs[:100], many=True, context={"request": request}).data)
 
     @extend_schema(request=EvaluationCreateSerializer, responses={202: EvaluationSerializer},
                    operation_id="runs_evaluations_create")
@@ -172,7 +172,7 @@ class ModelEvaluationsView(APIView):
     @extend_schema(responses=EvaluationSerializer(many=True), operation_id="models_evaluations_list")
     def get(self, request, model_id: int):
         _model, qs = model_evaluation_list_for(user=request.user, model_id=model_id)
-        return Response(EvaluationSerializer(qs[:100], many=True).data)
+        return Response(EvaluationSerializer(qs[:100], many=True, context={"request": request}).data)
 
     @extend_schema(request=ModelEvaluationCreateSerializer, responses={202: EvaluationSerializer},
                    operation_id="models_evaluations_create")

@@ -51,7 +51,10 @@ class Evaluation(models.Model):
     gpus = models.PositiveIntegerField(default=0)  # counted against the owner's GPU quota while running
     status = models.CharField(max_length=16, choices=EvaluationStatus.choices, default=EvaluationStatus.QUEUED)
     queue_reason = models.CharField(max_length=300, blank=True)
-    error = models.TextField(blank=True)
+    error = models.TextField(blank=True)  # why it failed: no server paths (rlstudio.runs.failure)
+    error_log = models.TextField(
+        blank=True, help_text="A failed evaluation's job log tail or the error as it was (its managers' only)."
+    )
     results = models.JSONField(default=dict, blank=True)
     ray_submission_id = models.CharField(max_length=120, blank=True)
     stop_requested = models.DateTimeField(null=True, blank=True)

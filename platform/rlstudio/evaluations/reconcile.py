@@ -4,8 +4,9 @@ by the app's `ready`): follow each running evaluation's Ray job, then admit queu
     Ray SUCCEEDED                      -> succeeded with the job's results and samples (failed when
                                           its files are missing or malformed, saying so)
     Ray STOPPED                        -> stopped
-    Ray FAILED                         -> failed with the job's error.json (else its last log lines);
-                                          stopped when a stop was asked for
+    Ray FAILED                         -> failed with the job's error.json (else Ray's reason) as the
+                                          error and the job's last log lines as the error_log (the
+                                          owner's and staff's only); stopped when a stop was asked for
     Ray does not know the job          -> failed ("lost")
     PENDING / RUNNING, stop asked      -> the stop is asked again once the grace period has passed
     admitted, no Ray job after RLSTUDIO_SUBMIT_TIMEOUT_S -> the job Ray has under its derived id is
@@ -22,6 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from rlstudio.runs import ray_jobs
+from rlstudio.runs.reconcile import failed_job_texts
 
 from . import jobs
 from .models import Evaluation, EvaluationStatus
@@ -47,15 +49,12 @@ def decide(*, job_status: str | None, stop_requested: datetime | None, now: date
     return WAIT
 
 
-def _error_of(ev: Evaluation, info: ray_jobs.JobInfo | None) -> str:
-    written = jobs.read_error(jobs.folder(ev))
-    if written:
-        return written
-    try:
-        tail = ray_jobs.tail_lines(ray_jobs.logs(ev.ray_submission_id), settings.RLSTUDIO_ERROR_LOG_LINES)
-    except ray_jobs.RayUnavailable as exc:
-        tail = f"(logs unavailable: {exc})"
-    return "\n".join(x for x in ((info.message if info else ""), tail) if x) or "the evaluation job failed"
+def _failure_of(ev: Evaluation, info: ray_jobs.JobInfo | None) -> tuple[str, str]:
+    """A failed job's (error, error_log): the reason the job wrote into error.json, else Ray's; and the
+    job log's last lines (the traceback the job printed, which names server paths: the owner's and
+    staff's only, `runs.reconcile.failed_job_texts`)."""
+    reason, tail = failed_job_texts(ev.ray_submission_id, info.message if info else "")
+    return jobs.read_error(jobs.folder(ev)) or reason, tail
 
 
 def _unsubmitted(ev: Evaluation, now: datetime) -> str | None:
@@ -98,7 +97,9 @@ def reconcile_evaluation(ev: Evaluation, *, now: datetime | None = None) -> str 
         error = "Ray no longer knows this evaluation's job (the cluster restarted or the job was deleted)"
         return S.FAILED if evaluation_finish(evaluation_id=ev.pk, status=S.FAILED, error=error) else None
     if action == FAILED:
-        return S.FAILED if evaluation_finish(evaluation_id=ev.pk, status=S.FAILED, error=_error_of(ev, info)) else None
+        error, error_log = _failure_of(ev, info)
+        return S.FAILED if evaluation_finish(evaluation_id=ev.pk, status=S.FAILED, error=error,
+                                             error_log=error_log) else None
     try:
         outcome = jobs.read_outcome(jobs.folder(ev), columns=ev.columns, n_prompts_max=ev.max_prompts, k=ev.k)
     except jobs.OutcomeInvalid as exc:

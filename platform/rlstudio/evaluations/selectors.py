@@ -2,7 +2,10 @@
 staff: `rlstudio.runs.selectors.run_get_for`) reads its evaluations, and nobody else. A catalog
 model's: through the model (one the user may see: `rlstudio.catalog.selectors.model_asset_get_for`),
 and then only the user's own evaluations of it (staff: all): another user's evaluation of a shared
-model shows their dataset's prompts, which may be private."""
+model shows their dataset's prompts, which may be private.
+
+A failed evaluation's `error` (its reason, no server paths) is every reader's; its `error_log` (the
+job log's tail, the error as it was) only its managers' (`can_manage_evaluation`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from rlstudio.runs.launch import inside, run_folder
+from rlstudio.runs.selectors import can_manage
 from trainer.checkpoint import STEP_DIR
 
 from .models import Evaluation, EvaluationSample
@@ -21,7 +25,7 @@ def evaluation_list_for(*, user, run_id) -> tuple[object, QuerySet[Evaluation]]:
     from rlstudio.runs.selectors import run_get_for
 
     run = run_get_for(user=user, run_id=run_id)
-    return run, Evaluation.objects.filter(run=run).select_related("dataset", "owner")
+    return run, Evaluation.objects.filter(run=run).select_related("dataset", "owner", "run")
 
 
 def evaluation_get_for(*, user, run_id, evaluation_id) -> Evaluation:
@@ -62,6 +66,23 @@ def model_evaluation_get_for(*, user, model_id, evaluation_id) -> Evaluation:
     if ev is None:
         raise Http404("Not found")
     return ev
+
+
+def can_manage_evaluation(*, user, ev: Evaluation) -> bool:
+    """Whether `user` manages `ev` (stops and deletes it, reads its error log): of a run, the run's
+    owner or staff (`rlstudio.runs.selectors.can_manage`); of a catalog model, the evaluation's owner
+    or staff."""
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if ev.run_id is not None:
+        return can_manage(user=user, run=ev.run)
+    return bool(user.is_staff or ev.owner_id == user.pk)
+
+
+def evaluation_error_log_for(*, user, ev: Evaluation) -> str:
+    """`ev`'s error log (the failed job's log tail, the error as it was: they name server paths) for
+    its managers; "" for anyone else (a reader of the run)."""
+    return ev.error_log if can_manage_evaluation(user=user, ev=ev) else ""
 
 
 def evaluation_samples_for(*, ev: Evaluation, prompt: int, column: str) -> QuerySet[EvaluationSample]:

@@ -1,7 +1,10 @@
 """Shapes of evaluations in the API (docs/api.md "Evaluations")."""
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .models import Evaluation, EvaluationSample
+from .selectors import evaluation_error_log_for
 
 
 class SamplingSerializer(serializers.Serializer):
@@ -54,6 +57,12 @@ class EvaluationSerializer(serializers.ModelSerializer):
     dataset = serializers.IntegerField(source="dataset_id", read_only=True)
     owner = serializers.CharField(source="owner.username", read_only=True)
     figures = serializers.SerializerMethodField()
+    error = serializers.CharField(read_only=True, help_text=(
+        "Why a failed evaluation ended: the job's exception, Ray's reason or the platform's message (no server "
+        "paths: a path in it reads [path])."))
+    error_log = serializers.SerializerMethodField(help_text=(
+        "A failed evaluation's job log tail (the traceback) and the error as it was, which name server paths "
+        "(its managers: the run's owner and staff, a model evaluation's owner and staff; empty for a reader)."))
     reward = serializers.CharField(read_only=True,
                                    help_text="a model's evaluation: the reward it is scored with ('': the default "
                                              "reward); a run's: '' (the run's own config scores it)")
@@ -61,11 +70,16 @@ class EvaluationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Evaluation
         fields = ["id", "run", "model", "owner", "dataset", "checkpoints", "include_base", "columns", "k", "max_prompts",
-                  "gpus", "sampling", "reward", "status", "queue_reason", "error", "stop_requested", "figures", "created",
-                  "started", "finished"]
+                  "gpus", "sampling", "reward", "status", "queue_reason", "error", "error_log", "stop_requested", "figures",
+                  "created", "started", "finished"]
 
     columns = serializers.ListField(child=serializers.CharField(), read_only=True,
                                     help_text="the matrix's column keys: 'base' first when included, then the steps")
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_error_log(self, obj) -> str:
+        request = self.context.get("request")
+        return evaluation_error_log_for(user=getattr(request, "user", None), ev=obj)
 
     def get_figures(self, obj) -> list[dict]:
         """Per column: key ("base" or the step), step (0 for the base model), base, mean_at_k, pass_at_k,

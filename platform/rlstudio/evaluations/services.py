@@ -23,12 +23,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
-from rlstudio.text import without_nul
+from rlstudio.runs.failure import stored_error
 from rlstudio.runs.launch import run_folder, write_spec
+from rlstudio.text import without_nul
 
 from . import jobs
 from .models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationSample, EvaluationStatus
-from .selectors import checkpoint_steps
+from .selectors import can_manage_evaluation, checkpoint_steps
 
 log = logging.getLogger(__name__)
 S = EvaluationStatus
@@ -37,6 +38,7 @@ MAX_CHECKPOINTS = 8
 MAX_PROMPTS = 64
 MAX_NEW_TOKENS = 1024
 MAX_GPUS = 1
+MAX_ERROR_LOG = 64_000  # characters of a failure's detail kept (its end)
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 256, "seed": 0}
 SUBMIT_TASK = "evaluations.submit_evaluation"
 
@@ -256,16 +258,26 @@ def _send_submit(evaluation_id: int) -> None:
                           error=f"could not queue the evaluation's submission: {error}")
 
 
-def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", outcome: jobs.Outcome | None = None,
+def evaluation_errors(error: str, error_log: str = "") -> tuple[str, str]:
+    """What an evaluation stores for (error, error_log): the reason with its server paths replaced
+    (whoever reads the run reads it) and the detail (the job log's tail, the error as it was: the
+    owner's and staff's; `rlstudio.runs.failure.stored_error`), bounded and without NUL characters."""
+    reason, detail = stored_error(error, error_log)
+    return without_nul(reason[:4000]), without_nul(detail[-MAX_ERROR_LOG:])
+
+
+def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", error_log: str = "",
+                      outcome: jobs.Outcome | None = None,
                       only_from: frozenset = ACTIVE_EVALUATION_STATUSES) -> bool:
     """End an evaluation (once: only from `only_from`), storing the job's results and samples when
-    given. Returns whether it moved."""
+    given, and a failure's reason and detail apart (`evaluation_errors`). Returns whether it moved."""
     with transaction.atomic():
         ev = Evaluation.objects.select_for_update().filter(pk=evaluation_id).first()
         if ev is None or ev.status not in only_from:
             return False
-        ev.status, ev.error, ev.finished = status, without_nul(error[:4000]), timezone.now()
-        fields = ["status", "error", "finished"]
+        ev.error, ev.error_log = evaluation_errors(error, error_log)
+        ev.status, ev.finished = status, timezone.now()
+        fields = ["status", "error", "error_log", "finished"]
         if outcome is not None and outcome.results is not None:  # model text: PostgreSQL refuses NUL
             ev.results = without_nul(outcome.results)
             fields.append("results")
@@ -280,7 +292,7 @@ def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", outco
                  for s in outcome.samples], batch_size=1000)
         ev.save(update_fields=fields)
         audit_record(actor=None, action=f"evaluation.{status}", obj=ev.subject,
-                     data={"evaluation": ev.pk, "error": error[:500]})
+                     data={"evaluation": ev.pk, "error": ev.error[:500]})
     return True
 
 
@@ -313,8 +325,8 @@ def evaluation_submit(*, evaluation_id: int) -> str:
                                       metadata={"rlstudio_evaluation": str(ev.pk), "owner": str(ev.owner_id)})
         except (OSError, ConfigInvalid, ray_jobs.RayUnavailable) as exc:
             ev.status, ev.finished = S.FAILED, timezone.now()
-            ev.error = f"could not submit the evaluation: {type(exc).__name__}: {exc}"[:4000]
-            ev.save(update_fields=["status", "finished", "error"])
+            ev.error, ev.error_log = evaluation_errors(f"could not submit the evaluation: {type(exc).__name__}: {exc}")
+            ev.save(update_fields=["status", "finished", "error", "error_log"])
             return "failed"
         ev.ray_submission_id = submission_id
         ev.save(update_fields=["ray_submission_id"])
@@ -336,7 +348,7 @@ def check_can_manage_evaluation(*, user, ev: Evaluation, action: str) -> None:
 
     if ev.run_id is not None:
         check_can_manage(user=user, run=ev.run, action=f"{action} an evaluation of")
-    elif not (user.is_staff or ev.owner_id == user.pk):
+    elif not can_manage_evaluation(user=user, ev=ev):
         raise EvaluationNotPermitted(f"only the evaluation's owner or staff may {action} it")
 
 

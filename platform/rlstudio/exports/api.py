@@ -27,7 +27,7 @@ class RunExportsView(APIView):
     @extend_schema(responses=ExportSerializer(many=True), operation_id="runs_exports_list")
     def get(self, request, run_id: int):
         _run, qs = export_list_for(user=request.user, run_id=run_id)
-        return Response(ExportSerializer(qs[:100], many=True).data)
+        return Response(ExportSerializer(qs[:100], many=True, context={"request": request}).data)
 
     @extend_schema(request=ExportCreateSerializer, responses={202: ExportSerializer, 200: ExportSerializer},
                    operation_id="runs_exports_create")
@@ -45,13 +45,15 @@ class RunExportsView(APIView):
             raise ApiError(str(exc), field=exc.field) from None
         except ExportRefused as exc:
             raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
-        return Response(ExportSerializer(export).data, status=http.HTTP_202_ACCEPTED if queued else http.HTTP_200_OK)
+        return Response(ExportSerializer(export, context={"request": request}).data,
+                        status=http.HTTP_202_ACCEPTED if queued else http.HTTP_200_OK)
 
 
 class RunExportDetailView(APIView):
     @extend_schema(responses=ExportSerializer, operation_id="runs_exports_retrieve")
     def get(self, request, run_id: int, export_id: int):
-        return Response(ExportSerializer(export_get_for(user=request.user, run_id=run_id, export_id=export_id)).data)
+        export = export_get_for(user=request.user, run_id=run_id, export_id=export_id)
+        return Response(ExportSerializer(export, context={"request": request}).data)
 
     @extend_schema(responses={204: None}, operation_id="runs_exports_destroy")
     def delete(self, request, run_id: int, export_id: int):

@@ -25,7 +25,10 @@ class Export(models.Model):
                               help_text="Who asked for it (the run's owner or staff).")
     step = models.PositiveIntegerField()
     status = models.CharField(max_length=16, choices=ExportStatus.choices, default=ExportStatus.QUEUED)
-    error = models.TextField(blank=True)
+    error = models.TextField(blank=True)  # why it failed: no server paths (rlstudio.runs.failure)
+    error_log = models.TextField(
+        blank=True, help_text="A failed export's error as it was and its traceback (the run's owner's and staff's only)."
+    )
     lora = models.BooleanField(default=False, help_text="A LoRA checkpoint: the folder holds the adapter too.")
     files = models.JSONField(default=list, blank=True, help_text="The files written, relative to the folder.")
     size_bytes = models.BigIntegerField(null=True, blank=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -27,8 +28,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.evaluations.selectors import checkpoint_steps
+from rlstudio.runs.failure import stored_error
 from rlstudio.runs.folders import remove_tree_inside
 from rlstudio.runs.launch import inside, run_folder
+from rlstudio.text import without_nul
 
 from .models import ACTIVE_EXPORT_STATUSES, Export, ExportStatus
 
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 STALE_AFTER = timedelta(hours=6)
 MAX_ARCHIVE_BYTES = 64 * 2**30  # the largest export served as an archive (file bytes before compression)
 EXPORTS_DIR = "exports"
+MAX_ERROR_LOG = 64_000  # characters of a failure's detail kept (its end)
 
 
 def write_card(*, run, step: int, folder: Path, lora: bool) -> None:
@@ -131,9 +135,9 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
             export = Export.objects.create(run=run, owner=user, step=step)
         else:  # a failed export is asked for again
             export = existing
-            export.owner, export.status, export.error = user, ExportStatus.QUEUED, ""
+            export.owner, export.status, export.error, export.error_log = user, ExportStatus.QUEUED, "", ""
             export.started = export.finished = None
-            export.save(update_fields=["owner", "status", "error", "started", "finished"])
+            export.save(update_fields=["owner", "status", "error", "error_log", "started", "finished"])
         audit_record(actor=user, action="run.export", obj=run, data={"step": step, "export": export.pk})
     error = publish("exports.run_export", export.pk)
     if error is not None:
@@ -141,11 +145,16 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
     return export, True
 
 
-def _finish(export: Export, *, status: str, error: str = "", **fields) -> None:
-    export.status, export.error, export.finished = status, error[:4000], timezone.now()
+def _finish(export: Export, *, status: str, error: str = "", error_log: str = "", **fields) -> None:
+    """End `export`: a failure's reason as `error`, its server paths replaced (whoever reads the run
+    reads it), and its detail as `error_log` (the error as it was, the traceback: the run's owner's
+    and staff's; `rlstudio.runs.failure.stored_error`), both bounded and without NUL characters."""
+    reason, detail = stored_error(error, error_log)
+    export.status, export.finished = status, timezone.now()
+    export.error, export.error_log = without_nul(reason[:4000]), without_nul(detail[-MAX_ERROR_LOG:])
     for name, value in fields.items():
         setattr(export, name, value)
-    export.save(update_fields=["status", "error", "finished", *fields])
+    export.save(update_fields=["status", "error", "error_log", "finished", *fields])
 
 
 def export_execute(*, export_id: int) -> str:
@@ -180,8 +189,9 @@ def export_execute(*, export_id: int) -> str:
     except CatalogRefused as exc:
         _finish(export, status=ExportStatus.FAILED, error=f"the catalog refused the export: {exc}")
         return "failed"
-    except Exception as exc:  # the export fails with the reason; the worker goes on
-        _finish(export, status=ExportStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # the export fails with the reason (and its traceback); the worker goes on
+        _finish(export, status=ExportStatus.FAILED, error=f"{type(exc).__name__}: {exc}",
+                error_log=traceback.format_exc().rstrip("\n"))
         return "failed"
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     _finish(export, status=ExportStatus.SUCCEEDED, lora=info["lora"], files=files, size_bytes=archive_size(out),

@@ -186,14 +186,15 @@ def _out_dir(run: Run) -> Path:
     return run_output_dir(run)
 
 
-def failed_job_texts(run: Run, message: str) -> tuple[str, str]:
-    """A failed Ray job's (error, error_log): Ray's reason, and the last RLSTUDIO_ERROR_LOG_LINES
-    lines of the job log (the lines Ray put in its message when the log cannot be read). The log
-    prints server paths: it goes to `error_log`, which only the run's owner and staff see."""
+def failed_job_texts(submission_id: str, message: str) -> tuple[str, str]:
+    """A failed Ray job's (error, error_log): Ray's reason (`message` is Ray's message for the job),
+    and the last RLSTUDIO_ERROR_LOG_LINES lines of the job log (the lines Ray put in its message when
+    the log cannot be read). The log prints server paths: it goes to `error_log`, which only the
+    owner and staff see (of the run; of an evaluation: `evaluations.reconcile` uses it too)."""
     reason, ray_lines = ray_failure(message)
     lines = int(settings.RLSTUDIO_ERROR_LOG_LINES)
     try:
-        tail = ray_jobs.tail_lines(ray_jobs.logs(run.ray_submission_id), lines)
+        tail = ray_jobs.tail_lines(ray_jobs.logs(submission_id), lines)
     except ray_jobs.RayUnavailable as exc:
         tail = "\n".join(x for x in (ray_jobs.tail_lines(ray_lines, lines), f"(logs unavailable: {exc})") if x)
     return reason or "the Ray job failed", tail
@@ -223,7 +224,7 @@ def reconcile_run(run: Run, *, now: datetime | None = None) -> str | None:
         return None
     error, error_log = d.error, ""
     if d.need_logs:
-        error, error_log = failed_job_texts(run, d.error)
+        error, error_log = failed_job_texts(run.ray_submission_id, d.error)
     try:
         if d.to == S.RUNNING:
             run_mark_running(run=run)

@@ -107,13 +107,14 @@ def test_a_failed_or_lost_job_fails_the_evaluation_with_its_error_and_a_stop_is_
     assert reconcile_evaluations()["moved"] == {ev.pk: S.FAILED}
     ev.refresh_from_db()
     assert ev.error == "ValueError: checkpoint weights do not fit" and ev.finished
-    # no error.json: the job's last log lines
+    assert ev.error_log == "line 1\nTraceback: boom"  # the job log's tail: its managers' only
+    # no error.json: Ray's reason, and the job's last log lines as the error log
     ev2 = _new(alice, run_with_ckpts, data)
     Evaluation.objects.filter(pk=ev2.pk).update(ray_submission_id="sid-2")
     status["sid-2"] = ray_jobs.FAILED
     reconcile_evaluations()
     ev2.refresh_from_db()
-    assert ev2.status == S.FAILED and "Traceback: boom" in ev2.error
+    assert ev2.status == S.FAILED and ev2.error == "exit 1" and "Traceback: boom" in ev2.error_log
     # Ray does not know the job
     ev3 = _new(alice, run_with_ckpts, data)
     Evaluation.objects.filter(pk=ev3.pk).update(ray_submission_id="sid-3")
@@ -137,6 +138,64 @@ def test_a_failed_or_lost_job_fails_the_evaluation_with_its_error_and_a_stop_is_
     reconcile_evaluations()
     ev5.refresh_from_db()
     assert ev5.status == S.FAILED and "no results.json" in ev5.error
+
+
+def test_a_failed_jobs_error_names_no_path_and_its_log_and_paths_go_to_the_error_log(
+        alice, run_with_ckpts, data, published, monkeypatch, settings):
+    """The job's error.json names the checkpoint's file and its printed traceback the server's code:
+    the evaluation's `error` keeps the exception with its paths replaced, its `error_log` the job log's
+    last lines and the error as it was; without the log (Ray unreachable) the lines Ray gave."""
+    from rlstudio.runs.failure import PATH_MARK
+
+    settings.RLSTUDIO_ERROR_LOG_LINES = 3
+    ev = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev.pk).update(ray_submission_id="sid-1")
+    missing = jobs.folder(ev).parent.parent / "global_step_1" / "actor" / "model.pt"
+    written = f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
+    log = ('Traceback (most recent call last):\n  File "/srv/rlstudio/trainer/evaluate_job.py", line 70, in main\n'
+           f"    results = run_spec(spec, args.output)\n{written}\n")
+    message = f"Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n{log}"
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: ray_jobs.JobInfo(sid, ray_jobs.FAILED, message, 1))
+    monkeypatch.setattr(ray_jobs, "logs", lambda sid: log)
+    jobs.folder(ev).mkdir(parents=True)
+    (jobs.folder(ev) / "error.json").write_text(json.dumps({"error": written}))
+    assert reconcile_evaluations()["moved"] == {ev.pk: S.FAILED}
+    ev.refresh_from_db()
+    assert ev.error == f"FileNotFoundError: [Errno 2] No such file or directory: '{PATH_MARK}'"
+    assert ev.error_log == ray_jobs.tail_lines(log, 3)  # it holds the error as it was already
+    assert str(missing) in ev.error_log and "evaluate_job.py" in ev.error_log
+    from rlstudio.accounts.models import AuditEvent
+
+    audit = AuditEvent.objects.get(action="evaluation.failed", data__evaluation=ev.pk)
+    assert audit.data["error"] == ev.error
+
+    def unavailable(sid):
+        raise ray_jobs.RayUnavailable("Ray is not reachable")
+
+    ev2 = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev2.pk).update(ray_submission_id="sid-2")
+    monkeypatch.setattr(ray_jobs, "logs", unavailable)
+    reconcile_evaluations()
+    ev2.refresh_from_db()
+    assert ev2.error == "Job entrypoint command failed with exit code 1"
+    assert ev2.error_log == ray_jobs.tail_lines(log, 3) + "\n(logs unavailable: Ray is not reachable)"
+
+
+def test_a_submission_refused_for_a_path_names_no_path(alice, run_with_ckpts, data, published, monkeypatch):
+    from rlstudio.runs.failure import PATH_MARK
+
+    ev = _new(alice, run_with_ckpts, data)
+    where = jobs.folder(ev)
+
+    def refused(spec, out):
+        raise PermissionError(f"[Errno 13] Permission denied: '{where}/spec.json'")
+
+    monkeypatch.setattr(services, "write_spec", refused)
+    assert services.evaluation_submit(evaluation_id=ev.pk) == "failed"
+    ev.refresh_from_db()
+    assert ev.status == S.FAILED
+    assert ev.error == f"could not submit the evaluation: PermissionError: [Errno 13] Permission denied: '{PATH_MARK}'"
+    assert ev.error_log == f"could not submit the evaluation: PermissionError: [Errno 13] Permission denied: '{where}/spec.json'"
 
 
 def test_an_admitted_evaluation_never_submitted_fails_after_the_timeout(alice, run_with_ckpts, data, published,

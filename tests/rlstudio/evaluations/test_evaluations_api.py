@@ -266,3 +266,58 @@ def test_delete_never_follows_a_link_out_of_the_runs_folder(alice, run_with_ckpt
     assert r.status_code == 204, r.content
     assert not Evaluation.objects.filter(pk=done.pk).exists() and not EvaluationSample.objects.exists()
     assert kept.read_text() == "keep me" and (out / "precious.txt").exists()  # nothing followed, link kept
+
+
+def test_a_failed_evaluations_log_tail_and_paths_are_its_managers_not_a_readers(
+        alice, bob, make_user, staff, run_with_ckpts, data, published, monkeypatch):
+    """A failed evaluation of a shared run: its `error` (the job's exception, paths replaced) is every
+    reader's on the API (list, detail) and the run page's card; its `error_log` (the job log's tail, the
+    checkpoint's path and the server's code) is the run's owner's and staff's, "" for a reader by name
+    or as everyone, and the page shows it only to the owner and staff."""
+    from django.test import Client
+    from django.utils import timezone
+
+    from rlstudio.evaluations import jobs
+    from rlstudio.evaluations.reconcile import reconcile_evaluations
+    from rlstudio.runs import ray_jobs
+    from rlstudio.runs.failure import PATH_MARK
+
+    ev = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=2, max_prompts=4,
+                                   sampling=services.DEFAULT_SAMPLING, status=EvaluationStatus.RUNNING,
+                                   started=timezone.now(), ray_submission_id="rlstudio-eval-shared")
+    missing = jobs.folder(ev).parent.parent / "global_step_1" / "actor" / "model.pt"
+    code = "/srv/rlstudio/trainer/evaluate_job.py"
+    written = f"FileNotFoundError: [Errno 2] No such file or directory: '{missing}'"
+    log = f'Traceback (most recent call last):\n  File "{code}", line 70, in main\n{written}\n'
+    message = f"Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n{log}"
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: ray_jobs.JobInfo(sid, ray_jobs.FAILED, message, 1))
+    monkeypatch.setattr(ray_jobs, "logs", lambda sid: log)
+    jobs.folder(ev).mkdir(parents=True)
+    (jobs.folder(ev) / "error.json").write_text(f'{{"error": "{written}"}}')
+    assert reconcile_evaluations()["moved"] == {ev.pk: EvaluationStatus.FAILED}
+    reason = f"FileNotFoundError: [Errno 2] No such file or directory: '{PATH_MARK}'"
+    base, page = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", f"/runs/{run_with_ckpts.pk}/"
+
+    def seen(user):
+        listed, detail = _api(user).get(base), _api(user).get(f"{base}{ev.pk}/")
+        c = Client()
+        c.force_login(user)
+        html = c.get(page).content.decode()
+        return listed, detail, html
+
+    for manager in (alice, staff):
+        listed, detail, html = seen(manager)
+        for body in (listed.json()[0], detail.json()):
+            assert body["error"] == reason and body["error_log"] == log.strip(), manager.username
+        assert 'class="eval-error-log"' in html and str(missing) in html and code in html, manager.username
+    carol = make_user("carol")
+    run_share(run=run_with_ckpts, by=alice, add=["bob"])  # bob by name, carol once it is everyone's
+    for reader, visibility in ((bob, "private"), (carol, "everyone")):
+        run_share(run=run_with_ckpts, by=alice, visibility=visibility)
+        listed, detail, html = seen(reader)
+        for body in (listed.json()[0], detail.json()):
+            assert body["error"] == reason and body["error_log"] == "", reader.username
+        assert "No such file or directory" in html and "eval-error-log" not in html, reader.username
+        for resp in (listed, detail):
+            assert str(missing) not in resp.content.decode() and code not in resp.content.decode()
+        assert str(missing) not in html and code not in html and "Traceback" not in html, reader.username

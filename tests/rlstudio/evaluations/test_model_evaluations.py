@@ -432,3 +432,32 @@ def test_a_registered_reward_disabled_between_creation_and_the_job_fails_it_and_
     ev = Evaluation.objects.get(pk=r.json()["id"])
     assert ev.status == S.FAILED and "'three_quarters' is not a reward function" in ev.error
     assert submitted == [] and not (jobs.folder(ev) / "spec.json").exists()
+
+
+def test_a_model_evaluations_error_log_is_its_owners_and_staffs(alice, bob, staff, make_model, data):
+    """A catalog model's evaluation is read only by its owner and staff, who manage it: both get its
+    `error_log` on the API and the model page; the error itself names no path."""
+    from rlstudio.evaluations.selectors import can_manage_evaluation, evaluation_error_log_for
+    from rlstudio.runs.failure import PATH_MARK
+
+    model = make_model(bob, "bob-shared", tokenizer_ok=True, visibility="everyone")
+    ev = Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=2, max_prompts=4,
+                                   sampling=services.DEFAULT_SAMPLING, status=S.RUNNING)
+    assert services.evaluation_finish(evaluation_id=ev.pk, status=S.FAILED,
+                                      error="OSError: cannot read '/srv/models/base/config.json'",
+                                      error_log="Traceback (most recent call last):\nOSError: ...")
+    ev.refresh_from_db()
+    assert ev.error == f"OSError: cannot read '{PATH_MARK}'"
+    assert ev.error_log == ("OSError: cannot read '/srv/models/base/config.json'\n"
+                            "Traceback (most recent call last):\nOSError: ...")
+    for user in (alice, staff):
+        body = _api(user).get(_url(model, f"{ev.pk}/")).json()
+        assert body["error"] == ev.error and body["error_log"] == ev.error_log, user.username
+        assert _api(user).get(_url(model)).json()[0]["error_log"] == ev.error_log
+        c = Client()
+        c.force_login(user)
+        html = c.get(f"/models/{model.pk}/").content.decode()
+        assert 'class="eval-error-log"' in html and "/srv/models/base/config.json" in html, user.username
+    # bob owns the model, not alice's evaluation: he reads none of it (404), and would not manage it
+    assert _api(bob).get(_url(model, f"{ev.pk}/")).status_code == 404
+    assert not can_manage_evaluation(user=bob, ev=ev) and evaluation_error_log_for(user=bob, ev=ev) == ""

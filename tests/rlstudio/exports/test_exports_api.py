@@ -309,3 +309,55 @@ def test_delete_removes_the_folder_and_the_catalog_model(alice, bob, make_user, 
     queued = Export.objects.create(run=fake_run, owner=alice, step=1)
     r = _api(alice).delete(f"/api/v1/runs/{fake_run.pk}/exports/{queued.pk}/")
     assert r.status_code == 409 and Export.objects.filter(pk=queued.pk).exists()
+
+
+def test_a_failed_exports_paths_and_traceback_are_the_owners_and_staffs_not_a_readers(
+        alice, bob, make_user, staff, fake_run, runs_dir, published, monkeypatch):
+    """The export task fails on an error naming the checkpoint's folder: its `error` (the exception,
+    the path replaced) is every reader's on the API (list, detail) and the run page's card; its
+    `error_log` (the error as it was, the traceback) the owner's and staff's, "" for a reader by name
+    or as everyone, and the page shows it only to the owner and staff."""
+    from django.test import Client
+
+    from rlstudio.runs.failure import PATH_MARK
+    from trainer import export as trainer_export
+
+    folder = runs_dir / str(fake_run.pk) / "global_step_1" / "actor"
+
+    def no_weights(config, step_dir, out, **kw):
+        raise FileNotFoundError(f"no model weights in '{folder}'")
+
+    monkeypatch.setattr(trainer_export, "export_checkpoint", no_weights)
+    url = f"/api/v1/runs/{fake_run.pk}/exports/"
+    eid = _api(alice).post(url, {"step": 1}, format="json").json()["id"]
+    assert run_export(eid) == "failed"
+    reason = f"FileNotFoundError: no model weights in '{PATH_MARK}'"
+
+    def seen(user):
+        listed, detail = _api(user).get(url), _api(user).get(f"{url}{eid}/")
+        c = Client()
+        c.force_login(user)
+        return listed, detail, c.get(f"/runs/{fake_run.pk}/").content.decode()
+
+    for manager in (alice, staff):
+        listed, detail, html = seen(manager)
+        for body in (listed.json()[0], detail.json()):
+            assert body["error"] == reason, manager.username
+            assert body["error_log"].startswith("Traceback (most recent call last):")  # the task's traceback
+            assert body["error_log"].endswith(f"FileNotFoundError: no model weights in '{folder}'")
+            assert "in no_weights" in body["error_log"]
+        assert 'class="export-error-log"' in html and str(folder) in html, manager.username
+    carol = make_user("carol")
+    run_share(run=fake_run, by=alice, add=["bob"])  # bob by name, carol once it is everyone's
+    for reader, visibility in ((bob, "private"), (carol, "everyone")):
+        run_share(run=fake_run, by=alice, visibility=visibility)
+        listed, detail, html = seen(reader)
+        for body in (listed.json()[0], detail.json()):
+            assert body["error"] == reason and body["error_log"] == "", reader.username
+        assert "no model weights in" in html and "export-error-log" not in html, reader.username
+        for text in (listed.content.decode(), detail.content.decode(), html):
+            assert str(runs_dir) not in text and "Traceback" not in text, reader.username
+    # asked again, the export starts afresh: neither text is left from the failure
+    assert _api(alice).post(url, {"step": 1}, format="json").status_code == 202
+    again = Export.objects.get(pk=eid)
+    assert again.status == ExportStatus.QUEUED and again.error == "" and again.error_log == ""

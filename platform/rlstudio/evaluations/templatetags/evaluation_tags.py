@@ -1,6 +1,7 @@
 """`{% run_evaluations %}`: the run page's "Evaluations" card (the form for whoever manages the run,
 the newest finished evaluation as a curve, a table and the prompts x columns matrix whose cells open
-their transcripts, and the list with a stop button on an active one).
+their transcripts, and the list with a stop button on an active one and a failed one's error, with
+its error log for whoever manages the run).
 
 `{% model_evaluations %}`: the same card on a catalog model's page (the form for whoever sees a policy
 model, with the rewards it may be scored with; the user's own evaluations of it, staff: all, each with
@@ -14,7 +15,7 @@ from rlstudio.runs.selectors import can_manage
 
 from ..matrix import matrix_rows
 from ..models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
-from ..selectors import checkpoint_steps, model_evaluations_of
+from ..selectors import checkpoint_steps, evaluation_error_log_for, model_evaluations_of
 from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
 
 register = template.Library()
@@ -24,7 +25,7 @@ register = template.Library()
 def run_evaluations(context):
     """Context of the card for `run` (already checked readable by the run page's view)."""
     run, user = context["run"], context["request"].user
-    evaluations = list(Evaluation.objects.filter(run=run).select_related("dataset")[:20])
+    evaluations = list(Evaluation.objects.filter(run=run).select_related("dataset", "run")[:20])
     done = next((e for e in evaluations if e.status == EvaluationStatus.SUCCEEDED), None)
     manage = can_manage(user=user, run=run)
     data = {"api": f"/api/v1/runs/{run.pk}/evaluations/", "latest": None}
@@ -34,6 +35,7 @@ def run_evaluations(context):
                           "prompts": matrix_rows(done.results, done.columns)}
     for e in evaluations:
         e.active = e.status in ACTIVE_EVALUATION_STATUSES
+        e.error_detail = evaluation_error_log_for(user=user, ev=e)  # "" for a reader
     return {"run": run, "can_manage": manage, "evaluations": evaluations, "latest": done, "eval_data": data,
             "steps": list(checkpoint_steps(run)) if manage else [],
             "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if manage else [],
@@ -56,6 +58,7 @@ def model_evaluations(context):
     done = next((e for e in evaluations if e.status == EvaluationStatus.SUCCEEDED), None)
     for e in evaluations:
         e.active = e.status in ACTIVE_EVALUATION_STATUSES
+        e.error_detail = evaluation_error_log_for(user=user, ev=e)
         figures = (e.results or {}).get("checkpoints") or []
         e.figure = figures[0] if figures and isinstance(figures[0], dict) else None
         e.n_prompts = len((e.results or {}).get("prompts") or []) if e.results else None
