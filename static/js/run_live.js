@@ -513,9 +513,18 @@
     }
   }
 
+  // The step as the websocket brings it, in the page's details and in the controls card's header
+  // (which run_controls.js otherwise refreshes only every 5 s), with both progress bars.
   function setStep(step) {
-    const el = document.getElementById("live-step");
-    if (el && Number(el.textContent) < step) el.textContent = step;
+    const total = Number((document.getElementById("live-total") || {}).textContent) || 0;
+    const shown = [[document.getElementById("live-step"), document.getElementById("live-progress")],
+                   [document.querySelector("#run-controls .run-progress [data-field=step]"),
+                    document.querySelector("#run-controls .run-progress progress")]];
+    for (const [el, bar] of shown) {
+      if (!el || Number(el.textContent) >= step) continue;
+      el.textContent = step;
+      if (bar && total > 0) bar.value = Math.min(100, Math.round(100 * step / total));
+    }
   }
 
   let retry = 500;

@@ -159,3 +159,33 @@ def test_samples_table_shows_prompt_text_newest_step_first(page_as, quiet_run, i
     # The step column still sorts both ways.
     page.click("#samples-table th[data-order=step]")
     page.wait_for_function("document.querySelector('#samples-body tr td').textContent === '1'")
+
+
+def _metrics(seq: int, step: int) -> dict:
+    return {"seq": seq, "type": "metrics", "time": T0 + seq,
+            "data": {"step": step, "metrics": {"critic/score/mean": 0.25 * step}}}
+
+
+def test_the_headers_step_follows_the_websocket_as_the_details_do(page_as, quiet_run, ingest):
+    """A step the websocket brings shows in the controls card's header ("step N") at once, as in the
+    page's details: the header once waited for the card's refresh (every 5 s) and said one step less
+    than the details meanwhile. The card's refresh is refused here, so only the websocket can move it."""
+    alice, run, token = quiet_run
+    assert ingest(run.pk, token, [_metrics(1, 1)])["accepted"] == 1
+    page = page_as(alice)
+    refreshes = []
+
+    def refuse(route):
+        refreshes.append(route.request.url)
+        route.abort()
+
+    page.route(f"**/runs/{run.pk}/controls/", refuse)
+    page.goto(f"/runs/{run.pk}/")
+    header, details = "#run-controls .run-progress [data-field=step]", "#live-step"
+    assert page.inner_text(header) == "1" and page.inner_text(details) == "1"
+    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    assert ingest(run.pk, token, [_metrics(2, 2), _metrics(3, 3)])["accepted"] == 2
+    page.wait_for_function("document.getElementById('live-step').textContent === '3'")
+    assert page.inner_text(header) == "3"
+    # The card was asked for (and refused) meanwhile or not at all: the header moved without it.
+    assert all(f"/runs/{run.pk}/controls/" in url for url in refreshes)
