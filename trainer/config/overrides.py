@@ -1,9 +1,9 @@
 """Changing and loading a config: verl-style dotted overrides and run-spec files.
 
 Owns ``apply_overrides`` (``["actor_rollout_ref.rollout.n=8", ...]`` or ``{"a.b": value}``: each key
-looked up in the schema, each string parsed by the field's type with ``parse_value``, the result
-type-checked), ``KEY_ALIASES`` (verl's names for keys that live elsewhere here) and ``load_config``
-(JSON, or YAML when PyYAML is installed).
+looked up in the schema, each string parsed by the field's type with ``parse_value`` as Hydra reads
+it, the result type-checked, errors naming the key as it was typed), ``KEY_ALIASES`` (verl's names for
+keys that live elsewhere here) and ``load_config`` (JSON, or YAML when PyYAML is installed).
 """
 
 from __future__ import annotations
@@ -17,11 +17,21 @@ from typing import Any, Mapping, Sequence
 from .fields import ConfigError, build, choices, coerce, hints, is_union, type_name
 from .schema import Config
 
-# verl key names that live elsewhere here, accepted in overrides so verl command lines work as typed.
+# verl key names that live elsewhere here, accepted in overrides so verl command lines work as typed
+# (docs/design.md §4.11). An error on an aliased key names the key as it was typed.
 KEY_ALIASES: dict[str, str] = {
     "actor_rollout_ref.rollout.multi_turn.tool_config_path": "tools.config_path",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns":
         "actor_rollout_ref.rollout.multi_turn.max_turns",
+    # verl's later names (its earlier ones are the keys here).
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes":
+        "actor_rollout_ref.rollout.update_weights_bucket_megabytes",
+    "actor_rollout_ref.actor.optim.lr_scheduler_type": "actor_rollout_ref.actor.optim.warmup_style",
+    "critic.optim.lr_scheduler_type": "critic.optim.warmup_style",
+    # verl binds a custom reward function's kwargs there; here they bind to any reward function.
+    "custom_reward_function.reward_kwargs": "reward.reward_kwargs",
+    # Validation generations logged: verl's to the tracker, ours as sample events.
+    "trainer.log_val_generations": "report.val_samples",
 }
 
 _NULLS = {"none", "null", "~"}
@@ -45,13 +55,21 @@ def _field_type(key: str) -> Any:
     return cls
 
 
+def _unquote(text: str) -> str:
+    """A value in one pair of matching quotes without them, as Hydra reads 'x' and "x" (a verl
+    command line often quotes names: trainer.project_name='gsm8k')."""
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
 def _split_list(text: str) -> list[str]:
     """'[a, "b"]' / "['a','b']" / 'a,b' -> items (quotes stripped); '' or '[]' -> []."""
     text = text.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
     items = [t.strip() for t in text.split(",")] if text.strip() else []
-    return [t[1:-1] if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"" else t for t in items]
+    return [_unquote(t) for t in items]
 
 
 def _parse_union(tp: Any, text: str, key: str) -> Any:
@@ -116,7 +134,8 @@ def _parse_scalar(tp: Any, text: str, key: str) -> Any:
         except ValueError as exc:
             raise ConfigError(key, f"expected a number, got {text!r}") from exc
     if tp is str:
-        return text
+        unquoted = _unquote(stripped)
+        return unquoted if unquoted != stripped else text
     raise ConfigError(key, f"unsupported type {tp!r}")
 
 
@@ -133,61 +152,83 @@ def parse_value(tp: Any, text: str, key: str) -> Any:
     if tp is not str and stripped.lower() in _NULLS:
         raise ConfigError(key, f"must not be null (expected {type_name(tp)})")
     if choices(tp) is not None:
-        return stripped
+        return _unquote(stripped)
     if typing.get_origin(tp) in (list, dict):
         return _parse_container(tp, text, key)
     return _parse_scalar(tp, text, key)
 
 
-def _pairs(overrides: Sequence[str] | Mapping[str, Any]) -> list[tuple[str, Any, bool]]:
-    """(key with aliases applied, value, whether the value is text to parse) per override."""
+def _pairs(overrides: Sequence[str] | Mapping[str, Any]) -> list[tuple[str, str, Any, bool]]:
+    """(key as typed, key with aliases applied, value, whether the value is text to parse) per override;
+    a leading ``+`` or ``++`` (Hydra's "add" / "add or set") is dropped from the key, kept in the typed one."""
     pairs: list[tuple[str, Any, bool]] = []
     if isinstance(overrides, Mapping):
-        for k in overrides:
+        for k, v in overrides.items():
             if not isinstance(k, str):
                 raise ConfigError(str(k), "an override key must be a dotted string")
-        pairs = [(k, v, isinstance(v, str)) for k, v in overrides.items()]
+            pairs.append((k.strip(), v, isinstance(v, str)))
     else:
         for i, item in enumerate(overrides):
             if not isinstance(item, str):
-                raise ConfigError(
-                    f"overrides[{i}]", f"an override must be a 'key=value' string, got {item!r}"
-                )
+                raise ConfigError(f"overrides[{i}]", f"an override must be a 'key=value' string, got {item!r}")
             if "=" not in item:
                 raise ConfigError(item, "an override must look like key=value")
             k, v = item.split("=", 1)
-            pairs.append((k.strip().lstrip("+"), v, True))
-    return [(KEY_ALIASES.get(k, k), v, t) for k, v, t in pairs]
+            pairs.append((k.strip(), v, True))
+    return [(k, KEY_ALIASES.get(k.lstrip("+"), k.lstrip("+")), v, t) for k, v, t in pairs]
+
+
+def _named_as_typed(exc: ConfigError, typed: str, key: str) -> ConfigError:
+    """The error of override `typed` (resolved to `key`) naming the key as the user typed it: an
+    alias says which key it sets here, and a Hydra "+" on an unknown key says keys cannot be added."""
+    plain = typed.lstrip("+")
+    inside = exc.key == key or exc.key.startswith(key + ".")
+    message = exc.message
+    if plain != key and inside:
+        message = f"{message} (verl's name for {key})"
+    if typed.startswith("+") and "unknown key" in message:
+        message = f"{message} (the schema is fixed: a Hydra '+' sets a known key, it cannot add one)"
+    return ConfigError(plain + exc.key[len(key):] if inside else exc.key, message)
 
 
 def apply_overrides(cfg: Config, overrides: Sequence[str] | Mapping[str, Any]) -> Config:
     """A new Config with dotted-key overrides applied.
 
-    ``overrides`` is a list of ``"a.b.c=value"`` strings (values parsed by the field's type; a leading
-    ``+`` as in Hydra is accepted) or a mapping ``{"a.b.c": value}`` (strings parsed, other values
-    type-checked). Setting a section key takes a mapping (or a JSON object string).
+    ``overrides`` is a list of ``"a.b.c=value"`` strings (values parsed by the field's type, a string
+    in one pair of quotes unquoted and a leading ``+`` accepted, as in Hydra) or a mapping
+    ``{"a.b.c": value}`` (strings parsed, other values type-checked). verl's names in
+    ``KEY_ALIASES`` set the key they name here. Setting a section key takes a mapping (or a JSON
+    object string). Errors name the key as it was given.
     """
     d = cfg.to_dict()
-    for key, value, is_text in _pairs(overrides):
-        tp = _field_type(key)
-        if dataclasses.is_dataclass(tp):
-            if is_text:
-                try:
-                    value = json.loads(value)
-                except ValueError as exc:
-                    raise ConfigError(key, "a section takes a JSON object") from exc
-            build(tp, value, key + ".")  # checks unknown keys / types with full dotted names
-        elif is_text:
-            value = parse_value(tp, value, key)
-        *head, last = key.split(".")
-        node = d
-        for part in head:
-            node = node[part]
-        if dataclasses.is_dataclass(tp):
-            node[last] = {**node[last], **value}
-        else:
-            node[last] = coerce(tp, value, key)
+    for typed, key, value, is_text in _pairs(overrides):
+        try:
+            _apply_one(d, key, value, is_text)
+        except ConfigError as exc:
+            raise _named_as_typed(exc, typed, key) from None
     return Config.from_dict(d)
+
+
+def _apply_one(d: dict[str, Any], key: str, value: Any, is_text: bool) -> None:
+    """Set dotted `key` in the config dict `d` to `value`, parsed and type-checked by its field."""
+    tp = _field_type(key)
+    if dataclasses.is_dataclass(tp):
+        if is_text:
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ConfigError(key, "a section takes a JSON object") from exc
+        build(tp, value, key + ".")  # checks unknown keys / types with full dotted names
+    elif is_text:
+        value = parse_value(tp, value, key)
+    *head, last = key.split(".")
+    node = d
+    for part in head:
+        node = node[part]
+    if dataclasses.is_dataclass(tp):
+        node[last] = {**node[last], **value}
+    else:
+        node[last] = coerce(tp, value, key)
 
 
 def load_config(path: str | Path) -> Config:
