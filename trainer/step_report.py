@@ -42,7 +42,7 @@ def step_metrics(cfg: Config, exp: Experience, timing: dict[str, float], actor: 
     m.update(compute_count_metrics("tool_call_counts", [tr.tool_calls for tr in trajs]))
     m["critic/zero_adv_group_ratio"] = zero_adv_group_ratio(b.uids, b.token_level_rewards.sum(dim=-1).tolist())
     if exp.entropy is not None:
-        m["actor/entropy"] = (exp.entropy * b.response_mask).sum().item() / max(1.0, b.response_mask.sum().item())
+        m["actor/entropy"] = entropy_metric(cfg, exp.entropy, b.loss_mask)
     if (b.old_log_probs is not None and b.rollout_log_probs is not None
             and not cfg.algorithm.rollout_correction.bypass_mode):  # bypass: old is the rollout
         diff = rollout_probs_diff(b)
@@ -73,6 +73,16 @@ def step_metrics(cfg: Config, exp: Experience, timing: dict[str, float], actor: 
     m["training/global_step"] = float(step)
     m["training/epoch"] = float(epoch)
     return m
+
+
+def entropy_metric(cfg: Config, entropy: torch.Tensor, loss_mask: torch.Tensor) -> float:
+    """verl's actor/entropy: the token entropies over the trained tokens (tool replies and template
+    tokens left out), aggregated by actor.loss_agg_mode as the loss is (its divisor S included)."""
+    from trainer.algorithms.losses import agg_loss
+
+    actor = cfg.actor_rollout_ref.actor
+    scale = actor.loss_scale_factor or cfg.actor_rollout_ref.rollout.response_length
+    return float(agg_loss(entropy, loss_mask, actor.loss_agg_mode, scale))
 
 
 def rollout_probs_diff(b: ExperienceBatch) -> dict[str, float] | None:

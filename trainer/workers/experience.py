@@ -29,7 +29,7 @@ class ExperienceBatch:
     prompt_ids: list[list[int]]
     response_ids: list[list[int]]
     loss_mask: torch.Tensor  # (B, R) 1 on engine-generated tokens (multi-turn: tool/template tokens 0)
-    response_mask: torch.Tensor  # (B, R) 1 on every real response token (lengths, entropy logging)
+    response_mask: torch.Tensor  # (B, R) 1 on every real response token (lengths)
     uids: list[str] = field(default_factory=list)
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
