@@ -11,7 +11,9 @@ demo with `--demo-preset demo`) in `<output>/tiny_model` and the arithmetic demo
 Signals: the first SIGTERM/SIGINT sets a flag; the loop finishes the current step, writes a
 checkpoint, reports status `stopped` and exits 0. A second signal exits at once (status 130).
 Status events: starting -> running -> succeeded | stopped | failed (failed carries the traceback,
-or for a run over its disk budget the budget's message, and the exit code is 1).
+or for a run over its disk budget the budget's message, and the exit code is 1). A config refused
+before the start, or a tracker in trainer.logger whose package is missing, is one `error:` line on
+stderr and exit code 2.
 """
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prepare-demo", action="store_true", help="make a tiny model and demo data when missing")
     ap.add_argument("--demo-preset", default="smoke", choices=["smoke", "demo"])
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = ap.parse_args(argv)
+    args = ap.parse_intermixed_args(argv)  # overrides may follow an option (--output DIR key=value)
     # argparse binds the first positional to `spec`: with --recipe, a key=value there is an override.
     if args.recipe and args.spec and "=" in args.spec:
         args.overrides = [args.spec] + list(args.overrides)
@@ -132,7 +134,7 @@ def run(cfg: Any) -> int:
     import torch
 
     from trainer.memory import MemoryMonitor
-    from trainer.sinks import EVENTS_FILE, Emitter, build_sinks, last_seq
+    from trainer.sinks import EVENTS_FILE, Emitter, TrackerMissing, build_sinks, last_seq
 
     flag = StopFlag()
     flag.install()
@@ -140,8 +142,12 @@ def run(cfg: Any) -> int:
     torch.set_num_threads(int(threads))
     out_dir = Path(cfg.trainer.default_local_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    emitter = Emitter(build_sinks(list(cfg.trainer.logger), out_dir=out_dir, config=cfg),
-                      start_seq=last_seq(out_dir / EVENTS_FILE))
+    try:
+        sinks = build_sinks(list(cfg.trainer.logger), out_dir=out_dir, config=cfg)
+    except TrackerMissing as exc:  # verl's default logger list names wandb: say so, not a traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    emitter = Emitter(sinks, start_seq=last_seq(out_dir / EVENTS_FILE))
     monitor = None
     trainer = None
     try:

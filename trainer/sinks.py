@@ -30,8 +30,8 @@ from typing import Any, TextIO
 
 from trainer.sink_registry import _SINKS, Sink, available_sinks, register_sink
 
-__all__ = ["EVENTS_FILE", "Emitter", "Sink", "available_sinks", "build_sinks", "last_seq", "path_part",
-           "register_sink"]
+__all__ = ["EVENTS_FILE", "Emitter", "Sink", "TrackerMissing", "available_sinks", "build_sinks", "last_seq",
+           "path_part", "register_sink"]
 
 EVENTS_FILE = "events.jsonl"
 
@@ -197,13 +197,17 @@ def _scalars(event: dict[str, Any]) -> tuple[int, dict[str, float]] | None:
     return int(event["data"]["step"]), {k: float(v) for k, v in event["data"]["metrics"].items()}
 
 
+class TrackerMissing(RuntimeError):
+    """trainer.logger lists a tracker whose package is not installed (a setup error, not a crash)."""
+
+
 def _require(module: str, sink: str) -> Any:
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise RuntimeError(f"trainer.logger lists {sink!r} but {module.split('.')[0]!r} is not installed "
+        raise TrackerMissing(f"trainer.logger lists {sink!r} but {module.split('.')[0]!r} is not installed "
                            f"(pip install {sink}); remove it from trainer.logger or install it") from exc
 
 

@@ -1,7 +1,9 @@
-"""`python -m trainer run` argument handling: spec vs recipe, overrides, errors, --prepare-demo."""
+"""`python -m trainer run` argument handling: spec vs recipe, overrides (after options too), errors, a
+missing tracker, --prepare-demo."""
 from __future__ import annotations
 
 import json
+import sys
 
 from trainer.run import build_config, main, prepare_demo
 from trainer.recipes import get_recipe
@@ -36,3 +38,36 @@ def test_prepare_demo_fills_model_and_data(tmp_path, monkeypatch):
     assert out.data.train_files == str(tmp_path / "run" / "demo_data" / "train.jsonl")
     rows = (tmp_path / "run" / "demo_data" / "train.jsonl").read_text().splitlines()
     assert len(rows) == 256 and json.loads(rows[0])["data_source"] == "arith"
+
+
+def test_overrides_may_follow_an_option(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch):
+    # As a verl user types them: argparse alone stops taking positionals at the first option, so
+    # "--output DIR key=value" was refused.
+    import trainer.run as run_module
+
+    got = []
+
+    def fake_run(cfg):
+        got.append(cfg)
+        return 0
+
+    monkeypatch.setattr(run_module, "run", fake_run)
+    rc = main(["--recipe", "cpu_smoke", f"actor_rollout_ref.model.path={tiny_model_dir}", "--output",
+               str(tmp_path / "out"), f"data.train_files={demo_data_dir / 'train.jsonl'}", "trainer.project_name='demo'"])
+    assert rc == 0
+    (cfg,) = got
+    assert cfg.trainer.default_local_dir == str(tmp_path / "out") and cfg.trainer.project_name == "demo"
+    assert cfg.data.train_files == str(demo_data_dir / "train.jsonl")
+
+
+def test_a_missing_tracker_is_an_error_line_not_a_traceback(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch,
+                                                             capsys):
+    # verl's default trainer.logger is [console, wandb]; without wandb installed the run says so and exits 2.
+    monkeypatch.setitem(sys.modules, "wandb", None)  # importing it raises ImportError
+    rc = main(["--recipe", "cpu_smoke", f"actor_rollout_ref.model.path={tiny_model_dir}",
+               f"data.train_files={demo_data_dir / 'train.jsonl'}", f"trainer.default_local_dir={tmp_path / 'out'}",
+               "trainer.logger=['console','wandb']"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("error: trainer.logger lists 'wandb' but 'wandb' is not installed")
+    assert "Traceback" not in err
