@@ -164,9 +164,21 @@
       if (marks) traces.push(marks);
       const band = traces.some((t) => t.fill);
       const l = layout({ height: 200, margin: { t: 6, r: 8, b: 34, l: 48 }, showlegend: !band && members.length > 1 });
+      const flat = flatRange(traces);
+      if (flat) l.yaxis = { range: flat };
       Plotly.react(div, traces, l, { responsive: true, displaylogo: false });
       if (group === "Rewards and scores" && !div.dataset.clickBound) { div.dataset.clickBound = "1"; rewardClickable(div); }
     }
+  }
+
+  // A panel whose values are all one number v != 0 (a constant learning rate, 3e-4): Plotly's own
+  // range for a flat line is v ± 1, which draws it on the 0 gridline with ticks of ±0.5 and hides v.
+  // Centred on v, half its size either way, the axis reads v.
+  function flatRange(traces) {
+    const ys = traces.flatMap((t) => t.y || []).filter((y) => typeof y === "number" && Number.isFinite(y));
+    if (!ys.length || ys.some((y) => y !== ys[0]) || ys[0] === 0) return null;
+    const half = Math.abs(ys[0]) / 2;
+    return [ys[0] - half, ys[0] + half];
   }
 
   function rewardClickable(div) {

@@ -189,3 +189,23 @@ def test_the_headers_step_follows_the_websocket_as_the_details_do(page_as, quiet
     assert page.inner_text(header) == "3"
     # The card was asked for (and refused) meanwhile or not at all: the header moved without it.
     assert all(f"/runs/{run.pk}/controls/" in url for url in refreshes)
+
+
+def test_a_constant_metrics_axis_reads_its_value(page_as, quiet_run, ingest):
+    """A metric that never changes (a constant learning rate, 3e-4) is drawn on an axis around its
+    value: Plotly's own range for a flat line is v ± 1, which put it on the 0 gridline between ticks
+    of ±0.5, so the panel read 0. A metric that moves keeps Plotly's own range."""
+    alice, run, token = quiet_run
+    events = [{"seq": s, "type": "metrics", "time": T0 + s,
+               "data": {"step": s, "metrics": {"actor/lr": 3e-4, "actor/entropy": 0.5 - 0.1 * s}}} for s in (1, 2, 3)]
+    assert ingest(run.pk, token, events)["accepted"] == 3
+    page = page_as(alice)
+    page.goto(f"/runs/{run.pk}/")
+    axis = "(f) => document.querySelector(`.plot[data-family='${f}']`)._fullLayout.yaxis.range"
+    page.wait_for_function("() => !!document.querySelector(\".plot[data-family='actor/lr'] .main-svg\")")
+    low, high = page.evaluate(axis, "actor/lr")
+    assert low < 3e-4 < high and high - low <= 3.001e-4, (low, high)
+    ticks = page.locator(".plot[data-family='actor/lr'] .ytick text").all_inner_texts()
+    assert not any(t in ("0", "0.5", "\u22120.5") for t in ticks), ticks
+    low, high = page.evaluate(axis, "actor/entropy")
+    assert low < 0.2 and high > 0.4, (low, high)
