@@ -15,8 +15,12 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   cache); `hf` under FSDP, or with LoRA (it generates with merged weights), holds a full copy in the
   compute dtype; `sglang` reserves gpu_memory_utilization of the device (its weights and KV pool)
   while it generates;
-- rollout KV cache (hf): every trajectory of the worker's share of the step at once
-  (train_batch_size x n / W rows) x (max prompt + response) tokens x 2 x layers x kv heads x head dim;
+- rollout KV cache (hf): every trajectory of the worker's share of a generation batch at once
+  (train_batch_size, or gen_batch_size with dynamic sampling when larger, x n / W rows) x (max prompt
+  + response) tokens x 2 x layers x kv heads x head dim;
+- validation KV cache (hf, with a validation set: data.val_files): one validation batch the same way
+  (data.val_batch_size prompts, or the whole validation set, `val_rows`, when unset, x val_kwargs.n / W
+  rows), its own phase;
 - update activations, rough: per token and layer about 6 h + 2 kv_heads x head_dim + 4 ffn values are
   kept for backward (norm inputs, q/k/v, attention output, the MLP's gate/up/act; no attention matrix
   with SDPA); with gradient checkpointing one hidden state per layer plus one layer recomputed; plus
@@ -27,7 +31,7 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   moments 8 P / W resident, gradients 4 P / W and activations (as the actor's, no logits) in its own
   update, which runs before the actor's.
 
-Phases do not overlap: the peak is the largest of rollout, log-prob and update, each on top of what
+Phases do not overlap: the peak is the largest of rollout, log-prob, update (and validation), each on top of what
 stays resident (weights, optimizer, reference). `estimate` is a pure function (unit-tested against
 numbers worked by hand); `read_model_config` reads a catalog model's config.json.
 """
@@ -205,9 +209,21 @@ def _section(cfg: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
     return node if isinstance(node, Mapping) else {}
 
 
+def _validation_prompts(data: Mapping[str, Any], val_rows: int | None) -> int:
+    """Prompts one validation generates at once: data.val_batch_size (at most the set), else the whole
+    validation set (`val_rows`); 0 without a validation set or when neither is known."""
+    if not data.get("val_files"):
+        return 0
+    size = _int(data, "val_batch_size")
+    if size and val_rows:
+        return min(size, val_rows)
+    return size or val_rows or 0
+
+
 def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_bytes: int,
-             sglang_available: bool = False) -> MemoryEstimate:
-    """The memory per device of a run of `cfg` (a config as stored: nested dicts) on `gpus` GPUs (0: CPU)."""
+             sglang_available: bool = False, val_rows: int | None = None) -> MemoryEstimate:
+    """The memory per device of a run of `cfg` (a config as stored: nested dicts) on `gpus` GPUs (0: CPU);
+    `val_rows`: the validation dataset's rows, when the run has one."""
     data = _section(cfg, "data")
     model, rollout = _section(cfg, "actor_rollout_ref.model"), _section(cfg, "actor_rollout_ref.rollout")
     actor, ref = _section(cfg, "actor_rollout_ref.actor"), _section(cfg, "actor_rollout_ref.ref")
@@ -224,6 +240,12 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
     seq = prompt + response
     n = int(rollout.get("n") or 1)
     rows = int(data.get("train_batch_size") or 1) * n // world  # trajectories of one step on one worker
+    gen_prompts = int(data.get("train_batch_size") or 1)
+    if _section(cfg, "algorithm.filter_groups").get("enable"):  # dynamic sampling generates gen_batch_size
+        gen_prompts = max(gen_prompts, _int(data, "gen_batch_size") or 0)
+    gen_rows = gen_prompts * n // world
+    val_n = int(_section(cfg, "actor_rollout_ref.rollout.val_kwargs").get("n") or 1)
+    val_gen_rows = _validation_prompts(data, val_rows) * val_n // world
     mini_rows = int(actor.get("ppo_mini_batch_size") or 1) * n // world
 
     engine = rollout.get("name", "auto")
@@ -270,20 +292,26 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         engine_bytes, kv_bytes = pool, 0
         lines.append(MemoryLine("rollout engine (SGLang)", pool,
                                 "gpu_memory_utilization x the device: its weights and KV cache pool"))
-        kv_need = rows * seq * kv_per_token * cb
+        kv_need = gen_rows * seq * kv_per_token * cb
         lines.append(MemoryLine("rollout KV cache", 0,
                                 f"inside SGLang's pool (the step's batch would need {kv_need / GIB:.2f} GiB; "
                                 "SGLang queues what does not fit)"))
+        val_kv_bytes = 0
     else:
         shared = not sharded and not lora
         engine_bytes = 0 if shared else cb * p
         kvb = 4 if shared else cb  # the shared module is the actor's float32 one
-        kv_bytes = rows * seq * kv_per_token * kvb
+        kv_bytes = gen_rows * seq * kv_per_token * kvb
         copy_note = "a full copy of the merged weights (LoRA)" if lora else "a full copy of the weights"
         lines.append(MemoryLine("rollout engine (hf)", engine_bytes,
                                 "runs on the actor's own weights" if shared else copy_note))
         lines.append(MemoryLine("rollout KV cache", kv_bytes,
-                                f"{rows} trajectories x {seq} tokens at once, {kvb}-byte values"))
+                                f"{gen_rows} trajectories x {seq} tokens at once, {kvb}-byte values"))
+        val_kv_bytes = val_gen_rows * seq * kv_per_token * kvb
+        if val_gen_rows:
+            lines.append(MemoryLine("validation KV cache", val_kv_bytes,
+                                    f"{val_gen_rows} trajectories of one validation batch x {seq} tokens at once "
+                                    "(data.val_batch_size cuts it)"))
 
     h, kvd, ffn = shape.hidden_size, shape.num_kv_heads * shape.head_dim, shape.intermediate_size
     micro = actor.get("ppo_micro_batch_size_per_gpu") or mini_rows
@@ -328,6 +356,8 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
     }
     if critic_phase:
         phases["critic update"] = resident + held_pool + critic_phase
+    if val_kv_bytes:
+        phases["validation"] = resident + val_kv_bytes
     peak_phase = max(phases, key=lambda k: phases[k])
     return MemoryEstimate(device="cuda" if gpu else "cpu", workers=world, lines=tuple(lines), phases=phases,
                           peak_phase=peak_phase, peak_bytes=phases[peak_phase], capacity_bytes=int(capacity_bytes),
@@ -345,10 +375,11 @@ def device_capacity(*, gpus: int) -> int:
     return int(psutil.virtual_memory().total)
 
 
-def estimate_for(*, model, cfg: Mapping[str, Any], gpus: int) -> MemoryEstimate:
-    """The estimate of a run of `cfg` on a catalog model (its folder's config.json)."""
+def estimate_for(*, model, cfg: Mapping[str, Any], gpus: int, val_rows: int | None = None) -> MemoryEstimate:
+    """The estimate of a run of `cfg` on a catalog model (its folder's config.json); `val_rows`: the
+    rows of the run's validation dataset."""
     import importlib.util
 
     shape = shape_from_config(read_model_config(model.path), num_parameters=getattr(model, "num_parameters", None))
     return estimate(shape, cfg, gpus=gpus, capacity_bytes=device_capacity(gpus=gpus),
-                    sglang_available=importlib.util.find_spec("sglang") is not None)
+                    sglang_available=importlib.util.find_spec("sglang") is not None, val_rows=val_rows)

@@ -268,8 +268,9 @@ def adapted_summary(checked: Checked) -> list[dict[str, Any]]:
     return out
 
 
-def memory(*, model, config: Mapping[str, Any] | None, gpus: int) -> dict[str, Any] | None:
-    """The memory estimate as a dict (None without a model; {"error": ...} when it cannot be made).
+def memory(*, model, config: Mapping[str, Any] | None, gpus: int, val_dataset=None) -> dict[str, Any] | None:
+    """The memory estimate as a dict (None without a model; {"error": ...} when it cannot be made), with
+    one validation batch of `val_dataset` (its catalog row count) when the run has one.
 
     With LoRA (actor_rollout_ref.model.lora_rank > 0) it also has `full_fine_tuning`: the same config's
     estimate with LoRA off ({lora_rank, peak_gib, peak_phase, saving_gib}: the saving at the peak)."""
@@ -278,7 +279,8 @@ def memory(*, model, config: Mapping[str, Any] | None, gpus: int) -> dict[str, A
     from .memory_estimate import GIB, ModelConfigUnreadable, estimate_for
 
     try:
-        est = estimate_for(model=model, cfg=config, gpus=gpus)
+        val_rows = getattr(val_dataset, "num_rows", None)
+        est = estimate_for(model=model, cfg=config, gpus=gpus, val_rows=val_rows)
     except ModelConfigUnreadable as exc:
         return {"error": f"no estimate: {exc}"}
     out = est.as_dict()
@@ -287,7 +289,7 @@ def memory(*, model, config: Mapping[str, Any] | None, gpus: int) -> dict[str, A
     rank = model_cfg.get("lora_rank") if isinstance(model_cfg, Mapping) else None
     if isinstance(rank, int) and rank > 0:
         full_cfg = {**config, "actor_rollout_ref": {**arr, "model": {**model_cfg, "lora_rank": 0}}}
-        full = estimate_for(model=model, cfg=full_cfg, gpus=gpus)
+        full = estimate_for(model=model, cfg=full_cfg, gpus=gpus, val_rows=val_rows)
         out["full_fine_tuning"] = {"lora_rank": rank, "peak_gib": round(full.peak_bytes / GIB, 3),
                                    "peak_phase": full.peak_phase,
                                    "saving_gib": round((full.peak_bytes - est.peak_bytes) / GIB, 3)}
@@ -323,5 +325,6 @@ def preview(**inputs: Any) -> dict[str, Any]:
         "lines": lines,
         "yaml": "\n".join(line["text"] for line in lines) + ("\n" if lines else ""),
         "changed": len(marks),
-        "memory": memory(model=inputs.get("model"), config=checked.config, gpus=int(inputs.get("gpus") or 0)),
+        "memory": memory(model=inputs.get("model"), config=checked.config, gpus=int(inputs.get("gpus") or 0),
+                         val_dataset=inputs.get("val_dataset")),
     }

@@ -82,7 +82,8 @@ def run_detail(request, run_id: int):
                  "memory": sel.memory_for(run=run),
                  "samples_api": f"/api/v1/runs/{run.pk}/samples/", "page_size": SAMPLES_PAGE},
         # The new-run form's estimate of this run's config (with LoRA, next to full fine-tuning's).
-        "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus),
+        "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus,
+                                           val_dataset=run.val_dataset),
         "samples": samples,
         "sample_filter": flt,
         "logs": sel.logs_tail(run=run, user=request.user, tail=200),

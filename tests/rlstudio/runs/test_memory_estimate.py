@@ -62,7 +62,7 @@ def _cfg(**over):
         *head, last = dotted.split(".")
         node = cfg
         for part in head:
-            node = node[part]
+            node = node.setdefault(part, {})
         node[last] = value
     return cfg
 
@@ -230,3 +230,36 @@ def test_gae_adds_the_critic_by_hand():
     assert est.peak_phase == "update" and est.peak_bytes == 6_930_112 + 12 * p
     two = estimate(shape, cfg, gpus=2, capacity_bytes=80 * GIB)
     assert {x.name: x.bytes for x in two.lines}["critic weights and optimizer"] == 12 * p // 2
+
+
+def test_a_validation_batch_is_its_own_phase_on_the_hf_engine():
+    """8 rows per step; a validation set of 300 prompts x val_kwargs.n 4 generated at once is 1,200
+    rows: the validation phase is the peak until data.val_batch_size cuts it."""
+    shape = shape_from_config(SMOKE)
+    kv_row = 128 * 128 * 4  # (100 + 28) tokens x 128 values x 4 bytes, as in test_cpu_estimate_by_hand
+    resident = 708_096 + 1_416_192 + 708_096
+    val = {"data.val_files": "/v.jsonl", "actor_rollout_ref.rollout.val_kwargs.n": 4}
+    whole = estimate(shape, _cfg(**val), gpus=0, capacity_bytes=GIB, val_rows=300)
+    lines = {x.name: x.bytes for x in whole.lines}
+    assert lines["validation KV cache"] == 1200 * kv_row
+    assert whole.phases["validation"] == resident + 1200 * kv_row and whole.peak_phase == "validation"
+    cut = estimate(shape, _cfg(**val, **{"data.val_batch_size": 2}), gpus=0, capacity_bytes=GIB, val_rows=300)
+    assert {x.name: x.bytes for x in cut.lines}["validation KV cache"] == 8 * kv_row
+    assert cut.peak_phase == "update"
+    # a batch larger than the set generates the set; no validation set, no validation phase
+    big = estimate(shape, _cfg(**val, **{"data.val_batch_size": 4096}), gpus=0, capacity_bytes=GIB, val_rows=3)
+    assert {x.name: x.bytes for x in big.lines}["validation KV cache"] == 12 * kv_row
+    none = estimate(shape, _cfg(**{"actor_rollout_ref.rollout.val_kwargs.n": 4}), gpus=0, capacity_bytes=GIB,
+                    val_rows=300)
+    assert "validation" not in none.phases and "validation KV cache" not in {x.name for x in none.lines}
+
+
+def test_dynamic_sampling_generates_gen_batch_size_prompts_at_once():
+    shape = shape_from_config(SMOKE)
+    kv_row = 128 * 128 * 4
+    dapo = {"algorithm.filter_groups": {"enable": True}, "data.gen_batch_size": 12}
+    lines = {x.name: x.bytes for x in estimate(shape, _cfg(**dapo), gpus=0, capacity_bytes=GIB).lines}
+    assert lines["rollout KV cache"] == 12 * 2 * kv_row  # 12 prompts x n = 2, not the 4 trained
+    off = {**dapo, "algorithm.filter_groups": {"enable": False}}
+    assert {x.name: x.bytes for x in estimate(shape, _cfg(**off), gpus=0, capacity_bytes=GIB).lines}[
+        "rollout KV cache"] == 8 * kv_row

@@ -151,3 +151,20 @@ def test_config_errors_is_empty_exactly_when_validate_passes():
     with pytest.raises(ConfigError) as first:
         validate(bad, require_paths=False)
     assert first.value.key == errors[0].key
+
+
+def test_the_memory_estimate_counts_one_validation_batch_of_the_validation_dataset(tiny):
+    """cpu_smoke generates 2 x 2 rows a step; a validation dataset of 500 prompts x val_kwargs.n = 8 is
+    generated at once unless data.val_batch_size cuts it, and the form's estimate says so."""
+    val = type("D", (), {"file_path": "/catalog/val.jsonl", "num_rows": 500})()
+    many = ["actor_rollout_ref.rollout.val_kwargs.n=8"]
+    mem = preview.preview(preset="cpu_smoke", gpus=0, model=tiny, val_dataset=val, overrides=many)["memory"]
+    lines = {x["name"]: x for x in mem["lines"]}
+    assert "4000 trajectories of one validation batch" in lines["validation KV cache"]["note"]
+    assert mem["peak_phase"] == "validation" and mem["phases"]["validation"] > mem["phases"]["rollout"]
+    cut = preview.preview(preset="cpu_smoke", gpus=0, model=tiny, val_dataset=val,
+                          overrides=[*many, "data.val_batch_size=1"])["memory"]
+    assert {x["name"]: x["bytes"] for x in cut["lines"]}["validation KV cache"] * 500 == lines[
+        "validation KV cache"]["bytes"]
+    assert "validation" not in preview.preview(preset="cpu_smoke", gpus=0, model=tiny, overrides=many)["memory"][
+        "phases"]
