@@ -186,6 +186,11 @@ def test_override_errors_name_the_key_as_typed():
 def test_from_dict_unknown_and_wrong_types():
     with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.model\.paht: unknown key"):
         Config.from_dict({"actor_rollout_ref": {"model": {"paht": "x"}}})
+    # A section's unknown keys all at once (a verl YAML has many), the section named without a dot.
+    with pytest.raises(ConfigError) as info:
+        Config.from_dict({"actor_rollout_ref": {"actor": {"_target_": "x", "strategy": "fsdp", "profiler": {}}}})
+    assert info.value.key == "actor_rollout_ref.actor._target_"
+    assert "unknown key (also unknown here: profiler); known keys of actor_rollout_ref.actor: strategy," in str(info.value)
     with pytest.raises(ConfigError, match=r"^data\.train_batch_size: expected an integer"):
         Config.from_dict({"data": {"train_batch_size": "8"}})
     with pytest.raises(ConfigError, match=r"^trainer\.logger\[1\]: expected a string"):

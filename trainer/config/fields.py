@@ -160,12 +160,14 @@ def build(cls: type, d: Mapping[str, Any], prefix: str) -> Any:
         )
     annotations = hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]
-    for k in d:
-        if k not in annotations:
-            where = prefix or "the top level"
-            raise ConfigError(
-                f"{prefix}{k}", f"unknown key; known keys of {where}: {', '.join(names)}"
-            )
+    unknown = [str(k) for k in d if k not in annotations]
+    if unknown:
+        # All of a section's unknown keys at once: a verl YAML brings many (_target_, profiler, ...).
+        others = f" (also unknown here: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+        raise ConfigError(
+            f"{prefix}{unknown[0]}",
+            f"unknown key{others}; known keys of {prefix.rstrip('.') or 'the top level'}: {', '.join(names)}",
+        )
     kwargs: dict[str, Any] = {}
     for name in names:
         if name not in d:
