@@ -6,7 +6,8 @@ boundary (entering the phase). A daemon thread emits a memory sample every `repo
 and a heartbeat every `report.heartbeat_interval_s` (so the platform can tell a live run from a hung
 one even during a long rollout).
 
-Readings: process RSS from /proc/self/statm (psutil when present, for non-Linux), and on CUDA
+Readings: process RSS from /proc/self/statm (psutil when present, for non-Linux) and, on the CPU,
+its high-water mark as the peak (VmHWM, else getrusage); on CUDA
 `torch.cuda.memory_allocated / memory_reserved / max_memory_allocated` plus the device's used memory
 as NVML reports it (`device_used`). torch's counters see only torch's caching allocator; NVML sees the
 whole device: the CUDA context, NCCL buffers and a rollout engine with its own allocator (SGLang's KV
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from typing import Any, Iterator
@@ -35,6 +37,25 @@ def rss_bytes() -> int:
             return int(psutil.Process().memory_info().rss)
         except ImportError:
             return 0
+
+
+def peak_rss_bytes() -> int:
+    """The most resident memory this process has held so far (its high-water mark) in bytes: VmHWM
+    from /proc/self/status, else getrusage's ru_maxrss; 0 where neither can be read."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource  # Unix only
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak) * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB elsewhere
+    except (ImportError, OSError, ValueError):
+        return 0
 
 
 _NVML_UNAVAILABLE: dict[str, str] = {}  # device -> why NVML could not be read (asked once, not per sample)
@@ -65,7 +86,8 @@ def nvml_unavailable(device: str) -> str | None:
 
 def read_memory(device: str) -> dict[str, int]:
     """{rss, allocated, reserved, peak, device_used} in bytes; the CUDA fields are 0 on the CPU, and
-    device_used is 0 where NVML cannot be read (see nvml_used_bytes)."""
+    device_used is 0 where NVML cannot be read (see nvml_used_bytes). `peak` is the most the process
+    has held so far: torch's max allocated on CUDA, the RSS high-water mark on the CPU."""
     out = {"rss": rss_bytes(), "allocated": 0, "reserved": 0, "peak": 0, "device_used": 0}
     if device.startswith("cuda"):
         import torch
@@ -75,7 +97,7 @@ def read_memory(device: str) -> dict[str, int]:
         out["peak"] = int(torch.cuda.max_memory_allocated(device))
         out["device_used"] = nvml_used_bytes(device) or 0
     else:
-        out["peak"] = out["rss"]
+        out["peak"] = max(out["rss"], peak_rss_bytes())
     return out
 
 

@@ -122,3 +122,21 @@ def test_names_become_one_safe_folder_name(name, expected):
 
     assert path_part(name) == expected
     assert "/" not in path_part(name) and not path_part(name).startswith(".")
+
+
+def test_the_cpu_peak_is_the_processs_high_water_mark_not_its_rss_now():
+    """On the CPU `peak` is the most resident memory the process has held, so it stays up after memory
+    is given back (it was the RSS of the moment: the timeline's "peak RSS" line hid the RSS line under
+    it and fell with it)."""
+    before = read_memory("cpu")
+    block = bytearray(256 * 2**20)  # 256 MiB, touched so it is resident
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    held = read_memory("cpu")
+    del block
+    after = read_memory("cpu")
+    assert held["rss"] >= before["rss"] + 200 * 2**20
+    # The kernel's high-water mark trails its RSS counters by a few pages (they are synced lazily).
+    assert held["peak"] >= held["rss"] and after["peak"] >= held["rss"] - 2**20
+    assert after["rss"] < held["rss"] - 200 * 2**20  # given back (a large block is its own mapping)
+    assert after["peak"] > after["rss"]
