@@ -22,6 +22,10 @@ from .selectors import (
 )
 
 
+# The session key of a refused tags-and-note form: what was typed, shown again by the run page.
+ANNOTATE_DRAFT = "run_annotate_draft"
+
+
 def _row(run) -> dict:
     progress = None
     if run.total_steps:
@@ -253,15 +257,21 @@ def _control(request, run_id: int, do):
 @login_required
 @require_POST
 def run_annotate_view(request, run_id: int):
-    """POST `tags` (separated by spaces or commas) and `note`: the run page's tags-and-note form."""
+    """POST `tags` (separated by spaces or commas) and `note`: the run page's tags-and-note form. A
+    refused one leaves what was typed in the session (ANNOTATE_DRAFT) for the run page's form."""
     from django.contrib import messages
 
-    from .services import run_annotate
+    from .services import RunInputInvalid, run_annotate
 
-    tags = [t for t in request.POST.get("tags", "").replace(",", " ").split() if t]
+    typed = {"tags": request.POST.get("tags", ""), "note": request.POST.get("note", "")}
+    tags = [t for t in typed["tags"].replace(",", " ").split() if t]
 
     def do(run):
-        run_annotate(run=run, by=request.user, tags=tags, note=request.POST.get("note", ""))
+        try:
+            run_annotate(run=run, by=request.user, tags=tags, note=typed["note"])
+        except RunInputInvalid:
+            request.session[ANNOTATE_DRAFT] = {"run": run.pk, **typed}
+            raise
         messages.success(request, "Tags and note saved.")
         return run
 

@@ -89,8 +89,17 @@ def run_detail(request, run_id: int):
         "logs": sel.logs_tail(run=run, user=request.user, tail=200),
         "retention": retention.get_mode_display() if retention else RetentionMode.ALL.label,
         "retention_k": retention.k if retention else None,
+        "annotate_draft": _annotate_draft(request, run),
     })
     return render(request, "runs/run_detail.html", ctx)
+
+
+def _annotate_draft(request, run) -> dict | None:
+    """What was typed in this run's tags-and-note form when it was refused (shown once), else None."""
+    from rlstudio.runs.views import ANNOTATE_DRAFT
+
+    draft = request.session.pop(ANNOTATE_DRAFT, None)
+    return draft if isinstance(draft, dict) and draft.get("run") == run.pk else None
 
 
 def _pretty_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

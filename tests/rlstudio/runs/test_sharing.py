@@ -478,3 +478,23 @@ def test_a_reader_gets_the_trainers_messages_without_server_paths(shared_run, al
     page = _page(bob).get(f"/runs/{shared_run.pk}/").content.decode()
     assert "/srv/rlstudio/runs/7" not in page and f"resumed from {PATH_MARK} at step 2" in page
     assert said in _page(alice).get(f"/runs/{shared_run.pk}/").content.decode()
+
+
+def test_a_refused_tags_and_note_form_keeps_what_was_typed(alice, make_run):
+    """A save the service refuses (a bad tag) shows the form again with what was typed, the note
+    included, instead of the run's saved values (the note typed was lost); once, and for that run only."""
+    run = make_run(alice, "page-tags")
+    other = make_run(alice, "other")
+    run_annotate(run=run, by=alice, tags=["kept"], note="saved note")
+    page = _page(alice)
+    resp = page.post(f"/runs/{run.pk}/annotate/", {"tags": "good <b>", "note": "a long <i>note</i> typed"},
+                     follow=True)
+    html = resp.content.decode()
+    assert "tag &#x27;&lt;b&gt;&#x27;" in html or "tag '&lt;b&gt;'" in html
+    assert 'value="good &lt;b&gt;"' in html and ">a long &lt;i&gt;note&lt;/i&gt; typed</textarea>" in html
+    run.refresh_from_db()
+    assert run.tags == ["kept"] and run.note == "saved note"
+    again = page.get(f"/runs/{run.pk}/").content.decode()  # shown once: then the saved values
+    assert 'value="kept"' in again and ">saved note</textarea>" in again
+    page.post(f"/runs/{run.pk}/annotate/", {"tags": "<b>", "note": "for run one"})
+    assert ">for run one</textarea>" not in page.get(f"/runs/{other.pk}/").content.decode()
