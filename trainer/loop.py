@@ -33,6 +33,7 @@ The phases' own code lives beside this module; Trainer keeps the state and the s
   trainer.rollout_phase  sampling parameters per step, the generation batches of a step (dynamic sampling)
   trainer.scoring        rewards, the experience batch, rollout correction, advantages (Experience)
   trainer.step_report    the step's metrics and its sample events (pick_groups)
+  trainer.val_metrics    a validation's val-core / val-aux figures, as verl computes them
   trainer.resume         saving a step's checkpoint and resuming from one
 """
 from __future__ import annotations
@@ -49,7 +50,7 @@ import torch
 
 from trainer import scoring
 from trainer.checkpoint import GIB
-from trainer.algorithms.metrics import reduce_metrics
+from trainer.algorithms.metrics import compute_count_metrics, reduce_metrics, verl_num_turns
 from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, chunks, load_prompt_dataset
 from trainer.resume import resume_run, save_run
@@ -58,6 +59,7 @@ from trainer.rollout_phase import generate_step, sampling_params
 from trainer.scoring import Experience
 from trainer.step_report import emit_samples, pick_groups, step_metrics
 from trainer.types import PromptItem, Trajectory
+from trainer.val_metrics import sample_variables, validation_metrics
 from trainer.workers.actor import resolve_device
 
 __all__ = ["Experience", "Timer", "Trainer", "pick_groups", "seed_everything"]
@@ -339,8 +341,9 @@ class Trainer:
     # ------------------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:
         """One pass over the validation set, data.val_batch_size prompts at a time (None: all at once):
-        the val-core reward means over the whole set, and report.val_samples of it as sample events
-        (whole groups, chosen over the whole set as pick_groups spreads them)."""
+        verl's val-core / val-aux figures over the whole set (trainer.val_metrics) and its
+        val-aux/num_turns, and report.val_samples of it as sample events (whole groups, chosen over the
+        whole set as pick_groups spreads them)."""
         if self.val_ds is None or len(self.val_ds) == 0:
             return {}
         t0 = time.perf_counter()
@@ -348,16 +351,23 @@ class Trainer:
         items = all_items(self.val_ds)
         shown = {items[i // v.n].uid for i in pick_groups([it.uid for it in items for _ in range(v.n)],
                                                          self.cfg.report.val_samples)}
-        by_source: dict[str, list[float]] = defaultdict(list)
+        sources: list[str] = []
+        uids: list[str] = []
+        variables: list[dict[str, Any]] = []
+        turns: list[int] = []
         for index, part in enumerate(chunks(items, self.cfg.data.val_batch_size)):
             trajs = self.group.generate(part, n=v.n, step=step,
                                         sampling=self.sampling(step, validate=True, gen_batch=index))
             self.emit_worker_memory()
             exp = self.score(trajs, validation=True)
             for tr in trajs:
-                by_source[tr.prompt.data_source or "unknown"].append(tr.reward)
+                sources.append(tr.prompt.data_source or "unknown")
+                uids.append(tr.uid)
+                variables.append(sample_variables(tr.reward, tr.reward_extra))
+                turns.append(verl_num_turns(tr.num_turns, tr.messages, len(tr.prompt.messages), tr.finish_reason))
             emit_samples(self.emitter, self.tokenizer, self.cfg, step, exp, validation=True, uids=shown)
-        metrics = {f"val-core/{src}/reward/mean@{v.n}": sum(r) / len(r) for src, r in by_source.items()}
+        metrics = validation_metrics(sources, uids, variables)
+        metrics.update(compute_count_metrics("val-aux/num_turns", turns))
         metrics["timing_s/testing"] = time.perf_counter() - t0
         return metrics
 

@@ -140,8 +140,12 @@ def test_validation_generates_val_batch_size_prompts_at_a_time(tmp_path, tiny_mo
     # the reward mean is over the whole set, not the last batch
     mean = next(e["data"]["metrics"] for e in events if e["type"] == "metrics"
                 and any(k.startswith("val-core/") for k in e["data"]["metrics"]))
-    [(key, value)] = [(k, v) for k, v in mean.items() if k.startswith("val-core/")]
+    [(key, value)] = [(k, v) for k, v in mean.items() if k.startswith("val-core/") and "/reward/mean@" in k]
     assert key.endswith("/reward/mean@2") and value == pytest.approx(statistics.mean(d["reward"] for d in val))
+    # verl's other figures of the same samples: the prompts' stds and best-of-2 beside the mean
+    assert {k.split("/", 3)[-1] for k in mean if k.startswith(("val-core/", "val-aux/"))} >= {
+        "mean@2", "std@2", "best@2/mean", "worst@2/mean"}
+    assert {"val-aux/num_turns/mean", "val-aux/num_turns/max", "val-aux/num_turns/min"} <= set(mean)
 
 
 def test_validation_samples_are_chosen_over_the_whole_set(tmp_path, tiny_model_dir, demo_data_dir, monkeypatch):

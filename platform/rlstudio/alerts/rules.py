@@ -80,7 +80,7 @@ CATALOGUE: dict[str, Kind] = {k.kind: k for k in (
     Kind("zero_adv_groups", "Groups with no learning signal", "critic/zero_adv_group_ratio", 0.9, 5, "metrics",
          "the share of groups whose samples all scored the same (zero advantage) stayed above the threshold",
          op=">"),
-    Kind("reward_hacking", "Held-out reward falls while train reward rises", "val-core/*/reward/mean@*", 0.05, 5,
+    Kind("reward_hacking", "Held-out reward falls while train reward rises", "val-core/*/*/mean@*", 0.05, 5,
          "metrics", "the held-out reward fell this far below its best of the last window validations while "
                     "the train reward (critic/score/mean) rose"),
     Kind("throughput_drop", "Throughput drop", "perf/throughput", 0.5, 10, "metrics",

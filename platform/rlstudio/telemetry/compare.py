@@ -6,8 +6,9 @@ dict, `compare_runs`'s:
 - `runs`: per run (in the order asked) its name, owner, state, tags, note, dataset and model, steps,
   duration, GPU-hours (its GPUs x its duration; 0 on the CPU), the last training reward
   (`critic/score/mean`) and, per held-out metric, the best and last value with their steps;
-- `held_out_metric`: the held-out metric the summary shows first: the trainer's validation reward
-  `val-core/<data_source>/reward/mean@<n>` (trainer/loop.py `validate`) that most of the runs report;
+- `held_out_metric`: the held-out metric the summary shows first: the trainer's validation score
+  `val-core/<data_source>/reward/mean@<n>` (or `.../acc/mean@<n>`: trainer.val_metrics) that most of
+  the runs report;
 - `metrics`: every metric name any of the runs reported (the page's metric picker);
 - `series`: per metric asked for, one series per run, `{run, step, t, value, points, downsampled}`,
   read from the stored metric rows (one indexed scan per metric, only that metric's value leaves
@@ -43,8 +44,9 @@ MAX_POINTS_DEFAULT = 1000
 MAX_POINTS_MIN, MAX_POINTS_MAX = 10, 5000
 MAX_METRICS = 20  # metrics per request
 TRAIN_REWARD = "critic/score/mean"
-# The trainer's held-out reward (trainer/loop.py Trainer.validate): val-core/<data_source>/reward/mean@<n>.
-HELD_OUT = re.compile(r"^val-core/.+/reward/mean@\d+$")
+# The trainer's held-out score (trainer.val_metrics, as verl): the core variable's mean,
+# val-core/<data_source>/reward/mean@<n>, or .../acc/mean@<n> when the reward function gives acc.
+HELD_OUT = re.compile(r"^val-core/.+/(reward|acc)/mean@\d+$")
 # Keys that differ between any two runs by construction, not by choice: never part of the diff.
 PER_RUN_KEYS = frozenset({"trainer.default_local_dir"})
 

@@ -85,6 +85,19 @@ def test_reward_hacking_needs_held_out_falling_while_train_rises():
     assert feed([rule], falling)[0] == []
 
 
+def test_reward_hacking_reads_the_core_mean_acc_or_reward_not_verls_other_validation_figures():
+    """verl's validation reports acc as its core variable when the reward function gives it, beside
+    best@k / std figures: the rule's default pattern reads the core mean only."""
+    rule = spec("reward_hacking", threshold=0.05, window=5)
+    assert rule.metric == "val-core/*/*/mean@*"
+    train = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    series = {"critic/score/mean": train, "val-core/math/acc/mean@4": [..., 0.5, ..., 0.52, ..., 0.45, ..., 0.4],
+              "val-core/math/acc/best@4/mean": [..., 0.9, ..., 0.95, ..., 0.99, ..., 1.0],
+              "val-aux/math/reward/mean@4": [..., 0.1, ..., 0.1, ..., 0.9, ..., 0.9]}
+    fired, _ = feed([rule], series)
+    assert [t.step for t in fired] == [6] and fired[0].values["best_heldout"] == 0.52
+
+
 def test_a_pattern_is_the_mean_of_the_keys_it_matches():
     assert R.metric_value("val-core/*/reward/mean@*", {"val-core/a/reward/mean@1": 0.2,
                                                       "val-core/b/reward/mean@4": 0.4, "x": 1}) == (True, 0.30000000000000004)

@@ -105,6 +105,13 @@ def test_held_out_stats_best_and_last_with_steps():
     assert stats == {"best": 0.7, "best_step": 10, "last": 0.5, "last_step": 40}
 
 
+def test_the_held_out_metric_is_verls_core_mean_reward_or_acc():
+    held = [k for k in ("val-core/gsm8k/reward/mean@1", "val-core/math/acc/mean@4", "val-core/math/acc/best@4/mean",
+                        "val-aux/math/reward/mean@4", "val-core/math/acc/maj@4/mean", "critic/score/mean")
+            if compare.HELD_OUT.match(k)]
+    assert held == ["val-core/gsm8k/reward/mean@1", "val-core/math/acc/mean@4"]
+
+
 def test_parse_ids():
     assert compare.parse_ids(["3,1", "3", " 2 ,"]) == [3, 1, 2]
     for bad, message in [([], "required"), (["1,x"], "run ids"), (["0"], "positive"),
