@@ -218,6 +218,24 @@ def run_duration(run: Run, *, now=None) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def checkpoint_step(path: str | None) -> int | None:
+    """N of a checkpoint folder named global_step_N (the trainer's), else None."""
+    import re
+    from pathlib import PurePath
+
+    match = re.fullmatch(r"global_step_(\d+)", PurePath(path).name) if path else None
+    return int(match.group(1)) if match else None
+
+
+def trained_to_the_end(*, run: Run, checkpoint: str | None) -> bool:
+    """Whether `run` succeeded with `checkpoint` at (or past) its last step: a resume from it has
+    nothing left to do. (A run that failed or was stopped after its last checkpoint may still have its
+    end to finish: the final validation and export.)"""
+    step = checkpoint_step(checkpoint)
+    return (run.status == "succeeded" and bool(run.total_steps) and step is not None
+            and step >= run.total_steps)
+
+
 def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     """Context for templates/runs/_controls.html and _logs.html (LIVE merges it into the run page).
 
@@ -248,7 +266,8 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
         "access": run_access(user=user, run=run),
         "can_stop": manage and status in ("queued", "running"),
         "can_force_stop": manage and status in ("running", "stopping"),
-        "can_resume": manage and status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path),
+        "can_resume": (manage and status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path)
+                       and not trained_to_the_end(run=run, checkpoint=run.checkpoint_path)),
         "can_clone": manage,
         "is_live": status in ("queued", "submitting", "running", "stopping"),
     }

@@ -224,6 +224,37 @@ def test_resume_starts_only_from_the_runs_own_checkpoint(api, ready, alice, bob,
     assert spec["trainer"]["resume_from_path"] is None and spec["trainer"]["resume_mode"] == "auto"
 
 
+def test_a_run_checkpointed_at_its_last_step_offers_no_resume(api, ready, alice, settings, tmp_path):
+    """A run that succeeded with its last checkpoint at its last step has nothing left to train: its
+    Resume made a run that succeeded at once without a step (a job, a model load, and on a cluster its
+    GPUs, for nothing). The button is not offered and the API refuses it with the reason; a run stopped
+    (or failed) there may still have its end to finish, and resumes."""
+    from rlstudio.runs.selectors import run_header_context
+
+    settings.RUNS_DIR = tmp_path
+    resp = api.post("/api/v1/runs/", _body(ready), format="json")
+    run = Run.objects.get(pk=resp.json()["id"])
+    own = tmp_path / str(run.pk)
+    (own / "global_step_2").mkdir(parents=True)
+    (own / "latest_checkpointed_iteration.txt").write_text("2")
+    Run.objects.filter(pk=run.pk).update(status=S.SUCCEEDED, step=2, total_steps=2,
+                                         checkpoint_path=str(own / "global_step_2"))
+    run.refresh_from_db()
+    assert not run_header_context(run=run, user=alice)["can_resume"]
+    page = Client()
+    page.force_login(alice)
+    assert f'action="/runs/{run.pk}/resume/"' not in page.get(f"/runs/{run.pk}/").content.decode()
+    resp = api.post(f"/api/v1/runs/{run.pk}/resume/", {}, format="json")
+    assert resp.status_code == 409 and "no step left" in resp.json()["error"]["message"], resp.content
+    assert Run.objects.count() == 1
+    # Stopped there (its final validation and export not done): resumable, from that checkpoint.
+    Run.objects.filter(pk=run.pk).update(status=S.STOPPED)
+    run.refresh_from_db()
+    assert run_header_context(run=run, user=alice)["can_resume"]
+    resp = api.post(f"/api/v1/runs/{run.pk}/resume/", {}, format="json")
+    assert resp.status_code == 201 and Run.objects.get(pk=resp.json()["id"]).resume_from == str(own / "global_step_2")
+
+
 def test_an_ingest_token_dies_with_its_run(make_run, alice, settings, tmp_path):
     from rlstudio.runs.services import run_issue_ingest_token
 

@@ -13,6 +13,7 @@ from django.db import transaction
 from rlstudio.accounts.services import audit_record
 
 from ..models import Run
+from ..selectors import trained_to_the_end
 from .admission import quota_policy, run_admit_for_launch, run_launch_recorded
 from .creation import run_create
 from ..errors import RunInputInvalid, RunRefused
@@ -95,6 +96,9 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
     ckpt = launch.latest_checkpoint_of(run)
     if ckpt is None:
         raise RunRefused("the run has no checkpoint to resume from")
+    if trained_to_the_end(run=run, checkpoint=str(ckpt)):
+        raise RunRefused(f"the run succeeded with its last checkpoint at its last step ({run.total_steps}): a "
+                         "resume would have no step left to train")
     _check_still_visible(run)
     config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
                                 model=run.model, gpus=run.gpus, reward_model=run.reward_model)
