@@ -124,6 +124,8 @@ def clean_rule(*, kind: str, metric: str | None, threshold: float | None, window
     if threshold is None:
         if kind == "threshold" and op != "not_finite":
             raise RuleInvalid("threshold", "a threshold is required for this kind (but for op not_finite)")
+        if kind == "gpu_hours":  # a budget stops runs when spent: never one nobody chose
+            raise RuleInvalid("threshold", "a GPU-hour budget needs its threshold (GPU-hours)")
         threshold = spec.threshold
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
         raise RuleInvalid("threshold", "must be a finite number")
