@@ -6,11 +6,13 @@ to_dict, the config gate) visits as if it were written out: 7 levels of 8 aliase
 level GBs of memory. A run config has no use for them, so `UserYamlLoader` refuses the first anchor
 (`&name`) or alias (`*name`) it meets, before anything is built. It also bounds the document while it is
 composed: MAX_YAML_BYTES of text, MAX_YAML_NODES nodes and MAX_YAML_DEPTH levels of nesting (deeper
-nesting would otherwise end in a RecursionError inside the composer). Operator files (the repo's presets,
-a tool set staff register) are not user input and keep plain safe_load.
+nesting would otherwise end in a RecursionError inside the composer). It reads `1e-6` as a float, as
+OmegaConf does for verl's configs. Operator files (the repo's presets, a tool set staff register) are
+not user input and keep plain safe_load.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -55,6 +57,23 @@ class UserYamlLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+
+# Floats as OmegaConf (verl's configs) reads them: YAML 1.1's resolver wants a dot, so PyYAML reads
+# verl's `lr: 1e-6` as the string '1e-6' (refused as "expected a number"). The same pattern as
+# OmegaConf's loader: a dot is optional before an exponent. On this loader's own copy of the table.
+_FLOAT = "tag:yaml.org,2002:float"
+_FLOAT_RE = re.compile(r"""^(?:
+     [-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
+UserYamlLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _FLOAT]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+UserYamlLoader.add_implicit_resolver(_FLOAT, _FLOAT_RE, list("-+0123456789."))
 
 
 def load_user_yaml(text: str) -> Any:

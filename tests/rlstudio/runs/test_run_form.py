@@ -208,3 +208,24 @@ def test_plain_yaml_still_launches(page, ready):
     cfg = Run.objects.get(name="f1").config
     assert cfg["actor_rollout_ref"]["rollout"]["n"] == 4
     assert cfg["data"]["apply_chat_template_kwargs"] == {"enable_thinking": False}
+
+
+def test_verls_exponent_floats_in_yaml_are_numbers(page, ready):
+    """verl's configs write `lr: 1e-6` (OmegaConf reads it as a float); PyYAML's YAML 1.1 resolver
+    read it as the string '1e-6', so pasting a verl config was refused with "expected a number, got
+    '1e-6'". A quoted one stays a string (and is refused as one)."""
+    import yaml
+
+    from rlstudio.runs.user_yaml import load_user_yaml
+
+    text = "actor_rollout_ref:\n  actor:\n    optim:\n      lr: 1e-6\n    kl_loss_coef: 1E-3\n"
+    assert load_user_yaml(text)["actor_rollout_ref"]["actor"]["optim"]["lr"] == 1e-6
+    assert yaml.safe_load("lr: 1e-6") == {"lr": "1e-6"}  # plain safe_load (operators' files) unchanged
+    assert load_user_yaml("a: abc\nb: 1e\nc: 3\nd: '1e-6'\n") == {"a": "abc", "b": "1e", "c": 3, "d": "1e-6"}
+    errors = page.post("/runs/new/preview/", _form(ready, config_yaml=text)).json()["errors"]
+    assert errors == [], errors
+    resp = page.post("/runs/new/", _form(ready, config_yaml=text))
+    assert resp.status_code == 302, resp.content.decode()[-3000:]
+    actor = Run.objects.get(name="f1").config["actor_rollout_ref"]["actor"]
+    assert actor["optim"]["lr"] == 1e-6 and actor["kl_loss_coef"] == 1e-3
+
