@@ -14,9 +14,11 @@ PlacementError naming the nodes asked and the nodes the cluster has. The driver 
 both: split, call, gather (`dispatch_*` below).
 
 Failure: results are collected with `ray.wait` one at a time, so a rank that raises or whose
-process dies fails the call at once with a `WorkerError` naming the rank and the cause, even while
-its peers still block in a collective (they are killed by `shutdown`). Nothing waits forever on a
-dead actor: Ray marks its pending calls failed within seconds.
+process dies fails the call with a `WorkerError` naming the rank and the cause, even while its peers
+still block in a collective (they are killed by `shutdown`). A rank whose process died is the root
+cause its peers' collective errors ("Connection reset by peer") follow from: when the first failure
+is not a death, the others get ROOT_CAUSE_WAIT_S to show one, and a death is named instead. Nothing
+waits forever on a dead actor: Ray marks its pending calls failed within seconds.
 """
 from __future__ import annotations
 
@@ -232,6 +234,8 @@ class RayWorkerGroup(WorkerGroup):
                 try:
                     results[rank] = ray.get(ref)
                 except Exception as exc:  # RayTaskError (it raised) or RayActorError (it died)
+                    dead = None if _died(exc) else _first_death(pending)
+                    rank, exc = dead or (rank, exc)
                     raise WorkerError(rank, method, _cause(exc)) from exc
         return [results[r] for r in ranks]
 
@@ -254,6 +258,32 @@ class RayWorkerGroup(WorkerGroup):
             pass
         if self._started_ray:
             ray.shutdown()
+
+
+ROOT_CAUSE_WAIT_S = 5.0
+
+
+def _died(exc: BaseException) -> bool:
+    import ray
+
+    return isinstance(exc, ray.exceptions.RayActorError)
+
+
+def _first_death(pending: dict[Any, int]) -> tuple[int, BaseException] | None:
+    """(rank, error) of a pending call whose worker process died, seen within ROOT_CAUSE_WAIT_S; None
+    when none did (the first failure stands)."""
+    import ray
+
+    if not pending:
+        return None
+    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=ROOT_CAUSE_WAIT_S)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except Exception as exc:
+            if _died(exc):
+                return pending[ref], exc
+    return None
 
 
 def _cause(exc: BaseException) -> str:

@@ -80,3 +80,29 @@ def test_a_worker_dying_mid_step_fails_the_run_naming_it(local_ray, tmp_path, ti
     assert status[-1]["state"] == "failed"
     assert "worker rank 1 failed in update_policy" in status[-1]["message"]
     assert "died" in status[-1]["message"]
+
+
+def test_a_peers_collective_error_is_not_taken_for_the_root_cause(local_ray):
+    """Rank 1's process dies; rank 0, blocked in a collective with it, fails first with a gloo
+    'Connection reset by peer'. The call names rank 1's death (its peers' errors follow from it),
+    deterministically: rank 0's error arrives first here."""
+    import os
+
+    from trainer.parallel.group import RayWorkerGroup, WorkerError
+
+    @local_ray.remote(max_restarts=0)
+    class Rank:
+        def step(self, rank):
+            if rank == 0:
+                raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
+            time.sleep(1.0)
+            os._exit(1)
+
+    actors = [Rank.remote(), Rank.remote()]
+    group = RayWorkerGroup.__new__(RayWorkerGroup)  # only _get: no placement group, no torch.distributed
+    with pytest.raises(WorkerError) as err:
+        group._get([a.step.remote(r) for r, a in enumerate(actors)], "update_policy")
+    assert "worker rank 1 failed in update_policy" in str(err.value) and "died" in str(err.value)
+    # a failure with no death among its peers stands as it is
+    with pytest.raises(WorkerError, match="rank 0 failed in update_policy: RuntimeError"):
+        group._get([Rank.remote().step.remote(0)], "update_policy")
