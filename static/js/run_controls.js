@@ -78,6 +78,10 @@
         var times = now.querySelector(".run-times"), freshTimes = fresh.querySelector(".run-times");
         if (times && freshTimes) { times.replaceWith(freshTimes); }
         tickClock();
+        // The step only moves on: a card fetched before the websocket brought a newer step (run_live.js
+        // writes it here too) must not put an older one back, nor its progress bar.
+        var stepA = now.querySelector(".run-progress [data-field=step]"), stepB = fresh.querySelector(".run-progress [data-field=step]");
+        if (stepA && stepB && Number(stepB.textContent) < Number(stepA.textContent)) { return; }
         var progress = [".run-progress [data-field=step]", ".run-progress [data-field=total_steps]", ".run-progress progress"];
         progress.forEach(function (sel) {
           var a = now.querySelector(sel), b = fresh.querySelector(sel);
