@@ -183,7 +183,12 @@
           method: "DELETE", credentials: "same-origin",
           headers: { Accept: "application/json", "X-CSRFToken": csrf() },
         });
-        if (resp.ok) { btn.closest("tr").remove(); return; }
+        if (resp.ok) {
+          // The card's figures and matrix are the deleted one's: the page shows the next newest instead.
+          if (data.latest && String(data.latest.id) === btn.dataset.id) { window.location.reload(); return; }
+          btn.closest("tr").remove();
+          return;
+        }
         const answer = await resp.json().catch(() => ({}));
         btn.textContent = (answer.error || {}).message || resp.statusText;
       });

@@ -51,3 +51,31 @@ def test_empty_boxes_are_left_out_of_the_evaluation_request(page_as, make_user, 
     body = sent[0]
     assert body["k"] == 4 and body["gpus"] == 0 and body["reward"] == "default"
     assert "max_prompts" not in body and body["sampling"] == {}, body
+
+
+def test_deleting_the_shown_evaluation_takes_its_figures_off_the_card(page_as, make_user, tmp_path):
+    """Delete on the evaluation whose prompts the card shows: the card no longer shows them (the row
+    went, but its matrix stayed on the page until a reload)."""
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+    from rlstudio.evaluations.services import DEFAULT_SAMPLING
+
+    alice = make_user("alice")
+    data = Dataset.objects.create(owner=alice, name="held-out", file_path=str(tmp_path / "rows.jsonl"),
+                                  sha256="f1" * 32, status="ready")
+    model = ModelAsset.objects.create(owner=alice, name="tiny", path=str(tmp_path / "tiny"))
+    figures = [{"key": "base", "step": 0, "base": True, "mean_at_k": 0.625, "pass_at_k": 0.875, "maj_at_k": 0.5,
+                "samples": 8, "seconds": 2.0, "samples_per_s": 4.0}]
+    prompts = [{"index": 0, "prompt": "What is 3 + 4?", "ground_truth": "7",
+                "cells": {"base": {"n": 2, "correct": 1, "mean_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 0.0,
+                                   "sample": "#### 7"}}}]
+    ev = Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=2, max_prompts=4,
+                                   sampling=DEFAULT_SAMPLING, status=EvaluationStatus.SUCCEEDED,
+                                   results={"checkpoints": figures, "prompts": prompts})
+    page = page_as(alice)
+    page.goto(f"/models/{model.pk}/")
+    assert "What is 3 + 4?" in page.inner_text("#eval-matrix")
+    page.click(f"#eval-list button.eval-delete[data-id='{ev.pk}']")
+    page.wait_for_function("!document.getElementById('eval-matrix')")
+    assert not Evaluation.objects.filter(pk=ev.pk).exists()
+    assert page.locator("#eval-list").count() == 0 and "What is 3 + 4?" not in page.inner_text("#evaluations-card")
