@@ -8,6 +8,7 @@ tags and note, share it) is `can_manage`'s answer, the owner and staff.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Func, JSONField, OuterRef, Q, QuerySet, Subquery
@@ -54,6 +55,17 @@ def run_config_for(*, user: AbstractBaseUser, run: Run) -> dict:
     from .gate import user_view
 
     return user_view(run.config or {})
+
+
+def run_configs_comparable_for(*, user: AbstractBaseUser, runs: Sequence[Run]) -> list[dict]:
+    """The frozen configs of `runs` for a side-by-side diff: whole when `user` manages every one;
+    otherwise every one as `gate.user_view` gives it, so that a key the platform sets (hidden on a
+    run the user only reads) is never reported as differing from the user's own run."""
+    if all(can_manage(user=user, run=r) for r in runs):
+        return [r.config for r in runs]
+    from .gate import user_view
+
+    return [user_view(r.config or {}) for r in runs]
 
 
 def run_checkpoint_for(*, user: AbstractBaseUser, run: Run) -> str:

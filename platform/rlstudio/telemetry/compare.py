@@ -35,7 +35,7 @@ from django.db.models import Func
 from django.utils import timezone
 
 from rlstudio.runs.gate import flatten
-from rlstudio.runs.selectors import latest_reward, run_config_for, runs_get_for
+from rlstudio.runs.selectors import latest_reward, run_configs_comparable_for, runs_get_for
 
 from .models import MetricRow
 
@@ -286,6 +286,7 @@ def compare_runs(*, user: AbstractBaseUser, run_ids: Sequence[int], metrics: Seq
         "metrics": names,
         "series": metric_series(ids, list(metrics), max_points),
         "max_points": max_points,
-        # each run's config as the user may see it (a reader's without the platform's keys)
-        "config_diff": config_diff([run_config_for(user=user, run=r) for r in runs]),
+        # the configs as the user may see them: with a run the user only reads, every run's without
+        # the platform's keys (they are hidden on that one, so they could only differ falsely)
+        "config_diff": config_diff(run_configs_comparable_for(user=user, runs=runs)),
     }
