@@ -88,7 +88,7 @@
       const turns = (e.turns || []).filter((t) => t.role === "assistant");
       const last = turns.length ? turns[turns.length - 1].content : "";
       history[col].push({ role: "assistant", content: last });
-      meta(col, e.finish_reason + " · " + e.tokens + " tokens · " + e.seconds + " s");
+      meta(col, e.finish_reason + " · " + e.tokens + (e.tokens === 1 ? " token · " : " tokens · ") + e.seconds + " s");
     } else if (e.type === "stopped") { meta(col, "stopped"); }
     else if (e.type === "error") { meta(col, "error: " + e.error); }
     else if (e.type === "end") {

@@ -208,11 +208,12 @@ def test_one_export_at_a_time_a_failure_is_recorded_and_can_be_asked_again(alice
     assert [p[1] for p in published] == [failed.pk, failed.pk]
 
 
-def test_the_run_page_card(alice, bob, fake_run, published):
+def test_the_run_page_card(alice, bob, fake_run, published, make_model):
     from django.test import Client
 
+    exported = make_model(alice, name="alice-run-step2")
     done = Export.objects.create(run=fake_run, owner=alice, step=2, status=ExportStatus.SUCCEEDED, size_bytes=1234,
-                                 files=["huggingface/config.json"])
+                                 files=["huggingface/config.json"], model=exported)
     run_share(run=fake_run, by=alice, add=["bob"])
     pages = {}
     for user in (alice, bob):
@@ -223,9 +224,11 @@ def test_the_run_page_card(alice, bob, fake_run, published):
     assert 'id="exports-card"' in html and f"/api/v1/runs/{fake_run.pk}/exports/" in html
     assert "Export step 1</button>" in html and "disabled>Export step 2</button>" in html
     assert f"/runs/{fake_run.pk}/exports/{done.pk}/delete/" in html and "data-confirm=" in html
+    assert f'<a href="/models/{exported.pk}/">alice-run-step2</a>' in html  # the exported model's own page
     _, html = pages["bob"]
     assert 'id="exports-card"' in html and "archive/" in html and "Export step 1" not in html
     assert "/delete/" not in html
+    assert "alice-run-step2" in html and f"/models/{exported.pk}/" not in html  # not his to open
     c, _ = pages["bob"]
     assert c.post(f"/runs/{fake_run.pk}/exports/", {"step": "1"}).status_code == 403
     c, _ = pages["alice"]
