@@ -1,6 +1,7 @@
 """API views of runs and saved configs (docs/api.md "Runs", "Configs and presets").
 
-/api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags and note),
+/api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags and note; DELETE: a
+finished run, its records and its folder),
 /runs/{id}/stop|resume|clone/ (POST), /runs/{id}/sharing/ (GET, PUT),
 /runs/{id}/job-log/?tail=&download= (Ray's driver log, owner and staff only; /logs/ is LIVE's event
 log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
@@ -51,6 +52,7 @@ from .services import (
     run_annotate,
     run_clone,
     run_config_save,
+    run_delete,
     run_new,
     run_resume,
     run_share,
@@ -138,7 +140,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     filtered by the query; POST launches one, PATCH edits a run's tags and note."""
 
     lookup_value_regex = r"\d+"
-    http_method_names = ["get", "post", "put", "patch", "head", "options"]
+    http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
 
     def handle_exception(self, exc):
         if isinstance(exc, RunNotPermitted):
@@ -175,6 +177,19 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         except RunInputInvalid as exc:
             raise _invalid(exc) from None
         return self._answer(run, http.HTTP_200_OK)
+
+    @extend_schema(request=None, responses={204: None})
+    def destroy(self, request, pk=None):
+        """Delete a finished run: its records (events, metrics, samples, alerts, evaluations, exports,
+        playground sessions on it) and its own folder (owner or staff; audited as run.delete). 409
+        while the run, a run resumed from it, or a job on it is active, while a catalog model exported
+        from it exists, or while its GPU-hours count toward this month's budget."""
+        run = self._run(pk)
+        try:
+            run_delete(run=run, by=request.user)
+        except RunRefused as exc:
+            raise _refused(exc) from None
+        return Response(status=http.HTTP_204_NO_CONTENT)
 
     @extend_schema(methods=["GET"], request=None, responses={200: RunSharingSerializer})
     @extend_schema(methods=["PUT"], request=RunSharingSerializer, responses={200: RunSharingSerializer})

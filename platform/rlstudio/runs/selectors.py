@@ -281,5 +281,6 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
         "can_resume": (manage and status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path)
                        and not trained_to_the_end(run=run, checkpoint=run.checkpoint_path)),
         "can_clone": manage,
+        "can_delete": manage and status in ("stopped", "failed", "lost", "succeeded"),
         "is_live": status in ("queued", "submitting", "running", "stopping"),
     }

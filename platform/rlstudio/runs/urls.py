@@ -1,5 +1,5 @@
 """URLs of the runs pages: list, launch form, a run's control POSTs (stop, resume, clone, tags and note,
-sharing), the quota page. The run page itself and /runs/compare/ are telemetry's."""
+sharing, delete), the quota page. The run page itself and /runs/compare/ are telemetry's."""
 from django.urls import path
 
 from . import views
@@ -17,4 +17,5 @@ urlpatterns = [
     path("<int:run_id>/clone/", views.run_clone_view, name="clone"),
     path("<int:run_id>/annotate/", views.run_annotate_view, name="annotate"),  # tags and note
     path("<int:run_id>/share/", views.run_share_view, name="share"),
+    path("<int:run_id>/delete/", views.run_delete_view, name="delete"),
 ]

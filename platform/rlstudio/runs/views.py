@@ -331,6 +331,28 @@ def run_clone_view(request, run_id: int):
 
 
 @login_required
+@require_POST
+def run_delete_view(request, run_id: int):
+    """POST: delete a finished run (the run page's Delete button, confirmed in the browser), then the
+    runs list with a message; a refusal (RunRefused: what to do first) goes back to the run page."""
+    from django.contrib import messages
+    from django.shortcuts import redirect
+
+    from .services import RunNotPermitted, RunRefused, run_delete
+
+    run = run_get_for(user=request.user, run_id=run_id)
+    try:
+        run_delete(run=run, by=request.user)
+    except RunNotPermitted as exc:
+        raise PermissionDenied(exc.message) from None
+    except RunRefused as exc:
+        messages.error(request, f"Run “{run.name}” was not deleted: {exc}")
+        return redirect("telemetry:run", run_id=run.pk)
+    messages.success(request, f"Run “{run.name}” (#{run_id}) was deleted.")
+    return redirect("runs:list")
+
+
+@login_required
 @require_GET
 def run_controls_view(request, run_id: int):
     """GET: the run page's controls card (badge, progress, buttons) as it is now, as an HTML fragment.
