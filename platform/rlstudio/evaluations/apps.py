@@ -1,6 +1,7 @@
 """Django app config of `rlstudio.evaluations`: evaluations of a run's checkpoints or of a catalog
 model (mean@k, pass@k, maj@k) as Ray jobs. Registers with the runs app (which never imports evaluations): the reconcile pass
-follows and admits evaluations, and the runs' admission counts the GPUs evaluations hold."""
+follows evaluations, queued evaluations wait in the runs' one queue (admitted in order with queued
+runs), and the runs' admission counts the GPUs evaluations hold."""
 from django.apps import AppConfig
 
 
@@ -11,10 +12,12 @@ class EvaluationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from rlstudio.runs.reconcile import on_reconcile_pass
-        from rlstudio.runs.services.admission import on_gpus_held
+        from rlstudio.runs.reconcile import on_reconcile_follow
+        from rlstudio.runs.services.admission import on_gpus_held, queued_kind_register
 
+        from .queue import EvaluationQueue
         from .reconcile import gpus_held, reconcile_evaluations
 
-        on_reconcile_pass(reconcile_evaluations)
+        on_reconcile_follow(reconcile_evaluations)
         on_gpus_held(gpus_held)
+        queued_kind_register(EvaluationQueue())

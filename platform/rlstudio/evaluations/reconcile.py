@@ -1,5 +1,6 @@
 """The evaluations' part of the periodic reconcile (registered with `rlstudio.runs.reconcile.on_reconcile_pass`
-by the app's `ready`): follow each running evaluation's Ray job, then admit queued evaluations.
+by the app's `ready`, before the queue's admission): follow each running evaluation's Ray job. Queued
+evaluations are admitted by the runs' one queue pass, in order with queued runs (`queue.py`).
 
     Ray SUCCEEDED                      -> succeeded with the job's results and samples (failed when
                                           its files are missing or malformed, saying so)
@@ -27,7 +28,7 @@ from rlstudio.runs.reconcile import failed_job_texts
 
 from . import jobs
 from .models import Evaluation, EvaluationStatus
-from .services import evaluation_admit, evaluation_finish
+from .services import evaluation_finish
 
 log = logging.getLogger(__name__)
 S = EvaluationStatus
@@ -109,8 +110,7 @@ def reconcile_evaluation(ev: Evaluation, *, now: datetime | None = None) -> str 
 
 
 def reconcile_evaluations() -> dict[str, object]:
-    """One pass: every running evaluation, then the queued ones in creation order. Ray being down
-    changes nothing (logged); one evaluation's failure never stops the others."""
+    """One pass over every running evaluation. Ray being down changes nothing (logged)."""
     moved: dict[int, str] = {}
     for ev in Evaluation.objects.filter(status=S.RUNNING).select_related("run", "model").order_by("id"):
         try:
@@ -120,9 +120,7 @@ def reconcile_evaluations() -> dict[str, object]:
             break
         if to:
             moved[ev.pk] = to
-    admitted = [pk for pk in Evaluation.objects.filter(status=S.QUEUED).order_by("created", "id")
-                .values_list("pk", flat=True) if evaluation_admit(evaluation_id=pk)]
-    return {"moved": moved, "admitted": admitted}
+    return {"moved": moved}
 
 
 def gpus_held() -> int:

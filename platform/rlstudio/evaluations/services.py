@@ -7,8 +7,10 @@ Where an evaluation runs: as a Ray job (`jobs.py`: `python -m trainer evaluate`)
 (`rlstudio.runs.services.admission.QuotaPolicy.job_reason`, under the owner's lock): a running
 evaluation counts as one of the owner's concurrent runs and its GPUs against their GPUs and GPU-hours,
 so an evaluation on the CPU starts when the owner is under their concurrent-run cap. One evaluation per
-user is queued or running at a time; one that must wait stays `queued` with its reason, and the
-reconcile pass admits it when the quota allows (`reconcile.py`). Further bounds: at most
+user is queued or running at a time; one that must wait stays `queued` with its reason, in the one
+queue with the queued runs (`queue.py`): the reconcile's queue pass admits runs and evaluations in the
+order they were queued when the quota allows, and an evaluation waits behind its owner's runs queued
+before it (as a run waits behind its owner's evaluation queued before it). Further bounds: at most
 MAX_CHECKPOINTS checkpoints, MAX_PROMPTS prompts, k <= MAX_K, max_new_tokens <= MAX_NEW_TOKENS.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ from django.utils import timezone
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.failure import stored_error
 from rlstudio.runs.launch import run_folder, write_spec
+from rlstudio.runs.queue import QueuedJob
 from rlstudio.text import without_nul
 
 from . import jobs
@@ -41,6 +44,7 @@ MAX_GPUS = 1
 MAX_ERROR_LOG = 64_000  # characters of a failure's detail kept (its end)
 DEFAULT_SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 256, "seed": 0}
 SUBMIT_TASK = "evaluations.submit_evaluation"
+QUEUE_KIND = "evaluation"  # an evaluation's kind in the one queue
 
 
 class EvaluationInvalid(ValueError):
@@ -223,11 +227,17 @@ def evaluation_new_for_model(*, user, model, dataset, data: dict[str, Any]) -> E
                    audit={"model": model.pk, "reward": req.reward or "default"})
 
 
+def evaluation_job(ev: Evaluation) -> QueuedJob:
+    """A queued evaluation as a job of the one queue (queued when created; staff do not move it)."""
+    return QueuedJob(kind=QUEUE_KIND, id=ev.pk, owner_id=ev.owner_id, gpus=ev.gpus, queued_at=ev.created)
+
+
 def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = None) -> bool:
     """Admit a queued evaluation if its owner's quota and the cluster allow: queued -> running (its
     quota held from now) and the submit task sent once committed; otherwise it stays queued with the
-    reason updated. Returns admitted or not."""
-    from rlstudio.runs.services.admission import cluster_free_gpus as free_gpus
+    reason updated. It waits behind its owner's runs queued before it (the one queue's order, under
+    the owner's lock that every admission takes). Returns admitted or not."""
+    from rlstudio.runs.services.admission import cluster_free_gpus as free_gpus, runs_ahead
 
     policy = _policy()
     with transaction.atomic():
@@ -236,8 +246,12 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
         ev = Evaluation.objects.select_for_update().get(pk=evaluation_id)
         if ev.status != S.QUEUED:
             return False
-        free = cluster_free_gpus if cluster_free_gpus is not None else free_gpus(needed=ev.gpus)
-        reason = policy.job_reason(user=ev.owner, gpus=ev.gpus, cluster_free_gpus=free)
+        earlier = runs_ahead(job=evaluation_job(ev))
+        if earlier:
+            reason = f"waiting behind your earlier queued run #{earlier[0].pk} ({earlier[0].name})"
+        else:
+            free = cluster_free_gpus if cluster_free_gpus is not None else free_gpus(needed=ev.gpus)
+            reason = policy.job_reason(user=ev.owner, gpus=ev.gpus, cluster_free_gpus=free)
         if reason:
             if ev.queue_reason != reason:
                 ev.queue_reason = reason[:300]

@@ -1,5 +1,6 @@
 """Reads of quotas: a user's effective quota and what they use now; for staff, the whole picture
-(`quota_admin_overview`: the cluster's GPUs, every user's usage against their quota, the queue)."""
+(`quota_admin_overview`: the cluster's GPUs, every user's usage against their quota, the one queue of
+runs and evaluations in admission order)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,7 +12,8 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
-from rlstudio.runs.services.admission import QUEUE_ORDER, other_jobs_gpus
+from rlstudio.runs.queue import RUN, QueuedJob, queue_order
+from rlstudio.runs.services.admission import other_jobs_gpus, run_job
 
 from .models import SHIPPED_DEFAULT, GpuQuota
 
@@ -79,6 +81,19 @@ class QueuedRun:
     reason: str
 
 
+@dataclass(frozen=True)
+class QueuedEvaluation:
+    """The user's queued evaluation and its place in the whole queue (1 = next): of run `run`, or of
+    catalog model `model` (the other None)."""
+
+    id: int
+    name: str
+    position: int
+    reason: str
+    run: int | None
+    model: int | None
+
+
 def running_evaluations(*, owner: AbstractBaseUser | None = None,
                         exclude_evaluation: int | None = None) -> dict[int, tuple[int, int]]:
     """{owner id: (running evaluations, GPUs they hold)} of every user (or one `owner`), as admission
@@ -108,26 +123,24 @@ class QuotaUsage:
     max_queued_runs: int
     is_default: bool
     queued: list[QueuedRun] = field(default_factory=list)
+    queued_evaluations: list[QueuedEvaluation] = field(default_factory=list)
 
 
 def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> QuotaUsage:
     """The caller's quota and usage: GPUs held by submitting/running/stopping runs and running
     evaluations, active runs (a running evaluation counts as one, as admission counts it), GPU-hours
-    since the start of this month, and their queued runs with queue positions."""
+    since the start of this month, and their queued runs and queued evaluation with their positions in
+    the one queue of runs and evaluations."""
     n_evals, eval_gpus = running_evaluations(owner=user).get(user.pk, (0, 0))
     now = now or timezone.now()
     quota = quota_for(user=user)
     active = Run.objects.filter(owner=user, status__in=ACTIVE_STATUSES)
-    queue = list(
-        Run.objects.filter(status=RunStatus.QUEUED).order_by(*QUEUE_ORDER).values_list(
-            "id", "owner_id", "name", "queue_reason"
-        )
-    )
-    queued = [
-        QueuedRun(id=run_id, name=name, position=i + 1, reason=reason)
-        for i, (run_id, owner_id, name, reason) in enumerate(queue)
-        if owner_id == user.pk
-    ]
+    queue = [(i + 1, job, obj) for i, (job, obj) in enumerate(_queue()) if job.owner_id == user.pk]
+    queued = [QueuedRun(id=job.id, name=obj.name, position=i, reason=obj.queue_reason)
+              for i, job, obj in queue if job.kind == RUN]
+    queued_evaluations = [QueuedEvaluation(id=job.id, name=_entry(i, job, obj).name, position=i,
+                                           reason=obj.queue_reason, run=obj.run_id, model=obj.model_id)
+                          for i, job, obj in queue if job.kind != RUN]
     return QuotaUsage(
         max_gpus=quota.max_gpus,
         gpus_held=(active.aggregate(n=Sum("gpus"))["n"] or 0) + eval_gpus,
@@ -138,6 +151,7 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
         max_queued_runs=quota.max_queued_runs,
         is_default=quota.is_default,
         queued=queued,
+        queued_evaluations=queued_evaluations,
     )
 
 
@@ -152,6 +166,7 @@ class ClusterCapacity:
     runs_active: int
     runs_queued: int
     evaluations_gpus: int = 0
+    evaluations_queued: int = 0
 
     @property
     def free_gpus(self) -> float | None:
@@ -178,7 +193,9 @@ class UserUsage:
 
 @dataclass(frozen=True)
 class QueueEntry:
-    """A queued run in admission order (`position` 1 = next) with its owner and why it waits."""
+    """A queued job (`kind`: "run" or "evaluation") in admission order (`position` 1 = next) with its
+    owner and why it waits. `id` is the run's or the evaluation's; `run_id` the run an evaluation
+    evaluates (None: a catalog model's evaluation); `created` when it was queued."""
 
     position: int
     id: int
@@ -188,6 +205,8 @@ class QueueEntry:
     created: datetime
     priority: int
     reason: str
+    kind: str = RUN
+    run_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -200,7 +219,8 @@ class QuotaAdminOverview:
 
 def cluster_capacity() -> ClusterCapacity:
     """Ray's total GPUs (asked over HTTP, 5 s at most), the GPUs our active runs and other jobs (running
-    evaluations) hold, as admission counts them, and the runs active and queued."""
+    evaluations) hold, as admission counts them, the runs active and queued, and the evaluations queued."""
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
     from rlstudio.runs.ray_jobs import RayUnavailable, cluster_total_gpus
 
     try:
@@ -211,15 +231,42 @@ def cluster_capacity() -> ClusterCapacity:
     others = other_jobs_gpus()
     return ClusterCapacity(total_gpus=total, error=error, gpus_held=(active["g"] or 0) + others,
                            runs_active=active["n"], runs_queued=Run.objects.filter(status=RunStatus.QUEUED).count(),
-                           evaluations_gpus=others)
+                           evaluations_gpus=others, evaluations_queued=Evaluation.objects.filter(
+                               status=EvaluationStatus.QUEUED).count())
+
+
+def _queue() -> list[tuple[QueuedJob, object]]:
+    """(job, its Run or Evaluation) of every queued run and evaluation, in the one queue's order."""
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+    from rlstudio.evaluations.services import evaluation_job
+
+    objs: dict[tuple[str, int], object] = {}
+    jobs = []
+    for run in Run.objects.filter(status=RunStatus.QUEUED).select_related("owner"):
+        job = run_job(run)
+        jobs.append(job)
+        objs[job.kind, job.id] = run
+    for ev in Evaluation.objects.filter(status=EvaluationStatus.QUEUED).select_related("owner", "run", "model"):
+        job = evaluation_job(ev)
+        jobs.append(job)
+        objs[job.kind, job.id] = ev
+    return [(job, objs[job.kind, job.id]) for job in queue_order(jobs)]
+
+
+def _entry(position: int, job: QueuedJob, obj) -> QueueEntry:
+    if job.kind == RUN:
+        return QueueEntry(position=position, id=obj.pk, name=obj.name, owner=obj.owner.get_username(),
+                          gpus=obj.gpus, created=obj.created, priority=obj.queue_priority,
+                          reason=obj.queue_reason, run_id=obj.pk)
+    of = f"run {obj.run.name}" if obj.run_id is not None else f"model {obj.model.name}"
+    return QueueEntry(position=position, id=obj.pk, name=f"evaluation of {of}", owner=obj.owner.get_username(),
+                      gpus=obj.gpus, created=obj.created, priority=job.priority, reason=obj.queue_reason,
+                      kind=job.kind, run_id=obj.run_id)
 
 
 def queue_in_order() -> list[QueueEntry]:
-    """Every queued run in the order admission takes them (QUEUE_ORDER)."""
-    runs = Run.objects.filter(status=RunStatus.QUEUED).select_related("owner").order_by(*QUEUE_ORDER)
-    return [QueueEntry(position=i + 1, id=r.pk, name=r.name, owner=r.owner.get_username(), gpus=r.gpus,
-                       created=r.created, priority=r.queue_priority, reason=r.queue_reason)
-            for i, r in enumerate(runs)]
+    """Every queued run and evaluation in the order admission takes them (`rlstudio.runs.queue`)."""
+    return [_entry(i + 1, job, obj) for i, (job, obj) in enumerate(_queue())]
 
 
 def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:

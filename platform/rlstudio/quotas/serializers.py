@@ -5,8 +5,17 @@ from rest_framework import serializers
 class QueuedRunSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
-    position = serializers.IntegerField(help_text="Place in the whole queue, 1 = next.")
+    position = serializers.IntegerField(help_text="Place in the whole queue of runs and evaluations, 1 = next.")
     reason = serializers.CharField()
+
+
+class QueuedEvaluationSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    position = serializers.IntegerField(help_text="Place in the whole queue of runs and evaluations, 1 = next.")
+    reason = serializers.CharField()
+    run = serializers.IntegerField(allow_null=True, help_text="The run evaluated (null: a catalog model's).")
+    model = serializers.IntegerField(allow_null=True, help_text="The catalog model evaluated (null: a run's).")
 
 
 class QuotaUsageSerializer(serializers.Serializer):
@@ -20,3 +29,5 @@ class QuotaUsageSerializer(serializers.Serializer):
         help_text="Queued runs allowed at once; a launch past it is refused (`queued` lists them).")
     is_default = serializers.BooleanField(help_text="True when the default quota applies.")
     queued = QueuedRunSerializer(many=True)
+    queued_evaluations = QueuedEvaluationSerializer(
+        many=True, help_text="The caller's queued evaluation (at most one), in the same queue as the runs.")

@@ -21,6 +21,10 @@ A submitting run without a submission id after RLSTUDIO_SUBMIT_TIMEOUT_S has los
 table above applies; otherwise the submit task is sent again, at most RLSTUDIO_SUBMIT_MAX_RESENDS
 times (each with a fresh timeout), and then the run fails with an error that says so.
 
+Then the `on_reconcile_follow` hooks follow the other kinds of jobs (the evaluations app's), so that
+the slots they freed are free for the queue, and one admission pass (`queue_admit_jobs`) admits queued
+runs and the other kinds' queued jobs in the one queue's order (`rlstudio.runs.queue`).
+
 Decisions are a pure function (`decide`) of what was read, so they are tested without Ray.
 After each pass the `on_reconcile_pass` hooks run (the alerts app's heartbeat and budget watch).
 """
@@ -38,9 +42,10 @@ from django.utils import timezone
 from . import launch, ray_jobs
 from .failure import ray_failure
 from .models import Run, RunStatus
+from .queue import RUN
+from .services.admission import queue_admit_jobs
 from .services import (
     IllegalTransition,
-    queue_admit_all,
     run_adopt_job,
     run_force_kill,
     run_mark_finished,
@@ -248,8 +253,22 @@ def on_reconcile_pass(hook: Callable[[], Any]) -> Callable[[], Any]:
     return hook
 
 
+# Called in every reconcile pass after the runs and before the queue's admission (the evaluations app
+# follows its running evaluations here): what they finish frees its slot for this pass's admission.
+_FOLLOW_HOOKS: list[Callable[[], Any]] = []
+
+
+def on_reconcile_follow(hook: Callable[[], Any]) -> Callable[[], Any]:
+    """Register `hook()` to run in each reconcile pass before the queue's admission (idempotent)."""
+    if hook not in _FOLLOW_HOOKS:
+        _FOLLOW_HOOKS.append(hook)
+    return hook
+
+
 def reconcile_all() -> dict[str, Any]:
-    """One pass over every live run, then the queue. Ray being down changes nothing (logged)."""
+    """One pass over every live run and the other kinds' live jobs, then the queue. Ray being down
+    changes nothing (logged). `admitted`: the runs admitted; `admitted_jobs`: every job admitted, as
+    "<kind> #<id>" in the order admitted."""
     moved: dict[int, str] = {}
     errors: list[str] = []
     live = Run.objects.filter(status__in=[S.SUBMITTING, S.RUNNING, S.STOPPING]).order_by("id")
@@ -261,10 +280,16 @@ def reconcile_all() -> dict[str, Any]:
             break  # the next runs would wait for the same dead Ray
         if to:
             moved[run.pk] = to
-    admitted = queue_admit_all()
+    for hook in _FOLLOW_HOOKS:
+        try:
+            hook()
+        except Exception:  # one kind's failure never stops the runs' admission
+            log.exception("reconcile: follow hook %r failed", hook)
+    jobs = queue_admit_jobs()
     for hook in _PASS_HOOKS:
         try:
             hook()
         except Exception:  # a watcher's failure never stops the reconcile
             log.exception("reconcile: pass hook %r failed", hook)
-    return {"moved": moved, "admitted": admitted, "errors": errors}
+    return {"moved": moved, "admitted": [j.id for j in jobs if j.kind == RUN],
+            "admitted_jobs": [j.label for j in jobs], "errors": errors}

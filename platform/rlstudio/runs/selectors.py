@@ -211,13 +211,16 @@ def run_logs(*, run: Run, tail: int = 200) -> dict:
 
 
 def queue_position(*, run: Run) -> int | None:
-    """1-based place of a queued run in the whole queue (admission order: services.QUEUE_ORDER), None
-    when not queued."""
+    """1-based place of a queued run in the one queue of runs and the other kinds' jobs (evaluations),
+    in admission order (`rlstudio.runs.queue`), None when not queued."""
     if run.status != "queued":
         return None
-    from .services.admission import models_q_earlier
+    from .queue import ahead_of
+    from .services.admission import models_q_earlier, queued_kinds, run_job
 
-    return Run.objects.filter(status="queued").filter(models_q_earlier(run)).count() + 1
+    job = run_job(run)
+    others = sum(1 for kind in queued_kinds() for other in kind.queued() if ahead_of(job, other))
+    return Run.objects.filter(status="queued").filter(models_q_earlier(run)).count() + others + 1
 
 
 def run_duration(run: Run, *, now=None) -> str:

@@ -17,6 +17,7 @@ from rlstudio.evaluations.reconcile import (
 from rlstudio.quotas.models import GpuQuota
 from rlstudio.runs import ray_jobs
 from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.services.admission import queue_admit_jobs
 
 pytestmark = pytest.mark.django_db
 S = EvaluationStatus
@@ -38,9 +39,9 @@ def test_an_evaluation_counts_as_one_of_the_owners_runs(alice, make_run, run_wit
     Run.objects.filter(pk=busy.pk).update(status=RunStatus.RUNNING, started=timezone.now())
     ev = _new(alice, run_with_ckpts, data)
     assert ev.status == S.QUEUED and "you run 1 of your 1 concurrent run" in ev.queue_reason
-    assert reconcile_evaluations()["admitted"] == []
+    assert queue_admit_jobs() == []
     Run.objects.filter(pk=busy.pk).update(status=RunStatus.SUCCEEDED, finished=timezone.now())
-    assert reconcile_evaluations()["admitted"] == [ev.pk]
+    assert [(j.kind, j.id) for j in queue_admit_jobs()] == [("evaluation", ev.pk)]
     ev.refresh_from_db()
     assert ev.status == S.RUNNING and ev.queue_reason == "" and ev.started
     # and now it is the evaluation that keeps a queued run of hers waiting

@@ -18,6 +18,7 @@ from rlstudio.evaluations import jobs, services
 from rlstudio.evaluations.models import Evaluation, EvaluationSample, EvaluationStatus
 from rlstudio.evaluations.reconcile import reconcile_evaluations
 from rlstudio.runs import ray_jobs
+from rlstudio.runs.services.admission import queue_admit_jobs
 
 pytestmark = pytest.mark.django_db
 S = EvaluationStatus
@@ -208,7 +209,7 @@ def test_a_model_evaluation_counts_against_the_quota_like_a_runs(alice, model, m
     queued = services.evaluation_new_for_model(user=alice, model=model, dataset=data, data={"k": 1})
     assert queued.status == S.QUEUED and "1 of your 1 concurrent run" in queued.queue_reason
     Run.objects.filter(pk=busy.pk).update(status=RunStatus.SUCCEEDED)
-    assert reconcile_evaluations()["admitted"] == [queued.pk]
+    assert [(j.kind, j.id) for j in queue_admit_jobs()] == [("evaluation", queued.pk)]
 
 
 def test_the_model_page_shows_the_form_and_the_figures_escaped(alice, bob, make_model, data):

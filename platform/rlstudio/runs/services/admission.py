@@ -1,6 +1,13 @@
-"""Admission: a queued run is admitted when its owner's quota and the cluster allow (the fair queue),
-in the queue's order (QUEUE_ORDER: higher `queue_priority` first, then oldest first), which staff change
-with `run_queue_move`.
+"""Admission: a queued job is admitted when its owner's quota and the cluster allow (the fair queue),
+in the one queue's order (`rlstudio.runs.queue`: higher `queue_priority` first, then the one queued
+first, runs and the other kinds alike), which staff change for runs with `run_queue_move`. The other
+kinds of queued jobs (evaluations) register with `queued_kind_register`, so that one pass
+(`queue_admit_jobs`) admits them all in that order against the same quotas and GPUs.
+
+Every admission, of any kind, holds its owner's lock (`QuotaPolicy.lock_owner`), so that one user's
+admissions are serialized and can never exceed the quota together; the passes themselves are
+serialized by a PostgreSQL advisory lock (`QUEUE_LOCK`), so that two workers never hand the same free
+GPUs out twice.
 
 Quotas are asked through a `QuotaPolicy` that the quotas app registers at startup
 (`quota_policy_register`, from its AppConfig.ready), so that runs never imports quotas (quotas reads
@@ -16,6 +23,7 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run, RunStatus
 from ..errors import RunRefused
+from ..queue import RUN, Attempt, QueuedJob, admission_pass, ahead_of
 from .transitions import run_transition
 
 
@@ -71,6 +79,57 @@ def quota_policy() -> QuotaPolicy:
 # The order in which queued runs are admitted (and numbered on the pages): a run staff moved to the
 # front (higher queue_priority) first, then oldest first, ties broken by id.
 QUEUE_ORDER = ("-queue_priority", "created", "id")
+
+
+class QueuedKind:
+    """A kind of job other than runs that waits in the one queue (the evaluations app registers its
+    evaluations). A subclass implements:
+
+        kind                                      its name ("evaluation")
+        queued() -> list[QueuedJob]               its queued jobs
+        earlier_of(*, job) -> str                 '' unless the owner of `job` (a run) has a job of this
+                                                  kind queued ahead of it; else a phrase naming it
+        try_admit(*, job_id, cluster_free_gpus) -> Attempt | None
+                                                  admit it if its owner's quota allows (under the
+                                                  owner's lock), else record why it waits; None when
+                                                  it is no longer queued
+    """
+
+    kind = ""
+
+    def queued(self) -> list[QueuedJob]:
+        raise NotImplementedError
+
+    def earlier_of(self, *, job: QueuedJob) -> str:
+        raise NotImplementedError
+
+    def try_admit(self, *, job_id: int, cluster_free_gpus: float | None) -> Attempt | None:
+        raise NotImplementedError
+
+
+_QUEUED_KINDS: dict[str, QueuedKind] = {}
+
+
+def queued_kind_register(kind: QueuedKind) -> QueuedKind:
+    """Let `kind`'s queued jobs wait in the one queue (the last registered of a name wins)."""
+    _QUEUED_KINDS[kind.kind] = kind
+    return kind
+
+
+def queued_kinds() -> list[QueuedKind]:
+    return list(_QUEUED_KINDS.values())
+
+
+def run_job(run: Run) -> QueuedJob:
+    """A run as a job of the one queue."""
+    return QueuedJob(kind=RUN, id=run.pk, owner_id=run.owner_id, gpus=run.gpus, queued_at=run.created,
+                     priority=run.queue_priority)
+
+
+def runs_ahead(*, job: QueuedJob) -> list[Run]:
+    """The queued runs of `job`'s owner that come before `job` in the queue, in the queue's order."""
+    queued = Run.objects.filter(owner=job.owner_id, status=S.QUEUED).order_by(*QUEUE_ORDER)
+    return [r for r in queued if ahead_of(job, run_job(r))]
 
 
 # Called with no arguments, each returns the GPUs held by the platform's other Ray jobs (the
@@ -145,9 +204,12 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
               check_cluster: bool = True) -> bool:
     """Admit a queued run if its owner's quota (and the cluster) allow: queued → submitting, and the
     submit task is sent. Otherwise it stays queued with the reason updated. Returns admitted or not.
+    It waits behind its owner's runs and other jobs (evaluations) queued before it (the one queue's
+    order).
 
-    Inside one transaction holding the owner's row lock, so that concurrent admissions of one user's
-    runs are serialized and can never exceed the quota together.
+    Inside one transaction holding the owner's row lock (which the other kinds' admissions take too),
+    so that concurrent admissions of one user's jobs are serialized and can never exceed the quota
+    together.
     """
     policy = quota_policy()
     with transaction.atomic():
@@ -157,8 +219,12 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
         earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
                    .filter(models_q_earlier(locked)).order_by(*QUEUE_ORDER).first())
+        other = "" if earlier is not None else next(
+            (phrase for kind in queued_kinds() if (phrase := kind.earlier_of(job=run_job(locked)))), "")
         if earlier is not None:
             reason = f"waiting behind your earlier queued run #{earlier.pk} ({earlier.name})"
+        elif other:
+            reason = f"waiting behind your earlier queued {other}"
         else:
             free = cluster_free_gpus
             if free is None and check_cluster:
@@ -193,8 +259,9 @@ QUEUE_MOVES = ("front", "back")
 def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     """Staff move a queued run to the front or the back of the whole queue (`to`: "front" | "back").
 
-    The run's `queue_priority` becomes one above (front) or below (back) every other queued run's, so
-    it is admitted first (or last) among them; its owner's other queued runs follow the same order
+    The run's `queue_priority` becomes one above (front) or below (back) every other queued job's (a
+    queued evaluation's is 0), so it is admitted first (or last) among them; its owner's other queued
+    jobs follow the same order
     (a run moved to the front is no longer behind its owner's older ones). Quotas still apply: a run
     at the front whose owner is at their quota waits, and the runs behind it are admitted meanwhile.
     The queued rows are locked while the new priority is chosen, so two moves cannot tie. Audited
@@ -214,12 +281,14 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued: only a queued run can be moved")
         others = Run.objects.filter(status=S.QUEUED).exclude(pk=locked.pk)
+        # The other kinds' queued jobs (evaluations) wait at priority 0.
+        theirs = [0] if any(kind.queued() for kind in queued_kinds()) else []
         if to == "front":
-            edge = others.aggregate(p=Max("queue_priority"))["p"]
-            priority = locked.queue_priority if edge is None else max(edge + 1, locked.queue_priority)
+            edges = [p for p in [others.aggregate(p=Max("queue_priority"))["p"], *theirs] if p is not None]
+            priority = locked.queue_priority if not edges else max(max(edges) + 1, locked.queue_priority)
         else:
-            edge = others.aggregate(p=Min("queue_priority"))["p"]
-            priority = locked.queue_priority if edge is None else min(edge - 1, locked.queue_priority)
+            edges = [p for p in [others.aggregate(p=Min("queue_priority"))["p"], *theirs] if p is not None]
+            priority = locked.queue_priority if not edges else min(min(edges) - 1, locked.queue_priority)
         before = locked.queue_priority
         if priority != before:
             locked.queue_priority = priority
@@ -254,31 +323,51 @@ def run_launch_recorded(*, run: Run, by: AbstractBaseUser) -> Run:
     return run
 
 
-def queue_admit_all() -> list[int]:
-    """Admit queued runs in QUEUE_ORDER while quotas and the cluster allow (the fair queue).
+QUEUE_LOCK = (0x524C5351, 0)  # "RLSQ": the advisory lock that serializes the queue's passes
 
-    A user at their quota does not block the others; a GPU run waiting for the cluster's GPUs keeps
-    later GPU runs from overtaking it (cluster GPUs are handed out in queue order).
-    """
-    admitted: list[int] = []
-    cluster_blocked = False
-    free: float | None = None
-    for run in Run.objects.filter(status=S.QUEUED).select_related("owner").order_by(*QUEUE_ORDER):
-        if run.gpus > 0:
-            if cluster_blocked:
-                continue
-            if free is None:
-                free = _cluster_free_gpus(needed=run.gpus)
-        try:
-            ok = run_admit(run=run, cluster_free_gpus=free if run.gpus > 0 else None, check_cluster=False)
-        except RunRefused:
-            continue  # cancelled meanwhile
-        if ok:
-            admitted.append(run.pk)
-            if run.gpus > 0 and free is not None:
-                free -= run.gpus
-        elif run.queue_reason == SUBMIT_UNSENT_REASON:
-            break  # the broker is down: the runs behind it would wait for it too
-        elif run.gpus > 0 and run.queue_reason.startswith("the cluster"):
-            cluster_blocked = True
-    return admitted
+
+def _try_admit_run(job: QueuedJob, free: float | None) -> Attempt | None:
+    run = Run.objects.select_related("owner").filter(pk=job.id).first()
+    if run is None:
+        return None
+    try:
+        ok = run_admit(run=run, cluster_free_gpus=free, check_cluster=False)
+    except RunRefused:
+        return None  # cancelled meanwhile
+    reason = "" if ok else run.queue_reason
+    return Attempt(admitted=ok, reason=reason, cluster=reason.startswith("the cluster"),
+                   unsent=reason == SUBMIT_UNSENT_REASON)
+
+
+def queue_admit_jobs() -> list[QueuedJob]:
+    """One pass of the fair queue: every queued job, runs and the registered kinds, tried once in the
+    one queue's order while quotas and the cluster allow (`rlstudio.runs.queue.admission_pass`).
+    Returns the jobs admitted. A pass that finds another pass under way (QUEUE_LOCK held) leaves the
+    queue to it and admits nothing."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_try_advisory_lock(%s, %s)", list(QUEUE_LOCK))
+        if not cur.fetchone()[0]:
+            return []
+    try:
+        kinds = {k.kind: k for k in queued_kinds()}
+        jobs = [run_job(r) for r in Run.objects.filter(status=S.QUEUED)]
+        for kind in kinds.values():
+            jobs.extend(kind.queued())
+
+        def try_admit(job: QueuedJob, free: float | None) -> Attempt | None:
+            if job.kind == RUN:
+                return _try_admit_run(job, free)
+            return kinds[job.kind].try_admit(job_id=job.id, cluster_free_gpus=free)
+
+        return admission_pass(jobs, free_gpus=lambda needed: _cluster_free_gpus(needed=needed),
+                              try_admit=try_admit)
+    finally:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+
+
+def queue_admit_all() -> list[int]:
+    """`queue_admit_jobs`, returning the ids of the runs it admitted."""
+    return [job.id for job in queue_admit_jobs() if job.kind == RUN]

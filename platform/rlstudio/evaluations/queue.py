@@ -1,0 +1,33 @@
+"""Queued evaluations in the platform's one queue (`rlstudio.runs.queue`): registered with the runs'
+admission by the app's `ready`, so that one pass admits queued runs and evaluations in the order they
+were queued, against the same quotas and GPUs."""
+from __future__ import annotations
+
+from rlstudio.runs.queue import Attempt, QueuedJob
+from rlstudio.runs.services.admission import QueuedKind
+
+from .models import Evaluation, EvaluationStatus
+from .services import QUEUE_KIND, evaluation_admit, evaluation_job
+
+
+class EvaluationQueue(QueuedKind):
+    kind = QUEUE_KIND
+
+    def queued(self) -> list[QueuedJob]:
+        return [evaluation_job(ev) for ev in Evaluation.objects.filter(status=EvaluationStatus.QUEUED)]
+
+    def earlier_of(self, *, job: QueuedJob) -> str:
+        for ev in Evaluation.objects.filter(owner=job.owner_id, status=EvaluationStatus.QUEUED):
+            if evaluation_job(ev).key < job.key:
+                return f"evaluation #{ev.pk}"
+        return ""
+
+    def try_admit(self, *, job_id: int, cluster_free_gpus: float | None) -> Attempt | None:
+        admitted = evaluation_admit(evaluation_id=job_id, cluster_free_gpus=cluster_free_gpus)
+        if admitted:
+            return Attempt(admitted=True)
+        ev = Evaluation.objects.filter(pk=job_id).values("status", "queue_reason").first()
+        if ev is None or ev["status"] != EvaluationStatus.QUEUED:
+            return None
+        reason = ev["queue_reason"]
+        return Attempt(admitted=False, reason=reason, cluster=reason.startswith("the cluster"))
