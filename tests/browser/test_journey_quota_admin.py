@@ -66,16 +66,17 @@ def test_staff_move_a_queued_run_change_a_quota_by_name_and_cancel(page_as, make
 
     # The queue in admission order, each with why it waits.
     rows = _queue_rows(page)
-    assert [r[0] for r in rows] == ["1", "2"] and [r[2] for r in rows] == ["carol", "bob"], rows
-    assert all(r[5] for r in rows), rows
+    # columns: position, kind, job, owner, GPUs, queued since, why it waits, actions
+    assert [r[0] for r in rows] == ["1", "2"] and [r[3] for r in rows] == ["carol", "bob"], rows
+    assert [r[1] for r in rows] == ["run", "run"] and all(r[6] for r in rows), rows
 
     # Move bob's later run to the front.
     with page.expect_navigation():
         page.locator(f"#queue tr[data-run-id='{later.pk}'] button:text-is('To the front')").click()
     assert "moved to the front of the queue" in page.locator("ul.messages").inner_text()
     rows = _queue_rows(page)
-    assert [(r[0], r[2]) for r in rows] == [("1", "bob"), ("2", "carol")], rows
-    assert "moved up" in rows[0][1]
+    assert [(r[0], r[3]) for r in rows] == [("1", "bob"), ("2", "carol")], rows
+    assert "moved up" in rows[0][2]
     assert Run.objects.get(pk=later.pk).queue_priority > Run.objects.get(pk=first.pk).queue_priority
     assert AuditEvent.objects.filter(action="run.queue_move", actor=root, object_id=str(later.pk)).exists()
 
@@ -103,7 +104,7 @@ def test_staff_move_a_queued_run_change_a_quota_by_name_and_cancel(page_as, make
         page.locator(f"#queue tr[data-run-id='{first.pk}'] button:text-is('Cancel')").click()
     assert page.dialogs and page.dialogs[-1][0] == "confirm" and "carol-first" in page.dialogs[-1][1]
     assert f"Run #{first.pk} (carol-first) cancelled." in page.locator("ul.messages").inner_text()
-    assert [r[2] for r in _queue_rows(page)] == ["bob"]
+    assert [r[3] for r in _queue_rows(page)] == ["bob"]
     assert Run.objects.get(pk=first.pk).status == "stopped"
     assert AuditEvent.objects.filter(action="run.queue_cancel", actor=root).exists()
     assert refused == [], refused
