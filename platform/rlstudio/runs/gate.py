@@ -466,12 +466,17 @@ def check_step_size(config: Mapping[str, Any], limits: StepLimits) -> None:
         return
     # trainer.step_report.pick_groups: -1 = every trajectory; else whole groups, at least one
     reported = trajectories if budget < 0 else min(trajectories, max(budget, n))
+    _check_reported("report.samples_per_step", budget, reported, limits, per="step",
+                    group=f"actor_rollout_ref.rollout.n = {n}")
+
+
+def _check_reported(key: str, budget: int, reported: int, limits: StepLimits, *, per: str, group: str) -> None:
+    """Refuse `key` (a report budget, -1 = all) when it reports more samples than the operator allows."""
     if reported > limits.reported_samples:
         said = "-1 (all)" if budget < 0 else str(budget)
-        raise GateRefused("report.samples_per_step",
-                          f"{said} reports {reported:,} samples per step, more than this platform's "
-                          f"{limits.reported_samples:,} (RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP); give a number "
-                          f"of samples up to that (whole groups of actor_rollout_ref.rollout.n = {n} are reported)")
+        raise GateRefused(key, f"{said} reports {reported:,} samples per {per}, more than this platform's "
+                               f"{limits.reported_samples:,} (RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP); give a "
+                               f"number of samples up to that (whole groups of {group} are reported)")
 
 
 def check_validation_size(config: Mapping[str, Any], limits: StepLimits, val_rows: int | None) -> None:
@@ -508,12 +513,7 @@ def check_validation_size(config: Mapping[str, Any], limits: StepLimits, val_row
         return
     total = val_rows * n if val_rows is not None else None
     reported = total if budget < 0 else max(budget, n) if total is None else min(total, max(budget, n))
-    if reported > limits.reported_samples:
-        said = "-1 (all)" if budget < 0 else str(budget)
-        raise GateRefused("report.val_samples",
-                          f"{said} reports {reported:,} samples per validation, more than this platform's "
-                          f"{limits.reported_samples:,} (RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP); give a number "
-                          f"of samples up to that (whole groups of val_kwargs.n = {n} are reported)")
+    _check_reported("report.val_samples", budget, reported, limits, per="validation", group=f"val_kwargs.n = {n}")
 
 
 def check_checkpoints_kept(config: Mapping[str, Any], cap: int | None) -> None:
