@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from rlstudio.quotas.selectors import gpu_hours_between, month_start, quota_for
+from rlstudio.quotas.selectors import month_gpu_hours, quota_for
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import visible_runs
 
@@ -130,7 +130,7 @@ class MonthBudget:
 def month_budget(*, user: AbstractBaseUser, now: datetime | None = None) -> MonthBudget:
     now = now or timezone.now()
     quota = quota_for(user=user).gpu_hours_per_month
-    used = gpu_hours_between(user=user, start=month_start(now), end=now)
+    used = month_gpu_hours(user=user, now=now)
     row = NotificationSettings.objects.filter(user=user).first()
     said = row.month_notices.get(month_key(now), "") if row else ""
     level = R.budget_level(used=used, cap=quota) if (quota > 0 or used > 0) else ""

@@ -1,5 +1,8 @@
 """Admin page of GPU quotas (changes are audited; the user is picked by name, with autocomplete).
 
+The GPU-hours kept of deleted jobs (`GpuHoursSpent`) are listed read-only: the platform writes them
+when it deletes a run, and nobody adds, changes or deletes them by hand.
+
 The staff quota page (`rlstudio.quotas.views`, /quotas/admin/) is the place built for the job; the
 admin's index links to it (its index template is set here).
 """
@@ -7,7 +10,7 @@ from django.contrib import admin
 
 from rlstudio.accounts.services import audit_record
 
-from .models import GpuQuota
+from .models import GpuHoursSpent, GpuQuota
 
 
 admin.site.index_template = "quotas/admin_index.html"
@@ -51,3 +54,24 @@ class GpuQuotaAdmin(admin.ModelAdmin):
             obj=obj,
             data={f: form.cleaned_data.get(f) for f in form.changed_data if f != "user"},
         )
+
+
+@admin.register(GpuHoursSpent)
+class GpuHoursSpentAdmin(admin.ModelAdmin):
+    list_display = ["user", "month", "hours", "job", "created"]
+    list_filter = ["month"]
+    search_fields = ["user__username", "job"]
+    readonly_fields = ["user", "month", "gpu_microseconds", "hours", "job", "created"]
+
+    @admin.display(description="GPU-hours")
+    def hours(self, obj) -> str:
+        return f"{obj.gpu_hours:.4f}"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -11,6 +11,8 @@ def default_max_queued_runs() -> int:
 # The default quota the platform ships with (migration 0002 creates it; quota_for puts it back if deleted).
 SHIPPED_DEFAULT = {"max_gpus": 1, "gpu_hours_per_month": 100.0, "max_concurrent_runs": 2}
 
+US_PER_HOUR = 3_600_000_000  # microseconds in an hour (GPU-time is counted in GPU-microseconds)
+
 
 class GpuQuota(models.Model):
     """Limits for one user (`user` set) or the default for users without a row (`is_default`)."""
@@ -55,3 +57,39 @@ class GpuQuota(models.Model):
         runs = f"{self.max_concurrent_runs} run" + ("" if self.max_concurrent_runs == 1 else "s")
         return (f"{who}: {gpus}, {self.gpu_hours_per_month:g} GPU-h/month, {runs}, "
                 f"{self.max_queued_runs} queued")
+
+
+class GpuHoursSpent(models.Model):
+    """GPU-time a deleted job (a run, or an evaluation deleted with its run) held in one calendar month,
+    kept so that the month's GPU-hours (the budget: `selectors.month_gpu_hours_by_owner`) still count it.
+
+    One row per deleted job and month it held GPUs in, written by the platform in the transaction that
+    deletes the job (`services.gpu_time_keep`), never by a user (no API, read-only in the admin).
+    Per job rather than one running total per user and month: rows are only ever inserted (two
+    deletions never contend for one row), and each says which job it was. The time is kept exact, in
+    GPU-microseconds (GPUs × microseconds held within the month, as the selectors count a job's
+    record), so a month's figure after a deletion equals the figure before it, to the float.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gpu_hours_spent")
+    month = models.DateField(help_text="The first day of the month (UTC, as the budget's month).")
+    gpu_microseconds = models.BigIntegerField(help_text="GPUs × microseconds held within the month.")
+    job = models.CharField(max_length=300, help_text="The deleted job, e.g. run #12 “name”.")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "GPU-hours of a deleted job"
+        verbose_name_plural = "GPU-hours of deleted jobs"
+        ordering = ["-month", "-id"]
+        indexes = [models.Index(fields=["month", "user"], name="gpuhoursspent_month_user")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(gpu_microseconds__gt=0), name="gpuhoursspent_positive"),
+        ]
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpu_microseconds / US_PER_HOUR
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.gpu_hours:.2f} GPU-h in {self.month:%Y-%m} ({self.job})"
+

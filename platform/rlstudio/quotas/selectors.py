@@ -4,7 +4,7 @@ runs and evaluations in admission order)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -15,7 +15,7 @@ from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 from rlstudio.runs.queue import RUN, QueuedJob, queue_order
 from rlstudio.runs.services.admission import other_jobs_gpus, run_job
 
-from .models import SHIPPED_DEFAULT, GpuQuota
+from .models import SHIPPED_DEFAULT, US_PER_HOUR, GpuHoursSpent, GpuQuota
 
 
 def quota_for(*, user: AbstractBaseUser) -> GpuQuota:
@@ -48,17 +48,24 @@ def month_start(now: datetime) -> datetime:
     return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def gpu_hours_between(*, user: AbstractBaseUser, start: datetime, end: datetime) -> float:
-    """GPU-hours the user's runs held between `start` and `end`: gpus × overlap of [started, finished or now]."""
-    return gpu_hours_by_owner(start=start, end=end, owner=user).get(user.pk, 0.0)
+def next_month_start(now: datetime) -> datetime:
+    """Midnight on the first day of the month after `now`'s, in `now`'s time zone."""
+    start = month_start(now)
+    return start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
 
 
-def gpu_hours_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseUser | None = None) -> dict[int, float]:
-    """{owner id: GPU-hours} of every user's (or one `owner`'s) runs and evaluations between `start`
-    and `end` (an evaluation holds its GPUs from its admission, `started`, to its end)."""
+def gpu_microseconds(*, gpus: int, started: datetime, finished: datetime | None, start: datetime,
+                     end: datetime) -> int:
+    """GPUs × microseconds a job held within [start, end]: it holds them from `started` to `finished`
+    (None: still holding, up to `end`). Exact integers, so sums never depend on their order."""
+    overlap = min(finished or end, end) - max(started, start)
+    return gpus * max(overlap // timedelta(microseconds=1), 0)
+
+
+def _job_gpu_us_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseUser | None) -> dict[int, int]:
     from rlstudio.evaluations.models import Evaluation
 
-    seconds: dict[int, float] = {}
+    held: dict[int, int] = {}
     for model in (Run, Evaluation):
         jobs = model.objects.filter(gpus__gt=0, started__isnull=False, started__lt=end).filter(
             Q(finished__isnull=True) | Q(finished__gt=start)
@@ -66,9 +73,38 @@ def gpu_hours_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseUse
         if owner is not None:
             jobs = jobs.filter(owner=owner)
         for owner_id, gpus, started, finished in jobs.values_list("owner_id", "gpus", "started", "finished"):
-            overlap = (min(finished or end, end) - max(started, start)).total_seconds()
-            seconds[owner_id] = seconds.get(owner_id, 0.0) + gpus * max(overlap, 0.0)
-    return {owner_id: s / 3600.0 for owner_id, s in seconds.items()}
+            us = gpu_microseconds(gpus=gpus, started=started, finished=finished, start=start, end=end)
+            held[owner_id] = held.get(owner_id, 0) + us
+    return held
+
+
+def gpu_hours_between(*, user: AbstractBaseUser, start: datetime, end: datetime) -> float:
+    """GPU-hours the user's runs and evaluations held between `start` and `end`, from their records
+    only: gpus × overlap of [started, finished or end]. A month's budget also counts deleted jobs:
+    that is `month_gpu_hours`."""
+    return _job_gpu_us_by_owner(start=start, end=end, owner=user).get(user.pk, 0) / US_PER_HOUR
+
+
+def month_gpu_hours_by_owner(*, now: datetime, month: datetime | None = None,
+                             owner: AbstractBaseUser | None = None) -> dict[int, float]:
+    """{owner id: GPU-hours} of every user (or one `owner`) in the calendar month of `month` (default:
+    `now`'s month) up to `now`: what their runs and evaluations held in it (an evaluation holds its GPUs
+    from its admission, `started`, to its end), plus what deleted jobs held in it (GpuHoursSpent). This
+    is the figure the monthly budget (`gpu_hours_per_month`) is checked against."""
+    start = month_start(month or now)
+    held = _job_gpu_us_by_owner(start=start, end=min(next_month_start(start), now), owner=owner)
+    kept = GpuHoursSpent.objects.filter(month=start.date())
+    if owner is not None:
+        kept = kept.filter(user=owner)
+    for user_id, us in kept.order_by().values("user").annotate(us=Sum("gpu_microseconds")).values_list("user", "us"):
+        held[user_id] = held.get(user_id, 0) + us
+    return {owner_id: us / US_PER_HOUR for owner_id, us in held.items()}
+
+
+def month_gpu_hours(*, user: AbstractBaseUser, now: datetime, month: datetime | None = None) -> float:
+    """The user's GPU-hours in the month of `month` (default `now`'s) up to `now`, deleted jobs'
+    included: see `month_gpu_hours_by_owner`."""
+    return month_gpu_hours_by_owner(now=now, month=month, owner=user).get(user.pk, 0.0)
 
 
 @dataclass(frozen=True)
@@ -129,7 +165,7 @@ class QuotaUsage:
 def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> QuotaUsage:
     """The caller's quota and usage: GPUs held by submitting/running/stopping runs and running
     evaluations, active runs (a running evaluation counts as one, as admission counts it), GPU-hours
-    since the start of this month, and their queued runs and queued evaluation with their positions in
+    since the start of this month (deleted jobs' included), and their queued runs and queued evaluation with their positions in
     the one queue of runs and evaluations."""
     n_evals, eval_gpus = running_evaluations(owner=user).get(user.pk, (0, 0))
     now = now or timezone.now()
@@ -145,7 +181,7 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
         max_gpus=quota.max_gpus,
         gpus_held=(active.aggregate(n=Sum("gpus"))["n"] or 0) + eval_gpus,
         gpu_hours_per_month=quota.gpu_hours_per_month,
-        gpu_hours_this_month=round(gpu_hours_between(user=user, start=month_start(now), end=now), 6),
+        gpu_hours_this_month=round(month_gpu_hours(user=user, now=now), 6),
         max_concurrent_runs=quota.max_concurrent_runs,
         runs_active=active.count() + n_evals,
         max_queued_runs=quota.max_queued_runs,
@@ -283,7 +319,7 @@ def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
     queued = dict(Run.objects.filter(status=RunStatus.QUEUED).values("owner").annotate(n=Count("id"))
                   .values_list("owner", "n"))
     evals = running_evaluations()
-    hours = gpu_hours_by_owner(start=month_start(now), end=now)
+    hours = month_gpu_hours_by_owner(now=now)
     users = []
     model = get_user_model()
     for user in model.objects.filter(is_active=True).order_by(model.USERNAME_FIELD):

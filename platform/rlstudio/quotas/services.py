@@ -9,6 +9,9 @@ that holds the owner's row lock (`lock_owner`), so that two launches by the same
 the usage it counts cannot change under it, and concurrent launches can never exceed a quota. `check_queue_cap` is
 meant for the same place (after `lock_owner`, before the new run is created): under that lock two
 launches by one user cannot both see room for one more queued run.
+
+`gpu_time_keep` is the runs app's `on_run_delete` hook (registered in apps.py): a deleted run's
+GPU-hours, and its evaluations', stay in their months' budgets.
 """
 from __future__ import annotations
 
@@ -25,8 +28,17 @@ from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.admission import QuotaPolicy
 
-from .models import GpuQuota
-from .selectors import QuotaUsage, gpu_hours_between, month_start, quota_for, quota_usage_for, running_evaluations
+from .models import GpuHoursSpent, GpuQuota
+from .selectors import (
+    QuotaUsage,
+    gpu_microseconds,
+    month_gpu_hours,
+    month_start,
+    next_month_start,
+    quota_for,
+    quota_usage_for,
+    running_evaluations,
+)
 
 
 def lock_owner(*, user: AbstractBaseUser) -> None:
@@ -88,8 +100,7 @@ def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | No
         held = (active.aggregate(n=Sum("gpus"))["n"] or 0) + eval_gpus
         if held + gpus > quota.max_gpus:
             return f"you hold {held} of your {_plural(quota.max_gpus, 'GPU')} and this {what} needs {gpus}"
-        now = timezone.now()
-        used = gpu_hours_between(user=owner, start=month_start(now), end=now)
+        used = month_gpu_hours(user=owner, now=timezone.now())
         if used >= quota.gpu_hours_per_month:
             return (f"you used {used:.1f} of your {quota.gpu_hours_per_month:g} GPU-hours this month")
         if cluster_free_gpus is not None and gpus > cluster_free_gpus:
@@ -138,6 +149,43 @@ class Quotas(QuotaPolicy):
 
     def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
         return job_reason(user=user, gpus=gpus, cluster_free_gpus=cluster_free_gpus)
+
+
+def _kept_rows(*, user_id: int, job: str, gpus: int, started, finished, now) -> list[GpuHoursSpent]:
+    """One GpuHoursSpent per month a job held GPUs in up to `now`, its GPU-time within that month
+    counted as the month's figure counts it (`month_gpu_hours_by_owner`: up to the month's end or now)."""
+    if not gpus or started is None:
+        return []
+    rows = []
+    start = month_start(started)
+    while start < min(finished or now, now):
+        end = next_month_start(start)
+        us = gpu_microseconds(gpus=gpus, started=started, finished=finished, start=start, end=min(end, now))
+        if us > 0:
+            rows.append(GpuHoursSpent(user_id=user_id, month=start.date(), gpu_microseconds=us, job=job[:300]))
+        start = end
+    return rows
+
+
+def gpu_time_keep(run: Run, *, now=None) -> list[GpuHoursSpent]:
+    """Keep the GPU-hours `run` and its evaluations held (each job's own owner's, in each month it held
+    GPUs in) as GpuHoursSpent rows, before the run's records are deleted: the runs app's `on_run_delete`
+    hook, called inside the deletion's transaction, so the rows exist exactly when the records are gone.
+    Takes each owner's admission lock first (`lock_owner`, owners in id order), so an admission never
+    counts the month between the two. A CPU job, or one never started, keeps nothing."""
+    from rlstudio.evaluations.models import Evaluation
+
+    now = now or timezone.now()
+    name = f"run #{run.pk} “{run.name}”"
+    jobs = [(run.owner_id, name, run.gpus, run.started, run.finished)]
+    for ev in Evaluation.objects.filter(run=run, gpus__gt=0, started__isnull=False).order_by("pk"):
+        jobs.append((ev.owner_id, f"evaluation #{ev.pk} of {name}", ev.gpus, ev.started, ev.finished))
+    rows = [row for user_id, job, gpus, started, finished in jobs
+            for row in _kept_rows(user_id=user_id, job=job, gpus=gpus, started=started, finished=finished, now=now)]
+    users = get_user_model().objects.in_bulk(sorted({row.user_id for row in rows}))
+    for user_id in sorted(users):
+        lock_owner(user=users[user_id])
+    return GpuHoursSpent.objects.bulk_create(rows)
 
 
 def check_staff(*, user: AbstractBaseUser) -> None:

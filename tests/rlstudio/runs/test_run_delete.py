@@ -20,7 +20,7 @@ from rlstudio.evaluations.models import Evaluation, EvaluationStatus
 from rlstudio.exports.models import Export, ExportStatus
 from rlstudio.playground.models import PlaygroundSession
 from rlstudio.runs.models import Run, RunStatus
-from rlstudio.runs.services import RunRefused, delete_refusal, run_delete, run_share
+from rlstudio.runs.services import delete_refusal, run_delete, run_share
 from rlstudio.runs.services.deletion import remove_run_folder
 from rlstudio.telemetry.models import MetricRow, RunEvent, Sample
 
@@ -161,8 +161,7 @@ def test_a_run_a_live_resumed_run_starts_from_is_refused_naming_it(alice, two_ru
     assert Run.objects.filter(pk=gone.pk).exists()
 
 
-def test_live_jobs_on_the_run_an_exported_model_and_this_months_gpu_hours_refuse(alice, make_run, make_model,
-                                                                                 runs_dir):
+def test_live_jobs_on_the_run_and_an_exported_model_refuse(alice, make_run, make_model, runs_dir):
     run = _finished(make_run(alice))
     assert delete_refusal(run) == ""
     ev = Evaluation.objects.create(run=run, owner=alice, dataset=run.dataset, checkpoints=[2], k=1, max_prompts=3, sampling={},
@@ -179,14 +178,19 @@ def test_live_jobs_on_the_run_an_exported_model_and_this_months_gpu_hours_refuse
     make_model(alice, "exported", source_run=run)
     assert "exported" in delete_refusal(run)
     run.exported_models.all().delete()
-    now = timezone.now()
-    _finished(run, gpus=1, started=now - timedelta(minutes=1), finished=now)
-    assert "GPU-hours" in delete_refusal(run)
-    with pytest.raises(RunRefused):
-        run_delete(run=run, by=alice)
-    last_month = now.replace(day=1) - timedelta(days=3)
-    _finished(run, started=last_month - timedelta(hours=1), finished=last_month)
     assert delete_refusal(run) == ""
+
+
+def test_a_run_that_held_gpus_this_month_is_deleted(alice, make_run, runs_dir):
+    """Its GPU-hours stay in the month's budget (tests/rlstudio/quotas/test_gpu_hours_kept.py)."""
+    now = timezone.now()
+    run = _finished(make_run(alice), gpus=1, started=now - timedelta(minutes=1), finished=now)
+    ev = Evaluation.objects.create(run=run, owner=alice, dataset=run.dataset, checkpoints=[2], k=1, max_prompts=3,
+                                   sampling={}, gpus=1, status=EvaluationStatus.SUCCEEDED,
+                                   started=now - timedelta(seconds=30), finished=now)
+    assert delete_refusal(run) == ""
+    assert _api(alice).delete(f"/api/v1/runs/{run.pk}/").status_code == 204
+    assert not Run.objects.filter(pk=run.pk).exists() and not Evaluation.objects.filter(pk=ev.pk).exists()
 
 
 def test_a_link_in_the_run_folder_is_not_followed(alice, two_runs, runs_dir, tmp_path,

@@ -19,7 +19,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from rlstudio.quotas.selectors import gpu_hours_between, month_start, quota_for
+from rlstudio.quotas.selectors import month_gpu_hours, quota_for
 from rlstudio.runs.models import Run, RunStatus
 
 from .. import rules as R
@@ -122,7 +122,7 @@ def _watch_month(owner_id: int, now: datetime, done: dict[str, int]) -> None:
 
     user = get_user_model().objects.get(pk=owner_id)
     quota = quota_for(user=user)
-    used = gpu_hours_between(user=user, start=month_start(now), end=now)
+    used = month_gpu_hours(user=user, now=now)
     level = R.budget_level(used=used, cap=quota.gpu_hours_per_month)
     if not level:
         return

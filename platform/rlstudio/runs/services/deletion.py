@@ -7,9 +7,12 @@ with). When: only a finished run (stopped, succeeded, failed, lost); anything el
     and a queued run may be admitted and submitted at any moment: only a finished run is deleted);
   * a run resumed from it that has not finished: it starts from a checkpoint in this run's folder;
   * an evaluation, an export or a playground session of the run still queued or running;
-  * a catalog model exported from it: its files are in the run's folder (delete that export first);
-  * a run that held GPUs this month: its GPU-hours count toward its owner's monthly budget
-    (rlstudio.quotas counts them from the run's record), so it can be deleted from next month on.
+  * a catalog model exported from it: its files are in the run's folder (delete that export first).
+
+Before the records go, inside the same transaction and with the run's row locked, the `on_run_delete`
+hooks are called with the run: the quotas app registers one that keeps the GPU-hours the run and its
+evaluations held in each month (rlstudio.quotas counts a month's GPU-hours from the jobs' records), so
+deleting a run never gives its owner's budget back. A hook that raises rolls the deletion back.
 
 What goes, in one transaction: the run's row and, by their foreign keys (on_delete CASCADE), its
 events, metric rows, samples, memory points, retention and ingest counts, alert rules, alert state,
@@ -26,13 +29,12 @@ The run's open websockets are told (the `on_access_changed` hooks) and close wit
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 
 from django.apps import apps
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 
@@ -45,15 +47,16 @@ log = logging.getLogger(__name__)
 # Statuses of a run's evaluations, exports and playground sessions that hold a job or a worker.
 _ACTIVE_JOB_STATUSES = ("queued", "running")
 
-
-def _month_start(now: datetime) -> datetime:
-    """Midnight on the first of `now`'s month (the quotas' month: rlstudio.quotas.selectors.month_start)."""
-    return now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+_DELETE_HOOKS: list[Callable[[Run], None]] = []
 
 
-def _held_gpus_since(job, start: datetime) -> bool:
-    """Whether `job` (a run or an evaluation) held GPUs after `start`, as the quotas count GPU-hours."""
-    return bool(job.gpus and job.started is not None and (job.finished is None or job.finished > start))
+def on_run_delete(hook: Callable[[Run], None]) -> Callable[[Run], None]:
+    """Register `hook(run)`, called inside `run_delete`'s transaction with the run (its row locked)
+    before its records are deleted (an app keeping what it needs of them: the quotas app, its GPU-hours).
+    An exception from a hook aborts the deletion."""
+    if hook not in _DELETE_HOOKS:
+        _DELETE_HOOKS.append(hook)
+    return hook
 
 
 def _sessions_of(run: Run):
@@ -84,16 +87,13 @@ def delete_refusal(run: Run) -> str:
     if model is not None:
         return (f"model “{model.name}” in the catalog was exported from this run and its files are in the run's "
                 "folder: delete that export (or the model) first")
-    start = _month_start(timezone.now())
-    if _held_gpus_since(run, start) or any(_held_gpus_since(ev, start) for ev in run.evaluations.all()):
-        return ("the run's GPU-hours count toward its owner's budget this month: it can be deleted from the "
-                "first of next month")
     return ""
 
 
 def run_delete(*, run: Run, by: AbstractBaseUser) -> None:
     """Delete `run` (owner or staff; a finished run only, RunRefused otherwise: `delete_refusal`):
-    its records in one transaction, audited as `run.delete`, then its folder once that commits."""
+    its records in one transaction, audited as `run.delete`, after the `on_run_delete` hooks, then its
+    folder once that commits."""
     from .. import launch
 
     check_can_manage(user=by, run=run, action="delete")
@@ -109,6 +109,8 @@ def run_delete(*, run: Run, by: AbstractBaseUser) -> None:
             "name": locked.name, "owner": locked.owner.get_username(), "status": locked.status,
             "step": locked.step, "children": children, "playground_sessions": list(sessions.values_list("pk", flat=True)),
         })
+        for hook in list(_DELETE_HOOKS):
+            hook(locked)
         sessions.delete()
         locked.delete()
         transaction.on_commit(lambda: _after_delete(run_id, folder, root))
@@ -152,4 +154,4 @@ def _report_left(run_id: int, folder: Path, why: str) -> None:
         log.exception("run %s: could not record that its folder was left", run_id)
 
 
-__all__ = ["delete_refusal", "remove_run_folder", "run_delete"]
+__all__ = ["delete_refusal", "on_run_delete", "remove_run_folder", "run_delete"]
