@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -428,10 +429,23 @@ def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: in
     return model_register(owner=owner, name=name, path=str(target))
 
 
+_MODEL_DELETE_HOOKS: list[Callable[[ModelAsset], None]] = []
+
+
+def on_model_delete(hook: Callable[[ModelAsset], None]) -> Callable[[ModelAsset], None]:
+    """Register `hook(model)`, called inside `model_delete`'s transaction with the model (its row locked)
+    before it and its evaluations are deleted (an app keeping what it needs of them: the quotas app, the
+    evaluations' GPU-hours). An exception from a hook aborts the deletion."""
+    if hook not in _MODEL_DELETE_HOOKS:
+        _MODEL_DELETE_HOOKS.append(hook)
+    return hook
+
+
 def model_delete(*, model: ModelAsset, by) -> None:
     """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
-    operator's, or a run's export); its finished evaluations go with it. In use: CatalogInUse naming the
-    runs, or counting its queued or running evaluations (their jobs read the model)."""
+    operator's, or a run's export); its finished evaluations go with it, after the `on_model_delete`
+    hooks. In use: CatalogInUse naming the runs, or counting its queued or running evaluations (their
+    jobs read the model)."""
     from django.db.models import Q
 
     check_can_change(user=by, item=model, action="delete")
@@ -445,5 +459,8 @@ def model_delete(*, model: ModelAsset, by) -> None:
         raise CatalogInUse(f"model {model.name!r} is being evaluated ({evaluating} evaluation(s) queued or "
                            f"running): wait for them to end or stop them", code="in_use")
     with transaction.atomic():
+        locked = ModelAsset.objects.select_for_update().get(pk=model.pk)
         audit_record(actor=by, action="model.delete", obj=model, data={"name": model.name, "path": model.path})
+        for hook in list(_MODEL_DELETE_HOOKS):
+            hook(locked)
         model.delete()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -394,9 +395,22 @@ def evaluation_stop(*, user, ev: Evaluation) -> Evaluation:
     return ev
 
 
+_DELETE_HOOKS: list[Callable[[Evaluation], None]] = []
+
+
+def on_evaluation_delete(hook: Callable[[Evaluation], None]) -> Callable[[Evaluation], None]:
+    """Register `hook(ev)`, called inside `evaluation_delete`'s transaction with the evaluation (its row
+    locked) before its records are deleted (an app keeping what it needs of them: the quotas app, its
+    GPU-hours). An exception from a hook aborts the deletion."""
+    if hook not in _DELETE_HOOKS:
+        _DELETE_HOOKS.append(hook)
+    return hook
+
+
 def evaluation_delete(*, user, ev: Evaluation) -> None:
     """Delete a finished evaluation, its transcripts and its job folder (found from its own record):
     who may stop it may delete it. EvaluationRefused while it is queued or running (stop it first).
+    The `on_evaluation_delete` hooks run in the transaction before the records go.
     The folder is removed only when it is a real folder inside the run's folder (or the models'
     evaluations folder), no link followed (`runs.folders.remove_tree_inside`); the records go anyway."""
     from rlstudio.runs.folders import remove_tree_inside
@@ -410,5 +424,7 @@ def evaluation_delete(*, user, ev: Evaluation) -> None:
         root = jobs.model_evaluations_dir() if locked.run_id is None else run_folder(locked.run)
         audit_record(actor=user, action="evaluation.delete", obj=ev.subject,
                      data={"evaluation": locked.pk, "dataset": locked.dataset_id})
+        for hook in list(_DELETE_HOOKS):
+            hook(locked)
         locked.delete()
     remove_tree_inside(out, root)

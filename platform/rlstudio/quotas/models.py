@@ -60,11 +60,13 @@ class GpuQuota(models.Model):
 
 
 class GpuHoursSpent(models.Model):
-    """GPU-time a deleted job (a run, or an evaluation deleted with its run) held in one calendar month,
-    kept so that the month's GPU-hours (the budget: `selectors.month_gpu_hours_by_owner`) still count it.
+    """GPU-time a deleted job (a run, or an evaluation: deleted on its own, with its run or with its
+    catalog model) held in one calendar month, kept so that the month's GPU-hours (the budget:
+    `selectors.month_gpu_hours_by_owner`) still count it.
 
     One row per deleted job and month it held GPUs in, written by the platform in the transaction that
-    deletes the job (`services.gpu_time_keep`), never by a user (no API, read-only in the admin).
+    deletes the job (`services._keep`, through the deleting app's hook), never by a user (no API,
+    read-only in the admin).
     Per job rather than one running total per user and month: rows are only ever inserted (two
     deletions never contend for one row), and each says which job it was. The time is kept exact, in
     GPU-microseconds (GPUs × microseconds held within the month, as the selectors count a job's

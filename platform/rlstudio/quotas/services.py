@@ -10,8 +10,9 @@ the usage it counts cannot change under it, and concurrent launches can never ex
 meant for the same place (after `lock_owner`, before the new run is created): under that lock two
 launches by one user cannot both see room for one more queued run.
 
-`gpu_time_keep` is the runs app's `on_run_delete` hook (registered in apps.py): a deleted run's
-GPU-hours, and its evaluations', stay in their months' budgets.
+`gpu_time_keep` is the runs app's `on_run_delete` hook, `evaluation_gpu_time_keep` the evaluations app's
+`on_evaluation_delete` hook and `model_gpu_time_keep` the catalog's `on_model_delete` hook (registered in
+apps.py): a deleted run's, evaluation's or model's evaluations' GPU-hours stay in their months' budgets.
 """
 from __future__ import annotations
 
@@ -167,25 +168,51 @@ def _kept_rows(*, user_id: int, job: str, gpus: int, started, finished, now) -> 
     return rows
 
 
-def gpu_time_keep(run: Run, *, now=None) -> list[GpuHoursSpent]:
-    """Keep the GPU-hours `run` and its evaluations held (each job's own owner's, in each month it held
-    GPUs in) as GpuHoursSpent rows, before the run's records are deleted: the runs app's `on_run_delete`
-    hook, called inside the deletion's transaction, so the rows exist exactly when the records are gone.
-    Takes each owner's admission lock first (`lock_owner`, owners in id order), so an admission never
-    counts the month between the two. A CPU job, or one never started, keeps nothing."""
-    from rlstudio.evaluations.models import Evaluation
+def _evaluation_job(ev) -> tuple:
+    """(owner id, job name, gpus, started, finished) of an evaluation, for `_keep`."""
+    of = f"run #{ev.run_id} “{ev.run.name}”" if ev.run_id is not None else f"model “{ev.model.name}”"
+    return ev.owner_id, f"evaluation #{ev.pk} of {of}", ev.gpus, ev.started, ev.finished
 
-    now = now or timezone.now()
-    name = f"run #{run.pk} “{run.name}”"
-    jobs = [(run.owner_id, name, run.gpus, run.started, run.finished)]
-    for ev in Evaluation.objects.filter(run=run, gpus__gt=0, started__isnull=False).order_by("pk"):
-        jobs.append((ev.owner_id, f"evaluation #{ev.pk} of {name}", ev.gpus, ev.started, ev.finished))
+
+def _keep(jobs: list[tuple], now) -> list[GpuHoursSpent]:
+    """Write the GpuHoursSpent rows of `jobs` ((owner id, job name, gpus, started, finished) each), after
+    taking each owner's admission lock (`lock_owner`, owners in id order), so an admission never counts
+    the month between the rows' writing and the records' deletion. A CPU job, or one never started,
+    keeps nothing."""
     rows = [row for user_id, job, gpus, started, finished in jobs
             for row in _kept_rows(user_id=user_id, job=job, gpus=gpus, started=started, finished=finished, now=now)]
     users = get_user_model().objects.in_bulk(sorted({row.user_id for row in rows}))
     for user_id in sorted(users):
         lock_owner(user=users[user_id])
     return GpuHoursSpent.objects.bulk_create(rows)
+
+
+def gpu_time_keep(run: Run, *, now=None) -> list[GpuHoursSpent]:
+    """Keep the GPU-hours `run` and its evaluations held (each job's own owner's, in each month it held
+    GPUs in) as GpuHoursSpent rows, before the run's records are deleted: the runs app's `on_run_delete`
+    hook, called inside the deletion's transaction, so the rows exist exactly when the records are gone."""
+    from rlstudio.evaluations.models import Evaluation
+
+    jobs = [(run.owner_id, f"run #{run.pk} “{run.name}”", run.gpus, run.started, run.finished)]
+    evaluations = Evaluation.objects.filter(run=run, gpus__gt=0, started__isnull=False).select_related("run")
+    jobs += [_evaluation_job(ev) for ev in evaluations.order_by("pk")]
+    return _keep(jobs, now or timezone.now())
+
+
+def evaluation_gpu_time_keep(ev, *, now=None) -> list[GpuHoursSpent]:
+    """Keep the GPU-hours evaluation `ev` held (its owner's, per month) before it is deleted on its own:
+    the evaluations app's `on_evaluation_delete` hook, called inside the deletion's transaction."""
+    return _keep([_evaluation_job(ev)], now or timezone.now())
+
+
+def model_gpu_time_keep(model, *, now=None) -> list[GpuHoursSpent]:
+    """Keep the GPU-hours the evaluations of catalog model `model` held (each its owner's, per month)
+    before the model is deleted with them: the catalog's `on_model_delete` hook, called inside the
+    deletion's transaction."""
+    from rlstudio.evaluations.models import Evaluation
+
+    evaluations = Evaluation.objects.filter(model=model, gpus__gt=0, started__isnull=False).select_related("model")
+    return _keep([_evaluation_job(ev) for ev in evaluations.order_by("pk")], now or timezone.now())
 
 
 def check_staff(*, user: AbstractBaseUser) -> None:

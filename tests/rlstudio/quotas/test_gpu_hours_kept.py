@@ -1,7 +1,9 @@
 """A deleted run's GPU-hours stay in its owner's monthly budget (GpuHoursSpent, written by the quotas'
 `on_run_delete` hook in the deletion's transaction): the quota API, the staff quota page, admission and
 the alerts' monthly budget read the same figure after the deletion as before it, to the float, in every
-month the run spans; a CPU run keeps nothing; users cannot reach the rows (no API; read-only admin)."""
+month the run spans; a CPU run keeps nothing; users cannot reach the rows (no API; read-only admin).
+So do an evaluation's, deleted on its own or with its catalog model (the evaluations' and the
+catalog's delete hooks); a CPU evaluation keeps nothing."""
 from datetime import datetime, timedelta, timezone as dt_tz
 
 import pytest
@@ -10,7 +12,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rlstudio.alerts.selectors import month_budget
+from rlstudio.catalog.services import model_delete
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+from rlstudio.evaluations.services import evaluation_delete
 from rlstudio.quotas.models import GpuHoursSpent, GpuQuota
 from rlstudio.quotas.selectors import month_gpu_hours, month_start, quota_admin_overview, quota_usage_for
 from rlstudio.runs.models import Run, RunStatus
@@ -160,3 +164,50 @@ def test_a_run_over_three_months_and_a_new_year_keeps_one_row_a_month(alice, mak
     kept = list(GpuHoursSpent.objects.order_by("month").values_list("month", "gpu_microseconds"))
     assert [m for m, _ in kept] == [m.date() for m in months[:3]]
     assert sum(us for _, us in kept) == 2 * ((finished - started) // timedelta(microseconds=1))
+
+
+
+def _evaluation(owner, dataset, *, gpus, seconds, **subject):
+    now = timezone.now()
+    return Evaluation.objects.create(owner=owner, dataset=dataset, checkpoints=[2], k=1, max_prompts=3,
+                                     sampling={}, gpus=gpus, status=EvaluationStatus.SUCCEEDED,
+                                     started=now - timedelta(seconds=seconds), finished=now, **subject)
+
+
+def test_deleting_a_gpu_evaluation_on_its_own_keeps_its_hours(alice, make_run, runs_dir, settings, tmp_path):
+    settings.STATE_DIR = str(tmp_path)
+    run = _held(make_run(alice, "evaluated"), gpus=0, started=timezone.now() - timedelta(seconds=20),
+                finished=timezone.now())
+    ev = _evaluation(alice, run.dataset, gpus=1, seconds=7.3, run=run)
+    now = timezone.now()
+    before = _figures(alice, now)
+    assert before[0] == pytest.approx(7.3 / 3600)
+    evaluation_delete(user=alice, ev=ev)
+    assert not Evaluation.objects.filter(pk=ev.pk).exists()
+    assert _figures(alice, now) == before
+    kept = GpuHoursSpent.objects.get(user=alice)
+    assert kept.gpu_microseconds == 7_300_000 and f"evaluation #{ev.pk} of run #{run.pk}" in kept.job
+
+
+def test_deleting_a_model_keeps_its_gpu_evaluations_hours(alice, bob, make_dataset, make_model, settings, tmp_path):
+    settings.STATE_DIR = str(tmp_path)
+    model = make_model(alice, "evaluated-model", visibility="everyone")
+    ev = _evaluation(bob, make_dataset(bob), gpus=1, seconds=11, model=model)
+    now = timezone.now()
+    before = (month_gpu_hours(user=alice, now=now), month_gpu_hours(user=bob, now=now))
+    assert before == (0.0, pytest.approx(11 / 3600))
+    model_delete(model=model, by=alice)
+    assert not Evaluation.objects.filter(pk=ev.pk).exists()
+    assert (month_gpu_hours(user=alice, now=now), month_gpu_hours(user=bob, now=now)) == before
+    kept = GpuHoursSpent.objects.get()
+    assert kept.user == bob and "evaluated-model" in kept.job
+
+
+def test_deleting_a_cpu_evaluation_keeps_nothing(alice, make_dataset, make_model, runs_dir, settings, tmp_path):
+    settings.STATE_DIR = str(tmp_path)
+    model = make_model(alice, "cpu-model")
+    data = make_dataset(alice)
+    evaluation_delete(user=alice, ev=_evaluation(alice, data, gpus=0, seconds=30, model=model))
+    _evaluation(alice, data, gpus=0, seconds=30, model=model)
+    model_delete(model=model, by=alice)
+    assert not Evaluation.objects.exists() and not GpuHoursSpent.objects.exists()
