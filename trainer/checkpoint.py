@@ -231,12 +231,18 @@ class CheckpointGone(FileNotFoundError):
                          "trainer.max_actor_ckpt_to_keep checkpoints, at most the platform's cap); choose a newer step")
 
 
-def read_actor_model(step_path: Path) -> dict[str, torch.Tensor]:
-    """The consolidated model state of a checkpoint's actor (plain model.pt or a DCP folder);
-    CheckpointGone when it is missing, or removed while being read."""
+def require_actor(step_path: Path) -> Path:
+    """The checkpoint's actor/ folder; CheckpointGone when it is not there."""
     actor = Path(step_path) / "actor"
     if not actor.is_dir():
         raise CheckpointGone(step_path)
+    return actor
+
+
+def read_actor_model(step_path: Path) -> dict[str, torch.Tensor]:
+    """The consolidated model state of a checkpoint's actor (plain model.pt or a DCP folder);
+    CheckpointGone when it is missing, or removed while being read."""
+    actor = require_actor(step_path)
     try:
         if (actor / "model.pt").exists():
             return torch.load(actor / "model.pt", map_location="cpu", weights_only=True)

@@ -34,7 +34,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def run_spec(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     """Evaluate what `spec` says and write samples.jsonl then results.json into `out`."""
-    from trainer.checkpoint import CheckpointGone
+    from trainer.checkpoint import require_actor
     from trainer.data.dataset import read_rows
     from trainer.evaluate import Column, evaluate_columns
 
@@ -46,8 +46,8 @@ def run_spec(spec: dict[str, Any], out: Path) -> dict[str, Any]:
     columns = [Column(key=str(c["key"]), step=int(c["step"]), path=Path(c["path"]) if c.get("path") else None)
                for c in spec["columns"]]
     for c in columns:  # a checkpoint pruned since the evaluation was asked fails it before any work
-        if c.path is not None and not (c.path / "actor").is_dir():
-            raise CheckpointGone(c.path)
+        if c.path is not None:
+            require_actor(c.path)
     rows = read_rows(spec["data_file"])[: int(spec["max_prompts"])]
     s = spec["sampling"]
     results, samples = evaluate_columns(spec["config"], columns, rows, k=int(spec["k"]),

@@ -79,8 +79,7 @@ def export_checkpoint(config: dict[str, Any], step_path: Path, out_dir: Path, *,
 
     step_path, out_dir = Path(step_path), Path(out_dir)
     m = Config.from_dict(config).actor_rollout_ref.model
-    if not (step_path / "actor").is_dir():
-        raise ckpt.CheckpointGone(step_path)
+    ckpt.require_actor(step_path)  # before the base model is loaded
     tokenizer = load_tokenizer(m.tokenizer_path or m.path, model_path=m.path, trust_remote_code=m.trust_remote_code)
     base = AutoModelForCausalLM.from_pretrained(m.path, dtype=torch.float32, trust_remote_code=m.trust_remote_code)
     state = ckpt.read_actor_model(step_path)

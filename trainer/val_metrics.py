@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -44,34 +45,55 @@ def subset_sizes(n: int) -> list[int]:
     return [*sizes, n]
 
 
+@lru_cache(maxsize=256)
 def _draws(n: int, k: int, seed: int) -> np.ndarray:
-    return np.random.RandomState(seed).choice(n, size=(N_BOOTSTRAP, k), replace=True)
+    """N_BOOTSTRAP draws of k sample indices out of n (the same for every prompt and variable)."""
+    idx = np.random.RandomState(seed).choice(n, size=(N_BOOTSTRAP, k), replace=True)
+    idx.setflags(write=False)
+    return idx
+
+
+def majority_index(votes: Sequence[Any]) -> int:
+    """The position of the first sample whose vote is the most common (ties: the vote seen first)."""
+    counts = Counter(votes)
+    top = max(counts.values())
+    return next(i for i, v in enumerate(votes) if counts[v] == top)
 
 
 def majority_value(values: Sequence[float], votes: Sequence[Any]) -> float:
     """The value of the first sample whose vote is the most common (ties: the vote seen first)."""
-    counts = Counter(votes)
-    top = max(counts.values())
-    winner = next(v for v in votes if counts[v] == top)
-    return float(values[list(votes).index(winner)])
+    return float(values[majority_index(votes)])
 
 
-def group_figures(values: Sequence[float], votes: Sequence[Any] | None = None, *,
-                  seed: int = SEED) -> dict[str, float]:
-    """The figures of one prompt's N samples of one variable (`votes`: their `pred`, for maj@k)."""
+def vote_winners(votes: Sequence[Any], *, seed: int = SEED) -> dict[int, np.ndarray]:
+    """Per k of maj@k, per draw, the sample whose value the draw's majority vote takes: it depends on
+    the votes alone, so one prompt's variables share it."""
+    out = {}
+    for k in subset_sizes(len(votes)):
+        idx = _draws(len(votes), k, seed)
+        out[k] = np.array([row[majority_index([votes[i] for i in row])] for row in idx])
+    return out
+
+
+def group_figures(values: Sequence[float], votes: Sequence[Any] | None = None, *, seed: int = SEED,
+                  winners: dict[int, np.ndarray] | None = None) -> dict[str, float]:
+    """The figures of one prompt's N samples of one variable (`votes`: their `pred`, for maj@k;
+    `winners`: `vote_winners(votes)`, when already worked out for the prompt)."""
     arr = np.asarray(values, dtype=np.float64)
     n = len(arr)
     out = {f"mean@{n}": float(arr.mean())}
     if n <= 1:
         return out
     out[f"std@{n}"] = float(arr.std())
+    if votes is not None and winners is None:
+        winners = vote_winners(votes, seed=seed)
     for k in subset_sizes(n):
         idx = _draws(n, k, seed)
         best, worst = arr[idx].max(axis=1), arr[idx].min(axis=1)
         out[f"best@{k}/mean"], out[f"best@{k}/std"] = float(best.mean()), float(best.std())
         out[f"worst@{k}/mean"], out[f"worst@{k}/std"] = float(worst.mean()), float(worst.std())
-        if votes is not None:
-            maj = np.array([majority_value(arr[row], [votes[i] for i in row]) for row in idx])
+        if winners is not None:
+            maj = arr[winners[k]]
             out[f"maj@{k}/mean"], out[f"maj@{k}/std"] = float(maj.mean()), float(maj.std())
     return out
 
@@ -102,20 +124,22 @@ def validation_metrics(sources: Sequence[str], uids: Sequence[str],
     metrics: dict[str, float] = {}
     for src, prompts in groups.items():
         per_var: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        n_max: dict[str, int] = defaultdict(int)  # per variable, its largest group
         for samples in prompts.values():
             votes = [s.get(VOTE_KEY) for s in samples]
             votes = votes if all(v is not None for v in votes) else None
+            winners = vote_winners(votes, seed=seed) if votes is not None else None
             names = {k for s in samples for k in s if k != VOTE_KEY}
             for name in sorted(names):
                 values = [s.get(name) for s in samples]
                 if all(isinstance(v, float) for v in values):
-                    for fig, value in group_figures(values, votes, seed=seed).items():
+                    n_max[name] = max(n_max[name], len(values))
+                    for fig, value in group_figures(values, votes, seed=seed, winners=winners).items():
                         per_var[name][fig].append(value)
         core = "acc" if "acc" in per_var else "reward"
         for name, figures in per_var.items():
-            n_max = max(int(fig.split("@")[1].split("/")[0]) for fig in figures)
             for fig, values in figures.items():
                 is_core = (name == core and fig.startswith(("mean", "maj", "best"))
-                           and f"@{n_max}" in fig)
+                           and f"@{n_max[name]}" in fig)
                 metrics[f"{'val-core' if is_core else 'val-aux'}/{src}/{name}/{fig}"] = float(np.mean(values))
     return metrics

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -274,15 +275,17 @@ def _first_death(pending: dict[Any, int]) -> tuple[int, BaseException] | None:
     when none did (the first failure stands)."""
     import ray
 
-    if not pending:
-        return None
-    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=ROOT_CAUSE_WAIT_S)
-    for ref in ready:
-        try:
-            ray.get(ref)
-        except Exception as exc:
-            if _died(exc):
-                return pending[ref], exc
+    waiting = dict(pending)
+    deadline = time.monotonic() + ROOT_CAUSE_WAIT_S
+    while waiting and (left := deadline - time.monotonic()) > 0:
+        ready, _ = ray.wait(list(waiting), num_returns=1, timeout=left)
+        for ref in ready:
+            rank = waiting.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as exc:
+                if _died(exc):
+                    return rank, exc
     return None
 
 

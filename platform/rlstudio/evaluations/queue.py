@@ -3,7 +3,7 @@ admission by the app's `ready`, so that one pass admits queued runs and evaluati
 were queued, against the same quotas and GPUs."""
 from __future__ import annotations
 
-from rlstudio.runs.queue import Attempt, QueuedJob
+from rlstudio.runs.queue import Attempt, QueuedJob, ahead_of
 from rlstudio.runs.services.admission import QueuedKind
 
 from .models import Evaluation, EvaluationStatus
@@ -18,7 +18,7 @@ class EvaluationQueue(QueuedKind):
 
     def earlier_of(self, *, job: QueuedJob) -> str:
         for ev in Evaluation.objects.filter(owner=job.owner_id, status=EvaluationStatus.QUEUED):
-            if evaluation_job(ev).key < job.key:
+            if ahead_of(job, evaluation_job(ev)):
                 return f"evaluation #{ev.pk}"
         return ""
 

@@ -238,7 +238,7 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
     quota held from now) and the submit task sent once committed; otherwise it stays queued with the
     reason updated. It waits behind its owner's runs queued before it (the one queue's order, under
     the owner's lock that every admission takes). Returns admitted or not."""
-    from rlstudio.runs.services.admission import cluster_free_gpus as free_gpus, runs_ahead
+    from rlstudio.runs.services.admission import cluster_free_gpus as free_gpus, first_run_ahead
 
     policy = _policy()
     with transaction.atomic():
@@ -247,9 +247,9 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
         ev = Evaluation.objects.select_for_update().get(pk=evaluation_id)
         if ev.status != S.QUEUED:
             return False
-        earlier = runs_ahead(job=evaluation_job(ev))
-        if earlier:
-            reason = f"waiting behind your earlier queued run #{earlier[0].pk} ({earlier[0].name})"
+        earlier = first_run_ahead(job=evaluation_job(ev))
+        if earlier is not None:
+            reason = f"waiting behind your earlier queued run #{earlier.pk} ({earlier.name})"
         else:
             free = cluster_free_gpus if cluster_free_gpus is not None else free_gpus(needed=ev.gpus)
             reason = policy.job_reason(user=ev.owner, gpus=ev.gpus, cluster_free_gpus=free)

@@ -182,8 +182,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     def destroy(self, request, pk=None):
         """Delete a finished run: its records (events, metrics, samples, alerts, evaluations, exports,
         playground sessions on it) and its own folder (owner or staff; audited as run.delete). 409
-        while the run, a run resumed from it, or a job on it is active, while a catalog model exported
-        from it exists, or while its GPU-hours count toward this month's budget."""
+        while the run, a run resumed from it, or a job on it is active, or while a catalog model exported
+        from it exists. Its GPU-hours stay in its owner's monthly budget."""
         run = self._run(pk)
         try:
             run_delete(run=run, by=request.user)

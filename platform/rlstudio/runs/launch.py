@@ -174,11 +174,13 @@ def step_limits() -> gate.StepLimits:
 
 
 def check_sizes(config: Mapping[str, Any], val_dataset=None) -> None:
-    """The operator's bounds on one step and on one validation (`gate.check_step_size`,
-    `gate.check_validation_size` with the validation dataset's rows); GateRefused names the key to lower."""
+    """The operator's bounds on one step, on one validation and on the checkpoints a run keeps
+    (`gate.check_step_size`, `gate.check_validation_size` with the validation dataset's rows,
+    `gate.check_checkpoints_kept`); GateRefused names the key to lower."""
     limits = step_limits()
     gate.check_step_size(config, limits)
     gate.check_validation_size(config, limits, getattr(val_dataset, "num_rows", None))
+    gate.check_checkpoints_kept(config, checkpoint_cap())
 
 
 def checkpoint_cap() -> int | None:
@@ -224,8 +226,8 @@ def build_config(
     a saved config keeps the preset as written). The user's `overrides` go through the gate too.
     Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`), and
     the whole is checked by the trainer's schema and against the operator's bounds on one step
-    (`check_sizes`: trajectories, tokens and reported samples per step, and per validation) and against
-    the cap on checkpoints kept (`gate.check_checkpoints_kept`).
+    (`check_sizes`: trajectories, tokens and reported samples per step and per validation, and the
+    cap on checkpoints kept).
     """
     try:
         if base is not None:
@@ -256,7 +258,6 @@ def build_config(
         check_reward_model(cfg, reward_model, require=dataset is not None)
         validate(cfg, require_paths=dataset is not None)
         check_sizes(cfg.to_dict(), val_dataset)
-        gate.check_checkpoints_kept(cfg.to_dict(), checkpoint_cap())
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     except gate.GateRefused as exc:

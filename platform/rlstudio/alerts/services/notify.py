@@ -9,16 +9,14 @@ fetches the list again when its socket reconnects); e-mail and webhooks go throu
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.accounts.sockets import group_send_bounded
 from rlstudio.config.celery import publish
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import RunNotPermitted, RunRefused, run_stop
@@ -83,12 +81,7 @@ def _after_commit(notification_id: int, *, push: bool, deliver: bool) -> None:
 
 def push_to_user(user_id: int, message: dict[str, Any]) -> None:
     """Send `message` to every notification socket of the user (sync code, after a commit)."""
-    async def send() -> None:
-        await asyncio.wait_for(
-            get_channel_layer().group_send(user_group(user_id), {"type": "notify.message", "message": message}),
-            timeout=settings.RLSTUDIO_BROADCAST_TIMEOUT_S)
-
-    async_to_sync(send)()
+    group_send_bounded(user_group(user_id), {"type": "notify.message", "message": message})
 
 
 def pause_after_commit(*, run_id: int, firing_id: int, reason: str) -> None:

@@ -126,10 +126,10 @@ def run_job(run: Run) -> QueuedJob:
                      priority=run.queue_priority)
 
 
-def runs_ahead(*, job: QueuedJob) -> list[Run]:
-    """The queued runs of `job`'s owner that come before `job` in the queue, in the queue's order."""
+def first_run_ahead(*, job: QueuedJob) -> Run | None:
+    """The first queued run of `job`'s owner that comes before `job` in the queue (None: none does)."""
     queued = Run.objects.filter(owner=job.owner_id, status=S.QUEUED).order_by(*QUEUE_ORDER)
-    return [r for r in queued if ahead_of(job, run_job(r))]
+    return next((r for r in queued if ahead_of(job, run_job(r))), None)
 
 
 # Called with no arguments, each returns the GPUs held by the platform's other Ray jobs (the
@@ -326,14 +326,11 @@ def run_launch_recorded(*, run: Run, by: AbstractBaseUser) -> Run:
 QUEUE_LOCK = (0x524C5351, 0)  # "RLSQ": the advisory lock that serializes the queue's passes
 
 
-def _try_admit_run(job: QueuedJob, free: float | None) -> Attempt | None:
-    run = Run.objects.select_related("owner").filter(pk=job.id).first()
-    if run is None:
-        return None
+def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
     try:
         ok = run_admit(run=run, cluster_free_gpus=free, check_cluster=False)
-    except RunRefused:
-        return None  # cancelled meanwhile
+    except (RunRefused, Run.DoesNotExist):
+        return None  # cancelled (or cancelled and deleted) since the pass loaded it
     reason = "" if ok else run.queue_reason
     return Attempt(admitted=ok, reason=reason, cluster=reason.startswith("the cluster"),
                    unsent=reason == SUBMIT_UNSENT_REASON)
@@ -352,13 +349,14 @@ def queue_admit_jobs() -> list[QueuedJob]:
             return []
     try:
         kinds = {k.kind: k for k in queued_kinds()}
-        jobs = [run_job(r) for r in Run.objects.filter(status=S.QUEUED)]
+        runs = {r.pk: r for r in Run.objects.filter(status=S.QUEUED).select_related("owner")}
+        jobs = [run_job(r) for r in runs.values()]
         for kind in kinds.values():
             jobs.extend(kind.queued())
 
         def try_admit(job: QueuedJob, free: float | None) -> Attempt | None:
-            if job.kind == RUN:
-                return _try_admit_run(job, free)
+            if job.kind == RUN:  # run_admit locks the row and checks it is still queued
+                return _try_admit_run(runs[job.id], free)
             return kinds[job.kind].try_admit(job_id=job.id, cluster_free_gpus=free)
 
         return admission_pass(jobs, free_gpus=lambda needed: _cluster_free_gpus(needed=needed),
