@@ -25,6 +25,8 @@ from typing import Any, Iterable, Mapping
 
 from trainer.config import Config
 
+from .shapes import ShapeUnknown, StepShapes
+
 
 class GateRefused(ValueError):
     """A config key a user may not set, or a value outside its bounds; `key` names it."""
@@ -417,15 +419,15 @@ def check_bounds(config: Mapping[str, Any]) -> None:
 class StepLimits:
     """The operator's bounds on one training step as a whole (settings RLSTUDIO_MAX_TRAJECTORIES_PER_STEP,
     RLSTUDIO_MAX_TOKENS_PER_STEP, RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP): each key within its own
-    bound can still multiply into a step no machine finishes, or a flood of sample events."""
+    bound can still multiply into a step no machine finishes, or a flood of sample events. The step's
+    and a validation batch's trajectories, tokens and reported samples are `shapes.StepShapes`'."""
 
     trajectories: int
-    """Trajectories one generation batch makes: prompts (data.train_batch_size, or data.gen_batch_size
-    with dynamic sampling when larger) x actor_rollout_ref.rollout.n."""
+    """Trajectories of a step's largest batch, and of one validation batch, at most."""
     tokens: int
-    """Those trajectories x (data.max_prompt_length + the response length)."""
+    """Their tokens (prompt + response length each) at most."""
     reported_samples: int
-    """Samples a step reports (report.samples_per_step; -1, every one, is the trajectories)."""
+    """Samples a step, or a validation, reports at most."""
 
 
 def _int_of(flat: Mapping[str, Any], key: str) -> int | None:
@@ -437,37 +439,25 @@ def check_step_size(config: Mapping[str, Any], limits: StepLimits) -> None:
     """Refuse a config whose one step is larger than the operator allows (GateRefused naming the key
     to lower; the message gives the product and the limit). Cross-key: run on the whole config after
     each key passed its own bound and the trainer's schema."""
-    flat = flatten(config)
-    batch, n = _int_of(flat, "data.train_batch_size"), _int_of(flat, "actor_rollout_ref.rollout.n")
-    if batch is None or n is None:
+    try:
+        s = StepShapes.of(config)
+    except ShapeUnknown:
         return  # the schema's check names a missing or mistyped key
-    key, prompts = "data.train_batch_size", batch
-    gen = _int_of(flat, "data.gen_batch_size")
-    if flat.get("algorithm.filter_groups.enable") is True and gen is not None and gen > batch:
-        key, prompts = "data.gen_batch_size", gen  # dynamic sampling generates batches of these
-    trajectories = prompts * n
-    if trajectories > limits.trajectories:
-        raise GateRefused(key, f"{key} x actor_rollout_ref.rollout.n = {prompts} x {n} = {trajectories:,} "
+    key = s.prompts_key
+    if s.trajectories > limits.trajectories:
+        raise GateRefused(key, f"{key} x actor_rollout_ref.rollout.n = {s.prompts} x {s.n} = {s.trajectories:,} "
                                f"trajectories per step, more than this platform's {limits.trajectories:,} "
                                f"(RLSTUDIO_MAX_TRAJECTORIES_PER_STEP); lower either")
-    prompt_len = _int_of(flat, "data.max_prompt_length") or 0
-    response_key = "actor_rollout_ref.rollout.response_length"
-    response_len = _int_of(flat, response_key)
-    if response_len is None:
-        response_key, response_len = "data.max_response_length", _int_of(flat, "data.max_response_length") or 0
-    tokens = trajectories * (prompt_len + response_len)
-    if tokens > limits.tokens:
-        raise GateRefused(response_key, f"{trajectories:,} trajectories x (data.max_prompt_length + {response_key}"
-                                        f" = {prompt_len} + {response_len}) = {tokens:,} tokens per step, more "
-                                        f"than this platform's {limits.tokens:,} (RLSTUDIO_MAX_TOKENS_PER_STEP); "
-                                        f"lower the lengths, {key} or actor_rollout_ref.rollout.n")
-    budget = _int_of(flat, "report.samples_per_step")
-    if budget is None or budget == 0:
-        return
-    # trainer.step_report.pick_groups: -1 = every trajectory; else whole groups, at least one
-    reported = trajectories if budget < 0 else min(trajectories, max(budget, n))
-    _check_reported("report.samples_per_step", budget, reported, limits, per="step",
-                    group=f"actor_rollout_ref.rollout.n = {n}")
+    if s.tokens > limits.tokens:
+        raise GateRefused(s.response_key, f"{s.trajectories:,} trajectories x (data.max_prompt_length + "
+                                          f"{s.response_key} = {s.prompt_length} + {s.response_length}) = "
+                                          f"{s.tokens:,} tokens per step, more than this platform's "
+                                          f"{limits.tokens:,} (RLSTUDIO_MAX_TOKENS_PER_STEP); lower the lengths, "
+                                          f"{key} or actor_rollout_ref.rollout.n")
+    budget = _int_of(flatten(config), "report.samples_per_step")
+    if budget:
+        _check_reported("report.samples_per_step", budget, s.step_reported(budget), limits, per="step",
+                        group=f"actor_rollout_ref.rollout.n = {s.n}")
 
 
 def _check_reported(key: str, budget: int, reported: int, limits: StepLimits, *, per: str, group: str) -> None:
@@ -481,39 +471,34 @@ def _check_reported(key: str, budget: int, reported: int, limits: StepLimits, *,
 
 def check_validation_size(config: Mapping[str, Any], limits: StepLimits, val_rows: int | None) -> None:
     """Refuse a config whose validation is larger than the operator allows one step to be (GateRefused
-    naming the key to lower). A validation generates data.val_batch_size prompts at a time (None: the
-    whole validation set, `val_rows` prompts) x actor_rollout_ref.rollout.val_kwargs.n, and reports
-    report.val_samples of the whole set (-1: every one). Without a validation set (no data.val_files)
-    there is no validation; with `val_rows` unknown only a given data.val_batch_size is checked."""
-    flat = flatten(config)
-    n = _int_of(flat, "actor_rollout_ref.rollout.val_kwargs.n")
-    if not flat.get("data.val_files") or n is None:
+    naming the key to lower): one validation batch's trajectories and tokens, and the samples
+    report.val_samples reports of the whole set (`shapes.StepShapes`). Without a validation set there
+    is no validation; with `val_rows` unknown only a given data.val_batch_size is checked."""
+    try:
+        s = StepShapes.of(config, val_rows)
+    except ShapeUnknown:
         return
-    key, size = "data.val_batch_size", _int_of(flat, "data.val_batch_size")
-    prompts = size if size is not None else val_rows
-    if prompts is not None:
-        batch = min(prompts, val_rows) if val_rows is not None else prompts
-        said = f"data.val_batch_size = {size}" if size is not None else f"the validation set's {val_rows:,} rows"
-        trajectories = batch * n
+    if not s.validates or s.val_n is None:
+        return
+    key, trajectories = "data.val_batch_size", s.val_trajectories
+    if trajectories is not None:
+        said = (f"data.val_batch_size = {s.val_batch_size}" if s.val_batch_size is not None
+                else f"the validation set's {s.val_rows:,} rows")
         if trajectories > limits.trajectories:
             raise GateRefused(key, f"a validation batch of {said} x actor_rollout_ref.rollout.val_kwargs.n = "
-                                   f"{batch:,} x {n} = {trajectories:,} trajectories, more than this platform's "
-                                   f"{limits.trajectories:,} per step (RLSTUDIO_MAX_TRAJECTORIES_PER_STEP); set "
-                                   f"data.val_batch_size lower, or lower val_kwargs.n")
-        length = (_int_of(flat, "data.max_prompt_length") or 0) + (
-            _int_of(flat, "actor_rollout_ref.rollout.response_length")
-            or _int_of(flat, "data.max_response_length") or 0)
-        if trajectories * length > limits.tokens:
-            raise GateRefused(key, f"a validation batch of {trajectories:,} trajectories x {length} tokens (prompt "
-                                   f"+ response length) = {trajectories * length:,} tokens, more than this "
+                                   f"{s.val_prompts:,} x {s.val_n} = {trajectories:,} trajectories, more than this "
+                                   f"platform's {limits.trajectories:,} per step (RLSTUDIO_MAX_TRAJECTORIES_PER_STEP); "
+                                   f"set data.val_batch_size lower, or lower val_kwargs.n")
+        if s.val_tokens > limits.tokens:
+            raise GateRefused(key, f"a validation batch of {trajectories:,} trajectories x {s.sequence_length} tokens "
+                                   f"(prompt + response length) = {s.val_tokens:,} tokens, more than this "
                                    f"platform's {limits.tokens:,} per step (RLSTUDIO_MAX_TOKENS_PER_STEP); set "
                                    f"data.val_batch_size lower")
-    budget = _int_of(flat, "report.val_samples")
-    if budget is None or budget == 0 or (budget < 0 and val_rows is None):
-        return
-    total = val_rows * n if val_rows is not None else None
-    reported = total if budget < 0 else max(budget, n) if total is None else min(total, max(budget, n))
-    _check_reported("report.val_samples", budget, reported, limits, per="validation", group=f"val_kwargs.n = {n}")
+    budget = _int_of(flatten(config), "report.val_samples")
+    reported = s.val_reported(budget) if budget else None
+    if reported is not None:
+        _check_reported("report.val_samples", budget, reported, limits, per="validation",
+                        group=f"val_kwargs.n = {s.val_n}")
 
 
 def check_checkpoints_kept(config: Mapping[str, Any], cap: int | None) -> None:

@@ -32,8 +32,9 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   update, which runs before the actor's.
 
 Phases do not overlap: the peak is the largest of rollout, log-prob, update (and validation), each on top of what
-stays resident (weights, optimizer, reference). `estimate` is a pure function (unit-tested against
-numbers worked by hand); `read_model_config` reads a catalog model's config.json.
+stays resident (weights, optimizer, reference). The step's and the validation batch's trajectories and
+lengths are `shapes.StepShapes`' (the launch gate bounds the same ones). `estimate` is a pure function
+(unit-tested against numbers worked by hand); `read_model_config` reads a catalog model's config.json.
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+
+from .shapes import StepShapes
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -209,22 +212,11 @@ def _section(cfg: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
     return node if isinstance(node, Mapping) else {}
 
 
-def _validation_prompts(data: Mapping[str, Any], val_rows: int | None) -> int:
-    """Prompts one validation generates at once: data.val_batch_size (at most the set), else the whole
-    validation set (`val_rows`); 0 without a validation set or when neither is known."""
-    if not data.get("val_files"):
-        return 0
-    size = _int(data, "val_batch_size")
-    if size and val_rows:
-        return min(size, val_rows)
-    return size or val_rows or 0
-
-
 def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_bytes: int,
              sglang_available: bool = False, val_rows: int | None = None) -> MemoryEstimate:
     """The memory per device of a run of `cfg` (a config as stored: nested dicts) on `gpus` GPUs (0: CPU);
-    `val_rows`: the validation dataset's rows, when the run has one."""
-    data = _section(cfg, "data")
+    `val_rows`: the validation dataset's rows, when the run has one. shapes.ShapeUnknown when
+    data.train_batch_size or actor_rollout_ref.rollout.n is not an integer."""
     model, rollout = _section(cfg, "actor_rollout_ref.model"), _section(cfg, "actor_rollout_ref.rollout")
     actor, ref = _section(cfg, "actor_rollout_ref.actor"), _section(cfg, "actor_rollout_ref.ref")
     algorithm = _section(cfg, "algorithm")
@@ -235,17 +227,11 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
     cb = DTYPE_BYTES.get(dtype, 2 if gpu else 4)  # auto: bfloat16 on a GPU, float32 on the CPU
     p = shape.num_parameters
 
-    prompt = int(data.get("max_prompt_length") or 0)
-    response = int(rollout.get("response_length") or data.get("max_response_length") or 0)
-    seq = prompt + response
-    n = int(rollout.get("n") or 1)
-    rows = int(data.get("train_batch_size") or 1) * n // world  # trajectories of one step on one worker
-    gen_prompts = int(data.get("train_batch_size") or 1)
-    if _section(cfg, "algorithm.filter_groups").get("enable"):  # dynamic sampling generates gen_batch_size
-        gen_prompts = max(gen_prompts, _int(data, "gen_batch_size") or 0)
-    gen_rows = gen_prompts * n // world
-    val_n = int(_section(cfg, "actor_rollout_ref.rollout.val_kwargs").get("n") or 1)
-    val_gen_rows = _validation_prompts(data, val_rows) * val_n // world
+    shapes = StepShapes.of(cfg, val_rows)  # the gate bounds the same shapes
+    response, seq, n = shapes.response_length, shapes.sequence_length, shapes.n
+    rows = shapes.train_trajectories // world  # trajectories of one step on one worker
+    gen_rows = shapes.trajectories // world  # of the step's largest generation batch
+    val_gen_rows = (shapes.val_trajectories or 0) // world
     mini_rows = int(actor.get("ppo_mini_batch_size") or 1) * n // world
 
     engine = rollout.get("name", "auto")

@@ -276,11 +276,12 @@ def memory(*, model, config: Mapping[str, Any] | None, gpus: int, val_dataset=No
     if model is None or not config:
         return None
     from .memory_estimate import GIB, ModelConfigUnreadable, estimate_for
+    from .shapes import ShapeUnknown
 
     try:
         val_rows = getattr(val_dataset, "num_rows", None)
         est = estimate_for(model=model, cfg=config, gpus=gpus, val_rows=val_rows)
-    except ModelConfigUnreadable as exc:
+    except (ModelConfigUnreadable, ShapeUnknown) as exc:
         return {"error": f"no estimate: {exc}"}
     out = est.as_dict()
     arr = config.get("actor_rollout_ref")
