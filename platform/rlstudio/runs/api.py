@@ -1,7 +1,7 @@
 """API views of runs and saved configs (docs/api.md "Runs", "Configs and presets").
 
 /api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags and note; DELETE: a
-finished run, its records and its folder),
+finished run, its records and its folder), /runs/bulk-delete/ (POST: many finished runs, all or none),
 /runs/{id}/stop|resume|clone/ (POST), /runs/{id}/sharing/ (GET, PUT),
 /runs/{id}/job-log/?tail=&download= (Ray's driver log, owner and staff only; /logs/ is LIVE's event
 log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
@@ -32,6 +32,8 @@ from .selectors import (
 )
 from .serializers import (
     PresetSerializer,
+    RunBulkDeletedSerializer,
+    RunBulkDeleteSerializer,
     RunCloneSerializer,
     RunConfigCreateSerializer,
     RunConfigSerializer,
@@ -48,6 +50,7 @@ from .services import (
     RunInputInvalid,
     RunNotPermitted,
     RunRefused,
+    RunsNotDeleted,
     check_can_manage,
     run_annotate,
     run_clone,
@@ -57,6 +60,7 @@ from .services import (
     run_resume,
     run_share,
     run_stop,
+    runs_delete,
 )
 
 
@@ -191,6 +195,23 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             raise _refused(exc) from None
         return Response(status=http.HTTP_204_NO_CONTENT)
 
+    @extend_schema(request=RunBulkDeleteSerializer, responses={200: RunBulkDeletedSerializer})
+    @action(detail=False, methods=["post"], url_path="bulk-delete")
+    def bulk_delete(self, request):
+        """Delete many finished runs, all or none (`runs_delete`): 200 with the ids deleted; else nothing
+        is deleted and every run in the way is named in `refused` (and `errors`): 400 when one is not
+        the caller's to delete (unknown, not visible, or shared with them read-only), 409 when all are
+        but one is live or still needed. Bad `ids` (not a list of distinct integers, empty, too many):
+        400 on `ids`."""
+        ids = request.data.get("ids") if isinstance(request.data, dict) else None
+        try:
+            deleted = runs_delete(run_ids=ids, by=request.user)
+        except RunInputInvalid as exc:
+            raise _invalid(exc) from None
+        except RunsNotDeleted as exc:
+            return _not_deleted(exc)
+        return Response({"deleted": [run_id for run_id, _name in deleted]})
+
     @extend_schema(methods=["GET"], request=None, responses={200: RunSharingSerializer})
     @extend_schema(methods=["PUT"], request=RunSharingSerializer, responses={200: RunSharingSerializer})
     @action(detail=True, methods=["get", "put"])
@@ -307,6 +328,18 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             raise ApiError("tail must be an integer", field="tail") from None
         tail = min(max(tail, 1), 5000)
         return Response(run_logs(run=run, tail=tail))
+
+
+def _not_deleted(exc: RunsNotDeleted) -> Response:
+    """A refused bulk delete: the error shape, with every run in the way in `errors` (on `ids`) and in
+    `refused` ({"id", "code", "message"}); 400 when a run is not the caller's to delete, else 409."""
+    from rlstudio.api.errors import error_body
+
+    input_wrong = any(r.code != "conflict" for r in exc.refusals)
+    body = error_body(code="invalid" if input_wrong else "conflict", message=str(exc), field="ids",
+                      errors=[{"field": "ids", "message": f"run {r.run_id}: {r.message}"} for r in exc.refusals])
+    body["refused"] = [r.as_dict() for r in exc.refusals]
+    return Response(body, status=http.HTTP_400_BAD_REQUEST if input_wrong else http.HTTP_409_CONFLICT)
 
 
 def _download(run):

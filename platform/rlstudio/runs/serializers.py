@@ -139,6 +139,19 @@ class RunStopSerializer(serializers.Serializer):
     force = serializers.BooleanField(default=False, help_text="Kill the run now.")
 
 
+class RunBulkDeleteSerializer(serializers.Serializer):
+    """The body of POST /api/v1/runs/bulk-delete/ (described here; `services.clean_run_ids` checks it)."""
+
+    ids = serializers.ListField(child=serializers.IntegerField(min_value=1),
+                                help_text="The runs to delete: 1 to RLSTUDIO_RUNS_BULK_DELETE_MAX distinct ids.")
+
+
+class RunBulkDeletedSerializer(serializers.Serializer):
+    """The answer of a bulk delete that deleted every run asked for."""
+
+    deleted = serializers.ListField(child=serializers.IntegerField(), help_text="The ids deleted, as given.")
+
+
 class RunCloneSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     overrides = serializers.JSONField(required=False)

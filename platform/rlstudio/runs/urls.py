@@ -1,5 +1,6 @@
 """URLs of the runs pages: list, launch form, a run's control POSTs (stop, resume, clone, tags and note,
-sharing, delete), the quota page. The run page itself and /runs/compare/ are telemetry's."""
+sharing, delete), deleting many (the list's Delete selected: a confirm page, then its POST), the
+quota page. The run page itself and /runs/compare/ are telemetry's."""
 from django.urls import path
 
 from . import views
@@ -11,6 +12,7 @@ urlpatterns = [
     path("new/", views.run_new, name="new"),
     path("new/preview/", views.run_new_preview, name="new_preview"),  # JSON for the form's preview
     path("quota/", views.quota_page, name="quota"),
+    path("delete/", views.run_bulk_delete_view, name="bulk_delete"),  # GET: confirm page; POST: delete
     path("<int:run_id>/controls/", views.run_controls_view, name="controls"),  # fragment, refreshed live
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),

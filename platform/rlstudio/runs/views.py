@@ -57,7 +57,8 @@ def _list_filter(get) -> RunFilter:
 @login_required
 def run_list(request):
     """The runs the user sees, filtered by state, tag, model, dataset, scope and text (name or note),
-    sorted by a column; checkboxes pick runs for /runs/compare/ (static/js/run_list.js)."""
+    sorted by a column; checkboxes pick runs for /runs/compare/ or, the user's own (all for staff),
+    for Delete selected (`run_bulk_delete_view`; static/js/run_list.js)."""
     flt = _list_filter(request.GET)
     sort = request.GET.get("sort") or "-created"
     if sort.lstrip("-") not in SORTS:
@@ -81,6 +82,7 @@ def run_list(request):
             "choices": run_filter_choices(user=request.user),
             "sort": sort,
             "has_datasets": dataset_list_for(user=request.user).exists(),
+            "can_delete_any": any(request.user.is_staff or r.owner_id == request.user.pk for r in runs),
         },
     )
 
@@ -350,6 +352,70 @@ def run_delete_view(request, run_id: int):
         return redirect("telemetry:run", run_id=run.pk)
     messages.success(request, f"Run “{run.name}” (#{run_id}) was deleted.")
     return redirect("runs:list")
+
+
+def _picked_ids(values) -> list:
+    """The run ids a form sent (`ids=1&ids=2`, or `ids=1,2`): each an integer, or the text as sent
+    when it is not one (`clean_run_ids` then names it)."""
+    ids: list = []
+    for value in values:
+        for part in str(value).split(","):
+            part = part.strip()
+            if part:
+                ids.append(int(part) if part.isascii() and part.isdigit() else part)
+    return ids
+
+
+@login_required
+def run_bulk_delete_view(request):
+    """The runs list's Delete selected. GET ?ids=…: the confirm page, naming each picked run and, for
+    any that cannot be deleted, why (then nothing is offered but picking only those that can). POST
+    `ids` (a CSRF-protected form): delete them all or none (`runs_delete`), then the runs list with
+    what was deleted, or back to the confirm page saying why nothing was."""
+    from django.contrib import messages
+    from django.http import HttpResponseNotAllowed
+    from django.shortcuts import redirect
+
+    from .services import (
+        RunInputInvalid,
+        RunsNotDeleted,
+        bulk_delete_max,
+        bulk_delete_refusals,
+        clean_run_ids,
+        runs_delete,
+    )
+
+    if request.method not in ("GET", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    source = request.POST if request.method == "POST" else request.GET
+    ids = _picked_ids(source.getlist("ids"))
+    try:
+        ids = clean_run_ids(ids)
+    except RunInputInvalid as exc:
+        if request.method == "POST":
+            messages.error(request, f"Nothing was deleted: {exc}")
+            return redirect("runs:list")
+        return render(request, "runs/run_bulk_delete.html", {"error": str(exc), "limit": bulk_delete_max()},
+                      status=400)
+    if request.method == "POST":
+        try:
+            deleted = runs_delete(run_ids=ids, by=request.user)
+        except RunsNotDeleted as exc:
+            messages.error(request, f"Nothing was deleted: {len(exc.refusals)} of the {exc.total} runs "
+                                    "cannot be deleted (below: why).")
+            return redirect(f"{request.path}?{urlencode({'ids': ','.join(map(str, ids))})}")
+        names = ", ".join(f"“{name}” (#{run_id})" for run_id, name in deleted)
+        messages.success(request, f"{len(deleted)} run{'s' if len(deleted) != 1 else ''} deleted: {names}.")
+        return redirect("runs:list")
+    refusals = {r.run_id: r for r in bulk_delete_refusals(run_ids=ids, by=request.user)}
+    shown = {r.pk: r for r in run_list_for(user=request.user).filter(pk__in=ids)}
+    items = [{"id": run_id, "run": shown.get(run_id), "refusal": refusals.get(run_id)} for run_id in ids]
+    deletable = [run_id for run_id in ids if run_id not in refusals]
+    return render(request, "runs/run_bulk_delete.html", {
+        "items": items, "refused": len(refusals), "ids": ",".join(map(str, ids)),
+        "deletable_qs": urlencode({"ids": ",".join(map(str, deletable))}) if deletable else "",
+        "deletable_count": len(deletable),
+    })
 
 
 @login_required

@@ -296,6 +296,8 @@ RLSTUDIO_ERROR_LOG_LINES = 30
 # A run's job-log download (GET /api/v1/runs/{id}/job-log/?download=1) stops after this many bytes of
 # the driver log and says so on its last line (the tail, ?tail=N, reads only the log's last 256 KiB).
 RLSTUDIO_JOB_LOG_DOWNLOAD_MAX_BYTES = env_int("RLSTUDIO_JOB_LOG_DOWNLOAD_MAX_BYTES", 64 << 20)
+# The most runs one bulk delete takes (POST /api/v1/runs/bulk-delete/, the runs list's Delete selected).
+RLSTUDIO_RUNS_BULK_DELETE_MAX = env_int("RLSTUDIO_RUNS_BULK_DELETE_MAX", 100)
 # A run submitting this long without a Ray job has lost its submit task: the reconcile re-sends it
 # (at most RLSTUDIO_SUBMIT_MAX_RESENDS times, each with a new timeout), then marks the run failed.
 RLSTUDIO_SUBMIT_TIMEOUT_S = env_float("RLSTUDIO_SUBMIT_TIMEOUT_S", 120)

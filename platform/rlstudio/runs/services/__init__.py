@@ -7,10 +7,12 @@
     submission   submit to Ray, re-send, adopt a job a lost task made, record progress
     stop         cancel, graceful stop, force kill
     lineage      new runs from a config, resume, clone, saved configs (the config gate runs here)
-    deletion     deleting a finished run: its records (after the `on_run_delete` hooks), then its folder
+    deletion     deleting a finished run: its records (after the `on_run_delete` hooks), then its folder;
+                 `runs_delete`, many runs at once, all or none
     sharing      who controls a run (owner, staff), its tags and note, sharing it read-only
     export       a succeeded run's exported policy registered in the catalog
-    errors       RunRefused (409), RunInputInvalid (400 naming the field), RunNotPermitted (403)
+    errors       RunRefused (409), RunInputInvalid (400 naming the field), RunNotPermitted (403),
+                 RunsNotDeleted (a bulk delete refused: a DeleteRefusal per run in the way)
 """
 from .admission import (
     QUEUE_ORDER,
@@ -24,8 +26,16 @@ from .admission import (
     run_requeue_unsent,
 )
 from .creation import INGEST_TOKEN_PREFIX, run_create, run_issue_ingest_token, run_token_check, token_hash
-from ..errors import RunInputInvalid, RunNotPermitted, RunRefused
-from .deletion import delete_refusal, on_run_delete, run_delete
+from ..errors import DeleteRefusal, RunInputInvalid, RunNotPermitted, RunRefused, RunsNotDeleted
+from .deletion import (
+    bulk_delete_max,
+    bulk_delete_refusals,
+    clean_run_ids,
+    delete_refusal,
+    on_run_delete,
+    run_delete,
+    runs_delete,
+)
 from .export import on_run_succeeded, run_register_export
 from .lineage import run_clone, run_config_save, run_new, run_resume
 from .sharing import check_can_manage, on_access_changed, run_annotate, run_share
@@ -53,7 +63,8 @@ __all__ = [
     "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
     "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "TransitionMade", "check_can_manage",
     "on_run_succeeded", "on_run_transition", "run_register_export",
-    "models_q_earlier", "delete_refusal", "on_run_delete", "run_delete", "run_annotate", "run_share", "on_access_changed", "on_job_adopted",
+    "models_q_earlier", "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
+    "bulk_delete_refusals", "clean_run_ids", "DeleteRefusal", "RunsNotDeleted", "run_annotate", "run_share", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
     "run_force_kill", "run_issue_ingest_token", "run_admit_for_launch", "run_launch_recorded", "run_queue_move", "run_mark_finished",
     "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",

@@ -25,6 +25,12 @@ run's record, never user input) is removed only when it is a real folder inside 
 RUNS_DIR, no link followed (`runs.folders.remove_tree_inside`); a folder that could not be removed
 is logged and reported as a `run.delete_folder_left` audit event, never an error for the caller.
 The run's open websockets are told (the `on_access_changed` hooks) and close with 4403.
+
+Many at once (`runs_delete`: the API's bulk-delete, the runs list's Delete selected): all or none. The
+ids (1 to RLSTUDIO_RUNS_BULK_DELETE_MAX, distinct) are locked and checked first; any run the user does
+not see (told apart from a missing one by nothing), only reads, or that `delete_refusal` refuses makes
+it delete nothing and name every such run (RunsNotDeleted); otherwise each goes through `run_delete`
+in one transaction, so a bulk delete keeps GPU-hours, audits and removes folders as single ones do.
 """
 from __future__ import annotations
 
@@ -33,12 +39,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from django.apps import apps
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
 
-from ..errors import RunRefused
+from ..errors import DeleteRefusal, RunInputInvalid, RunRefused, RunsNotDeleted
 from ..models import TERMINAL_STATUSES, Run
 from .sharing import _access_changed, check_can_manage
 
@@ -154,4 +161,78 @@ def _report_left(run_id: int, folder: Path, why: str) -> None:
         log.exception("run %s: could not record that its folder was left", run_id)
 
 
-__all__ = ["delete_refusal", "on_run_delete", "remove_run_folder", "run_delete"]
+# ------------------------------------------------------------------ bulk delete
+def bulk_delete_max() -> int:
+    """The most runs one bulk delete takes (the RLSTUDIO_RUNS_BULK_DELETE_MAX setting)."""
+    return int(settings.RLSTUDIO_RUNS_BULK_DELETE_MAX)
+
+
+def clean_run_ids(ids) -> list[int]:
+    """A bulk delete's ids as given, checked: a list of 1 to `bulk_delete_max()` distinct positive
+    integers (RunInputInvalid on `ids` otherwise, saying what is wrong)."""
+    if not isinstance(ids, list):
+        raise RunInputInvalid("ids must be a list of run ids", field="ids")
+    for value in ids:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise RunInputInvalid(f"ids must be positive integers, got {str(value)[:40]!r}", field="ids")
+    if not ids:
+        raise RunInputInvalid("ids is empty: give at least one run id", field="ids")
+    limit = bulk_delete_max()
+    if len(ids) > limit:
+        raise RunInputInvalid(f"at most {limit} runs at once, got {len(ids)}", field="ids")
+    seen: set[int] = set()
+    for value in ids:
+        if value in seen:
+            raise RunInputInvalid(f"run id {value} is given twice", field="ids")
+        seen.add(value)
+    return list(ids)
+
+
+def bulk_delete_refusals(*, run_ids: list[int], by: AbstractBaseUser, runs: dict[int, Run] | None = None
+                         ) -> list[DeleteRefusal]:
+    """Why each of `run_ids` that `by` may not delete now cannot be, in the order given ([] when all
+    can): `not_found` for a run `by` does not see (or that does not exist: the two read the same),
+    `permission_denied` for one shared with them read-only, `conflict` with `delete_refusal`'s reason
+    for a live run or one something still needs. `runs`: the runs already read (locked), by id."""
+    from ..selectors import can_manage, visible_runs
+
+    if runs is None:
+        runs = {r.pk: r for r in Run.objects.select_related("owner").filter(pk__in=run_ids)}
+    visible = set(visible_runs(Run.objects.filter(pk__in=list(runs)), user=by).values_list("pk", flat=True))
+    refusals = []
+    for run_id in run_ids:
+        run = runs.get(run_id)
+        if run is None or run_id not in visible:
+            refusals.append(DeleteRefusal(run_id, "not_found", f"no run with id {run_id}"))
+        elif not can_manage(user=by, run=run):
+            refusals.append(DeleteRefusal(run_id, "permission_denied", (
+                f"run “{run.name}” is shared with you read-only: only its owner ({run.owner.get_username()}) "
+                "or staff can delete it")))
+        elif reason := delete_refusal(run):
+            refusals.append(DeleteRefusal(run_id, "conflict", f"run “{run.name}”: {reason}"))
+    return refusals
+
+
+def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
+    """Delete the runs `run_ids` (`clean_run_ids`' rules), all of them or none, in one transaction:
+    their rows are locked (in id order) and checked first (`bulk_delete_refusals`); any run `by` may not
+    delete now raises RunsNotDeleted naming every such run, deleting nothing. Each run then goes through
+    `run_delete`, so the hooks (GPU-hours kept), the audit (`run.delete` per run), the folders and the
+    websockets are exactly a single delete's; a hook that raises rolls all of them back. Returns the
+    (id, name) of the deleted runs, in the order given."""
+    run_ids = clean_run_ids(run_ids)
+    with transaction.atomic():
+        runs = {r.pk: r for r in Run.objects.select_for_update(of=("self",)).select_related("owner")
+                .filter(pk__in=run_ids).order_by("pk")}
+        refusals = bulk_delete_refusals(run_ids=run_ids, by=by, runs=runs)
+        if refusals:
+            raise RunsNotDeleted(refusals, total=len(run_ids))
+        done = []
+        for run_id in run_ids:
+            run_delete(run=runs[run_id], by=by)
+            done.append((run_id, runs[run_id].name))
+    return done
+
+
+__all__ = ["bulk_delete_max", "bulk_delete_refusals", "clean_run_ids", "delete_refusal", "on_run_delete",
+           "remove_run_folder", "run_delete", "runs_delete"]
