@@ -253,7 +253,7 @@ class Trainer:
                 exp = scoring.build_experience(trajs)
             lengths = exp.batch.lengths()
             parts = g.split(lengths, balance=self.cfg.trainer.balance_batch)
-            if g.world_size > 1:
+            if self.cfg.trainer.balance_batch:  # verl reports them whenever it balances, one worker included
                 from trainer.parallel.balance import imbalance
 
                 extra.update(imbalance(lengths, parts))

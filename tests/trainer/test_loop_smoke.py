@@ -29,6 +29,9 @@ VERL_METRICS = ["critic/score/mean", "critic/score/max", "critic/score/min", "cr
                 "perf/total_num_tokens", "perf/time_per_step", "perf/throughput", "perf/cpu_memory_used_gb",
                 "num_turns/mean", "num_turns/max", "num_turns/min", "tool_call_counts/mean", "tool_call_counts/max",
                 "tool_call_counts/min", "training/global_step", "training/epoch"]
+# verl's _balance_batch reports these on every step with trainer.balance_batch (the default), one worker included
+SEQLEN_METRICS = ["global_seqlen/min", "global_seqlen/max", "global_seqlen/minmax_diff", "global_seqlen/balanced_min",
+                  "global_seqlen/balanced_max", "global_seqlen/mean"]
 
 
 def smoke_cfg(tmp_path: Path, model: Path, train: Path, **over):
@@ -64,8 +67,12 @@ def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
     train = [m for m in metrics if "actor/pg_loss" in m["metrics"]]
     assert [m["step"] for m in train] == [1, 2]
     for m in train:
-        missing = [k for k in VERL_METRICS if k not in m["metrics"]]
+        missing = [k for k in VERL_METRICS + SEQLEN_METRICS if k not in m["metrics"]]
         assert not missing, missing
+        # one worker: the whole step on it, balanced or not (verl's figures at world size 1)
+        seqlen = {k: m["metrics"][k] for k in SEQLEN_METRICS}
+        assert seqlen.pop("global_seqlen/minmax_diff") == 0
+        assert set(seqlen.values()) == {m["metrics"]["perf/total_num_tokens"]}
     assert train[0]["metrics"]["actor/grad_norm"] > 0  # the custom reward gives real advantages
     assert any(k.startswith("val-core/arith/reward/mean@1") for k in metrics[0]["metrics"])  # before training
     assert any(k.startswith("val-core/arith/") for k in train[1]["metrics"])  # test_freq=2
@@ -102,6 +109,16 @@ def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
     saved = ckpt.read_actor_model(out / "global_step_2")
     for n, p in exported.named_parameters():
         assert torch.allclose(p, saved[n]), n
+
+
+def test_no_global_seqlen_metrics_without_balance_batch(tmp_path, tiny_model_dir, demo_data_dir):
+    """verl reports global_seqlen/* from _balance_batch, which trainer.balance_batch=False skips."""
+    cfg = smoke_cfg(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl",
+                    **{"trainer.balance_batch": False, "trainer.total_training_steps": 1, "trainer.save_freq": -1})
+    assert run(cfg) == 0
+    train = [e["data"]["metrics"] for e in events(tmp_path / "out") if e["type"] == "metrics"
+             and "actor/pg_loss" in e["data"]["metrics"]]
+    assert len(train) == 1 and not [k for k in train[0] if k.startswith("global_seqlen/")]
 
 
 def test_resume_equals_uninterrupted_run_across_an_epoch_boundary(tmp_path, tiny_model_dir, demo_data_dir):

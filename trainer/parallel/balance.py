@@ -41,10 +41,22 @@ def balanced_partition(lengths: list[int], parts: int) -> list[list[int]]:
 
 
 def imbalance(lengths: list[int], groups: list[list[int]]) -> dict[str, float]:
-    """verl's global_seqlen/* metrics for a split: per-rank token sums' min, max, minmax_diff, mean."""
-    sums = [sum(lengths[i] for i in g) for g in groups]
-    if not sums:
+    """verl's global_seqlen/* metrics of a step whose rows (token counts `lengths`) were split into
+    `groups`, one per data-parallel rank (verl's `_balance_batch`, every step with trainer.balance_batch,
+    whatever the number of ranks, one included):
+
+    - min, max, minmax_diff: the per-rank token sums had the batch been cut in batch order (what the
+      ranks would get without balancing: `contiguous_chunks`);
+    - balanced_min, balanced_max: the per-rank sums of `groups`, the split the step used;
+    - mean: the step's tokens per rank.
+
+    With one rank every figure but minmax_diff (0) is the step's token count.
+    """
+    if not groups or not lengths:
         return {}
-    return {"global_seqlen/min": float(min(sums)), "global_seqlen/max": float(max(sums)),
-            "global_seqlen/minmax_diff": float(max(sums) - min(sums)),
-            "global_seqlen/mean": float(sum(sums) / len(sums))}
+    before = [sum(lengths[i] for i in chunk) for chunk in contiguous_chunks(len(lengths), len(groups))]
+    after = [sum(lengths[i] for i in g) for g in groups]
+    return {"global_seqlen/min": float(min(before)), "global_seqlen/max": float(max(before)),
+            "global_seqlen/minmax_diff": float(max(before) - min(before)),
+            "global_seqlen/balanced_min": float(min(after)), "global_seqlen/balanced_max": float(max(after)),
+            "global_seqlen/mean": float(sum(lengths) / len(groups))}

@@ -125,8 +125,17 @@ def test_buckets_and_balanced_split():
     lengths = [100, 10, 90, 20, 50, 50, 30, 70]
     parts = balanced_partition(lengths, 2)
     assert sorted(i for p in parts for i in p) == list(range(8)) and [len(p) for p in parts] == [4, 4]
-    assert imbalance(lengths, parts)["global_seqlen/minmax_diff"] == 0.0
-    assert imbalance(lengths, contiguous_chunks(8, 2))["global_seqlen/minmax_diff"] == 20.0
+    # verl's log_seqlen_unbalance: min / max / minmax_diff of the batch cut in order (220 and 200 tokens),
+    # balanced_* of the split used, mean = tokens per rank
+    assert imbalance(lengths, parts) == {
+        "global_seqlen/min": 200.0, "global_seqlen/max": 220.0, "global_seqlen/minmax_diff": 20.0,
+        "global_seqlen/balanced_min": 210.0, "global_seqlen/balanced_max": 210.0, "global_seqlen/mean": 210.0}
+    unbalanced = imbalance(lengths, contiguous_chunks(8, 2))
+    assert (unbalanced["global_seqlen/balanced_min"], unbalanced["global_seqlen/balanced_max"]) == (200.0, 220.0)
+    one = imbalance(lengths, [list(range(8))])  # one worker: every figure is the step's 420 tokens
+    assert one == {"global_seqlen/min": 420.0, "global_seqlen/max": 420.0, "global_seqlen/minmax_diff": 0.0,
+                   "global_seqlen/balanced_min": 420.0, "global_seqlen/balanced_max": 420.0,
+                   "global_seqlen/mean": 420.0}
     assert contiguous_chunks(5, 2) == [[0, 1, 2], [3, 4]]
     with pytest.raises(ValueError):
         balanced_partition([1, 2, 3], 2)
