@@ -3,10 +3,11 @@
 Every websocket of a signed-in user (a run's `/ws/runs/<id>/`, `/ws/playground/<id>/`,
 `/ws/notifications/`) joins `sockets_group(user.pk)`. After a save of the user's record commits (an
 operator deactivates the user or takes staff away; any save but a login's `last_login`, and not the
-creation), one `{"type": "user.changed"}` message goes to that group: each consumer's `user_changed`
-handler reads the user from the database again and closes with 4403 a socket its user may no longer
-have (every socket of a deactivated user). One receiver here, in the app that owns the user, so that
-the apps whose consumers listen (telemetry, playground, alerts) import accounts and never each other.
+creation), one `{"type": "user.changed"}` message goes to that group: its handler
+(`RecheckedSocket.user_changed`, every such consumer's) reads the user from the database again and
+closes with 4403 a socket its user may no longer have (every socket of a deactivated user). One
+receiver here, in the app that owns the user, so that the apps whose consumers listen (telemetry,
+playground, alerts) import accounts and never each other.
 A failed send is logged: the change stands, and those sockets see it at their next re-check.
 
 Not every change sends a message: a bulk `User.objects.filter(...).update(is_active=False)`, a run's
@@ -32,6 +33,7 @@ from django.db.models.signals import post_save
 log = logging.getLogger(__name__)
 
 USER_CHANGED = {"type": "user.changed"}
+CLOSE_FORBIDDEN = 4403  # HTTP 403 in the application range of close codes: the access is gone
 
 
 def sockets_group(user_id: int) -> str:
@@ -74,20 +76,28 @@ async def leave_groups(layer, channel_name: str, groups, *, what: str) -> None:
 
 
 class RecheckedSocket:
-    """Mixin for a signed-in user's websocket consumer (listed before Channels' consumer class): while
-    the socket is open, its `check` (given to `recheck_start`) is awaited every
-    RLSTUDIO_SOCKET_RECHECK_S seconds. `check` is the consumer's own re-check, the one its group
-    message handlers run: read the user (and what the socket streams) from the database again, close
-    with 4403 when they may no longer have it, and answer whether the socket stays open.
+    """Mixin for a signed-in user's websocket consumer (listed before Channels' consumer class): the one
+    access re-check of an open socket, `recheck`, and its periodic run.
 
-    One asyncio task per socket: `recheck_start` (once the socket is accepted) starts it, and it ends
-    when `check` answers False, on `recheck_stop` (the consumer's disconnect), and in any case when
-    the consumer itself ends (its `__call__` returns, raises or is cancelled), so no task outlives its
-    socket. A check that raises (the database unreachable) is logged and tried again at the next
-    interval; the socket stays open meanwhile.
+    The consumer provides `still_allowed` (may the socket's user, as the database holds them now,
+    still have what the socket streams? read through database_sync_to_async) and
+    `leave_socket_groups` (leave every group the socket joined; a second call does nothing).
+    `recheck` asks `still_allowed` and, on False, marks the socket `revoked` (its consumer forwards
+    nothing more), leaves its groups and closes it with 4403 (CLOSE_FORBIDDEN). It is the only
+    re-check: the `user.changed` handler here, the consumer's own group message handlers (a run's
+    `run.access_changed`) and the periodic task all await it.
+
+    One asyncio task per socket runs it every RLSTUDIO_SOCKET_RECHECK_S seconds: `recheck_start`
+    (once the socket is accepted) starts it, and it ends when `recheck` answers False, on
+    `recheck_stop` (the consumer's disconnect), and in any case when the consumer itself ends (its
+    `__call__` returns, raises or is cancelled), so no task outlives its socket. A check that raises
+    (the database unreachable) is logged and tried again at the next interval; the socket stays open
+    meanwhile. A socket not (or no longer) between `recheck_start` and `recheck_stop` is not checked.
     """
 
+    revoked: bool = False  # `recheck` found the access gone: closed with 4403, nothing more is sent
     _recheck: asyncio.Task | None = None
+    _recheck_open: bool = False  # between recheck_start and recheck_stop (a disconnect)
 
     async def __call__(self, scope, receive, send):
         try:
@@ -95,15 +105,45 @@ class RecheckedSocket:
         finally:
             self.recheck_stop()
 
-    def recheck_start(self, check: Callable[[], Awaitable[bool]], *, what: str) -> None:
+    async def still_allowed(self) -> bool:
+        """Whether the socket's user, read from the database again, may still have what it streams."""
+        raise NotImplementedError
+
+    async def leave_socket_groups(self) -> None:
+        """Leave every Channels group the socket joined (nothing when it has left them already)."""
+        raise NotImplementedError
+
+    async def recheck(self) -> bool:
+        """Whether the socket stays open: unless `still_allowed`, leave the groups and close with 4403.
+
+        The state is read again after the database read: a socket closed meanwhile (by another check
+        or a disconnect) is neither left nor closed a second time."""
+        if not self._recheck_open or self.revoked:
+            return False
+        if await self.still_allowed():
+            return True
+        if not self._recheck_open or self.revoked:  # closed meanwhile (another check, a disconnect)
+            return False
+        self.revoked = True
+        await self.leave_socket_groups()
+        await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
+    async def user_changed(self, message) -> None:
+        """The user's record was saved (`user.changed` to `sockets_group`): check them again."""
+        await self.recheck()
+
+    def recheck_start(self, *, what: str) -> None:
         """Start the periodic re-check of this socket (`what` names it in the log)."""
         self.recheck_stop()
+        self._recheck_open = True
         every = float(settings.RLSTUDIO_SOCKET_RECHECK_S)
-        self._recheck = asyncio.get_running_loop().create_task(_recheck_every(every, check, what))
+        self._recheck = asyncio.get_running_loop().create_task(_recheck_every(every, self.recheck, what))
 
     def recheck_stop(self) -> None:
-        """Cancel the re-check task, if one runs (never the calling task itself: a check that closes
-        its socket ends its task by answering False)."""
+        """Stop checking this socket: cancel the re-check task, if one runs (never the calling task
+        itself: a check that closes its socket ends its task by answering False)."""
+        self._recheck_open = False
         task, self._recheck = self._recheck, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()

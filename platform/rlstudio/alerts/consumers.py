@@ -21,7 +21,6 @@ from .services.notify import user_group
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_BIG = 4009
 MAX_CLIENT_MESSAGE_BYTES = 4096
 
@@ -29,7 +28,7 @@ MAX_CLIENT_MESSAGE_BYTES = 4096
 class NotificationConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     group: str | None = None
     sockets: str | None = None  # the user's sockets group (accounts.sockets)
-    revoked: bool = False  # the user was deactivated: nothing more is sent
+    # revoked (RecheckedSocket): the user was deactivated, nothing more is sent
 
     async def connect(self):
         user = self.scope.get("user")
@@ -41,33 +40,21 @@ class NotificationConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.channel_layer.group_add(self.sockets, self.channel_name)
         await self.accept()
-        self.recheck_start(self.access_recheck, what="notifications")
+        self.recheck_start(what="notifications")
 
     async def disconnect(self, code):
         self.recheck_stop()
-        await self._leave_groups()
+        await self.leave_socket_groups()
 
-    async def _leave_groups(self) -> None:
+    async def leave_socket_groups(self) -> None:
+        """Leave the user's notification group and sockets group."""
         groups, self.group, self.sockets = [self.group, self.sockets], None, None
         await leave_groups(self.channel_layer, self.channel_name, groups, what="notifications")
 
-    async def access_recheck(self) -> bool:
-        """Close with 4403 once the user is not active (as the database holds them now); whether the
-        socket stays open. Run on a save of the user's record and every RLSTUDIO_SOCKET_RECHECK_S."""
-        if self.group is None or self.revoked:
-            return False
-        if await active_user(self.scope.get("user")) is not None:
-            return True
-        if self.group is None or self.revoked:  # closed meanwhile (another check, a disconnect)
-            return False
-        self.revoked = True
-        await self._leave_groups()
-        await self.close(code=CLOSE_FORBIDDEN)
-        return False
-
-    async def user_changed(self, message):
-        """The user's record was saved (accounts.sockets): check them again."""
-        await self.access_recheck()
+    async def still_allowed(self) -> bool:
+        """Whether the user is still active, as the database holds them now (RecheckedSocket's
+        `recheck`: on a save of the user's record and every RLSTUDIO_SOCKET_RECHECK_S)."""
+        return await active_user(self.scope.get("user")) is not None
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")

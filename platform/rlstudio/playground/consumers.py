@@ -6,11 +6,13 @@ closed with 4401, everyone else (also for a session that does not exist) with 44
 so the browser sees the code. The socket also joins the user's sockets group (`accounts.sockets`):
 once the user's record is saved, and in any case every RLSTUDIO_SOCKET_RECHECK_S seconds
 (`accounts.sockets.RecheckedSocket`: a bulk update or a run's sharing changed sends no message to
-this socket), the check is made again, and a socket whose user may no longer read the session
-(deactivated, no longer staff for another user's session, a checkpoint's run no longer shared with
-them) forwards nothing more and is closed with 4403 (which, as any leaving, may stop the session). The socket joins the session's group before it reads the event log, then sends the logged
-events and the live ones, each once, in seq order (frames `{"type": "events", "events": [...]}`;
-event shapes in trainer.playground and runner.py, then `{"type": "end", "status", ...}`).
+this socket), the check is made again (`RecheckedSocket.recheck`), and a socket whose user may no
+longer read the session (deactivated, no longer staff for another user's session, a checkpoint's run
+no longer shared with them) leaves its groups, forwards nothing more and is closed with 4403 (which,
+as any leaving, may stop the session). The socket joins the session's group before it reads the
+event log, then sends the logged events and the live ones, each once, in seq order (frames
+`{"type": "events", "events": [...]}`; event shapes in trainer.playground and runner.py, then
+`{"type": "end", "status", ...}`).
 
 Leaving stops the session: when the last websocket of a session disconnects (the page was closed or
 left), the stop flag is set ("page left") and the worker ends the generation within a chunk. Clients
@@ -23,14 +25,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
-from rlstudio.accounts.sockets import RecheckedSocket, active_user, leave_groups, sockets_group
+from rlstudio.accounts.sockets import CLOSE_FORBIDDEN, RecheckedSocket, active_user, leave_groups, sockets_group
 
 from . import streams
 from .selectors import session_get_for, session_runs_visible
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_BIG = 4009
 MAX_CLIENT_MESSAGE_BYTES = 4096
 LEFT = "page left"
@@ -55,7 +56,8 @@ async def _may_still_watch(user, session_id: int) -> bool:
 class PlaygroundConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     group: str | None = None
     sockets: str | None = None  # the user's sockets group (accounts.sockets)
-    revoked: bool = False  # the user may no longer read the session: nothing more is sent
+    # revoked (RecheckedSocket): the user may no longer read the session, nothing more is sent
+    viewing: bool = False  # counted in the session's viewers (streams.viewer_joined) until it disconnects
     session_id: int = 0
     last_sent: int = 0
 
@@ -74,16 +76,18 @@ class PlaygroundConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.channel_layer.group_add(self.sockets, self.channel_name)
         await sync_to_async(streams.viewer_joined, thread_sensitive=False)(self.session_id)
+        self.viewing = True
         await self.accept()
-        self.recheck_start(self.access_recheck, what=f"playground {self.session_id}")
+        self.recheck_start(what=f"playground {self.session_id}")
         logged = await sync_to_async(streams.events_after, thread_sensitive=False)(self.session_id, 0)
         await self._forward(logged)
 
     async def disconnect(self, code):
         self.recheck_stop()
-        if self.group is None:
+        await self.leave_socket_groups()
+        if not self.viewing:
             return
-        await self._leave_groups()
+        self.viewing = False
         try:
             left = await sync_to_async(streams.viewer_left, thread_sensitive=False)(self.session_id)
             if left <= 0:
@@ -91,26 +95,15 @@ class PlaygroundConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
         except Exception as exc:  # the time limit still ends the session
             log.warning("playground %s: could not flag the stop: %r", self.session_id, exc)
 
-    async def _leave_groups(self) -> None:
-        await leave_groups(self.channel_layer, self.channel_name, (self.group, self.sockets), what="playground")
+    async def leave_socket_groups(self) -> None:
+        """Leave the session's group and the user's sockets group."""
+        groups, self.group, self.sockets = (self.group, self.sockets), None, None
+        await leave_groups(self.channel_layer, self.channel_name, groups, what="playground")
 
-    async def access_recheck(self) -> bool:
-        """Close with 4403 unless the user, as the database holds them now, may still read the session;
-        whether the socket stays open. Run on a save of the user's record and every
-        RLSTUDIO_SOCKET_RECHECK_S."""
-        if self.group is None or self.revoked:
-            return False
-        if await _may_still_watch(self.scope.get("user"), self.session_id):
-            return True
-        if self.revoked:  # closed meanwhile by another check
-            return False
-        self.revoked = True
-        await self.close(code=CLOSE_FORBIDDEN)
-        return False
-
-    async def user_changed(self, message):
-        """The user's record was saved (accounts.sockets): check them again."""
-        await self.access_recheck()
+    async def still_allowed(self) -> bool:
+        """Whether the user, as the database holds them now, may still read the session (RecheckedSocket's
+        `recheck`: on a save of the user's record and every RLSTUDIO_SOCKET_RECHECK_S)."""
+        return await _may_still_watch(self.scope.get("user"), self.session_id)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         size = len(text_data.encode("utf-8")) if text_data is not None else len(bytes_data or b"")

@@ -63,7 +63,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from rlstudio.accounts.sockets import RecheckedSocket, active_user, leave_groups, sockets_group
+from rlstudio.accounts.sockets import CLOSE_FORBIDDEN, RecheckedSocket, active_user, leave_groups, sockets_group
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage, visible_runs
 
@@ -75,7 +75,6 @@ from .selectors import events_after
 log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
 REPLAY_CHUNK = 1000  # stored events per database read, and per frame in batch mode
 CLOSE_TOO_BIG = 4009  # 1009's meaning in the application range (see the module docstring)
 CLOSE_LAYER_LOST = 4503  # the channel layer stopped delivering: reconnect with resume_after
@@ -133,7 +132,7 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
     last_sent: int | None = None  # None until something with a seq was sent: no filtering yet
     batch: bool = False  # the client asked for `{"type": "batch", "events": [...]}` frames
     viewer: str | None = None  # the user's own sockets group (accounts.sockets.sockets_group)
-    revoked: bool = False  # the user may no longer read the run: nothing more is sent
+    # revoked (RecheckedSocket): the user may no longer read the run, nothing more is sent
     manager: bool = False  # the user manages the run (owner, staff): events go unredacted
 
     async def dispatch(self, message):
@@ -172,7 +171,7 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.viewer, self.channel_name)
         await self.accept()
         layer_watch(self.channel_layer).add(self._layer_lost)
-        self.recheck_start(self.access_recheck, what=f"run {self.run_id}")
+        self.recheck_start(what=f"run {self.run_id}")
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.batch = bool(_batch_arg((query.get("batch") or [None])[0]))
         resume = _resume_arg((query.get("resume_after") or [None])[0])
@@ -181,38 +180,28 @@ class RunConsumer(RecheckedSocket, AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code):
         self.recheck_stop()
-        await self._leave_group()
+        await self.leave_socket_groups()
 
-    async def _leave_group(self) -> None:
+    async def leave_socket_groups(self) -> None:
+        """Leave the run's group and the user's sockets group, and stop hearing from layer_watch."""
         if self.group is not None:
             groups, self.group, self.viewer = [self.group, self.viewer], None, None
             layer_watch(self.channel_layer).discard(self._layer_lost)
             await leave_groups(self.channel_layer, self.channel_name, groups, what=f"run {self.run_id}")
 
-    async def access_recheck(self) -> bool:
-        """Close with 4403 unless the user, as the database holds them now, may still read the run;
-        whether the socket stays open. Run on a sharing change, on a save of the user's record and every
-        RLSTUDIO_SOCKET_RECHECK_S (its own task: the state is checked again after the read)."""
-        if self.group is None or self.revoked:
-            return False
+    async def still_allowed(self) -> bool:
+        """Whether the user, as the database holds them now, may still read the run (RecheckedSocket's
+        `recheck`: on a sharing change, on a save of the user's record and every
+        RLSTUDIO_SOCKET_RECHECK_S); whether they still manage it is updated on the way."""
         access = await _may_still_watch(self.scope.get("user"), self.run_id)
-        if access is not None:
-            self.manager = access == MANAGE  # staff taken away: a reader's events from now on
-            return True
-        if self.group is None or self.revoked:  # closed meanwhile (another check, a disconnect)
+        if access is None:
             return False
-        self.revoked = True
-        await self._leave_group()
-        await self.close(code=CLOSE_FORBIDDEN)
-        return False
+        self.manager = access == MANAGE  # staff taken away: a reader's events from now on
+        return True
 
     async def run_access_changed(self, message):
-        """The run's sharing changed (telemetry.access): check the user again."""
-        await self.access_recheck()
-
-    async def user_changed(self, message):
-        """The user's record was saved (accounts.sockets): check them again, as for a sharing change."""
-        await self.access_recheck()
+        """The run's sharing changed (telemetry.access): check the user again (as `user_changed`)."""
+        await self.recheck()
 
     def _layer_lost(self) -> None:
         """layer_watch's callback: close so the browser reconnects and the replay brings what was lost."""

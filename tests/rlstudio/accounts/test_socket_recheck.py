@@ -1,8 +1,10 @@
-"""accounts.sockets.RecheckedSocket on its own (no socket, no database): the periodic re-check awaits
-the consumer's check every RLSTUDIO_SOCKET_RECHECK_S, keeps going through a check that fails (logged),
-ends when the check answers that the socket closed, and never outlives the consumer. The consumers'
-use of it (4403 on a bulk update or a sharing change without a message) is tested with their sockets:
-telemetry/test_consumers.py, alerts/test_consumer.py, playground/test_playground_stream.py."""
+"""accounts.sockets.RecheckedSocket on its own (no socket, no database): `recheck` asks the consumer's
+`still_allowed` and, when the access is gone, leaves the groups and closes with 4403, the same for a
+group message (`user_changed`) and the periodic re-check; the periodic re-check runs every
+RLSTUDIO_SOCKET_RECHECK_S, keeps going through a check that fails (logged), ends when the socket is
+closed, and never outlives the consumer. The consumers' use of it (4403 on a bulk update or a sharing
+change without a message) is tested with their sockets: telemetry/test_consumers.py,
+alerts/test_consumer.py, playground/test_playground_stream.py."""
 import asyncio
 import logging
 
@@ -17,7 +19,27 @@ class _Consumer:
 
 
 class _Socket(RecheckedSocket, _Consumer):
-    pass
+    """A consumer whose access answers come from `answers` (an exception is raised), recording the
+    groups it leaves and the codes it closes with."""
+
+    def __init__(self, answers=None, *, delay: float = 0):
+        self.answers, self.delay = list(answers or []), delay
+        self.asked, self.left, self.closed = 0, 0, []
+
+    async def still_allowed(self) -> bool:
+        self.asked += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        answer = self.answers.pop(0) if self.answers else True
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def leave_socket_groups(self) -> None:
+        self.left += 1
+
+    async def close(self, code=None):
+        self.closed.append(code)
 
 
 def _rechecks() -> int:
@@ -26,39 +48,72 @@ def _rechecks() -> int:
 
 def test_a_failing_check_is_logged_and_tried_again_until_the_socket_closes(settings, caplog):
     settings.RLSTUDIO_SOCKET_RECHECK_S = 0.05
-    answers = [RuntimeError("database down"), True, False, True]
-    calls = []
-
-    async def check() -> bool:
-        calls.append(len(calls))
-        answer = answers[len(calls) - 1]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
 
     async def scenario():
-        socket = _Socket()
-        socket.recheck_start(check, what="test socket")
+        socket = _Socket([RuntimeError("database down"), True, False, True])
+        socket.recheck_start(what="test socket")
         task = socket._recheck
         await asyncio.wait_for(task, timeout=5)
-        return task.cancelled(), _rechecks()
+        await asyncio.sleep(0.2)
+        return socket, task.cancelled(), _rechecks()
 
     with caplog.at_level(logging.WARNING, logger="rlstudio.accounts.sockets"):
-        cancelled, left = asyncio.run(scenario())
-    assert calls == [0, 1, 2]  # raised, stayed open, closed: no fourth check
+        socket, cancelled, left = asyncio.run(scenario())
+    assert socket.asked == 3  # raised, stayed open, closed: no fourth check
+    assert socket.revoked and socket.left == 1 and socket.closed == [4403]
     assert not cancelled and left == 0
     assert "test socket: access re-check failed: RuntimeError('database down')" in caplog.text
+
+
+def test_a_group_message_and_the_periodic_recheck_close_the_same_way(settings):
+    """`user_changed` (the group message) and the periodic task both run `recheck`: access gone, the
+    socket is marked revoked, leaves its groups once and is closed with 4403 once; checks after that
+    (another message, the next interval) ask nothing and close nothing again."""
+
+    async def scenario():
+        by_message, by_interval = _Socket([False]), _Socket([True, False])
+        settings.RLSTUDIO_SOCKET_RECHECK_S = 60  # the message comes first: no periodic check meanwhile
+        by_message.recheck_start(what="by message")
+        await by_message.user_changed({"type": "user.changed"})
+        await by_message.user_changed({"type": "user.changed"})
+        settings.RLSTUDIO_SOCKET_RECHECK_S = 0.05
+        by_interval.recheck_start(what="by interval")
+        await asyncio.wait_for(by_interval._recheck, timeout=5)
+        await by_interval.user_changed({"type": "user.changed"})
+        by_message.recheck_stop()
+        return by_message, by_interval
+
+    by_message, by_interval = asyncio.run(scenario())
+    for socket, asked in ((by_message, 1), (by_interval, 2)):
+        assert (socket.revoked, socket.left, socket.closed, socket.asked) == (True, 1, [4403], asked)
+
+
+def test_a_socket_closed_during_the_check_is_neither_left_nor_closed_again(settings):
+    """The access read is slow and the socket disconnects meanwhile (`recheck_stop`): the answer that
+    the access is gone closes nothing; a socket never started (its connect refused) is not checked."""
+    settings.RLSTUDIO_SOCKET_RECHECK_S = 60
+
+    async def scenario():
+        socket = _Socket([False], delay=0.2)
+        socket.recheck_start(what="slow")
+        check = asyncio.ensure_future(socket.recheck())
+        await asyncio.sleep(0.05)
+        socket.recheck_stop()
+        still_open = await check
+        never = _Socket([False])
+        return socket, still_open, never, await never.recheck()
+
+    socket, still_open, never, never_open = asyncio.run(scenario())
+    assert still_open is False and socket.asked == 1 and (socket.left, socket.closed) == (0, [])
+    assert never_open is False and (never.asked, never.left, never.closed) == (0, 0, [])
 
 
 def test_the_recheck_ends_on_stop_and_when_the_consumer_ends(settings):
     settings.RLSTUDIO_SOCKET_RECHECK_S = 0.05
 
-    async def stays_open() -> bool:
-        return True
-
     async def scenario():
         stopped = _Socket()
-        stopped.recheck_start(stays_open, what="stopped")
+        stopped.recheck_start(what="stopped")
         await asyncio.sleep(0.2)
         first = stopped._recheck
         stopped.recheck_stop()
@@ -69,7 +124,7 @@ def test_the_recheck_ends_on_stop_and_when_the_consumer_ends(settings):
             socket = _Socket()
             running = asyncio.ensure_future(socket(None, queue.get, None))
             await asyncio.sleep(0)
-            socket.recheck_start(stays_open, what=ending)
+            socket.recheck_start(what=ending)
             await asyncio.sleep(0.2)
             assert _rechecks() == 1
             if ending == "returns":

@@ -134,3 +134,60 @@ def test_a_bulk_deactivation_closes_a_notification_socket_at_the_next_recheck(al
     updated, closed, a_quiet, b_open, got_b = asyncio.run(scenario())
     assert updated == 1 and closed == {"type": "websocket.close", "code": 4403}
     assert a_quiet and b_open and got_b["notification"]["title"] == "for bob"
+
+
+def test_the_message_and_the_periodic_recheck_go_through_the_same_recheck(alice, bob, settings, monkeypatch):
+    """Alice deactivated by user.save() (a `user.changed` message; her socket's own re-check is an hour
+    away) and Bob by a bulk update (no message; his socket re-checks every 0.3 s): each socket is
+    closed by `RecheckedSocket.recheck`, Alice's from the message handler and Bob's from the periodic
+    task, and each leaves both its groups (its notification group and its sockets group) and is
+    closed with 4403."""
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+
+    from rlstudio.accounts.sockets import RecheckedSocket, sockets_group
+    from rlstudio.alerts import consumers
+    from rlstudio.alerts.services.notify import user_group
+
+    rules_cache_clear()
+    a_cookie, b_cookie = _cookie(alice), _cookie(bob)
+    rechecks, left = [], []
+    real_recheck, real_leave = RecheckedSocket.recheck, consumers.leave_groups
+
+    async def recheck(self):
+        periodic = asyncio.current_task() is self._recheck
+        still_open = await real_recheck(self)
+        if not still_open:
+            rechecks.append((self.scope["user"].username, "periodic" if periodic else "message"))
+        return still_open
+
+    async def leave(layer, channel_name, groups, *, what):
+        left.append(sorted(g for g in groups if g))
+        await real_leave(layer, channel_name, groups, what=what)
+
+    monkeypatch.setattr(RecheckedSocket, "recheck", recheck)
+    monkeypatch.setattr(consumers, "leave_groups", leave)
+
+    def deactivate_alice():
+        alice.is_active = False
+        alice.save()
+
+    def deactivate_bob():
+        return get_user_model().objects.filter(pk=bob.pk).update(is_active=False)
+
+    async def scenario():
+        settings.RLSTUDIO_SOCKET_RECHECK_S = 3600
+        a = await _connect(a_cookie)
+        settings.RLSTUDIO_SOCKET_RECHECK_S = 0.3
+        b = await _connect(b_cookie)
+        await sync_to_async(deactivate_alice)()
+        a_closed = await a.receive_output(timeout=5)
+        await sync_to_async(deactivate_bob)()
+        b_closed = await b.receive_output(timeout=5)
+        return a_closed, b_closed
+
+    a_closed, b_closed = asyncio.run(scenario())
+    assert a_closed == b_closed == {"type": "websocket.close", "code": 4403}
+    assert rechecks == [("alice", "message"), ("bob", "periodic")]
+    assert left == [sorted([user_group(alice.pk), sockets_group(alice.pk)]),
+                    sorted([user_group(bob.pk), sockets_group(bob.pk)])]
