@@ -22,7 +22,9 @@ never a half-written one that resume would pick up.
 
 After each save the trainer keeps `keep_count` checkpoints (the user's trainer.max_actor_ckpt_to_keep
 under the operator's trainer.max_ckpt_to_keep_cap) and holds the folder to trainer.disk_budget_gb
-(`enforce_disk_budget`): pruning never removes the newest step folder nor the committed one.
+(`enforce_disk_budget`): pruning never removes the newest step folder nor the committed one. (What an
+over-budget folder does to the run, failed or, for a stop's final checkpoint, stopped with a warning:
+trainer.resume.save_run.)
 """
 from __future__ import annotations
 
@@ -189,13 +191,16 @@ def folder_bytes(root: Path) -> int:
 
 
 class DiskBudgetExceeded(RuntimeError):
-    """The output folder holds more than trainer.disk_budget_gb with only its newest checkpoint left."""
+    """The output folder holds more than trainer.disk_budget_gb with only its newest checkpoint left.
+
+    `over` says that much (the folder's size and the budget, no path); the message adds that the run
+    stops here (it fails), its newest checkpoint kept."""
 
     def __init__(self, size: int, budget_gb: float):
-        super().__init__(
-            f"the run's folder holds {size / GIB:.2f} GB with only its newest checkpoint kept, more than its "
-            f"disk budget of {budget_gb:g} GB (trainer.disk_budget_gb, set by the platform from "
-            f"RLSTUDIO_RUN_DISK_BUDGET_GB); the run stops here, its newest checkpoint kept")
+        self.over = (f"the run's folder holds {size / GIB:.2f} GB with only its newest checkpoint kept, more "
+                     f"than its disk budget of {budget_gb:g} GB (trainer.disk_budget_gb, set by the platform "
+                     f"from RLSTUDIO_RUN_DISK_BUDGET_GB)")
+        super().__init__(f"{self.over}; the run stops here, its newest checkpoint kept")
         self.size, self.budget_gb = size, budget_gb
 
 

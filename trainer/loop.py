@@ -372,12 +372,13 @@ class Trainer:
         return metrics
 
     # ----------------------------------------------------------------------------- checkpoints
-    def save(self, step: int) -> Path:
-        """Checkpoint step `step` (trainer.resume.save_run); its seconds and the output folder's size
-        go to the step's metrics."""
+    def save(self, step: int, *, final: bool = False) -> Path:
+        """Checkpoint step `step` (trainer.resume.save_run; `final`: a stop's last checkpoint, kept even
+        over the disk budget); its seconds and the output folder's size go to the step's metrics."""
         t0 = time.perf_counter()
         saved = save_run(self.out_dir, step, group=self.group, loader=self.loader, cfg=self.cfg, emitter=self.emitter,
-                         trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value})
+                         trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value},
+                         final=final)
         self.last_saved = step
         self.save_seconds = time.perf_counter() - t0
         self.folder_gb = saved.folder_bytes / GIB
@@ -421,7 +422,7 @@ class Trainer:
                 metrics.update(self.validate(step))
             stopping = self.should_stop()
             if (tr.save_freq > 0 and step % tr.save_freq == 0) or last or stopping:
-                self.save(step)
+                self.save(step, final=stopping and not last)  # the run ends stopped after this one
                 metrics["timing_s/save_checkpoint"] = self.save_seconds
                 metrics["perf/run_folder_gb"] = self.folder_gb
             self.emitter.metrics(step, metrics)

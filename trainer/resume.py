@@ -4,9 +4,11 @@
 and its critic shards with gae, through the worker group, the loader position, the RNG states, the driver's epoch / emitter seq /
 KL coefficient, the config), prunes old ones to trainer.max_actor_ckpt_to_keep under the operator's
 trainer.max_ckpt_to_keep_cap, reports it as a checkpoint event and holds the output folder to
-trainer.disk_budget_gb (trainer.checkpoint.enforce_disk_budget: DiskBudgetExceeded ends the run). `resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is
-one, loads the actor (and the critic) into every worker, the loader position and the RNG states, and returns the
-driver's state for trainer.loop.Trainer to take over.
+trainer.disk_budget_gb (trainer.checkpoint.enforce_disk_budget: DiskBudgetExceeded fails the run,
+except after a stop's final checkpoint, which the run ends on anyway: kept, with a warning).
+`resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is one, loads the actor
+(and the critic) into every worker, the loader position and the RNG states, and returns the driver's
+state for trainer.loop.Trainer to take over.
 """
 from __future__ import annotations
 
@@ -28,10 +30,14 @@ class Saved:
 
 
 def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state: dict[str, Any], cfg: Config,
-             emitter: Any) -> Saved:
+             emitter: Any, final: bool = False) -> Saved:
     """Save step `step` under `out_dir`, prune, emit the checkpoint event, then measure the folder
     against trainer.disk_budget_gb (over it: pruned to the newest checkpoint, with a warning; still
-    over: ckpt.DiskBudgetExceeded, after the checkpoint event, so the platform has it)."""
+    over: ckpt.DiskBudgetExceeded, after the checkpoint event, so the platform has it).
+
+    `final`: the run ends after this checkpoint whatever it holds (a stop). Still over the budget
+    with only this checkpoint left, it is kept (the run stays resumable from its last state) and a
+    warning naming the budget says so instead of DiskBudgetExceeded: the run ends as asked, stopped."""
     path = ckpt.save_checkpoint(out_dir, step,
                                 # the critic (gae) beside the actor, in the same uncommitted step folder
                                 write_actor=lambda d: group.call("save", path=str(d), critic_path=str(d.parent / "critic")),
@@ -41,7 +47,15 @@ def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state
     tr = cfg.trainer
     ckpt.prune(out_dir, ckpt.keep_count(tr.max_actor_ckpt_to_keep, tr.max_ckpt_to_keep_cap))
     emitter.checkpoint(step, str(path))
-    use = ckpt.enforce_disk_budget(out_dir, tr.disk_budget_gb)
+    try:
+        use = ckpt.enforce_disk_budget(out_dir, tr.disk_budget_gb)
+    except ckpt.DiskBudgetExceeded as exc:
+        if not final:
+            raise
+        emitter.log("warning", f"{exc.over}. The run was stopping: it ends stopped with that checkpoint kept; "
+                               "a checkpoint this size is over the budget on its own, so a run resumed from "
+                               "it fails at its first checkpoint unless the budget is raised")
+        return Saved(path, exc.size)
     if use.pruned:
         emitter.log("warning", f"the run's folder was over its disk budget of {tr.disk_budget_gb:g} GB "
                                f"(trainer.disk_budget_gb): pruned {len(use.pruned)} older checkpoint(s), "

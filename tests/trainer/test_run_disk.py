@@ -144,9 +144,9 @@ class _Emitter:
         self.events.append(("log", level, message))
 
 
-def _save(out, step, cfg, emitter, size=MIB):
+def _save(out, step, cfg, emitter, size=MIB, final=False):
     return save_run(out, step, group=_Group(size), loader=_Loader(), trainer_state={"epoch": 0, "seq": 0},
-                    cfg=cfg, emitter=emitter)
+                    cfg=cfg, emitter=emitter, final=final)
 
 
 def test_save_run_keeps_min_of_the_users_number_and_the_cap(tmp_path):
@@ -178,6 +178,33 @@ def test_save_run_over_the_budget_prunes_then_fails_after_reporting_the_checkpoi
         _save(tmp_path, 4, cfg, emitter, size=3 * MIB)
     assert emitter.events[-1][:2] == ("checkpoint", 4)  # the platform learns of the checkpoint first
     assert _steps(tmp_path) == [4]
+
+
+def test_a_stops_final_checkpoint_over_the_budget_is_kept_with_a_warning(tmp_path):
+    """The run ends after a stop's checkpoint anyway (`final`): over the budget, the older checkpoints
+    are pruned as always; still over with the newest alone, it is kept (committed, resumable) and a
+    warning naming the budget, not the folder's path, replaces DiskBudgetExceeded."""
+    budget = 2.5 * MIB / ckpt.GIB
+    cfg = apply_overrides(Config(), {"trainer.disk_budget_gb": budget})
+    emitter = _Emitter()
+    for step in (1, 2):
+        _save(tmp_path, step, cfg, emitter)
+    saved = _save(tmp_path, 3, cfg, emitter, size=3 * MIB, final=True)
+    assert emitter.events[-2][:2] == ("checkpoint", 3)
+    level, message = emitter.events[-1][1:]
+    assert level == "warning" and message.startswith("the run's folder holds ")
+    assert f"disk budget of {budget:g} GB (trainer.disk_budget_gb" in message and "ends stopped" in message
+    assert str(tmp_path) not in message
+    assert _steps(tmp_path) == [3] and saved.path == ckpt.step_dir(tmp_path, 3)
+    assert saved.folder_bytes == ckpt.folder_bytes(tmp_path) > 3 * MIB
+    assert ckpt.resolve_resume(tmp_path, mode="auto", resume_from_path=None) == ckpt.step_dir(tmp_path, 3)
+    # pruned back within the budget: the usual warning, nothing more
+    other, emitter = tmp_path / "other", _Emitter()
+    for step in (1, 2):
+        _save(other, step, cfg, emitter)
+    _save(other, 3, cfg, emitter, final=True)
+    assert emitter.events[-1][:2] == ("log", "warning") and "pruned 2 older checkpoint(s)" in emitter.events[-1][2]
+    assert _steps(other) == [3]
 
 
 # ---------------------------------------------------------------------------------- a real CPU run
@@ -216,3 +243,35 @@ def test_a_run_over_its_disk_budget_fails_with_the_budgets_message(tmp_path, tin
     assert "Traceback" not in status[-1]["message"]
     assert [e["data"]["step"] for e in events if e["type"] == "checkpoint"] == [1]
     assert _steps(out) == [1]
+
+
+def test_a_run_stopped_over_its_disk_budget_ends_stopped_with_a_warning(tmp_path, tiny_model_dir, demo_data_dir,
+                                                                       monkeypatch):
+    """A stop (here asked before the first step ends, as a SIGTERM would) checkpoints step 1, which is
+    over the budget on its own: the run still ends stopped (exit 0, the platform's "stopped"), its
+    checkpoint kept and committed, with a warning event naming the budget before the status."""
+    from trainer import run as run_module
+
+    class StoppedFlag(run_module.StopFlag):
+        def __init__(self):
+            super().__init__()
+            self.requested, self.signal_name = True, "SIGTERM"
+
+        def install(self):
+            pass
+
+    monkeypatch.setattr(run_module, "StopFlag", StoppedFlag)
+    code, out, events = _run(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl",
+                             **{"trainer.total_training_steps": 3, "trainer.disk_budget_gb": 1e-6})
+    assert code == 0
+    status = [e["data"] for e in events if e["type"] == "status"]
+    assert status[-1]["state"] == "stopped" and status[-1]["step"] == 1
+    assert "SIGTERM" in status[-1]["message"] and "failed" not in [s["state"] for s in status]
+    warnings = [e["data"]["message"] for e in events if e["type"] == "log" and e["data"]["level"] == "warning"]
+    assert len(warnings) == 1 and "disk budget of 1e-06 GB (trainer.disk_budget_gb" in warnings[0]
+    assert str(out) not in warnings[0]
+    at = {e["type"] if e["type"] != "log" or e["data"]["level"] != "warning" else "warning": i
+          for i, e in enumerate(events)}
+    assert at["checkpoint"] < at["warning"] < at["status"] == len(events) - 1
+    assert [e["data"]["step"] for e in events if e["type"] == "checkpoint"] == [1]
+    assert _steps(out) == [1] and (out / ckpt.MARKER).read_text() == "1"

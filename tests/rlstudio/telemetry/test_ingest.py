@@ -1,6 +1,7 @@
 """The trainer's ingest API: run-token auth, exactly-once storage, refusals with reasons, effects."""
 import gzip
 import json
+from pathlib import Path
 
 import pytest
 from django.test import Client, TestCase
@@ -215,6 +216,58 @@ def test_stopped_from_running_goes_through_stopping(run_and_token):
     run_transition(run=run, to="running")
     post(run.pk, token, [{"seq": 1, "type": "status", "time": T0, "data": {"state": "stopped"}}])
     assert Run.objects.get(pk=run.pk).status == "stopped"
+
+
+def test_a_stop_whose_checkpoint_is_over_the_disk_budget_ends_the_run_stopped(run_and_token, alice, settings,
+                                                                              tmp_path):
+    """What the trainer reports when a stop's final checkpoint alone is over trainer.disk_budget_gb
+    (trainer.resume.save_run with `final`, run here on the run's folder): the checkpoint, a warning
+    naming the budget, then the step's metrics and "stopped". The stopping run ends stopped, not
+    failed, with that checkpoint recorded, so it can be resumed; the warning is stored as a log event."""
+    from trainer.config import Config, apply_overrides
+    from trainer.resume import save_run
+
+    from rlstudio.runs.launch import run_dir
+    from rlstudio.runs.selectors import run_header_context
+
+    settings.RUNS_DIR = str(tmp_path / "runs")
+    run, token = run_and_token
+    for to in ("submitting", "running", "stopping"):
+        run_transition(run=run, to=to)
+    sent = []
+
+    class Group:
+        def call(self, method, *, path, critic_path):
+            (Path(path) / "shard.distcp").write_bytes(b"\0" * 4096)
+
+    class Loader:
+        def state_dict(self):
+            return {"epoch": 0, "position": 1}
+
+    class Emitter:
+        def checkpoint(self, step, path):
+            sent.append({"type": "checkpoint", "data": {"step": step, "path": path}})
+
+        def log(self, level, message):
+            sent.append({"type": "log", "data": {"level": level, "message": message}})
+
+    folder = run_dir(run.pk)
+    folder.mkdir(parents=True)
+    cfg = apply_overrides(Config(), {"trainer.disk_budget_gb": 1e-6})
+    save_run(folder, 3, group=Group(), loader=Loader(), trainer_state={"epoch": 0, "seq": 0}, cfg=cfg,
+             emitter=Emitter(), final=True)
+    sent += [{"type": "metrics", "data": {"step": 3, "metrics": {"critic/score/mean": 0.5}}},
+             {"type": "status", "data": {"state": "stopped", "message": "stopped by SIGTERM after a checkpoint",
+                                         "step": 3, "total_steps": 10}}]
+    events = [{"seq": i, "time": T0 + i, **e} for i, e in enumerate(sent, start=1)]
+    assert [e["type"] for e in events] == ["checkpoint", "log", "metrics", "status"]
+    assert post(run.pk, token, events).json()["accepted"] == 4
+    run.refresh_from_db()
+    assert run.status == "stopped" and run.error == ""
+    assert run.checkpoint_path == str(folder / "global_step_3") and run.step == 3
+    assert run_header_context(run=run, user=alice)["can_resume"]
+    warning = RunEvent.objects.get(run=run, type="log").data
+    assert warning["level"] == "warning" and "disk budget of 1e-06 GB (trainer.disk_budget_gb" in warning["message"]
 
 
 def test_retention_per_step_and_every_kth(run_and_token):
