@@ -362,7 +362,7 @@ def _picked_ids(values) -> list:
         for part in str(value).split(","):
             part = part.strip()
             if part:
-                ids.append(int(part) if part.isascii() and part.isdigit() else part)
+                ids.append(int(part) if part.isascii() and part.isdigit() and len(part) <= 40 else part[:40])
     return ids
 
 

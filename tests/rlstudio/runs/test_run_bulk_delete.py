@@ -288,3 +288,12 @@ def test_bad_picks_on_the_pages(alice, three, runs_dir):
     r = _page(alice).post("/runs/delete/", {"ids": ["1", "1"]}, follow=True)
     assert r.redirect_chain[-1][0] == "/runs/" and "Nothing was deleted: run id 1 is given twice" in r.content.decode()
     assert _all_there(three, runs_dir)
+
+
+def test_an_id_beyond_the_databases_integers_is_unknown_not_a_500(alice, three, runs_dir):
+    r = _post(alice, [three[0].pk, 2**70])
+    assert r.status_code == 400 and r.json()["refused"] == [
+        {"id": 2**70, "code": "not_found", "message": f"no run with id {2**70}"}]
+    assert _page(alice).get(f"/runs/delete/?ids={2**70}").status_code == 200
+    assert _page(alice).get(f"/runs/delete/?ids={'9' * 5000}").status_code == 400  # no int() of 5000 digits
+    assert _all_there(three, runs_dir)
