@@ -6,8 +6,9 @@ Two causes, each a group message sent after the change commits:
   * a user's record was saved (the admin deactivates a user or takes staff away; any save but a
     login's `last_login`): `user.changed` to that user's own sockets group (`accounts.sockets`, which
     every websocket of the user joins, run, playground and notification sockets alike).
-`RunConsumer.run_access_changed` / `user_changed` then read the user from the database and close with
-4403 a socket whose user may no longer read the run. A failed send is logged: the change stays, and
+`RunConsumer.run_access_changed` / `user_changed` then run `RecheckedSocket.recheck`, the periodic
+re-check's own code: read the user from the database and close with 4403 (after leaving its groups)
+a socket whose user may no longer read the run. A failed send is logged: the change stays, and
 that socket keeps streaming until its next periodic re-check (every RLSTUDIO_SOCKET_RECHECK_S:
 `accounts.sockets.RecheckedSocket`, which also catches a change that sent no message at all).
 """
