@@ -23,8 +23,8 @@ never a half-written one that resume would pick up.
 After each save the trainer keeps `keep_count` checkpoints (the user's trainer.max_actor_ckpt_to_keep
 under the operator's trainer.max_ckpt_to_keep_cap) and holds the folder to trainer.disk_budget_gb
 (`enforce_disk_budget`): pruning never removes the newest step folder nor the committed one. (What an
-over-budget folder does to the run, failed or, for a stop's final checkpoint, stopped with a warning:
-trainer.resume.save_run.)
+over-budget folder does to the run, failed or, for the checkpoint it ends on, a stop's or the last
+step's, stopped or succeeded with a warning: trainer.resume.save_run.)
 """
 from __future__ import annotations
 

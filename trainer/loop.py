@@ -372,13 +372,14 @@ class Trainer:
         return metrics
 
     # ----------------------------------------------------------------------------- checkpoints
-    def save(self, step: int, *, final: bool = False) -> Path:
-        """Checkpoint step `step` (trainer.resume.save_run; `final`: a stop's last checkpoint, kept even
-        over the disk budget); its seconds and the output folder's size go to the step's metrics."""
+    def save(self, step: int, *, final: bool = False, ends: str = "stopped") -> Path:
+        """Checkpoint step `step` (trainer.resume.save_run; `final`: the checkpoint the run ends on, a
+        stop's or the last step's, kept even over the disk budget, the run then ending `ends`); its
+        seconds and the output folder's size go to the step's metrics."""
         t0 = time.perf_counter()
         saved = save_run(self.out_dir, step, group=self.group, loader=self.loader, cfg=self.cfg, emitter=self.emitter,
                          trainer_state={"epoch": self.epoch, "seq": self.emitter.seq, "kl_coef": self.kl_ctrl.value},
-                         final=final)
+                         final=final, ends=ends)
         self.last_saved = step
         self.save_seconds = time.perf_counter() - t0
         self.folder_gb = saved.folder_bytes / GIB
@@ -422,7 +423,8 @@ class Trainer:
                 metrics.update(self.validate(step))
             stopping = self.should_stop()
             if (tr.save_freq > 0 and step % tr.save_freq == 0) or last or stopping:
-                self.save(step, final=stopping and not last)  # the run ends stopped after this one
+                # the run ends after this one: stopped, or succeeded at the last step (a stop there too)
+                self.save(step, final=stopping or last, ends="succeeded" if last else "stopped")
                 metrics["timing_s/save_checkpoint"] = self.save_seconds
                 metrics["perf/run_folder_gb"] = self.folder_gb
             self.emitter.metrics(step, metrics)

@@ -5,7 +5,7 @@ and its critic shards with gae, through the worker group, the loader position, t
 KL coefficient, the config), prunes old ones to trainer.max_actor_ckpt_to_keep under the operator's
 trainer.max_ckpt_to_keep_cap, reports it as a checkpoint event and holds the output folder to
 trainer.disk_budget_gb (trainer.checkpoint.enforce_disk_budget: DiskBudgetExceeded fails the run,
-except after a stop's final checkpoint, which the run ends on anyway: kept, with a warning).
+except after the checkpoint a run ends on anyway, a stop's or the last step's: kept, with a warning).
 `resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is one, loads the actor
 (and the critic) into every worker, the loader position and the RNG states, and returns the driver's
 state for trainer.loop.Trainer to take over.
@@ -30,14 +30,16 @@ class Saved:
 
 
 def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state: dict[str, Any], cfg: Config,
-             emitter: Any, final: bool = False) -> Saved:
+             emitter: Any, final: bool = False, ends: str = "stopped") -> Saved:
     """Save step `step` under `out_dir`, prune, emit the checkpoint event, then measure the folder
     against trainer.disk_budget_gb (over it: pruned to the newest checkpoint, with a warning; still
     over: ckpt.DiskBudgetExceeded, after the checkpoint event, so the platform has it).
 
-    `final`: the run ends after this checkpoint whatever it holds (a stop). Still over the budget
-    with only this checkpoint left, it is kept (the run stays resumable from its last state) and a
-    warning naming the budget says so instead of DiskBudgetExceeded: the run ends as asked, stopped."""
+    `final`: the run ends after this checkpoint whatever it holds: a stop's (`ends` "stopped") or the
+    last step's (`ends` "succeeded": training is complete). Still over the budget with only this
+    checkpoint left, it is kept (committed: a stopped run stays resumable from its last state) and a
+    warning naming the budget and the size (no path) says so instead of DiskBudgetExceeded: the run
+    ends as `ends` says, not failed."""
     path = ckpt.save_checkpoint(out_dir, step,
                                 # the critic (gae) beside the actor, in the same uncommitted step folder
                                 write_actor=lambda d: group.call("save", path=str(d), critic_path=str(d.parent / "critic")),
@@ -52,9 +54,15 @@ def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state
     except ckpt.DiskBudgetExceeded as exc:
         if not final:
             raise
-        emitter.log("warning", f"{exc.over}. The run was stopping: it ends stopped with that checkpoint kept; "
-                               "a checkpoint this size is over the budget on its own, so a run resumed from "
-                               "it fails at its first checkpoint unless the budget is raised")
+        if ends == "stopped":
+            emitter.log("warning", f"{exc.over}. The run was stopping: it ends stopped with that checkpoint kept; "
+                                   "a checkpoint this size is over the budget on its own, so a run resumed from "
+                                   "it fails at its first checkpoint unless the budget is raised")
+        else:  # the end-of-run export still follows (trainer.loop.Trainer.fit): the run's product
+            export = ("; the Hugging Face export (trainer.export_hf) is still written beside it, over the "
+                      "budget too" if tr.export_hf else "")
+            emitter.log("warning", f"{exc.over}. It is the last step's checkpoint and training is complete: the "
+                                   f"run ends {ends} with that checkpoint kept{export}")
         return Saved(path, exc.size)
     if use.pruned:
         emitter.log("warning", f"the run's folder was over its disk budget of {tr.disk_budget_gb:g} GB "

@@ -144,9 +144,9 @@ class _Emitter:
         self.events.append(("log", level, message))
 
 
-def _save(out, step, cfg, emitter, size=MIB, final=False):
+def _save(out, step, cfg, emitter, size=MIB, final=False, ends="stopped"):
     return save_run(out, step, group=_Group(size), loader=_Loader(), trainer_state={"epoch": 0, "seq": 0},
-                    cfg=cfg, emitter=emitter, final=final)
+                    cfg=cfg, emitter=emitter, final=final, ends=ends)
 
 
 def test_save_run_keeps_min_of_the_users_number_and_the_cap(tmp_path):
@@ -205,6 +205,29 @@ def test_a_stops_final_checkpoint_over_the_budget_is_kept_with_a_warning(tmp_pat
     _save(other, 3, cfg, emitter, final=True)
     assert emitter.events[-1][:2] == ("log", "warning") and "pruned 2 older checkpoint(s)" in emitter.events[-1][2]
     assert _steps(other) == [3]
+
+
+@pytest.mark.parametrize("export", [True, False])
+def test_the_last_steps_checkpoint_over_the_budget_is_kept_with_a_warning(tmp_path, export):
+    """The last step's checkpoint (`final`, the run ending succeeded): kept over the budget like a
+    stop's, the warning saying training is complete (not that a resume fails), and that the export
+    still follows when trainer.export_hf asks for it."""
+    budget = 2.5 * MIB / ckpt.GIB
+    cfg = apply_overrides(Config(), {"trainer.disk_budget_gb": budget, "trainer.export_hf": export})
+    emitter = _Emitter()
+    _save(tmp_path, 1, cfg, emitter)
+    saved = _save(tmp_path, 2, cfg, emitter, size=3 * MIB, final=True, ends="succeeded")
+    assert emitter.events[-2][:2] == ("checkpoint", 2)
+    level, message = emitter.events[-1][1:]
+    assert level == "warning" and message.startswith("the run's folder holds 0.00 GB")
+    assert f"disk budget of {budget:g} GB (trainer.disk_budget_gb" in message
+    assert "training is complete: the run ends succeeded with that checkpoint kept" in message
+    assert ("Hugging Face export (trainer.export_hf) is still written" in message) is export
+    assert "resumed" not in message and str(tmp_path) not in message
+    assert _steps(tmp_path) == [2] and saved.folder_bytes > 3 * MIB
+    assert (tmp_path / ckpt.MARKER).read_text() == "2"
+    with pytest.raises(ckpt.DiskBudgetExceeded):  # not final: fails as before
+        _save(tmp_path / "other", 1, cfg, _Emitter(), size=3 * MIB)
 
 
 # ---------------------------------------------------------------------------------- a real CPU run
@@ -274,4 +297,49 @@ def test_a_run_stopped_over_its_disk_budget_ends_stopped_with_a_warning(tmp_path
           for i, e in enumerate(events)}
     assert at["checkpoint"] < at["warning"] < at["status"] == len(events) - 1
     assert [e["data"]["step"] for e in events if e["type"] == "checkpoint"] == [1]
+    assert _steps(out) == [1] and (out / ckpt.MARKER).read_text() == "1"
+
+
+def test_a_run_whose_last_checkpoint_is_over_its_disk_budget_ends_succeeded_and_exports(tmp_path, tiny_model_dir,
+                                                                                      demo_data_dir):
+    """A run that trained to its end (checkpointing only there, trainer.save_freq -1) with that
+    checkpoint alone over the budget: it ends succeeded (exit 0), the checkpoint kept and committed, a
+    warning naming the budget and no path, and the Hugging Face export still written."""
+    code, out, events = _run(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl",
+                             **{"trainer.total_training_steps": 2, "trainer.disk_budget_gb": 1e-6,
+                                "trainer.save_freq": -1, "trainer.export_hf": True})
+    assert code == 0
+    status = [e["data"] for e in events if e["type"] == "status"]
+    assert status[-1]["state"] == "succeeded" and "failed" not in [s["state"] for s in status]
+    warnings = [e["data"]["message"] for e in events if e["type"] == "log" and e["data"]["level"] == "warning"]
+    assert len(warnings) == 1 and "disk budget of 1e-06 GB (trainer.disk_budget_gb" in warnings[0]
+    assert "ends succeeded with that checkpoint kept" in warnings[0] and str(out) not in warnings[0]
+    assert [e["data"]["step"] for e in events if e["type"] == "checkpoint"] == [2]
+    assert _steps(out) == [2] and (out / ckpt.MARKER).read_text() == "2"
+    assert (out / "huggingface" / "config.json").is_file()
+    assert any(p.suffix == ".safetensors" for p in (out / "huggingface").iterdir())
+
+
+def test_a_stop_at_the_last_step_over_its_disk_budget_ends_succeeded(tmp_path, tiny_model_dir, demo_data_dir,
+                                                                    monkeypatch):
+    """A stop that arrives at the last step: that checkpoint is the last step's, over the budget
+    alone; training is complete, so the run ends succeeded with it kept, not failed."""
+    from trainer import run as run_module
+
+    class StoppedFlag(run_module.StopFlag):
+        def __init__(self):
+            super().__init__()
+            self.requested, self.signal_name = True, "SIGTERM"
+
+        def install(self):
+            pass
+
+    monkeypatch.setattr(run_module, "StopFlag", StoppedFlag)
+    code, out, events = _run(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl",
+                             **{"trainer.total_training_steps": 1, "trainer.disk_budget_gb": 1e-6})
+    assert code == 0
+    status = [e["data"] for e in events if e["type"] == "status"]
+    assert status[-1]["state"] == "succeeded" and "failed" not in [s["state"] for s in status]
+    warnings = [e["data"]["message"] for e in events if e["type"] == "log" and e["data"]["level"] == "warning"]
+    assert len(warnings) == 1 and "ends succeeded with that checkpoint kept" in warnings[0]
     assert _steps(out) == [1] and (out / ckpt.MARKER).read_text() == "1"

@@ -253,9 +253,9 @@ class TrainerConfig:
     disk_budget_gb: Union[float, None] = option(
         None,
         "GiB the output folder may hold after a checkpoint (file sizes, symlinks not followed): over "
-        "it every checkpoint but the newest is pruned, and if still over the run fails (a stop's final "
-        "checkpoint is kept instead, with a warning, and the run ends stopped); None = no budget. Set "
-        "by the platform from RLSTUDIO_RUN_DISK_BUDGET_GB.",
+        "it every checkpoint but the newest is pruned, and if still over the run fails (the checkpoint a "
+        "run ends on, a stop's or the last step's, is kept instead, with a warning, and the run ends "
+        "stopped or succeeded); None = no budget. Set by the platform from RLSTUDIO_RUN_DISK_BUDGET_GB.",
     )
     seed: int = option(1, "Seed of the training randomness (torch, Python and NumPy RNGs).")
     device: Literal["auto", "cpu", "cuda"] = option("auto", "auto = cuda when available, else cpu.")
