@@ -445,22 +445,43 @@ def model_delete(*, model: ModelAsset, by) -> None:
     """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
     operator's, or a run's export); its finished evaluations go with it, after the `on_model_delete`
     hooks. In use: CatalogInUse naming the runs, or counting its queued or running evaluations (their
-    jobs read the model)."""
+    jobs read the model).
+
+    The checks run with the model's row locked (FOR UPDATE), the lock an evaluation's launch takes on
+    its model first (`model_lock_for_use`, FOR KEY SHARE): an evaluation launched meanwhile is either
+    committed before the lock, so seen here and refused, or waits for the deletion and finds no model.
+    A model already deleted by another request is left gone."""
     from django.db.models import Q
 
     check_can_change(user=by, item=model, action="delete")
-    used = _used_by(_run_model().objects.filter(Q(model=model) | Q(reward_model=model)), by=by)
-    if used:
-        raise CatalogInUse(f"model {model.name!r} is used by {used}", code="in_use")
-    # The evaluations app's reverse relation (it depends on the catalog, so the catalog does not import
-    # it); "queued" and "running" are its active statuses.
-    evaluating = model.evaluations.filter(status__in=("queued", "running")).count()
-    if evaluating:
-        raise CatalogInUse(f"model {model.name!r} is being evaluated ({evaluating} evaluation(s) queued or "
-                           f"running): wait for them to end or stop them", code="in_use")
     with transaction.atomic():
-        locked = ModelAsset.objects.select_for_update().get(pk=model.pk)
+        locked = ModelAsset.objects.select_for_update().filter(pk=model.pk).first()
+        if locked is None:
+            return
+        used = _used_by(_run_model().objects.filter(Q(model=locked) | Q(reward_model=locked)), by=by)
+        if used:
+            raise CatalogInUse(f"model {model.name!r} is used by {used}", code="in_use")
+        # The evaluations app's reverse relation (it depends on the catalog, so the catalog does not
+        # import it); "queued" and "running" are its active statuses.
+        evaluating = locked.evaluations.filter(status__in=("queued", "running")).count()
+        if evaluating:
+            raise CatalogInUse(f"model {model.name!r} is being evaluated ({evaluating} evaluation(s) queued or "
+                               f"running): wait for them to end or stop them", code="in_use")
         audit_record(actor=by, action="model.delete", obj=model, data={"name": model.name, "path": model.path})
         for hook in list(_MODEL_DELETE_HOOKS):
             hook(locked)
         model.delete()
+
+
+def model_lock_for_use(*, model_id: int) -> bool:
+    """Take a FOR KEY SHARE lock on catalog model `model_id` until the caller's transaction ends, and
+    say whether it still exists: a job launched on the model (an evaluation) takes it before it is
+    recorded, so that `model_delete` (FOR UPDATE on the row, then its checks) cannot delete the model
+    under it. Launches on one model do not wait for each other (KEY SHARE locks share). Must be
+    called inside a transaction."""
+    from django.db import connection
+
+    table = connection.ops.quote_name(ModelAsset._meta.db_table)
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE", [model_id])
+        return cur.fetchone() is not None

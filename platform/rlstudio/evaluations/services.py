@@ -146,9 +146,18 @@ def _check_dataset(dataset) -> None:
 
 def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -> Evaluation:
     """Record the evaluation (one queued or running per user: EvaluationRefused) under the owner's
-    quota lock, then admit it now when the quota allows (else it waits, queued, with the reason)."""
+    quota lock, then admit it now when the quota allows (else it waits, queued, with the reason).
+
+    A catalog model's evaluation first locks its model's row (`model_lock_for_use`, before the owner's
+    lock, the order `model_delete` takes them in), so that the model cannot be deleted between its
+    checks and this evaluation's recording: one deleted meanwhile is EvaluationInvalid on `model`."""
+    from rlstudio.catalog.services import model_lock_for_use
+
     policy = _policy()
     with transaction.atomic():
+        model = subject.get("model")
+        if model is not None and not model_lock_for_use(model_id=model.pk):
+            raise EvaluationInvalid(f"model {model.pk} was deleted", field="model")
         policy.lock_owner(user=user)
         if Evaluation.objects.filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
             raise EvaluationRefused("you already have an evaluation queued or running; wait for it to finish "
