@@ -31,3 +31,7 @@ class EvaluationQueue(QueuedKind):
             return None
         reason = ev["queue_reason"]
         return Attempt(admitted=False, reason=reason, cluster=reason.startswith("the cluster"))
+
+    def hold(self, *, job_ids: list[int], reason: str) -> None:
+        (Evaluation.objects.filter(pk__in=job_ids, status=EvaluationStatus.QUEUED).exclude(queue_reason=reason)
+         .update(queue_reason=reason[:300]))

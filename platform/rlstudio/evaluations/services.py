@@ -145,13 +145,16 @@ def _check_dataset(dataset) -> None:
 
 
 def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -> Evaluation:
-    """Record the evaluation (one queued or running per user: EvaluationRefused) under the owner's
-    quota lock, then admit it now when the quota allows (else it waits, queued, with the reason).
+    """Record the evaluation queued (one queued or running per user: EvaluationRefused) under the
+    owner's quota lock, then run one pass of the queue (`queue_admit_launched`), which admits it now
+    when its place in the one queue, the quota and the cluster allow (else it waits, queued, with the
+    reason).
 
     A catalog model's evaluation first locks its model's row (`model_lock_for_use`, before the owner's
     lock, the order `model_delete` takes them in), so that the model cannot be deleted between its
     checks and this evaluation's recording: one deleted meanwhile is EvaluationInvalid on `model`."""
     from rlstudio.catalog.services import model_lock_for_use
+    from rlstudio.runs.services.admission import queue_admit_launched
 
     policy = _policy()
     with transaction.atomic():
@@ -167,7 +170,7 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
                                        reward=req.reward, **subject)
         audit_record(actor=user, action="evaluation.create", obj=ev.subject,
                      data={"evaluation": ev.pk, "gpus": req.gpus, **audit})
-    evaluation_admit(evaluation_id=ev.pk)
+    queue_admit_launched()
     ev.refresh_from_db()
     return ev
 

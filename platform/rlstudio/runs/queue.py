@@ -7,7 +7,10 @@ order for the same capacity (their owner's quota, the cluster's GPUs), so an old
 admitted before a newer queued run when both want the same slot, and the other way round.
 
 `admission_pass` walks the queue in that order and asks `try_admit` (the services' quota check under
-the owner's lock) for each job: nothing here reads the database, so the pass is tested by hand.
+the owner's lock) for each job: nothing here reads the database, so the pass is tested by hand. It is
+the only way a job is admitted: the reconcile runs it every few seconds and each launch runs it once
+its job is recorded queued (`services.admission.queue_admit_launched`), so a job launched now never
+overtakes an older one the pass would try first.
 """
 from __future__ import annotations
 
@@ -63,21 +66,26 @@ class Attempt:
 
 
 def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], float | None],
-                   try_admit: Callable[[QueuedJob, float | None], Attempt | None]) -> list[QueuedJob]:
+                   try_admit: Callable[[QueuedJob, float | None], Attempt | None],
+                   held_back: Callable[[QueuedJob, QueuedJob], None] | None = None) -> list[QueuedJob]:
     """Try every queued job once, in `queue_order`; returns the ones admitted, in that order.
 
     `free_gpus(needed)` is what the cluster can still give (asked once, at the first GPU job; None: not
     checked); each admitted GPU job takes its GPUs from it. `try_admit(job, free)` applies the owner's
     quota (None: the job left the queue meanwhile). A user at their quota does not hold the others
     back; a GPU job waiting for the cluster's GPUs keeps every later GPU job, of any kind, from
-    overtaking it; a job whose submission could not be sent (the task queue is down) ends the pass.
+    overtaking it (`held_back(job, blocker)` is told of each one not tried for that); a job whose
+    submission could not be sent (the task queue is down) ends the pass.
     """
     admitted: list[QueuedJob] = []
     free: float | None = None
-    asked = cluster_blocked = False
+    asked = False
+    blocker: QueuedJob | None = None
     for job in queue_order(jobs):
         if job.gpus > 0:
-            if cluster_blocked:
+            if blocker is not None:
+                if held_back is not None:
+                    held_back(job, blocker)
                 continue
             if not asked:
                 free, asked = free_gpus(job.gpus), True
@@ -91,5 +99,5 @@ def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], floa
         elif attempt.unsent:
             break
         elif job.gpus > 0 and attempt.cluster:
-            cluster_blocked = True
+            blocker = job
     return admitted

@@ -131,11 +131,11 @@ def test_stop_cancels_a_queued_run_and_refuses_finished_ones(alice, make_run, ap
 
 def test_a_run_the_queue_admitted_first_is_launched_not_refused(alice, make_run):
     """The reconcile's queue (every second) may admit a run between its creation and the launch's
-    own admission: the launch answers with the admitted run, not "is submitting, not queued"."""
-    from rlstudio.runs.services import queue_admit_all, run_admit_for_launch, run_launch_recorded
+    own pass: the launch answers with the admitted run, not "is submitting, not queued"."""
+    from rlstudio.runs.services import queue_admit_all, queue_admit_launched, run_launch_recorded
 
-    def run_launch(*, run, by):  # what a launch does once its run is created (lineage._create_and_launch)
-        run_admit_for_launch(run=run, by=by)
+    def run_launch(*, run, by):  # what a launch does once its run's transaction committed (lineage)
+        queue_admit_launched()
         return run_launch_recorded(run=run, by=by)
 
     run = make_run(alice)
@@ -144,12 +144,12 @@ def test_a_run_the_queue_admitted_first_is_launched_not_refused(alice, make_run)
     launched = run_launch(run=stale, by=alice)
     assert launched.status == S.SUBMITTING and Run.objects.get(pk=run.pk).status == S.SUBMITTING
     assert AuditEvent.objects.filter(object_id=str(run.pk), action="run.launch").count() == 1
-    # A run cancelled from the queue meanwhile is still refused: it was not launched.
+    # A run cancelled from the queue meanwhile is answered as it is: stopped, never submitted.
     cancelled = make_run(alice, "cancelled")
     stale = Run.objects.get(pk=cancelled.pk)
     run_stop(run=cancelled, by=alice)
-    with pytest.raises(RunRefused, match="stopped, not queued"):
-        run_launch(run=stale, by=alice)
+    launched = run_launch(run=stale, by=alice)
+    assert launched.status == S.STOPPED and not launched.ray_submission_id
 
 
 @pytest.fixture

@@ -9,6 +9,12 @@ admissions are serialized and can never exceed the quota together; the passes th
 serialized by a PostgreSQL advisory lock (`QUEUE_LOCK`), so that two workers never hand the same free
 GPUs out twice.
 
+Admission happens only in a pass: a launch (of a run: `lineage._create_and_launch`; of an evaluation)
+records its job queued, commits, then runs one pass itself (`queue_admit_launched`, waiting for a pass
+under way rather than skipping), so a job is admitted at launch exactly when the pass admits it: never
+ahead of an older queued GPU job of any owner that waits for the cluster's GPUs (while an owner at
+their quota still holds no one back).
+
 Quotas are asked through a `QuotaPolicy` that the quotas app registers at startup
 (`quota_policy_register`, from its AppConfig.ready), so that runs never imports quotas (quotas reads
 runs, not the other way round)."""
@@ -93,6 +99,8 @@ class QueuedKind:
                                                   admit it if its owner's quota allows (under the
                                                   owner's lock), else record why it waits; None when
                                                   it is no longer queued
+        hold(*, job_ids, reason)                  record `reason` on those of these jobs still queued
+                                                  (ones the pass did not try: `HELD_BACK_REASON`)
     """
 
     kind = ""
@@ -104,6 +112,9 @@ class QueuedKind:
         raise NotImplementedError
 
     def try_admit(self, *, job_id: int, cluster_free_gpus: float | None) -> Attempt | None:
+        raise NotImplementedError
+
+    def hold(self, *, job_ids: list[int], reason: str) -> None:
         raise NotImplementedError
 
 
@@ -299,31 +310,18 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     return run
 
 
-def run_admit_for_launch(*, run: Run, by: AbstractBaseUser | None) -> bool:
-    """`run_admit` for the launch path (`lineage._create_and_launch`, in the transaction that creates
-    the run): a run no longer queued because it was admitted by another caller (the queue's
-    `queue_admit_all`, which the reconcile runs every second) is not an error. RunRefused still when
-    it left the queue otherwise (cancelled: stopped without ever being submitted). Returns whether it
-    is admitted now."""
-    try:
-        return run_admit(run=run, by=by)
-    except RunRefused:
-        current = Run.objects.filter(pk=run.pk).values("status", "ray_submission_id").first()
-        if current is None or current["status"] == S.QUEUED or (
-                current["status"] == S.STOPPED and not current["ray_submission_id"]):
-            raise
-        return True
-
-
 def run_launch_recorded(*, run: Run, by: AbstractBaseUser) -> Run:
-    """After a launch's transaction committed (its submit task sent or, the broker down, the run back
-    in the queue): `run` as it is now, the launch audited (`run.launch`)."""
+    """After a launch's transaction committed and its pass ran (`queue_admit_launched`: admitted, its
+    submit task sent or, the broker down, back in the queue; or still queued, with why): `run` as it is
+    now, the launch audited (`run.launch`)."""
     run.refresh_from_db()
     audit_record(actor=by, action="run.launch", obj=run, data={"status": run.status})
     return run
 
 
 QUEUE_LOCK = (0x524C5351, 0)  # "RLSQ": the advisory lock that serializes the queue's passes
+# The reason of a GPU job the pass did not try: one queued before it waits for the cluster's GPUs.
+HELD_BACK_REASON = "waiting for the cluster's GPUs: a GPU job queued before this one waits for them first"
 
 
 def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
@@ -336,17 +334,33 @@ def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
                    unsent=reason == SUBMIT_UNSENT_REASON)
 
 
-def queue_admit_jobs() -> list[QueuedJob]:
+def _hold_runs(run_ids: list[int]) -> None:
+    """Record HELD_BACK_REASON on those of these runs still queued whose reason differs (audited as
+    `run.queue`, as `run_admit` records a reason)."""
+    changed = list(Run.objects.filter(pk__in=run_ids, status=S.QUEUED).exclude(queue_reason=HELD_BACK_REASON)
+                   .values_list("pk", flat=True))
+    if not changed:
+        return
+    Run.objects.filter(pk__in=changed, status=S.QUEUED).update(queue_reason=HELD_BACK_REASON)
+    for run in Run.objects.filter(pk__in=changed).only("pk", "name", "owner_id"):
+        audit_record(actor=None, action="run.queue", obj=run, data={"reason": HELD_BACK_REASON})
+
+
+def queue_admit_jobs(*, wait: bool = False) -> list[QueuedJob]:
     """One pass of the fair queue: every queued job, runs and the registered kinds, tried once in the
-    one queue's order while quotas and the cluster allow (`rlstudio.runs.queue.admission_pass`).
-    Returns the jobs admitted. A pass that finds another pass under way (QUEUE_LOCK held) leaves the
-    queue to it and admits nothing."""
+    one queue's order while quotas and the cluster allow (`rlstudio.runs.queue.admission_pass`); the
+    GPU jobs it did not try, behind one waiting for the cluster, get HELD_BACK_REASON. Returns the jobs
+    admitted. A pass that finds another pass under way (QUEUE_LOCK held) leaves the queue to it and
+    admits nothing, unless `wait`: then it waits for that one to end and runs (a launch's pass)."""
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s, %s)", list(QUEUE_LOCK))
-        if not cur.fetchone()[0]:
-            return []
+        if wait:
+            cur.execute("SELECT pg_advisory_lock(%s, %s)", list(QUEUE_LOCK))
+        else:
+            cur.execute("SELECT pg_try_advisory_lock(%s, %s)", list(QUEUE_LOCK))
+            if not cur.fetchone()[0]:
+                return []
     try:
         kinds = {k.kind: k for k in queued_kinds()}
         runs = {r.pk: r for r in Run.objects.filter(status=S.QUEUED).select_related("owner")}
@@ -359,11 +373,27 @@ def queue_admit_jobs() -> list[QueuedJob]:
                 return _try_admit_run(runs[job.id], free)
             return kinds[job.kind].try_admit(job_id=job.id, cluster_free_gpus=free)
 
-        return admission_pass(jobs, free_gpus=lambda needed: _cluster_free_gpus(needed=needed),
-                              try_admit=try_admit)
+        held: dict[str, list[int]] = {}
+        admitted = admission_pass(jobs, free_gpus=lambda needed: _cluster_free_gpus(needed=needed),
+                                  try_admit=try_admit,
+                                  held_back=lambda job, _blocker: held.setdefault(job.kind, []).append(job.id))
+        for kind, ids in held.items():
+            if kind == RUN:
+                _hold_runs(ids)
+            else:
+                kinds[kind].hold(job_ids=ids, reason=HELD_BACK_REASON)
+        return admitted
     finally:
         with connection.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+
+
+def queue_admit_launched() -> list[QueuedJob]:
+    """The launch path's admission, once the launch's transaction has recorded its job queued and
+    committed: one pass of the whole queue (`queue_admit_jobs(wait=True)`), so the new job is admitted
+    exactly when its place in the one queue allows, as the reconcile's pass would. Called outside the
+    launch's transaction: the pass takes each owner's lock in turn, never while holding another's."""
+    return queue_admit_jobs(wait=True)
 
 
 def queue_admit_all() -> list[int]:

@@ -14,7 +14,7 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run
 from ..selectors import trained_to_the_end
-from .admission import quota_policy, run_admit_for_launch, run_launch_recorded
+from .admission import queue_admit_launched, quota_policy, run_launch_recorded
 from .creation import run_create
 from ..errors import RunInputInvalid, RunRefused
 
@@ -156,8 +156,9 @@ def _config_or_invalid(**kwargs) -> dict[str, Any]:
 
 def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_from: str = "",
                        tool_set: str = "", **fields) -> Run:
-    """Create a queued run (refused past the owner's queued-runs cap), record how it was made, and
-    launch it if the quota allows, in one transaction (the submit task is sent once it commits)."""
+    """Create a queued run (refused past the owner's queued-runs cap) and record how it was made, in
+    one transaction; once it commits, one pass of the queue (`queue_admit_launched`) admits it if its
+    place in the one queue, its owner's quota and the cluster allow (the submit task is sent then)."""
     from .. import launch
 
     policy = quota_policy()
@@ -171,9 +172,9 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
         action, data = audit
         if action:
             audit_record(actor=by, action=action, obj=run, data=data)
-        # Admitted in the transaction that creates it: the reconcile's queue (every second) never sees
-        # it queued and not yet admitted, so it cannot admit it first and turn this launch into a refusal.
-        run_admit_for_launch(run=run, by=by)
+    # Admitted by a pass, as every queued job is (the reconcile's may even come first): never ahead of
+    # an older queued job the pass would try before it.
+    queue_admit_launched()
     return run_launch_recorded(run=run, by=by)
 
 
