@@ -4,7 +4,7 @@ were queued, against the same quotas and GPUs."""
 from __future__ import annotations
 
 from rlstudio.runs.queue import Attempt, QueuedJob, ahead_of
-from rlstudio.runs.services.admission import QueuedKind
+from rlstudio.runs.services.admission import QueuedKind, q_ahead
 
 from .models import Evaluation, EvaluationStatus
 from .services import QUEUE_KIND, evaluation_admit, evaluation_job
@@ -31,6 +31,10 @@ class EvaluationQueue(QueuedKind):
             return None
         reason = ev["queue_reason"]
         return Attempt(admitted=False, reason=reason, cluster=reason.startswith("the cluster"))
+
+    def count_ahead(self, *, job: QueuedJob) -> int:
+        q = q_ahead(job, kind=self.kind)
+        return 0 if q is None else Evaluation.objects.filter(status=EvaluationStatus.QUEUED).filter(q).count()
 
     def hold(self, *, job_ids: list[int], reason: str) -> None:
         (Evaluation.objects.filter(pk__in=job_ids, status=EvaluationStatus.QUEUED).exclude(queue_reason=reason)

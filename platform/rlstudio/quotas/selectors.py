@@ -1,6 +1,10 @@
 """Reads of quotas: a user's effective quota and what they use now; for staff, the whole picture
-(`quota_admin_overview`: the cluster's GPUs, every user's usage against their quota, the one queue of
-runs and evaluations in admission order)."""
+(`quota_admin_overview`: the cluster's GPUs, every user's usage against their quota, the head of the
+one queue of runs and evaluations in admission order, with its length).
+
+Bounded work whatever the queue's length: a place in the queue is counted in the database
+(`rlstudio.runs.services.admission.queue_position_of`), and the staff overview loads only the first
+QUEUE_SHOWN jobs of each kind (the first QUEUE_SHOWN of the queue are among them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,7 +17,7 @@ from django.utils import timezone
 
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 from rlstudio.runs.queue import RUN, QueuedJob, queue_order
-from rlstudio.runs.services.admission import other_jobs_gpus, run_job
+from rlstudio.runs.services.admission import QUEUE_ORDER, other_jobs_gpus, queue_position_of, run_job
 
 from .models import SHIPPED_DEFAULT, US_PER_HOUR, GpuHoursSpent, GpuQuota
 
@@ -165,18 +169,24 @@ class QuotaUsage:
 def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> QuotaUsage:
     """The caller's quota and usage: GPUs held by submitting/running/stopping runs and running
     evaluations, active runs (a running evaluation counts as one, as admission counts it), GPU-hours
-    since the start of this month (deleted jobs' included), and their queued runs and queued evaluation with their positions in
-    the one queue of runs and evaluations."""
+    since the start of this month (deleted jobs' included), and their queued runs and queued evaluation
+    with their positions in the one queue of runs and evaluations (counted in the database for each of
+    their queued jobs: the number of queries grows with the user's own queued jobs, bounded by their
+    quota, never with the whole queue)."""
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+    from rlstudio.evaluations.services import evaluation_job
+
     n_evals, eval_gpus = running_evaluations(owner=user).get(user.pk, (0, 0))
     now = now or timezone.now()
     quota = quota_for(user=user)
     active = Run.objects.filter(owner=user, status__in=ACTIVE_STATUSES)
-    queue = [(i + 1, job, obj) for i, (job, obj) in enumerate(_queue()) if job.owner_id == user.pk]
-    queued = [QueuedRun(id=job.id, name=obj.name, position=i, reason=obj.queue_reason)
-              for i, job, obj in queue if job.kind == RUN]
-    queued_evaluations = [QueuedEvaluation(id=job.id, name=_entry(i, job, obj).name, position=i,
-                                           reason=obj.queue_reason, run=obj.run_id, model=obj.model_id)
-                          for i, job, obj in queue if job.kind != RUN]
+    queued = [QueuedRun(id=run.pk, name=run.name, position=queue_position_of(run_job(run)), reason=run.queue_reason)
+              for run in Run.objects.filter(owner=user, status=RunStatus.QUEUED).order_by(*QUEUE_ORDER)]
+    queued_evaluations = [
+        QueuedEvaluation(id=ev.pk, name=_evaluation_name(ev), position=queue_position_of(evaluation_job(ev)),
+                         reason=ev.queue_reason, run=ev.run_id, model=ev.model_id)
+        for ev in (Evaluation.objects.filter(owner=user, status=EvaluationStatus.QUEUED)
+                   .select_related("run", "model").order_by("created", "id"))]
     return QuotaUsage(
         max_gpus=quota.max_gpus,
         gpus_held=(active.aggregate(n=Sum("gpus"))["n"] or 0) + eval_gpus,
@@ -247,10 +257,14 @@ class QueueEntry:
 
 @dataclass(frozen=True)
 class QuotaAdminOverview:
+    """The staff quota page: the cluster, every active user's usage, and the queue's first jobs
+    (`queue`, at most QUEUE_SHOWN, in admission order) out of `queue_total` queued."""
+
     cluster: ClusterCapacity
     default: GpuQuota
     users: list[UserUsage]
     queue: list[QueueEntry]
+    queue_total: int = 0
 
 
 def cluster_capacity() -> ClusterCapacity:
@@ -271,22 +285,32 @@ def cluster_capacity() -> ClusterCapacity:
                                status=EvaluationStatus.QUEUED).count())
 
 
-def _queue() -> list[tuple[QueuedJob, object]]:
-    """(job, its Run or Evaluation) of every queued run and evaluation, in the one queue's order."""
+QUEUE_SHOWN = 100  # the queue's first jobs the staff overview lists (its total is given too)
+
+
+def _queue(*, limit: int) -> list[tuple[QueuedJob, object]]:
+    """(job, its Run or Evaluation) of the first `limit` queued runs and evaluations, in the one
+    queue's order: the first `limit` of each kind in its own order (which the one queue keeps), merged;
+    two queries, whatever the queue's length."""
     from rlstudio.evaluations.models import Evaluation, EvaluationStatus
     from rlstudio.evaluations.services import evaluation_job
 
     objs: dict[tuple[str, int], object] = {}
     jobs = []
-    for run in Run.objects.filter(status=RunStatus.QUEUED).select_related("owner"):
+    for run in Run.objects.filter(status=RunStatus.QUEUED).select_related("owner").order_by(*QUEUE_ORDER)[:limit]:
         job = run_job(run)
         jobs.append(job)
         objs[job.kind, job.id] = run
-    for ev in Evaluation.objects.filter(status=EvaluationStatus.QUEUED).select_related("owner", "run", "model"):
+    for ev in (Evaluation.objects.filter(status=EvaluationStatus.QUEUED).select_related("owner", "run", "model")
+               .order_by("created", "id")[:limit]):  # all at priority 0: queued first, then by id
         job = evaluation_job(ev)
         jobs.append(job)
         objs[job.kind, job.id] = ev
-    return [(job, objs[job.kind, job.id]) for job in queue_order(jobs)]
+    return [(job, objs[job.kind, job.id]) for job in queue_order(jobs)[:limit]]
+
+
+def _evaluation_name(ev) -> str:
+    return f"evaluation of run {ev.run.name}" if ev.run_id is not None else f"evaluation of model {ev.model.name}"
 
 
 def _entry(position: int, job: QueuedJob, obj) -> QueueEntry:
@@ -294,21 +318,23 @@ def _entry(position: int, job: QueuedJob, obj) -> QueueEntry:
         return QueueEntry(position=position, id=obj.pk, name=obj.name, owner=obj.owner.get_username(),
                           gpus=obj.gpus, created=obj.created, priority=obj.queue_priority,
                           reason=obj.queue_reason, run_id=obj.pk)
-    of = f"run {obj.run.name}" if obj.run_id is not None else f"model {obj.model.name}"
-    return QueueEntry(position=position, id=obj.pk, name=f"evaluation of {of}", owner=obj.owner.get_username(),
+    return QueueEntry(position=position, id=obj.pk, name=_evaluation_name(obj), owner=obj.owner.get_username(),
                       gpus=obj.gpus, created=obj.created, priority=job.priority, reason=obj.queue_reason,
                       kind=job.kind, run_id=obj.run_id)
 
 
-def queue_in_order() -> list[QueueEntry]:
-    """Every queued run and evaluation in the order admission takes them (`rlstudio.runs.queue`)."""
-    return [_entry(i + 1, job, obj) for i, (job, obj) in enumerate(_queue())]
+def queue_in_order(*, limit: int | None = None) -> list[QueueEntry]:
+    """The first `limit` (default QUEUE_SHOWN) queued runs and evaluations in the order admission
+    takes them (`rlstudio.runs.queue`), positions from 1; a fixed number of queries."""
+    limit = QUEUE_SHOWN if limit is None else limit
+    return [_entry(i + 1, job, obj) for i, (job, obj) in enumerate(_queue(limit=limit))]
 
 
 def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
     """What the staff quota page shows: the cluster, each active user's usage this month against their
     quota (users by name; GPUs held and active jobs count running evaluations as admission does), and
-    the queue in admission order. A fixed number of queries, whatever the number of users."""
+    the queue's first QUEUE_SHOWN jobs in admission order with the number queued. A fixed number of
+    queries, whatever the number of users or of queued jobs."""
     from django.contrib.auth import get_user_model
 
     now = now or timezone.now()
@@ -335,4 +361,6 @@ def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
             max_queued_runs=quota.max_queued_runs, runs_queued=queued.get(user.pk, 0),
             evaluations_running=n_evals,
         ))
-    return QuotaAdminOverview(cluster=cluster_capacity(), default=default, users=users, queue=queue_in_order())
+    cluster = cluster_capacity()
+    return QuotaAdminOverview(cluster=cluster, default=default, users=users, queue=queue_in_order(),
+                              queue_total=cluster.runs_queued + cluster.evaluations_queued)

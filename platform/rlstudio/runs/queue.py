@@ -23,6 +23,11 @@ RUN = "run"
 _KIND_RANK = {RUN: 0}
 
 
+def kind_rank(kind: str) -> int:
+    """Where `kind` goes among jobs queued at the same instant (runs 0, the others 1, then by name)."""
+    return _KIND_RANK.get(kind, 1)
+
+
 @dataclass(frozen=True)
 class QueuedJob:
     """One queued job: `kind` ("run", "evaluation"), its id within that kind, its owner, the GPUs it
@@ -37,7 +42,7 @@ class QueuedJob:
 
     @property
     def key(self) -> tuple:
-        return (-self.priority, self.queued_at, _KIND_RANK.get(self.kind, 1), self.kind, self.id)
+        return (-self.priority, self.queued_at, kind_rank(self.kind), self.kind, self.id)
 
     @property
     def label(self) -> str:

@@ -212,15 +212,13 @@ def run_logs(*, run: Run, tail: int = 200) -> dict:
 
 def queue_position(*, run: Run) -> int | None:
     """1-based place of a queued run in the one queue of runs and the other kinds' jobs (evaluations),
-    in admission order (`rlstudio.runs.queue`), None when not queued."""
+    in admission order (`rlstudio.runs.queue`), None when not queued: COUNT queries of the jobs ahead
+    (`services.admission.queue_position_of`), never the whole queue loaded."""
     if run.status != "queued":
         return None
-    from .queue import ahead_of
-    from .services.admission import models_q_earlier, queued_kinds, run_job
+    from .services.admission import queue_position_of, run_job
 
-    job = run_job(run)
-    others = sum(1 for kind in queued_kinds() for other in kind.queued() if ahead_of(job, other))
-    return Run.objects.filter(status="queued").filter(models_q_earlier(run)).count() + others + 1
+    return queue_position_of(run_job(run))
 
 
 def run_duration(run: Run, *, now=None) -> str:

@@ -29,7 +29,7 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run, RunStatus
 from ..errors import RunRefused
-from ..queue import RUN, Attempt, QueuedJob, admission_pass, ahead_of
+from ..queue import RUN, Attempt, QueuedJob, admission_pass, ahead_of, kind_rank
 from .transitions import run_transition
 
 
@@ -101,6 +101,9 @@ class QueuedKind:
                                                   it is no longer queued
         hold(*, job_ids, reason)                  record `reason` on those of these jobs still queued
                                                   (ones the pass did not try: `HELD_BACK_REASON`)
+        count_ahead(*, job) -> int                how many of its queued jobs come before `job` (of
+                                                  any kind) in the queue: a COUNT query (`q_ahead`)
+                                                  for `queue_position_of`; the default counts `queued()`
     """
 
     kind = ""
@@ -116,6 +119,9 @@ class QueuedKind:
 
     def hold(self, *, job_ids: list[int], reason: str) -> None:
         raise NotImplementedError
+
+    def count_ahead(self, *, job: QueuedJob) -> int:
+        return sum(1 for other in self.queued() if ahead_of(job, other))
 
 
 _QUEUED_KINDS: dict[str, QueuedKind] = {}
@@ -257,11 +263,31 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
 
 def models_q_earlier(run: Run):
     """Q of the runs ahead of `run` in QUEUE_ORDER (higher priority; same priority and older; ties by id)."""
+    return q_ahead(run_job(run), kind=RUN, priority="queue_priority")
+
+
+def q_ahead(job: QueuedJob, *, kind: str, priority: str | None = None):
+    """Q of the rows of `kind` (queued at `created`, their id `id`; their priority in the field named
+    `priority`, or 0 for a kind that staff cannot move) that come before `job`, of any kind, in the one
+    queue's order (`QueuedJob.key`), for a COUNT or a filter in the database; None when none can."""
     from django.db.models import Q
 
-    p = run.queue_priority
-    return (Q(queue_priority__gt=p) | Q(queue_priority=p, created__lt=run.created)
-            | Q(queue_priority=p, created=run.created, id__lt=run.pk))
+    theirs, mine = (kind_rank(kind), kind), (kind_rank(job.kind), job.kind)
+    older = Q(created__lt=job.queued_at)
+    if theirs < mine:  # theirs go first among jobs queued at the same instant
+        older |= Q(created=job.queued_at)
+    elif theirs == mine:
+        older |= Q(created=job.queued_at, id__lt=job.id)
+    if priority is None:
+        return None if job.priority > 0 else Q() if job.priority < 0 else older
+    return Q(**{f"{priority}__gt": job.priority}) | (Q(**{priority: job.priority}) & older)
+
+
+def queue_position_of(job: QueuedJob) -> int:
+    """`job`'s 1-based place in the one queue: one COUNT of the queued runs ahead of it and one per
+    registered kind (`QueuedKind.count_ahead`), whatever the queue's length."""
+    ahead = Run.objects.filter(status=S.QUEUED).filter(q_ahead(job, kind=RUN, priority="queue_priority")).count()
+    return ahead + sum(kind.count_ahead(job=job) for kind in queued_kinds()) + 1
 
 
 QUEUE_MOVES = ("front", "back")
