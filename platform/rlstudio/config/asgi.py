@@ -19,6 +19,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from rlstudio.accounts.ws_auth import ApiTokenQueryAuthMiddleware, SameOriginValidator  # noqa: E402
 from rlstudio.config.request_gate import RequestGateMiddleware  # noqa: E402
+from rlstudio.config.ws_fallback import fallback_route  # noqa: E402
 from rlstudio.alerts.routing import websocket_urlpatterns as alert_routes  # noqa: E402
 from rlstudio.playground.routing import websocket_urlpatterns as playground_routes  # noqa: E402
 from rlstudio.telemetry.routing import websocket_urlpatterns  # noqa: E402
@@ -32,7 +33,9 @@ application = ProtocolTypeRouter(
     {
         "http": RequestGateMiddleware(django_asgi_app),
         "websocket": SameOriginValidator(
-            AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(websocket_urlpatterns + alert_routes + playground_routes)))
+            AuthMiddlewareStack(ApiTokenQueryAuthMiddleware(URLRouter(
+                websocket_urlpatterns + alert_routes + playground_routes + [fallback_route]
+            )))
         ),
     }
 )
