@@ -14,6 +14,9 @@ endpoint) and moves the run through the services:
                                                stopped when a stop was asked for (a forced stop kills the job)
     Ray does not know the job                → lost
     no heartbeat for RLSTUDIO_HEARTBEAT_TIMEOUT_S while Ray says running → lost (and the job stopped)
+        ... but while the trainer is starting (nothing reported yet, or its newest status "starting":
+        imports, model load, workers), not before RLSTUDIO_RUN_STARTUP_TIMEOUT_S from the run's start;
+        never reported by then → lost ("the trainer never reported within N s of being started")
     stopping for longer than the grace period → forced stop
 
 A submitting run without a submission id after RLSTUDIO_SUBMIT_TIMEOUT_S has lost its submit task
@@ -104,8 +107,14 @@ class Decision:
 
 def decide(*, status: str, job: ray_jobs.JobInfo | None, view: TrainerView, now: datetime,
            started: datetime | None, stop_requested: datetime | None, heartbeat_timeout_s: float,
-           grace_s: float) -> Decision:
-    """The pure decision table of the reconcile (see the module docstring)."""
+           grace_s: float, startup_timeout_s: float) -> Decision:
+    """The pure decision table of the reconcile (see the module docstring).
+
+    A trainer that has reported (`view.last_time`) is lost after `heartbeat_timeout_s` of silence.
+    One still starting (nothing reported yet, or its newest status "starting") is not lost before
+    `startup_timeout_s` from `started` (importing torch and loading a model take minutes on a busy
+    node); one that never reported by then is lost with an error that says so.
+    """
     if job is None:
         return Decision(S.LOST, error="Ray no longer knows this run's job (the cluster restarted or the job was deleted)")
     if job.status == ray_jobs.SUCCEEDED:
@@ -128,9 +137,25 @@ def decide(*, status: str, job: ray_jobs.JobInfo | None, view: TrainerView, now:
         if (now - stop_requested).total_seconds() > grace_s + 15:
             return Decision(None, force_stop=True)
     if job.status == ray_jobs.RUNNING:
-        last = view.last_time or started
-        if last is not None and (now - last).total_seconds() > heartbeat_timeout_s:
-            return Decision(S.LOST, error=f"no heartbeat for {int((now - last).total_seconds())} s", force_stop=True)
+        # Start-up: the trainer has reported nothing yet, or its newest status is still "starting" (it
+        # says so before it loads the model, and sends heartbeats only once its workers are up).
+        starting = view.last_time is None or view.state == "starting"
+        since_start = (now - started).total_seconds() if started is not None else None
+        if starting and since_start is not None and since_start <= startup_timeout_s:
+            return Decision(None)
+        if view.last_time is None:
+            if since_start is not None:  # past the start-up grace: it never reported at all
+                return Decision(S.LOST, force_stop=True, error=(
+                    f"the trainer never reported within {int(startup_timeout_s)} s of being started "
+                    "(RLSTUDIO_RUN_STARTUP_TIMEOUT_S); see the job log"))
+            return Decision(None)
+        silent = (now - view.last_time).total_seconds()
+        if silent > heartbeat_timeout_s:
+            if starting:
+                return Decision(S.LOST, force_stop=True, error=(
+                    f"the trainer did not finish starting within {int(startup_timeout_s)} s of being "
+                    f"started (RLSTUDIO_RUN_STARTUP_TIMEOUT_S), and has not reported for {int(silent)} s"))
+            return Decision(S.LOST, error=f"no heartbeat for {int(silent)} s", force_stop=True)
     return Decision(None)
 
 
@@ -222,7 +247,7 @@ def reconcile_run(run: Run, *, now: datetime | None = None) -> str | None:
                         checkpoint_path=str(ckpt) if ckpt else view.checkpoint)
     d = decide(status=run.status, job=job, view=view, now=now, started=run.started,
                stop_requested=run.stop_requested, heartbeat_timeout_s=settings.RLSTUDIO_HEARTBEAT_TIMEOUT_S,
-               grace_s=settings.RLSTUDIO_STOP_GRACE_S)
+               grace_s=settings.RLSTUDIO_STOP_GRACE_S, startup_timeout_s=settings.RLSTUDIO_RUN_STARTUP_TIMEOUT_S)
     if d.force_stop:
         run_force_kill(run_id=run.pk)
     if d.to is None:

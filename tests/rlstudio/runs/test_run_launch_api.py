@@ -352,15 +352,48 @@ def _job(status, message=""):
 ])
 def test_reconcile_decision_table(status, job, view, expected):
     d = decide(status=status, job=job, view=view, now=NOW, started=NOW - timedelta(minutes=5),
-               stop_requested=None, heartbeat_timeout_s=120, grace_s=60)
+               stop_requested=None, heartbeat_timeout_s=120, grace_s=60, startup_timeout_s=600)
     assert d.to == expected
     assert d.need_logs == (expected == S.FAILED)
 
 
 def test_stopping_past_the_grace_is_forced():
     d = decide(status=S.STOPPING, job=_job("RUNNING"), view=TrainerView(last_time=NOW), now=NOW,
-               started=NOW, stop_requested=NOW - timedelta(seconds=80), heartbeat_timeout_s=120, grace_s=60)
+               started=NOW, stop_requested=NOW - timedelta(seconds=80), heartbeat_timeout_s=120, grace_s=60,
+               startup_timeout_s=600)
     assert d.force_stop and d.to is None
+
+
+def _running(view, started_s_ago):
+    return decide(status=S.RUNNING, job=_job("RUNNING"), view=view, now=NOW,
+                  started=NOW - timedelta(seconds=started_s_ago), stop_requested=None,
+                  heartbeat_timeout_s=120, grace_s=60, startup_timeout_s=600)
+
+
+def test_start_up_gets_its_own_grace_not_the_heartbeat_timeout():
+    """A trainer importing torch for 208 s under load is not lost (it was, after the heartbeat's 120 s)."""
+    assert _running(TrainerView(), 208).to is None
+    # it said "starting" and is loading the model: no heartbeat yet, still within the start-up grace
+    starting = TrainerView(last_time=NOW - timedelta(seconds=300), state="starting")
+    assert _running(starting, 310).to is None
+
+
+def test_never_reported_past_the_start_up_grace_is_lost_and_says_so():
+    d = _running(TrainerView(), 601)
+    assert d.to == S.LOST and d.force_stop
+    assert d.error.startswith("the trainer never reported within 600 s of being started")
+    assert "heartbeat" not in d.error
+    # past the grace, a trainer still "starting" and silent for over the heartbeat timeout is lost too
+    d = _running(TrainerView(last_time=NOW - timedelta(seconds=500), state="starting"), 700)
+    assert d.to == S.LOST and "did not finish starting within 600 s" in d.error
+    # ... but one still starting that reported recently is not (the heartbeat timeout applies)
+    assert _running(TrainerView(last_time=NOW - timedelta(seconds=30), state="starting"), 700).to is None
+
+
+def test_a_trainer_that_reported_running_gets_the_heartbeat_timeout():
+    d = _running(TrainerView(last_time=NOW - timedelta(seconds=121), state="running"), 200)
+    assert d.to == S.LOST and d.error == "no heartbeat for 121 s"
+    assert _running(TrainerView(last_time=NOW - timedelta(seconds=119), state="running"), 200).to is None
 
 
 def test_trainer_view_reads_the_events_file(tmp_path):

@@ -290,6 +290,9 @@ RLSTUDIO_STOP_GRACE_S = env_float("RLSTUDIO_STOP_GRACE_S", 60)
 RLSTUDIO_INGEST_CLOSE_TIMEOUT_S = env_float("RLSTUDIO_INGEST_CLOSE_TIMEOUT_S", 10)
 # A running run whose newest heartbeat (events.jsonl / ingest) is older than this is marked lost.
 RLSTUDIO_HEARTBEAT_TIMEOUT_S = env_float("RLSTUDIO_HEARTBEAT_TIMEOUT_S", 120)
+# A running run whose trainer has sent no event at all this long after the run started (Ray took the
+# job) is marked lost: start-up (imports, model load) can take minutes on a busy node.
+RLSTUDIO_RUN_STARTUP_TIMEOUT_S = env_float("RLSTUDIO_RUN_STARTUP_TIMEOUT_S", 600)
 # Seconds between two reconciles (Celery beat); job log lines kept as a failed run's error_log.
 RLSTUDIO_RECONCILE_INTERVAL_S = env_float("RLSTUDIO_RECONCILE_INTERVAL_S", 3)
 RLSTUDIO_ERROR_LOG_LINES = 30
