@@ -2,17 +2,20 @@
 never takes free GPUs ahead of an older queued GPU job of ANOTHER user that waits for the cluster's
 GPUs; a user at their quota holds no one back; a CPU job is not held back by the cluster. The launch
 records its job queued, then runs a pass of the whole queue (`queue_admit_launched`)."""
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
 from rlstudio.evaluations.services import evaluation_new_for_model
 from rlstudio.quotas.models import GpuQuota
+from rlstudio.quotas.services import Quotas
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_new
-from rlstudio.runs.services.admission import HELD_BACK_REASON, queue_admit_jobs
+from rlstudio.runs.services.admission import HELD_BACK_REASON, QUEUE_LOCK, queue_admit_jobs
 
 pytestmark = pytest.mark.django_db
 E, R = EvaluationStatus, RunStatus
@@ -131,3 +134,38 @@ def test_a_launch_is_admitted_at_once_when_nothing_older_waits(alice, data, poli
     free_gpus.value = 1.0
     launched = _launch(alice, data, policy, "alice-first")
     assert launched.status == R.SUBMITTING and launched.queue_reason == ""
+
+
+def test_a_launch_holds_the_queues_lock_before_its_owners(alice, bob, data, policy, free_gpus, published,
+                                                           monkeypatch):
+    """The lock order is the queue's, then an owner's: a launch inside a longer transaction (the run
+    form's) keeps its owner's lock through its pass, so it must already hold the queue's, or two such
+    launches could each wait for the other."""
+    seen = []
+    original = Quotas.lock_owner
+
+    def queue_lock_free() -> bool:
+        try:
+            with connections["default"].cursor() as cur:
+                cur.execute("SELECT pg_try_advisory_lock(%s, %s)", list(QUEUE_LOCK))
+                free = cur.fetchone()[0]
+                if free:
+                    cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+                return free
+        finally:
+            connections.close_all()
+
+    def lock_owner(self, *, user):
+        if not seen:  # the launch's own lock, before any pass
+            thread = threading.Thread(target=lambda: seen.append(queue_lock_free()))
+            thread.start()
+            thread.join(30)
+        original(self, user=user)
+
+    monkeypatch.setattr(Quotas, "lock_owner", lock_owner)
+    _quota(alice, bob)
+    _launch(alice, data, policy, "alice-run", gpus=0)
+    assert seen == [False]
+    seen.clear()
+    evaluation_new_for_model(user=bob, model=policy, dataset=data, data={"k": 1})
+    assert seen == [False]

@@ -414,11 +414,24 @@ def queue_admit_jobs(*, wait: bool = False) -> list[QueuedJob]:
             cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
 
 
+def queue_lock_for_launch() -> None:
+    """Take QUEUE_LOCK until the caller's transaction ends: a launch does, before its owner's lock, so
+    that every holder of an owner's lock that waits for QUEUE_LOCK already holds it (the lock order is
+    QUEUE_LOCK, then owners). Without it a launch inside a longer transaction (the run form saves a
+    config and launches in one), still holding its owner's lock during its pass, could wait for
+    another launch's owner while that one waited for the pass (a deadlock)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(QUEUE_LOCK))
+
+
 def queue_admit_launched() -> list[QueuedJob]:
     """The launch path's admission, once the launch's transaction has recorded its job queued and
     committed: one pass of the whole queue (`queue_admit_jobs(wait=True)`), so the new job is admitted
-    exactly when its place in the one queue allows, as the reconcile's pass would. Called outside the
-    launch's transaction: the pass takes each owner's lock in turn, never while holding another's."""
+    exactly when its place in the one queue allows, as the reconcile's pass would. Called after the
+    launch's transaction (which took `queue_lock_for_launch` before its owner's lock); inside a
+    caller's longer transaction, that still holds QUEUE_LOCK, so the pass runs at once."""
     return queue_admit_jobs(wait=True)
 
 
