@@ -92,6 +92,18 @@
       table.appendChild(row);
     }
     box.appendChild(table);
+    var disk = mem.checkpoint;  // one checkpoint's disk (not per device), against the operator's budget per run
+    if (disk) {
+      var line = el("p", disk.fits ? "muted small" : "memory-warning",
+                    (disk.fits ? "" : "\u26a0 ") + "One checkpoint: about " + gib(disk.gib) + " on disk (" +
+                    (disk.lora ? "the LoRA adapter and its AdamW moments" : "float32 weights and AdamW's two moments") +
+                    (disk.critic_gib > 0 ? ", with the critic's " + gib(disk.critic_gib) : "") + ")" +
+                    (disk.budget_gib === null ? "; no disk budget per run" : ", of this deployment's " + gib(disk.budget_gib) +
+                     " per run" + (disk.fits ? "" : ": over it, the run is refused")) +
+                    (disk.export_gib > 0 ? "; the final Hugging Face export adds " + gib(disk.export_gib) : "") + ".");
+      line.id = "checkpoint-size";
+      box.appendChild(line);
+    }
     if (mem.warning) {
       var warn = el("p", "memory-warning", "\u26a0 " + mem.warning);
       warn.id = "memory-warning";

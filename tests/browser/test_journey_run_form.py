@@ -46,6 +46,9 @@ def test_gpu_preset_on_the_cpu_preview_errors_memory_and_launch(page_as, make_us
     assert "rollout KV cache" in names and names[-1].startswith("peak ("), names
     assert page.locator("#preview-errors li").count() == 0
     assert page.locator("#lora-saving").count() == 0  # full fine-tuning: nothing to compare with
+    # one checkpoint's disk under the table, against the operator's budget per run (200 GiB)
+    expect(page.locator("#checkpoint-size")).to_contain_text("One checkpoint: about ")
+    expect(page.locator("#checkpoint-size")).to_contain_text("of this deployment's 200.00 GiB per run")
     page.evaluate("document.getElementById('run-preview').scrollIntoView()")
     ui.shot(page, "12-run-form-preview")
 

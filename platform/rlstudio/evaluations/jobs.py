@@ -59,7 +59,8 @@ def model_config(*, model, dataset, gpus: int, reward: str = "") -> dict[str, An
     from the registry (custom_reward_function.path). ConfigInvalid naming the key when it cannot be
     built (`reward.name` for a reward the gate refuses)."""
     overrides = {"reward.name": reward} if reward else None
-    return build_config(dataset=dataset, model=model, gpus=gpus, overrides=overrides)
+    # an evaluation writes no checkpoint: the disk budget's check of one is not for it
+    return build_config(dataset=dataset, model=model, gpus=gpus, overrides=overrides, checkpoints=False)
 
 
 def run_config(run, *, out: Path | None = None) -> dict[str, Any]:

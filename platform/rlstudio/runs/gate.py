@@ -27,6 +27,8 @@ from trainer.config import Config
 
 from .shapes import ShapeUnknown, StepShapes
 
+GIB = 2**30  # the "GB" of RLSTUDIO_RUN_DISK_BUDGET_GB (trainer.disk_budget_gb)
+
 
 class GateRefused(ValueError):
     """A config key a user may not set, or a value outside its bounds; `key` names it."""
@@ -510,6 +512,32 @@ def check_checkpoints_kept(config: Mapping[str, Any], cap: int | None) -> None:
                           f"{keep} checkpoints kept, more than this platform's {cap} per run "
                           f"(RLSTUDIO_MAX_CHECKPOINTS_PER_RUN); give at most {cap}, or leave it unset to keep "
                           f"the newest {cap}")
+
+
+def check_checkpoint_size(config: Mapping[str, Any], estimate: Any, budget_gb: float | None) -> None:
+    """Refuse a run one checkpoint of which is over the operator's disk budget per run
+    (RLSTUDIO_RUN_DISK_BUDGET_GB; None: no budget): `estimate` is its
+    `checkpoint_estimate.CheckpointEstimate` (None: unknown, nothing refused). Every run checkpoints
+    at its last step (and when stopped) whatever trainer.save_freq says, so such a run would write a
+    checkpoint over the budget after all its training. GateRefused names the key that shrinks it: the
+    critic's (algorithm.adv_estimator) when the actor's part alone would fit, else LoRA's."""
+    if estimate is None or budget_gb is None or estimate.bytes <= budget_gb * GIB:
+        return
+    size = (f"one checkpoint of this model is about {estimate.bytes / GIB:.2f} GB, over this deployment's per-run "
+            f"disk budget of {budget_gb:g} GB (RLSTUDIO_RUN_DISK_BUDGET_GB); a run always checkpoints its last "
+            "step, whatever trainer.save_freq says")
+    if estimate.critic_bytes and estimate.actor_bytes <= budget_gb * GIB:
+        raise GateRefused("algorithm.adv_estimator",
+                          f"{size}: the critic of gae ({estimate.critic_bytes / GIB:.2f} GB, float32 weights and "
+                          "AdamW's moments) is what does not fit; use an estimator without a critic (e.g. grpo), "
+                          "or a smaller model")
+    if estimate.lora:
+        raise GateRefused("actor_rollout_ref.model.lora_rank",
+                          f"{size}: lower the LoRA rank, or choose a smaller model")
+    raise GateRefused("actor_rollout_ref.model.lora_rank",
+                      f"{size} (float32 weights and AdamW's two moments, 12 bytes a parameter): train with LoRA "
+                      "(actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone), or "
+                      "choose a smaller model")
 
 
 def user_view(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -173,14 +173,31 @@ def step_limits() -> gate.StepLimits:
                            reported_samples=int(settings.RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP))
 
 
-def check_sizes(config: Mapping[str, Any], val_dataset=None) -> None:
-    """The operator's bounds on one step, on one validation and on the checkpoints a run keeps
-    (`gate.check_step_size`, `gate.check_validation_size` with the validation dataset's rows,
-    `gate.check_checkpoints_kept`); GateRefused names the key to lower."""
+def check_sizes(config: Mapping[str, Any], val_dataset=None, model=None) -> None:
+    """The operator's bounds on one step, on one validation, on the checkpoints a run keeps and on
+    one checkpoint's size (`gate.check_step_size`, `gate.check_validation_size` with the validation
+    dataset's rows, `gate.check_checkpoints_kept`, `gate.check_checkpoint_size` with `model`'s
+    estimate); GateRefused names the key to lower."""
     limits = step_limits()
     gate.check_step_size(config, limits)
     gate.check_validation_size(config, limits, getattr(val_dataset, "num_rows", None))
     gate.check_checkpoints_kept(config, checkpoint_cap())
+    gate.check_checkpoint_size(config, checkpoint_size(model, config), disk_budget_gb())
+
+
+def checkpoint_size(model, config: Mapping[str, Any]):
+    """`checkpoint_estimate.CheckpointEstimate` of one checkpoint of a run of `config` on the catalog
+    `model`; None without a model, or when its config.json cannot be read (no estimate: the trainer's
+    own measure after each checkpoint still holds the run to the budget)."""
+    if model is None:
+        return None
+    from .checkpoint_estimate import estimate_for
+    from .memory_estimate import ModelConfigUnreadable
+
+    try:
+        return estimate_for(model=model, cfg=config)
+    except ModelConfigUnreadable:
+        return None
 
 
 def checkpoint_cap() -> int | None:
@@ -215,6 +232,7 @@ def build_config(
     gpus: int = 0,
     adapt: bool | None = None,
     reward_model=None,
+    checkpoints: bool = True,
 ) -> dict[str, Any]:
     """The validated config of a new run, as the nested dict stored on it.
 
@@ -226,8 +244,9 @@ def build_config(
     a saved config keeps the preset as written). The user's `overrides` go through the gate too.
     Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`), and
     the whole is checked by the trainer's schema and against the operator's bounds on one step
-    (`check_sizes`: trajectories, tokens and reported samples per step and per validation, and the
-    cap on checkpoints kept).
+    (`check_sizes`: trajectories, tokens and reported samples per step and per validation, the cap
+    on checkpoints kept, and one checkpoint's size against the disk budget per run, unless the config
+    is not for a run: `checkpoints` False, an evaluation's, which writes none).
     """
     try:
         if base is not None:
@@ -257,7 +276,7 @@ def build_config(
             reward_name=cfg.reward.name, reward_model=reward_model))
         check_reward_model(cfg, reward_model, require=dataset is not None)
         validate(cfg, require_paths=dataset is not None)
-        check_sizes(cfg.to_dict(), val_dataset)
+        check_sizes(cfg.to_dict(), val_dataset, model if checkpoints else None)
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     except gate.GateRefused as exc:

@@ -15,7 +15,7 @@ what the new-run form shows: the config as YAML lines, each key that differs fro
 (the preset as written, the saved config, or the schema's defaults) marked as the user's, adapted to
 the resources (`adapt.py`), or the platform's; the adaptations ("adapted for CPU: ..."); the
 trainer's warnings (`warnings`: never a refusal); and the memory estimate per device
-(`memory_estimate.py`). Nothing is stored.
+(`memory_estimate.py`) with one checkpoint's disk (`checkpoint_estimate.py`). Nothing is stored.
 """
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
             errors.append(_error(exc))
     if not errors:  # the operator's bounds on one step, one validation and checkpoints kept, over keys that each passed
         try:
-            launch.check_sizes(checked.config, val_dataset)
+            launch.check_sizes(checked.config, val_dataset, model)
         except gate.GateRefused as exc:
             errors.append(_error(exc))
     return checked
@@ -272,7 +272,9 @@ def memory(*, model, config: Mapping[str, Any] | None, gpus: int, val_dataset=No
     one validation batch of `val_dataset` (its catalog row count) when the run has one.
 
     With LoRA (actor_rollout_ref.model.lora_rank > 0) it also has `full_fine_tuning`: the same config's
-    estimate with LoRA off ({lora_rank, peak_gib, peak_phase, saving_gib}: the saving at the peak)."""
+    estimate with LoRA off ({lora_rank, peak_gib, peak_phase, saving_gib}: the saving at the peak).
+    `checkpoint` is one checkpoint's disk (`checkpoint_estimate.py`: gib, actor_gib, critic_gib,
+    export_gib, lora) with the operator's per-run budget (`budget_gib`, None: none) and `fits`."""
     if model is None or not config:
         return None
     from .memory_estimate import GIB, ModelConfigUnreadable, estimate_for
@@ -284,6 +286,11 @@ def memory(*, model, config: Mapping[str, Any] | None, gpus: int, val_dataset=No
     except (ModelConfigUnreadable, ShapeUnknown) as exc:
         return {"error": f"no estimate: {exc}"}
     out = est.as_dict()
+    disk = launch.checkpoint_size(model, config)
+    if disk is not None:
+        budget = launch.disk_budget_gb()
+        out["checkpoint"] = {**disk.as_dict(), "budget_gib": budget,
+                             "fits": budget is None or disk.bytes <= budget * GIB}
     arr = config.get("actor_rollout_ref")
     model_cfg = arr.get("model") if isinstance(arr, Mapping) else None
     rank = model_cfg.get("lora_rank") if isinstance(model_cfg, Mapping) else None
