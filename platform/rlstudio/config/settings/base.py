@@ -330,7 +330,8 @@ RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP = env_int("RLSTUDIO_MAX_REPORTED_SAMPLES_
 # user value is refused when a config is built; 0 = no cap, verl's keep-all), and the GiB a run's
 # folder may hold after a checkpoint, written into trainer.disk_budget_gb (over it the trainer prunes
 # to the newest checkpoint, then, still over, fails the run, or keeps the checkpoint the run ends on (a
-# stop's or the last step's) with a warning and ends the run stopped or succeeded; 0 = no budget).
+# stop's or the last step's) with a warning and ends the run stopped or succeeded; a run one checkpoint
+# of which is estimated over it is refused at launch, runs.gate.check_checkpoint_size; 0 = no budget).
 RLSTUDIO_MAX_CHECKPOINTS_PER_RUN = env_int("RLSTUDIO_MAX_CHECKPOINTS_PER_RUN", 5)
 RLSTUDIO_RUN_DISK_BUDGET_GB = env_float("RLSTUDIO_RUN_DISK_BUDGET_GB", 200)
 # GiB of one GPU, for the new-run form's memory estimate (runs/memory_estimate.py); the CPU's is the RAM.
