@@ -1,15 +1,21 @@
 """The GPU check's body (run by bench/gpu_check.sh): NCCL, FSDP2 + hf rollout, 5 GRPO steps, memory, MFU;
 then the SGLang hybrid engine when sglang is importable.
 
-    python bench/gpu_check.py --out DIR [--steps 5] [--preset demo] [--peak-tflops 989]
+    python bench/gpu_check.py --out DIR [--steps 5] [--preset demo] [--peak-tflops 989] [--device cuda]
                               [--sglang auto|skip|only] [--sglang-steps 3] [--sglang-mem-fraction 0.2]
                               [--sglang-engine-kwargs '{"attention_backend": "triton"}']
+    python bench/gpu_check.py --from-json DIR/results.json --write docs/benchmarks.md   # back from the device
 
 One process, one GPU, no Ray: a one-rank NCCL process group is created first (and checked with an
 all-reduce); the trainer's RankWorker sees the group and shards the actor and the reference with FSDP2
 (bf16 compute, fp32 master weights), gives the hf engine its own copy, and syncs it in buckets after
 each update — the same code as N GPU workers, at world size 1. Written to DIR: results.json (every
-metric of every step, the memory timeline) and results.md (the table for docs/benchmarks.md).
+metric of every step, the memory timeline) and results.md (the table for docs/benchmarks.md), both
+rewritten after the NCCL check, after setup and after every step, so a run stopped at its time limit
+keeps what it finished (a failure is written down with the last lines of its traceback). --device cpu
+runs the same wiring over gloo on the CPU (the tests' and bench/gpu_session.sh --smoke's dry run).
+--from-json renders an earlier results.json; --write puts it between docs/benchmarks.md's
+`<!-- bench:gpu_check:begin/end -->` markers.
 
 MFU of the update: 6 * parameters * tokens (forward + backward of prompt+response tokens, the usual
 dense estimate; attention FLOPs ignored, small at these lengths) / timing_s/update_actor / peak bf16
@@ -48,43 +54,136 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+BEGIN, END = "<!-- bench:gpu_check:begin -->", "<!-- bench:gpu_check:end -->"
+
+
+def save(out: Path | None, result: dict) -> None:
+    """results.json and results.md from what `result` holds now: called after the NCCL check and after
+    every step, so a run stopped at its time limit still returns its figures."""
+    if out is None:
+        return
+    (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
+    (out / "results.md").write_text(render(result))
+
+
+def render(result: dict) -> str:
+    """results.md: the main check's table (the SGLang section is appended by run_sglang_section)."""
+    nccl = result.get("nccl") or {}
+    md = [f"GPU: {result.get('device')}; torch {result.get('torch')} (CUDA {result.get('cuda')}); NCCL all-reduce ok: "
+          f"{nccl.get('all_reduce_ok')}; FSDP2 sharded: {result.get('fsdp2_sharded', 'not reached')}"
+          + (f"; model {result['params'] / 1e6:.2f} M params." if result.get("params") else ".")]
+    steps = result.get("steps") or []
+    if steps:
+        md += ["", "| step | s/step | gen | update | sync (reshard) | MB synced | MFU update | max alloc GB |",
+               "|---|---|---|---|---|---|---|---|"]
+    for i, m in enumerate(steps, 1):
+        md.append(f"| {i} | {m['timing_s/step']:.3f} | {m['timing_s/gen']:.3f} | {m['timing_s/update_actor']:.3f} | "
+                  f"{m.get('timing_s/reshard', 0):.4f} | {m.get('perf/weight_sync_mb', 0):.2f} | "
+                  f"{100 * m['perf/mfu/actor_update']:.3f}% | {m.get('perf/max_memory_allocated_gb', 0):.3f} |")
+    if result.get("steps_planned") and len(steps) < result["steps_planned"]:
+        md.append(f"\n{len(steps)} of {result['steps_planned']} steps finished when this was written.")
+    memory = result.get("memory_timeline")
+    if memory is not None:
+        md.append(f"\nMemory timeline: {len(memory)} samples, phases {', '.join(result.get('phases_seen', []))}.")
+    nvml = result.get("nvml")
+    if nvml:
+        md.append(f"Device memory in use (NVML), max: {nvml['max_device_used_gb']:.3f} GB"
+                  if nvml["max_device_used_gb"] else f"NVML not read: {nvml['unavailable']}")
+    if result.get("error"):
+        tail = "\n".join(result["error"].strip().splitlines()[-6:])
+        md += ["", "Failed:", "", "```", tail, "```"]
+    section = result.get("sglang")
+    if section is not None:
+        md += ["", sglang_markdown(section)]
+    return "\n".join(md) + "\n"
+
+
+def write_docs(path: Path, result: dict) -> None:
+    """Replace the gpu_check section of `path` (docs/benchmarks.md) with `result`'s tables."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from md_sections import replace_section
+
+    replace_section(path, f"{BEGIN}\n{render(result)}{END}\n", begin=BEGIN, end=END)
+    print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", type=Path, help="the results folder (required unless --from-json)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--preset", default="demo", choices=["smoke", "demo"])
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: the same wiring over gloo, for the CPU's dry run (its figures mean nothing)")
     ap.add_argument("--sglang", default="auto", choices=["auto", "skip", "only"],
                     help="auto: the SGLang section after the main check when sglang is importable")
     ap.add_argument("--sglang-steps", type=int, default=3)
     ap.add_argument("--sglang-mem-fraction", type=float, default=0.2, help="rollout.gpu_memory_utilization")
     ap.add_argument("--sglang-engine-kwargs", default='{"attention_backend": "triton"}',
                     help="JSON: extra sglang.Engine keywords for this check (the tiny model's head size is 32)")
+    ap.add_argument("--from-json", type=Path, help="render an earlier run's results.json (with --write: into the docs)")
+    ap.add_argument("--write", type=Path, help="replace the gpu_check section of this markdown file")
     args = ap.parse_args(argv)
-    out = Path(args.out)
+    if args.from_json:
+        result = json.loads(args.from_json.read_text())
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            save(args.out, result)
+        print(render(result))
+        if args.write:
+            write_docs(args.write, result)
+        return 0
+    if args.out is None:
+        ap.error("--out is required (unless --from-json)")
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     if args.sglang == "only":
         return run_sglang_section(args, out)
 
+    import traceback
+
     import torch
     import torch.distributed as dist
 
-    if not torch.cuda.is_available():
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
         print("no CUDA device: the GPU check cannot run here", file=sys.stderr)
         return 2
-    result: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda}
+    result: dict = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (dry run)", "torch": torch.__version__,
+                    "cuda": torch.version.cuda, "steps_planned": args.steps}
     t0 = time.perf_counter()
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
-    torch.cuda.set_device(0)
-    x = torch.ones(4, device="cuda")
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{free_port()}",
+                            rank=0, world_size=1)
+    if cuda:
+        torch.cuda.set_device(0)
+    x = torch.ones(4, device=args.device)
     dist.all_reduce(x)
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     result["nccl"] = {"backend": dist.get_backend(), "all_reduce_ok": bool(torch.all(x == 1).item()),
                       "init_s": time.perf_counter() - t0}
     print("NCCL:", result["nccl"])
+    save(out, result)
+    try:
+        steps = run_steps(args, result, out)
+    except Exception:  # written down with its traceback, then raised: the script's exit says it failed
+        result["error"] = traceback.format_exc()
+        save(out, result)
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    print(render(result))
+    ok = result["nccl"]["all_reduce_ok"] and result["fsdp2_sharded"] and len(steps) == args.steps
+    sglang_rc = 0 if args.sglang == "skip" else run_sglang_section(args, out)
+    return 0 if ok and sglang_rc == 0 else 1
 
+
+def run_steps(args: argparse.Namespace, result: dict, out: Path) -> list[dict]:
+    """The trainer on the tiny model over the process group main() made: --steps GRPO steps, `result`
+    (and results.json / results.md) updated after each; then the memory timeline and NVML."""
     from trainer.config import apply_overrides
     from trainer.loop import Trainer
     from trainer.models.tiny import make_tiny_model
@@ -92,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.sinks import Emitter, build_sinks
     from trainer.tasks import arith
 
+    t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="gpu_check_"))
     model = make_tiny_model(work / "model", preset=args.preset, seed=0)
     arith.main([str(work / "data"), "--train", "512", "--test", "16", "--sft", "0"])
@@ -101,62 +201,49 @@ def main(argv: list[str] | None = None) -> int:
         "actor_rollout_ref.actor.ppo_mini_batch_size": args.batch, "actor_rollout_ref.model.dtype": "bfloat16",
         "actor_rollout_ref.rollout.response_length": 64, "data.max_response_length": 64,
         "actor_rollout_ref.rollout.update_weights_bucket_megabytes": 1,
-        "trainer.device": "cuda", "trainer.launcher": "local", "trainer.n_gpus_per_node": 1,
-        "trainer.total_training_steps": args.steps, "trainer.save_freq": -1, "trainer.torch_threads": 4,
+        "trainer.device": args.device, "trainer.launcher": "local", "trainer.n_gpus_per_node": 1,
+        "trainer.total_training_steps": args.steps, "trainer.save_freq": -1,
+        "trainer.torch_threads": 4 if args.device == "cuda" else 1,
         "trainer.default_local_dir": str(work / "run"), "trainer.logger": ["jsonl"],
         "report.memory_interval_s": 0.25})
     (work / "run").mkdir(parents=True, exist_ok=True)
     emitter = Emitter(build_sinks(["jsonl"], out_dir=work / "run", config=cfg))
     trainer = Trainer(cfg, emitter=emitter)
-    trainer.setup()
-    worker = trainer.group.worker
-    result["fsdp2_sharded"] = bool(worker.sharded)
-    result["engine_has_own_copy"] = not worker.shared_engine
-    n_params = sum(p.numel() for p in worker.actor.model.parameters())
-    steps = []
+    steps: list[dict] = []
     try:
+        trainer.setup()
+        worker = trainer.group.worker
+        n_params = sum(p.numel() for p in worker.actor.model.parameters())
+        result.update(fsdp2_sharded=bool(worker.sharded), engine_has_own_copy=not worker.shared_engine,
+                      params=n_params, steps=steps)
+        save(out, result)
         for s in range(1, args.steps + 1):
             m = trainer.train_step(s)
             emitter.metrics(s, m)
             flops = 6 * n_params * m["perf/total_num_tokens"]
             m["perf/mfu/actor_update"] = flops / max(1e-9, m["timing_s/update_actor"]) / (args.peak_tflops * 1e12)
             steps.append(m)
+            save(out, result)
             print(f"step {s}: {m['timing_s/step']:.3f} s, update {m['timing_s/update_actor']:.3f} s, "
                   f"sync {m.get('timing_s/reshard', 0):.4f} s / {m.get('perf/weight_sync_mb', 0):.2f} MB, "
                   f"MFU(update) {100 * m['perf/mfu/actor_update']:.3f}%, "
-                  f"max alloc {m.get('perf/max_memory_allocated_gb', 0):.3f} GB")
+                  f"max alloc {m.get('perf/max_memory_allocated_gb', 0):.3f} GB", flush=True)
     finally:
         trainer.close()
         emitter.close()
-        dist.destroy_process_group()
     events = [json.loads(line) for line in (work / "run" / "events.jsonl").read_text().splitlines()]
     memory = [e["data"] | {"time": e["time"]} for e in events if e["type"] == "memory"]
-    result.update(params=n_params, steps=steps, memory_timeline=memory,
-                  phases_seen=sorted({m["phase"] for m in memory}),
-                  mean_step_s=sum(m["timing_s/step"] for m in steps[1:]) / max(1, len(steps) - 1),
-                  mean_mfu_update=sum(m["perf/mfu/actor_update"] for m in steps[1:]) / max(1, len(steps) - 1),
-                  wall_s=time.perf_counter() - t0)
-    (out / "results.json").write_text(json.dumps(result, indent=1, default=str))
-    md = [f"GPU: {result['device']}; torch {result['torch']} (CUDA {result['cuda']}); NCCL all-reduce ok: "
-          f"{result['nccl']['all_reduce_ok']}; FSDP2 sharded: {result['fsdp2_sharded']}; model {n_params / 1e6:.2f} M params.",
-          "", "| step | s/step | gen | update | sync (reshard) | MB synced | MFU update | max alloc GB |",
-          "|---|---|---|---|---|---|---|---|"]
-    for i, m in enumerate(steps, 1):
-        md.append(f"| {i} | {m['timing_s/step']:.3f} | {m['timing_s/gen']:.3f} | {m['timing_s/update_actor']:.3f} | "
-                  f"{m.get('timing_s/reshard', 0):.4f} | {m.get('perf/weight_sync_mb', 0):.2f} | "
-                  f"{100 * m['perf/mfu/actor_update']:.3f}% | {m.get('perf/max_memory_allocated_gb', 0):.3f} |")
-    md.append(f"\nMemory timeline: {len(memory)} samples, phases {', '.join(result['phases_seen'])}.")
     from trainer.memory import nvml_unavailable
 
     used = [m.get("device_used", 0) for m in memory]
-    result["nvml"] = {"max_device_used_gb": max(used, default=0) / 2**30, "unavailable": nvml_unavailable("cuda:0")}
-    md.append(f"Device memory in use (NVML), max: {result['nvml']['max_device_used_gb']:.3f} GB"
-              if any(used) else f"NVML not read: {result['nvml']['unavailable']}")
-    (out / "results.md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
-    ok = result["nccl"]["all_reduce_ok"] and result["fsdp2_sharded"] and len(steps) == args.steps
-    sglang_rc = 0 if args.sglang == "skip" else run_sglang_section(args, out)
-    return 0 if ok and sglang_rc == 0 else 1
+    result.update(memory_timeline=memory, phases_seen=sorted({m["phase"] for m in memory}),
+                  mean_step_s=sum(m["timing_s/step"] for m in steps[1:]) / max(1, len(steps) - 1),
+                  mean_mfu_update=sum(m["perf/mfu/actor_update"] for m in steps[1:]) / max(1, len(steps) - 1),
+                  wall_s=time.perf_counter() - t0,
+                  nvml={"max_device_used_gb": max(used, default=0) / 2**30,
+                        "unavailable": nvml_unavailable("cuda:0") if args.device == "cuda" else "not on a GPU"})
+    save(out, result)
+    return steps
 
 
 # ------------------------------------------------------------------------------------------ SGLang

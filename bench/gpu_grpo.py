@@ -5,6 +5,7 @@ GRPOTrainer on the same workload, and the `hf` engine's decode speed against pla
     python bench/gpu_grpo.py --out DIR [--engine ours,trl,decode] [--steps 4] [--trl-steps 3]
                              [--prompts 64] [--n 5] [--response 1024] [--micro 16] [--write docs/benchmarks.md]
     python bench/gpu_grpo.py --smoke --out DIR           # the same code at tiny shapes on the CPU (~30 s)
+    python bench/gpu_grpo.py --from-json DIR/results.json --write docs/benchmarks.md   # back from the device
 
 Model: random init with Qwen2.5-0.5B's exact shapes (24 layers, hidden 896, 14 heads / 2 KV heads of
 64, MLP 4864, vocabulary 151,936, tied embeddings), written in bf16 with a Qwen2.5-format tokenizer
@@ -28,7 +29,12 @@ TRL ("trl", bench/gpu_grpo_trl.py): GRPOTrainer with the same model folder, rows
 (trainer.rewards.compute_score), lengths (generation_kwargs min_new_tokens = max_completion_length),
 batch (per_device_train_batch_size = --micro, gradient accumulation to the mini-batch, steps_per_generation
 to the whole batch), beta, lr, precision (fp32 weights, bf16=True autocast), gradient checkpointing;
-transformers' `generate` (no vLLM). Each runs in its own subprocess, one after the other.
+transformers' `generate` (no vLLM). Each runs in its own subprocess, one after the other, in the order
+of --engine (default ours, trl, decode: the RL Studio / TRL ratio is the headline), within --budget-s
+(counted from the start): a part stopped at the limit keeps what it finished (ours its steps, TRL its
+generation batches, decode its batch sizes: each writes a partial.json in the workdir as it goes), and
+a part that failed shows the last lines of its stderr in results.md. Each part's own JSON stays in the
+workdir; results.json holds them all.
 
 Reported, for the steps after the first (the first compiles, allocates, warms caches):
 - perf/throughput as verl defines it: prompt + response tokens of the step, unpadded, / step seconds /
@@ -46,6 +52,8 @@ transformers' static cache; tokens/s by wall time with the device synchronised, 
 once (at the first batch size).
 
 --write replaces the `gpu_grpo` section of the file (bench/md_sections.py). Raw results: DIR/results.json.
+--from-json renders an earlier results.json (the device's, as returned) without running anything; with
+--out it also rewrites results.json / results.md there.
 """
 from __future__ import annotations
 
@@ -72,6 +80,8 @@ GSM8K = ROOT / "tests" / "fixtures" / "gsm8k" / "test.jsonl"
 INSTRUCTION = "Let's think step by step and output the final answer after \"####\"."
 BEGIN, END = "<!-- bench:gpu_grpo:begin -->", "<!-- bench:gpu_grpo:end -->"
 PARTS = ("ours", "trl", "decode")
+# What a part stopped at the budget must have finished for its partial.json to be kept.
+PARTIAL_MIN = {"ours": ("steps", 1), "trl": ("group_s", 2), "decode": ("rows", 1)}
 ANCHORS = ("Anchors in verl's perf/throughput: verl GRPO on Qwen2-7B / GSM8K, 8xH100, 1,544 tokens/s/GPU (AMD's "
            "ROCm blog on verl v0.3); NeMo-RL GRPO on Llama-3.1-8B, 1,581; published Qwen2.5-0.5B verl logs, "
            "1,460-2,391 (small batches, hardware uncertain). Issue 22's targets on one H200: >= 2,400 "
@@ -211,6 +221,7 @@ def run_ours(w: dict, model: Path, data: Path, out: Path, device: str, peak_tflo
         trainer.setup()
         setup_s = time.perf_counter() - t0
         worker = trainer.group.worker
+        params = sum(p.numel() for p in worker.actor.model.parameters())
         shape = flops.ModelShape.from_hf_config(worker.actor.model.config)
         peak = peak_tflops * 1e12 if peak_tflops else (
             flops.verl_peak_flops(torch.cuda.get_device_name(0)) if device == "cuda" else None)
@@ -245,6 +256,10 @@ def run_ours(w: dict, model: Path, data: Path, out: Path, device: str, peak_tflo
                 row["phase_peak_gb"] = dict(peaks)
                 peaks.clear()
                 steps.append(row)
+                # What is done so far, in case the part is stopped at the budget (_subprocess_part reads it).
+                (out / "partial.json").write_text(json.dumps(
+                    {"setup_s": setup_s, "steps": steps, "engine_stats": dict(gen_stats), "params": params,
+                     "peak_flops": peak, "timeline_by_phase": {}}, default=str))
                 print(f"ours step {s}: {m['timing_s/step']:.2f} s (gen {m['timing_s/gen']:.2f}), "
                       f"throughput {m['perf/throughput']:.0f} tok/s, MFU {row.get('perf/mfu/actor', float('nan')):.3f}, "
                       f"resp {m.get('response_length/mean', 0):.0f}", flush=True)
@@ -256,7 +271,7 @@ def run_ours(w: dict, model: Path, data: Path, out: Path, device: str, peak_tflo
     events = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
     memory = [e["data"] for e in events if e["type"] == "memory"]
     return {"setup_s": setup_s, "steps": steps, "engine_stats": stats, "timeline_by_phase": phase_memory(memory),
-            "params": sum(p.numel() for p in worker.actor.model.parameters()), "peak_flops": peak}
+            "params": params, "peak_flops": peak}
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -285,6 +300,9 @@ def summarise_ours(ours: dict, w: dict) -> dict:
 
 def _pct(x: float | None, digits: int = 0) -> str:
     return "n/a" if x is None or x != x else f"{100 * x:.{digits}f}%"
+
+
+ERROR_LINES = 8  # of a failed part's error in results.md
 
 
 def render(result: dict) -> str:
@@ -321,7 +339,14 @@ def render(result: dict) -> str:
                 f"{k} {v['max_device_used_gb']:.1f}" for k, v in tl.items()) + ".")
     for part in PARTS:
         if result.get(f"{part}_error"):
-            lines += ["", f"{part}: failed: `{result[part + '_error'].strip().splitlines()[-1]}`"]
+            tail = [x for x in result[part + "_error"].strip().splitlines() if x.strip()][-ERROR_LINES:]
+            lines += ["", f"{part}: failed; the last lines of its error:", "", "```", *tail, "```"]
+        elif (result.get(part) or {}).get("stopped"):
+            stopped = result[part]["stopped"]
+            lines += ["", f"{part}: stopped ({'at the budget' if stopped == 'timeout' else 'exit ' + stopped}); "
+                      "the figures are what it had finished."]
+            if result[part].get("stderr_tail"):
+                lines += ["", "```", *result[part]["stderr_tail"], "```"]
     d = result.get("decode")
     if d:
         names = [k for k in d["rows"][0] if k != "batch" and not k.endswith((" host syncs", " error"))]
@@ -372,13 +397,15 @@ def run_part(part: str, args: argparse.Namespace, w: dict, model: Path, data: Pa
         return run_trl(w, model, data, work / "trl", device)
     from gpu_grpo_decode import run_decode
 
-    return run_decode(model, device, [int(b) for b in args.decode_batches.split(",")], args.decode_new)
+    (work / "decode").mkdir(parents=True, exist_ok=True)
+    return run_decode(model, device, [int(b) for b in args.decode_batches.split(",")], args.decode_new,
+                      partial=work / "decode" / "partial.json")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--engine", default="ours,decode,trl", help=f"comma-separated parts, of {', '.join(PARTS)}")
+    ap.add_argument("--out", type=Path, help="the results folder (required unless --from-json)")
+    ap.add_argument("--engine", default="ours,trl,decode", help=f"comma-separated parts, of {', '.join(PARTS)}")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on the CPU (the suite's check)")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--trl-steps", type=int, default=3, help="TRL generation batches (each = 4 optimizer steps)")
@@ -400,9 +427,12 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.budget_s  # from the start: the model build counts too
     if args.from_json:
         result = json.loads(args.from_json.read_text())
-        args.out.mkdir(parents=True, exist_ok=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
         _write(result, args)
         return 0
+    if args.out is None:
+        ap.error("--out is required (unless --from-json)")
     if args.smoke:
         for k, v in dict(prompts=2, n=2, response=8, micro=2, steps=3, trl_steps=2, max_prompt=512,
                          decode_batches="2,4", decode_new=8).items():
@@ -411,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     w = workload(args)
     work = args.workdir or Path(tempfile.mkdtemp(prefix="gpu_grpo_"))
     model, data = prepare(work, smoke=args.smoke)
-    if args.part:
+    if args.part:  # the child: --out is the part's JSON file
         res = run_part(args.part, args, w, model, data, work)
         args.out.write_text(json.dumps(res, default=str))
         return 0
@@ -437,26 +467,56 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _subprocess_part(part: str, args: argparse.Namespace, work: Path, deadline: float) -> dict:
-    """Run one part in a child process within what is left of --budget-s; TRL's finished generation
-    batches are kept when it is stopped at the limit (its partial.json)."""
-    js = args.out / f"{part}.json"
+    """Run one part in a child process within what is left of --budget-s; when it is stopped at the
+    limit (or fails) after finishing something, keep that (its partial.json, PARTIAL_MIN). Its JSON and
+    partial.json stay in the workdir; a failure's message ends with the last lines of its stderr."""
+    js = work / f"{part}.json"
+    partial = work / part / "partial.json"
+    for stale in (js, partial):  # a workdir reused from an earlier run must not lend its figures
+        stale.unlink(missing_ok=True)
     cmd = [sys.executable, __file__, "--part", part, "--out", str(js), "--workdir", str(work)] + _forward(args)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     left = deadline - time.monotonic()
     if left < 20:
         raise RuntimeError(f"not run: {left:.0f} s of --budget-s left")
-    try:
-        proc = subprocess.run(cmd, env=env, cwd=ROOT, timeout=left)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        code = "timeout"
+    code, tail = _run_teed(cmd, env, timeout=left)
     if code == 0 and js.exists():
         return json.loads(js.read_text())
-    partial = work / "trl" / "partial.json"
-    if part == "trl" and partial.exists() and len(json.loads(partial.read_text())["group_s"]) >= 2:
-        print(f"trl stopped ({code}): keeping its finished generation batches", flush=True)
-        return {**json.loads(partial.read_text()), "stopped": str(code)}
-    raise RuntimeError(f"{part} exited {code}")
+    key, least = PARTIAL_MIN[part]
+    if partial.exists():
+        kept = json.loads(partial.read_text())
+        if len(kept.get(key, [])) >= least:
+            print(f"{part} stopped ({code}): keeping its finished {key}", flush=True)
+            return {**kept, "stopped": str(code), **({"stderr_tail": tail[-ERROR_LINES:]} if code != "timeout" else {})}
+    raise RuntimeError(f"{part} exited {code}; the last lines of its stderr:\n" + "\n".join(tail[-ERROR_LINES:]))
+
+
+def _run_teed(cmd: list[str], env: dict, timeout: float) -> tuple[int | str, list[str]]:
+    """Run `cmd`, its stderr passed on to ours line by line and its last 40 lines kept; killed after
+    `timeout` seconds. (exit code, or "timeout"; the kept lines)."""
+    import collections
+    import threading
+
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True, errors="replace")
+
+    def pump() -> None:
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            if line.strip():
+                tail.append(line.rstrip("\n").split("\r")[-1])
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        code: int | str = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        code = "timeout"
+    reader.join(timeout=5)
+    return code, list(tail)
 
 
 def _write(result: dict, args: argparse.Namespace) -> None:
@@ -468,9 +528,10 @@ def _write(result: dict, args: argparse.Namespace) -> None:
         from gpu_grpo_trl import summarise_trl
 
         result["trl_summary"] = summarise_trl(result["trl"], w)
-    (args.out / "results.json").write_text(json.dumps(result, indent=1, default=str))
     section = render(result)
-    (args.out / "results.md").write_text(section)
+    if args.out:
+        (args.out / "results.json").write_text(json.dumps(result, indent=1, default=str))
+        (args.out / "results.md").write_text(section)
     print(section, flush=True)
     if args.write:
         from md_sections import replace_section

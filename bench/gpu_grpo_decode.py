@@ -8,16 +8,19 @@ On the model folder the bench built (bf16 on a GPU, fp32 on the CPU), batches of
 - engine, sliced eager: the sliced fast step (the CPU's default);
 - generate: transformers' `generate` with its DynamicCache;
 - generate, static cache: `generate` with cache_implementation="static" (transformers' static KV cache,
-  not compiled).
+  not compiled: transformers 5.x would otherwise torch.compile the forward for a static cache on CUDA
+  mid-measurement, so both `generate` rows pass disable_compile=True).
 tokens/s by wall time with the device synchronised; the host reads of the engine's end mask per call
-are kept too ("host syncs").
+are kept too ("host syncs"). With `partial`, what is done so far is written there after each batch
+size, so a part stopped at its budget keeps the batch sizes it finished.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
-def run_decode(model: Path, device: str, batches: list[int], new: int) -> dict:
+def run_decode(model: Path, device: str, batches: list[int], new: int, partial: Path | None = None) -> dict:
     """tokens/s of the hf engine's decode forms and of `generate` (see the module docstring)."""
     import random
 
@@ -93,7 +96,7 @@ def run_decode(model: Path, device: str, batches: list[int], new: int) -> dict:
             row[name + " host syncs"] = engine.last_stats.get("host_syncs")
         for name, extra in (("generate", {}), ("generate, static cache", {"cache_implementation": "static"})):
             gc = GenerationConfig(max_new_tokens=new, min_new_tokens=new, do_sample=True, temperature=1.0, top_k=0,
-                                  top_p=1.0, pad_token_id=0, eos_token_id=None, **extra)
+                                  top_p=1.0, pad_token_id=0, eos_token_id=None, disable_compile=True, **extra)
             try:
                 with torch.no_grad():
                     row[name] = batch * new / timed(name, lambda: m.generate(input_ids=ids, attention_mask=mask,
@@ -103,6 +106,8 @@ def run_decode(model: Path, device: str, batches: list[int], new: int) -> dict:
                 row[name + " error"] = f"{type(exc).__name__}: {exc}"[:300]
         rows.append(row)
         print("decode", {k: (round(v) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        if partial is not None:
+            partial.write_text(json.dumps({"new_tokens": new, "rows": rows, "dtype": str(dtype), "check": check}))
         if device == "cuda":
             torch.cuda.empty_cache()
     return {"new_tokens": new, "rows": rows, "dtype": str(dtype), "check": check}

@@ -9,6 +9,8 @@ import importlib.machinery
 import json
 import types
 
+import pytest
+
 from bench import gpu_check  # bench/ is a namespace package on the pytest pythonpath (".")
 from tests.trainer.rollout.test_sglang_engine import FakeSGLangEngine
 
@@ -77,3 +79,32 @@ def test_section_wiring_dry_run_on_cpu(monkeypatch):
     assert kinds.count("release") == 2 and kinds.count("resume") == 2  # after the rollout and in the probe
     md = gpu_check.sglang_markdown(section)
     assert "| 1 |" in md and "Release/resume" in md
+
+
+def test_results_are_written_as_the_check_goes(tmp_path, monkeypatch):
+    """A run stopped (or failing) at step 2 still leaves the NCCL check and step 1 in results.json /
+    results.md, with the error's last lines; --from-json then renders them into the docs without --out."""
+    from trainer.loop import Trainer
+
+    train_step = Trainer.train_step
+
+    def step(self, s):
+        if s == 2:
+            raise RuntimeError("boom at step 2")
+        return train_step(self, s)
+
+    monkeypatch.setattr(Trainer, "train_step", step)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="boom"):
+        gpu_check.main(["--device", "cpu", "--preset", "smoke", "--steps", "3", "--batch", "2", "--n", "2",
+                        "--sglang", "skip", "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())
+    assert res["nccl"]["all_reduce_ok"] and res["nccl"]["backend"] == "gloo" and res["fsdp2_sharded"]
+    assert len(res["steps"]) == 1 and res["steps"][0]["timing_s/step"] > 0 and "boom at step 2" in res["error"]
+    md = (out / "results.md").read_text()
+    assert "| 1 |" in md and "| 2 |" not in md and "1 of 3 steps" in md and "boom at step 2" in md
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# B\n\n{gpu_check.BEGIN}\npending\n{gpu_check.END}\n\nafter\n")
+    assert gpu_check.main(["--from-json", str(out / "results.json"), "--write", str(doc)]) == 0
+    text = doc.read_text()
+    assert "pending" not in text and "| 1 |" in text and text.endswith("after\n")

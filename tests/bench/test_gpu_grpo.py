@@ -57,3 +57,80 @@ def test_smoke_run(tmp_path):
     assert row["batch"] == 3 and row["engine, sliced eager"] > 0 and row["generate"] > 0
     md = (tmp_path / "benchmarks.md").read_text()
     assert gpu_grpo.BEGIN in md and "RL Studio (FSDP2 one rank, hf engine)" in md
+    # each part wrote what it had done as it went (kept when a part is stopped at the budget)
+    work = tmp_path / "work"
+    assert len(json.loads((work / "ours" / "partial.json").read_text())["steps"]) == 2
+    assert [r["batch"] for r in json.loads((work / "decode" / "partial.json").read_text())["rows"]] == [3]
+    # back from the device: the returned results.json into the docs, no --out needed
+    (tmp_path / "benchmarks.md").write_text(f"intro\n\n{gpu_grpo.BEGIN}\npending\n{gpu_grpo.END}\n")
+    assert gpu_grpo.main(["--from-json", str(out / "results.json"), "--write", str(tmp_path / "benchmarks.md")]) == 0
+    md = (tmp_path / "benchmarks.md").read_text()
+    assert md.startswith("intro") and "pending" not in md and "RL Studio (FSDP2 one rank, hf engine)" in md
+
+
+def test_parts_run_in_the_budget_order_ours_trl_decode(tmp_path, monkeypatch):
+    """TRL's ratio is the headline: by default it runs second, before the decode table."""
+    order = []
+    monkeypatch.setattr(gpu_grpo, "prepare", lambda work, smoke: (work / "model", work / "data"))
+    monkeypatch.setattr(gpu_grpo, "environment", lambda device: {})
+    monkeypatch.setattr(gpu_grpo, "_subprocess_part", lambda part, *a: order.append(part) or {})
+    gpu_grpo.main(["--out", str(tmp_path / "out"), "--workdir", str(tmp_path)])
+    assert order == ["ours", "trl", "decode"]
+
+
+def _fake_child(monkeypatch, code, tail, partial=None):
+    """_subprocess_part's child replaced: it leaves `partial` (a part's partial.json) and exits `code`."""
+    def run(cmd, env, timeout):
+        work = gpu_grpo.Path(cmd[cmd.index("--workdir") + 1])
+        part = cmd[cmd.index("--part") + 1]
+        if partial is not None:
+            (work / part).mkdir(parents=True, exist_ok=True)
+            (work / part / "partial.json").write_text(json.dumps(partial))
+        return code, tail
+
+    monkeypatch.setattr(gpu_grpo, "_run_teed", run)
+
+
+def _parent_args(tmp_path):
+    import argparse
+
+    return argparse.Namespace(steps=4, trl_steps=3, prompts=64, n=5, response=1024, max_prompt=512, micro=16,
+                              peak_tflops=None, decode_batches="64", decode_new=8, smoke=False, out=tmp_path)
+
+
+@pytest.mark.parametrize("part,partial", [("ours", {"steps": [{"timing_s/step": 1.0}], "setup_s": 1.0}),
+                                          ("decode", {"rows": [{"batch": 64}], "new_tokens": 8}),
+                                          ("trl", {"group_s": [3.0, 2.0], "generate_s": [1.0, 1.0]})])
+def test_a_part_stopped_at_the_budget_keeps_what_it_finished(tmp_path, monkeypatch, part, partial):
+    _fake_child(monkeypatch, "timeout", ["Killed"], partial)
+    res = gpu_grpo._subprocess_part(part, _parent_args(tmp_path), tmp_path, gpu_grpo.time.monotonic() + 100)
+    assert res == {**partial, "stopped": "timeout"}
+
+
+def test_a_stale_partial_is_not_kept_and_a_failure_shows_its_last_lines(tmp_path, monkeypatch):
+    (tmp_path / "decode").mkdir()
+    (tmp_path / "decode" / "partial.json").write_text(json.dumps({"rows": [{"batch": 64}]}))  # an earlier run's
+    tail = ["Traceback (most recent call last):", '  File "x.py", line 1', "torch.OutOfMemoryError: CUDA out of memory"]
+    _fake_child(monkeypatch, 1, tail)
+    with pytest.raises(RuntimeError, match="decode exited 1") as err:
+        gpu_grpo._subprocess_part("decode", _parent_args(tmp_path), tmp_path, gpu_grpo.time.monotonic() + 100)
+    assert "CUDA out of memory" in str(err.value)
+    result = {"workload": gpu_grpo.workload(_parent_args(tmp_path)), "env": {}, "command": "x",
+              "decode_error": f"Traceback:\n  ...\nRuntimeError: {err.value}"}
+    md = gpu_grpo.render(result)
+    assert "decode: failed" in md and "torch.OutOfMemoryError: CUDA out of memory" in md and 'File "x.py"' in md
+
+
+def test_run_teed_passes_stderr_on_and_keeps_its_tail(capsys):
+    import sys
+
+    code, tail = gpu_grpo._run_teed([sys.executable, "-c", "import sys; print('one', file=sys.stderr); "
+                                     "print('two', file=sys.stderr); sys.exit(3)"], env=None, timeout=60)
+    assert (code, tail) == (3, ["one", "two"]) and "two" in capsys.readouterr().err
+    code, _ = gpu_grpo._run_teed([sys.executable, "-c", "import time; time.sleep(30)"], env=None, timeout=1)
+    assert code == "timeout"
+
+
+def test_out_is_required_except_from_json(tmp_path):
+    with pytest.raises(SystemExit):
+        gpu_grpo.main(["--smoke"])
