@@ -47,8 +47,12 @@ class CatalogViewSet(viewsets.GenericViewSet):
         return super().handle_exception(api_error(exc))
 
     def partial_update(self, request, *args, **kwargs):
-        """Rename (owner or staff) and/or share / unshare (`visibility`, staff only)."""
+        """Rename (owner or staff) and/or share / unshare (`visibility`, staff only). Any other field is a
+        400 naming it (as a run's PATCH), not silently ignored."""
         item = self.get_object()
+        extra = sorted(set(request.data) - {"name", "visibility"}) if hasattr(request.data, "keys") else []
+        if extra:
+            raise ApiError(f"{extra[0]}: only name and visibility can be changed here", field=extra[0])
         data = CatalogUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         catalog_update(item=item, by=request.user, **data.validated_data)
@@ -146,7 +150,7 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.L
         try:
             results = reward_check(rows, reward_name=v["reward"], tool_names=v["tools"], parser=parser)
         except CheckError as exc:
-            raise ApiError(str(exc), code="reward_mismatch", field="reward") from None
+            raise ApiError(str(exc), code=exc.code, field=exc.field) from None
         return Response({"results": [asdict(r) for r in results]})
 
 

@@ -25,7 +25,13 @@ from .presets import ground_truth_of
 
 
 class CheckError(ValueError):
-    """The dataset and the chosen reward or tools do not fit (the message says why)."""
+    """The dataset and the chosen reward or tools do not fit (the message says why); `field` names the
+    request field at fault (`reward`, or `tools` for a tool that does not exist) and `code` the API's
+    error code for it."""
+
+    def __init__(self, message: str, *, field: str = "reward", code: str = "reward_mismatch"):
+        super().__init__(message)
+        self.field, self.code = field, code
 
 
 @dataclass
@@ -149,7 +155,8 @@ def reward_check(rows: list[dict[str, Any]], *, reward_name: str, tool_names: li
     score = _builtin_scorer(reward_name) if builtin else _registered_scorer(reward_name)
     unknown = [t for t in tool_names if t not in registered_tools()]
     if unknown:
-        raise CheckError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(registered_tools())}")
+        raise CheckError(f"unknown tool(s) {', '.join(unknown)}; known: {', '.join(registered_tools())}",
+                         field="tools", code="invalid")
     if not rows:
         raise CheckError("the dataset has no rows to check")
     if all(ground_truth_of(r) in (None, "") for r in rows):

@@ -104,6 +104,21 @@ def _id_param(params, name: str) -> int | None:
         raise ApiError(f"{name} must be an integer id, got {raw!r}", field=name) from None
 
 
+TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def _flag_param(params, name: str) -> bool:
+    """A yes/no query parameter: 1 / true / yes / on, or 0 / false / no / off / empty / absent (any
+    case); anything else is a 400 naming it, never a silent no."""
+    raw = params.get(name, "").strip().lower()
+    if raw in TRUE_WORDS:
+        return True
+    if raw in FALSE_WORDS:
+        return False
+    raise ApiError(f"{name} must be one of {', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS[1:])}, "
+                   f"got {params.get(name)!r}"[:300], field=name)
+
+
 def run_filter_from(params) -> RunFilter:
     """The runs list's filters from query parameters (400 naming the one that is wrong)."""
     status = params.get("status") or None
@@ -238,13 +253,13 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         dataset = _lookup(dataset_get_for, user=user, field="dataset", value=d["dataset"])
         val = d.get("val_dataset")
         val_dataset = (_lookup(dataset_get_for, user=user, field="val_dataset", value=val, kind="dataset")
-                       if val else None)
+                       if val is not None else None)
         model = _lookup(model_asset_get_for, user=user, field="model", value=d["model"])
         rm_id = d.get("reward_model_id")
         reward_model = (_lookup(model_asset_get_for, user=user, field="reward_model_id", value=rm_id, kind="model")
-                        if rm_id else None)
+                        if rm_id is not None else None)
         config, saved = d.get("config"), None
-        if d.get("config_id"):
+        if d.get("config_id") is not None:
             from django.http import Http404
 
             try:
@@ -320,7 +335,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         every other owner-only action. /logs/ is the trainer's log events, which readers get."""
         run = self._run(pk)
         check_can_manage(user=request.user, run=run, action="read the job log of")
-        if request.query_params.get("download") in ("1", "true"):
+        if _flag_param(request.query_params, "download"):
             return _download(run)
         try:
             tail = int(request.query_params.get("tail", 200))

@@ -115,23 +115,58 @@ class RunCreatedSerializer(RunDetailSerializer):
         return warnings(run.config)
 
 
+def _id_field(**kwargs) -> serializers.IntegerField:
+    """A referenced object's id: an integer from 1 (0 is no id: a 400 on the field, never "absent")."""
+    return serializers.IntegerField(min_value=1, **kwargs)
+
+
+def check_overrides(value):
+    """`overrides` as the API takes them: an object of dotted keys or a list of "key=value" (JSON null:
+    none). Anything else, such as 0 or "", is a 400 on `overrides`, not "no overrides"."""
+    if value is not None and not isinstance(value, (dict, list)):
+        raise serializers.ValidationError(
+            f"must be an object of dotted keys or a list of key=value, got {type(value).__name__} {value!r}"[:200])
+    return value
+
+
 class RunCreateSerializer(serializers.Serializer):
-    """POST /api/v1/runs/: what to train, on what, with which config (docs/api.md)."""
+    """POST /api/v1/runs/: what to train, on what, with which config (docs/api.md).
+
+    The config is one of `preset`, `config` and `config_id` (none: the default preset); two of them
+    are ambiguous, a 400 on the second."""
 
     name = serializers.CharField(max_length=200)
-    dataset = serializers.IntegerField()
-    val_dataset = serializers.IntegerField(required=False, allow_null=True)
-    model = serializers.IntegerField()
-    reward_model_id = serializers.IntegerField(
+    dataset = _id_field()
+    val_dataset = _id_field(required=False, allow_null=True)
+    model = _id_field()
+    reward_model_id = _id_field(
         required=False, allow_null=True,
         help_text="A catalog reward model (kind reward) the run scores with; turns reward_model.enable on.")
     preset = serializers.CharField(required=False, allow_blank=True, help_text="A trainer recipe name.")
-    config = serializers.JSONField(required=False, help_text="A whole trainer config (object).")
-    config_id = serializers.IntegerField(required=False, allow_null=True, help_text="A saved config.")
-    overrides = serializers.JSONField(required=False, help_text='{"actor_rollout_ref.rollout.n": 8, ...}')
+    config = serializers.JSONField(required=False, allow_null=True, help_text="A whole trainer config (object).")
+    config_id = _id_field(required=False, allow_null=True, help_text="A saved config.")
+    overrides = serializers.JSONField(required=False, allow_null=True,
+                                      help_text='{"actor_rollout_ref.rollout.n": 8, ...}',
+                                      validators=[check_overrides])
     gpus = serializers.IntegerField(min_value=0, max_value=1024, default=0)
     tool_set = serializers.CharField(max_length=64, required=False, allow_blank=True,
                                      help_text="An operator-registered tool set, by name (GET /api/v1/tool-sets/).")
+
+    def validate_config(self, value):
+        if value is not None and not isinstance(value, dict):
+            raise serializers.ValidationError(f"must be an object (a whole trainer config), got {type(value).__name__}")
+        if value == {}:
+            raise serializers.ValidationError("an empty object is no config: give a whole trainer config, or leave "
+                                              "config out for a preset")
+        return value
+
+    def validate(self, attrs):
+        given = [f for f in ("preset", "config", "config_id") if attrs.get(f) not in (None, "")]
+        if len(given) > 1:
+            raise serializers.ValidationError({given[1]: (
+                f"give one of preset, config and config_id, not {' and '.join(given)}: which config is meant "
+                "is ambiguous (overrides then change the one given)")})
+        return attrs
 
 
 class RunStopSerializer(serializers.Serializer):
@@ -154,7 +189,7 @@ class RunBulkDeletedSerializer(serializers.Serializer):
 
 class RunCloneSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    overrides = serializers.JSONField(required=False)
+    overrides = serializers.JSONField(required=False, allow_null=True, validators=[check_overrides])
 
 
 class RunConfigCreateSerializer(serializers.Serializer):

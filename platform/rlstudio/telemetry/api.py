@@ -335,7 +335,9 @@ class RunRetentionView(_RunReadView):
             raise ApiError(f"run {self.run.name!r} is shared with you read-only: only its owner "
                            f"({self.run.owner.get_username()}) or staff can change its retention",
                            code="permission_denied", status_code=403)
-        data = request.data if isinstance(request.data, dict) else {}
+        data = request.data
+        if not isinstance(data, dict):  # a list, a number...: not "the defaults"
+            raise ApiError(f'the body must be an object {{"mode": ..., "k": N}}, got {type(data).__name__}')
         mode, k = data.get("mode", RetentionMode.ALL), data.get("k", 1)
         try:
             r = retention_set(run=self.run, mode=mode, k=k, by=request.user)

@@ -441,3 +441,14 @@ def test_delete_removes_file_and_rows_and_refuses_in_use(api, uploads, alice, ma
     assert all(p.exists() for p in paths)
     assert api.delete(f"/api/v1/datasets/{body['id']}/").status_code == 204
     assert not any(p.exists() for p in paths) and not Dataset.objects.filter(pk=body["id"]).exists()
+
+
+@pytest.mark.django_db
+def test_reward_check_names_tools_for_an_unknown_tool(api, uploads):
+    _, body = upload_and_validate(api, "r.jsonl", jsonl(*_gsm8k_rows(1)))
+    resp = api.post(f"/api/v1/datasets/{body['id']}/reward-check/", {"tools": ["os.system"]}, format="json")
+    assert resp.status_code == 400, resp.content
+    err = resp.json()["error"]
+    assert err["field"] == "tools" and "unknown tool(s) os.system" in err["message"], err
+    resp = api.post(f"/api/v1/datasets/{body['id']}/reward-check/", {"reward": "no-such-reward"}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "reward"

@@ -143,13 +143,14 @@ def test_one_folder_one_registration_across_users(api, tiny, tmp_path, alice, bo
 @pytest.mark.django_db
 def test_trust_remote_code_is_no_users_to_set(api, tiny, alice):
     """An operator's decision (the admin, audited): registering or editing a model through the API
-    ignores it, and a run on the model is refused it (tests/rlstudio/runs/test_trust.py)."""
+    ignores it on registering and refuses it on an edit (400 naming it), and a run on the model is refused
+    it (tests/rlstudio/runs/test_trust.py)."""
     resp = api.post("/api/v1/models/", {"name": "tiny", "path": str(tiny), "trust_remote_code": True}, format="json")
     assert resp.status_code == 201, resp.json()
     assert resp.json()["trust_remote_code"] is False
     pk = resp.json()["id"]
     resp = api.patch(f"/api/v1/models/{pk}/", {"trust_remote_code": True}, format="json")
-    assert resp.status_code == 200 and resp.json()["trust_remote_code"] is False, resp.json()  # ignored
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "trust_remote_code", resp.json()
     assert ModelAsset.objects.get(pk=pk).trust_remote_code is False
     page = Client()
     page.force_login(alice)

@@ -12,8 +12,9 @@ pytestmark = pytest.mark.django_db
 
 
 def _body(ready, **extra):
-    return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
-            **extra}
+    """A launch's body: the preset cpu_smoke unless `extra` gives the config another way (two: a 400)."""
+    preset = {} if {"config", "config_id"} & set(extra) else {"preset": "cpu_smoke"}
+    return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, **preset, **extra}
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ KEEP = "trainer.max_actor_ckpt_to_keep"
 
 
 def _body(ready, **extra):
-    return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
-            **extra}
+    """A launch's body: the preset cpu_smoke unless `extra` gives the config another way (two: a 400)."""
+    preset = {} if {"config", "config_id"} & set(extra) else {"preset": "cpu_smoke"}
+    return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, **preset, **extra}
 
 
 def _with(keep):

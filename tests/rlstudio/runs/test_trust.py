@@ -39,8 +39,9 @@ PROBES = [
 
 
 def _body(ready, **extra):
-    return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
-            **extra}
+    """A launch's body: the preset cpu_smoke unless `extra` gives the config another way (two: a 400)."""
+    preset = {} if {"config", "config_id"} & set(extra) else {"preset": "cpu_smoke"}
+    return {"name": "r1", "dataset": ready["dataset"].pk, "model": ready["model"].pk, **preset, **extra}
 
 
 def _refused(resp, key):
@@ -169,7 +170,7 @@ def test_a_stored_config_is_read_without_its_platform_keys(api, ready, alice):
             "trainer": {"default_local_dir": "/srv/bob/runs/3", "torch_threads": 4096},
             "actor_rollout_ref": {"rollout": {"n": 2}}}
     saved = RunConfig.objects.create(owner=alice, name="old", config=evil)
-    resp = api.post("/api/v1/runs/", {**_body(ready), "config_id": saved.pk}, format="json")
+    resp = api.post("/api/v1/runs/", _body(ready, config_id=saved.pk), format="json")
     assert resp.status_code == 201, resp.content
     cfg = Run.objects.get(pk=resp.json()["id"]).config
     assert cfg["custom_reward_function"]["path"] is None
