@@ -31,7 +31,8 @@ batch (per_device_train_batch_size = --micro, gradient accumulation to the mini-
 to the whole batch), beta, lr, precision (fp32 weights, bf16=True autocast), gradient checkpointing;
 transformers' `generate` (no vLLM). Each runs in its own subprocess, one after the other, in the order
 of --engine (default ours, trl, decode: the RL Studio / TRL ratio is the headline), within --budget-s
-(counted from the start): a part stopped at the limit keeps what it finished (ours its steps, TRL its
+(counted from the start), shared among the parts still to run by BUDGET_WEIGHT (ours 0.45, TRL 0.40,
+decode 0.15; time a part leaves unused passes on), so no part spends the next one's time: a part stopped at the limit keeps what it finished (ours its steps, TRL its
 generation batches, decode its batch sizes: each writes a partial.json in the workdir as it goes), and
 a part that failed shows the last lines of its stderr in results.md. Each part's own JSON stays in the
 workdir; results.json holds them all.
@@ -82,6 +83,9 @@ BEGIN, END = "<!-- bench:gpu_grpo:begin -->", "<!-- bench:gpu_grpo:end -->"
 PARTS = ("ours", "trl", "decode")
 # What a part stopped at the budget must have finished for its partial.json to be kept.
 PARTIAL_MIN = {"ours": ("steps", 1), "trl": ("group_s", 2), "decode": ("rows", 1)}
+# Each part's weight in sharing what is left of --budget-s among the parts still to run, so the first
+# part cannot spend the time of the ones after it (what a part does not use passes on to the next).
+BUDGET_WEIGHT = {"ours": 0.45, "trl": 0.40, "decode": 0.15}
 ANCHORS = ("Anchors in verl's perf/throughput: verl GRPO on Qwen2-7B / GSM8K, 8xH100, 1,544 tokens/s/GPU (AMD's "
            "ROCm blog on verl v0.3); NeMo-RL GRPO on Llama-3.1-8B, 1,581; published Qwen2.5-0.5B verl logs, "
            "1,460-2,391 (small batches, hardware uncertain). Issue 22's targets on one H200: >= 2,400 "
@@ -449,21 +453,31 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if args.smoke else "cuda"
     result: dict = {"workload": w, "env": environment(device),
                     "command": "python bench/gpu_grpo.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    for part in [p for p in args.engine.split(",") if p]:
-        if part not in PARTS:
-            ap.error(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
+    parts = [p for p in args.engine.split(",") if p]
+    for p in parts:
+        if p not in PARTS:
+            ap.error(f"unknown part {p!r}; parts: {', '.join(PARTS)}")
+    for i, part in enumerate(parts):
         t0 = time.perf_counter()
         try:
             if args.inline:
                 result[part] = run_part(part, args, w, model, data, work)
             else:  # its own process: TRL's accelerate state and each side's GPU memory stay apart
-                result[part] = _subprocess_part(part, args, work, deadline)
+                result[part] = _subprocess_part(part, args, work, part_deadline(parts[i:], deadline))
         except Exception:  # one part failing is a result: the others still run and are written
             result[f"{part}_error"] = traceback.format_exc()
             print(result[f"{part}_error"], file=sys.stderr, flush=True)
         result[f"{part}_wall_s"] = time.perf_counter() - t0
         _write(result, args)  # after every part: a run stopped at its time limit keeps what it finished
     return 0 if not any(result.get(f"{p}_error") for p in PARTS) else 1
+
+
+def part_deadline(remaining: list[str], deadline: float, now: float | None = None) -> float:
+    """When the first of `remaining` must stop: its BUDGET_WEIGHT share of what is left until
+    `deadline` among the parts still to run (the last one gets all of it)."""
+    now = time.monotonic() if now is None else now
+    share = BUDGET_WEIGHT[remaining[0]] / sum(BUDGET_WEIGHT[p] for p in remaining)
+    return now + max(0.0, deadline - now) * share
 
 
 def _subprocess_part(part: str, args: argparse.Namespace, work: Path, deadline: float) -> dict:

@@ -1,6 +1,7 @@
 """bench/gpu_grpo.py: its pure parts, and the --smoke run (the same code at tiny shapes on the CPU:
 a one-rank gloo group, FSDP2 over it, the hf engine's own copy, GSM8K rows, fixed-length responses)."""
 import json
+import time
 
 import pytest
 
@@ -76,6 +77,25 @@ def test_parts_run_in_the_budget_order_ours_trl_decode(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_grpo, "_subprocess_part", lambda part, *a: order.append(part) or {})
     gpu_grpo.main(["--out", str(tmp_path / "out"), "--workdir", str(tmp_path)])
     assert order == ["ours", "trl", "decode"]
+
+
+def test_the_budget_is_shared_so_the_first_part_cannot_spend_the_next_ones_time(tmp_path, monkeypatch):
+    """ours gets 0.45 / (0.45 + 0.40 + 0.15) of what is left, TRL then 0.40 / 0.55 of what is left
+    after ours (ours finishing early passes its time on), decode all the rest."""
+    assert gpu_grpo.part_deadline(["ours", "trl", "decode"], 1000.0, now=0.0) == pytest.approx(450.0)
+    assert gpu_grpo.part_deadline(["trl", "decode"], 1000.0, now=100.0) == pytest.approx(100 + 900 * 0.40 / 0.55)
+    assert gpu_grpo.part_deadline(["decode"], 1000.0, now=900.0) == pytest.approx(1000.0)
+    assert gpu_grpo.part_deadline(["trl"], 1000.0, now=1200.0) == pytest.approx(1200.0)
+    given = {}
+    monkeypatch.setattr(gpu_grpo, "prepare", lambda work, smoke: (work / "model", work / "data"))
+    monkeypatch.setattr(gpu_grpo, "environment", lambda device: {})
+    monkeypatch.setattr(gpu_grpo, "_subprocess_part",
+                        lambda part, args, work, deadline: given.setdefault(part, deadline - time.monotonic()) and {})
+    gpu_grpo.main(["--out", str(tmp_path / "out"), "--workdir", str(tmp_path), "--budget-s", "1000"])
+    assert 440 < given["ours"] <= 450
+    # the stand-in ours took no time, so TRL's share is of (nearly) the whole budget, and decode gets the rest
+    assert 1000 * 0.40 / 0.55 - 10 < given["trl"] <= 1000 * 0.40 / 0.55
+    assert 990 < given["decode"] <= 1000
 
 
 def _fake_child(monkeypatch, code, tail, partial=None):
