@@ -143,11 +143,11 @@ class Trainer:
                                  f"longer than data.max_prompt_length={cfg.data.max_prompt_length} were filtered, "
                                  f"{ds.num_truncated} truncated")
         # With dynamic sampling the loader hands out generation batches (verl's dataloader: gen_batch_size).
-        gen_batch_size = cfg.data.train_batch_size
-        if cfg.algorithm.filter_groups.enable:
-            gen_batch_size = cfg.data.gen_batch_size or cfg.data.train_batch_size
+        gen_batch_size, batch_key = cfg.data.train_batch_size, "data.train_batch_size"
+        if cfg.algorithm.filter_groups.enable and cfg.data.gen_batch_size:
+            gen_batch_size, batch_key = cfg.data.gen_batch_size, "data.gen_batch_size"
         self.loader = PromptLoader(self.train_ds, batch_size=gen_batch_size, shuffle=cfg.data.shuffle,
-                                   seed=cfg.data.seed)
+                                   seed=cfg.data.seed, batch_key=batch_key)
         self.total_steps = tr.total_training_steps or tr.total_epochs * self.loader.batches_per_epoch
         self.n = arr.rollout.n
         self.mini_batch_size = arr.actor.ppo_mini_batch_size * self.n  # trajectories per optimizer step

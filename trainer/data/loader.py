@@ -21,12 +21,14 @@ from trainer.types import PromptItem
 class PromptLoader:
     """Batches of `batch_size` prompts (drop_last), reshuffled each epoch with `seed + epoch`."""
 
-    def __init__(self, dataset: PromptDataset, *, batch_size: int, shuffle: bool = True, seed: int = 1):
+    def __init__(self, dataset: PromptDataset, *, batch_size: int, shuffle: bool = True, seed: int = 1,
+                 batch_key: str = "data.train_batch_size"):
+        """`batch_key`: the config key that set `batch_size` (named when the dataset is too small)."""
         if batch_size <= 0:
             raise ValueError(f"batch_size must be > 0, got {batch_size}")
         if len(dataset) < batch_size:
             raise ValueError(f"the dataset has {len(dataset)} usable prompts, fewer than one batch of "
-                             f"{batch_size} (data.train_batch_size)")
+                             f"{batch_size} ({batch_key})")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)

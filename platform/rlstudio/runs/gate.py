@@ -503,6 +503,25 @@ def check_validation_size(config: Mapping[str, Any], limits: StepLimits, val_row
                         group=f"val_kwargs.n = {s.val_n}")
 
 
+def check_train_size(config: Mapping[str, Any], train_rows: int | None) -> None:
+    """Refuse a config whose loader batch (`shapes.StepShapes.draw_prompts`: data.train_batch_size, or
+    data.gen_batch_size with dynamic sampling) is larger than the training set's `train_rows` (None:
+    unknown, nothing refused): the trainer draws whole batches without repeats and would stop at once
+    ("fewer than one batch"). The catalog's row count is an upper bound of the prompts the trainer
+    uses (data.filter_overlong_prompts can drop more), so a set that passes here may still be short."""
+    if train_rows is None:
+        return
+    try:
+        s = StepShapes.of(config)
+    except ShapeUnknown:
+        return
+    if s.draw_prompts > train_rows:
+        key, n = s.draw_key, s.draw_prompts
+        raise GateRefused(key, f"{key} = {n} prompts, more than the training dataset's {train_rows:,} rows: the "
+                               f"trainer draws whole batches of {n} prompts from it, so not one batch fits; set "
+                               f"{key} to at most {train_rows:,}, or train on a larger dataset")
+
+
 def check_checkpoints_kept(config: Mapping[str, Any], cap: int | None) -> None:
     """Refuse trainer.max_actor_ckpt_to_keep above the operator's cap on checkpoints kept per run
     (RLSTUDIO_MAX_CHECKPOINTS_PER_RUN; None: no cap). Unset, the trainer keeps the cap's number."""

@@ -173,11 +173,13 @@ def step_limits() -> gate.StepLimits:
                            reported_samples=int(settings.RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP))
 
 
-def check_sizes(config: Mapping[str, Any], val_dataset=None, model=None) -> None:
-    """The operator's bounds on one step, on one validation, on the checkpoints a run keeps and on
+def check_sizes(config: Mapping[str, Any], val_dataset=None, model=None, dataset=None) -> None:
+    """One batch of the training `dataset` (`gate.check_train_size` with its rows; None: not checked),
+    the operator's bounds on one step, on one validation, on the checkpoints a run keeps and on
     one checkpoint's size (`gate.check_step_size`, `gate.check_validation_size` with the validation
     dataset's rows, `gate.check_checkpoints_kept`, `gate.check_checkpoint_size` with `model`'s
     estimate); GateRefused names the key to lower."""
+    gate.check_train_size(config, getattr(dataset, "num_rows", None))
     limits = step_limits()
     gate.check_step_size(config, limits)
     gate.check_validation_size(config, limits, getattr(val_dataset, "num_rows", None))
@@ -244,7 +246,8 @@ def build_config(
     a saved config keeps the preset as written). The user's `overrides` go through the gate too.
     Then the platform's own keys are written from the dataset, model and GPUs (`platform_values`), and
     the whole is checked by the trainer's schema and against the operator's bounds on one step
-    (`check_sizes`: trajectories, tokens and reported samples per step and per validation, the cap
+    (`check_sizes`: one training batch within the dataset's rows, trajectories, tokens and reported
+    samples per step and per validation, the cap
     on checkpoints kept, and one checkpoint's size against the disk budget per run, unless the config
     is not for a run: `checkpoints` False, an evaluation's, which writes none).
     """
@@ -276,7 +279,9 @@ def build_config(
             reward_name=cfg.reward.name, reward_model=reward_model))
         check_reward_model(cfg, reward_model, require=dataset is not None)
         validate(cfg, require_paths=dataset is not None)
-        check_sizes(cfg.to_dict(), val_dataset, model if checkpoints else None)
+        # an evaluation (`checkpoints` False) draws no training batches from its dataset
+        check_sizes(cfg.to_dict(), val_dataset, model if checkpoints else None,
+                    dataset=dataset if checkpoints else None)
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     except gate.GateRefused as exc:

@@ -180,7 +180,7 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
             errors.append(_error(exc))
     if not errors:  # the operator's bounds on one step, one validation and checkpoints kept, over keys that each passed
         try:
-            launch.check_sizes(checked.config, val_dataset, model)
+            launch.check_sizes(checked.config, val_dataset, model, dataset=dataset)
         except gate.GateRefused as exc:
             errors.append(_error(exc))
     return checked

@@ -7,7 +7,9 @@ applies them:
 - a step's prompts: data.train_batch_size; with dynamic sampling (algorithm.filter_groups.enable) the
   loader hands out generation batches of data.gen_batch_size (None: train_batch_size) until
   train_batch_size groups are kept (trainer/loop.py). The step's largest batch at once is the larger of
-  the two; each prompt makes actor_rollout_ref.rollout.n trajectories;
+  the two; each prompt makes actor_rollout_ref.rollout.n trajectories. The loader's batch (the
+  generation batch, else train_batch_size) is drawn from the training set without repeats
+  (trainer/data/loader.py, drop_last): the set must hold one;
 - the response length: actor_rollout_ref.rollout.response_length, None = data.max_response_length
   (`trainer.config.resolve`). A multi-turn rollout spends that one budget over all its turns and tool
   replies (trainer/rollout/agent.py), so the width of a trajectory is the same with or without tools;
@@ -95,6 +97,11 @@ class StepShapes:
     """data.val_batch_size as given (None: the whole set in one batch)."""
     val_rows: int | None
     """The validation set's rows (None: unknown, e.g. a saved config on its own)."""
+    draw_prompts: int
+    """Prompts the loader draws from the training set at once (trainer/data/loader.py's batch):
+    data.gen_batch_size with dynamic sampling when set, else data.train_batch_size."""
+    draw_key: str
+    """The key that sets `draw_prompts`."""
 
     @classmethod
     def of(cls, cfg: Mapping[str, Any], val_rows: int | None = None) -> "StepShapes":
@@ -106,8 +113,10 @@ class StepShapes:
                 raise ShapeUnknown(key)
         prompts_key, prompts = "data.train_batch_size", batch
         gen = _int(cfg, "data.gen_batch_size")
-        if _get(cfg, "algorithm.filter_groups.enable") is True and gen is not None and gen > batch:
+        dynamic = _get(cfg, "algorithm.filter_groups.enable") is True
+        if dynamic and gen is not None and gen > batch:
             prompts_key, prompts = "data.gen_batch_size", gen
+        draw_key, draw = ("data.gen_batch_size", gen) if dynamic and gen else ("data.train_batch_size", batch)
         response_key = "actor_rollout_ref.rollout.response_length"
         response = _int(cfg, response_key)
         if not response:
@@ -116,7 +125,8 @@ class StepShapes:
                    prompt_length=_int(cfg, "data.max_prompt_length") or 0, response_length=response,
                    response_key=response_key, validates=bool(_get(cfg, "data.val_files")),
                    val_n=_int(cfg, "actor_rollout_ref.rollout.val_kwargs.n"),
-                   val_batch_size=_int(cfg, "data.val_batch_size"), val_rows=val_rows)
+                   val_batch_size=_int(cfg, "data.val_batch_size"), val_rows=val_rows,
+                   draw_prompts=draw, draw_key=draw_key)
 
     @property
     def sequence_length(self) -> int:

@@ -140,5 +140,7 @@ def test_loader_shuffles_per_epoch_and_resumes_at_epoch_boundary(tok, tmp_path):
     assert rest == seq[3:]
     with pytest.raises(ValueError, match="data changed"):
         PromptLoader(build_prompt_dataset(verl_rows(4), tokenizer=tok, data_cfg=data_cfg()), batch_size=2).load_state_dict(state)
-    with pytest.raises(ValueError, match="fewer than one batch"):
+    with pytest.raises(ValueError, match=r"fewer than one batch of 7 \(data.train_batch_size\)"):
         PromptLoader(ds, batch_size=7)
+    with pytest.raises(ValueError, match=r"fewer than one batch of 7 \(data.gen_batch_size\)"):  # dynamic sampling's draw
+        PromptLoader(ds, batch_size=7, batch_key="data.gen_batch_size")
