@@ -307,3 +307,20 @@ def test_a_rule_state_another_process_moved_on_is_read_again(alice, make_run):
     assert RunAlertState.objects.get(run=run).state["h"]["actor/entropy"] == [[1, 2, 3], [0.01, 0.5, 0.01]]
     ingest(run, [metrics(4, 4, actor__entropy=0.01)])
     assert AlertFiring.objects.get(run=run).step == 4
+
+
+def test_a_starting_run_is_not_silent_before_the_start_up_grace(alice, make_run, settings):
+    """A trainer still importing torch (no report yet) does not fire a no_heartbeat rule of 30 s, nor
+    pause the run; past RLSTUDIO_RUN_STARTUP_TIMEOUT_S it does, saying it never reported."""
+    settings.RLSTUDIO_RUN_STARTUP_TIMEOUT_S = 600
+    run = running(make_run(alice))
+    Run.objects.filter(pk=run.pk).update(started=timezone.now() - timedelta(seconds=208), last_heartbeat=None)
+    rule_create(owner=alice, data={"kind": "no_heartbeat", "threshold": 30, "pause": True})
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        assert watch_running()["heartbeat"] == 0
+    run.refresh_from_db()
+    assert run.status == S.RUNNING and not AlertFiring.objects.exists()
+    Run.objects.filter(pk=run.pk).update(started=timezone.now() - timedelta(seconds=601))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        assert watch_running()["heartbeat"] == 1
+    assert AlertFiring.objects.get(run=run).message.startswith("the trainer has not reported since the run started")

@@ -2,7 +2,9 @@
 
 - `no_heartbeat` rules: the trainer has not sent a heartbeat for the rule's seconds (the reconcile
   marks a run lost only after RLSTUDIO_HEARTBEAT_TIMEOUT_S; this tells the owner earlier). Fires once
-  per silence: again only after a heartbeat came back.
+  per silence: again only after a heartbeat came back. A run whose trainer has not reported yet is
+  starting (imports, model load), not silent: it fires only past RLSTUDIO_RUN_STARTUP_TIMEOUT_S from
+  the run's start (or the rule's seconds, when more), as the reconcile judges it.
 - `gpu_hours` rules, a run's GPU-hour budget: its GPU-hours (GPUs x time running) reach 80% of the
   cap → a warning; 100% → the run is stopped with a checkpoint.
 - the owner's monthly GPU-hour quota (quotas app): 80% → a warning, 100% → every running GPU run of
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -68,16 +71,22 @@ def _watch_run(run: Run, rules, now: datetime, done: dict[str, int]) -> None:
     for rule in rules:
         key = f"r{rule.pk}"
         if rule.kind == "no_heartbeat":
-            last = run.last_heartbeat or run.started
+            never = run.last_heartbeat is None  # still starting: start-up is not silence
+            last = run.started if never else run.last_heartbeat
             since = (now - last).total_seconds() if last else None
-            silent = R.heartbeat_silent(seconds_since=since, threshold_s=rule.threshold)
+            threshold = (max(rule.threshold, float(settings.RLSTUDIO_RUN_STARTUP_TIMEOUT_S)) if never
+                         else rule.threshold)
+            silent = R.heartbeat_silent(seconds_since=since, threshold_s=threshold)
             if silent and not flags.get(key):
                 flags[key] = True
                 done["heartbeat"] += 1
+                message = (f"the trainer has not reported since the run started {since:.0f} s ago (start-up "
+                           f"grace {threshold:g} s)" if never
+                           else f"no heartbeat for {since:.0f} s (threshold {rule.threshold:g} s)")
                 firing = AlertFiring.objects.create(
                     run=run, rule=rule, kind=rule.kind, step=run.step,
-                    values={"seconds_since_heartbeat": round(since, 1), "threshold": rule.threshold},
-                    message=f"no heartbeat for {since:.0f} s (threshold {rule.threshold:g} s)")
+                    values={"seconds_since_heartbeat": round(since, 1), "threshold": threshold},
+                    message=message)
                 notify(user=run.owner, run=run, kind=NotificationKind.ALERT, event=rule.kind,
                        title=f"No heartbeat from run “{run.name}” for {since:.0f} s", body=firing.message,
                        level=NotificationLevel.WARNING, email=rule.email, webhook=rule.webhook, firing=firing)
