@@ -7,14 +7,18 @@ fields; every key of a run's config, `ApiError(errors=...)`), the first being th
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+log = logging.getLogger(__name__)
 
 
 class ApiError(exceptions.APIException):
@@ -67,9 +71,20 @@ def _all_errors(detail: Any, path: str | None = None) -> list[dict[str, Any]]:
     return [{"field": path, "message": str(detail)}]
 
 
+CONCURRENT_CHANGE = ("another request changed the same records at the same time (something this one refers "
+                     "to was deleted, or the same thing was created, meanwhile): reload and try again")
+
+
 def api_exception_handler(exc, context) -> Response | None:
     """DRF's EXCEPTION_HANDLER: the error shape for everything DRF knows, 400 for Django's
-    ValidationError; None (a real 500) only for genuine server bugs."""
+    ValidationError; None (a real 500) only for genuine server bugs.
+
+    A database IntegrityError that reaches here (a constraint a concurrent request broke, which the
+    services' locks should have turned into a refusal naming the field) is a 409 `conflict`, logged
+    with its traceback, rather than a 500."""
+    if isinstance(exc, IntegrityError):
+        log.error("an IntegrityError reached the API edge (a 409 conflict): %s", exc, exc_info=exc)
+        exc = ApiError(CONCURRENT_CHANGE, code="conflict", status_code=status.HTTP_409_CONFLICT)
     if isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
@@ -60,12 +60,16 @@ def _clean_name(name: str) -> str:
     return "".join(ch for ch in name if ch.isprintable()).strip()[:200]
 
 
+_UPLOAD_LOCK_SPACE = 0x524C5355  # "RLSU": the advisory-lock key space of one owner's dataset uploads
+
+
 def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split: str = "train",
                    stats_model: ModelAsset | None = None) -> tuple[Dataset, bool]:
     """Store `upload` (a Django UploadedFile) under a temporary name and queue its validation.
 
     Returns (dataset, created). The same bytes uploaded again by the same owner with the same preset
-    and split give back the existing dataset (created False). Cheap refusals (size, empty, unknown or
+    and split give back the existing dataset (created False), also when uploaded at the same time (one
+    owner's check-and-create runs under a per-owner lock). Cheap refusals (size, empty, unknown or
     disguised format) raise CatalogRefused / CatalogTooLarge before anything is stored.
     """
     limits = upload_limits()
@@ -104,15 +108,18 @@ def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split
         part.unlink(missing_ok=True)
         raise
     sha = digest.hexdigest()
-    # A ready dataset records the preset auto resolved to, so "auto" matches any preset.
-    same = Dataset.objects.filter(owner=owner, sha256=sha, split=split).exclude(status=Dataset.Status.INVALID)
-    if preset != "auto":
-        same = same.filter(preset=preset)
-    existing = same.order_by("-id").first()
-    if existing is not None:
-        part.unlink(missing_ok=True)
-        return existing, False
     with transaction.atomic():
+        # One owner's uploads check and create one at a time, so identical uploads at once make one dataset.
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_UPLOAD_LOCK_SPACE, owner.pk])
+        # A ready dataset records the preset auto resolved to, so "auto" matches any preset.
+        same = Dataset.objects.filter(owner=owner, sha256=sha, split=split).exclude(status=Dataset.Status.INVALID)
+        if preset != "auto":
+            same = same.filter(preset=preset)
+        existing = same.order_by("-id").first()
+        if existing is not None:
+            part.unlink(missing_ok=True)
+            return existing, False
         dataset = Dataset.objects.create(
             owner=owner, name=_clean_name(name) or source_name, file_path=str(part), sha256=sha,
             size_bytes=size, format=detected.format + ("+gzip" if detected.gzipped else ""), preset=preset,
@@ -320,26 +327,34 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     Only its owner or staff may (NotPermitted). A dataset in use answers 409 with the runs' names
     (another user's runs only counted), or the count of the evaluations made on it (they keep its
     prompts' figures and point at it).
+
+    The checks run with the dataset's row locked (FOR UPDATE), which a run's or an evaluation's
+    creation waits for (it takes FOR KEY SHARE on the rows it references, `rlstudio.rowlocks`): one
+    created meanwhile is either committed before the lock, so seen here and refused, or waits for the
+    deletion and finds no dataset. A dataset already deleted by another request is left gone.
     """
     from django.db.models import Q
 
     check_can_change(user=by, item=dataset, action="delete")
     run = _run_model()
-    used = _used_by(run.objects.filter(Q(dataset=dataset) | Q(val_dataset=dataset)), by=by)
-    if used:
-        raise CatalogInUse(f"dataset {dataset.name!r} is used by {used}", code="in_use")
-    # The evaluations app's reverse relation (a protected key: deleting would fail with a 500).
-    evaluated = dataset.evaluations.count()
-    if evaluated:
-        raise CatalogInUse(f"dataset {dataset.name!r} is used by {evaluated} evaluation(s): delete them first",
-                             code="in_use")
-    paths = [dataset.converted_path]
-    shared = Dataset.objects.filter(file_path=dataset.file_path).exclude(pk=dataset.pk).exists()
-    if not shared:
-        paths.append(dataset.file_path)
     with transaction.atomic():
-        audit_record(actor=by, action="dataset.delete", obj=dataset, data={"name": dataset.name, "sha256": dataset.sha256})
-        dataset.delete()
+        locked = Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
+        if locked is None:
+            return
+        used = _used_by(run.objects.filter(Q(dataset=locked) | Q(val_dataset=locked)), by=by)
+        if used:
+            raise CatalogInUse(f"dataset {dataset.name!r} is used by {used}", code="in_use")
+        # The evaluations app's reverse relation (a protected key: deleting would fail with a 500).
+        evaluated = locked.evaluations.count()
+        if evaluated:
+            raise CatalogInUse(f"dataset {dataset.name!r} is used by {evaluated} evaluation(s): delete them first",
+                               code="in_use")
+        paths = [locked.converted_path]
+        shared = Dataset.objects.filter(file_path=locked.file_path).exclude(pk=locked.pk).exists()
+        if not shared:
+            paths.append(locked.file_path)
+        audit_record(actor=by, action="dataset.delete", obj=locked, data={"name": locked.name, "sha256": locked.sha256})
+        locked.delete()
         transaction.on_commit(lambda: [_remove(p) for p in paths])
 
 
@@ -447,10 +462,10 @@ def model_delete(*, model: ModelAsset, by) -> None:
     hooks. In use: CatalogInUse naming the runs, or counting its queued or running evaluations (their
     jobs read the model).
 
-    The checks run with the model's row locked (FOR UPDATE), the lock an evaluation's launch takes on
-    its model first (`model_lock_for_use`, FOR KEY SHARE): an evaluation launched meanwhile is either
-    committed before the lock, so seen here and refused, or waits for the deletion and finds no model.
-    A model already deleted by another request is left gone."""
+    The checks run with the model's row locked (FOR UPDATE), which a run's or an evaluation's creation
+    waits for (it takes FOR KEY SHARE on the rows it references first, `rlstudio.rowlocks`): one
+    created meanwhile is either committed before the lock, so seen here and refused, or waits for the
+    deletion and finds no model. A model already deleted by another request is left gone."""
     from django.db.models import Q
 
     check_can_change(user=by, item=model, action="delete")
@@ -471,17 +486,3 @@ def model_delete(*, model: ModelAsset, by) -> None:
         for hook in list(_MODEL_DELETE_HOOKS):
             hook(locked)
         model.delete()
-
-
-def model_lock_for_use(*, model_id: int) -> bool:
-    """Take a FOR KEY SHARE lock on catalog model `model_id` until the caller's transaction ends, and
-    say whether it still exists: a job launched on the model (an evaluation) takes it before it is
-    recorded, so that `model_delete` (FOR UPDATE on the row, then its checks) cannot delete the model
-    under it. Launches on one model do not wait for each other (KEY SHARE locks share). Must be
-    called inside a transaction."""
-    from django.db import connection
-
-    table = connection.ops.quote_name(ModelAsset._meta.db_table)
-    with connection.cursor() as cur:
-        cur.execute(f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE", [model_id])
-        return cur.fetchone() is not None

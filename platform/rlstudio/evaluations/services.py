@@ -144,24 +144,36 @@ def _check_dataset(dataset) -> None:
         raise EvaluationInvalid(f"dataset {dataset.pk} is {dataset.status}, not ready", field="dataset")
 
 
+def _lock_subject(subject: dict[str, Any]) -> None:
+    """FOR KEY SHARE on the evaluation's run or catalog model and its dataset (`rowlocks.lock_for_use`:
+    `model_delete`, `run_delete` and `dataset_delete` lock the row FOR UPDATE, then check for
+    evaluations); one already deleted is EvaluationInvalid on `run`, `model` or `dataset`."""
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.rowlocks import lock_for_use
+    from rlstudio.runs.models import Run
+
+    refs = [("run", Run), ("model", ModelAsset), ("dataset", Dataset)]
+    gone = lock_for_use((field, cls, getattr(subject.get(field), "pk", None)) for field, cls in refs)
+    if gone is not None:
+        obj = subject[gone]
+        raise EvaluationInvalid(f"the {gone} {getattr(obj, 'name', '')!r} (#{obj.pk}) was deleted", field=gone)
+
+
 def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -> Evaluation:
     """Record the evaluation queued (one queued or running per user: EvaluationRefused) under the
     owner's quota lock, then run one pass of the queue (`queue_admit_launched`), which admits it now
     when its place in the one queue, the quota and the cluster allow (else it waits, queued, with the
     reason).
 
-    A catalog model's evaluation first locks its model's row (`model_lock_for_use`, before the owner's
-    lock, the order `model_delete` takes them in), so that the model cannot be deleted between its
-    checks and this evaluation's recording: one deleted meanwhile is EvaluationInvalid on `model`."""
-    from rlstudio.catalog.services import model_lock_for_use
+    It first locks the rows it references (`_lock_subject`, before the owner's lock, the order the
+    deletions take them in), so that its run, model or dataset cannot be deleted between its checks
+    and its recording: one deleted meanwhile is EvaluationInvalid naming it."""
     from rlstudio.runs.services.admission import queue_admit_launched, queue_lock_for_launch
 
     policy = _policy()
     with transaction.atomic():
-        queue_lock_for_launch()  # the lock order: the queue's, the model's, then the owner's
-        model = subject.get("model")
-        if model is not None and not model_lock_for_use(model_id=model.pk):
-            raise EvaluationInvalid(f"model {model.pk} was deleted", field="model")
+        queue_lock_for_launch()  # the lock order: the queue's, the referenced rows', then the owner's
+        _lock_subject(subject)
         policy.lock_owner(user=user)
         if Evaluation.objects.filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
             raise EvaluationRefused("you already have an evaluation queued or running; wait for it to finish "

@@ -24,7 +24,7 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from rlstudio.evaluations.selectors import checkpoint_steps
@@ -114,14 +114,26 @@ def clean_step(value, *, available) -> int:
 
 def export_new(*, user, run, data) -> tuple[Export, bool]:
     """Ask for the export of checkpoint `data["step"]` of `run` (RunNotPermitted unless the user
-    manages it). Returns (the export, whether a task was queued now)."""
+    manages it). Returns (the export, whether a task was queued now).
+
+    In one transaction, in the lock order the run's deletion takes (the run's row, then owners'): the
+    run's row FOR KEY SHARE (`rowlocks.lock_for_use`; a run deleted meanwhile is ExportInvalid on
+    `run`), then the user's admission lock (`QuotaPolicy.lock_owner`, the one evaluations and playground
+    sessions take), so one user's requests check "one queued or running export" one at a time. The
+    same run and step asked for at once by two users (the owner and staff) gives both the one export."""
     from rlstudio.accounts.services import audit_record
     from rlstudio.config.celery import publish
+    from rlstudio.rowlocks import lock_for_use
+    from rlstudio.runs.models import Run
     from rlstudio.runs.services import check_can_manage
+    from rlstudio.runs.services.admission import quota_policy
 
     check_can_manage(user=user, run=run, action="export")
     step = clean_step((data or {}).get("step"), available=checkpoint_steps(run))
     with transaction.atomic():
+        if lock_for_use([("run", Run, run.pk)]) is not None:
+            raise ExportInvalid(f"the run {run.name!r} (#{run.pk}) was deleted", field="run")
+        quota_policy().lock_owner(user=user)
         Export.objects.filter(owner=user, status=ExportStatus.RUNNING,
                               started__lt=timezone.now() - STALE_AFTER).update(
             status=ExportStatus.FAILED, finished=timezone.now(),
@@ -129,10 +141,14 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
         existing = Export.objects.select_for_update().filter(run=run, step=step).first()
         if existing is not None and existing.status != ExportStatus.FAILED:
             return existing, False
-        if Export.objects.select_for_update().filter(owner=user, status__in=ACTIVE_EXPORT_STATUSES).exists():
+        if Export.objects.filter(owner=user, status__in=ACTIVE_EXPORT_STATUSES).exists():
             raise ExportRefused("you already have an export queued or running; wait for it to finish")
         if existing is None:
-            export = Export.objects.create(run=run, owner=user, step=step)
+            try:
+                with transaction.atomic():
+                    export = Export.objects.create(run=run, owner=user, step=step)
+            except IntegrityError:  # another user's request (the owner's, staff's) made it first
+                return Export.objects.get(run=run, step=step), False
         else:  # a failed export is asked for again
             export = existing
             export.owner, export.status, export.error, export.error_log = user, ExportStatus.QUEUED, "", ""

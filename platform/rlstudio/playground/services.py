@@ -229,6 +229,25 @@ def _expire_stale(*, user) -> None:
         .update(status=S.FAILED, error="the worker did not finish the session", finished=now)
 
 
+def _lock_targets(targets: list[dict[str, Any]]) -> None:
+    """FOR KEY SHARE on the runs and models the targets name (`rowlocks.lock_for_use`, before the
+    owner's lock: the order `run_delete` takes its locks in), so that a run is not deleted between the
+    checks and the session's recording (`run_delete` locks the run, then refuses while a session on it
+    is queued or running); one already deleted is PlaygroundInvalid on its target."""
+    from rlstudio.catalog.models import ModelAsset
+    from rlstudio.rowlocks import lock_for_use
+    from rlstudio.runs.models import Run
+
+    refs = []
+    for i, t in enumerate(targets):
+        kind = "model" if t["kind"] == "model" else "run"
+        refs.append((f"targets[{i}].{kind}", ModelAsset if kind == "model" else Run, t[kind]))
+    gone = lock_for_use(refs)
+    if gone is not None:
+        kind = gone.rsplit(".", 1)[1]
+        raise PlaygroundInvalid(f"{gone}: the {kind} was deleted", field=gone)
+
+
 def session_new(*, user, data: Any) -> PlaygroundSession:
     """Check the request, create the session within the user's quota and queue its task."""
     from rlstudio.quotas.selectors import quota_for
@@ -236,6 +255,7 @@ def session_new(*, user, data: Any) -> PlaygroundSession:
 
     req = clean_request(user, data)
     with transaction.atomic():
+        _lock_targets(req.targets)
         quota_policy().lock_owner(user=user)
         _expire_stale(user=user)
         if quota_for(user=user).max_concurrent_runs <= 0:

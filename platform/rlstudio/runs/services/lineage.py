@@ -163,7 +163,8 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
 
     policy = quota_policy()
     with transaction.atomic():
-        queue_lock_for_launch()  # the lock order: the queue's, then the owner's
+        queue_lock_for_launch()  # the lock order: the queue's, the referenced rows', then the owner's
+        _lock_referenced(fields)
         policy.lock_owner(user=owner)
         refusal = policy.queue_refusal(user=owner)
         if refusal:
@@ -177,6 +178,26 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
     # an older queued job the pass would try before it.
     queue_admit_launched()
     return run_launch_recorded(run=run, by=by)
+
+
+def _lock_referenced(fields: dict[str, Any]) -> None:
+    """Lock the rows the new run will reference (`rowlocks.lock_for_use`: its dataset, validation
+    dataset, model, reward model and parent run) so none of them is deleted before the run commits; one
+    deleted meanwhile is RunInputInvalid naming its field (`parent` is the run cloned or resumed: `run`)."""
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.rowlocks import lock_for_use
+
+    refs = [("dataset", Dataset), ("val_dataset", Dataset), ("model", ModelAsset), ("reward_model", ModelAsset),
+            ("parent", Run)]
+    gone = lock_for_use((field, cls, getattr(fields.get(field), "pk", None)) for field, cls in refs)
+    if gone is None:
+        return
+    obj = fields[gone]
+    if gone == "parent":
+        raise RunInputInvalid(f"the run {obj.name!r} (#{obj.pk}) was deleted", field="run")
+    kind = "model" if "model" in gone else "dataset"
+    raise RunInputInvalid(f"the {kind} {obj.name!r} (#{obj.pk}) was deleted",
+                          field="reward_model_id" if gone == "reward_model" else gone)
 
 
 def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any] | None = None,

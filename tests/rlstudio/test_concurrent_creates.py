@@ -1,0 +1,86 @@
+"""The same request sent many times at once by one user (the outside tester's races): export requests
+make one export and hold one active export per user (never a 500 from the (run, step) unique
+constraint), identical dataset uploads make one dataset. Real threads released together by a barrier,
+each with its own database connection, on the real PostgreSQL."""
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connections
+from rest_framework.test import APIClient
+
+from rlstudio.catalog.models import Dataset
+from rlstudio.exports.models import ACTIVE_EXPORT_STATUSES, Export
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _at_once(n: int, request) -> list:
+    """request(i) in n threads released together; the responses, in order."""
+    barrier = threading.Barrier(n)
+
+    def one(i):
+        try:
+            barrier.wait(30)
+            return request(i)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def _client(user) -> APIClient:
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
+
+
+def test_ten_requests_for_one_step_at_once_make_one_export(alice, run_with_ckpts, published):
+    url = f"/api/v1/runs/{run_with_ckpts.pk}/exports/"
+    responses = _at_once(10, lambda i: _client(alice).post(url, {"step": 1}, format="json"))
+    codes = sorted(r.status_code for r in responses)
+    assert codes == [200] * 9 + [202], [r.content for r in responses]
+    export = Export.objects.get()
+    assert {r.json()["id"] for r in responses} == {export.pk}
+    assert published == [("exports.run_export", export.pk)]
+
+
+def test_requests_for_different_steps_at_once_queue_one_export(alice, run_with_ckpts, published):
+    url = f"/api/v1/runs/{run_with_ckpts.pk}/exports/"
+    responses = _at_once(4, lambda i: _client(alice).post(url, {"step": 1 + i % 2}, format="json"))
+    codes = sorted(r.status_code for r in responses)
+    assert 500 not in codes and codes.count(202) == 1, [r.content for r in responses]
+    assert set(codes) <= {200, 202, 409}
+    assert Export.objects.filter(owner=alice, status__in=ACTIVE_EXPORT_STATUSES).count() == 1
+    for r in responses:
+        if r.status_code == 409:
+            assert r.json()["error"]["code"] == "conflict"
+
+
+def test_the_owner_and_staff_asking_for_one_step_at_once_get_the_one_export(alice, staff, run_with_ckpts,
+                                                                           published):
+    url = f"/api/v1/runs/{run_with_ckpts.pk}/exports/"
+    users = [alice, staff] * 3
+    responses = _at_once(len(users), lambda i: _client(users[i]).post(url, {"step": 2}, format="json"))
+    assert sorted(r.status_code for r in responses) == [200] * 5 + [202], [r.content for r in responses]
+    assert Export.objects.count() == 1
+
+
+def test_identical_uploads_at_once_make_one_dataset(alice, settings, tmp_path, published):
+    settings.UPLOADS_DIR = tmp_path / "uploads"
+    content = b'{"question": "What is 2 + 3?", "answer": "#### 5"}\n'
+
+    def upload(i):
+        return _client(alice).post("/api/v1/datasets/", {
+            "file": SimpleUploadedFile("same.jsonl", content), "name": f"copy {i}", "preset": "gsm8k"},
+            format="multipart")
+
+    responses = _at_once(8, upload)
+    assert sorted(r.status_code for r in responses) == [200] * 7 + [201], [r.content for r in responses]
+    dataset = Dataset.objects.get()
+    assert {r.json()["id"] for r in responses} == {dataset.pk}
+    assert list((tmp_path / "uploads" / "incoming").glob("*.part")) == [Path(dataset.file_path)]
+

@@ -1,0 +1,253 @@
+"""Creating something while a row it refers to is deleted (the outside tester's races: a run launched
+while its dataset or model is deleted, an export, clone or evaluation while its run is): never a 500.
+
+Each create locks the rows it references FOR KEY SHARE before its owner's lock (`rlstudio.rowlocks`),
+and each delete locks its row FOR UPDATE before its checks, so either the create commits first and the
+delete sees it (a 409, or the clone's parent set to NULL), or the row is gone first and the create is a
+400 naming the field. The interleavings are made deterministic: "deleted meanwhile" deletes the row
+after the create's checks read it; "the create holds the row" starts the deletion from another
+connection at the create's owner lock (just after its row locks) and sees it wait.
+"""
+import threading
+
+import pytest
+from django.db import IntegrityError, connections
+from rest_framework.test import APIClient
+
+from rlstudio.catalog.errors import CatalogInUse
+from rlstudio.catalog.models import Dataset, ModelAsset
+from rlstudio.catalog.services import dataset_delete, model_delete
+from rlstudio.evaluations.models import Evaluation
+from rlstudio.evaluations.services import EvaluationInvalid, evaluation_new
+from rlstudio.exports.models import Export
+from rlstudio.exports.services import export_new
+from rlstudio.playground.models import PlaygroundSession
+from rlstudio.quotas.services import Quotas
+from rlstudio.runs.errors import RunRefused
+from rlstudio.runs.models import Run
+from rlstudio.runs.services import run_clone, run_delete, run_new
+
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _api(user) -> APIClient:
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
+
+
+@pytest.fixture
+def data(alice, make_dataset):
+    return make_dataset(alice, "race-data", status="ready")
+
+
+@pytest.fixture
+def policy(alice, make_model):
+    return make_model(alice, "race-policy", tokenizer_ok=True)
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: 0.0)
+
+
+def _launch(owner, data, policy, name="race-run"):
+    return run_new(owner=owner, name=name, dataset=data, model=policy, preset="cpu_smoke", gpus=0)
+
+
+def _deleted_after(monkeypatch, target: str, row):
+    """Wrap `target` (a function the create calls after reading its inputs) to delete `row` first."""
+    module, name = target.rsplit(".", 1)
+    import importlib
+
+    original = getattr(importlib.import_module(module), name)
+
+    def wrapped(*args, **kwargs):
+        type(row).objects.filter(pk=row.pk).delete()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(target, wrapped)
+
+
+# ---- deleted meanwhile: a 400 naming the field, nothing created ------------------------------------
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("which", ["dataset", "model"])
+def test_a_launch_whose_dataset_or_model_was_deleted_meanwhile_is_400_naming_it(
+        alice, data, policy, cluster, published, monkeypatch, which):
+    row = data if which == "dataset" else policy
+    _deleted_after(monkeypatch, "rlstudio.runs.services.lineage._config_or_invalid", row)
+    r = _api(alice).post("/api/v1/runs/", {"name": "r", "dataset": data.pk, "model": policy.pk,
+                                           "preset": "cpu_smoke", "gpus": 0}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == which
+    assert "was deleted" in r.json()["error"]["message"]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_clone_of_a_run_deleted_meanwhile_is_400_naming_run(alice, data, policy, cluster, published,
+                                                             monkeypatch):
+    source = _launch(alice, data, policy)
+    Run.objects.filter(pk=source.pk).update(status="stopped")
+    _deleted_after(monkeypatch, "rlstudio.runs.services.lineage._config_or_invalid", source)
+    r = _api(alice).post(f"/api/v1/runs/{source.pk}/clone/", {}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == "run" and "was deleted" in r.json()["error"]["message"]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_export_of_a_run_deleted_meanwhile_is_400_naming_run(alice, run_with_ckpts, published, monkeypatch):
+    _deleted_after(monkeypatch, "rlstudio.exports.services.checkpoint_steps", run_with_ckpts)
+    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/exports/", {"step": 1}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == "run" and "was deleted" in r.json()["error"]["message"]
+    assert not Export.objects.exists() and published == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("which", ["run", "dataset"])
+def test_an_evaluation_whose_run_or_dataset_was_deleted_meanwhile_is_refused_naming_it(
+        alice, run_with_ckpts, data, published, cluster, which):
+    if which == "run":
+        Run.objects.filter(pk=run_with_ckpts.pk).delete()
+    else:
+        Dataset.objects.filter(pk=data.pk).delete()
+    with pytest.raises(EvaluationInvalid, match="was deleted") as err:
+        evaluation_new(user=alice, run=run_with_ckpts, dataset=data, data={"checkpoints": [1], "k": 1})
+    assert err.value.field == which
+    assert not Evaluation.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_playground_session_on_a_run_deleted_meanwhile_is_400_naming_the_target(
+        alice, run_with_ckpts, published, monkeypatch):
+    _deleted_after(monkeypatch, "rlstudio.playground.services._lock_targets", run_with_ckpts)
+    r = _api(alice).post("/api/v1/playground/sessions/", {"targets": [{"run": run_with_ckpts.pk, "step": 1}],
+                                                          "messages": HELLO}, format="json")
+    assert r.status_code == 400, r.content
+    assert r.json()["error"]["field"] == "targets[0].run"
+    assert not PlaygroundSession.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_dataset_already_deleted_by_another_request_is_left_gone(alice, data):
+    Dataset.objects.filter(pk=data.pk).delete()
+    dataset_delete(dataset=data, by=alice)  # nothing to do, no 500
+
+
+# ---- the create holds the row: the deletion waits, then sees what was created -----------------------
+
+def _in_thread(fn):
+    out: dict = {}
+
+    def body():
+        try:
+            out["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            out["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread, out
+
+
+@pytest.fixture
+def delete_at_owner_lock(monkeypatch):
+    """`start(delete)`: at the create's owner lock (taken just after its row locks) run `delete` from
+    another connection; returns {"waited": whether it was still waiting 1 s later, "thread", "out"}."""
+    state: dict = {}
+    original = Quotas.lock_owner
+
+    def start(delete):
+        def lock_owner(self, *, user):
+            if "thread" not in state:
+                state["thread"], state["out"] = _in_thread(delete)
+                state["thread"].join(1.0)
+                state["waited"] = state["thread"].is_alive()
+            original(self, user=user)
+
+        monkeypatch.setattr(Quotas, "lock_owner", lock_owner)
+        return state
+
+    yield start
+    if "thread" in state:
+        state["thread"].join(30)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("which", ["dataset", "model"])
+def test_a_launch_holds_its_dataset_and_model_against_a_deletion(alice, data, policy, cluster, published,
+                                                                 delete_at_owner_lock, which):
+    delete = (lambda: dataset_delete(dataset=data, by=alice)) if which == "dataset" else (
+        lambda: model_delete(model=policy, by=alice))
+    state = delete_at_owner_lock(delete)
+    run = _launch(alice, data, policy)
+    state["thread"].join(30)
+    assert state["waited"]
+    assert isinstance(state["out"].get("error"), CatalogInUse), state["out"]
+    assert Run.objects.filter(pk=run.pk, dataset=data, model=policy).exists()
+    assert Dataset.objects.filter(pk=data.pk).exists() and ModelAsset.objects.filter(pk=policy.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_clone_holds_its_source_run_and_the_deletion_then_unlinks_it(alice, data, policy, cluster, published,
+                                                                      delete_at_owner_lock):
+    source = _launch(alice, data, policy, "source")
+    Run.objects.filter(pk=source.pk).update(status="stopped")
+    source.refresh_from_db()
+    state = delete_at_owner_lock(lambda: run_delete(run=source, by=alice))
+    clone = run_clone(run=source, by=alice)
+    state["thread"].join(30)
+    assert state["waited"] and "error" not in state["out"], state["out"]
+    assert not Run.objects.filter(pk=source.pk).exists()
+    clone.refresh_from_db()
+    assert clone.parent_id is None and clone.parent_kind == "clone"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_holds_its_run_and_the_deletion_then_refuses(alice, run_with_ckpts, published,
+                                                              delete_at_owner_lock):
+    state = delete_at_owner_lock(lambda: run_delete(run=run_with_ckpts, by=alice))
+    export, queued = export_new(user=alice, run=run_with_ckpts, data={"step": 1})
+    state["thread"].join(30)
+    assert queued and state["waited"]
+    assert isinstance(state["out"].get("error"), RunRefused), state["out"]
+    assert "export" in str(state["out"]["error"])
+    assert Export.objects.filter(pk=export.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_evaluation_holds_its_dataset_and_the_deletion_then_refuses(alice, run_with_ckpts, data, published,
+                                                                      cluster, delete_at_owner_lock):
+    state = delete_at_owner_lock(lambda: dataset_delete(dataset=data, by=alice))
+    ev = evaluation_new(user=alice, run=run_with_ckpts, dataset=data, data={"checkpoints": [1], "k": 1})
+    state["thread"].join(30)
+    assert state["waited"]
+    assert isinstance(state["out"].get("error"), CatalogInUse), state["out"]
+    assert Evaluation.objects.filter(pk=ev.pk).exists()
+
+
+def test_the_missing_row_is_named_even_when_present_ones_are_locked_first(db, alice, data, policy):
+    from django.db import transaction
+
+    from rlstudio.rowlocks import lock_for_use
+
+    with transaction.atomic():
+        assert lock_for_use([("dataset", Dataset, data.pk), ("model", ModelAsset, policy.pk),
+                             ("val_dataset", Dataset, None)]) is None
+        assert lock_for_use([("model", ModelAsset, policy.pk), ("dataset", Dataset, 10**9)]) == "dataset"
+
+
+# ---- the safety net at the API edge ----------------------------------------------------------------
+
+def test_an_integrity_error_reaching_the_api_edge_is_a_409_conflict():
+    from rlstudio.api.errors import api_exception_handler
+
+    response = api_exception_handler(IntegrityError("insert or update violates foreign key constraint"), {})
+    assert response is not None and response.status_code == 409
+    assert response.data["error"]["code"] == "conflict"
+    assert "at the same time" in response.data["error"]["message"]
