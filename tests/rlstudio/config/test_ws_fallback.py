@@ -46,3 +46,23 @@ def test_known_path_still_routed(alice, make_run):
     connected, closed = asyncio.run(scenario())
     assert connected is True
     assert closed == {"type": "websocket.close", "code": 4401}
+
+
+def test_the_real_server_answers_403_and_logs_no_traceback(asgi_server, _asgi_started):
+    """Through Daphne: the refused handshake is an HTTP 403 (it was a 500), and the log has no
+    "No route found" traceback."""
+    import websockets
+    from websockets.exceptions import InvalidStatus
+
+    url = asgi_server.replace("http://", "ws://")
+
+    async def attempt(path: str):
+        try:
+            async with websockets.connect(url + path, origin=asgi_server, open_timeout=10):
+                return 101
+        except InvalidStatus as exc:
+            return exc.response.status_code
+
+    assert [asyncio.run(attempt(p)) for p in ("/ws/nope/", "/ws/runs/abc/")] == [403, 403]
+    log = _asgi_started["log"].read_text(errors="replace")
+    assert "No route found" not in log  # (the server is the session's: other tests' lines may be there)
