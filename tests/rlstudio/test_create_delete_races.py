@@ -231,6 +231,32 @@ def test_an_evaluation_holds_its_dataset_and_the_deletion_then_refuses(alice, ru
     assert Evaluation.objects.filter(pk=ev.pk).exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_playground_session_holds_its_model_and_the_deletion_then_refuses(alice, policy, published,
+                                                                           delete_at_owner_lock):
+    from rlstudio.playground.services import session_new
+
+    state = delete_at_owner_lock(lambda: model_delete(model=policy, by=alice))
+    session = session_new(user=alice, data={"targets": [{"model": policy.pk}], "messages": HELLO})
+    state["thread"].join(30)
+    assert state["waited"]
+    error = state["out"].get("error")
+    assert isinstance(error, CatalogInUse) and f"playground session #{session.pk}" in str(error), state["out"]
+    assert ModelAsset.objects.filter(pk=policy.pk).exists()
+
+
+@pytest.mark.django_db
+def test_a_model_is_deleted_once_its_playground_session_has_ended(alice, policy):
+    session = PlaygroundSession.objects.create(owner=alice, targets=[{"key": "a", "kind": "model", "model": policy.pk,
+                                                                      "run": None, "step": None, "label": "p"}],
+                                               messages={}, settings={})
+    with pytest.raises(CatalogInUse, match="stop it first"):
+        model_delete(model=policy, by=alice)
+    PlaygroundSession.objects.filter(pk=session.pk).update(status="stopped")
+    model_delete(model=policy, by=alice)
+    assert not ModelAsset.objects.filter(pk=policy.pk).exists()
+
+
 def test_the_missing_row_is_named_even_when_present_ones_are_locked_first(db, alice, data, policy):
     from django.db import transaction
 

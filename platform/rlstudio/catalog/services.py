@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -460,7 +461,7 @@ def model_delete(*, model: ModelAsset, by) -> None:
     """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
     operator's, or a run's export); its finished evaluations go with it, after the `on_model_delete`
     hooks. In use: CatalogInUse naming the runs, or counting its queued or running evaluations (their
-    jobs read the model).
+    jobs read the model), or naming a queued or running playground session on it.
 
     The checks run with the model's row locked (FOR UPDATE), which a run's or an evaluation's creation
     waits for (it takes FOR KEY SHARE on the rows it references first, `rlstudio.rowlocks`): one
@@ -482,6 +483,14 @@ def model_delete(*, model: ModelAsset, by) -> None:
         if evaluating:
             raise CatalogInUse(f"model {model.name!r} is being evaluated ({evaluating} evaluation(s) queued or "
                                f"running): wait for them to end or stop them", code="in_use")
+        # The playground's sessions name their models in JSON (no foreign key): the app depends on the
+        # catalog, so it is reached by name. "queued" and "running" are its active statuses.
+        session = (apps.get_model("playground", "PlaygroundSession").objects
+                   .filter(targets__contains=[{"model": locked.pk}], status__in=("queued", "running"))
+                   .order_by("pk").first())
+        if session is not None:
+            raise CatalogInUse(f"model {model.name!r} is answering in playground session #{session.pk} "
+                               f"({session.status}): stop it first", code="in_use")
         audit_record(actor=by, action="model.delete", obj=model, data={"name": model.name, "path": model.path})
         for hook in list(_MODEL_DELETE_HOOKS):
             hook(locked)
