@@ -79,6 +79,21 @@ def test_compose_services_volumes_and_env():
     assert services["web"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
 
+def test_compose_points_the_app_at_the_ray_head_service_not_at_itself():
+    """RAY_ADDRESS and RAY_DASHBOARD_URL (what /healthz probes, and the Jobs API when RAY_ADDRESS is not
+    http) name the `ray-head` service's dashboard port: 127.0.0.1 inside `web` is `web` itself."""
+    services = _resolved()["services"]
+    head_port = "8265"
+    assert f"--dashboard-port={head_port}" in services["ray-head"]["command"]
+    for name in APP_SERVICES:
+        env = services[name]["environment"]
+        for var in ("RAY_ADDRESS", "RAY_DASHBOARD_URL"):
+            value = env[var]
+            if value.startswith("${"):  # PyYAML: the compose default, as docker-compose would render it
+                value = value.split(":-", 1)[1].rstrip("}")
+            assert value == f"http://ray-head:{head_port}", (name, var, value)
+
+
 def test_only_the_tls_proxy_listens_beyond_loopback():
     services = _compose()["services"]
     for name, svc in services.items():
