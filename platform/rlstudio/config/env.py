@@ -104,10 +104,17 @@ def read_endpoints(state_dir: Path) -> dict[str, str]:
     return data
 
 
+def state_dir_from_env(environ: Mapping[str, str] | None = None) -> Path:
+    """The state folder: RLSTUDIO_STATE_DIR, else <repository>/var whatever the working directory;
+    absolute and resolved (its text is an instance's identity). The settings and the launcher both use it."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get("RLSTUDIO_STATE_DIR") or REPO_ROOT / "var").expanduser().resolve()
+
+
 def load_env(environ: Mapping[str, str] | None = None) -> Env:
     """Read the environment (default `os.environ`) into an `Env`."""
     environ = os.environ if environ is None else environ
-    state_dir = Path(environ.get("RLSTUDIO_STATE_DIR") or REPO_ROOT / "var").expanduser().resolve()
+    state_dir = state_dir_from_env(environ)
     endpoints = read_endpoints(state_dir)
 
     if environ.get("DATABASE_URL"):

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from . import endpoints, postgres, ray_head, redis_server
 from .credentials import admin_credentials
-from .layout import Layout, PortAllocator, layout_for, port_is_free, state_dir_from_env
+from .layout import Layout, PortAllocator, layout_for, port_is_free
 from .supervisor import Supervisor, recover, total_rss
+from rlstudio.config.env import state_dir_from_env
 
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SETTINGS = "rlstudio.config.settings.local"

@@ -1,13 +1,13 @@
 """Where a launcher instance keeps its files, and which TCP ports it uses.
 
-One state folder = one instance: services/{postgres,redis,ray}, logs/, run/ (pid files, lock).
+One state folder = one instance (`rlstudio.config.env.state_dir_from_env`, the settings' own definition:
+RLSTUDIO_STATE_DIR, else <repository>/var): services/{postgres,redis,ray}, logs/, run/ (pid files, lock).
 Unix sockets have a ~107-byte path limit, so socket folders move to a short /tmp/rls-<hash>/ when
 the state path is long; the hash of the state path keeps two instances apart.
 """
 from __future__ import annotations
 
 import hashlib
-import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,13 +47,6 @@ class Layout:
     def create(self) -> None:
         for folder in (self.services, self.postgres, self.redis, self.logs, self.run):
             folder.mkdir(parents=True, exist_ok=True)
-
-
-def state_dir_from_env(environ: dict[str, str] | None = None) -> Path:
-    """RLSTUDIO_STATE_DIR or ./var, made absolute (resolved, so its text is a stable identity)."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get("RLSTUDIO_STATE_DIR") or "var"
-    return Path(raw).expanduser().resolve()
 
 
 def layout_for(state: Path) -> Layout:

@@ -85,3 +85,18 @@ def test_lists_booleans_and_port(tmp_path):
         load_env({"RLSTUDIO_STATE_DIR": str(tmp_path), "DEBUG": "maybe"})
     with pytest.raises(EnvError, match="PORT"):
         load_env({"RLSTUDIO_STATE_DIR": str(tmp_path), "PORT": "eighty"})
+
+
+def test_state_dir_defaults_to_the_repository_var_from_any_folder_for_settings_and_launcher(tmp_path, monkeypatch):
+    """One definition: `make run` / the launcher and the settings find the same <repository>/var
+    whatever the working directory (the launcher used to take <cwd>/var)."""
+    from rlstudio.config import env as env_module
+    from rlstudio.launcher import cli
+
+    monkeypatch.chdir(tmp_path)
+    expected = (env_module.REPO_ROOT / "var").resolve()
+    assert env_module.state_dir_from_env({}) == expected
+    assert cli.state_dir_from_env is env_module.state_dir_from_env
+    assert cli.state_dir_from_env({}) == expected != (tmp_path / "var").resolve()
+    other = tmp_path / "elsewhere"
+    assert cli.state_dir_from_env({"RLSTUDIO_STATE_DIR": str(other)}) == other.resolve()
