@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 VPY    := $(VENV)/bin/python
 
-.PHONY: install run test check-deploy clean-state
+.PHONY: install run test check-deploy
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
