@@ -270,7 +270,8 @@ class TrainerConfig:
     logger: list[str] = option(
         ["console", "jsonl"],
         f"Sinks: {', '.join(LOGGERS)}; http is the platform's ingest API (RLSTUDIO_INGEST_URL, "
-        "and RLSTUDIO_INGEST_TOKEN_FILE or RLSTUDIO_INGEST_TOKEN, from the environment).",
+        "and RLSTUDIO_INGEST_TOKEN_FILE or RLSTUDIO_INGEST_TOKEN, from the environment; docs/live.md); "
+        "tensorboard writes under $TENSORBOARD_DIR, else <out_dir>/tensorboard_log/<project>/<experiment>.",
     )
     critic_warmup: int = option(
         0,
