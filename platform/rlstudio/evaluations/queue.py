@@ -3,7 +3,7 @@ admission by the app's `ready`, so that one pass admits queued runs and evaluati
 were queued, against the same quotas and GPUs."""
 from __future__ import annotations
 
-from rlstudio.runs.queue import Attempt, QueuedJob, ahead_of
+from rlstudio.runs.queue import NEVER_PREFIX, Attempt, QueuedJob, ahead_of
 from rlstudio.runs.services.admission import QueuedKind, q_ahead
 
 from .models import Evaluation, EvaluationStatus
@@ -17,7 +17,9 @@ class EvaluationQueue(QueuedKind):
         return [evaluation_job(ev) for ev in Evaluation.objects.filter(status=EvaluationStatus.QUEUED)]
 
     def earlier_of(self, *, job: QueuedJob) -> str:
-        for ev in Evaluation.objects.filter(owner=job.owner_id, status=EvaluationStatus.QUEUED):
+        # One that can never be admitted as it is (its reason says so) holds none of its owner's back.
+        for ev in (Evaluation.objects.filter(owner=job.owner_id, status=EvaluationStatus.QUEUED)
+                   .exclude(queue_reason__startswith=NEVER_PREFIX)):
             if ahead_of(job, evaluation_job(ev)):
                 return f"evaluation #{ev.pk}"
         return ""

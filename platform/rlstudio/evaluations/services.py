@@ -91,10 +91,10 @@ def _float(value: Any, field: str, lo: float, hi: float, *, open_low: bool = Fal
     return float(value)
 
 
-def clean_request(data: dict[str, Any], *, available: list[int], max_gpus: int = MAX_GPUS) -> EvaluationRequest:
-    """The request's inputs checked and bounded (EvaluationInvalid naming the field). `max_gpus`: the
-    most the user may ask (their quota's, at most MAX_GPUS). A run's evaluation is scored with the
-    run's own config: a `reward` in it is refused."""
+def clean_request(data: dict[str, Any], *, available: list[int]) -> EvaluationRequest:
+    """The request's inputs checked and bounded (EvaluationInvalid naming the field; `gpus` at most
+    MAX_GPUS here, then within the user's quota and the cluster: `_check_gpus`). A run's evaluation is
+    scored with the run's own config: a `reward` in it is refused."""
     if "reward" in data:
         raise EvaluationInvalid("a run's evaluation is scored with the run's own reward; `reward` is only for "
                                 "a registered model's evaluation", field="reward")
@@ -114,7 +114,7 @@ def clean_request(data: dict[str, Any], *, available: list[int], max_gpus: int =
                                 f"{available or 'none'}", field="checkpoints")
     k = _int(data.get("k"), "k", 1, MAX_K)
     max_prompts = _int(data.get("max_prompts", 32), "max_prompts", 1, MAX_PROMPTS)
-    gpus = _int(data.get("gpus", 0), "gpus", 0, min(MAX_GPUS, max_gpus))
+    gpus = _int(data.get("gpus", 0), "gpus", 0, MAX_GPUS)
     given = data.get("sampling") or {}
     if not isinstance(given, dict):
         raise EvaluationInvalid("sampling must be an object", field="sampling")
@@ -137,6 +137,17 @@ def _policy():
     from rlstudio.runs.services.admission import quota_policy
 
     return quota_policy()
+
+
+def _check_gpus(*, user, gpus: int) -> None:
+    """EvaluationInvalid on `gpus` when an evaluation of `user` asking `gpus` could never be admitted:
+    more than their quota allows at once, or than the cluster has in all (`gpus_refusal`; not refused
+    when Ray does not answer)."""
+    from rlstudio.runs.services.admission import gpus_refusal
+
+    why = gpus_refusal(user=user, gpus=gpus, what="evaluation")
+    if why:
+        raise EvaluationInvalid(why, field="gpus")
 
 
 def _check_dataset(dataset) -> None:
@@ -199,8 +210,8 @@ def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
 
     check_can_manage(user=user, run=run, action="evaluate")
     _check_dataset(dataset)
-    max_gpus = _policy().usage_for(user=run.owner).max_gpus
-    req = clean_request(data, available=list(checkpoint_steps(run)), max_gpus=max_gpus)
+    req = clean_request(data, available=list(checkpoint_steps(run)))
+    _check_gpus(user=user, gpus=req.gpus)  # the evaluation is the caller's: their quota admits it
     try:
         jobs.run_config(run)
     except ConfigInvalid as exc:
@@ -209,7 +220,7 @@ def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
                    audit={"checkpoints": req.checkpoints, "base": req.include_base})
 
 
-def clean_model_request(data: dict[str, Any], *, max_gpus: int = MAX_GPUS) -> EvaluationRequest:
+def clean_model_request(data: dict[str, Any]) -> EvaluationRequest:
     """A catalog model's evaluation request checked (EvaluationInvalid naming the field): the run
     fields' bounds, with no checkpoints (the model itself is the one column, "base"), and an optional
     `reward`: a string here (absent, null or "": the default reward); whether it names a reward the
@@ -226,7 +237,7 @@ def clean_model_request(data: dict[str, Any], *, max_gpus: int = MAX_GPUS) -> Ev
     if data.get("include_base", True) is not True:
         raise EvaluationInvalid("a model's evaluation always evaluates the model (column 'base'); leave "
                                 "include_base out", field="include_base")
-    req = clean_request({**data, "checkpoints": [], "include_base": True}, available=[], max_gpus=max_gpus)
+    req = clean_request({**data, "checkpoints": [], "include_base": True}, available=[])
     req.reward = reward
     return req
 
@@ -242,7 +253,8 @@ def evaluation_new_for_model(*, user, model, dataset, data: dict[str, Any]) -> E
         raise EvaluationInvalid(f"model {model.pk} is a {model.get_kind_display()}: only a policy (a causal LM) "
                                 f"generates answers to evaluate", field="model")
     _check_dataset(dataset)
-    req = clean_model_request(data, max_gpus=_policy().usage_for(user=user).max_gpus)
+    req = clean_model_request(data)
+    _check_gpus(user=user, gpus=req.gpus)
     try:
         jobs.model_config(model=model, dataset=dataset, gpus=req.gpus, reward=req.reward)
     except ConfigInvalid as exc:

@@ -26,12 +26,14 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
+from rlstudio.runs.queue import QUOTA_REMEDY, gpus_over_quota, never_reason
 from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.admission import QuotaPolicy
 
 from .models import GpuHoursSpent, GpuQuota
 from .selectors import (
     QuotaUsage,
+    default_quota,
     gpu_microseconds,
     month_gpu_hours,
     month_start,
@@ -88,6 +90,9 @@ def check_queue_cap(*, user: AbstractBaseUser) -> None:
 def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None, what: str,
             exclude_run: int | None = None, exclude_evaluation: int | None = None) -> str:
     quota = quota_for(user=owner)
+    over = gpus_over_quota(what=what, gpus=gpus, most=quota.max_gpus)
+    if over:  # no wait will do: more than the quota allows at once (lowered since the launch)
+        return never_reason(over, remedy=QUOTA_REMEDY)
     active = Run.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)
     if exclude_run is not None:
         active = active.exclude(pk=exclude_run)
@@ -114,7 +119,8 @@ def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:
 
     Counts the owner's other active runs (submitting/running/stopping) and running evaluations (one
     evaluation counts as one run, its GPUs as a run's). GPU runs are limited by GPUs held at once,
-    GPU-hours this month and concurrent runs; CPU-only runs by concurrent runs only.
+    GPU-hours this month and concurrent runs; CPU-only runs by concurrent runs only. A run asking more
+    GPUs than the quota's max_gpus can never start: its reason says so (`never_reason`).
     `cluster_free_gpus` is what the cluster can still give (None = not checked).
     """
     return _reason(owner=run.owner, gpus=run.gpus, cluster_free_gpus=cluster_free_gpus, what="run",
@@ -147,6 +153,10 @@ class Quotas(QuotaPolicy):
 
     def usage_for(self, *, user: AbstractBaseUser) -> QuotaUsage:
         return quota_usage_for(user=user)
+
+    def max_gpus(self, *, owner_id: int) -> int:
+        own = GpuQuota.objects.filter(user_id=owner_id).values_list("max_gpus", flat=True).first()
+        return own if own is not None else default_quota().max_gpus
 
     def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
         return job_reason(user=user, gpus=gpus, cluster_free_gpus=cluster_free_gpus)

@@ -7,7 +7,8 @@ order for the same capacity (their owner's quota, the cluster's GPUs), so an old
 admitted before a newer queued run when both want the same slot, and the other way round.
 
 `admission_pass` walks the queue in that order and asks `try_admit` (the services' quota check under
-the owner's lock) for each job: nothing here reads the database, so the pass is tested by hand. It is
+the owner's lock) for each job, after `never` (can it ever be admitted: its owner's quota's `max_gpus`,
+the cluster's GPUs in all) for each GPU job: nothing here reads the database, so the pass is tested by hand. It is
 the only way a job is admitted: the reconcile runs it every few seconds and each launch runs it once
 its job is recorded queued (`services.admission.queue_admit_launched`), so a job launched now never
 overtakes an older one the pass would try first.
@@ -49,6 +50,49 @@ class QueuedJob:
         return f"{self.kind} #{self.id}"
 
 
+# How the reason of a queued job that can never be admitted as it is begins (`never_reason`): its GPUs
+# are more than its owner's quota allows at once, or more than the cluster has. Its owner's later jobs
+# do not wait behind it, and a launch asking that much is refused (`gpus_over_quota`, `gpus_over_cluster`).
+NEVER_PREFIX = "waiting cannot help: "
+
+
+def _gpus(n: float) -> str:
+    return f"{n:g} GPU" + ("" if n == 1 else "s")
+
+
+def gpus_over_quota(*, what: str, gpus: int, most: int) -> str:
+    """Why a `what` ("run", "evaluation") asking `gpus` GPUs cannot start under a quota of `most` at a
+    time ('' when it can)."""
+    if gpus <= most:
+        return ""
+    return f"this {what} asks {_gpus(gpus)}; your quota allows at most {most:g} at a time"
+
+
+def gpus_over_cluster(*, what: str, gpus: int, total: float | None) -> str:
+    """Why a `what` asking `gpus` GPUs cannot start on a cluster of `total` GPUs in all ('' when it
+    can, or when `total` is unknown: Ray did not answer)."""
+    if total is None or gpus <= 0 or gpus <= total:
+        return ""
+    return f"this {what} asks {_gpus(gpus)}; the cluster has {_gpus(total)} in all"
+
+
+QUOTA_REMEDY = "raise your quota"
+CLUSTER_REMEDY = "add GPUs to the cluster"
+
+
+def never_reason(why: str, *, remedy: str) -> str:
+    """The queue reason of a job that can never be admitted as it is, `why` being `gpus_over_quota`'s
+    or `gpus_over_cluster`'s sentence: it says waiting cannot help and what its owner can do (stop
+    it, or ask an admin to `remedy`: QUOTA_REMEDY, CLUSTER_REMEDY)."""
+    return (f"{NEVER_PREFIX}{why}. Stop it (your later jobs do not wait for it) or ask an admin to "
+            f"{remedy}")
+
+
+def is_never(reason: str) -> bool:
+    """Whether a queue reason is `never_reason`'s."""
+    return reason.startswith(NEVER_PREFIX)
+
+
 def queue_order(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
     """`jobs` in admission order (see the module docstring)."""
     return sorted(jobs, key=lambda j: j.key)
@@ -72,7 +116,8 @@ class Attempt:
 
 def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], float | None],
                    try_admit: Callable[[QueuedJob, float | None], Attempt | None],
-                   held_back: Callable[[QueuedJob, QueuedJob], None] | None = None) -> list[QueuedJob]:
+                   held_back: Callable[[QueuedJob, QueuedJob], None] | None = None,
+                   never: Callable[[QueuedJob, float | None], bool] | None = None) -> list[QueuedJob]:
     """Try every queued job once, in `queue_order`; returns the ones admitted, in that order.
 
     `free_gpus(needed)` is what the cluster can still give (asked once, at the first GPU job; None: not
@@ -80,7 +125,10 @@ def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], floa
     quota (None: the job left the queue meanwhile). A user at their quota does not hold the others
     back; a GPU job waiting for the cluster's GPUs keeps every later GPU job, of any kind, from
     overtaking it (`held_back(job, blocker)` is told of each one not tried for that); a job whose
-    submission could not be sent (the task queue is down) ends the pass.
+    submission could not be sent (the task queue is down) ends the pass. `never(job, free)` is asked
+    first for each GPU job: True when it can never be admitted as it is (more GPUs than its owner's
+    quota allows at once, or than the cluster has in all; the callee records why): it is not tried,
+    and holds no one back.
     """
     admitted: list[QueuedJob] = []
     free: float | None = None
@@ -88,12 +136,14 @@ def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], floa
     blocker: QueuedJob | None = None
     for job in queue_order(jobs):
         if job.gpus > 0:
+            if not asked:
+                free, asked = free_gpus(job.gpus), True
+            if never is not None and never(job, free):
+                continue
             if blocker is not None:
                 if held_back is not None:
                     held_back(job, blocker)
                 continue
-            if not asked:
-                free, asked = free_gpus(job.gpus), True
         attempt = try_admit(job, free if job.gpus > 0 else None)
         if attempt is None:
             continue

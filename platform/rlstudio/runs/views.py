@@ -202,11 +202,14 @@ def run_new_preview(request):
     """POST (the form's fields, as the form posts them): JSON with every error of the inputs (each with
     the form field it belongs on), the trainer's warnings, the preset's adaptations to the GPUs or CPU, the
     effective config as YAML lines marked where they differ from the preset, and the memory estimate per
-    device. Nothing is stored; the form's script (static/js/run_form.js) calls it as the user edits."""
+    device; GPUs more than the user's quota allows at once or than the cluster has in all are an error on
+    `gpus` (the launch would refuse them). Nothing is stored; the form's script (static/js/run_form.js)
+    calls it as the user edits."""
     from django.http import HttpResponseNotAllowed, JsonResponse
 
     from .launch import ConfigInvalid, parse_config_text
     from .preview import FieldError, preview
+    from .services.admission import gpus_refusal
 
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
@@ -228,6 +231,9 @@ def run_new_preview(request):
         body = preview(**inputs, adapt=True)
         typed = {line.split("=", 1)[0].strip() for line in inputs["overrides"] if isinstance(line, str)}
         errors += [FieldError(e["field"], e["message"], e.get("source", "")) for e in body["errors"]]
+    gpus = getattr(form, "cleaned_data", {}).get("gpus")
+    if gpus and (why := gpus_refusal(user=request.user, gpus=gpus)):
+        errors.append(FieldError("gpus", why))
     body["errors"] = [{"field": e.field, "message": e.message,
                        "form_field": e.field if e.field in form.fields else
                        form.field_for_error(e.field, source=e.source, typed=typed)} for e in errors]

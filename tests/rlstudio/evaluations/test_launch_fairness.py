@@ -112,13 +112,14 @@ def test_a_launched_gpu_run_waits_behind_another_users_older_evaluation_waiting_
 def test_an_older_job_whose_owner_is_at_quota_holds_no_launch_back(alice, bob, data, policy, make_run,
                                                                    free_gpus):
     _quota(alice)
-    _quota(bob, gpus=0)  # bob may hold no GPU: his run waits for his quota, not for the cluster
+    _quota(bob, gpus=1)  # bob holds his one GPU: his run waits for his quota, not for the cluster
+    Run.objects.filter(pk=make_run(bob, "bob-holder", gpus=1).pk).update(status=R.RUNNING)
     bobs = _older(make_run(bob, "bob-over-quota", gpus=1))
     free_gpus.value = 1.0
     launched = _launch(alice, data, policy, "alice-new")
     assert launched.status == R.SUBMITTING
     bobs.refresh_from_db()
-    assert bobs.status == R.QUEUED and bobs.queue_reason.startswith("you hold 0 of your 0 GPUs")
+    assert bobs.status == R.QUEUED and bobs.queue_reason.startswith("you hold 1 of your 1 GPU")
 
 
 def test_a_cpu_launch_is_not_held_back_by_gpu_jobs_waiting_for_the_cluster(alice, bob, data, policy, make_run,

@@ -12,14 +12,22 @@ from rlstudio.runs.models import RunStatus as S
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture
+def roomy(alice):
+    """A quota that lets alice hold 8 GPUs at once (the default's 1 would refuse these runs at launch)."""
+    from rlstudio.quotas.models import GpuQuota
+
+    GpuQuota.objects.create(user=alice, max_gpus=8)
+
+
 @pytest.mark.parametrize("gpus, expected", [(0, 0), (1, 1), (2, 0), (8, 0)])
 def test_driver_gpus(gpus, expected):
     assert adapt.driver_gpus(gpus) == expected
 
 
 @pytest.mark.parametrize("gpus, num_gpus, workers", [(1, 1, (1, 1)), (4, 0, (1, 4))])
-def test_the_job_entrypoint_reserves_gpus_only_for_a_one_worker_run(api, ready, settings, tmp_path, monkeypatch,
-                                                                    gpus, num_gpus, workers):
+def test_the_job_entrypoint_reserves_gpus_only_for_a_one_worker_run(api, ready, roomy, settings, tmp_path,
+                                                                    monkeypatch, gpus, num_gpus, workers):
     from rlstudio.runs import ray_jobs
     from rlstudio.runs.services import run_submit
 
@@ -44,7 +52,7 @@ def test_node_layout(gpus, per_node, layout):
     assert adapt.node_layout(gpus, per_node) == layout
 
 
-def test_a_run_with_more_gpus_than_a_node_spans_whole_nodes(api, ready, settings, tmp_path, monkeypatch):
+def test_a_run_with_more_gpus_than_a_node_spans_whole_nodes(api, ready, roomy, settings, tmp_path, monkeypatch):
     from rlstudio.runs import ray_jobs
     from rlstudio.runs.services import run_submit
 

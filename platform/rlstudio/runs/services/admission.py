@@ -15,6 +15,12 @@ under way rather than skipping), so a job is admitted at launch exactly when the
 ahead of an older queued GPU job of any owner that waits for the cluster's GPUs (while an owner at
 their quota still holds no one back).
 
+A job that can never be admitted as it is (more GPUs than its owner's quota's `max_gpus`, or than the
+cluster has in all) is refused at launch (`gpus_refusal`, a 400 on `gpus`); one already queued that
+became so (an admin lowered the quota, a GPU node left) stays queued with a reason that says waiting
+cannot help (`rlstudio.runs.queue.never_reason`), is not tried, holds none of the others back, and its
+owner's later jobs do not wait behind it.
+
 Quotas are asked through a `QuotaPolicy` that the quotas app registers at startup
 (`quota_policy_register`, from its AppConfig.ready), so that runs never imports quotas (quotas reads
 runs, not the other way round)."""
@@ -29,7 +35,20 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run, RunStatus
 from ..errors import RunRefused
-from ..queue import RUN, Attempt, QueuedJob, admission_pass, ahead_of, kind_rank
+from ..queue import (
+    CLUSTER_REMEDY,
+    NEVER_PREFIX,
+    QUOTA_REMEDY,
+    RUN,
+    Attempt,
+    QueuedJob,
+    admission_pass,
+    ahead_of,
+    gpus_over_cluster,
+    gpus_over_quota,
+    kind_rank,
+    never_reason,
+)
 from .transitions import run_transition
 
 
@@ -45,6 +64,7 @@ class QuotaPolicy:
         reason(*, run, cluster_free_gpus) -> str  '' when `run` may start now, else why it waits
                                                   (`cluster_free_gpus`: None = not checked)
         usage_for(*, user)                        the user's quota and usage (the "Your quota" page)
+        max_gpus(*, owner_id) -> int              the most GPUs the user's quota lets them hold at once
     """
 
     def lock_owner(self, *, user: AbstractBaseUser) -> None:
@@ -57,6 +77,9 @@ class QuotaPolicy:
         raise NotImplementedError
 
     def usage_for(self, *, user: AbstractBaseUser):
+        raise NotImplementedError
+
+    def max_gpus(self, *, owner_id: int) -> int:
         raise NotImplementedError
 
     def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
@@ -144,8 +167,11 @@ def run_job(run: Run) -> QueuedJob:
 
 
 def first_run_ahead(*, job: QueuedJob) -> Run | None:
-    """The first queued run of `job`'s owner that comes before `job` in the queue (None: none does)."""
-    queued = Run.objects.filter(owner=job.owner_id, status=S.QUEUED).order_by(*QUEUE_ORDER)
+    """The first queued run of `job`'s owner that comes before `job` in the queue (None: none does),
+    leaving out runs that can never be admitted as they are (their reason `never_reason`'s): the
+    owner's later jobs do not wait behind those."""
+    queued = (Run.objects.filter(owner=job.owner_id, status=S.QUEUED).exclude(queue_reason__startswith=NEVER_PREFIX)
+              .order_by(*QUEUE_ORDER))
     return next((r for r in queued if ahead_of(job, run_job(r))), None)
 
 
@@ -189,6 +215,28 @@ def cluster_free_gpus(*, needed: int) -> float | None:
     return _cluster_free_gpus(needed=needed)
 
 
+def _cluster_total_gpus() -> float | None:
+    """The GPUs the cluster has in all (Ray's alive nodes); None when Ray does not answer."""
+    from ..ray_jobs import RayUnavailable, cluster_total_gpus
+
+    try:
+        return cluster_total_gpus()
+    except RayUnavailable:
+        return None
+
+
+def gpus_refusal(*, user: AbstractBaseUser, gpus: int, what: str = "run") -> str:
+    """'' unless a `what` ("run", "evaluation") of `user` asking `gpus` GPUs could never be admitted as
+    it is; else the sentence that says why, naming the limit: more than the user's quota allows at
+    once (its `max_gpus`), or more than the cluster has in all (Ray is asked only then; when it does
+    not answer the job is not refused: it waits, queued, for the cluster). A launch raises it as an
+    input error on `gpus` before anything is recorded."""
+    if gpus <= 0:
+        return ""
+    why = gpus_over_quota(what=what, gpus=gpus, most=quota_policy().max_gpus(owner_id=user.pk))
+    return why or gpus_over_cluster(what=what, gpus=gpus, total=_cluster_total_gpus())
+
+
 SUBMIT_UNSENT_REASON = "waiting to be submitted: the task queue is unreachable"
 
 
@@ -222,7 +270,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     """Admit a queued run if its owner's quota (and the cluster) allow: queued → submitting, and the
     submit task is sent. Otherwise it stays queued with the reason updated. Returns admitted or not.
     It waits behind its owner's runs and other jobs (evaluations) queued before it (the one queue's
-    order).
+    order), except those that can never be admitted as they are (reason `never_reason`'s).
 
     Inside one transaction holding the owner's row lock (which the other kinds' admissions take too),
     so that concurrent admissions of one user's jobs are serialized and can never exceed the quota
@@ -235,6 +283,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
         earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
+                   .exclude(queue_reason__startswith=NEVER_PREFIX)  # never admitted: holds no one back
                    .filter(models_q_earlier(locked)).order_by(*QUEUE_ORDER).first())
         other = "" if earlier is not None else next(
             (phrase for kind in queued_kinds() if (phrase := kind.earlier_of(job=run_job(locked)))), "")
@@ -360,22 +409,53 @@ def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
                    unsent=reason == SUBMIT_UNSENT_REASON)
 
 
-def _hold_runs(run_ids: list[int]) -> None:
-    """Record HELD_BACK_REASON on those of these runs still queued whose reason differs (audited as
-    `run.queue`, as `run_admit` records a reason)."""
-    changed = list(Run.objects.filter(pk__in=run_ids, status=S.QUEUED).exclude(queue_reason=HELD_BACK_REASON)
+def _hold_runs(run_ids: list[int], reason: str = HELD_BACK_REASON) -> None:
+    """Record `reason` (HELD_BACK_REASON, or a `never_reason`) on those of these runs still queued
+    whose reason differs (audited as `run.queue`, as `run_admit` records a reason)."""
+    changed = list(Run.objects.filter(pk__in=run_ids, status=S.QUEUED).exclude(queue_reason=reason)
                    .values_list("pk", flat=True))
     if not changed:
         return
-    Run.objects.filter(pk__in=changed, status=S.QUEUED).update(queue_reason=HELD_BACK_REASON)
+    Run.objects.filter(pk__in=changed, status=S.QUEUED).update(queue_reason=reason)
     for run in Run.objects.filter(pk__in=changed).only("pk", "name", "owner_id"):
-        audit_record(actor=None, action="run.queue", obj=run, data={"reason": HELD_BACK_REASON})
+        audit_record(actor=None, action="run.queue", obj=run, data={"reason": reason})
+
+
+class _Never:
+    """The pass's `never` check (`admission_pass`): whether a GPU job can never be admitted as it is,
+    its owner's quota's `max_gpus` read once per owner and Ray's total GPUs asked at most once per pass
+    (only for a job that does not fit in the free GPUs); the reason is recorded on the job (runs:
+    `_hold_runs`; other kinds: `QueuedKind.hold`) before the pass goes on, so the owner's later jobs,
+    tried after it, see it and do not wait behind it."""
+
+    def __init__(self, kinds: dict[str, QueuedKind]):
+        self.kinds, self.most, self.total, self.asked = kinds, {}, None, False
+        self.policy = quota_policy()
+
+    def __call__(self, job: QueuedJob, free: float | None) -> bool:
+        if job.owner_id not in self.most:
+            self.most[job.owner_id] = self.policy.max_gpus(owner_id=job.owner_id)
+        why = gpus_over_quota(what=job.kind, gpus=job.gpus, most=self.most[job.owner_id])
+        remedy = QUOTA_REMEDY
+        if not why and (free is None or job.gpus > free):
+            if not self.asked:
+                self.total, self.asked = _cluster_total_gpus(), True
+            why, remedy = gpus_over_cluster(what=job.kind, gpus=job.gpus, total=self.total), CLUSTER_REMEDY
+        if not why:
+            return False
+        reason = never_reason(why, remedy=remedy)
+        if job.kind == RUN:
+            _hold_runs([job.id], reason)
+        else:
+            self.kinds[job.kind].hold(job_ids=[job.id], reason=reason)
+        return True
 
 
 def queue_admit_jobs(*, wait: bool = False) -> list[QueuedJob]:
     """One pass of the fair queue: every queued job, runs and the registered kinds, tried once in the
     one queue's order while quotas and the cluster allow (`rlstudio.runs.queue.admission_pass`); the
-    GPU jobs it did not try, behind one waiting for the cluster, get HELD_BACK_REASON. Returns the jobs
+    GPU jobs it did not try, behind one waiting for the cluster, get HELD_BACK_REASON, and those that
+    can never be admitted as they are a `never_reason` (`_Never`). Returns the jobs
     admitted. A pass that finds another pass under way (QUEUE_LOCK held) leaves the queue to it and
     admits nothing, unless `wait`: then it waits for that one to end and runs (a launch's pass)."""
     from django.db import connection
@@ -401,7 +481,7 @@ def queue_admit_jobs(*, wait: bool = False) -> list[QueuedJob]:
 
         held: dict[str, list[int]] = {}
         admitted = admission_pass(jobs, free_gpus=lambda needed: _cluster_free_gpus(needed=needed),
-                                  try_admit=try_admit,
+                                  try_admit=try_admit, never=_Never(kinds),
                                   held_back=lambda job, _blocker: held.setdefault(job.kind, []).append(job.id))
         for kind, ids in held.items():
             if kind == RUN:

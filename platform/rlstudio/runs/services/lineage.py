@@ -1,7 +1,9 @@
 """New runs and where they come from: a new run from a config, a resume, a clone, a saved config.
 
 Every config a user gives passes the config gate and the trainer's schema here (launch.build_config)
-before anything is queued; each new run is checked against its owner's queued-runs cap.
+before anything is queued; each new run is checked against its owner's queued-runs cap, and its GPUs
+against what could ever be admitted (`_check_gpus`: its owner's quota's max_gpus, the cluster's GPUs
+in all): a run that could only wait forever is refused, not queued.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run
 from ..selectors import trained_to_the_end
-from .admission import queue_admit_launched, queue_lock_for_launch, quota_policy, run_launch_recorded
+from .admission import gpus_refusal, queue_admit_launched, queue_lock_for_launch, quota_policy, run_launch_recorded
 from .creation import run_create
 from ..errors import RunInputInvalid, RunRefused
 
@@ -51,6 +53,7 @@ def run_new(
         raise RunInputInvalid(f"dataset {val_dataset.name!r} is not ready", field="val_dataset")
     if gpus < 0:
         raise RunInputInvalid("gpus must be >= 0", field="gpus")
+    _check_gpus(owner=owner, gpus=gpus)
     if tool_set:
         from rlstudio.registry.services import tool_set_names
 
@@ -100,6 +103,7 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
         raise RunRefused(f"the run succeeded with its last checkpoint at its last step ({run.total_steps}): a "
                          "resume would have no step left to train")
     _check_still_visible(run)
+    _check_gpus(owner=run.owner, gpus=run.gpus, kind="resume")
     config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
                                 model=run.model, gpus=run.gpus, reward_model=run.reward_model)
     new = _create_and_launch(
@@ -118,6 +122,7 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
 
     check_can_manage(user=by, run=run, action="clone")
     _check_still_visible(run)
+    _check_gpus(owner=run.owner, gpus=run.gpus, kind="clone")
     config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
                                 val_dataset=run.val_dataset, model=run.model, gpus=run.gpus,
                                 reward_model=run.reward_model)
@@ -125,6 +130,18 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
         owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
         model=run.model, reward_model=run.reward_model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
         parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
+
+
+def _check_gpus(*, owner: AbstractBaseUser, gpus: int, kind: str = "") -> None:
+    """RunInputInvalid on `gpus` when a run of `owner` on `gpus` GPUs could never be admitted: more than
+    their quota allows at once, or than the cluster has in all (`admission.gpus_refusal`; not refused
+    when Ray does not answer). `kind` ("resume", "clone"): the new run asks as many as its source did
+    (the quota may have been lowered, or the cluster shrunk, since)."""
+    why = gpus_refusal(user=owner, gpus=gpus)
+    if why:
+        if kind:
+            why += f" (a {kind} asks as many GPUs as the run it comes from)"
+        raise RunInputInvalid(why, field="gpus")
 
 
 def _check_still_visible(run: Run) -> None:
