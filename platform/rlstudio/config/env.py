@@ -44,7 +44,8 @@ class Env:
     ray_address: str | None
     """RAY_ADDRESS: the Ray cluster runs are submitted to; None means no Ray."""
     ray_dashboard_url: str
-    """RAY_DASHBOARD_URL: Ray's dashboard / Jobs API over HTTP (health check, job submission)."""
+    """RAY_DASHBOARD_URL: Ray's dashboard / Jobs API over HTTP (health check, job submission); by
+    default RAY_ADDRESS when that is an http(s) URL, else http://127.0.0.1:8265."""
     secret_key: str | None
     """SECRET_KEY: required in production, generated-per-checkout default elsewhere."""
     debug: bool | None
@@ -140,6 +141,7 @@ def load_env(environ: Mapping[str, str] | None = None) -> Env:
         ray_dashboard_url=(
             environ.get("RAY_DASHBOARD_URL")
             or endpoints.get("RAY_DASHBOARD_URL")
+            or (ray_address if ray_address and ray_address.startswith(("http://", "https://")) else None)
             or DEFAULT_RAY_DASHBOARD_URL
         ).rstrip("/"),
         secret_key=environ.get("SECRET_KEY") or None,

@@ -61,6 +61,17 @@ def test_endpoints_json_used_when_environment_is_silent(tmp_path):
     assert env.redis_url == "redis://other:1/2" and env.database_url_from == "endpoints"
 
 
+def test_dashboard_url_follows_an_http_ray_address_unless_set(tmp_path):
+    """KubeRay gives one http URL (the Jobs API): /healthz must probe it without a second variable."""
+    base = {"RLSTUDIO_STATE_DIR": str(tmp_path)}
+    assert load_env(base).ray_dashboard_url == "http://127.0.0.1:8265"
+    assert load_env({**base, "RAY_ADDRESS": "http://head-svc.ns.svc:8265/"}).ray_dashboard_url == \
+        "http://head-svc.ns.svc:8265"
+    assert load_env({**base, "RAY_ADDRESS": "ray://head:10001"}).ray_dashboard_url == "http://127.0.0.1:8265"
+    assert load_env({**base, "RAY_ADDRESS": "http://a:8265", "RAY_DASHBOARD_URL": "http://b:8265"}
+                    ).ray_dashboard_url == "http://b:8265"
+
+
 def test_broken_endpoints_file_raises(tmp_path):
     (tmp_path / "services").mkdir()
     (tmp_path / "services" / "endpoints.json").write_text("{not json")
