@@ -297,3 +297,35 @@ def test_an_id_beyond_the_databases_integers_is_unknown_not_a_500(alice, three, 
     assert _page(alice).get(f"/runs/delete/?ids={2**70}").status_code == 200
     assert _page(alice).get(f"/runs/delete/?ids={'9' * 5000}").status_code == 400  # no int() of 5000 digits
     assert _all_there(three, runs_dir)
+
+
+@pytest.mark.parametrize("high_first", [True, False])
+def test_a_bulk_delete_locks_every_owner_in_id_order_whatever_the_ids_order(
+        alice, bob, staff, make_run, runs_dir, settings, monkeypatch, high_first):
+    """Staff delete one run of each user, one of them with an evaluation by the other: every owner's
+    admission lock is first taken in id order (as a single delete takes them), never in the ids' order,
+    so a bulk delete cannot deadlock with a single delete of either run; the result is unchanged."""
+    from rlstudio.quotas import services as quotas
+
+    settings.RAY_ADDRESS = None
+    now = timezone.now()
+    low, high = sorted([alice, bob], key=lambda u: u.pk)
+    run_low = _finished(make_run(low, "low"), gpus=1, started=now - timedelta(seconds=5), finished=now)
+    run_high = _finished(make_run(high, "high"), gpus=1, started=now - timedelta(seconds=5), finished=now)
+    Evaluation.objects.create(run=run_low, owner=high, dataset=run_low.dataset, checkpoints=[2], k=1,
+                              max_prompts=3, sampling={}, status=EvaluationStatus.SUCCEEDED, gpus=1,
+                              started=now - timedelta(seconds=3), finished=now)
+    locked = []
+    real = quotas.lock_owner
+
+    def spy(*, user):
+        locked.append(user.pk)
+        real(user=user)
+
+    monkeypatch.setattr(quotas, "lock_owner", spy)
+    ids = [run_high.pk, run_low.pk] if high_first else [run_low.pk, run_high.pk]
+    assert runs_delete(run_ids=ids, by=staff) == [(i, {run_low.pk: "low", run_high.pk: "high"}[i]) for i in ids]
+    first_taken = list(dict.fromkeys(locked))
+    assert first_taken == [low.pk, high.pk], locked
+    assert not Run.objects.filter(pk__in=ids).exists()
+    assert sorted(GpuHoursSpent.objects.values_list("user_id", flat=True)) == sorted([low.pk, high.pk, high.pk])

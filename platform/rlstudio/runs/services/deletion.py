@@ -29,8 +29,9 @@ The run's open websockets are told (the `on_access_changed` hooks) and close wit
 Many at once (`runs_delete`: the API's bulk-delete, the runs list's Delete selected): all or none. The
 ids (1 to RLSTUDIO_RUNS_BULK_DELETE_MAX, distinct) are locked and checked first; any run the user does
 not see (told apart from a missing one by nothing), only reads, or that `delete_refusal` refuses makes
-it delete nothing and name every such run (RunsNotDeleted); otherwise each goes through `run_delete`
-in one transaction, so a bulk delete keeps GPU-hours, audits and removes folders as single ones do.
+it delete nothing and name every such run (RunsNotDeleted); otherwise every owner whose admission lock
+the deletions take (the runs' and their evaluations') is locked in id order, then each run goes through
+`run_delete` in one transaction, so a bulk delete keeps GPU-hours, audits and removes folders as single ones do.
 """
 from __future__ import annotations
 
@@ -213,10 +214,29 @@ def bulk_delete_refusals(*, run_ids: list[int], by: AbstractBaseUser, runs: dict
     return refusals
 
 
+def _lock_owners(run_ids: list[int]) -> None:
+    """Take, in id order, the admission lock (`QuotaPolicy.lock_owner`) of every user whose lock the
+    deletions of `run_ids` take: the runs' owners and the owners of their evaluations (whose GPU-hours
+    the `on_run_delete` ledger hook keeps under their owner's lock). Each single delete orders the
+    owners of its own run only, so without this a bulk delete would take them in the order the ids
+    were given, and deadlock with a delete (or a launch) that takes them in id order."""
+    from django.contrib.auth import get_user_model
+
+    from .admission import quota_policy
+
+    pairs = Run.objects.filter(pk__in=run_ids).values_list("owner_id", "evaluations__owner_id")
+    owner_ids = {owner for pair in pairs for owner in pair if owner is not None}
+    users = get_user_model().objects.in_bulk(sorted(owner_ids))
+    policy = quota_policy()
+    for user_id in sorted(users):
+        policy.lock_owner(user=users[user_id])
+
+
 def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
     """Delete the runs `run_ids` (`clean_run_ids`' rules), all of them or none, in one transaction:
     their rows are locked (in id order) and checked first (`bulk_delete_refusals`); any run `by` may not
-    delete now raises RunsNotDeleted naming every such run, deleting nothing. Each run then goes through
+    delete now raises RunsNotDeleted naming every such run, deleting nothing. Then every owner involved
+    is locked, in id order (`_lock_owners`), before any run is deleted. Each run then goes through
     `run_delete`, so the hooks (GPU-hours kept), the audit (`run.delete` per run), the folders and the
     websockets are exactly a single delete's; a hook that raises rolls all of them back. Returns the
     (id, name) of the deleted runs, in the order given."""
@@ -227,6 +247,7 @@ def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
         refusals = bulk_delete_refusals(run_ids=run_ids, by=by, runs=runs)
         if refusals:
             raise RunsNotDeleted(refusals, total=len(run_ids))
+        _lock_owners(run_ids)
         done = []
         for run_id in run_ids:
             run_delete(run=runs[run_id], by=by)
