@@ -22,14 +22,16 @@ from rlstudio.runs.services.admission import QUEUE_ORDER, other_jobs_gpus, queue
 from .models import SHIPPED_DEFAULT, US_PER_HOUR, GpuHoursSpent, GpuQuota
 
 
-def quota_for(*, user: AbstractBaseUser) -> GpuQuota:
-    """The user's own quota row, else the default row.
+def quota_for(*, user: AbstractBaseUser | None = None, user_id: int | None = None) -> GpuQuota:
+    """The user's own quota row, else the default row: the user given as `user`, or by id (`user_id`).
 
     The default row comes with the initial migrations; if it is gone (an admin deleted it, or a test
     emptied the table), the shipped default is put back rather than every launch and quota page
     failing: a finite quota (never "unlimited"), visible and editable in the admin.
     """
-    own = GpuQuota.objects.filter(user=user).first()
+    if (user is None) == (user_id is None):
+        raise TypeError("quota_for takes one of user and user_id")
+    own = GpuQuota.objects.filter(user_id=user.pk if user is not None else user_id).first()
     if own is not None:
         return own
     return default_quota()

@@ -33,7 +33,6 @@ from rlstudio.runs.services.admission import QuotaPolicy
 from .models import GpuHoursSpent, GpuQuota
 from .selectors import (
     QuotaUsage,
-    default_quota,
     gpu_microseconds,
     month_gpu_hours,
     month_start,
@@ -155,8 +154,7 @@ class Quotas(QuotaPolicy):
         return quota_usage_for(user=user)
 
     def max_gpus(self, *, owner_id: int) -> int:
-        own = GpuQuota.objects.filter(user_id=owner_id).values_list("max_gpus", flat=True).first()
-        return own if own is not None else default_quota().max_gpus
+        return quota_for(user_id=owner_id).max_gpus
 
     def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
         return job_reason(user=user, gpus=gpus, cluster_free_gpus=cluster_free_gpus)

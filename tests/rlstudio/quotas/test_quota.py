@@ -19,6 +19,23 @@ def test_default_applies_until_a_user_row_exists(alice):
     assert quota_for(user=alice) == own
 
 
+def test_the_quota_by_owner_id_is_the_same_rule_and_the_policy_reads_it(alice, bob):
+    """quota_for by id: the user's own row, else the default (put back if deleted); the quota policy's
+    max_gpus (what admission and launches ask by owner id) is that quota's."""
+    from rlstudio.quotas.services import Quotas
+
+    own = GpuQuota.objects.create(user=alice, max_gpus=8, gpu_hours_per_month=500, max_concurrent_runs=4)
+    assert quota_for(user_id=alice.pk) == own and Quotas().max_gpus(owner_id=alice.pk) == 8
+    default = quota_for(user_id=bob.pk)
+    assert default.is_default and Quotas().max_gpus(owner_id=bob.pk) == default.max_gpus
+    GpuQuota.objects.filter(is_default=True).update(max_gpus=3)
+    assert Quotas().max_gpus(owner_id=bob.pk) == 3
+    GpuQuota.objects.filter(is_default=True).delete()
+    assert quota_for(user_id=bob.pk).is_default  # the shipped default, put back
+    with pytest.raises(TypeError):
+        quota_for(user=alice, user_id=alice.pk)
+
+
 def test_gpu_hours_clip_runs_to_the_window(alice, make_run):
     start = datetime(2026, 11, 1, tzinfo=dt_tz.utc)
     end = datetime(2026, 11, 20, tzinfo=dt_tz.utc)
