@@ -20,7 +20,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from django.apps import apps
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -457,11 +456,27 @@ def on_model_delete(hook: Callable[[ModelAsset], None]) -> Callable[[ModelAsset]
     return hook
 
 
+_MODEL_DELETE_REFUSALS: list[Callable[[ModelAsset], str]] = []
+
+
+def on_model_delete_refusal(check: Callable[[ModelAsset], str]) -> Callable[[ModelAsset], str]:
+    """Register `check(model)`: '' when the registering app has nothing live on `model`, else why the
+    model is in use, completing "model 'name' …" (e.g. "is answering in playground session #3 (running):
+    stop it first"). `model_delete` calls it inside its transaction with the model's row locked, before
+    anything is deleted, and refuses with CatalogInUse on the first reason. An app whose records name a
+    model without a foreign key (the playground: its sessions hold model ids in JSON) registers one from
+    its AppConfig.ready, so the catalog never reaches into it."""
+    if check not in _MODEL_DELETE_REFUSALS:
+        _MODEL_DELETE_REFUSALS.append(check)
+    return check
+
+
 def model_delete(*, model: ModelAsset, by) -> None:
     """Forget a model no run uses (owner or staff only; the folder on disk is left as it is: it is the
     operator's, or a run's export); its finished evaluations go with it, after the `on_model_delete`
     hooks. In use: CatalogInUse naming the runs, or counting its queued or running evaluations (their
-    jobs read the model), or naming a queued or running playground session on it.
+    jobs read the model), or with the reason of an `on_model_delete_refusal` check (the playground's:
+    a queued or running session on it).
 
     The checks run with the model's row locked (FOR UPDATE), which a run's or an evaluation's creation
     waits for (it takes FOR KEY SHARE on the rows it references first, `rlstudio.rowlocks`): one
@@ -483,14 +498,10 @@ def model_delete(*, model: ModelAsset, by) -> None:
         if evaluating:
             raise CatalogInUse(f"model {model.name!r} is being evaluated ({evaluating} evaluation(s) queued or "
                                f"running): wait for them to end or stop them", code="in_use")
-        # The playground's sessions name their models in JSON (no foreign key): the app depends on the
-        # catalog, so it is reached by name. "queued" and "running" are its active statuses.
-        session = (apps.get_model("playground", "PlaygroundSession").objects
-                   .filter(targets__contains=[{"model": locked.pk}], status__in=("queued", "running"))
-                   .order_by("pk").first())
-        if session is not None:
-            raise CatalogInUse(f"model {model.name!r} is answering in playground session #{session.pk} "
-                               f"({session.status}): stop it first", code="in_use")
+        for check in list(_MODEL_DELETE_REFUSALS):
+            why = check(locked)
+            if why:
+                raise CatalogInUse(f"model {model.name!r} {why}", code="in_use")
         audit_record(actor=by, action="model.delete", obj=model, data={"name": model.name, "path": model.path})
         for hook in list(_MODEL_DELETE_HOOKS):
             hook(locked)

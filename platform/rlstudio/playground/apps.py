@@ -8,3 +8,16 @@ class PlaygroundConfig(AppConfig):
     label = "playground"
     verbose_name = "Playground"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # The catalog and the runs app know nothing of sessions (they name models and runs in JSON):
+        # the playground tells them when one is in use, and deletes a deleted run's sessions with it.
+        from rlstudio.catalog.services import on_model_delete_refusal
+        from rlstudio.runs.services.deletion import on_run_delete, on_run_delete_refusal
+
+        from .selectors import model_delete_refusal, run_delete_refusal
+        from .services import run_sessions_delete
+
+        on_model_delete_refusal(model_delete_refusal)
+        on_run_delete_refusal(run_delete_refusal)
+        on_run_delete(run_sessions_delete)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from django.http import Http404
 
-from .models import PlaygroundSession
+from .models import ACTIVE_SESSION_STATUSES, PlaygroundSession
 
 PAGE_RUNS = 30  # runs whose checkpoints the page offers (the newest the user sees)
 
@@ -125,3 +125,32 @@ def target_option_for(*, user, value: str) -> tuple[str, TargetOption] | None:
     if step not in checkpoint_steps(run):
         return None
     return "checkpoints", _checkpoint_option(run, step)
+
+
+def sessions_on(*, model_id: int | None = None, run_id: int | None = None):
+    """The sessions one of whose targets is catalog model `model_id`, or a checkpoint of run `run_id`
+    (targets name them by id in JSON, no foreign key)."""
+    target = {"model": model_id} if model_id is not None else {"run": run_id}
+    return PlaygroundSession.objects.filter(targets__contains=[target])
+
+
+def _live_session_on(**target) -> PlaygroundSession | None:
+    return sessions_on(**target).filter(status__in=ACTIVE_SESSION_STATUSES).order_by("pk").first()
+
+
+def model_delete_refusal(model) -> str:
+    """'' unless a queued or running session answers from catalog model `model`, else why it cannot be
+    deleted: the catalog's `on_model_delete_refusal` check (registered in apps.py)."""
+    session = _live_session_on(model_id=model.pk)
+    if session is None:
+        return ""
+    return f"is answering in playground session #{session.pk} ({session.status}): stop it first"
+
+
+def run_delete_refusal(run) -> str:
+    """'' unless a queued or running session answers from a checkpoint of `run`, else why it cannot be
+    deleted: the runs app's `on_run_delete_refusal` check (registered in apps.py)."""
+    session = _live_session_on(run_id=run.pk)
+    if session is None:
+        return ""
+    return f"playground session #{session.pk} on the run's checkpoints is {session.status}: stop it first"

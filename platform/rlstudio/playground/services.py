@@ -334,3 +334,17 @@ def session_finish(*, session_id: int, status: str, results: dict[str, Any] | No
             s.results = without_nul(results)  # model text: PostgreSQL's JSON refuses NUL
         s.save(update_fields=["status", "error", "stop_reason", "finished", "results"])
     return True
+
+
+def run_sessions_delete(run) -> None:
+    """Delete the sessions that answered from `run`'s checkpoints (none is live: the run's deletion
+    refuses then, `selectors.run_delete_refusal`): the runs app's `on_run_delete` hook (registered in
+    apps.py), called inside the run's deletion, so they go with it; audited as
+    `playground.sessions_delete` (the run and the sessions' ids) when there were any."""
+    from .selectors import sessions_on
+
+    sessions = sessions_on(run_id=run.pk)
+    ids = list(sessions.order_by("pk").values_list("pk", flat=True))
+    if ids:
+        audit_record(actor=None, action="playground.sessions_delete", data={"run": run.pk, "sessions": ids})
+        sessions.delete()

@@ -6,19 +6,21 @@ with). When: only a finished run (stopped, succeeded, failed, lost); anything el
   * a queued, submitting, running or stopping run: stop it first (Stop cancels a queued run at once,
     and a queued run may be admitted and submitted at any moment: only a finished run is deleted);
   * a run resumed from it that has not finished: it starts from a checkpoint in this run's folder;
-  * an evaluation, an export or a playground session of the run still queued or running;
+  * an evaluation or an export of the run still queued or running, or what an `on_run_delete_refusal`
+    check says (the playground's: a session on the run's checkpoints still queued or running);
   * a catalog model exported from it: its files are in the run's folder (delete that export first).
 
 Before the records go, inside the same transaction and with the run's row locked, the `on_run_delete`
 hooks are called with the run: the quotas app registers one that keeps the GPU-hours the run and its
 evaluations held in each month (rlstudio.quotas counts a month's GPU-hours from the jobs' records), so
-deleting a run never gives its owner's budget back. A hook that raises rolls the deletion back.
+deleting a run never gives its owner's budget back; the playground registers one that deletes the
+sessions on the run's checkpoints (they name it in JSON, not by a foreign key). A hook that raises
+rolls the deletion back.
 
 What goes, in one transaction: the run's row and, by their foreign keys (on_delete CASCADE), its
 events, metric rows, samples, memory points, retention and ingest counts, alert rules, alert state,
-alert firings and notifications, evaluations (and their samples), exports, sharing rows; its
-playground sessions (those whose targets name the run: they hold its id in JSON, not a foreign key)
-are deleted with it. Runs cloned or resumed from it stay (their `parent` is set to NULL; a resumed
+alert firings and notifications, evaluations (and their samples), exports, sharing rows; and its
+playground sessions, by the playground's hook. Runs cloned or resumed from it stay (their `parent` is set to NULL; a resumed
 run keeps `parent_kind` and `resume_from` as a record of where it started). The audit log keeps its
 events, `run.delete` among them. After the commit, the run's folder (`launch.run_folder`, from the
 run's record, never user input) is removed only when it is a real folder inside the platform's
@@ -39,7 +41,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from django.apps import apps
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -52,7 +53,7 @@ from .sharing import _access_changed, check_can_manage
 
 log = logging.getLogger(__name__)
 
-# Statuses of a run's evaluations, exports and playground sessions that hold a job or a worker.
+# Statuses of a run's evaluations and exports that hold a job or a worker.
 _ACTIVE_JOB_STATUSES = ("queued", "running")
 
 _DELETE_HOOKS: list[Callable[[Run], None]] = []
@@ -67,10 +68,17 @@ def on_run_delete(hook: Callable[[Run], None]) -> Callable[[Run], None]:
     return hook
 
 
-def _sessions_of(run: Run):
-    """The playground sessions whose targets name `run` (a checkpoint target: {"run": id})."""
-    session = apps.get_model("playground", "PlaygroundSession")
-    return session.objects.filter(targets__contains=[{"run": run.pk}])
+_DELETE_REFUSALS: list[Callable[[Run], str]] = []
+
+
+def on_run_delete_refusal(check: Callable[[Run], str]) -> Callable[[Run], str]:
+    """Register `check(run)`: '' when the registering app has nothing live on `run`, else why the run
+    cannot be deleted now and what to do first (one sentence, `delete_refusal`'s). An app whose records
+    name a run without a foreign key (the playground: its sessions hold run ids in JSON) registers one
+    from its AppConfig.ready, so the runs app never reaches into it."""
+    if check not in _DELETE_REFUSALS:
+        _DELETE_REFUSALS.append(check)
+    return check
 
 
 def delete_refusal(run: Run) -> str:
@@ -88,9 +96,10 @@ def delete_refusal(run: Run) -> str:
         job = related.filter(status__in=_ACTIVE_JOB_STATUSES).order_by("pk").first()
         if job is not None:
             return f"{what} #{job.pk} of the run is {job.status}: stop it or let it finish first"
-    session = _sessions_of(run).filter(status__in=_ACTIVE_JOB_STATUSES).order_by("pk").first()
-    if session is not None:
-        return f"playground session #{session.pk} on the run's checkpoints is {session.status}: stop it first"
+    for check in list(_DELETE_REFUSALS):
+        why = check(run)
+        if why:
+            return why
     model = run.exported_models.order_by("pk").first()
     if model is not None:
         return (f"model “{model.name}” in the catalog was exported from this run and its files are in the run's "
@@ -112,14 +121,12 @@ def run_delete(*, run: Run, by: AbstractBaseUser) -> None:
             raise RunRefused(refusal)
         run_id, folder, root = locked.pk, launch.run_folder(locked), launch.runs_dir()
         children = list(locked.children.order_by("pk").values_list("pk", flat=True))
-        sessions = _sessions_of(locked)
         audit_record(actor=by, action="run.delete", obj=locked, data={
             "name": locked.name, "owner": locked.owner.get_username(), "status": locked.status,
-            "step": locked.step, "children": children, "playground_sessions": list(sessions.values_list("pk", flat=True)),
+            "step": locked.step, "children": children,
         })
         for hook in list(_DELETE_HOOKS):
             hook(locked)
-        sessions.delete()
         locked.delete()
         transaction.on_commit(lambda: _after_delete(run_id, folder, root))
 
@@ -256,4 +263,4 @@ def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
 
 
 __all__ = ["bulk_delete_max", "bulk_delete_refusals", "clean_run_ids", "delete_refusal", "on_run_delete",
-           "remove_run_folder", "run_delete", "runs_delete"]
+           "on_run_delete_refusal", "remove_run_folder", "run_delete", "runs_delete"]
