@@ -533,15 +533,28 @@ def check_checkpoints_kept(config: Mapping[str, Any], cap: int | None) -> None:
                           f"the newest {cap}")
 
 
-def check_checkpoint_size(config: Mapping[str, Any], estimate: Any, budget_gb: float | None) -> None:
+def check_checkpoint_size(config: Mapping[str, Any], estimate: Any, budget_gb: float | None, *,
+                          resume: bool = False) -> None:
     """Refuse a run one checkpoint of which is over the operator's disk budget per run
     (RLSTUDIO_RUN_DISK_BUDGET_GB; None: no budget): `estimate` is its
     `checkpoint_estimate.CheckpointEstimate` (None: unknown, nothing refused). Every run checkpoints
     at its last step (and when stopped) whatever trainer.save_freq says, so such a run would write a
     checkpoint over the budget after all its training. GateRefused names the key that shrinks it: the
-    critic's (algorithm.adv_estimator) when the actor's part alone would fit, else LoRA's."""
+    critic's (algorithm.adv_estimator) when the actor's part alone would fit, else LoRA's. A `resume`
+    sets no key (it continues the run's own config): its refusal is on `run`, saying the run cannot
+    resume until an admin raises the budget, and that a clone with the key changed is the way out."""
     if estimate is None or budget_gb is None or estimate.bytes <= budget_gb * GIB:
         return
+    if resume:
+        if estimate.critic_bytes and estimate.actor_bytes <= budget_gb * GIB:
+            clone = "an estimator without a critic (algorithm.adv_estimator, e.g. grpo)"
+        elif estimate.lora:
+            clone = "a lower LoRA rank (actor_rollout_ref.model.lora_rank)"
+        else:
+            clone = "LoRA (actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone)"
+        raise GateRefused("run", f"one checkpoint of this run is about {estimate.bytes / GIB:.2f} GB, over this "
+                                 f"deployment's per-run disk budget of {budget_gb:g} GB, so it cannot resume until an "
+                                 f"admin raises RLSTUDIO_RUN_DISK_BUDGET_GB; a clone of it with {clone} fits instead")
     size = (f"one checkpoint of this model is about {estimate.bytes / GIB:.2f} GB, over this deployment's per-run "
             f"disk budget of {budget_gb:g} GB (RLSTUDIO_RUN_DISK_BUDGET_GB); a run always checkpoints its last "
             "step, whatever trainer.save_freq says")

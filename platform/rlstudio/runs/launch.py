@@ -173,18 +173,19 @@ def step_limits() -> gate.StepLimits:
                            reported_samples=int(settings.RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP))
 
 
-def check_sizes(config: Mapping[str, Any], val_dataset=None, model=None, dataset=None) -> None:
+def check_sizes(config: Mapping[str, Any], val_dataset=None, model=None, dataset=None, *,
+                resume: bool = False) -> None:
     """One batch of the training `dataset` (`gate.check_train_size` with its rows; None: not checked),
     the operator's bounds on one step, on one validation, on the checkpoints a run keeps and on
     one checkpoint's size (`gate.check_step_size`, `gate.check_validation_size` with the validation
     dataset's rows, `gate.check_checkpoints_kept`, `gate.check_checkpoint_size` with `model`'s
-    estimate); GateRefused names the key to lower."""
+    estimate; a `resume`'s is refused on `run`: it sets no key); GateRefused names the key to lower."""
     gate.check_train_size(config, getattr(dataset, "num_rows", None))
     limits = step_limits()
     gate.check_step_size(config, limits)
     gate.check_validation_size(config, limits, getattr(val_dataset, "num_rows", None))
     gate.check_checkpoints_kept(config, checkpoint_cap())
-    gate.check_checkpoint_size(config, checkpoint_size(model, config), disk_budget_gb())
+    gate.check_checkpoint_size(config, checkpoint_size(model, config), disk_budget_gb(), resume=resume)
 
 
 def checkpoint_size(model, config: Mapping[str, Any]):
@@ -235,6 +236,7 @@ def build_config(
     adapt: bool | None = None,
     reward_model=None,
     checkpoints: bool = True,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """The validated config of a new run, as the nested dict stored on it.
 
@@ -249,7 +251,8 @@ def build_config(
     (`check_sizes`: one training batch within the dataset's rows, trajectories, tokens and reported
     samples per step and per validation, the cap
     on checkpoints kept, and one checkpoint's size against the disk budget per run, unless the config
-    is not for a run: `checkpoints` False, an evaluation's, which writes none).
+    is not for a run: `checkpoints` False, an evaluation's, which writes none). A `resume`'s config
+    (`base` alone, the run's own) is refused over that budget on `run`, not on a key it cannot set.
     """
     try:
         if base is not None:
@@ -281,7 +284,7 @@ def build_config(
         validate(cfg, require_paths=dataset is not None)
         # an evaluation (`checkpoints` False) draws no training batches from its dataset
         check_sizes(cfg.to_dict(), val_dataset, model if checkpoints else None,
-                    dataset=dataset if checkpoints else None)
+                    dataset=dataset if checkpoints else None, resume=resume)
     except ConfigError as exc:
         raise ConfigInvalid(exc.key, exc.message) from None
     except gate.GateRefused as exc:

@@ -184,3 +184,38 @@ def test_an_evaluations_config_is_not_held_to_the_checkpoint_budget(alice, make_
     with pytest.raises(launch.ConfigInvalid) as exc:
         launch.build_config(dataset=dataset, model=big, gpus=0)
     assert exc.value.key == LORA
+
+
+def test_a_resume_over_the_budget_is_refused_on_run_not_on_a_key_it_cannot_set():
+    """A resume continues the run's own config: the refusal names `run`, says an admin must raise the
+    budget, and that a clone with the shrinking key changed is the alternative."""
+    shape = shape_from_config(SEVEN_B)
+    full = estimate(shape, _cfg(), tied_embeddings=False)
+    gate.check_checkpoint_size(_cfg(), full, 200, resume=True)  # fits: nothing refused
+    with pytest.raises(gate.GateRefused) as exc:
+        gate.check_checkpoint_size(_cfg(), full, 50, resume=True)
+    assert exc.value.key == "run"
+    assert exc.value.message == (
+        f"one checkpoint of this run is about {full.bytes / GIB:.2f} GB, over this deployment's per-run disk "
+        "budget of 50 GB, so it cannot resume until an admin raises RLSTUDIO_RUN_DISK_BUDGET_GB; a clone of it "
+        f"with LoRA ({LORA} > 0: a checkpoint then holds the adapter alone) fits instead")
+    cfg = _cfg(**{LORA: 16, "algorithm.adv_estimator": "gae"})
+    with pytest.raises(gate.GateRefused) as exc:
+        gate.check_checkpoint_size(cfg, estimate(shape, cfg, tied_embeddings=False), 50, resume=True)
+    assert exc.value.key == "run" and "an estimator without a critic (algorithm.adv_estimator" in exc.value.message
+
+
+@pytest.mark.django_db
+def test_resuming_a_run_over_the_budget_is_a_400_on_run(api, alice, big, run_with_ckpts, settings):
+    Run.objects.filter(pk=run_with_ckpts.pk).update(model=big)
+    (Path(settings.RUNS_DIR) / str(run_with_ckpts.pk) / "latest_checkpointed_iteration.txt").write_text("2")
+    settings.RLSTUDIO_RUN_DISK_BUDGET_GB = 50
+    resp = api.post(f"/api/v1/runs/{run_with_ckpts.pk}/resume/", {}, format="json")
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["field"] == "run", error
+    assert "so it cannot resume until an admin raises RLSTUDIO_RUN_DISK_BUDGET_GB" in error["message"]
+    assert LORA + " > 0" in error["message"] and "lower the LoRA rank" not in error["message"]
+    assert Run.objects.count() == 1
+    settings.RLSTUDIO_RUN_DISK_BUDGET_GB = 200  # raised by an admin: the resume is made
+    assert api.post(f"/api/v1/runs/{run_with_ckpts.pk}/resume/", {}, format="json").status_code == 201

@@ -105,7 +105,7 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
     _check_still_visible(run)
     _check_gpus(owner=run.owner, gpus=run.gpus, kind="resume")
     config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
-                                model=run.model, gpus=run.gpus, reward_model=run.reward_model)
+                                model=run.model, gpus=run.gpus, reward_model=run.reward_model, resume=True)
     new = _create_and_launch(
         owner=run.owner, by=by, name=f"{run.name} (resumed)"[:200], dataset=run.dataset, model=run.model,
         reward_model=run.reward_model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run, parent_kind="resume",
