@@ -22,14 +22,18 @@ class _Socket(RecheckedSocket, _Consumer):
     """A consumer whose access answers come from `answers` (an exception is raised), recording the
     groups it leaves and the codes it closes with."""
 
-    def __init__(self, answers=None, *, delay: float = 0):
-        self.answers, self.delay = list(answers or []), delay
+    def __init__(self, answers=None, *, held: bool = False):
+        self.answers = list(answers or [])
         self.asked, self.left, self.closed = 0, 0, []
+        # `held`: each check says it has begun (`asking`) and answers only once `release` is set
+        self.asking = asyncio.Event() if held else None
+        self.release = asyncio.Event() if held else None
 
     async def still_allowed(self) -> bool:
         self.asked += 1
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        if self.asking is not None:
+            self.asking.set()
+            await self.release.wait()
         answer = self.answers.pop(0) if self.answers else True
         if isinstance(answer, Exception):
             raise answer
@@ -90,16 +94,18 @@ def test_a_group_message_and_the_periodic_recheck_close_the_same_way(settings):
 
 def test_a_socket_closed_during_the_check_is_neither_left_nor_closed_again(settings):
     """The access read is slow and the socket disconnects meanwhile (`recheck_stop`): the answer that
-    the access is gone closes nothing; a socket never started (its connect refused) is not checked."""
+    the access is gone closes nothing; a socket never started (its connect refused) is not checked.
+    The read is held until the socket has stopped (events, no timing), so a slow loop cannot reorder it."""
     settings.RLSTUDIO_SOCKET_RECHECK_S = 60
 
     async def scenario():
-        socket = _Socket([False], delay=0.2)
+        socket = _Socket([False], held=True)
         socket.recheck_start(what="slow")
         check = asyncio.ensure_future(socket.recheck())
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(socket.asking.wait(), timeout=30)  # the check is reading the access
         socket.recheck_stop()
-        still_open = await check
+        socket.release.set()
+        still_open = await asyncio.wait_for(check, timeout=30)
         never = _Socket([False])
         return socket, still_open, never, await never.recheck()
 
