@@ -9,9 +9,10 @@ after the create's checks read it; "the create holds the row" starts the deletio
 connection at the create's owner lock (just after its row locks) and sees it wait.
 """
 import threading
+import time
 
 import pytest
-from django.db import IntegrityError, connections
+from django.db import IntegrityError, connection, connections
 from rest_framework.test import APIClient
 
 from rlstudio.catalog.errors import CatalogInUse
@@ -140,10 +141,16 @@ def test_a_dataset_already_deleted_by_another_request_is_left_gone(alice, data):
 # ---- the create holds the row: the deletion waits, then sees what was created -----------------------
 
 def _in_thread(fn):
-    out: dict = {}
+    """Run `fn` in a thread on its own database connection; `out` gets its "result" or "error", and
+    "pid", its connection's backend, set (with the `started` event) before `fn` runs."""
+    out: dict = {"started": threading.Event()}
 
     def body():
         try:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                out["pid"] = cursor.fetchone()[0]
+            out["started"].set()
             out["result"] = fn()
         except BaseException as exc:  # noqa: BLE001 - reported to the test
             out["error"] = exc
@@ -155,10 +162,33 @@ def _in_thread(fn):
     return thread, out
 
 
+BLOCKED_WITHIN_S = 30
+
+
+def _blocked_on_a_lock(thread: threading.Thread, out: dict) -> bool:
+    """True once the thread's backend (`out["pid"]`) is seen waiting on a lock in pg_stat_activity;
+    False when the thread ends first (it did not wait). Fails the test loudly when the thread has not
+    started, or neither happens, within BLOCKED_WITHIN_S: never a vacuous answer."""
+    if not out["started"].wait(BLOCKED_WITHIN_S):
+        pytest.fail(f"the deleting thread did not start within {BLOCKED_WITHIN_S} s")
+    deadline = time.monotonic() + BLOCKED_WITHIN_S
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [out["pid"]])
+            row = cursor.fetchone()
+        if row is not None and row[0] == "Lock":
+            return True
+        if not thread.is_alive():
+            return False
+        time.sleep(0.02)
+    pytest.fail(f"the deleting thread neither blocked on a lock nor ended within {BLOCKED_WITHIN_S} s")
+
+
 @pytest.fixture
 def delete_at_owner_lock(monkeypatch):
     """`start(delete)`: at the create's owner lock (taken just after its row locks) run `delete` from
-    another connection; returns {"waited": whether it was still waiting 1 s later, "thread", "out"}."""
+    another connection; returns {"waited": whether its backend was seen waiting on a lock (the rows
+    the create holds) before it ended (`_blocked_on_a_lock`), "thread", "out"}."""
     state: dict = {}
     original = Quotas.lock_owner
 
@@ -166,8 +196,7 @@ def delete_at_owner_lock(monkeypatch):
         def lock_owner(self, *, user):
             if "thread" not in state:
                 state["thread"], state["out"] = _in_thread(delete)
-                state["thread"].join(1.0)
-                state["waited"] = state["thread"].is_alive()
+                state["waited"] = _blocked_on_a_lock(state["thread"], state["out"])
             original(self, user=user)
 
         monkeypatch.setattr(Quotas, "lock_owner", lock_owner)
