@@ -4,7 +4,7 @@ were queued, against the same quotas and GPUs."""
 from __future__ import annotations
 
 from rlstudio.runs.queue import NEVER_PREFIX, Attempt, QueuedJob, ahead_of
-from rlstudio.runs.services.admission import QueuedKind, q_ahead
+from rlstudio.runs.services.admission import QueuedKind, clip_reason, q_ahead
 
 from .models import Evaluation, EvaluationStatus
 from .services import QUEUE_KIND, evaluation_admit, evaluation_job
@@ -39,5 +39,6 @@ class EvaluationQueue(QueuedKind):
         return 0 if q is None else Evaluation.objects.filter(status=EvaluationStatus.QUEUED).filter(q).count()
 
     def hold(self, *, job_ids: list[int], reason: str) -> None:
+        reason = clip_reason(reason)  # the one rule (runs' `_hold_runs` too), so the comparison holds
         (Evaluation.objects.filter(pk__in=job_ids, status=EvaluationStatus.QUEUED).exclude(queue_reason=reason)
-         .update(queue_reason=reason[:300]))
+         .update(queue_reason=reason))

@@ -141,8 +141,8 @@ def _policy():
 
 def _check_gpus(*, user, gpus: int) -> None:
     """EvaluationInvalid on `gpus` when an evaluation of `user` asking `gpus` could never be admitted:
-    more than their quota allows at once, or than the cluster has in all (`gpus_refusal`; not refused
-    when Ray does not answer)."""
+    more than their quota allows at once (`gpus_refusal`; more than the cluster has in all now is
+    accepted, and waits queued for GPUs to join)."""
     from rlstudio.runs.services.admission import gpus_refusal
 
     why = gpus_refusal(user=user, gpus=gpus, what="evaluation")
@@ -172,18 +172,21 @@ def _lock_subject(subject: dict[str, Any]) -> None:
 
 def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -> Evaluation:
     """Record the evaluation queued (one queued or running per user: EvaluationRefused) under the
-    owner's quota lock, then run one pass of the queue (`queue_admit_launched`), which admits it now
-    when its place in the one queue, the quota and the cluster allow (else it waits, queued, with the
-    reason).
+    owner's quota lock, then (committed) run one pass of the queue (`queue_admit_launched`), which
+    admits it now when its place in the one queue, the quota and the cluster allow (else it waits,
+    queued, with the reason). When that pass cannot run (busy past its wait, or failed: logged) the
+    evaluation stays queued with `LAUNCH_PASS_REASON` and is returned all the same (it is saved: an
+    error would make its client launch it again, and be refused as one already queued).
 
     It first locks the rows it references (`_lock_subject`, before the owner's lock, the order the
     deletions take them in), so that its run, model or dataset cannot be deleted between its checks
     and its recording: one deleted meanwhile is EvaluationInvalid naming it."""
-    from rlstudio.runs.services.admission import queue_admit_launched, queue_lock_for_launch
+    from rlstudio.runs.services.admission import launch_reason_record, queue_admit_launched, queue_lock_for_launch
 
     policy = _policy()
     with transaction.atomic():
-        queue_lock_for_launch()  # the lock order: the queue's, the referenced rows', then the owner's
+        # The lock order: the queue's, the referenced rows', then the owner's.
+        locked = queue_lock_for_launch()
         _lock_subject(subject)
         policy.lock_owner(user=user)
         if Evaluation.objects.filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
@@ -194,7 +197,8 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
                                        reward=req.reward, **subject)
         audit_record(actor=user, action="evaluation.create", obj=ev.subject,
                      data={"evaluation": ev.pk, "gpus": req.gpus, **audit})
-    queue_admit_launched()
+    queue_admit_launched(wait=locked)
+    launch_reason_record(Evaluation, pk=ev.pk)  # no pass ran, or it stopped before this one
     ev.refresh_from_db()
     return ev
 
@@ -291,8 +295,11 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
             free = cluster_free_gpus if cluster_free_gpus is not None else free_gpus(needed=ev.gpus)
             reason = policy.job_reason(user=ev.owner, gpus=ev.gpus, cluster_free_gpus=free)
         if reason:
+            from rlstudio.runs.services.admission import clip_reason
+
+            reason = clip_reason(reason)
             if ev.queue_reason != reason:
-                ev.queue_reason = reason[:300]
+                ev.queue_reason = reason
                 ev.save(update_fields=["queue_reason"])
             return False
         ev.status, ev.started, ev.queue_reason = S.RUNNING, timezone.now(), ""

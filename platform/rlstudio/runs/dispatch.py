@@ -16,7 +16,9 @@ until the process restarts.
 """
 from __future__ import annotations
 
+import contextvars
 import logging
+from contextlib import contextmanager
 from typing import Callable
 
 from django.db import transaction
@@ -35,11 +37,30 @@ def send_now(task_name: str, *args) -> Exception | None:
     return error
 
 
+# Inside `one_broker_try`: [the broker's first error], or [] while none failed.
+_BATCH: contextvars.ContextVar[list | None] = contextvars.ContextVar("rlstudio_dispatch_batch", default=None)
+
+
+@contextmanager
+def one_broker_try():
+    """Within it, once one `send_after_commit` found the broker unreachable, the later ones do not try
+    it again (each would wait for the broker's timeouts): their `on_unsent` gets that first error. A
+    queue pass sends its submissions so when it commits."""
+    token = _BATCH.set([])
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
+
+
 def send_after_commit(task_name: str, *args, on_unsent: Callable[[Exception], None] | None = None) -> None:
     """Publish the task once the current transaction commits; `on_unsent(error)` if the broker fails."""
 
     def send() -> None:
-        error = send_now(task_name, *args)
+        batch = _BATCH.get()
+        error = batch[0] if batch else send_now(task_name, *args)
+        if error is not None and batch is not None and not batch:
+            batch.append(error)
         if error is not None and on_unsent is not None:
             on_unsent(error)
 

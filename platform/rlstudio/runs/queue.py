@@ -83,7 +83,11 @@ CLUSTER_REMEDY = "add GPUs to the cluster"
 def never_reason(why: str, *, remedy: str) -> str:
     """The queue reason of a job that can never be admitted as it is, `why` being `gpus_over_quota`'s
     or `gpus_over_cluster`'s sentence: it says waiting cannot help and what its owner can do (stop
-    it, or ask an admin to `remedy`: QUOTA_REMEDY, CLUSTER_REMEDY)."""
+    it, or ask an admin to `remedy`: QUOTA_REMEDY, CLUSTER_REMEDY). For the cluster it says the job
+    starts when GPUs join the cluster (a node restarting, an autoscaler adding one)."""
+    if remedy == CLUSTER_REMEDY:
+        return (f"{NEVER_PREFIX}{why}. It starts when GPUs join the cluster: stop it if none will (your "
+                f"later jobs do not wait for it), or ask an admin to {remedy}")
     return (f"{NEVER_PREFIX}{why}. Stop it (your later jobs do not wait for it) or ask an admin to "
             f"{remedy}")
 

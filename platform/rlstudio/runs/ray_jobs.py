@@ -8,6 +8,7 @@ cluster. Errors reaching Ray become `RayUnavailable` so callers can say so inste
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -224,18 +225,46 @@ def tail_lines(text: str, n: int) -> str:
     return "\n".join(lines[-n:])
 
 
+# How long this process keeps Ray's answer on the cluster's total GPUs (or its failure): a launch, its
+# queue pass and the run form's preview, which asks on every edit, ask Ray at most once in that time.
+CLUSTER_TOTAL_TTL_S = 5.0
+_total_cache: list[tuple[float, float | RayUnavailable]] = []  # [(monotonic time asked, answer)]
+
+
+def cluster_total_gpus_clear() -> None:
+    """Forget the cached total (tests; the next `cluster_total_gpus` asks Ray)."""
+    _total_cache.clear()
+
+
 def cluster_total_gpus() -> float:
-    """GPUs the cluster has in all (sum over alive nodes), from the dashboard's node summary."""
+    """GPUs the cluster has in all (sum over alive nodes), from the dashboard's node summary; Ray's
+    answer (or RayUnavailable: unreachable, or an answer that does not parse) is kept
+    CLUSTER_TOTAL_TTL_S seconds per process (`cluster_total_gpus_clear` forgets it)."""
+    now = time.monotonic()
+    if _total_cache and now - _total_cache[0][0] < CLUSTER_TOTAL_TTL_S:
+        answer = _total_cache[0][1]
+    else:
+        try:
+            answer = _ask_cluster_total_gpus()
+        except RayUnavailable as exc:
+            answer = exc
+        _total_cache[:] = [(now, answer)]
+    if isinstance(answer, RayUnavailable):
+        raise answer
+    return answer
+
+
+def _ask_cluster_total_gpus() -> float:
     url = ray_address() + "/nodes?view=summary"
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
             body = json.loads(resp.read().decode("utf-8"))
-    except Exception as exc:  # noqa: BLE001
+        total = 0.0
+        for node in (body.get("data") or {}).get("summary") or []:
+            raylet = node.get("raylet") or {}
+            if str(raylet.get("state", "ALIVE")).upper() != "ALIVE":
+                continue
+            total += float((raylet.get("resourcesTotal") or {}).get("GPU", 0.0))
+    except Exception as exc:  # noqa: BLE001 - unreachable, or an answer not shaped as expected
         raise RayUnavailable(f"{url}: {exc}") from exc
-    total = 0.0
-    for node in (body.get("data") or {}).get("summary") or []:
-        raylet = node.get("raylet") or {}
-        if str(raylet.get("state", "ALIVE")).upper() != "ALIVE":
-            continue
-        total += float((raylet.get("resourcesTotal") or {}).get("GPU", 0.0))
     return total

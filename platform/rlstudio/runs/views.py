@@ -173,8 +173,9 @@ def run_new(request):
 
 
 def _save_and_launch(request, form, config):
-    """The form's run (and its saved config when `save_as` is given), in one transaction."""
-    from .services import RunInputInvalid, run_config_save
+    """The form's run (and its saved config when `save_as` is given), in one transaction; once it
+    commits, the launch's queue pass (`run_launch_admit`), outside that transaction."""
+    from .services import RunInputInvalid, run_config_save, run_launch_admit
     from .services import run_new as service_run_new
 
     d = form.cleaned_data
@@ -189,12 +190,13 @@ def _save_and_launch(request, form, config):
                 if exc.field == "name":  # the saved config's name is the form's save_as
                     raise RunInputInvalid(str(exc), field="save_as") from None
                 raise
-        return service_run_new(
+        run = service_run_new(
             owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
             model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=inputs["base"],
             overrides=inputs["overrides"], tool_set=d.get("tool_set") or "",
-            reward_model=d.get("reward_model"),
+            reward_model=d.get("reward_model"), admit=False,
         )
+    return run_launch_admit(run=run, by=request.user)
 
 
 @login_required
@@ -202,14 +204,15 @@ def run_new_preview(request):
     """POST (the form's fields, as the form posts them): JSON with every error of the inputs (each with
     the form field it belongs on), the trainer's warnings, the preset's adaptations to the GPUs or CPU, the
     effective config as YAML lines marked where they differ from the preset, and the memory estimate per
-    device; GPUs more than the user's quota allows at once or than the cluster has in all are an error on
-    `gpus` (the launch would refuse them). Nothing is stored; the form's script (static/js/run_form.js)
+    device; GPUs more than the user's quota allows at once are an error on `gpus` (the launch would
+    refuse them), more than the cluster has in all now a warning on it (the run would wait, queued,
+    for GPUs to join; Ray's answer is cached a few seconds, so editing does not ask it each time). Nothing is stored; the form's script (static/js/run_form.js)
     calls it as the user edits."""
     from django.http import HttpResponseNotAllowed, JsonResponse
 
     from .launch import ConfigInvalid, parse_config_text
     from .preview import FieldError, preview
-    from .services.admission import gpus_refusal
+    from .services.admission import gpus_cluster_warning, gpus_refusal
 
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
@@ -234,6 +237,8 @@ def run_new_preview(request):
     gpus = getattr(form, "cleaned_data", {}).get("gpus")
     if gpus and (why := gpus_refusal(user=request.user, gpus=gpus)):
         errors.append(FieldError("gpus", why))
+    elif gpus and (why := gpus_cluster_warning(gpus=gpus)):
+        body["warnings"] = [*body["warnings"], {"field": "gpus", "message": why}]
     body["errors"] = [{"field": e.field, "message": e.message,
                        "form_field": e.field if e.field in form.fields else
                        form.field_for_error(e.field, source=e.source, typed=typed)} for e in errors]

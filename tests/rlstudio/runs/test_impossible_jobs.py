@@ -1,8 +1,9 @@
 """A job that could never be admitted as it is: refused at launch (a 400 on `gpus`) when it asks more
-GPUs than its owner's quota allows at once (max_gpus) or than the cluster has in all (not when Ray does
-not answer: then it waits, queued); and one already queued that became so (the quota lowered, a GPU
-node gone) says waiting cannot help, is not tried, and holds neither its owner's later jobs nor the
-cluster's queue back.
+GPUs than its owner's quota allows at once (max_gpus); one asking more than the cluster has in all now
+(a GPU node restarting, an autoscaler yet to add one) is accepted and queued with a reason that says it
+starts when GPUs join; and one queued that can never start as it is (the quota lowered, a GPU node gone,
+or launched so) says waiting cannot help, is not tried, and holds neither its owner's later jobs nor
+the cluster's queue back.
 
 Real PostgreSQL, no Ray (RAY_ADDRESS unset unless a test stands the cluster's total in)."""
 from datetime import datetime, timezone as dt_tz
@@ -74,14 +75,27 @@ def test_a_run_over_the_quota_is_refused_and_the_next_cpu_run_is_not_held_back(a
     assert resp.status_code == 201 and resp.json()["status"] == S.SUBMITTING, resp.content
 
 
-def test_a_run_over_the_clusters_total_is_refused_but_not_over_its_free_gpus(alice, bob, ready, cluster, make_run):
+CLUSTER_NEVER = ("It starts when GPUs join the cluster: stop it if none will (your later jobs do not wait for "
+                 "it), or ask an admin to add GPUs to the cluster")
+
+
+def test_a_run_over_the_clusters_total_is_queued_saying_so_and_holds_back_no_later_job(
+        alice, bob, ready, cluster, make_run):
     _quota(alice, gpus=4)
-    cluster.value = 0.0  # a CPU-only cluster
-    message = _error(_api(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json"))
-    assert message == "this run asks 1 GPU; the cluster has 0 GPUs in all"
+    cluster.value = 0.0  # a CPU-only cluster, or its GPU node restarting
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
+    assert resp.status_code == 201 and resp.json()["status"] == S.QUEUED, resp.content
+    assert resp.json()["queue_reason"] == (f"{NEVER_PREFIX}this run asks 1 GPU; the cluster has 0 GPUs in all. "
+                                           + CLUSTER_NEVER)
+    # It holds no one back: alice's own later CPU run starts.
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, name="cpu", gpus=0), format="json")
+    assert resp.status_code == 201 and resp.json()["status"] == S.SUBMITTING, resp.content
+    Run.objects.filter(owner=alice).update(status=S.STOPPED)
     cluster.value = 2.0
-    assert _error(_api(alice).post("/api/v1/runs/", _body(ready, gpus=3), format="json")) == (
-        "this run asks 3 GPUs; the cluster has 2 GPUs in all")
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=3), format="json")
+    assert resp.status_code == 201 and resp.json()["queue_reason"].startswith(
+        f"{NEVER_PREFIX}this run asks 3 GPUs; the cluster has 2 GPUs in all. It starts when GPUs join")
+    Run.objects.filter(owner=alice).update(status=S.STOPPED)
     # 2 GPUs in all, both held by bob's run: alice's run on 2 waits for them, queued.
     _quota(bob, gpus=2)
     Run.objects.filter(pk=make_run(bob, "holder", gpus=2).pk).update(status=S.RUNNING)
@@ -118,34 +132,37 @@ def test_a_clone_or_resume_of_a_run_whose_quota_was_lowered_is_refused(alice, ru
     assert Run.objects.count() == 1
 
 
-def test_a_clone_or_resume_on_a_cluster_too_small_is_refused(alice, run_with_ckpts, cluster):
+def test_a_clone_or_resume_on_a_cluster_too_small_is_queued_saying_so(alice, run_with_ckpts, cluster):
     run = _finished_gpu_run(run_with_ckpts)
-    _quota(alice, gpus=2)
+    _quota(alice, gpus=2, runs=3)
     cluster.value = 1.0
     for action in ("clone", "resume"):
-        message = _error(_api(alice).post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json"))
-        assert message.startswith("this run asks 2 GPUs; the cluster has 1 GPU in all")
-    cluster.value = 2.0
-    assert _api(alice).post(f"/api/v1/runs/{run.pk}/clone/", {}, format="json").status_code == 201
+        resp = _api(alice).post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json")
+        assert resp.status_code == 201 and resp.json()["status"] == S.QUEUED, resp.content
+        assert resp.json()["queue_reason"].startswith(
+            f"{NEVER_PREFIX}this run asks 2 GPUs; the cluster has 1 GPU in all. It starts when GPUs join")
 
 
-def test_evaluations_over_the_quota_or_the_cluster_are_refused(alice, run_with_ckpts, make_dataset, make_model,
-                                                                cluster):
+def test_evaluations_over_the_quota_are_refused_over_the_cluster_queued(alice, run_with_ckpts, make_dataset,
+                                                                         make_model, cluster):
     data = make_dataset(alice, "eval-data", status="ready")
     model = make_model(alice, "alice-base", tokenizer_ok=True)
     api = _api(alice)
     _quota(alice, gpus=1)
     cluster.value = 0.0
     body = {"dataset": data.pk, "k": 1, "gpus": 1}
-    message = _error(api.post(f"/api/v1/models/{model.pk}/evaluations/", body, format="json"))
-    assert message == "this evaluation asks 1 GPU; the cluster has 0 GPUs in all"
-    message = _error(api.post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", {**body, "checkpoints": [1]},
-                              format="json"))
-    assert message == "this evaluation asks 1 GPU; the cluster has 0 GPUs in all"
+    resp = api.post(f"/api/v1/models/{model.pk}/evaluations/", body, format="json")
+    assert resp.status_code == 202 and resp.json()["status"] == E.QUEUED, resp.content
+    assert resp.json()["queue_reason"] == (f"{NEVER_PREFIX}this evaluation asks 1 GPU; the cluster has 0 GPUs in "
+                                           "all. " + CLUSTER_NEVER)
+    Evaluation.objects.update(status=E.STOPPED)
     _quota(alice, gpus=0)
     message = _error(api.post(f"/api/v1/models/{model.pk}/evaluations/", body, format="json"))
     assert message == "this evaluation asks 1 GPU; your quota allows at most 0 at a time"
-    assert not Evaluation.objects.exists()
+    message = _error(api.post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", {**body, "checkpoints": [1]},
+                              format="json"))
+    assert message == "this evaluation asks 1 GPU; your quota allows at most 0 at a time"
+    assert Evaluation.objects.count() == 1
 
 
 def test_the_evaluation_of_another_users_run_is_checked_against_its_creators_quota(
@@ -223,8 +240,7 @@ def test_a_queued_run_bigger_than_the_cluster_holds_no_one_back(alice, bob, make
         run.refresh_from_db()
     assert small.status == S.SUBMITTING and bobs_cpu.status == S.SUBMITTING
     assert big.status == S.QUEUED and big.queue_reason == (
-        f"{NEVER_PREFIX}this run asks 2 GPUs; the cluster has 1 GPU in all. Stop it (your later jobs do not "
-        "wait for it) or ask an admin to add GPUs to the cluster")
+        f"{NEVER_PREFIX}this run asks 2 GPUs; the cluster has 1 GPU in all. " + CLUSTER_NEVER)
 
 
 def test_when_ray_does_not_answer_a_queued_gpu_run_waits_and_still_holds_its_owners_later_jobs(

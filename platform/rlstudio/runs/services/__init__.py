@@ -37,7 +37,7 @@ from .deletion import (
     runs_delete,
 )
 from .export import on_run_succeeded, run_register_export
-from .lineage import run_clone, run_config_save, run_new, run_resume
+from .lineage import run_clone, run_config_save, run_launch_admit, run_new, run_resume
 from .sharing import check_can_manage, on_access_changed, run_annotate, run_share
 from .stop import run_force_kill, run_output_dir, run_stop
 from .submission import (
@@ -66,7 +66,7 @@ __all__ = [
     "models_q_earlier", "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
     "bulk_delete_refusals", "clean_run_ids", "DeleteRefusal", "RunsNotDeleted", "run_annotate", "run_share", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
-    "run_force_kill", "run_issue_ingest_token", "queue_admit_launched", "run_launch_recorded", "run_queue_move", "run_mark_finished",
+    "run_force_kill", "run_issue_ingest_token", "queue_admit_launched", "run_launch_admit", "run_launch_recorded", "run_queue_move", "run_mark_finished",
     "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",
     "run_requeue_unsent", "run_resubmit", "run_resume", "run_stop", "run_submit", "run_token_check",
     "run_transition", "token_hash", "transition_path",

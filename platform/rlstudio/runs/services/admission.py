@@ -10,15 +10,25 @@ serialized by a PostgreSQL advisory lock (`QUEUE_LOCK`), so that two workers nev
 GPUs out twice.
 
 Admission happens only in a pass: a launch (of a run: `lineage._create_and_launch`; of an evaluation)
-records its job queued, commits, then runs one pass itself (`queue_admit_launched`, waiting for a pass
-under way rather than skipping), so a job is admitted at launch exactly when the pass admits it: never
-ahead of an older queued GPU job of any owner that waits for the cluster's GPUs (while an owner at
-their quota still holds no one back).
+records its job queued, commits, then runs one pass itself (`queue_admit_launched`), so a job is
+admitted at launch exactly when the pass admits it: never ahead of an older queued GPU job of any owner
+that waits for the cluster's GPUs (while an owner at their quota still holds no one back). A launch
+waits at most LAUNCH_LOCK_WAIT_S for a pass under way; when it cannot run its pass (the lock is busy,
+or the pass failed: logged) its job stays queued with LAUNCH_PASS_REASON for the reconcile's pass, and
+the launch answers normally (its job is saved: an error would make the client launch it twice).
 
-A job that can never be admitted as it is (more GPUs than its owner's quota's `max_gpus`, or than the
-cluster has in all) is refused at launch (`gpus_refusal`, a 400 on `gpus`); one already queued that
-became so (an admin lowered the quota, a GPU node left) stays queued with a reason that says waiting
-cannot help (`rlstudio.runs.queue.never_reason`), is not tried, holds none of the others back, and its
+Each pass is one transaction holding QUEUE_LOCK as a transaction-level advisory lock
+(`pg_try_advisory_xact_lock`: never a session lock, which a failed transaction could leave held for
+good); its submissions are sent when it commits (`dispatch.one_broker_try`: after one the broker
+refused, the others go back to the queue without trying it again). Ray's answer on the cluster's GPUs
+is cached a few seconds per process (`ray_jobs.cluster_total_gpus`), so a launch and its pass ask Ray
+at most once.
+
+A job asking more GPUs than its owner's quota's `max_gpus` is refused at launch (`gpus_refusal`, a 400
+on `gpus`). One asking more than the cluster has in all now is accepted and queued: a GPU node may be
+restarting, or an autoscaler may add one. A queued job that can never be admitted as it is (more than
+the quota allows: an admin lowered it; more than the cluster has now) stays queued with a reason that
+says so (`rlstudio.runs.queue.never_reason`), is not tried, holds none of the others back, and its
 owner's later jobs do not wait behind it.
 
 Quotas are asked through a `QuotaPolicy` that the quotas app registers at startup
@@ -26,6 +36,8 @@ Quotas are asked through a `QuotaPolicy` that the quotas app registers at startu
 runs, not the other way round)."""
 from __future__ import annotations
 
+import logging
+import time
 from typing import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -53,6 +65,7 @@ from .transitions import run_transition
 
 
 S = RunStatus
+log = logging.getLogger(__name__)
 
 
 class QuotaPolicy:
@@ -192,31 +205,9 @@ def other_jobs_gpus() -> int:
     return sum(int(hook() or 0) for hook in _GPU_HOLDERS)
 
 
-def _cluster_free_gpus(*, needed: int) -> float | None:
-    """GPUs Ray has minus those our active runs and other jobs hold; None when the run needs none
-    (not checked)."""
-    if needed <= 0:
-        return None
-    from django.db.models import Sum
-
-    from ..models import ACTIVE_STATUSES
-    from ..ray_jobs import RayUnavailable, cluster_total_gpus
-
-    try:
-        total = cluster_total_gpus()
-    except RayUnavailable:
-        return 0.0
-    held = (Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0) + other_jobs_gpus()
-    return max(total - held, 0.0)
-
-
-def cluster_free_gpus(*, needed: int) -> float | None:
-    """`_cluster_free_gpus` for other jobs' admission (0.0 when Ray does not answer)."""
-    return _cluster_free_gpus(needed=needed)
-
-
 def _cluster_total_gpus() -> float | None:
-    """The GPUs the cluster has in all (Ray's alive nodes); None when Ray does not answer."""
+    """The GPUs the cluster has in all (Ray's alive nodes; `ray_jobs.cluster_total_gpus`, cached a few
+    seconds per process); None when Ray does not answer."""
     from ..ray_jobs import RayUnavailable, cluster_total_gpus
 
     try:
@@ -225,16 +216,55 @@ def _cluster_total_gpus() -> float | None:
         return None
 
 
+def _held_gpus() -> float:
+    """GPUs our active runs and the other jobs (evaluations) hold now."""
+    from django.db.models import Sum
+
+    from ..models import ACTIVE_STATUSES
+
+    return (Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0) + other_jobs_gpus()
+
+
+def _cluster_free_gpus(*, needed: int) -> float | None:
+    """GPUs Ray has minus those our active runs and other jobs hold (0.0 when Ray does not answer);
+    None when the run needs none (not checked)."""
+    if needed <= 0:
+        return None
+    total = _cluster_total_gpus()
+    return 0.0 if total is None else max(total - _held_gpus(), 0.0)
+
+
+def cluster_free_gpus(*, needed: int) -> float | None:
+    """`_cluster_free_gpus` for other jobs' admission (0.0 when Ray does not answer)."""
+    return _cluster_free_gpus(needed=needed)
+
+
 def gpus_refusal(*, user: AbstractBaseUser, gpus: int, what: str = "run") -> str:
-    """'' unless a `what` ("run", "evaluation") of `user` asking `gpus` GPUs could never be admitted as
-    it is; else the sentence that says why, naming the limit: more than the user's quota allows at
-    once (its `max_gpus`), or more than the cluster has in all (Ray is asked only then; when it does
-    not answer the job is not refused: it waits, queued, for the cluster). A launch raises it as an
-    input error on `gpus` before anything is recorded."""
+    """'' unless a `what` ("run", "evaluation") of `user` asking `gpus` GPUs could never be admitted:
+    more than the user's quota allows at once (its `max_gpus`); else the sentence that says so. A
+    launch raises it as an input error on `gpus` before anything is recorded. Ray is not asked: a job
+    asking more than the cluster has in all now is accepted and waits, queued, for GPUs to join
+    (`gpus_cluster_warning` says so beforehand)."""
     if gpus <= 0:
         return ""
-    why = gpus_over_quota(what=what, gpus=gpus, most=quota_policy().max_gpus(owner_id=user.pk))
-    return why or gpus_over_cluster(what=what, gpus=gpus, total=_cluster_total_gpus())
+    return gpus_over_quota(what=what, gpus=gpus, most=quota_policy().max_gpus(owner_id=user.pk))
+
+
+def gpus_cluster_warning(*, gpus: int, what: str = "run") -> str:
+    """'' unless a `what` asking `gpus` GPUs asks more than the cluster has in all now (Ray's answer,
+    cached a few seconds; '' when Ray does not answer); else a sentence saying that it would be queued
+    and start only once enough GPUs join the cluster (the run form's preview shows it as a warning)."""
+    why = gpus_over_cluster(what=what, gpus=gpus, total=_cluster_total_gpus()) if gpus > 0 else ""
+    return f"{why}: it would wait, queued, until the cluster has {gpus} GPUs" if why else ""
+
+
+REASON_MAX = Run._meta.get_field("queue_reason").max_length
+
+
+def clip_reason(reason: str) -> str:
+    """A queue reason as stored (runs' and evaluations' `queue_reason` hold REASON_MAX characters): the
+    one rule every writer of a reason follows, so that comparing a reason with the stored one holds."""
+    return reason[:REASON_MAX]
 
 
 SUBMIT_UNSENT_REASON = "waiting to be submitted: the task queue is unreachable"
@@ -296,6 +326,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
             if free is None and check_cluster:
                 free = _cluster_free_gpus(needed=locked.gpus)
             reason = policy.reason(run=locked, cluster_free_gpus=free)
+        reason = clip_reason(reason)
         if reason:
             if locked.queue_reason != reason:
                 locked.queue_reason = reason
@@ -412,6 +443,7 @@ def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
 def _hold_runs(run_ids: list[int], reason: str = HELD_BACK_REASON) -> None:
     """Record `reason` (HELD_BACK_REASON, or a `never_reason`) on those of these runs still queued
     whose reason differs (audited as `run.queue`, as `run_admit` records a reason)."""
+    reason = clip_reason(reason)
     changed = list(Run.objects.filter(pk__in=run_ids, status=S.QUEUED).exclude(queue_reason=reason)
                    .values_list("pk", flat=True))
     if not changed:
@@ -423,13 +455,14 @@ def _hold_runs(run_ids: list[int], reason: str = HELD_BACK_REASON) -> None:
 
 class _Never:
     """The pass's `never` check (`admission_pass`): whether a GPU job can never be admitted as it is,
-    its owner's quota's `max_gpus` read once per owner and Ray's total GPUs asked at most once per pass
+    its owner's quota's `max_gpus` read once per owner and Ray's total GPUs (`_cluster_total_gpus`:
+    Ray's answer is cached, so a pass asks it at most once)
     (only for a job that does not fit in the free GPUs); the reason is recorded on the job (runs:
     `_hold_runs`; other kinds: `QueuedKind.hold`) before the pass goes on, so the owner's later jobs,
     tried after it, see it and do not wait behind it."""
 
     def __init__(self, kinds: dict[str, QueuedKind]):
-        self.kinds, self.most, self.total, self.asked = kinds, {}, None, False
+        self.kinds, self.most = kinds, {}
         self.policy = quota_policy()
 
     def __call__(self, job: QueuedJob, free: float | None) -> bool:
@@ -438,9 +471,8 @@ class _Never:
         why = gpus_over_quota(what=job.kind, gpus=job.gpus, most=self.most[job.owner_id])
         remedy = QUOTA_REMEDY
         if not why and (free is None or job.gpus > free):
-            if not self.asked:
-                self.total, self.asked = _cluster_total_gpus(), True
-            why, remedy = gpus_over_cluster(what=job.kind, gpus=job.gpus, total=self.total), CLUSTER_REMEDY
+            why = gpus_over_cluster(what=job.kind, gpus=job.gpus, total=_cluster_total_gpus())
+            remedy = CLUSTER_REMEDY
         if not why:
             return False
         reason = never_reason(why, remedy=remedy)
@@ -451,23 +483,39 @@ class _Never:
         return True
 
 
-def queue_admit_jobs(*, wait: bool = False) -> list[QueuedJob]:
-    """One pass of the fair queue: every queued job, runs and the registered kinds, tried once in the
-    one queue's order while quotas and the cluster allow (`rlstudio.runs.queue.admission_pass`); the
-    GPU jobs it did not try, behind one waiting for the cluster, get HELD_BACK_REASON, and those that
-    can never be admitted as they are a `never_reason` (`_Never`). Returns the jobs
-    admitted. A pass that finds another pass under way (QUEUE_LOCK held) leaves the queue to it and
-    admits nothing, unless `wait`: then it waits for that one to end and runs (a launch's pass)."""
+# How long a launch waits for a pass under way (its own transaction's QUEUE_LOCK, then its pass's):
+# past it, the launch's job waits, queued, with LAUNCH_PASS_REASON for the reconcile's pass.
+LAUNCH_LOCK_WAIT_S = 2.0
+LAUNCH_PASS_REASON = "waiting for the next queue pass (the reconcile's, every few seconds)"
+_LOCK_RETRY_S = 0.05
+
+
+def _take_queue_lock(*, wait_s: float = 0.0) -> bool:
+    """Take QUEUE_LOCK until the current transaction ends (`pg_try_advisory_xact_lock`, tried again
+    every 50 ms for up to `wait_s` seconds); whether it got it. Only inside a transaction (a
+    transaction-level lock: PostgreSQL frees it at commit or rollback, so no error can leave it held)."""
     from django.db import connection
 
+    assert connection.in_atomic_block, "QUEUE_LOCK is taken inside a transaction"
+    deadline = time.monotonic() + wait_s
     with connection.cursor() as cur:
-        if wait:
-            cur.execute("SELECT pg_advisory_lock(%s, %s)", list(QUEUE_LOCK))
-        else:
-            cur.execute("SELECT pg_try_advisory_lock(%s, %s)", list(QUEUE_LOCK))
-            if not cur.fetchone()[0]:
-                return []
-    try:
+        while True:
+            cur.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", list(QUEUE_LOCK))
+            if cur.fetchone()[0]:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_LOCK_RETRY_S)
+
+
+def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
+    """One pass (see `queue_admit_jobs`) in one transaction that holds QUEUE_LOCK; None when the lock
+    stayed busy for `wait_s` seconds (another pass is under way: nothing done)."""
+    from ..dispatch import one_broker_try
+
+    with one_broker_try(), transaction.atomic():
+        if not _take_queue_lock(wait_s=wait_s):
+            return None
         kinds = {k.kind: k for k in queued_kinds()}
         runs = {r.pk: r for r in Run.objects.filter(status=S.QUEUED).select_related("owner")}
         jobs = [run_job(r) for r in runs.values()]
@@ -488,31 +536,49 @@ def queue_admit_jobs(*, wait: bool = False) -> list[QueuedJob]:
                 _hold_runs(ids)
             else:
                 kinds[kind].hold(job_ids=ids, reason=HELD_BACK_REASON)
-        return admitted
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+    return admitted
 
 
-def queue_lock_for_launch() -> None:
-    """Take QUEUE_LOCK until the caller's transaction ends: a launch does, before its owner's lock, so
-    that every holder of an owner's lock that waits for QUEUE_LOCK already holds it (the lock order is
-    QUEUE_LOCK, then owners). Without it a launch inside a longer transaction (the run form saves a
-    config and launches in one), still holding its owner's lock during its pass, could wait for
-    another launch's owner while that one waited for the pass (a deadlock)."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(QUEUE_LOCK))
+def queue_admit_jobs() -> list[QueuedJob]:
+    """One pass of the fair queue: every queued job, runs and the registered kinds, tried once in the
+    one queue's order while quotas and the cluster allow (`rlstudio.runs.queue.admission_pass`); the
+    GPU jobs it did not try, behind one waiting for the cluster, get HELD_BACK_REASON, and those that
+    can never be admitted as they are a `never_reason` (`_Never`). Returns the jobs admitted. One
+    transaction holding QUEUE_LOCK (`_take_queue_lock`): a pass that finds another under way leaves the
+    queue to it and admits nothing. The submissions are sent when it commits."""
+    return _queue_pass(wait_s=0.0) or []
 
 
-def queue_admit_launched() -> list[QueuedJob]:
+def queue_lock_for_launch() -> bool:
+    """Take QUEUE_LOCK until the caller's transaction ends, waiting at most LAUNCH_LOCK_WAIT_S for a
+    pass under way; whether it got it. A launch does, before the rows it references and its owner's
+    lock (the lock order: QUEUE_LOCK, the referenced rows, then owners), so that it never holds those
+    while a pass that holds QUEUE_LOCK waits for them. Past the wait it goes on without (the pass
+    under way may be long; a deadlock that this leaves possible, a clone of a queued run that the pass
+    admits at that moment, PostgreSQL detects and ends, failing one side, not hanging it)."""
+    return _take_queue_lock(wait_s=LAUNCH_LOCK_WAIT_S)
+
+
+def queue_admit_launched(*, wait: bool = True) -> bool:
     """The launch path's admission, once the launch's transaction has recorded its job queued and
-    committed: one pass of the whole queue (`queue_admit_jobs(wait=True)`), so the new job is admitted
-    exactly when its place in the one queue allows, as the reconcile's pass would. Called after the
-    launch's transaction (which took `queue_lock_for_launch` before its owner's lock); inside a
-    caller's longer transaction, that still holds QUEUE_LOCK, so the pass runs at once."""
-    return queue_admit_jobs(wait=True)
+    committed (never inside a caller's transaction): one pass of the whole queue, so the new job is
+    admitted exactly when its place in the one queue allows, as the reconcile's pass would. It waits at
+    most LAUNCH_LOCK_WAIT_S for a pass under way (not at all unless `wait`: the launch's transaction
+    already waited for it in vain). Returns whether the pass ran; False when the lock stayed busy or the
+    pass failed (logged, never raised: the job is saved, and an error would make its client launch it
+    again): the caller records LAUNCH_PASS_REASON on its job (`launch_reason_record`)."""
+    try:
+        return _queue_pass(wait_s=LAUNCH_LOCK_WAIT_S if wait else 0.0) is not None
+    except Exception:  # noqa: BLE001 - any error of the pass (another user's job, a deadlock, Ray)
+        log.exception("a launch's queue pass failed; its job waits for the reconcile's pass")
+        return False
+
+
+def launch_reason_record(model, *, pk: int) -> None:
+    """Give a launched job of `model` (Run, or another kind's model with `status` and `queue_reason`)
+    still queued with no reason LAUNCH_PASS_REASON: its launch's pass did not run, or stopped before
+    it (the broker down); docs/api.md promises a queued job says why it waits."""
+    model.objects.filter(pk=pk, status="queued", queue_reason="").update(queue_reason=LAUNCH_PASS_REASON)
 
 
 def queue_admit_all() -> list[int]:

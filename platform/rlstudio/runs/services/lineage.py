@@ -16,7 +16,14 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run
 from ..selectors import trained_to_the_end
-from .admission import gpus_refusal, queue_admit_launched, queue_lock_for_launch, quota_policy, run_launch_recorded
+from .admission import (
+    gpus_refusal,
+    launch_reason_record,
+    queue_admit_launched,
+    queue_lock_for_launch,
+    quota_policy,
+    run_launch_recorded,
+)
 from .creation import run_create
 from ..errors import RunInputInvalid, RunRefused
 
@@ -35,6 +42,7 @@ def run_new(
     overrides=None,
     tool_set: str = "",
     reward_model=None,
+    admit: bool = True,
 ) -> Run:
     """Validate the config (the gate, then the trainer's schema, before anything is queued), create
     the run, launch it.
@@ -44,6 +52,8 @@ def run_new(
     objects the caller already checked the owner may see. A dataset that is not ready is refused: the
     trainer would fail on it minutes later. `tool_set` names an operator-registered tool set. The
     model must be a policy and `reward_model` (optional) a reward model of the catalog (their kind).
+    With `admit` False the run is only recorded, queued: a caller inside its own transaction (the run
+    form saves a config with it) commits, then calls `run_launch_admit`.
     """
     check_model_kinds(model=model, reward_model=reward_model)
     status = getattr(dataset, "status", "ready")
@@ -67,7 +77,7 @@ def run_new(
                               "actor_rollout_ref.rollout.multi_turn.enable=true", field="tool_set")
     return _create_and_launch(owner=owner, by=owner, name=name, dataset=dataset, model=model,
                               val_dataset=val_dataset, config=frozen, gpus=gpus, tool_set=tool_set,
-                              reward_model=reward_model, audit=("", {}))
+                              reward_model=reward_model, audit=("", {}), admit=admit)
 
 
 def check_model_kinds(*, model, reward_model) -> None:
@@ -134,9 +144,9 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
 
 def _check_gpus(*, owner: AbstractBaseUser, gpus: int, kind: str = "") -> None:
     """RunInputInvalid on `gpus` when a run of `owner` on `gpus` GPUs could never be admitted: more than
-    their quota allows at once, or than the cluster has in all (`admission.gpus_refusal`; not refused
-    when Ray does not answer). `kind` ("resume", "clone"): the new run asks as many as its source did
-    (the quota may have been lowered, or the cluster shrunk, since)."""
+    their quota allows at once (`admission.gpus_refusal`; more than the cluster has in all now is
+    accepted, and waits queued for GPUs to join). `kind` ("resume", "clone"): the new run asks as many
+    as its source did (the quota may have been lowered since)."""
     why = gpus_refusal(user=owner, gpus=gpus)
     if why:
         if kind:
@@ -172,15 +182,16 @@ def _config_or_invalid(**kwargs) -> dict[str, Any]:
 
 
 def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_from: str = "",
-                       tool_set: str = "", **fields) -> Run:
+                       tool_set: str = "", admit: bool = True, **fields) -> Run:
     """Create a queued run (refused past the owner's queued-runs cap) and record how it was made, in
-    one transaction; once it commits, one pass of the queue (`queue_admit_launched`) admits it if its
-    place in the one queue, its owner's quota and the cluster allow (the submit task is sent then)."""
+    one transaction; once it commits, `run_launch_admit` (unless not `admit`: the caller calls it once
+    its own transaction commits)."""
     from .. import launch
 
     policy = quota_policy()
     with transaction.atomic():
-        queue_lock_for_launch()  # the lock order: the queue's, the referenced rows', then the owner's
+        # The lock order: the queue's, the referenced rows', then the owner's.
+        locked = queue_lock_for_launch()
         _lock_referenced(fields)
         policy.lock_owner(user=owner)
         refusal = policy.queue_refusal(user=owner)
@@ -191,9 +202,22 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
         action, data = audit
         if action:
             audit_record(actor=by, action=action, obj=run, data=data)
-    # Admitted by a pass, as every queued job is (the reconcile's may even come first): never ahead of
-    # an older queued job the pass would try before it.
-    queue_admit_launched()
+    if not admit:
+        return run
+    return run_launch_admit(run=run, by=by, wait=locked)
+
+
+def run_launch_admit(*, run: Run, by: AbstractBaseUser, wait: bool = True) -> Run:
+    """After a launch's transaction committed: one pass of the queue (`queue_admit_launched`) admits
+    the run if its place in the one queue, its owner's quota and the cluster allow (the submit task is
+    sent then), as every queued job is (the reconcile's pass may even come first): never ahead of an
+    older queued job the pass would try before it. When the pass could not run (busy past its wait,
+    or failed: logged) the run stays queued with `LAUNCH_PASS_REASON`, and is returned all the same.
+    `wait`: whether the pass may wait for one under way (not when the launch's transaction already
+    waited in vain). The launch is audited (`run.launch`)."""
+    queue_admit_launched(wait=wait)
+    # No pass ran, or it stopped before the run (the task queue down): the run still says why it waits.
+    launch_reason_record(Run, pk=run.pk)
     return run_launch_recorded(run=run, by=by)
 
 

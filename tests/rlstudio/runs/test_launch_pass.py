@@ -1,0 +1,388 @@
+"""A launch's queue pass never breaks the launch: the queue's lock is a transaction-level lock (no failed
+transaction can leave it held), a launch waits a bounded time for a pass under way and otherwise leaves
+its job queued with a reason, an error of the pass never reaches the client (its job is saved), Ray is
+asked at most once per launch (its answer cached a few seconds), a broker that is down costs one try
+per pass and every job it admitted says why it waits again, and queue reasons are clipped by one rule.
+
+Real PostgreSQL, no Ray, no broker."""
+import io
+import json
+import threading
+import time
+
+import pytest
+from django.db import DataError, connections, transaction
+from django.test import Client
+from rest_framework.test import APIClient
+
+from rlstudio.accounts.models import AuditEvent
+from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+from rlstudio.quotas.models import GpuQuota
+from rlstudio.runs import dispatch, ray_jobs
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.services import admission
+from rlstudio.runs.services.admission import (
+    LAUNCH_PASS_REASON,
+    QUEUE_LOCK,
+    SUBMIT_UNSENT_REASON,
+    _hold_runs,
+    queue_admit_jobs,
+)
+
+S, E = RunStatus, EvaluationStatus
+
+
+def _api(user) -> APIClient:
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
+
+
+def _quota(user, gpus=2, runs=3):
+    GpuQuota.objects.update_or_create(user=user, defaults=dict(max_gpus=gpus, gpu_hours_per_month=100,
+                                                               max_concurrent_runs=runs))
+
+
+def _body(ready, name="r", **extra):
+    return {"name": name, "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
+            **extra}
+
+
+def _other_connection(sql: str) -> bool:
+    """`sql` (one boolean answer) on a connection of its own, in a thread; the answer."""
+    out = []
+
+    def ask():
+        try:
+            with connections["default"].cursor() as cur:
+                cur.execute(sql, list(QUEUE_LOCK))
+                out.append(cur.fetchone()[0])
+                if out[0]:
+                    cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    thread.join(30)
+    return out[0]
+
+
+class _Holder:
+    """QUEUE_LOCK held by another connection (a pass under way) until `release`."""
+
+    def __init__(self):
+        self.held, self.done = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold)
+
+    def _hold(self):
+        try:
+            with connections["default"].cursor() as cur:
+                cur.execute("SELECT pg_advisory_lock(%s, %s)", list(QUEUE_LOCK))
+                self.held.set()
+                self.done.wait(30)
+                cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+        finally:
+            connections.close_all()
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.held.wait(30)
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(30)
+
+
+# ------------------------------------------------------------------ 1. the lock never outlives a failure
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_failing_inside_a_transaction_raises_its_own_error_and_leaves_the_queue_lock_free(
+        alice, make_run, monkeypatch):
+    _quota(alice)
+    make_run(alice, "gpu", gpus=1)
+
+    def failing_sql(*, needed):
+        with connections["default"].cursor() as cur:
+            cur.execute("SELECT 1 / 0")
+
+    monkeypatch.setattr(admission, "_cluster_free_gpus", failing_sql)
+    with pytest.raises(DataError, match="division by zero"):  # the real error, not the unlock's
+        with transaction.atomic():  # a caller's longer transaction, aborted by the pass's error
+            queue_admit_jobs()
+    assert _other_connection("SELECT pg_try_advisory_lock(%s, %s)") is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_holds_the_queue_lock_only_until_it_commits(alice, make_run):
+    make_run(alice, "cpu")
+    queue_admit_jobs()
+    assert _other_connection("SELECT pg_try_advisory_lock(%s, %s)") is True
+
+
+# ------------------------------------------------------------------ 2. a failed pass is not a failed launch
+
+
+@pytest.fixture
+def failing_pass(monkeypatch):
+    def boom(*, wait_s):
+        raise RuntimeError("another user's job broke the pass")
+
+    monkeypatch.setattr(admission, "_queue_pass", boom)
+
+
+@pytest.mark.django_db
+def test_a_launch_whose_pass_fails_is_saved_queued_with_a_reason_not_a_500(alice, ready, failing_pass):
+    _quota(alice)
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["status"] == S.QUEUED and resp.json()["queue_reason"] == LAUNCH_PASS_REASON
+    assert Run.objects.get().queue_reason == LAUNCH_PASS_REASON
+
+
+@pytest.mark.django_db
+def test_an_evaluation_whose_pass_fails_is_saved_queued_with_a_reason(alice, make_dataset, make_model,
+                                                                       failing_pass):
+    _quota(alice)
+    model = make_model(alice, "alice-base", tokenizer_ok=True)
+    data = make_dataset(alice, "eval-data", status="ready")
+    resp = _api(alice).post(f"/api/v1/models/{model.pk}/evaluations/", {"dataset": data.pk, "k": 1},
+                            format="json")
+    assert resp.status_code == 202, resp.content
+    assert resp.json()["status"] == E.QUEUED and resp.json()["queue_reason"] == LAUNCH_PASS_REASON
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from trainer.models.tiny import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("m") / "tiny", preset="smoke", seed=0)
+
+
+def _form(alice, make_dataset, make_model, tiny_dir, **extra):
+    from rlstudio.catalog.models import ModelAsset
+
+    model = ModelAsset.objects.create(owner=alice, name="tiny", path=str(tiny_dir))
+    return {"name": "f1", "dataset": make_dataset(alice, status="ready").pk, "preset": "cpu_smoke", "gpus": 0,
+            "model": model.pk, **extra}
+
+
+@pytest.mark.django_db
+def test_the_run_form_saves_its_run_and_config_even_when_the_pass_fails(alice, make_dataset, make_model,
+                                                                         tiny_dir, failing_pass):
+    from rlstudio.runs.models import RunConfig
+
+    _quota(alice)
+    page = Client()
+    page.force_login(alice)
+    resp = page.post("/runs/new/", _form(alice, make_dataset, make_model, tiny_dir, save_as="mine"))
+    assert resp.status_code == 302, resp.content
+    run = Run.objects.get()
+    assert run.status == S.QUEUED and run.queue_reason == LAUNCH_PASS_REASON
+    assert RunConfig.objects.filter(owner=alice, name="mine").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_run_forms_pass_runs_after_its_transaction_commits(alice, make_dataset, make_model, tiny_dir,
+                                                                monkeypatch):
+    """The pass is not inside the form's transaction: the run it sees is committed (another connection
+    sees it too), and the queue's lock is free once the form answered."""
+    seen = []
+    original = admission._queue_pass
+
+    def spy(*, wait_s):
+        seen.append(_other_connection_count_runs())
+        return original(wait_s=wait_s)
+
+    monkeypatch.setattr(admission, "_queue_pass", spy)
+    _quota(alice)
+    page = Client()
+    page.force_login(alice)
+    assert page.post("/runs/new/", _form(alice, make_dataset, make_model, tiny_dir)).status_code == 302
+    assert seen == [1]
+    assert Run.objects.get().status == S.SUBMITTING
+    assert _other_connection("SELECT pg_try_advisory_lock(%s, %s)") is True
+
+
+def _other_connection_count_runs() -> int:
+    out = []
+
+    def ask():
+        try:
+            out.append(Run.objects.count())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    thread.join(30)
+    return out[0]
+
+
+# ------------------------------------------------------------------ 3. bounded waits, Ray asked once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_launch_behind_a_pass_under_way_returns_within_the_bound_queued(alice, ready, monkeypatch):
+    monkeypatch.setattr(admission, "LAUNCH_LOCK_WAIT_S", 0.3)
+    _quota(alice)
+    with _Holder():
+        started = time.monotonic()
+        resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=0), format="json")
+        took = time.monotonic() - started
+    assert resp.status_code == 201, resp.content
+    assert took < 3.0  # the launch's transaction waited 0.3 s, its pass did not wait again
+    assert resp.json()["status"] == S.QUEUED and resp.json()["queue_reason"] == LAUNCH_PASS_REASON
+    # The reconcile's pass admits it once the lock is free.
+    assert [j.id for j in queue_admit_jobs()] == [resp.json()["id"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_evaluation_behind_a_pass_under_way_returns_within_the_bound_queued(alice, make_dataset, make_model,
+                                                                                monkeypatch):
+    monkeypatch.setattr(admission, "LAUNCH_LOCK_WAIT_S", 0.3)
+    _quota(alice)
+    model = make_model(alice, "alice-base", tokenizer_ok=True)
+    data = make_dataset(alice, "eval-data", status="ready")
+    with _Holder():
+        started = time.monotonic()
+        resp = _api(alice).post(f"/api/v1/models/{model.pk}/evaluations/", {"dataset": data.pk, "k": 1},
+                                format="json")
+        took = time.monotonic() - started
+    assert resp.status_code == 202, resp.content
+    assert took < 3.0
+    assert resp.json()["status"] == E.QUEUED and resp.json()["queue_reason"] == LAUNCH_PASS_REASON
+
+
+class _FakeRay:
+    """Ray's dashboard node summary, as `urlopen` would return it; counts the requests."""
+
+    def __init__(self, body):
+        self.body, self.calls = body, 0
+
+    def __call__(self, url, timeout=None):
+        self.calls += 1
+        return io.BytesIO(json.dumps(self.body).encode())
+
+
+def _summary(*gpus):
+    return {"data": {"summary": [{"raylet": {"state": "ALIVE", "resourcesTotal": {"GPU": g}}} for g in gpus]}}
+
+
+@pytest.fixture
+def fake_ray(settings, monkeypatch):
+    settings.RAY_ADDRESS = "http://ray-head.invalid:8265"
+    fake = _FakeRay(_summary(1.0))
+    monkeypatch.setattr(ray_jobs.urllib.request, "urlopen", fake)
+    return fake
+
+
+@pytest.mark.django_db
+def test_a_gpu_launch_asks_ray_at_most_once(alice, ready, fake_ray):
+    _quota(alice, gpus=4)
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=2), format="json")  # over the cluster's 1
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["status"] == S.QUEUED
+    assert fake_ray.calls == 1
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, name="r2", gpus=1), format="json")
+    assert resp.status_code == 201
+    assert fake_ray.calls == 1  # within CLUSTER_TOTAL_TTL_S: the cached answer
+
+
+@pytest.mark.django_db
+def test_clusters_total_is_cached_for_its_ttl_and_cleared_on_demand(fake_ray, monkeypatch):
+    assert ray_jobs.cluster_total_gpus() == 1.0
+    fake_ray.body = _summary(1.0, 2.0)
+    assert ray_jobs.cluster_total_gpus() == 1.0 and fake_ray.calls == 1
+    monkeypatch.setattr(ray_jobs, "CLUSTER_TOTAL_TTL_S", 0.0)
+    assert ray_jobs.cluster_total_gpus() == 3.0 and fake_ray.calls == 2
+    monkeypatch.setattr(ray_jobs, "CLUSTER_TOTAL_TTL_S", 60.0)
+    fake_ray.body = _summary(4.0)
+    ray_jobs.cluster_total_gpus_clear()
+    assert ray_jobs.cluster_total_gpus() == 4.0 and fake_ray.calls == 3
+
+
+@pytest.mark.django_db
+def test_an_unparsable_node_summary_is_ray_unavailable(fake_ray):
+    fake_ray.body = _summary("lots")
+    with pytest.raises(ray_jobs.RayUnavailable):
+        ray_jobs.cluster_total_gpus()
+
+
+@pytest.mark.django_db
+def test_a_launch_on_an_unparsable_node_summary_is_queued_not_a_500(alice, ready, fake_ray):
+    _quota(alice)
+    fake_ray.body = _summary("lots")
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["status"] == S.QUEUED
+    assert resp.json()["queue_reason"] == "the cluster has 0 free GPUs and this run needs 1"
+
+
+# ------------------------------------------------------------------ 4. the preview warns on the cluster
+
+
+@pytest.mark.django_db
+def test_the_preview_warns_not_errs_when_the_cluster_has_too_few_gpus(alice, make_dataset, make_model, tiny_dir,
+                                                                      fake_ray):
+    _quota(alice, gpus=4)
+    page = Client()
+    page.force_login(alice)
+    form = _form(alice, make_dataset, make_model, tiny_dir, gpus=2)
+    body = page.post("/runs/new/preview/", form).json()
+    assert not [e for e in body["errors"] if e["field"] == "gpus"]
+    assert {"field": "gpus", "message": "this run asks 2 GPUs; the cluster has 1 GPU in all: it would wait, "
+                                        "queued, until the cluster has 2 GPUs"} in body["warnings"]
+    page.post("/runs/new/preview/", form)
+    assert fake_ray.calls == 1  # every edit does not ask Ray again
+    body = page.post("/runs/new/preview/", {**form, "gpus": 8}).json()
+    assert {"field": "gpus", "message": "this run asks 8 GPUs; your quota allows at most 4 at a time",
+            "form_field": "gpus"} in body["errors"]
+
+
+# ------------------------------------------------------------------ 7a. the broker down
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_broker_down_a_pass_tries_it_once_and_every_job_it_admitted_says_why_it_waits(
+        alice, bob, ready, make_run, monkeypatch):
+    tries = []
+
+    def down(name, *args):
+        tries.append(name)
+        return ConnectionError("broker down")
+
+    monkeypatch.setattr(dispatch, "publish", down)
+    _quota(alice)
+    _quota(bob)
+    older = make_run(bob, "bobs-older")
+    resp = _api(alice).post("/api/v1/runs/", _body(ready, name="new", gpus=0), format="json")
+    assert resp.status_code == 201, resp.content
+    assert len(tries) == 1  # the second submission did not wait for the broker again
+    older.refresh_from_db()
+    assert older.status == S.QUEUED and older.queue_reason == SUBMIT_UNSENT_REASON
+    assert resp.json()["status"] == S.QUEUED and resp.json()["queue_reason"] == SUBMIT_UNSENT_REASON
+
+
+# ------------------------------------------------------------------ 7b. one rule for a reason's length
+
+
+@pytest.mark.django_db
+def test_a_long_reason_is_clipped_alike_for_runs_and_evaluations(alice, make_run, make_dataset, make_model):
+    from rlstudio.evaluations.queue import EvaluationQueue
+
+    run = make_run(alice, "long")
+    reason = "x" * 400
+    _hold_runs([run.pk], reason)
+    _hold_runs([run.pk], reason)  # the same reason again: nothing changes, nothing audited again
+    run.refresh_from_db()
+    assert run.queue_reason == "x" * Run._meta.get_field("queue_reason").max_length
+    assert AuditEvent.objects.filter(action="run.queue").count() == 1
+    ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m", tokenizer_ok=True), gpus=0, k=1,
+                                   dataset=make_dataset(alice, "d", status="ready"), include_base=True,
+                                   checkpoints=[], max_prompts=1, sampling={})
+    EvaluationQueue().hold(job_ids=[ev.pk], reason=reason)
+    ev.refresh_from_db()
+    assert ev.queue_reason == run.queue_reason
