@@ -386,3 +386,44 @@ def test_a_long_reason_is_clipped_alike_for_runs_and_evaluations(alice, make_run
     EvaluationQueue().hold(job_ids=[ev.pk], reason=reason)
     ev.refresh_from_db()
     assert ev.queue_reason == run.queue_reason
+
+
+# ------------------------------------------------------------------ every taker of QUEUE_LOCK alike
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_queue_move_holds_the_queue_lock_while_it_locks_the_queued_rows(alice, staff, make_run, monkeypatch):
+    from rlstudio.runs.services import run_queue_move
+
+    seen = []
+    original = admission.audit_record
+
+    def spy(**kwargs):
+        seen.append(_other_connection("SELECT pg_try_advisory_lock(%s, %s)"))
+        return original(**kwargs)
+
+    monkeypatch.setattr(admission, "audit_record", spy)
+    run = make_run(alice, "moved")
+    run_queue_move(run=run, by=staff, to="front")
+    assert seen == [False]
+    assert _other_connection("SELECT pg_try_advisory_lock(%s, %s)") is True  # freed at its commit
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_locks_the_queued_jobs_owners_in_id_order(alice, bob, make_run, monkeypatch):
+    from rlstudio.quotas.services import Quotas
+
+    order = []
+    original = Quotas.lock_owner
+
+    def spy(self, *, user):
+        order.append(user.pk)
+        return original(self, user=user)
+
+    monkeypatch.setattr(Quotas, "lock_owner", spy)
+    _quota(alice, runs=0)
+    _quota(bob, runs=0)
+    make_run(bob, "bobs")  # queued first, its owner's id the higher
+    make_run(alice, "alices")
+    queue_admit_jobs()
+    assert order[:2] == sorted([alice.pk, bob.pk])

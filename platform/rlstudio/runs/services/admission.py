@@ -381,7 +381,9 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     jobs follow the same order
     (a run moved to the front is no longer behind its owner's older ones). Quotas still apply: a run
     at the front whose owner is at their quota waits, and the runs behind it are admitted meanwhile.
-    The queued rows are locked while the new priority is chosen, so two moves cannot tie. Audited
+    It takes QUEUE_LOCK first (waiting for a pass under way: a pass holds the queued rows it tried
+    until it commits, so locking them all here first, in no order of the pass's, could deadlock with
+    it), then the queued rows while the new priority is chosen, so two moves cannot tie. Audited
     (`run.queue_move`). PermissionDenied for non-staff, RunRefused when the run is not queued,
     ValueError for an unknown `to`.
     """
@@ -393,6 +395,7 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     if to not in QUEUE_MOVES:
         raise ValueError(f"unknown queue move {to!r}; known: {', '.join(QUEUE_MOVES)}")
     with transaction.atomic():
+        _wait_queue_lock()
         list(Run.objects.select_for_update().filter(status=S.QUEUED).values_list("pk", flat=True))
         locked = Run.objects.get(pk=run.pk)
         if locked.status != S.QUEUED:
@@ -508,6 +511,27 @@ def _take_queue_lock(*, wait_s: float = 0.0) -> bool:
             time.sleep(_LOCK_RETRY_S)
 
 
+def _lock_owners_in_order(owner_ids: set[int]) -> None:
+    """Take the admission lock (`QuotaPolicy.lock_owner`) of every owner of a queued job, in id order,
+    as the other holders of several owners' locks do (a delete's GPU-hours ledger, a bulk delete): a
+    pass holds them until it commits, so taking them in the queue's order could deadlock with those."""
+    from django.contrib.auth import get_user_model
+
+    policy = quota_policy()
+    users = get_user_model().objects.in_bulk(sorted(owner_ids))
+    for user_id in sorted(users):
+        policy.lock_owner(user=users[user_id])
+
+
+def _wait_queue_lock() -> None:
+    """Take QUEUE_LOCK until the current transaction ends, waiting for a pass under way (a pass is
+    short: it asks Ray once at most, with a 5 s timeout)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(QUEUE_LOCK))
+
+
 def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
     """One pass (see `queue_admit_jobs`) in one transaction that holds QUEUE_LOCK; None when the lock
     stayed busy for `wait_s` seconds (another pass is under way: nothing done)."""
@@ -521,6 +545,7 @@ def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
         jobs = [run_job(r) for r in runs.values()]
         for kind in kinds.values():
             jobs.extend(kind.queued())
+        _lock_owners_in_order({job.owner_id for job in jobs})
 
         def try_admit(job: QueuedJob, free: float | None) -> Attempt | None:
             if job.kind == RUN:  # run_admit locks the row and checks it is still queued
