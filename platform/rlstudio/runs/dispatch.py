@@ -28,10 +28,26 @@ from rlstudio.config.celery import publish
 log = logging.getLogger(__name__)
 
 
+# Whether this process's last publish failed (none succeeded since): see `broker_was_down`.
+_last_failed: list[bool] = [False]
+
+
+def broker_was_down() -> bool:
+    """Whether the last task this process published failed (the broker unreachable then): a queue pass
+    admits one job only while it is so, the one whose submission tries the broker again."""
+    return _last_failed[0]
+
+
+def broker_was_down_forget() -> None:
+    """Forget the last publish's failure (tests: each starts as a fresh process would)."""
+    _last_failed[0] = False
+
+
 def send_now(task_name: str, *args) -> Exception | None:
     """Publish `runs.<task_name>(*args)`; returns the broker's error instead of raising it."""
     name = f"runs.{task_name}"
     error = publish(name, *args)
+    _last_failed[0] = error is not None
     if error is not None:
         log.warning("could not send %s%r: the task queue is unreachable: %s", name, args, error)
     return error

@@ -110,7 +110,8 @@ def ahead_of(job: QueuedJob, other: QueuedJob) -> bool:
 @dataclass(frozen=True)
 class Attempt:
     """What one admission try said: admitted, else why the job waits (`reason`); `cluster` when it
-    waits for the cluster's GPUs, `unsent` when its submission could not be handed to the task queue."""
+    waits for the cluster's GPUs, `unsent` when its submission could not be handed to the task queue
+    (or, admitted, may not be: the task queue did not answer at the last try), which ends the pass."""
 
     admitted: bool
     reason: str = ""
@@ -129,7 +130,8 @@ def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], floa
     quota (None: the job left the queue meanwhile). A user at their quota does not hold the others
     back; a GPU job waiting for the cluster's GPUs keeps every later GPU job, of any kind, from
     overtaking it (`held_back(job, blocker)` is told of each one not tried for that); a job whose
-    submission could not be sent (the task queue is down) ends the pass. `never(job, free)` is asked
+    submission could not be sent (the task queue is down), or one admitted while it was down at the last
+    try (its submission tries it again), ends the pass. `never(job, free)` is asked
     first for each GPU job: True when it can never be admitted as it is (more GPUs than its owner's
     quota allows at once, or than the cluster has in all; the callee records why): it is not tried,
     and holds no one back.
@@ -155,6 +157,8 @@ def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], floa
             admitted.append(job)
             if job.gpus > 0 and free is not None:
                 free -= job.gpus
+            if attempt.unsent:
+                break
         elif attempt.unsent:
             break
         elif job.gpus > 0 and attempt.cluster:

@@ -427,3 +427,17 @@ def test_a_pass_locks_the_queued_jobs_owners_in_id_order(alice, bob, make_run, m
     make_run(alice, "alices")
     queue_admit_jobs()
     assert order[:2] == sorted([alice.pk, bob.pk])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_the_broker_was_down_at_its_last_try_a_pass_admits_one_job_only(alice, bob, make_run, monkeypatch):
+    monkeypatch.setattr(dispatch, "publish", lambda name, *args: ConnectionError("broker down"))
+    dispatch.send_now("submit_run", 0)  # this process's last try failed
+    assert dispatch.broker_was_down()
+    _quota(alice)
+    _quota(bob)
+    first, after = make_run(bob, "first"), make_run(alice, "after")
+    assert [j.id for j in queue_admit_jobs()] == [first.pk]  # its submission tried the broker again
+    first.refresh_from_db(), after.refresh_from_db()
+    assert first.status == S.QUEUED and first.queue_reason == SUBMIT_UNSENT_REASON
+    assert after.status == S.QUEUED and after.queue_reason == ""  # not tried: not admitted only to come back

@@ -20,7 +20,8 @@ the launch answers normally (its job is saved: an error would make the client la
 Each pass is one transaction holding QUEUE_LOCK as a transaction-level advisory lock
 (`pg_try_advisory_xact_lock`: never a session lock, which a failed transaction could leave held for
 good); its submissions are sent when it commits (`dispatch.one_broker_try`: after one the broker
-refused, the others go back to the queue without trying it again). Ray's answer on the cluster's GPUs
+refused, the others go back to the queue without trying it again), and while the broker did not
+answer at this process's last try a pass admits one run only, whose submission tries it again. Ray's answer on the cluster's GPUs
 is cached a few seconds per process (`ray_jobs.cluster_total_gpus`), so a launch and its pass ask Ray
 at most once.
 
@@ -438,9 +439,13 @@ def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
         ok = run_admit(run=run, cluster_free_gpus=free, check_cluster=False)
     except (RunRefused, Run.DoesNotExist):
         return None  # cancelled (or cancelled and deleted) since the pass loaded it
+    from ..dispatch import broker_was_down
+
     reason = "" if ok else run.queue_reason
+    # Admitted while the task queue was down at its last try: this one's submission tries it again,
+    # and the pass stops here (the jobs after it are not admitted only to come back to the queue).
     return Attempt(admitted=ok, reason=reason, cluster=reason.startswith("the cluster"),
-                   unsent=reason == SUBMIT_UNSENT_REASON)
+                   unsent=reason == SUBMIT_UNSENT_REASON or (ok and broker_was_down()))
 
 
 def _hold_runs(run_ids: list[int], reason: str = HELD_BACK_REASON) -> None:
@@ -601,9 +606,13 @@ def queue_admit_launched(*, wait: bool = True) -> bool:
 
 def launch_reason_record(model, *, pk: int) -> None:
     """Give a launched job of `model` (Run, or another kind's model with `status` and `queue_reason`)
-    still queued with no reason LAUNCH_PASS_REASON: its launch's pass did not run, or stopped before
-    it (the broker down); docs/api.md promises a queued job says why it waits."""
-    model.objects.filter(pk=pk, status="queued", queue_reason="").update(queue_reason=LAUNCH_PASS_REASON)
+    still queued with no reason one: its launch's pass did not run (LAUNCH_PASS_REASON), or stopped
+    before it because the task queue did not answer (SUBMIT_UNSENT_REASON); docs/api.md promises a
+    queued job says why it waits."""
+    from ..dispatch import broker_was_down
+
+    reason = SUBMIT_UNSENT_REASON if broker_was_down() else LAUNCH_PASS_REASON
+    model.objects.filter(pk=pk, status="queued", queue_reason="").update(queue_reason=reason)
 
 
 def queue_admit_all() -> list[int]:
