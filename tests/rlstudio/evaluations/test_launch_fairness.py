@@ -139,9 +139,9 @@ def test_a_launch_is_admitted_at_once_when_nothing_older_waits(alice, data, poli
 
 def test_a_launch_holds_the_queues_lock_before_its_owners(alice, bob, data, policy, free_gpus, published,
                                                            monkeypatch):
-    """The lock order is the queue's, then an owner's: a launch inside a longer transaction (the run
-    form's) keeps its owner's lock through its pass, so it must already hold the queue's, or two such
-    launches could each wait for the other."""
+    """The lock order is the queue's, then an owner's: a launch's transaction takes the queue's lock
+    before its owner's, so that it never holds an owner's lock that a pass holding the queue's waits
+    for while it waits for that pass."""
     seen = []
     original = Quotas.lock_owner
 
