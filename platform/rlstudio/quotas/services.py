@@ -285,7 +285,7 @@ def queue_cancel(*, run: Run, by: AbstractBaseUser) -> Run:
     """
     check_staff(user=by)
     with transaction.atomic():
-        locked = Run.objects.select_for_update().select_related("owner").get(pk=run.pk)
+        locked = Run.objects.select_for_update(of=("self",)).select_related("owner").get(pk=run.pk)
         if locked.status != RunStatus.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued: only a queued run can be cancelled here")
         reason = locked.queue_reason

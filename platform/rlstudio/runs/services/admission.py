@@ -310,7 +310,9 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     policy = quota_policy()
     with transaction.atomic():
         policy.lock_owner(user=run.owner)
-        locked = Run.objects.select_for_update().select_related("owner").get(pk=run.pk)
+        # Only the run's row (select_related would lock its owner's FOR UPDATE too, held to the pass's
+        # commit: a stop that audits, FOR KEY SHARE on the owner at its commit, would deadlock with it).
+        locked = Run.objects.select_for_update(of=("self",)).select_related("owner").get(pk=run.pk)
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
         earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
