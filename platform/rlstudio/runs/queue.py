@@ -60,12 +60,12 @@ def _gpus(n: float) -> str:
     return f"{n:g} GPU" + ("" if n == 1 else "s")
 
 
-def gpus_over_quota(*, what: str, gpus: int, most: int) -> str:
+def gpus_over_quota(*, what: str, gpus: int, most: int, whose: str = "your") -> str:
     """Why a `what` ("run", "evaluation") asking `gpus` GPUs cannot start under a quota of `most` at a
-    time ('' when it can)."""
+    time ('' when it can); `whose` quota it is as the reader sees it ("your", "its owner's")."""
     if gpus <= most:
         return ""
-    return f"this {what} asks {_gpus(gpus)}; your quota allows at most {most:g} at a time"
+    return f"this {what} asks {_gpus(gpus)}; {whose} quota allows at most {most:g} at a time"
 
 
 def gpus_over_cluster(*, what: str, gpus: int, total: float | None) -> str:

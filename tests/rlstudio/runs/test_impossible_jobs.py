@@ -132,6 +132,16 @@ def test_a_clone_or_resume_of_a_run_whose_quota_was_lowered_is_refused(alice, ru
     assert Run.objects.count() == 1
 
 
+def test_staff_cloning_or_resuming_another_users_run_read_its_owners_quota(alice, staff, run_with_ckpts, no_ray):
+    run = _finished_gpu_run(run_with_ckpts)
+    _quota(alice, gpus=1)
+    _quota(staff, gpus=8)  # staff's own quota is not the one that applies: the new run is alice's
+    for action in ("clone", "resume"):
+        message = _error(_api(staff).post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json"))
+        assert message.startswith("this run asks 2 GPUs; its owner's quota allows at most 1 at a time")
+    assert Run.objects.count() == 1
+
+
 def test_a_clone_or_resume_on_a_cluster_too_small_is_queued_saying_so(alice, run_with_ckpts, cluster):
     run = _finished_gpu_run(run_with_ckpts)
     _quota(alice, gpus=2, runs=3)

@@ -240,15 +240,18 @@ def cluster_free_gpus(*, needed: int) -> float | None:
     return _cluster_free_gpus(needed=needed)
 
 
-def gpus_refusal(*, user: AbstractBaseUser, gpus: int, what: str = "run") -> str:
+def gpus_refusal(*, user: AbstractBaseUser, gpus: int, what: str = "run",
+                 by: AbstractBaseUser | None = None) -> str:
     """'' unless a `what` ("run", "evaluation") of `user` asking `gpus` GPUs could never be admitted:
     more than the user's quota allows at once (its `max_gpus`); else the sentence that says so. A
     launch raises it as an input error on `gpus` before anything is recorded. Ray is not asked: a job
     asking more than the cluster has in all now is accepted and waits, queued, for GPUs to join
-    (`gpus_cluster_warning` says so beforehand)."""
+    (`gpus_cluster_warning` says so beforehand). `by`: who asks, when not `user` (staff acting on
+    another user's run read "its owner's quota")."""
     if gpus <= 0:
         return ""
-    return gpus_over_quota(what=what, gpus=gpus, most=quota_policy().max_gpus(owner_id=user.pk))
+    whose = "your" if by is None or by.pk == user.pk else "its owner's"
+    return gpus_over_quota(what=what, gpus=gpus, most=quota_policy().max_gpus(owner_id=user.pk), whose=whose)
 
 
 def gpus_cluster_warning(*, gpus: int, what: str = "run") -> str:

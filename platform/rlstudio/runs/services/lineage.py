@@ -113,7 +113,7 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
         raise RunRefused(f"the run succeeded with its last checkpoint at its last step ({run.total_steps}): a "
                          "resume would have no step left to train")
     _check_still_visible(run)
-    _check_gpus(owner=run.owner, gpus=run.gpus, kind="resume")
+    _check_gpus(owner=run.owner, gpus=run.gpus, kind="resume", by=by)
     config = _config_or_invalid(base=run.config, dataset=run.dataset, val_dataset=run.val_dataset,
                                 model=run.model, gpus=run.gpus, reward_model=run.reward_model, resume=True)
     new = _create_and_launch(
@@ -132,7 +132,7 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
 
     check_can_manage(user=by, run=run, action="clone")
     _check_still_visible(run)
-    _check_gpus(owner=run.owner, gpus=run.gpus, kind="clone")
+    _check_gpus(owner=run.owner, gpus=run.gpus, kind="clone", by=by)
     config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
                                 val_dataset=run.val_dataset, model=run.model, gpus=run.gpus,
                                 reward_model=run.reward_model)
@@ -142,12 +142,13 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
         parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
 
 
-def _check_gpus(*, owner: AbstractBaseUser, gpus: int, kind: str = "") -> None:
+def _check_gpus(*, owner: AbstractBaseUser, gpus: int, kind: str = "", by: AbstractBaseUser | None = None) -> None:
     """RunInputInvalid on `gpus` when a run of `owner` on `gpus` GPUs could never be admitted: more than
     their quota allows at once (`admission.gpus_refusal`; more than the cluster has in all now is
     accepted, and waits queued for GPUs to join). `kind` ("resume", "clone"): the new run asks as many
-    as its source did (the quota may have been lowered since)."""
-    why = gpus_refusal(user=owner, gpus=gpus)
+    as its source did (the quota may have been lowered since); `by`, who asks (staff read "its
+    owner's quota")."""
+    why = gpus_refusal(user=owner, gpus=gpus, by=by)
     if why:
         if kind:
             why += f" (a {kind} asks as many GPUs as the run it comes from)"
