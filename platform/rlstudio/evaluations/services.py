@@ -283,10 +283,12 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
 
     policy = _policy()
     with transaction.atomic():
-        ev = Evaluation.objects.select_related("owner").get(pk=evaluation_id)
+        ev = Evaluation.objects.select_related("owner").filter(pk=evaluation_id).first()
+        if ev is None:
+            return False  # deleted since the pass loaded it: it left the queue
         policy.lock_owner(user=ev.owner)
-        ev = Evaluation.objects.select_for_update().get(pk=evaluation_id)
-        if ev.status != S.QUEUED:
+        ev = Evaluation.objects.select_for_update().filter(pk=evaluation_id).first()
+        if ev is None or ev.status != S.QUEUED:
             return False
         earlier = first_run_ahead(job=evaluation_job(ev))
         if earlier is not None:

@@ -310,7 +310,12 @@ def reconcile_all() -> dict[str, Any]:
             hook()
         except Exception:  # one kind's failure never stops the runs' admission
             log.exception("reconcile: follow hook %r failed", hook)
-    jobs = queue_admit_jobs()
+    try:
+        jobs = queue_admit_jobs()
+    except Exception as exc:  # noqa: BLE001 - the pass hooks (alerts) still run; the next reconcile retries
+        log.exception("reconcile: the queue pass failed")
+        errors.append(f"the queue pass failed: {exc}")
+        jobs = []
     for hook in _PASS_HOOKS:
         try:
             hook()

@@ -441,3 +441,60 @@ def test_while_the_broker_was_down_at_its_last_try_a_pass_admits_one_job_only(al
     first.refresh_from_db(), after.refresh_from_db()
     assert first.status == S.QUEUED and first.queue_reason == SUBMIT_UNSENT_REASON
     assert after.status == S.QUEUED and after.queue_reason == ""  # not tried: not admitted only to come back
+
+
+# ------------------------------------------------------------------ one job's failure is that job's only
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_evaluation_deleted_mid_pass_leaves_the_queue_and_the_others_are_still_admitted(
+        alice, bob, make_run, make_dataset, make_model, monkeypatch):
+    _quota(alice)
+    _quota(bob)
+    data = make_dataset(alice, "d", status="ready")
+    ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m"), dataset=data, include_base=True,
+                                   k=1, max_prompts=1, gpus=0)
+    run = make_run(bob, "after-the-evaluation")
+    original = admission._lock_owners_in_order
+
+    def lock_then_delete(owner_ids):
+        original(owner_ids)
+        Evaluation.objects.filter(pk=ev.pk).delete()  # after the pass loaded it, before its try
+
+    monkeypatch.setattr(admission, "_lock_owners_in_order", lock_then_delete)
+    assert [j.label for j in queue_admit_jobs()] == [f"run #{run.pk}"]
+    run.refresh_from_db()
+    assert run.status == S.SUBMITTING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_error_admitting_one_job_rolls_back_that_job_only(alice, bob, make_run, monkeypatch):
+    _quota(alice)
+    _quota(bob)
+    broken, fine = make_run(alice, "broken"), make_run(bob, "fine")
+    original = admission._try_admit_run
+
+    def try_admit(run, free):
+        if run.pk == broken.pk:
+            Run.objects.filter(pk=run.pk).update(queue_reason="half-done")  # undone with its savepoint
+            with connections["default"].cursor() as cur:
+                cur.execute("SELECT 1 / 0")
+        return original(run, free)
+
+    monkeypatch.setattr(admission, "_try_admit_run", try_admit)
+    assert [j.id for j in queue_admit_jobs()] == [fine.pk]
+    broken.refresh_from_db(), fine.refresh_from_db()
+    assert broken.status == S.QUEUED and broken.queue_reason == ""
+    assert fine.status == S.SUBMITTING
+
+
+@pytest.mark.django_db
+def test_a_failing_queue_pass_does_not_skip_the_reconciles_pass_hooks(monkeypatch):
+    from rlstudio.runs import reconcile
+
+    called = []
+    monkeypatch.setattr(reconcile, "queue_admit_jobs", lambda: 1 / 0)
+    monkeypatch.setattr(reconcile, "_PASS_HOOKS", [lambda: called.append(True)])
+    result = reconcile.reconcile_all()
+    assert called == [True] and result["admitted_jobs"] == []
+    assert any("queue pass failed" in e for e in result["errors"])

@@ -558,9 +558,17 @@ def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
         _lock_owners_in_order({job.owner_id for job in jobs})
 
         def try_admit(job: QueuedJob, free: float | None) -> Attempt | None:
-            if job.kind == RUN:  # run_admit locks the row and checks it is still queued
-                return _try_admit_run(runs[job.id], free)
-            return kinds[job.kind].try_admit(job_id=job.id, cluster_free_gpus=free)
+            # Each admission in its own savepoint: one job's error (a bug, a database error) rolls back
+            # that job's changes only (and drops the submit it registered), logged; the pass goes on
+            # and the job, treated as left the queue this pass, is tried again by the next one.
+            try:
+                with transaction.atomic():
+                    if job.kind == RUN:  # run_admit locks the row and checks it is still queued
+                        return _try_admit_run(runs[job.id], free)
+                    return kinds[job.kind].try_admit(job_id=job.id, cluster_free_gpus=free)
+            except Exception:  # noqa: BLE001 - any one job's failure never undoes the others' admissions
+                log.exception("queue pass: admitting %s failed; the next pass tries it again", job.label)
+                return None
 
         held: dict[str, list[int]] = {}
         admitted = admission_pass(jobs, free_gpus=lambda needed: _cluster_free_gpus(needed=needed),
