@@ -74,10 +74,16 @@ def send_after_commit(task_name: str, *args, on_unsent: Callable[[Exception], No
 
     def send() -> None:
         batch = _BATCH.get()
-        error = batch[0] if batch else send_now(task_name, *args)
-        if error is not None and batch is not None and not batch:
-            batch.append(error)
+        try:
+            error = batch[0] if batch else send_now(task_name, *args)
+            if error is not None and batch is not None and not batch:
+                batch.append(error)
+        except Exception as exc:  # noqa: BLE001 - not the broker's error (this task's own): not sent
+            log.exception("could not send runs.%s%r", task_name, args)
+            error = exc
         if error is not None and on_unsent is not None:
             on_unsent(error)
 
-    transaction.on_commit(send)
+    # robust: one callback that raises (an on_unsent's error) never stops the later ones (the other
+    # jobs a pass admitted) from being sent; Django logs it.
+    transaction.on_commit(send, robust=True)

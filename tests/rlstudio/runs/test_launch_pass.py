@@ -498,3 +498,31 @@ def test_a_failing_queue_pass_does_not_skip_the_reconciles_pass_hooks(monkeypatc
     result = reconcile.reconcile_all()
     assert called == [True] and result["admitted_jobs"] == []
     assert any("queue pass failed" in e for e in result["errors"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_whose_unsent_handling_raises_never_stops_the_later_sends(monkeypatch):
+    sent, unsent = [], []
+    monkeypatch.setattr(dispatch, "publish",
+                        lambda name, *args: RuntimeError("bad task") if args == (1,) else sent.append(args))
+
+    def boom(error):
+        raise RuntimeError("the unsent handling broke")
+
+    with transaction.atomic():
+        dispatch.send_after_commit("submit_run", 1, on_unsent=boom)
+        dispatch.send_after_commit("submit_run", 2, on_unsent=unsent.append)
+    assert sent == [(2,)] and unsent == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_that_raises_still_calls_its_unsent_handling(monkeypatch):
+    unsent = []
+
+    def raises(name, *args):
+        raise TypeError("not serializable")
+
+    monkeypatch.setattr(dispatch, "publish", raises)
+    with transaction.atomic():
+        dispatch.send_after_commit("submit_run", 1, on_unsent=unsent.append)
+    assert len(unsent) == 1 and isinstance(unsent[0], TypeError)
