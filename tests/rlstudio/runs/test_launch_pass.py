@@ -110,9 +110,19 @@ def test_a_pass_failing_inside_a_transaction_raises_its_own_error_and_leaves_the
 
     monkeypatch.setattr(admission, "_cluster_free_gpus", failing_sql)
     with pytest.raises(DataError, match="division by zero"):  # the real error, not the unlock's
-        with transaction.atomic():  # a caller's longer transaction, aborted by the pass's error
-            queue_admit_jobs()
+        queue_admit_jobs()
     assert _other_connection("SELECT pg_try_advisory_lock(%s, %s)") is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_refuses_to_run_inside_a_callers_transaction(alice, make_run):
+    """Its locks would be held, and its submissions sent, only at the caller's commit."""
+    run = make_run(alice, "cpu")
+    with pytest.raises(RuntimeError, match="durable"):
+        with transaction.atomic():
+            queue_admit_jobs()
+    run.refresh_from_db()
+    assert run.status == S.QUEUED
 
 
 @pytest.mark.django_db(transaction=True)

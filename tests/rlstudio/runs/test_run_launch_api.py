@@ -155,19 +155,19 @@ def test_a_run_the_queue_admitted_first_is_launched_not_refused(alice, make_run)
 
 @pytest.fixture
 def reconcile_admits_on_create(monkeypatch):
-    """The reconcile's queue pass runs right after each launch creates its run (the worst moment);
-    returns the run ids it admitted."""
+    """The reconcile's queue pass runs right after each launch's transaction commits, before the
+    launch's own pass (the worst moment; a pass never runs inside a transaction); returns the run ids
+    it admitted."""
     from rlstudio.runs.services import lineage, queue_admit_all
 
     admitted: list[int] = []
-    real_create = lineage.run_create
+    real_pass = lineage.queue_admit_launched
 
-    def create(**kwargs):
-        made = real_create(**kwargs)
+    def launch_pass(**kwargs):
         admitted.extend(queue_admit_all())
-        return made
+        return real_pass(**kwargs)
 
-    monkeypatch.setattr(lineage, "run_create", create)
+    monkeypatch.setattr(lineage, "queue_admit_launched", launch_pass)
     return admitted
 
 

@@ -544,10 +544,13 @@ def _wait_queue_lock() -> None:
 
 def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
     """One pass (see `queue_admit_jobs`) in one transaction that holds QUEUE_LOCK; None when the lock
-    stayed busy for `wait_s` seconds (another pass is under way: nothing done)."""
+    stayed busy for `wait_s` seconds (another pass is under way: nothing done). Never inside a
+    transaction (`atomic(durable=True)`)."""
     from ..dispatch import one_broker_try
 
-    with one_broker_try(), transaction.atomic():
+    # durable: never inside a caller's transaction, which would hold the pass's locks (QUEUE_LOCK, the
+    # owners') past the pass and send its submissions only at the caller's commit (RuntimeError).
+    with one_broker_try(), transaction.atomic(durable=True):
         if not _take_queue_lock(wait_s=wait_s):
             return None
         kinds = {k.kind: k for k in queued_kinds()}
