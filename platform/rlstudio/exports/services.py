@@ -183,8 +183,10 @@ def export_execute(*, export_id: int) -> str:
     from .archive import archive_size
 
     with transaction.atomic():
-        export = Export.objects.select_for_update().select_related("run", "run__owner", "run__model").get(
-            pk=export_id)
+        # Only the export's row (select_related alone would lock the run, its owner and its model FOR
+        # UPDATE too); no key changes, so rows referencing it (FOR KEY SHARE) are not blocked.
+        export = (Export.objects.select_for_update(of=("self",), no_key=True)
+                  .select_related("run", "run__owner", "run__model").get(pk=export_id))
         if export.status != ExportStatus.QUEUED:
             return f"already {export.status}"
         export.status, export.started = ExportStatus.RUNNING, timezone.now()

@@ -364,3 +364,16 @@ def test_a_failed_exports_paths_and_traceback_are_the_owners_and_staffs_not_a_re
     assert _api(alice).post(url, {"step": 1}, format="json").status_code == 202
     again = Export.objects.get(pk=eid)
     assert again.status == ExportStatus.QUEUED and again.error == "" and again.error_log == ""
+
+
+def test_running_an_export_locks_only_its_own_row_not_the_runs_owner_or_model(alice, fake_run):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from rlstudio.exports.services import export_execute
+
+    export = Export.objects.create(run=fake_run, owner=alice, step=1)
+    with CaptureQueriesContext(connection) as ctx:
+        export_execute(export_id=export.pk)
+    locks = [q["sql"] for q in ctx.captured_queries if " FOR " in q["sql"] and "exports_export" in q["sql"]]
+    assert locks and all(q.endswith(f'FOR NO KEY UPDATE OF "{Export._meta.db_table}"') for q in locks), locks
