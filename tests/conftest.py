@@ -35,6 +35,25 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 VENV_BIN = Path(sys.executable).parent
 
 
+def _forget_process_state() -> None:
+    """Forget what the platform keeps per process: Ray's cached total GPUs (`ray_jobs.cluster_total_gpus`)
+    and the broker's last try (`dispatch.broker_was_down`); only modules already imported hold any."""
+    ray_jobs, dispatch = sys.modules.get("rlstudio.runs.ray_jobs"), sys.modules.get("rlstudio.runs.dispatch")
+    if ray_jobs is not None:
+        ray_jobs.cluster_total_gpus_clear()
+    if dispatch is not None:
+        dispatch.broker_was_down_forget()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state():
+    """Each test (unit, integration or e2e) asks Ray (or its fake) afresh and starts with the broker's
+    last try forgotten, as a fresh process would."""
+    _forget_process_state()
+    yield
+    _forget_process_state()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -95,17 +95,3 @@ def run_with_ckpts(alice, make_run, settings, tmp_path):
         (tmp_path / "runs" / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
     (tmp_path / "runs" / str(run.pk) / "global_step_3.tmp" / "actor").mkdir(parents=True)  # uncommitted
     return run
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cluster_total():
-    """Each test asks Ray (or its fake) afresh (`ray_jobs.cluster_total_gpus` caches its answer a few
-    seconds per process) and starts with the broker's last try forgotten (`dispatch.broker_was_down`)."""
-    from rlstudio.runs.dispatch import broker_was_down_forget
-    from rlstudio.runs.ray_jobs import cluster_total_gpus_clear
-
-    cluster_total_gpus_clear()
-    broker_was_down_forget()
-    yield
-    cluster_total_gpus_clear()
-    broker_was_down_forget()

@@ -228,34 +228,39 @@ def tail_lines(text: str, n: int) -> str:
 # How long this process keeps Ray's answer on the cluster's total GPUs (or its failure): a launch, its
 # queue pass and the run form's preview, which asks on every edit, ask Ray at most once in that time.
 CLUSTER_TOTAL_TTL_S = 5.0
-_total_cache: list[tuple[float, float | RayUnavailable]] = []  # [(monotonic time asked, answer)]
+# {Ray's address: (monotonic time asked, answer)}: another address (settings changed) is asked afresh.
+_total_cache: dict[str, tuple[float, float | RayUnavailable]] = {}
 
 
 def cluster_total_gpus_clear() -> None:
-    """Forget the cached total (tests; the next `cluster_total_gpus` asks Ray)."""
+    """Forget the cached totals (tests; the next `cluster_total_gpus` asks Ray)."""
     _total_cache.clear()
 
 
 def cluster_total_gpus() -> float:
     """GPUs the cluster has in all (sum over alive nodes), from the dashboard's node summary; Ray's
     answer (or RayUnavailable: unreachable, or an answer that does not parse) is kept
-    CLUSTER_TOTAL_TTL_S seconds per process (`cluster_total_gpus_clear` forgets it)."""
+    CLUSTER_TOTAL_TTL_S seconds per process and per Ray address (`cluster_total_gpus_clear` forgets
+    it)."""
+    address = ray_address()
     now = time.monotonic()
-    if _total_cache and now - _total_cache[0][0] < CLUSTER_TOTAL_TTL_S:
-        answer = _total_cache[0][1]
+    cached = _total_cache.get(address)
+    if cached is not None and now - cached[0] < CLUSTER_TOTAL_TTL_S:
+        answer = cached[1]
     else:
         try:
-            answer = _ask_cluster_total_gpus()
+            answer = _ask_cluster_total_gpus(address)
         except RayUnavailable as exc:
             answer = exc
-        _total_cache[:] = [(now, answer)]
+        _total_cache.clear()  # one address at a time: an old one's answer is never read again
+        _total_cache[address] = (now, answer)
     if isinstance(answer, RayUnavailable):
         raise answer
     return answer
 
 
-def _ask_cluster_total_gpus() -> float:
-    url = ray_address() + "/nodes?view=summary"
+def _ask_cluster_total_gpus(address: str) -> float:
+    url = address + "/nodes?view=summary"
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
             body = json.loads(resp.read().decode("utf-8"))

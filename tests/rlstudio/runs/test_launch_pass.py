@@ -315,6 +315,14 @@ def test_clusters_total_is_cached_for_its_ttl_and_cleared_on_demand(fake_ray, mo
 
 
 @pytest.mark.django_db
+def test_clusters_total_is_cached_per_ray_address(fake_ray, settings):
+    assert ray_jobs.cluster_total_gpus() == 1.0
+    settings.RAY_ADDRESS = "http://another-ray-head.invalid:8265"
+    fake_ray.body = _summary(8.0)
+    assert ray_jobs.cluster_total_gpus() == 8.0 and fake_ray.calls == 2  # not the other cluster's answer
+
+
+@pytest.mark.django_db
 def test_an_unparsable_node_summary_is_ray_unavailable(fake_ray):
     fake_ray.body = _summary("lots")
     with pytest.raises(ray_jobs.RayUnavailable):
