@@ -26,6 +26,8 @@ class EvaluationQueue(QueuedKind):
 
     def try_admit(self, *, job_id: int, cluster_free_gpus: float | None) -> Attempt | None:
         admitted = evaluation_admit(evaluation_id=job_id, cluster_free_gpus=cluster_free_gpus)
+        if admitted is None:  # deleted, or its row locked elsewhere: not tried this pass
+            return None
         if admitted:
             return Attempt(admitted=True)
         ev = Evaluation.objects.filter(pk=job_id).values("status", "queue_reason").first()

@@ -274,21 +274,27 @@ def evaluation_job(ev: Evaluation) -> QueuedJob:
     return QueuedJob(kind=QUEUE_KIND, id=ev.pk, owner_id=ev.owner_id, gpus=ev.gpus, queued_at=ev.created)
 
 
-def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = None) -> bool:
+def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = None) -> bool | None:
     """Admit a queued evaluation if its owner's quota and the cluster allow: queued -> running (its
     quota held from now) and the submit task sent once committed; otherwise it stays queued with the
     reason updated. It waits behind its owner's runs queued before it (the one queue's order, under
-    the owner's lock that every admission takes). Returns admitted or not."""
+    the owner's lock that every admission takes). Returns admitted or not; None when the evaluation
+    is gone or its row is locked by another transaction (skipped, never waited for: still queued)."""
     from rlstudio.runs.services.admission import cluster_free_gpus as free_gpus, first_run_ahead
 
     policy = _policy()
     with transaction.atomic():
         ev = Evaluation.objects.select_related("owner").filter(pk=evaluation_id).first()
         if ev is None:
-            return False  # deleted since the pass loaded it: it left the queue
+            return None  # deleted since the pass loaded it: it left the queue
         policy.lock_owner(user=ev.owner)
-        ev = Evaluation.objects.select_for_update().filter(pk=evaluation_id).first()
-        if ev is None or ev.status != S.QUEUED:
+        # Never waiting for the row (the pass holds owners' locks; a delete locks rows, then owners):
+        # one locked elsewhere is skipped, as one deleted, and stays queued for the next pass.
+        ev = (Evaluation.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
+              .filter(pk=evaluation_id).first())
+        if ev is None:
+            return None
+        if ev.status != S.QUEUED:
             return False
         earlier = first_run_ahead(job=evaluation_job(ev))
         if earlier is not None:

@@ -544,3 +544,58 @@ def test_a_send_that_raises_still_calls_its_unsent_handling(monkeypatch):
     with transaction.atomic():
         dispatch.send_after_commit("submit_run", 1, on_unsent=unsent.append)
     assert len(unsent) == 1 and isinstance(unsent[0], TypeError)
+
+
+class _RowHolder:
+    """`table`'s row `pk` held FOR UPDATE by another connection (a bulk delete under way) until exit."""
+
+    def __init__(self, table: str, pk: int):
+        self.sql = f'SELECT 1 FROM "{table}" WHERE id = %s FOR UPDATE'
+        self.pk = pk
+        self.held, self.done = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._hold)
+
+    def _hold(self):
+        try:
+            with transaction.atomic(), connections["default"].cursor() as cur:
+                cur.execute(self.sql, [self.pk])
+                self.held.set()
+                self.done.wait(30)
+        finally:
+            connections.close_all()
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.held.wait(10)
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_skips_a_job_whose_row_is_locked_elsewhere_and_leaves_it_queued(
+        alice, bob, make_run, make_dataset, make_model):
+    _quota(alice)
+    _quota(bob)
+    data = make_dataset(alice, "d", status="ready")
+    ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m"), dataset=data, include_base=True,
+                                   k=1, max_prompts=1, gpus=0)
+    locked_run, free_run = make_run(alice, "locked"), make_run(bob, "free")
+    with connections["default"].cursor() as cur:
+        cur.execute("SET lock_timeout = '3s'")  # the old code waited (here: failed after 3 s)
+    try:
+        with _RowHolder(Run._meta.db_table, locked_run.pk), _RowHolder(Evaluation._meta.db_table, ev.pk):
+            started = time.monotonic()
+            admitted = queue_admit_jobs()
+            elapsed = time.monotonic() - started
+    finally:
+        with connections["default"].cursor() as cur:
+            cur.execute("RESET lock_timeout")
+    assert elapsed < 2.0
+    assert [j.id for j in admitted] == [free_run.pk]
+    locked_run.refresh_from_db(), ev.refresh_from_db()
+    assert locked_run.status == S.QUEUED and ev.status == E.QUEUED
+    # Skipped, not gone: the next pass admits them.
+    assert {j.label for j in queue_admit_jobs()} == {f"run #{locked_run.pk}", f"evaluation #{ev.pk}"}

@@ -314,8 +314,12 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     with transaction.atomic():
         policy.lock_owner(user=run.owner)
         # Only the run's row (select_related would lock its owner's FOR UPDATE too, held to the pass's
-        # commit: a stop that audits, FOR KEY SHARE on the owner at its commit, would deadlock with it).
-        locked = Run.objects.select_for_update(of=("self",)).select_related("owner").get(pk=run.pk)
+        # commit: a stop that audits, FOR KEY SHARE on the owner at its commit, would deadlock with it),
+        # and never waiting for it: the pass holds owners' locks, and a bulk delete locks runs, then
+        # owners. A row locked elsewhere raises Run.DoesNotExist, as a deleted one: the pass treats the
+        # run as out of the queue for this pass only (it stays queued, and the next pass tries it).
+        locked = (Run.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
+                  .select_related("owner").get(pk=run.pk))
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
         earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
@@ -443,7 +447,9 @@ def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
     try:
         ok = run_admit(run=run, cluster_free_gpus=free, check_cluster=False)
     except (RunRefused, Run.DoesNotExist):
-        return None  # cancelled (or cancelled and deleted) since the pass loaded it
+        # Cancelled (or deleted) since the pass loaded it, or its row locked by another transaction
+        # (skipped, never waited for): not tried in this pass; a queued one is tried by the next.
+        return None
     from ..dispatch import broker_was_down
 
     reason = "" if ok else run.queue_reason

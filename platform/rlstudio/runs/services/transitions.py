@@ -107,7 +107,9 @@ def run_transition(
     if to not in ALLOWED_TRANSITIONS:
         raise ValueError(f"unknown run status {to!r}; known: {', '.join(ALLOWED_TRANSITIONS)}")
     with transaction.atomic():
-        locked = Run.objects.select_for_update().get(pk=run.pk)
+        # FOR NO KEY UPDATE: no key changes, so rows referencing the run (FOR KEY SHARE) are not
+        # blocked; transitions still exclude each other, and a delete's FOR UPDATE excludes them.
+        locked = Run.objects.select_for_update(no_key=True).get(pk=run.pk)
         current = locked.status
         if to not in ALLOWED_TRANSITIONS[current]:
             raise IllegalTransition(run_id=locked.pk, current=current, to=to)
