@@ -74,8 +74,13 @@ def published(monkeypatch):
     looks runs its request inside django_capture_on_commit_callbacks)."""
     sent = []
     from rlstudio.config import celery
+    from rlstudio.runs import dispatch
 
-    monkeypatch.setattr(celery, "publish", lambda name, *args: sent.append((name, *args)))
+    def publish(name, *args):
+        sent.append((name, *args))
+
+    monkeypatch.setattr(celery, "publish", publish)
+    monkeypatch.setattr(dispatch, "publish", publish)  # the runs' and evaluations' submissions
     return sent
 
 

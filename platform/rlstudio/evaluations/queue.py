@@ -3,6 +3,7 @@ admission by the app's `ready`, so that one pass admits queued runs and evaluati
 were queued, against the same quotas and GPUs."""
 from __future__ import annotations
 
+from rlstudio.runs.dispatch import broker_was_down
 from rlstudio.runs.queue import NEVER_PREFIX, Attempt, QueuedJob, ahead_of
 from rlstudio.runs.services.admission import QueuedKind, clip_reason, q_ahead
 
@@ -28,8 +29,10 @@ class EvaluationQueue(QueuedKind):
         admitted = evaluation_admit(evaluation_id=job_id, cluster_free_gpus=cluster_free_gpus)
         if admitted is None:  # deleted, or its row locked elsewhere: not tried this pass
             return None
+        # Admitted while the task queue was down at its last try: its submission tries it again and
+        # the pass stops there (as for runs: `_try_admit_run`).
         if admitted:
-            return Attempt(admitted=True)
+            return Attempt(admitted=True, unsent=broker_was_down())
         ev = Evaluation.objects.filter(pk=job_id).values("status", "queue_reason").first()
         if ev is None or ev["status"] != EvaluationStatus.QUEUED:
             return None

@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.runs.dispatch import send_after_commit
 from rlstudio.runs.failure import stored_error
 from rlstudio.runs.launch import run_folder, write_spec
 from rlstudio.runs.queue import QueuedJob
@@ -312,17 +313,25 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
             return False
         ev.status, ev.started, ev.queue_reason = S.RUNNING, timezone.now(), ""
         ev.save(update_fields=["status", "started", "queue_reason"])
-        transaction.on_commit(lambda: _send_submit(evaluation_id))
+        # Sent at commit, as the runs' submissions (one broker try per pass: `runs.dispatch`); an
+        # unreachable broker puts the evaluation back in the queue.
+        send_after_commit(SUBMIT_TASK, evaluation_id,
+                          on_unsent=lambda exc: evaluation_requeue_unsent(evaluation_id=evaluation_id, error=exc))
     return True
 
 
-def _send_submit(evaluation_id: int) -> None:
-    from rlstudio.config.celery import publish
+def evaluation_requeue_unsent(*, evaluation_id: int, error: Exception | str) -> bool:
+    """An admitted evaluation whose submit task never reached the broker goes back to the queue (its
+    place kept: its creation time) with SUBMIT_UNSENT_REASON, its quota no longer held; the
+    reconcile's pass admits it again once the broker answers. Returns whether it moved (not when a
+    task submitted it meanwhile)."""
+    from rlstudio.runs.services.admission import SUBMIT_UNSENT_REASON
 
-    error = publish(SUBMIT_TASK, evaluation_id)
-    if error is not None:
-        evaluation_finish(evaluation_id=evaluation_id, status=S.FAILED,
-                          error=f"could not queue the evaluation's submission: {error}")
+    log.warning("evaluation %s: its submission was not sent (%s); back to the queue", evaluation_id, error)
+    with transaction.atomic():
+        moved = (Evaluation.objects.filter(pk=evaluation_id, status=S.RUNNING, ray_submission_id="")
+                 .update(status=S.QUEUED, started=None, queue_reason=SUBMIT_UNSENT_REASON))
+    return bool(moved)
 
 
 def evaluation_errors(error: str, error_log: str = "") -> tuple[str, str]:

@@ -44,8 +44,9 @@ def broker_was_down_forget() -> None:
 
 
 def send_now(task_name: str, *args) -> Exception | None:
-    """Publish `runs.<task_name>(*args)`; returns the broker's error instead of raising it."""
-    name = f"runs.{task_name}"
+    """Publish `runs.<task_name>(*args)` (or `task_name` as it is when it names its app: "app.task");
+    returns the broker's error instead of raising it."""
+    name = task_name if "." in task_name else f"runs.{task_name}"
     error = publish(name, *args)
     _last_failed[0] = error is not None
     if error is not None:

@@ -599,3 +599,30 @@ def test_a_pass_skips_a_job_whose_row_is_locked_elsewhere_and_leaves_it_queued(
     assert locked_run.status == S.QUEUED and ev.status == E.QUEUED
     # Skipped, not gone: the next pass admits them.
     assert {j.label for j in queue_admit_jobs()} == {f"run #{locked_run.pk}", f"evaluation #{ev.pk}"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_evaluation_admitted_while_the_broker_is_down_goes_back_to_the_queue_saying_why(
+        alice, bob, make_run, make_dataset, make_model, monkeypatch):
+    tries = []
+
+    def down(name, *args):
+        tries.append(name)
+        return ConnectionError("broker down")
+
+    monkeypatch.setattr(dispatch, "publish", down)
+    _quota(alice)
+    _quota(bob)
+    data = make_dataset(alice, "d", status="ready")
+    ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m"), dataset=data, include_base=True,
+                                   k=1, max_prompts=1, gpus=0)
+    run = make_run(bob, "after")
+    queue_admit_jobs()
+    assert tries == ["evaluations.submit_evaluation"]  # one try per pass, through the runs' dispatch
+    ev.refresh_from_db(), run.refresh_from_db()
+    assert ev.status == E.QUEUED and ev.queue_reason == SUBMIT_UNSENT_REASON and ev.started is None
+    assert run.status == S.QUEUED and run.queue_reason == SUBMIT_UNSENT_REASON
+    # The next pass, with the broker still down at its last try, admits the evaluation only.
+    queue_admit_jobs()
+    run.refresh_from_db()
+    assert len(tries) == 2 and run.status == S.QUEUED
