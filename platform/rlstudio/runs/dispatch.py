@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from contextlib import contextmanager
 from typing import Callable
 
@@ -28,19 +29,23 @@ from rlstudio.config.celery import publish
 log = logging.getLogger(__name__)
 
 
-# Whether this process's last publish failed (none succeeded since): see `broker_was_down`.
-_last_failed: list[bool] = [False]
+# How long a failed publish counts as the broker being down when nothing was published since.
+BROKER_DOWN_TTL_S = 30.0
+# When (time.monotonic) this process's last publish failed, if none succeeded since; else None.
+_last_failed: list[float | None] = [None]
 
 
 def broker_was_down() -> bool:
-    """Whether the last task this process published failed (the broker unreachable then): a queue pass
-    admits one job only while it is so, the one whose submission tries the broker again."""
-    return _last_failed[0]
+    """Whether the last task this process published failed (the broker unreachable then), within the
+    last BROKER_DOWN_TTL_S seconds: a queue pass admits one job only while it is so, the one whose
+    submission tries the broker again. Past that it is forgotten (the broker may be back)."""
+    failed = _last_failed[0]
+    return failed is not None and time.monotonic() - failed < BROKER_DOWN_TTL_S
 
 
 def broker_was_down_forget() -> None:
     """Forget the last publish's failure (tests: each starts as a fresh process would)."""
-    _last_failed[0] = False
+    _last_failed[0] = None
 
 
 def send_now(task_name: str, *args) -> Exception | None:
@@ -48,7 +53,7 @@ def send_now(task_name: str, *args) -> Exception | None:
     returns the broker's error instead of raising it."""
     name = task_name if "." in task_name else f"runs.{task_name}"
     error = publish(name, *args)
-    _last_failed[0] = error is not None
+    _last_failed[0] = time.monotonic() if error is not None else None
     if error is not None:
         log.warning("could not send %s%r: the task queue is unreachable: %s", name, args, error)
     return error

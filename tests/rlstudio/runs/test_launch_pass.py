@@ -626,3 +626,12 @@ def test_an_evaluation_admitted_while_the_broker_is_down_goes_back_to_the_queue_
     queue_admit_jobs()
     run.refresh_from_db()
     assert len(tries) == 2 and run.status == S.QUEUED
+
+
+def test_the_brokers_last_failure_is_forgotten_after_its_ttl(monkeypatch):
+    monkeypatch.setattr(dispatch, "publish", lambda name, *args: ConnectionError("broker down"))
+    dispatch.send_now("submit_run", 0)
+    assert dispatch.broker_was_down()
+    now = time.monotonic()
+    monkeypatch.setattr(dispatch.time, "monotonic", lambda: now + dispatch.BROKER_DOWN_TTL_S + 1)
+    assert not dispatch.broker_was_down()  # the broker may be back: a pass admits every job again
