@@ -64,9 +64,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainerView:
-    """What the run's events.jsonl says: newest event time, step, last status state, checkpoint."""
+    """What the run's events.jsonl says: newest event time, newest beat (any event but a "starting"
+    status: the trainer's sign of life once its model is loading no more), step, last status state,
+    checkpoint."""
 
     last_time: datetime | None = None
+    last_beat: datetime | None = None
     step: int | None = None
     total_steps: int | None = None
     state: str | None = None
@@ -76,13 +79,15 @@ class TrainerView:
 
 def read_trainer_view(out_dir: Path) -> TrainerView:
     events = launch.read_events_tail(out_dir / "events.jsonl")
-    last_time = step = total = state = ckpt = None
+    last_time = last_beat = step = total = state = ckpt = None
     message = ""
     for ev in events:
         data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
         t = ev.get("time")
         if isinstance(t, (int, float)):
             last_time = datetime.fromtimestamp(float(t), tz=dt_tz.utc)
+            if not (ev.get("type") == "status" and data.get("state") == "starting"):
+                last_beat = last_time
         s = data.get("step")
         if isinstance(s, int) and ev.get("type") in ("heartbeat", "metrics", "status", "checkpoint"):
             step = max(step or 0, s)
@@ -93,7 +98,7 @@ def read_trainer_view(out_dir: Path) -> TrainerView:
                 total = data["total_steps"]
         if ev.get("type") == "checkpoint" and isinstance(data.get("path"), str):
             ckpt = data["path"]
-    return TrainerView(last_time=last_time, step=step, total_steps=total, state=state,
+    return TrainerView(last_time=last_time, last_beat=last_beat, step=step, total_steps=total, state=state,
                        state_message=message, checkpoint=ckpt)
 
 
@@ -243,7 +248,9 @@ def reconcile_run(run: Run, *, now: datetime | None = None) -> str | None:
     job = ray_jobs.job_info(run.ray_submission_id)
     view = read_trainer_view(_out_dir(run))
     ckpt = launch.read_latest_checkpoint(_out_dir(run))
-    run_record_progress(run=run, step=view.step, total_steps=view.total_steps, heartbeat=view.last_time,
+    # A "starting" status (the model loading) is no heartbeat: until the first beat last_heartbeat stays
+    # empty, so the no_heartbeat watch gives the run the start-up grace, as `decide` does.
+    run_record_progress(run=run, step=view.step, total_steps=view.total_steps, heartbeat=view.last_beat,
                         checkpoint_path=str(ckpt) if ckpt else view.checkpoint)
     d = decide(status=run.status, job=job, view=view, now=now, started=run.started,
                stop_requested=run.stop_requested, heartbeat_timeout_s=settings.RLSTUDIO_HEARTBEAT_TIMEOUT_S,

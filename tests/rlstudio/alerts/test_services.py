@@ -324,3 +324,36 @@ def test_a_starting_run_is_not_silent_before_the_start_up_grace(alice, make_run,
     with TestCase.captureOnCommitCallbacks(execute=True):
         assert watch_running()["heartbeat"] == 1
     assert AlertFiring.objects.get(run=run).message.startswith("the trainer has not reported since the run started")
+
+
+def test_a_trainer_still_starting_read_by_the_reconcile_keeps_the_start_up_grace(alice, make_run, settings,
+                                                                                 tmp_path, monkeypatch):
+    """The reconcile reads the trainer's events file: a "starting" status (the model loading) is no
+    heartbeat, so a no_heartbeat rule of 30 s neither fires nor pauses the run 200 s in, as the
+    reconcile itself waits RLSTUDIO_RUN_STARTUP_TIMEOUT_S; the first heartbeat then counts."""
+    from rlstudio.runs import launch, ray_jobs
+    from rlstudio.runs.reconcile import reconcile_run
+
+    settings.RUNS_DIR = tmp_path
+    settings.RLSTUDIO_RUN_STARTUP_TIMEOUT_S = 600
+    run = running(make_run(alice))
+    Run.objects.filter(pk=run.pk).update(started=timezone.now() - timedelta(seconds=200), last_heartbeat=None)
+    run.refresh_from_db()
+    folder = launch.run_folder(run)
+    folder.mkdir(parents=True, exist_ok=True)
+    said = timezone.now().timestamp() - 190
+    (folder / "events.jsonl").write_text(json.dumps(
+        {"seq": 1, "type": "status", "time": said, "data": {"state": "starting", "message": "loading the model"}}) + "\n")
+    monkeypatch.setattr(ray_jobs, "job_info", lambda submission_id: ray_jobs.JobInfo(
+        submission_id=submission_id, status=ray_jobs.RUNNING, message="", driver_exit_code=None))
+    rule_create(owner=alice, data={"kind": "no_heartbeat", "threshold": 30, "pause": True})
+    assert reconcile_run(run) is None
+    run.refresh_from_db()
+    assert run.last_heartbeat is None
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        assert watch_running()["heartbeat"] == 0
+    assert Run.objects.get(pk=run.pk).status == S.RUNNING and not AlertFiring.objects.exists()
+    with (folder / "events.jsonl").open("a") as f:
+        f.write(json.dumps({"seq": 2, "type": "heartbeat", "time": said + 150, "data": {"step": 0}}) + "\n")
+    assert reconcile_run(run) is None
+    assert Run.objects.get(pk=run.pk).last_heartbeat.timestamp() == pytest.approx(said + 150)
