@@ -43,15 +43,25 @@ from .selectors import (
 )
 
 
-def lock_owner(*, user: AbstractBaseUser) -> None:
-    """Take the row lock that serializes one user's admissions (inside a transaction).
+def lock_owners(*, user_ids) -> None:
+    """Take the row lock that serializes one user's admissions, of every user in `user_ids`, in id
+    order (one query: PostgreSQL locks the rows as the sorted scan returns them), until the caller's
+    transaction ends. Every holder of several owners' locks takes them through here, so no two can
+    deadlock on the order.
 
     FOR NO KEY UPDATE: it excludes another admission of the same user, but not the FOR KEY SHARE lock
     PostgreSQL takes on the user row when a row referencing it is written (an audit event, a run's
     transition). A plain FOR UPDATE here deadlocks with a stop that holds the run's row and audits.
     """
-    (get_user_model().objects.select_for_update(no_key=True).filter(pk=user.pk)
-     .values_list("pk", flat=True).first())
+    ids = sorted({int(pk) for pk in user_ids})
+    if ids:
+        list(get_user_model().objects.select_for_update(no_key=True).filter(pk__in=ids).order_by("pk")
+             .values_list("pk", flat=True))
+
+
+def lock_owner(*, user: AbstractBaseUser) -> None:
+    """`lock_owners` of one user."""
+    lock_owners(user_ids=[user.pk])
 
 
 def _plural(n: float, word: str) -> str:
@@ -140,6 +150,9 @@ class Quotas(QuotaPolicy):
     def lock_owner(self, *, user: AbstractBaseUser) -> None:
         lock_owner(user=user)
 
+    def lock_owners(self, *, user_ids) -> None:
+        lock_owners(user_ids=user_ids)
+
     def queue_refusal(self, *, user: AbstractBaseUser) -> str:
         try:
             check_queue_cap(user=user)
@@ -184,14 +197,12 @@ def _evaluation_job(ev) -> tuple:
 
 def _keep(jobs: list[tuple], now) -> list[GpuHoursSpent]:
     """Write the GpuHoursSpent rows of `jobs` ((owner id, job name, gpus, started, finished) each), after
-    taking each owner's admission lock (`lock_owner`, owners in id order), so an admission never counts
+    taking each owner's admission lock (`lock_owners`, in id order), so an admission never counts
     the month between the rows' writing and the records' deletion. A CPU job, or one never started,
     keeps nothing."""
     rows = [row for user_id, job, gpus, started, finished in jobs
             for row in _kept_rows(user_id=user_id, job=job, gpus=gpus, started=started, finished=finished, now=now)]
-    users = get_user_model().objects.in_bulk(sorted({row.user_id for row in rows}))
-    for user_id in sorted(users):
-        lock_owner(user=users[user_id])
+    lock_owners(user_ids={row.user_id for row in rows})
     return GpuHoursSpent.objects.bulk_create(rows)
 
 

@@ -428,23 +428,64 @@ def test_a_queue_move_holds_the_queue_lock_while_it_locks_the_queued_rows(alice,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_pass_locks_the_queued_jobs_owners_in_id_order(alice, bob, make_run, monkeypatch):
-    from rlstudio.quotas.services import Quotas
+def test_a_pass_locks_the_queued_jobs_owners_in_id_order(alice, bob, make_run):
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
 
-    order = []
-    original = Quotas.lock_owner
-
-    def spy(self, *, user):
-        order.append(user.pk)
-        return original(self, user=user)
-
-    monkeypatch.setattr(Quotas, "lock_owner", spy)
     _quota(alice, runs=0)
     _quota(bob, runs=0)
     make_run(bob, "bobs")  # queued first, its owner's id the higher
     make_run(alice, "alices")
-    queue_admit_jobs()
-    assert order[:2] == sorted([alice.pk, bob.pk])
+    with CaptureQueriesContext(connection) as queries:
+        queue_admit_jobs()
+    table = get_user_model()._meta.db_table
+    locks = [q["sql"] for q in queries.captured_queries
+             if f'FROM "{table}"' in q["sql"] and "FOR NO KEY UPDATE" in q["sql"]]
+    # the pass's first lock takes both owners in one query, its rows in id order (the key: column 1)
+    assert f'IN ({min(alice.pk, bob.pk)}, {max(alice.pk, bob.pk)}) ORDER BY 1 ASC FOR NO KEY UPDATE' in locks[0]
+
+
+def _owner_row_free(user_id: int) -> bool:
+    """Whether another connection could lock user `user_id`'s row as an admission does, now."""
+    from django.contrib.auth import get_user_model
+    from django.db import OperationalError
+
+    out = []
+
+    def ask():
+        try:
+            with transaction.atomic():
+                list(get_user_model().objects.select_for_update(no_key=True, nowait=True).filter(pk=user_id)
+                     .values_list("pk"))
+            out.append(True)
+        except OperationalError:
+            out.append(False)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    thread.join(30)
+    return out[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_asks_ray_before_it_locks_the_owners(alice, make_run, fake_ray, monkeypatch):
+    """An export, a playground session or a launch of a queued job's owner never waits on Ray (up to
+    5 s) behind a pass: when the pass asks Ray, the owner's lock is still free."""
+    _quota(alice, gpus=1)
+    make_run(alice, "gpu", gpus=1)
+    seen = []
+
+    def ask(url, timeout=None):
+        seen.append(_owner_row_free(alice.pk))
+        return io.BytesIO(json.dumps(_summary(1.0)).encode())
+
+    monkeypatch.setattr(ray_jobs.urllib.request, "urlopen", ask)
+    ray_jobs.cluster_total_gpus_clear()
+    assert [j.label for j in queue_admit_jobs()]
+    assert seen == [True]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -473,13 +514,14 @@ def test_an_evaluation_deleted_mid_pass_leaves_the_queue_and_the_others_are_stil
     ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m"), dataset=data, include_base=True,
                                    k=1, max_prompts=1, gpus=0)
     run = make_run(bob, "after-the-evaluation")
-    original = admission._lock_owners_in_order
+    policy = admission.quota_policy()
+    original = policy.lock_owners
 
-    def lock_then_delete(owner_ids):
-        original(owner_ids)
+    def lock_then_delete(*, user_ids):
+        original(user_ids=user_ids)
         Evaluation.objects.filter(pk=ev.pk).delete()  # after the pass loaded it, before its try
 
-    monkeypatch.setattr(admission, "_lock_owners_in_order", lock_then_delete)
+    monkeypatch.setattr(policy, "lock_owners", lock_then_delete)
     assert [j.label for j in queue_admit_jobs()] == [f"run #{run.pk}"]
     run.refresh_from_db()
     assert run.status == S.SUBMITTING

@@ -316,13 +316,13 @@ def test_a_bulk_delete_locks_every_owner_in_id_order_whatever_the_ids_order(
                               max_prompts=3, sampling={}, status=EvaluationStatus.SUCCEEDED, gpus=1,
                               started=now - timedelta(seconds=3), finished=now)
     locked = []
-    real = quotas.lock_owner
+    real = quotas.lock_owners
 
-    def spy(*, user):
-        locked.append(user.pk)
-        real(user=user)
+    def spy(*, user_ids):
+        locked.extend(sorted(set(user_ids)))  # the order lock_owners takes them in
+        real(user_ids=user_ids)
 
-    monkeypatch.setattr(quotas, "lock_owner", spy)
+    monkeypatch.setattr(quotas, "lock_owners", spy)
     ids = [run_high.pk, run_low.pk] if high_first else [run_low.pk, run_high.pk]
     assert runs_delete(run_ids=ids, by=staff) == [(i, {run_low.pk: "low", run_high.pk: "high"}[i]) for i in ids]
     first_taken = list(dict.fromkeys(locked))

@@ -74,6 +74,7 @@ class QuotaPolicy:
 
         lock_owner(*, user)                       take the lock that serializes one user's admissions
                                                   and launches (inside the caller's transaction)
+        lock_owners(*, user_ids)                  take several users' locks, in id order
         queue_refusal(*, user) -> str             '' when the user may queue one more run, else why not
         reason(*, run, cluster_free_gpus) -> str  '' when `run` may start now, else why it waits
                                                   (`cluster_free_gpus`: None = not checked)
@@ -82,6 +83,9 @@ class QuotaPolicy:
     """
 
     def lock_owner(self, *, user: AbstractBaseUser) -> None:
+        raise NotImplementedError
+
+    def lock_owners(self, *, user_ids) -> None:
         raise NotImplementedError
 
     def queue_refusal(self, *, user: AbstractBaseUser) -> str:
@@ -527,18 +531,6 @@ def _take_queue_lock(*, wait_s: float = 0.0) -> bool:
             time.sleep(_LOCK_RETRY_S)
 
 
-def _lock_owners_in_order(owner_ids: set[int]) -> None:
-    """Take the admission lock (`QuotaPolicy.lock_owner`) of every owner of a queued job, in id order,
-    as the other holders of several owners' locks do (a delete's GPU-hours ledger, a bulk delete): a
-    pass holds them until it commits, so taking them in the queue's order could deadlock with those."""
-    from django.contrib.auth import get_user_model
-
-    policy = quota_policy()
-    users = get_user_model().objects.in_bulk(sorted(owner_ids))
-    for user_id in sorted(users):
-        policy.lock_owner(user=users[user_id])
-
-
 def _wait_queue_lock() -> None:
     """Take QUEUE_LOCK until the current transaction ends, waiting for a pass under way (a pass is
     short: it asks Ray once at most, with a 5 s timeout)."""
@@ -564,7 +556,13 @@ def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
         jobs = [run_job(r) for r in runs.values()]
         for kind in kinds.values():
             jobs.extend(kind.queued())
-        _lock_owners_in_order({job.owner_id for job in jobs})
+        if any(job.gpus > 0 for job in jobs):
+            # Ask Ray now (5 s timeout; its answer or failure is cached CLUSTER_TOTAL_TTL_S, which the
+            # pass's `_cluster_free_gpus` then reads), not under the owners' locks: a launch, export or
+            # playground session of a queued job's owner never waits on Ray.
+            _cluster_total_gpus()
+        # Owners in id order (`lock_owners`), as every holder of several owners' locks takes them.
+        quota_policy().lock_owners(user_ids={job.owner_id for job in jobs})
 
         def try_admit(job: QueuedJob, free: float | None) -> Attempt | None:
             # Each admission in its own savepoint: one job's error (a bug, a database error) rolls back

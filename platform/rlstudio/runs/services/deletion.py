@@ -227,16 +227,10 @@ def _lock_owners(run_ids: list[int]) -> None:
     the `on_run_delete` ledger hook keeps under their owner's lock). Each single delete orders the
     owners of its own run only, so without this a bulk delete would take them in the order the ids
     were given, and deadlock with a delete (or a launch) that takes them in id order."""
-    from django.contrib.auth import get_user_model
-
     from .admission import quota_policy
 
     pairs = Run.objects.filter(pk__in=run_ids).values_list("owner_id", "evaluations__owner_id")
-    owner_ids = {owner for pair in pairs for owner in pair if owner is not None}
-    users = get_user_model().objects.in_bulk(sorted(owner_ids))
-    policy = quota_policy()
-    for user_id in sorted(users):
-        policy.lock_owner(user=users[user_id])
+    quota_policy().lock_owners(user_ids={owner for pair in pairs for owner in pair if owner is not None})
 
 
 def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
