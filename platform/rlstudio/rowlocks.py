@@ -10,9 +10,8 @@ passes both and fails at commit with a ForeignKeyViolation.
 The lock is FOR KEY SHARE: it conflicts with FOR UPDATE and DELETE only, so creates referencing one row
 never wait for each other, nor for an update of the row's other columns (a run's status). The delete
 paths (`catalog.services.dataset_delete` / `model_delete`, `runs.services.run_delete`) lock the row
-FOR UPDATE and then run their checks. The lock order is: the queue's lock for a launch
-(`queue_lock_for_launch`), these rows (sorted by table and id), then the owner's admission lock
-(`QuotaPolicy.lock_owner`): the deletions take the row's lock before any owner's (their hooks').
+FOR UPDATE and then run their checks. The lock order is: these rows (sorted by table and id), then
+the owner's admission lock (`QuotaPolicy.lock_owner`): the deletions take the row's lock before any owner's (their hooks').
 """
 from __future__ import annotations
 

@@ -182,12 +182,11 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
     It first locks the rows it references (`_lock_subject`, before the owner's lock, the order the
     deletions take them in), so that its run, model or dataset cannot be deleted between its checks
     and its recording: one deleted meanwhile is EvaluationInvalid naming it."""
-    from rlstudio.runs.services.admission import launch_reason_record, queue_admit_launched, queue_lock_for_launch
+    from rlstudio.runs.services.admission import launch_reason_record, queue_admit_launched
 
     policy = _policy()
     with transaction.atomic():
-        # The lock order: the queue's, the referenced rows', then the owner's.
-        locked = queue_lock_for_launch()
+        # The lock order: the referenced rows', then the owner's.
         _lock_subject(subject)
         policy.lock_owner(user=user)
         if Evaluation.objects.filter(owner=user, status__in=ACTIVE_EVALUATION_STATUSES).exists():
@@ -198,7 +197,7 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
                                        reward=req.reward, **subject)
         audit_record(actor=user, action="evaluation.create", obj=ev.subject,
                      data={"evaluation": ev.pk, "gpus": req.gpus, **audit})
-    queue_admit_launched(wait=locked)
+    queue_admit_launched()
     launch_reason_record(Evaluation, pk=ev.pk)  # no pass ran, or it stopped before this one
     ev.refresh_from_db()
     return ev

@@ -243,7 +243,7 @@ def test_a_launch_behind_a_pass_under_way_returns_within_the_bound_queued(alice,
         resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=0), format="json")
         took = time.monotonic() - started
     assert resp.status_code == 201, resp.content
-    assert took < 3.0  # the launch's transaction waited 0.3 s, its pass did not wait again
+    assert took < 3.0  # the launch's pass waited 0.3 s (its transaction never waits for a pass)
     assert resp.json()["status"] == S.QUEUED and resp.json()["queue_reason"] == LAUNCH_PASS_REASON
     # The reconcile's pass admits it once the lock is free.
     assert [j.id for j in queue_admit_jobs()] == [resp.json()["id"]]

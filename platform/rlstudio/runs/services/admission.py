@@ -506,8 +506,7 @@ class _Never:
         return True
 
 
-# How long a launch waits for a pass under way (its own transaction's QUEUE_LOCK, then its pass's):
-# past it, the launch's job waits, queued, with LAUNCH_PASS_REASON for the reconcile's pass.
+# How long a launch's pass waits for a pass under way: past it, the launch's job waits, queued, with LAUNCH_PASS_REASON for the reconcile's pass.
 LAUNCH_LOCK_WAIT_S = 2.0
 LAUNCH_PASS_REASON = "waiting for the next queue pass (the reconcile's, every few seconds)"
 _LOCK_RETRY_S = 0.05
@@ -599,26 +598,17 @@ def queue_admit_jobs() -> list[QueuedJob]:
     return _queue_pass(wait_s=0.0) or []
 
 
-def queue_lock_for_launch() -> bool:
-    """Take QUEUE_LOCK until the caller's transaction ends, waiting at most LAUNCH_LOCK_WAIT_S for a
-    pass under way; whether it got it. A launch does, before the rows it references and its owner's
-    lock (the lock order: QUEUE_LOCK, the referenced rows, then owners), so that it never holds those
-    while a pass that holds QUEUE_LOCK waits for them. Past the wait it goes on without (the pass
-    under way may be long; a deadlock that this leaves possible, a clone of a queued run that the pass
-    admits at that moment, PostgreSQL detects and ends, failing one side, not hanging it)."""
-    return _take_queue_lock(wait_s=LAUNCH_LOCK_WAIT_S)
-
-
-def queue_admit_launched(*, wait: bool = True) -> bool:
+def queue_admit_launched() -> bool:
     """The launch path's admission, once the launch's transaction has recorded its job queued and
     committed (never inside a caller's transaction): one pass of the whole queue, so the new job is
     admitted exactly when its place in the one queue allows, as the reconcile's pass would. It waits at
-    most LAUNCH_LOCK_WAIT_S for a pass under way (not at all unless `wait`: the launch's transaction
-    already waited for it in vain). Returns whether the pass ran; False when the lock stayed busy or the
+    most LAUNCH_LOCK_WAIT_S for a pass under way. A launch's own transaction never takes QUEUE_LOCK: it
+    holds only the rows it references (FOR KEY SHARE) and its owner's lock, none of which a pass waits
+    on while holding anything the launch needs. Returns whether the pass ran; False when the lock stayed busy or the
     pass failed (logged, never raised: the job is saved, and an error would make its client launch it
     again): the caller records LAUNCH_PASS_REASON on its job (`launch_reason_record`)."""
     try:
-        return _queue_pass(wait_s=LAUNCH_LOCK_WAIT_S if wait else 0.0) is not None
+        return _queue_pass(wait_s=LAUNCH_LOCK_WAIT_S) is not None
     except Exception:  # noqa: BLE001 - any error of the pass (another user's job, a deadlock, Ray)
         log.exception("a launch's queue pass failed; its job waits for the reconcile's pass")
         return False

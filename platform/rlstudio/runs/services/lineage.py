@@ -20,7 +20,6 @@ from .admission import (
     gpus_refusal,
     launch_reason_record,
     queue_admit_launched,
-    queue_lock_for_launch,
     quota_policy,
     run_launch_recorded,
 )
@@ -191,8 +190,7 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
 
     policy = quota_policy()
     with transaction.atomic():
-        # The lock order: the queue's, the referenced rows', then the owner's.
-        locked = queue_lock_for_launch()
+        # The lock order: the referenced rows', then the owner's.
         _lock_referenced(fields)
         policy.lock_owner(user=owner)
         refusal = policy.queue_refusal(user=owner)
@@ -205,18 +203,17 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
             audit_record(actor=by, action=action, obj=run, data=data)
     if not admit:
         return run
-    return run_launch_admit(run=run, by=by, wait=locked)
+    return run_launch_admit(run=run, by=by)
 
 
-def run_launch_admit(*, run: Run, by: AbstractBaseUser, wait: bool = True) -> Run:
+def run_launch_admit(*, run: Run, by: AbstractBaseUser) -> Run:
     """After a launch's transaction committed: one pass of the queue (`queue_admit_launched`) admits
     the run if its place in the one queue, its owner's quota and the cluster allow (the submit task is
     sent then), as every queued job is (the reconcile's pass may even come first): never ahead of an
     older queued job the pass would try before it. When the pass could not run (busy past its wait,
     or failed: logged) the run stays queued with `LAUNCH_PASS_REASON`, and is returned all the same.
-    `wait`: whether the pass may wait for one under way (not when the launch's transaction already
-    waited in vain). The launch is audited (`run.launch`)."""
-    queue_admit_launched(wait=wait)
+    The launch is audited (`run.launch`)."""
+    queue_admit_launched()
     # No pass ran, or it stopped before the run (the task queue down): the run still says why it waits.
     launch_reason_record(Run, pk=run.pk)
     return run_launch_recorded(run=run, by=by)
