@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .memory_estimate import GIB, ModelShape, lora_parameters, read_model_config, shape_from_config
+from .memory_estimate import (GIB, ModelShape, config_section, lora_parameters, read_model_config,
+                              shape_from_config)
 
 ADAM = 12  # bytes a trained parameter: float32 weights + AdamW's two float32 moments
 
@@ -52,18 +53,11 @@ class CheckpointEstimate:
                 "export_gib": round(self.export_bytes / GIB, 3), "lora": self.lora}
 
 
-def _section(cfg: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
-    node: Any = cfg
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node if isinstance(node, Mapping) else {}
-
-
 def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, tied_embeddings: bool) -> CheckpointEstimate:
     """One checkpoint of a run of `cfg` (a config as stored: nested dicts; a missing key is the
     schema's default) on a model of `shape`; `tied_embeddings`: the model's config.json ties its
     LM head to the embedding."""
-    model = _section(cfg, "actor_rollout_ref.model")
+    model = config_section(cfg, "actor_rollout_ref.model")
     p = shape.num_parameters
     embedding = shape.vocab_size * shape.hidden_size
     rank = model.get("lora_rank")
@@ -76,10 +70,10 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, tied_embeddings: bool
     else:
         actor = ADAM * p + (4 * embedding if tied_embeddings else 0)
     critic = 0
-    if _section(cfg, "algorithm").get("adv_estimator") == "gae":
+    if config_section(cfg, "algorithm").get("adv_estimator") == "gae":
         body = p if tied_embeddings else p - embedding  # the LM head is not the value model's
         critic = ADAM * (body + shape.hidden_size + 1)  # + the scalar head (weight and bias)
-    trainer = _section(cfg, "trainer")
+    trainer = config_section(cfg, "trainer")
     export = 4 * (p + adapter) if trainer.get("export_hf", True) else 0
     return CheckpointEstimate(actor_bytes=actor, critic_bytes=critic, export_bytes=export, lora=bool(rank))
 
@@ -87,9 +81,5 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, tied_embeddings: bool
 def estimate_for(*, model, cfg: Mapping[str, Any]) -> CheckpointEstimate:
     """The estimate of a run of `cfg` on a catalog model (its folder's config.json; the catalog's
     parameter count when it has one). memory_estimate.ModelConfigUnreadable when it cannot be read."""
-    config = read_model_config(model.path)
-    shape = shape_from_config(config, num_parameters=getattr(model, "num_parameters", None))
-    text = config["text_config"] if "hidden_size" not in config and isinstance(config.get("text_config"), Mapping) \
-        else config  # a multimodal model's text part, as shape_from_config reads it
-    tied = text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
-    return estimate(shape, cfg, tied_embeddings=bool(tied))
+    shape = shape_from_config(read_model_config(model.path), num_parameters=getattr(model, "num_parameters", None))
+    return estimate(shape, cfg, tied_embeddings=shape.tie_word_embeddings)

@@ -66,6 +66,7 @@ class ModelShape:
     vocab_size: int
     intermediate_size: int
     num_parameters: int
+    tie_word_embeddings: bool = False  # the LM head shares the embedding matrix
 
 
 def _int(cfg: Mapping[str, Any], *names: str) -> int | None:
@@ -120,8 +121,10 @@ def shape_from_config(cfg: Mapping[str, Any], *, num_parameters: int | None = No
     count is `num_parameters` when the catalog knows it, else counted from the sizes."""
     if not isinstance(cfg, Mapping):
         raise ModelConfigUnreadable("config.json is not an object")
+    top = cfg
     if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), Mapping):
         cfg = cfg["text_config"]
+    tied = bool(cfg.get("tie_word_embeddings", top.get("tie_word_embeddings", False)))
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model")
     layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     heads = _int(cfg, "num_attention_heads", "n_head")
@@ -137,9 +140,10 @@ def shape_from_config(cfg: Mapping[str, Any], *, num_parameters: int | None = No
         qkv_bias = bool(cfg.get("attention_bias", cfg.get("model_type") == "qwen2"))
         num_parameters = count_parameters(hidden=hidden, layers=layers, heads=heads, kv_heads=kv_heads,
                                           head_dim=head_dim, vocab=vocab, ffn=ffn,
-                                          tied=bool(cfg.get("tie_word_embeddings", False)), qkv_bias=qkv_bias)
+                                          tied=tied, qkv_bias=qkv_bias)
     return ModelShape(hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=kv_heads,
-                      head_dim=head_dim, vocab_size=vocab, intermediate_size=ffn, num_parameters=int(num_parameters))
+                      head_dim=head_dim, vocab_size=vocab, intermediate_size=ffn, num_parameters=int(num_parameters),
+                      tie_word_embeddings=tied)
 
 
 def read_model_config(folder: str | Path) -> dict[str, Any]:
@@ -205,7 +209,8 @@ class MemoryEstimate:
         }
 
 
-def _section(cfg: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
+def config_section(cfg: Mapping[str, Any], dotted: str) -> Mapping[str, Any]:
+    """The mapping at `dotted` in a nested config ({} when it is missing or not a mapping)."""
     node: Any = cfg
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, Mapping) else None
@@ -217,9 +222,9 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
     """The memory per device of a run of `cfg` (a config as stored: nested dicts) on `gpus` GPUs (0: CPU);
     `val_rows`: the validation dataset's rows, when the run has one. shapes.ShapeUnknown when
     data.train_batch_size or actor_rollout_ref.rollout.n is not an integer."""
-    model, rollout = _section(cfg, "actor_rollout_ref.model"), _section(cfg, "actor_rollout_ref.rollout")
-    actor, ref = _section(cfg, "actor_rollout_ref.actor"), _section(cfg, "actor_rollout_ref.ref")
-    algorithm = _section(cfg, "algorithm")
+    model, rollout = config_section(cfg, "actor_rollout_ref.model"), config_section(cfg, "actor_rollout_ref.rollout")
+    actor, ref = config_section(cfg, "actor_rollout_ref.actor"), config_section(cfg, "actor_rollout_ref.ref")
+    algorithm = config_section(cfg, "algorithm")
     gpu = gpus > 0
     world = max(int(gpus), 1)
     sharded = world > 1
@@ -264,7 +269,7 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
     if lora and (actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward")):
         lines.append(MemoryLine("reference weights", 0, "LoRA: the actor's base weights with the adapter disabled"))
     elif actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward"):
-        offload = bool(_section(ref, "fsdp_config").get("param_offload")) and gpu
+        offload = bool(config_section(ref, "fsdp_config").get("param_offload")) and gpu
         ref_bytes = 0 if offload else cb * p // world
         lines.append(MemoryLine("reference weights", ref_bytes,
                                 "in host memory (param_offload)" if offload else f"{cb}-byte weights{shard_note}"))
@@ -319,7 +324,7 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
 
     critic_bytes = critic_phase = 0
     if algorithm.get("adv_estimator") == "gae":
-        critic = _section(cfg, "critic")
+        critic = config_section(cfg, "critic")
         critic_bytes = 12 * p // world
         lines.append(MemoryLine("critic weights and optimizer", critic_bytes,
                                 f"PPO with GAE: a float32 value model of {p:,} parameters and its AdamW "
