@@ -182,7 +182,7 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
     It first locks the rows it references (`_lock_subject`, before the owner's lock, the order the
     deletions take them in), so that its run, model or dataset cannot be deleted between its checks
     and its recording: one deleted meanwhile is EvaluationInvalid naming it."""
-    from rlstudio.runs.services.admission import launch_reason_record, queue_admit_launched
+    from rlstudio.runs.services.admission import queue_admit_launched
 
     policy = _policy()
     with transaction.atomic():
@@ -197,8 +197,7 @@ def _create(*, user, req: EvaluationRequest, audit: dict[str, Any], **subject) -
                                        reward=req.reward, **subject)
         audit_record(actor=user, action="evaluation.create", obj=ev.subject,
                      data={"evaluation": ev.pk, "gpus": req.gpus, **audit})
-    queue_admit_launched()
-    launch_reason_record(Evaluation, pk=ev.pk)  # no pass ran, or it stopped before this one
+    queue_admit_launched(Evaluation, pk=ev.pk)
     ev.refresh_from_db()
     return ev
 

@@ -136,7 +136,7 @@ def test_a_run_the_queue_admitted_first_is_launched_not_refused(alice, make_run)
     from rlstudio.runs.services import queue_admit_all, queue_admit_launched, run_launch_recorded
 
     def run_launch(*, run, by):  # what a launch does once its run's transaction committed (lineage)
-        queue_admit_launched()
+        queue_admit_launched(Run, pk=run.pk)
         return run_launch_recorded(run=run, by=by)
 
     run = make_run(alice)
@@ -163,9 +163,9 @@ def reconcile_admits_on_create(monkeypatch):
     admitted: list[int] = []
     real_pass = lineage.queue_admit_launched
 
-    def launch_pass(**kwargs):
+    def launch_pass(*args, **kwargs):
         admitted.extend(queue_admit_all())
-        return real_pass(**kwargs)
+        return real_pass(*args, **kwargs)
 
     monkeypatch.setattr(lineage, "queue_admit_launched", launch_pass)
     return admitted

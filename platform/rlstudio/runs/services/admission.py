@@ -598,31 +598,27 @@ def queue_admit_jobs() -> list[QueuedJob]:
     return _queue_pass(wait_s=0.0) or []
 
 
-def queue_admit_launched() -> bool:
-    """The launch path's admission, once the launch's transaction has recorded its job queued and
+def queue_admit_launched(job_model, *, pk: int) -> None:
+    """The launch path's admission of its job (row `pk` of `job_model`: Run, or another kind's model
+    with `status` and `queue_reason`), once the launch's transaction has recorded it queued and
     committed (never inside a caller's transaction): one pass of the whole queue, so the new job is
     admitted exactly when its place in the one queue allows, as the reconcile's pass would. It waits at
     most LAUNCH_LOCK_WAIT_S for a pass under way. A launch's own transaction never takes QUEUE_LOCK: it
     holds only the rows it references (FOR KEY SHARE) and its owner's lock, none of which a pass waits
-    on while holding anything the launch needs. Returns whether the pass ran; False when the lock stayed busy or the
-    pass failed (logged, never raised: the job is saved, and an error would make its client launch it
-    again): the caller records LAUNCH_PASS_REASON on its job (`launch_reason_record`)."""
-    try:
-        return _queue_pass(wait_s=LAUNCH_LOCK_WAIT_S) is not None
-    except Exception:  # noqa: BLE001 - any error of the pass (another user's job, a deadlock, Ray)
-        log.exception("a launch's queue pass failed; its job waits for the reconcile's pass")
-        return False
+    on while holding anything the launch needs.
 
-
-def launch_reason_record(model, *, pk: int) -> None:
-    """Give a launched job of `model` (Run, or another kind's model with `status` and `queue_reason`)
-    still queued with no reason one: its launch's pass did not run (LAUNCH_PASS_REASON), or stopped
-    before it because the task queue did not answer (SUBMIT_UNSENT_REASON); docs/api.md promises a
-    queued job says why it waits."""
+    The pass's errors are logged, never raised (the job is saved, and an error would make its client
+    launch it again). A job still queued with no reason then gets one (docs/api.md promises a queued
+    job says why it waits): its pass did not run (busy past the wait, or failed: LAUNCH_PASS_REASON),
+    or stopped before it because the task queue did not answer (SUBMIT_UNSENT_REASON)."""
     from ..dispatch import broker_was_down
 
+    try:
+        _queue_pass(wait_s=LAUNCH_LOCK_WAIT_S)
+    except Exception:  # noqa: BLE001 - any error of the pass (another user's job, a deadlock, Ray)
+        log.exception("a launch's queue pass failed; its job waits for the reconcile's pass")
     reason = SUBMIT_UNSENT_REASON if broker_was_down() else LAUNCH_PASS_REASON
-    model.objects.filter(pk=pk, status="queued", queue_reason="").update(queue_reason=reason)
+    job_model.objects.filter(pk=pk, status="queued", queue_reason="").update(queue_reason=reason)
 
 
 def queue_admit_all() -> list[int]:

@@ -18,7 +18,6 @@ from ..models import Run
 from ..selectors import trained_to_the_end
 from .admission import (
     gpus_refusal,
-    launch_reason_record,
     queue_admit_launched,
     quota_policy,
     run_launch_recorded,
@@ -213,9 +212,7 @@ def run_launch_admit(*, run: Run, by: AbstractBaseUser) -> Run:
     older queued job the pass would try before it. When the pass could not run (busy past its wait,
     or failed: logged) the run stays queued with `LAUNCH_PASS_REASON`, and is returned all the same.
     The launch is audited (`run.launch`)."""
-    queue_admit_launched()
-    # No pass ran, or it stopped before the run (the task queue down): the run still says why it waits.
-    launch_reason_record(Run, pk=run.pk)
+    queue_admit_launched(Run, pk=run.pk)
     return run_launch_recorded(run=run, by=by)
 
 
