@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import bool_param
 from rlstudio.runs.selectors import can_manage
 from rlstudio.text import nul_path
 
@@ -52,7 +53,7 @@ class AlertRuleListView(APIView):
         run = None
         if request.query_params.get("run"):
             run = sel.own_run_for(user=request.user, run_id=request.query_params["run"])
-        defaults = request.query_params.get("defaults") in ("1", "true", "yes")
+        defaults = bool(bool_param(request.query_params, "defaults"))
         rules = sel.rules_for(user=request.user, run=run, defaults_only=defaults)
         return Response(AlertRuleSerializer(rules, many=True).data)
 
@@ -121,7 +122,7 @@ class NotificationListView(APIView):
             raise ApiError("limit must be an integer", code="invalid", field="limit") from None
         if not 1 <= limit <= 500:
             raise ApiError("limit must be from 1 to 500", code="invalid", field="limit")
-        unread = request.query_params.get("unread") in ("1", "true", "yes")
+        unread = bool(bool_param(request.query_params, "unread"))
         rows = sel.notifications_for(user=request.user, unread=unread)[:limit]
         return Response({"unread": sel.unread_count(user=request.user),
                          "results": NotificationSerializer(rows, many=True).data})

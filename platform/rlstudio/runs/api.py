@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import bool_param
 from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 
 from . import ray_jobs
@@ -102,21 +103,6 @@ def _id_param(params, name: str) -> int | None:
         return int(raw)
     except ValueError:
         raise ApiError(f"{name} must be an integer id, got {raw!r}", field=name) from None
-
-
-TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
-
-
-def _flag_param(params, name: str) -> bool:
-    """A yes/no query parameter: 1 / true / yes / on, or 0 / false / no / off / empty / absent (any
-    case); anything else is a 400 naming it, never a silent no."""
-    raw = params.get(name, "").strip().lower()
-    if raw in TRUE_WORDS:
-        return True
-    if raw in FALSE_WORDS:
-        return False
-    raise ApiError(f"{name} must be one of {', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS[1:])}, "
-                   f"got {params.get(name)!r}"[:300], field=name)
 
 
 def run_filter_from(params) -> RunFilter:
@@ -335,7 +321,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         every other owner-only action. /logs/ is the trainer's log events, which readers get."""
         run = self._run(pk)
         check_can_manage(user=request.user, run=run, action="read the job log of")
-        if _flag_param(request.query_params, "download"):
+        if bool_param(request.query_params, "download"):
             return _download(run)
         try:
             tail = int(request.query_params.get("tail", 200))

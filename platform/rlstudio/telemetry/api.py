@@ -32,6 +32,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import bool_param
 from rlstudio.api.pagination import CountResultsPagination
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage
@@ -43,7 +44,6 @@ from . import selectors as sel
 from .models import RetentionMode, RunRetention
 from .services import events_ingest, retention_set
 
-_TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no"}
 
 
 def _int_param(params, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
@@ -74,17 +74,6 @@ def _float_param(params, name: str) -> float | None:
     return value
 
 
-def _bool_param(params, name: str) -> bool | None:
-    raw = params.get(name)
-    if raw in (None, ""):
-        return None
-    if raw.lower() in _TRUE:
-        return True
-    if raw.lower() in _FALSE:
-        return False
-    raise ApiError(f"{name} must be true or false, got {raw!r}", field=name)
-
-
 def sample_filter_from(params) -> sel.SampleFilter:
     """Parse the samples table's query string (shared by the API and the pages); ApiError when bad."""
     finish = params.get("finish_reason") or None
@@ -96,7 +85,7 @@ def sample_filter_from(params) -> sel.SampleFilter:
     return sel.SampleFilter(
         step=_int_param(params, "step", minimum=0), uid=params.get("uid") or None,
         min_reward=_float_param(params, "min_reward"), max_reward=_float_param(params, "max_reward"),
-        finish_reason=finish, has_tool_call=_bool_param(params, "has_tool_call"), order=order,
+        finish_reason=finish, has_tool_call=bool_param(params, "has_tool_call"), order=order,
     )
 
 

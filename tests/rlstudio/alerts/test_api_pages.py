@@ -199,3 +199,15 @@ def test_nul_characters_and_non_ascii_digits_are_400s_naming_the_field(alice):
     with pytest.raises(AlertInvalid) as err:
         webhook_by_name("x\x00")
     assert err.value.field == "webhook"
+
+
+@pytest.mark.parametrize("url,name", [("/api/v1/alerts/rules/?defaults=", "defaults"),
+                                      ("/api/v1/alerts/notifications/?unread=", "unread")])
+def test_yes_no_parameters_take_the_usual_words_and_refuse_others(alice, url, name):
+    """One reading of a yes/no parameter across the API (rlstudio.api.params.bool_param): a value that
+    is neither is a 400 naming it, never a silent "no"."""
+    client = api(alice)
+    for word in ("1", "TRUE", "yes", "on", "0", "false", "No", "off", ""):
+        assert client.get(url + word).status_code == 200, word
+    resp = client.get(url + "maybe")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == name

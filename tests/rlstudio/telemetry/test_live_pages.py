@@ -103,6 +103,8 @@ def test_read_api(alice_client, finished):
     assert page["count"] == 6 and len(page["results"]) == 2 and page["results"][0]["reward"] == 1.0
     assert alice_client.get(f"{base}/samples/?max_reward=0.5").json()["count"] == 1
     assert alice_client.get(f"{base}/samples/?has_tool_call=true&step=2").json()["count"] == 2
+    assert alice_client.get(f"{base}/samples/?has_tool_call=ON&step=2").json()["count"] == 2
+    assert alice_client.get(f"{base}/samples/?has_tool_call=maybe").json()["error"]["field"] == "has_tool_call"
     assert alice_client.get(f"{base}/samples/?order=bogus").json()["error"]["field"] == "order"
     assert alice_client.get(f"{base}/samples/?min_reward=abc").status_code == 400
     sid = page["results"][0]["id"]
