@@ -4,7 +4,7 @@ were queued, against the same quotas and GPUs."""
 from __future__ import annotations
 
 from rlstudio.runs.dispatch import broker_was_down
-from rlstudio.runs.queue import NEVER_PREFIX, Attempt, QueuedJob, ahead_of
+from rlstudio.runs.queue import NEVER_PREFIX, Attempt, QueuedJob
 from rlstudio.runs.services.admission import QueuedKind, clip_reason, q_ahead
 
 from .models import Evaluation, EvaluationStatus
@@ -19,11 +19,12 @@ class EvaluationQueue(QueuedKind):
 
     def earlier_of(self, *, job: QueuedJob) -> str:
         # One that can never be admitted as it is (its reason says so) holds none of its owner's back.
-        for ev in (Evaluation.objects.filter(owner=job.owner_id, status=EvaluationStatus.QUEUED)
-                   .exclude(queue_reason__startswith=NEVER_PREFIX)):
-            if ahead_of(job, evaluation_job(ev)):
-                return f"evaluation #{ev.pk}"
-        return ""
+        q = q_ahead(job, kind=self.kind)
+        if q is None:
+            return ""
+        ev = (Evaluation.objects.filter(owner=job.owner_id, status=EvaluationStatus.QUEUED)
+              .exclude(queue_reason__startswith=NEVER_PREFIX).filter(q).order_by("created", "id").first())
+        return "" if ev is None else f"evaluation #{ev.pk}"
 
     def try_admit(self, *, job_id: int, cluster_free_gpus: float | None) -> Attempt | None:
         admitted = evaluation_admit(evaluation_id=job_id, cluster_free_gpus=cluster_free_gpus)

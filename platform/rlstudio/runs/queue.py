@@ -92,11 +92,6 @@ def never_reason(why: str, *, remedy: str) -> str:
             f"{remedy}")
 
 
-def is_never(reason: str) -> bool:
-    """Whether a queue reason is `never_reason`'s."""
-    return reason.startswith(NEVER_PREFIX)
-
-
 def queue_order(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
     """`jobs` in admission order (see the module docstring)."""
     return sorted(jobs, key=lambda j: j.key)

@@ -17,7 +17,6 @@
 from .admission import (
     QUEUE_ORDER,
     SUBMIT_UNSENT_REASON,
-    models_q_earlier,
     queue_admit_all,
     queue_admit_launched,
     run_admit,
@@ -63,7 +62,7 @@ __all__ = [
     "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
     "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "TransitionMade", "check_can_manage",
     "on_run_succeeded", "on_run_transition", "run_register_export",
-    "models_q_earlier", "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
+    "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
     "bulk_delete_refusals", "clean_run_ids", "DeleteRefusal", "RunsNotDeleted", "run_annotate", "run_share", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
     "run_force_kill", "run_issue_ingest_token", "queue_admit_launched", "run_launch_admit", "run_launch_recorded", "run_queue_move", "run_mark_finished",

@@ -56,7 +56,6 @@ from ..queue import (
     Attempt,
     QueuedJob,
     admission_pass,
-    ahead_of,
     gpus_over_cluster,
     gpus_over_quota,
     kind_rank,
@@ -144,7 +143,7 @@ class QueuedKind:
                                                   (ones the pass did not try: `HELD_BACK_REASON`)
         count_ahead(*, job) -> int                how many of its queued jobs come before `job` (of
                                                   any kind) in the queue: a COUNT query (`q_ahead`)
-                                                  for `queue_position_of`; the default counts `queued()`
+                                                  for `queue_position_of`
     """
 
     kind = ""
@@ -162,7 +161,7 @@ class QueuedKind:
         raise NotImplementedError
 
     def count_ahead(self, *, job: QueuedJob) -> int:
-        return sum(1 for other in self.queued() if ahead_of(job, other))
+        raise NotImplementedError
 
 
 _QUEUED_KINDS: dict[str, QueuedKind] = {}
@@ -185,12 +184,11 @@ def run_job(run: Run) -> QueuedJob:
 
 
 def first_run_ahead(*, job: QueuedJob) -> Run | None:
-    """The first queued run of `job`'s owner that comes before `job` in the queue (None: none does),
-    leaving out runs that can never be admitted as they are (their reason `never_reason`'s): the
-    owner's later jobs do not wait behind those."""
-    queued = (Run.objects.filter(owner=job.owner_id, status=S.QUEUED).exclude(queue_reason__startswith=NEVER_PREFIX)
-              .order_by(*QUEUE_ORDER))
-    return next((r for r in queued if ahead_of(job, run_job(r))), None)
+    """The first queued run of `job`'s owner that comes before `job` (of any kind) in the queue
+    (None: none does), leaving out runs that can never be admitted as they are (their reason
+    `never_reason`'s): the owner's later jobs do not wait behind those. One query (`q_ahead`)."""
+    return (Run.objects.filter(owner=job.owner_id, status=S.QUEUED).exclude(queue_reason__startswith=NEVER_PREFIX)
+            .filter(q_ahead(job, kind=RUN, priority="queue_priority")).order_by(*QUEUE_ORDER).first())
 
 
 # Called with no arguments, each returns the GPUs held by the platform's other Ray jobs (the
@@ -303,12 +301,12 @@ def run_requeue_unsent(*, run_id: int, error: Exception | str) -> bool:
     return True
 
 
-def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus: float | None = None,
-              check_cluster: bool = True) -> bool:
+def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus: float | None = None) -> bool:
     """Admit a queued run if its owner's quota (and the cluster) allow: queued → submitting, and the
     submit task is sent. Otherwise it stays queued with the reason updated. Returns admitted or not.
     It waits behind its owner's runs and other jobs (evaluations) queued before it (the one queue's
     order), except those that can never be admitted as they are (reason `never_reason`'s).
+    `cluster_free_gpus`: what the cluster can still give (the pass's count); None: asked here.
 
     Inside one transaction holding the owner's row lock (which the other kinds' admissions take too),
     so that concurrent admissions of one user's jobs are serialized and can never exceed the quota
@@ -326,9 +324,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
                   .select_related("owner").get(pk=run.pk))
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
-        earlier = (Run.objects.filter(owner=locked.owner_id, status=S.QUEUED)
-                   .exclude(queue_reason__startswith=NEVER_PREFIX)  # never admitted: holds no one back
-                   .filter(models_q_earlier(locked)).order_by(*QUEUE_ORDER).first())
+        earlier = first_run_ahead(job=run_job(locked))
         other = "" if earlier is not None else next(
             (phrase for kind in queued_kinds() if (phrase := kind.earlier_of(job=run_job(locked)))), "")
         if earlier is not None:
@@ -336,9 +332,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
         elif other:
             reason = f"waiting behind your earlier queued {other}"
         else:
-            free = cluster_free_gpus
-            if free is None and check_cluster:
-                free = _cluster_free_gpus(needed=locked.gpus)
+            free = cluster_free_gpus if cluster_free_gpus is not None else _cluster_free_gpus(needed=locked.gpus)
             reason = policy.reason(run=locked, cluster_free_gpus=free)
         reason = clip_reason(reason)
         if reason:
@@ -353,11 +347,6 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     # The submit task is sent on commit; an unreachable broker puts the run back in the queue.
     run.refresh_from_db(fields=["status", "queue_reason"])
     return run.status != S.QUEUED
-
-
-def models_q_earlier(run: Run):
-    """Q of the runs ahead of `run` in QUEUE_ORDER (higher priority; same priority and older; ties by id)."""
-    return q_ahead(run_job(run), kind=RUN, priority="queue_priority")
 
 
 def q_ahead(job: QueuedJob, *, kind: str, priority: str | None = None):
@@ -449,7 +438,7 @@ HELD_BACK_REASON = "waiting for the cluster's GPUs: a GPU job queued before this
 
 def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
     try:
-        ok = run_admit(run=run, cluster_free_gpus=free, check_cluster=False)
+        ok = run_admit(run=run, cluster_free_gpus=free)
     except (RunRefused, Run.DoesNotExist):
         # Cancelled (or deleted) since the pass loaded it, or its row locked by another transaction
         # (skipped, never waited for): not tried in this pass; a queued one is tried by the next.
