@@ -84,3 +84,35 @@ def test_identical_uploads_at_once_make_one_dataset(alice, settings, tmp_path, p
     assert {r.json()["id"] for r in responses} == {dataset.pk}
     assert list((tmp_path / "uploads" / "incoming").glob("*.part")) == [Path(dataset.file_path)]
 
+
+
+@pytest.mark.django_db
+def test_only_a_unique_or_foreign_key_violation_at_the_api_edge_is_a_409(alice):
+    """A unique or foreign-key violation (a concurrent create or delete) reaching the API edge is a
+    409 saying to reload; a NOT NULL or CHECK violation is a bug, which no reload mends: a 500."""
+    from django.db import IntegrityError, connection, transaction
+
+    from rlstudio.api.errors import api_exception_handler
+
+    def violation(sql: str, params: list) -> IntegrityError:
+        try:
+            with transaction.atomic(), connection.cursor() as cur:
+                cur.execute(sql, params)
+        except IntegrityError as exc:
+            return exc
+        raise AssertionError(f"no IntegrityError from {sql}")
+
+    table = alice._meta.db_table
+    with connection.cursor() as cur:
+        cur.execute(f'SELECT username, password, is_superuser, is_staff, is_active, date_joined, first_name, '
+                    f'last_name, email FROM "{table}" WHERE id = %s', [alice.pk])
+        row = list(cur.fetchone())
+    duplicate = violation(f'INSERT INTO "{table}" (username, password, is_superuser, is_staff, is_active, '
+                          f'date_joined, first_name, last_name, email) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)',
+                          row)
+    missing = violation(f'INSERT INTO "{table}" (username, password, is_superuser, is_staff, is_active, '
+                        f'date_joined, first_name, last_name, email) VALUES (%s, NULL, %s, %s, %s, %s, %s, %s, %s)',
+                        ["nobody"] + row[2:])
+    resp = api_exception_handler(duplicate, {})
+    assert resp.status_code == 409 and "reload and try again" in resp.data["error"]["message"]
+    assert api_exception_handler(missing, {}) is None  # DRF's None: Django's 500

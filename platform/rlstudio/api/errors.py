@@ -71,6 +71,8 @@ def _all_errors(detail: Any, path: str | None = None) -> list[dict[str, Any]]:
     return [{"field": path, "message": str(detail)}]
 
 
+# PostgreSQL's unique_violation and foreign_key_violation: what a concurrent create or delete can break.
+CONCURRENT_SQLSTATES = ("23505", "23503")
 CONCURRENT_CHANGE = ("another request changed the same records at the same time (something this one refers "
                      "to was deleted, or the same thing was created, meanwhile): reload and try again")
 
@@ -79,10 +81,11 @@ def api_exception_handler(exc, context) -> Response | None:
     """DRF's EXCEPTION_HANDLER: the error shape for everything DRF knows, 400 for Django's
     ValidationError; None (a real 500) only for genuine server bugs.
 
-    A database IntegrityError that reaches here (a constraint a concurrent request broke, which the
-    services' locks should have turned into a refusal naming the field) is a 409 `conflict`, logged
-    with its traceback, rather than a 500."""
-    if isinstance(exc, IntegrityError):
+    A database IntegrityError that reaches here from a unique or foreign-key constraint (one a
+    concurrent request broke, which the services' locks should have turned into a refusal naming the
+    field) is a 409 `conflict`, logged with its traceback, rather than a 500. Any other one (NOT NULL,
+    CHECK: a bug, which no reload mends) stays a 500."""
+    if isinstance(exc, IntegrityError) and getattr(exc.__cause__, "pgcode", None) in CONCURRENT_SQLSTATES:
         log.error("an IntegrityError reached the API edge (a 409 conflict): %s", exc, exc_info=exc)
         exc = ApiError(CONCURRENT_CHANGE, code="conflict", status_code=status.HTTP_409_CONFLICT)
     if isinstance(exc, DjangoValidationError):

@@ -85,7 +85,7 @@ def send_after_commit(task_name: str, *args, on_unsent: Callable[[Exception], No
             if error is not None and batch is not None and not batch:
                 batch.append(error)
         except Exception as exc:  # noqa: BLE001 - not the broker's error (this task's own): not sent
-            log.exception("could not send runs.%s%r", task_name, args)
+            log.exception("could not send the task %s%r", task_name, args)
             error = exc
         if error is not None and on_unsent is not None:
             on_unsent(error)

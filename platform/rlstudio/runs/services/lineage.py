@@ -2,8 +2,8 @@
 
 Every config a user gives passes the config gate and the trainer's schema here (launch.build_config)
 before anything is queued; each new run is checked against its owner's queued-runs cap, and its GPUs
-against what could ever be admitted (`_check_gpus`: its owner's quota's max_gpus, the cluster's GPUs
-in all): a run that could only wait forever is refused, not queued.
+against its owner's quota's max_gpus (`_check_gpus`: a run that could only wait forever is refused,
+not queued; more GPUs than the cluster has now is accepted and waits, as GPUs may join).
 """
 from __future__ import annotations
 
