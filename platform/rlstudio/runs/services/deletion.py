@@ -33,7 +33,7 @@ ids (1 to RLSTUDIO_RUNS_BULK_DELETE_MAX, distinct) are locked and checked first;
 not see (told apart from a missing one by nothing), only reads, or that `delete_refusal` refuses makes
 it delete nothing and name every such run (RunsNotDeleted); otherwise every owner whose admission lock
 the deletions take (the runs' and their evaluations') is locked in id order, then each run goes through
-`run_delete` in one transaction, so a bulk delete keeps GPU-hours, audits and removes folders as single ones do.
+the single delete's deletion (`_delete_locked`) in one transaction, so a bulk delete keeps GPU-hours, audits and removes folders as single ones do.
 """
 from __future__ import annotations
 
@@ -111,24 +111,31 @@ def run_delete(*, run: Run, by: AbstractBaseUser) -> None:
     """Delete `run` (owner or staff; a finished run only, RunRefused otherwise: `delete_refusal`):
     its records in one transaction, audited as `run.delete`, after the `on_run_delete` hooks, then its
     folder once that commits."""
-    from .. import launch
-
     check_can_manage(user=by, run=run, action="delete")
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         refusal = delete_refusal(locked)
         if refusal:
             raise RunRefused(refusal)
-        run_id, folder, root = locked.pk, launch.run_folder(locked), launch.runs_dir()
-        children = list(locked.children.order_by("pk").values_list("pk", flat=True))
-        audit_record(actor=by, action="run.delete", obj=locked, data={
-            "name": locked.name, "owner": locked.owner.get_username(), "status": locked.status,
-            "step": locked.step, "children": children,
-        })
-        for hook in list(_DELETE_HOOKS):
-            hook(locked)
-        locked.delete()
-        transaction.on_commit(lambda: _after_delete(run_id, folder, root))
+        _delete_locked(locked, by=by)
+
+
+def _delete_locked(locked: Run, *, by: AbstractBaseUser) -> None:
+    """The deletion itself, of a run whose row the caller's transaction locked and checked (may
+    manage, `delete_refusal` empty): the audit, the `on_run_delete` hooks, the records, and the
+    folder and sockets once the transaction commits."""
+    from .. import launch
+
+    run_id, folder, root = locked.pk, launch.run_folder(locked), launch.runs_dir()
+    children = list(locked.children.order_by("pk").values_list("pk", flat=True))
+    audit_record(actor=by, action="run.delete", obj=locked, data={
+        "name": locked.name, "owner": locked.owner.get_username(), "status": locked.status,
+        "step": locked.step, "children": children,
+    })
+    for hook in list(_DELETE_HOOKS):
+        hook(locked)
+    locked.delete()
+    transaction.on_commit(lambda: _after_delete(run_id, folder, root))
 
 
 def _after_delete(run_id: int, folder: Path, root: Path) -> None:
@@ -238,8 +245,8 @@ def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
     their rows are locked (in id order) and checked first (`bulk_delete_refusals`); any run `by` may not
     delete now raises RunsNotDeleted naming every such run, deleting nothing. Then every owner involved
     is locked, in id order (`_lock_owners`), before any run is deleted. Each run then goes through
-    `run_delete`, so the hooks (GPU-hours kept), the audit (`run.delete` per run), the folders and the
-    websockets are exactly a single delete's; a hook that raises rolls all of them back. Returns the
+    the single delete's deletion (`_delete_locked`), so the hooks (GPU-hours kept), the audit
+    (`run.delete` per run), the folders and the websockets are exactly a single delete's; a hook that raises rolls all of them back. Returns the
     (id, name) of the deleted runs, in the order given."""
     run_ids = clean_run_ids(run_ids)
     with transaction.atomic():
@@ -250,8 +257,8 @@ def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
             raise RunsNotDeleted(refusals, total=len(run_ids))
         _lock_owners(run_ids)
         done = []
-        for run_id in run_ids:
-            run_delete(run=runs[run_id], by=by)
+        for run_id in run_ids:  # each locked and checked above, as `run_delete` does for one
+            _delete_locked(runs[run_id], by=by)
             done.append((run_id, runs[run_id].name))
     return done
 
