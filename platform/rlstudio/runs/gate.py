@@ -545,31 +545,29 @@ def check_checkpoint_size(config: Mapping[str, Any], estimate: Any, budget_gb: f
     resume until an admin raises the budget, and that a clone with the key changed is the way out."""
     if estimate is None or budget_gb is None or estimate.bytes <= budget_gb * GIB:
         return
+    # What shrinks it: (the key, what a new run should do, what a clone of a resumed run should change).
+    if estimate.critic_bytes and estimate.actor_bytes <= budget_gb * GIB:
+        key, fix, clone = ("algorithm.adv_estimator",
+                           f": the critic of gae ({estimate.critic_bytes / GIB:.2f} GB, float32 weights and AdamW's "
+                           "moments) is what does not fit; use an estimator without a critic (e.g. grpo), or a "
+                           "smaller model",
+                           "an estimator without a critic (algorithm.adv_estimator, e.g. grpo)")
+    elif estimate.lora:
+        key, fix, clone = ("actor_rollout_ref.model.lora_rank", ": lower the LoRA rank, or choose a smaller model",
+                           "a lower LoRA rank (actor_rollout_ref.model.lora_rank)")
+    else:
+        key, fix, clone = ("actor_rollout_ref.model.lora_rank",
+                           " (float32 weights and AdamW's two moments, 12 bytes a parameter): train with LoRA "
+                           "(actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone), or "
+                           "choose a smaller model",
+                           "LoRA (actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone)")
     if resume:
-        if estimate.critic_bytes and estimate.actor_bytes <= budget_gb * GIB:
-            clone = "an estimator without a critic (algorithm.adv_estimator, e.g. grpo)"
-        elif estimate.lora:
-            clone = "a lower LoRA rank (actor_rollout_ref.model.lora_rank)"
-        else:
-            clone = "LoRA (actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone)"
         raise GateRefused("run", f"one checkpoint of this run is about {estimate.bytes / GIB:.2f} GB, over this "
                                  f"deployment's per-run disk budget of {budget_gb:g} GB, so it cannot resume until an "
                                  f"admin raises RLSTUDIO_RUN_DISK_BUDGET_GB; a clone of it with {clone} fits instead")
-    size = (f"one checkpoint of this model is about {estimate.bytes / GIB:.2f} GB, over this deployment's per-run "
-            f"disk budget of {budget_gb:g} GB (RLSTUDIO_RUN_DISK_BUDGET_GB); a run always checkpoints its last "
-            "step, whatever trainer.save_freq says")
-    if estimate.critic_bytes and estimate.actor_bytes <= budget_gb * GIB:
-        raise GateRefused("algorithm.adv_estimator",
-                          f"{size}: the critic of gae ({estimate.critic_bytes / GIB:.2f} GB, float32 weights and "
-                          "AdamW's moments) is what does not fit; use an estimator without a critic (e.g. grpo), "
-                          "or a smaller model")
-    if estimate.lora:
-        raise GateRefused("actor_rollout_ref.model.lora_rank",
-                          f"{size}: lower the LoRA rank, or choose a smaller model")
-    raise GateRefused("actor_rollout_ref.model.lora_rank",
-                      f"{size} (float32 weights and AdamW's two moments, 12 bytes a parameter): train with LoRA "
-                      "(actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone), or "
-                      "choose a smaller model")
+    raise GateRefused(key, f"one checkpoint of this model is about {estimate.bytes / GIB:.2f} GB, over this "
+                           f"deployment's per-run disk budget of {budget_gb:g} GB (RLSTUDIO_RUN_DISK_BUDGET_GB); a "
+                           f"run always checkpoints its last step, whatever trainer.save_freq says{fix}")
 
 
 def user_view(config: Mapping[str, Any]) -> dict[str, Any]:
