@@ -428,6 +428,29 @@ def test_a_queue_move_holds_the_queue_lock_while_it_locks_the_queued_rows(alice,
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_queue_move_behind_a_pass_under_way_is_refused_within_its_bound_and_moves_nothing(
+        alice, staff, make_run, monkeypatch):
+    from rlstudio.runs.services import RunRefused, run_queue_move
+
+    monkeypatch.setattr(admission, "QUEUE_MOVE_WAIT_S", 0.3)
+    first, second = make_run(alice, "first"), make_run(alice, "second")
+    with _Holder():
+        started = time.monotonic()
+        with pytest.raises(RunRefused, match="try again in a moment"):
+            run_queue_move(run=second, by=staff, to="front")
+        assert time.monotonic() - started < 3.0
+        # the staff page says so, as it says any refusal
+        page = Client()
+        page.force_login(staff)
+        resp = page.post(f"/quotas/admin/queue/{second.pk}/move/", {"to": "front"}, follow=True)
+        assert "try again in a moment" in resp.content.decode()
+    assert list(Run.objects.filter(pk__in=[first.pk, second.pk]).values_list("queue_priority", flat=True)) == [0, 0]
+    assert not AuditEvent.objects.filter(action="run.queue_move").exists()
+    run_queue_move(run=second, by=staff, to="front")  # once the pass is over
+    assert Run.objects.get(pk=second.pk).queue_priority == 1
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_pass_locks_the_queued_jobs_owners_in_id_order(alice, bob, make_run):
     from django.contrib.auth import get_user_model
     from django.db import connection

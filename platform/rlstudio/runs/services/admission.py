@@ -384,11 +384,11 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     jobs follow the same order
     (a run moved to the front is no longer behind its owner's older ones). Quotas still apply: a run
     at the front whose owner is at their quota waits, and the runs behind it are admitted meanwhile.
-    It takes QUEUE_LOCK first (waiting for a pass under way: a pass holds the queued rows it tried
-    until it commits, so locking them all here first, in no order of the pass's, could deadlock with
-    it), then the queued rows while the new priority is chosen, so two moves cannot tie. Audited
-    (`run.queue_move`). PermissionDenied for non-staff, RunRefused when the run is not queued,
-    ValueError for an unknown `to`.
+    It takes QUEUE_LOCK first (waiting at most QUEUE_MOVE_WAIT_S for a pass under way, else
+    RunRefused saying to try again: a pass holds the queued rows it tried until it commits, so locking
+    them all here first, in no order of the pass's, could deadlock with it), then the queued rows while
+    the new priority is chosen, so two moves cannot tie. Audited (`run.queue_move`). PermissionDenied
+    for non-staff, RunRefused when the run is not queued, ValueError for an unknown `to`.
     """
     from django.core.exceptions import PermissionDenied
     from django.db.models import Max, Min
@@ -398,7 +398,9 @@ def run_queue_move(*, run: Run, by: AbstractBaseUser, to: str) -> Run:
     if to not in QUEUE_MOVES:
         raise ValueError(f"unknown queue move {to!r}; known: {', '.join(QUEUE_MOVES)}")
     with transaction.atomic():
-        _wait_queue_lock()
+        if not _take_queue_lock(wait_s=QUEUE_MOVE_WAIT_S):
+            raise RunRefused(f"the queue is being admitted (a pass under way for over {QUEUE_MOVE_WAIT_S:g} s): "
+                             "nothing was moved; try again in a moment")
         list(Run.objects.select_for_update().filter(status=S.QUEUED).values_list("pk", flat=True))
         locked = Run.objects.get(pk=run.pk)
         if locked.status != S.QUEUED:
@@ -497,6 +499,8 @@ class _Never:
 
 # How long a launch's pass waits for a pass under way: past it, the launch's job waits, queued, with LAUNCH_PASS_REASON for the reconcile's pass.
 LAUNCH_LOCK_WAIT_S = 2.0
+# How long a staff queue move waits for a pass under way (which may ask Ray, 5 s at most).
+QUEUE_MOVE_WAIT_S = 10.0
 LAUNCH_PASS_REASON = "waiting for the next queue pass (the reconcile's, every few seconds)"
 _LOCK_RETRY_S = 0.05
 
@@ -517,15 +521,6 @@ def _take_queue_lock(*, wait_s: float = 0.0) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(_LOCK_RETRY_S)
-
-
-def _wait_queue_lock() -> None:
-    """Take QUEUE_LOCK until the current transaction ends, waiting for a pass under way (a pass is
-    short: it asks Ray once at most, with a 5 s timeout)."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(QUEUE_LOCK))
 
 
 def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
