@@ -1,11 +1,20 @@
-"""Shared fixtures of the web tests: users, a dataset, a model and a run factory (real PostgreSQL)."""
+"""Shared fixtures of the web tests: users, a dataset, a model and a run factory (real PostgreSQL); and
+`api_client`, a helper the test modules import."""
 import pytest
 from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
 
 from rlstudio.catalog.models import Dataset, ModelAsset
 from rlstudio.runs.services import run_create
 
 PASSWORD = "pw-for-tests-1"
+
+
+def api_client(user) -> APIClient:
+    """An API client authenticated as `user`."""
+    c = APIClient()
+    c.force_authenticate(user)
+    return c
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import time
 
 import pytest
 from django.db import IntegrityError, connection, connections
-from rest_framework.test import APIClient
 
 from rlstudio.catalog.errors import CatalogInUse
 from rlstudio.catalog.models import Dataset, ModelAsset
@@ -27,14 +26,9 @@ from rlstudio.quotas.services import Quotas
 from rlstudio.runs.errors import RunRefused
 from rlstudio.runs.models import Run
 from rlstudio.runs.services import run_clone, run_delete, run_new
+from tests.rlstudio.conftest import api_client
 
 HELLO = [{"role": "user", "content": "hello"}]
-
-
-def _api(user) -> APIClient:
-    c = APIClient()
-    c.force_authenticate(user)
-    return c
 
 
 @pytest.fixture
@@ -78,8 +72,8 @@ def test_a_launch_whose_dataset_or_model_was_deleted_meanwhile_is_400_naming_it(
         alice, data, policy, cluster, published, monkeypatch, which):
     row = data if which == "dataset" else policy
     _deleted_after(monkeypatch, "rlstudio.runs.services.lineage._config_or_invalid", row)
-    r = _api(alice).post("/api/v1/runs/", {"name": "r", "dataset": data.pk, "model": policy.pk,
-                                           "preset": "cpu_smoke", "gpus": 0}, format="json")
+    r = api_client(alice).post("/api/v1/runs/", {"name": "r", "dataset": data.pk, "model": policy.pk,
+                                                 "preset": "cpu_smoke", "gpus": 0}, format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == which
     assert "was deleted" in r.json()["error"]["message"]
@@ -92,7 +86,7 @@ def test_a_clone_of_a_run_deleted_meanwhile_is_400_naming_run(alice, data, polic
     source = _launch(alice, data, policy)
     Run.objects.filter(pk=source.pk).update(status="stopped")
     _deleted_after(monkeypatch, "rlstudio.runs.services.lineage._config_or_invalid", source)
-    r = _api(alice).post(f"/api/v1/runs/{source.pk}/clone/", {}, format="json")
+    r = api_client(alice).post(f"/api/v1/runs/{source.pk}/clone/", {}, format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == "run" and "was deleted" in r.json()["error"]["message"]
     assert not Run.objects.exists()
@@ -101,7 +95,7 @@ def test_a_clone_of_a_run_deleted_meanwhile_is_400_naming_run(alice, data, polic
 @pytest.mark.django_db
 def test_an_export_of_a_run_deleted_meanwhile_is_400_naming_run(alice, run_with_ckpts, published, monkeypatch):
     _deleted_after(monkeypatch, "rlstudio.exports.services.checkpoint_steps", run_with_ckpts)
-    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/exports/", {"step": 1}, format="json")
+    r = api_client(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/exports/", {"step": 1}, format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == "run" and "was deleted" in r.json()["error"]["message"]
     assert not Export.objects.exists() and published == []
@@ -125,8 +119,8 @@ def test_an_evaluation_whose_run_or_dataset_was_deleted_meanwhile_is_refused_nam
 def test_a_playground_session_on_a_run_deleted_meanwhile_is_400_naming_the_target(
         alice, run_with_ckpts, published, monkeypatch):
     _deleted_after(monkeypatch, "rlstudio.playground.services._lock_targets", run_with_ckpts)
-    r = _api(alice).post("/api/v1/playground/sessions/", {"targets": [{"run": run_with_ckpts.pk, "step": 1}],
-                                                          "messages": HELLO}, format="json")
+    r = api_client(alice).post("/api/v1/playground/sessions/", {"targets": [{"run": run_with_ckpts.pk, "step": 1}],
+                                                                "messages": HELLO}, format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == "targets[0].run"
     assert not PlaygroundSession.objects.exists()

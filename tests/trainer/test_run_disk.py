@@ -268,11 +268,9 @@ def test_a_run_over_its_disk_budget_fails_with_the_budgets_message(tmp_path, tin
     assert _steps(out) == [1]
 
 
-def test_a_run_stopped_over_its_disk_budget_ends_stopped_with_a_warning(tmp_path, tiny_model_dir, demo_data_dir,
-                                                                       monkeypatch):
-    """A stop (here asked before the first step ends, as a SIGTERM would) checkpoints step 1, which is
-    over the budget on its own: the run still ends stopped (exit 0, the platform's "stopped"), its
-    checkpoint kept and committed, with a warning event naming the budget before the status."""
+def _stop_already_asked(monkeypatch):
+    """The trainer's StopFlag replaced by one a SIGTERM has already raised (its handler not installed):
+    the run stops at the end of its first step."""
     from trainer import run as run_module
 
     class StoppedFlag(run_module.StopFlag):
@@ -284,6 +282,14 @@ def test_a_run_stopped_over_its_disk_budget_ends_stopped_with_a_warning(tmp_path
             pass
 
     monkeypatch.setattr(run_module, "StopFlag", StoppedFlag)
+
+
+def test_a_run_stopped_over_its_disk_budget_ends_stopped_with_a_warning(tmp_path, tiny_model_dir, demo_data_dir,
+                                                                       monkeypatch):
+    """A stop (here asked before the first step ends, as a SIGTERM would) checkpoints step 1, which is
+    over the budget on its own: the run still ends stopped (exit 0, the platform's "stopped"), its
+    checkpoint kept and committed, with a warning event naming the budget before the status."""
+    _stop_already_asked(monkeypatch)
     code, out, events = _run(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl",
                              **{"trainer.total_training_steps": 3, "trainer.disk_budget_gb": 1e-6})
     assert code == 0
@@ -324,17 +330,7 @@ def test_a_stop_at_the_last_step_over_its_disk_budget_ends_succeeded(tmp_path, t
                                                                     monkeypatch):
     """A stop that arrives at the last step: that checkpoint is the last step's, over the budget
     alone; training is complete, so the run ends succeeded with it kept, not failed."""
-    from trainer import run as run_module
-
-    class StoppedFlag(run_module.StopFlag):
-        def __init__(self):
-            super().__init__()
-            self.requested, self.signal_name = True, "SIGTERM"
-
-        def install(self):
-            pass
-
-    monkeypatch.setattr(run_module, "StopFlag", StoppedFlag)
+    _stop_already_asked(monkeypatch)
     code, out, events = _run(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl",
                              **{"trainer.total_training_steps": 1, "trainer.disk_budget_gb": 1e-6})
     assert code == 0

@@ -1,7 +1,24 @@
-"""Fixtures of the evaluations tests: an operator-registered reward function."""
+"""Fixtures of the evaluations tests: a ready dataset of alice's, the cluster's free GPUs as the queue pass
+reads them, and an operator-registered reward function."""
 import hashlib
 
 import pytest
+
+
+@pytest.fixture
+def data(alice, make_dataset):
+    return make_dataset(alice, "eval-data", status="ready")
+
+
+@pytest.fixture
+def free_gpus(monkeypatch):
+    """The cluster's free GPUs, as every pass (the reconcile's and a launch's) reads them (set `.value`;
+    none to start with)."""
+    class Free:
+        value = 0.0
+
+    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: Free.value)
+    return Free
 
 
 @pytest.fixture

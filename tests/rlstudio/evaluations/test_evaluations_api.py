@@ -4,25 +4,14 @@ better/worse filter, a cell's transcripts (escaped by the page, 400 naming the f
 and the run page's card. Admission, the Ray job and its outcome: test_evaluation_jobs.py."""
 
 import pytest
-from rest_framework.test import APIClient
 
 from rlstudio.evaluations import services
 from rlstudio.evaluations.matrix import change_of
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
 from rlstudio.runs.services import run_share
+from tests.rlstudio.conftest import api_client
 
 pytestmark = pytest.mark.django_db
-
-
-def _api(user) -> APIClient:
-    c = APIClient()
-    c.force_authenticate(user)
-    return c
-
-
-@pytest.fixture
-def data(alice, make_dataset):
-    return make_dataset(alice, "eval-data", status="ready")
 
 
 def _body(data, **over):
@@ -33,7 +22,7 @@ def test_create_admits_sends_one_submit_task_and_lists(alice, run_with_ckpts, da
                                                       django_capture_on_commit_callbacks):
     url = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/"
     with django_capture_on_commit_callbacks(execute=True):
-        r = _api(alice).post(url, _body(data, include_base=True), format="json")
+        r = api_client(alice).post(url, _body(data, include_base=True), format="json")
     assert r.status_code == 202, r.content
     assert r.json()["columns"] == ["base", "1", "2"] and r.json()["gpus"] == 0
     ev = Evaluation.objects.get(pk=r.json()["id"])
@@ -42,10 +31,10 @@ def test_create_admits_sends_one_submit_task_and_lists(alice, run_with_ckpts, da
     assert ev.include_base and ev.columns == ["base", "1", "2"]
     assert ev.sampling == {**services.DEFAULT_SAMPLING, "temperature": 0.7}
     assert published == [("evaluations.submit_evaluation", ev.pk)]
-    listed = _api(alice).get(url).json()
+    listed = api_client(alice).get(url).json()
     assert [e["id"] for e in listed] == [ev.pk]
     # one queued evaluation per user at a time
-    r = _api(alice).post(url, _body(data), format="json")
+    r = api_client(alice).post(url, _body(data), format="json")
     assert r.status_code == 409
 
 
@@ -70,7 +59,7 @@ def test_create_admits_sends_one_submit_task_and_lists(alice, run_with_ckpts, da
     ({"dataset": "x"}, "dataset"),
 ])
 def test_invalid_requests_name_the_field(alice, run_with_ckpts, data, published, over, field):
-    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", _body(data, **over), format="json")
+    r = api_client(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", _body(data, **over), format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == field
     assert not Evaluation.objects.exists() and not published
@@ -78,7 +67,7 @@ def test_invalid_requests_name_the_field(alice, run_with_ckpts, data, published,
 
 def test_another_users_dataset_is_refused(alice, bob, run_with_ckpts, make_dataset, published):
     theirs = make_dataset(bob, "bob-data", status="ready")
-    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", _body(theirs), format="json")
+    r = api_client(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", _body(theirs), format="json")
     assert r.status_code == 400 and r.json()["error"]["field"] == "dataset"
 
 
@@ -90,26 +79,26 @@ def test_another_users_run_is_404_and_a_shared_reader_reads_but_cannot_create(
     carol = make_user("carol")
     base = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/"
     for user in (bob, carol):
-        assert _api(user).get(base).status_code == 404
-        assert _api(user).get(f"{base}{ev.pk}/").status_code == 404
-        assert _api(user).post(base, _body(data), format="json").status_code == 404
+        assert api_client(user).get(base).status_code == 404
+        assert api_client(user).get(f"{base}{ev.pk}/").status_code == 404
+        assert api_client(user).post(base, _body(data), format="json").status_code == 404
     run_share(run=run_with_ckpts, by=alice, add=["bob"])
-    assert [e["id"] for e in _api(bob).get(base).json()] == [ev.pk]
-    assert _api(bob).get(f"{base}{ev.pk}/").status_code == 200
+    assert [e["id"] for e in api_client(bob).get(base).json()] == [ev.pk]
+    assert api_client(bob).get(f"{base}{ev.pk}/").status_code == 200
     bob_data = Evaluation._meta.get_field("dataset").related_model.objects.create(
         owner=bob, name="bob-data", file_path="/tmp/b.jsonl", sha256="cd" * 32, status="ready")
-    r = _api(bob).post(base, _body(bob_data), format="json")
+    r = api_client(bob).post(base, _body(bob_data), format="json")
     assert r.status_code == 403
-    assert _api(bob).post(base, _body(data, k=0), format="json").status_code == 403  # before validation
+    assert api_client(bob).post(base, _body(data, k=0), format="json").status_code == 403  # before validation
     running = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=2,
                                         max_prompts=4, sampling=services.DEFAULT_SAMPLING,
                                         status=EvaluationStatus.QUEUED)
-    assert _api(bob).post(f"{base}{running.pk}/stop/").status_code == 403
-    assert _api(carol).post(f"{base}{running.pk}/stop/").status_code == 404
+    assert api_client(bob).post(f"{base}{running.pk}/stop/").status_code == 403
+    assert api_client(carol).post(f"{base}{running.pk}/stop/").status_code == 404
     running.refresh_from_db()
     assert running.status == EvaluationStatus.QUEUED
     assert Evaluation.objects.count() == 2 and not published
-    assert _api(carol).get(base).status_code == 404
+    assert api_client(carol).get(base).status_code == 404
 
 
 def test_matrix_change_filter(alice, run_with_ckpts, data):
@@ -123,10 +112,10 @@ def test_matrix_change_filter(alice, run_with_ckpts, data):
                                    max_prompts=4, sampling=services.DEFAULT_SAMPLING,
                                    status=EvaluationStatus.SUCCEEDED, results={"checkpoints": [], "prompts": prompts})
     url = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/{ev.pk}/"
-    assert [p["change"] for p in _api(alice).get(url).json()["prompts"]] == ["better", "worse", "same"]
-    assert [p["index"] for p in _api(alice).get(url + "?change=better").json()["prompts"]] == [0]
-    assert [p["index"] for p in _api(alice).get(url + "?change=worse").json()["prompts"]] == [1]
-    r = _api(alice).get(url + "?change=up")
+    assert [p["change"] for p in api_client(alice).get(url).json()["prompts"]] == ["better", "worse", "same"]
+    assert [p["index"] for p in api_client(alice).get(url + "?change=better").json()["prompts"]] == [0]
+    assert [p["index"] for p in api_client(alice).get(url + "?change=worse").json()["prompts"]] == [1]
+    r = api_client(alice).get(url + "?change=up")
     assert r.status_code == 400 and r.json()["error"]["field"] == "change"
     assert change_of(prompts[0]["cells"], [1]) == "same"
 
@@ -164,15 +153,15 @@ def test_stop_a_queued_one_ends_it_a_running_one_asks_ray(alice, run_with_ckpts,
     base = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/"
     queued = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=2,
                                        max_prompts=4, sampling=services.DEFAULT_SAMPLING)
-    r = _api(alice).post(f"{base}{queued.pk}/stop/")
+    r = api_client(alice).post(f"{base}{queued.pk}/stop/")
     assert r.status_code == 202 and r.json()["status"] == "stopped" and not stopped
     running = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=2,
                                         max_prompts=4, sampling=services.DEFAULT_SAMPLING,
                                         status=EvaluationStatus.RUNNING, ray_submission_id="rlstudio-eval-x")
-    r = _api(alice).post(f"{base}{running.pk}/stop/")
+    r = api_client(alice).post(f"{base}{running.pk}/stop/")
     assert r.status_code == 202 and r.json()["status"] == "running" and r.json()["stop_requested"]
     assert stopped == ["rlstudio-eval-x"]  # the reconcile records it stopped once Ray says so
-    r = _api(alice).post(f"{base}{queued.pk}/stop/")
+    r = api_client(alice).post(f"{base}{queued.pk}/stop/")
     assert r.status_code == 409
 
 
@@ -189,19 +178,19 @@ def test_a_cells_transcripts_are_served_as_data_and_a_bad_cell_names_the_field(a
                                             correct=bool(i), answer="7", finish_reason="stop",
                                             turns=[{"role": "assistant", "content": f"{evil} {column}/{i}"}])
     url = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/{ev.pk}/samples/"
-    r = _api(alice).get(url, {"prompt": 0, "column": "base"})
+    r = api_client(alice).get(url, {"prompt": 0, "column": "base"})
     assert r.status_code == 200 and r["Content-Type"].startswith("application/json")
     body = r.json()
     assert [s["sample"] for s in body] == [0, 1] and body[1]["correct"] is True
     assert body[0]["turns"] == [{"role": "assistant", "content": f"{evil} base/0"}]
-    assert _api(alice).get(url, {"prompt": 1, "column": "2"}).json() == []
+    assert api_client(alice).get(url, {"prompt": 1, "column": "2"}).json() == []
     for params, field in (({"prompt": 0, "column": "1"}, "column"), ({"prompt": "-1", "column": "2"}, "prompt"),
                           ({"column": "2"}, "prompt"), ({"prompt": 0, "column": "../x"}, "column"),
                           ({"prompt": "\u00b2", "column": "2"}, "prompt"),  # "²".isdigit(), but int("²") fails
                           ({"prompt": "\u0661", "column": "2"}, "prompt")):  # ARABIC-INDIC DIGIT ONE
-        r = _api(alice).get(url, params)
+        r = api_client(alice).get(url, params)
         assert r.status_code == 400 and r.json()["error"]["field"] == field
-    assert _api(bob).get(url, {"prompt": 0, "column": "2"}).status_code == 404
+    assert api_client(bob).get(url, {"prompt": 0, "column": "2"}).status_code == 404
 
 
 def test_delete_a_finished_evaluation_with_its_transcripts_and_folder_only(
@@ -220,17 +209,17 @@ def test_delete_a_finished_evaluation_with_its_transcripts_and_folder_only(
     running = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1], k=1,
                                         max_prompts=1, sampling=services.DEFAULT_SAMPLING,
                                         status=EvaluationStatus.RUNNING)
-    assert _api(bob).delete(f"{base}{done.pk}/").status_code == 404  # bob cannot read alice's run
-    r = _api(alice).delete(f"{base}{running.pk}/")
+    assert api_client(bob).delete(f"{base}{done.pk}/").status_code == 404  # bob cannot read alice's run
+    r = api_client(alice).delete(f"{base}{running.pk}/")
     assert r.status_code == 409 and "stop it" in r.json()["error"]["message"]
-    assert _api(alice).delete(f"{base}{done.pk}/").status_code == 204
+    assert api_client(alice).delete(f"{base}{done.pk}/").status_code == 204
     assert not Evaluation.objects.filter(pk=done.pk).exists() and not EvaluationSample.objects.exists()
     assert not out.exists() and out.parent.exists()  # only its own folder went
     assert Evaluation.objects.filter(pk=running.pk).exists()
     run_share(run=run_with_ckpts, by=alice, add=["bob"])
     running.status = EvaluationStatus.FAILED
     running.save()
-    assert _api(bob).delete(f"{base}{running.pk}/").status_code == 403  # a shared reader never deletes
+    assert api_client(bob).delete(f"{base}{running.pk}/").status_code == 403  # a shared reader never deletes
     assert Evaluation.objects.filter(pk=running.pk).exists()
 
 
@@ -262,7 +251,7 @@ def test_delete_never_follows_a_link_out_of_the_runs_folder(alice, run_with_ckpt
         out.symlink_to(outside, target_is_directory=True)
         kept = outside / "precious.txt"
     assert (out / "precious.txt").read_text() == "keep me"  # the link is live
-    r = _api(alice).delete(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/{done.pk}/")
+    r = api_client(alice).delete(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/{done.pk}/")
     assert r.status_code == 204, r.content
     assert not Evaluation.objects.filter(pk=done.pk).exists() and not EvaluationSample.objects.exists()
     assert kept.read_text() == "keep me" and (out / "precious.txt").exists()  # nothing followed, link kept
@@ -299,7 +288,7 @@ def test_a_failed_evaluations_log_tail_and_paths_are_its_managers_not_a_readers(
     base, page = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", f"/runs/{run_with_ckpts.pk}/"
 
     def seen(user):
-        listed, detail = _api(user).get(base), _api(user).get(f"{base}{ev.pk}/")
+        listed, detail = api_client(user).get(base), api_client(user).get(f"{base}{ev.pk}/")
         c = Client()
         c.force_login(user)
         html = c.get(page).content.decode()

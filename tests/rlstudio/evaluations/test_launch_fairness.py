@@ -22,16 +22,6 @@ E, R = EvaluationStatus, RunStatus
 
 
 @pytest.fixture
-def free_gpus(monkeypatch):
-    """The cluster's free GPUs, as every pass (the reconcile's and a launch's) reads them."""
-    class Free:
-        value = 0.0
-
-    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: Free.value)
-    return Free
-
-
-@pytest.fixture
 def data(alice, make_dataset):
     return make_dataset(alice, "eval-data", status="ready", visibility="everyone")
 

@@ -10,7 +10,6 @@ import json
 import pytest
 from django.db import IntegrityError, transaction
 from django.test import Client
-from rest_framework.test import APIClient
 
 from rlstudio.catalog.errors import CatalogInUse
 from rlstudio.catalog.services import model_delete
@@ -19,20 +18,10 @@ from rlstudio.evaluations.models import Evaluation, EvaluationSample, Evaluation
 from rlstudio.evaluations.reconcile import reconcile_evaluations
 from rlstudio.runs import ray_jobs
 from rlstudio.runs.services.admission import queue_admit_jobs
+from tests.rlstudio.conftest import api_client
 
 pytestmark = pytest.mark.django_db
 S = EvaluationStatus
-
-
-def _api(user) -> APIClient:
-    c = APIClient()
-    c.force_authenticate(user)
-    return c
-
-
-@pytest.fixture
-def data(alice, make_dataset):
-    return make_dataset(alice, "eval-data", status="ready")
 
 
 @pytest.fixture
@@ -51,7 +40,7 @@ def _body(data, **over):
 def test_create_list_detail_cells_and_stop(alice, model, data, published, django_capture_on_commit_callbacks,
                                            monkeypatch):
     with django_capture_on_commit_callbacks(execute=True):
-        r = _api(alice).post(_url(model), _body(data), format="json")
+        r = api_client(alice).post(_url(model), _body(data), format="json")
     assert r.status_code == 202, r.content
     body = r.json()
     assert body["model"] == model.pk and body["run"] is None and body["owner"] == "alice"
@@ -61,54 +50,54 @@ def test_create_list_detail_cells_and_stop(alice, model, data, published, django
     assert ev.status == S.RUNNING and ev.started  # alice runs nothing: admitted at once
     assert ev.sampling == {**services.DEFAULT_SAMPLING, "temperature": 0.5}
     assert published == [("evaluations.submit_evaluation", ev.pk)]
-    assert [e["id"] for e in _api(alice).get(_url(model)).json()] == [ev.pk]
-    detail = _api(alice).get(_url(model, f"{ev.pk}/"))
+    assert [e["id"] for e in api_client(alice).get(_url(model)).json()] == [ev.pk]
+    detail = api_client(alice).get(_url(model, f"{ev.pk}/"))
     assert detail.status_code == 200 and detail.json()["prompts"] == [] and detail.json()["model"] == model.pk
-    assert _api(alice).get(_url(model, f"{ev.pk}/?change=up")).json()["error"]["field"] == "change"
+    assert api_client(alice).get(_url(model, f"{ev.pk}/?change=up")).json()["error"]["field"] == "change"
     # one evaluation per user at a time, a run's or a model's
-    assert _api(alice).post(_url(model), _body(data), format="json").status_code == 409
+    assert api_client(alice).post(_url(model), _body(data), format="json").status_code == 409
     EvaluationSample.objects.create(evaluation=ev, column="base", prompt=0, sample=0, score=1.0, correct=True,
                                     answer="7", finish_reason="stop", turns=[{"role": "assistant", "content": "7"}])
-    cells = _api(alice).get(_url(model, f"{ev.pk}/samples/"), {"prompt": 0, "column": "base"})
+    cells = api_client(alice).get(_url(model, f"{ev.pk}/samples/"), {"prompt": 0, "column": "base"})
     assert cells.status_code == 200 and [s["answer"] for s in cells.json()] == ["7"]
-    r = _api(alice).get(_url(model, f"{ev.pk}/samples/"), {"prompt": 0, "column": "1"})
+    r = api_client(alice).get(_url(model, f"{ev.pk}/samples/"), {"prompt": 0, "column": "1"})
     assert r.status_code == 400 and r.json()["error"]["field"] == "column"
     # the run routes do not reach a model's evaluation
-    assert _api(alice).get(f"/api/v1/runs/{ev.pk}/evaluations/{ev.pk}/").status_code == 404
+    assert api_client(alice).get(f"/api/v1/runs/{ev.pk}/evaluations/{ev.pk}/").status_code == 404
     stopped = []
     monkeypatch.setattr(ray_jobs, "stop", lambda sid: stopped.append(sid) or True)
     Evaluation.objects.filter(pk=ev.pk).update(ray_submission_id="rlstudio-eval-m")
-    r = _api(alice).post(_url(model, f"{ev.pk}/stop/"))
+    r = api_client(alice).post(_url(model, f"{ev.pk}/stop/"))
     assert r.status_code == 202 and r.json()["stop_requested"] and stopped == ["rlstudio-eval-m"]
 
 
 def test_isolation_private_shared_and_own_evaluations_only(alice, bob, staff, make_model, make_dataset, data,
                                                            published):
     private = make_model(bob, "bob-private")
-    assert _api(alice).get(_url(private)).status_code == 404
-    assert _api(alice).post(_url(private), _body(data), format="json").status_code == 404
+    assert api_client(alice).get(_url(private)).status_code == 404
+    assert api_client(alice).post(_url(private), _body(data), format="json").status_code == 404
     shared = make_model(bob, "bob-shared", visibility="everyone")
-    r = _api(alice).post(_url(shared), _body(data), format="json")
+    r = api_client(alice).post(_url(shared), _body(data), format="json")
     assert r.status_code == 202, r.content
     ev_id = r.json()["id"]
     assert Evaluation.objects.get(pk=ev_id).owner == alice
     # bob owns the model but not alice's evaluation (her dataset may be private): he sees none of it
-    assert _api(bob).get(_url(shared)).json() == []
+    assert api_client(bob).get(_url(shared)).json() == []
     for tail in (f"{ev_id}/", f"{ev_id}/samples/?prompt=0&column=base"):
-        assert _api(bob).get(_url(shared, tail)).status_code == 404
-    assert _api(bob).post(_url(shared, f"{ev_id}/stop/")).status_code == 404
-    assert [e["id"] for e in _api(staff).get(_url(shared)).json()] == [ev_id]
-    assert _api(staff).get(_url(shared, f"{ev_id}/")).status_code == 200
+        assert api_client(bob).get(_url(shared, tail)).status_code == 404
+    assert api_client(bob).post(_url(shared, f"{ev_id}/stop/")).status_code == 404
+    assert [e["id"] for e in api_client(staff).get(_url(shared)).json()] == [ev_id]
+    assert api_client(staff).get(_url(shared, f"{ev_id}/")).status_code == 200
     # a model id with someone else's evaluation id: 404
-    assert _api(alice).get(_url(private, f"{ev_id}/")).status_code == 404
+    assert api_client(alice).get(_url(private, f"{ev_id}/")).status_code == 404
     # a dataset alice may not see
     Evaluation.objects.filter(pk=ev_id).update(status=S.SUCCEEDED)
     hidden = make_dataset(bob, "bob-data", status="ready")
-    r = _api(alice).post(_url(shared), _body(hidden), format="json")
+    r = api_client(alice).post(_url(shared), _body(hidden), format="json")
     assert r.status_code == 400 and r.json()["error"]["field"] == "dataset"
     # a reward model generates nothing to evaluate
     rm = make_model(alice, "alice-rm", kind="reward")
-    r = _api(alice).post(_url(rm), _body(data), format="json")
+    r = api_client(alice).post(_url(rm), _body(data), format="json")
     assert r.status_code == 400 and r.json()["error"]["field"] == "model"
     assert Evaluation.objects.count() == 1
 
@@ -133,7 +122,7 @@ def test_isolation_private_shared_and_own_evaluations_only(alice, bob, staff, ma
     ({"dataset": None}, "dataset"),
 ])
 def test_bad_fields_are_400_naming_the_field(alice, model, data, published, over, field):
-    r = _api(alice).post(_url(model), _body(data, **over), format="json")
+    r = api_client(alice).post(_url(model), _body(data, **over), format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == field
     assert not Evaluation.objects.exists() and not published
@@ -141,7 +130,7 @@ def test_bad_fields_are_400_naming_the_field(alice, model, data, published, over
 
 def test_an_unready_dataset_is_refused(alice, model, make_dataset, published):
     pending = make_dataset(alice, "pending", status="validating")
-    r = _api(alice).post(_url(model), _body(pending), format="json")
+    r = api_client(alice).post(_url(model), _body(pending), format="json")
     assert r.status_code == 400 and r.json()["error"]["field"] == "dataset"
 
 
@@ -277,14 +266,14 @@ def test_a_tiny_model_evaluated_by_the_job_command_and_stored(alice, make_datase
     cell = ev.results["prompts"][0]["cells"]["base"]
     stored = EvaluationSample.objects.filter(evaluation=ev, prompt=0)
     assert stored.count() == 2 and sum(s.correct for s in stored) == cell["correct"]
-    r = _api(alice).get(_url(model, f"{ev.pk}/"))
+    r = api_client(alice).get(_url(model, f"{ev.pk}/"))
     assert r.status_code == 200 and r.json()["figures"][0]["mean_at_k"] == fig["mean_at_k"]
 
 
 def test_a_dataset_an_evaluation_was_made_on_is_a_409_not_a_500(alice, model, data):
     Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
                               sampling=services.DEFAULT_SAMPLING, status=S.SUCCEEDED)
-    r = _api(alice).delete(f"/api/v1/datasets/{data.pk}/")
+    r = api_client(alice).delete(f"/api/v1/datasets/{data.pk}/")
     assert r.status_code == 409 and "1 evaluation(s)" in r.json()["error"]["message"]
     assert type(data).objects.filter(pk=data.pk).exists()
 
@@ -292,13 +281,13 @@ def test_a_dataset_an_evaluation_was_made_on_is_a_409_not_a_500(alice, model, da
 def test_deleting_its_evaluations_frees_the_dataset(alice, bob, model, data):
     ev = Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=1, max_prompts=1,
                                    sampling=services.DEFAULT_SAMPLING, status=S.QUEUED)
-    assert _api(alice).delete(_url(model, f"{ev.pk}/")).status_code == 409  # queued: stop it first
+    assert api_client(alice).delete(_url(model, f"{ev.pk}/")).status_code == 409  # queued: stop it first
     ev.status = S.STOPPED
     ev.save()
-    assert _api(bob).delete(_url(model, f"{ev.pk}/")).status_code == 404  # bob cannot see alice's model
-    assert _api(alice).delete(_url(model, f"{ev.pk}/")).status_code == 204
+    assert api_client(bob).delete(_url(model, f"{ev.pk}/")).status_code == 404  # bob cannot see alice's model
+    assert api_client(alice).delete(_url(model, f"{ev.pk}/")).status_code == 204
     assert not Evaluation.objects.filter(pk=ev.pk).exists()
-    assert _api(alice).delete(f"/api/v1/datasets/{data.pk}/").status_code == 204
+    assert api_client(alice).delete(f"/api/v1/datasets/{data.pk}/").status_code == 204
 
 
 # --- the reward a model's evaluation is scored with (a name the run form accepts for reward.name) ----------
@@ -314,12 +303,12 @@ def test_a_builtin_reward_is_stored_and_reaches_the_specs_config(alice, model, d
                                                                  settings, tmp_path, reward, stored, expected):
     settings.STATE_DIR = tmp_path / "state"
     body = _body(data) if reward is None else _body(data, reward=reward)
-    r = _api(alice).post(_url(model), body, format="json")
+    r = api_client(alice).post(_url(model), body, format="json")
     assert r.status_code == 202, r.content
     assert r.json()["reward"] == stored
     ev = Evaluation.objects.get(pk=r.json()["id"])
     assert ev.reward == stored
-    assert [e["reward"] for e in _api(alice).get(_url(model)).json()] == [stored]
+    assert [e["reward"] for e in api_client(alice).get(_url(model)).json()] == [stored]
     spec = _submitted_spec(ev, monkeypatch)
     assert spec["config"]["reward"]["name"] == expected
     assert spec["config"]["custom_reward_function"]["path"] is None  # a built-in: no file
@@ -332,7 +321,7 @@ def test_a_registered_reward_reaches_the_spec_as_its_file_from_the_registry(alic
     # fields that only the platform writes are not request fields: sent anyway, they change nothing
     body = _body(data, reward="three_quarters", custom_reward_function={"path": "/etc/passwd", "name": "x"},
                  config={"custom_reward_function.path": "/tmp/evil.py"})
-    r = _api(alice).post(_url(model), body, format="json")
+    r = api_client(alice).post(_url(model), body, format="json")
     assert r.status_code == 202, r.content
     ev = Evaluation.objects.get(pk=r.json()["id"])
     assert ev.reward == "three_quarters"
@@ -344,7 +333,7 @@ def test_a_registered_reward_reaches_the_spec_as_its_file_from_the_registry(alic
 def test_a_registered_reward_whose_file_changed_is_a_400_naming_reward(alice, model, data, published,
                                                                       registered_reward):
     registered_reward.write_text("def compute_score(*a, **k):\n    return 1.0\n", encoding="utf-8")
-    r = _api(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
+    r = api_client(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
     assert r.status_code == 400, r.content
     err = r.json()["error"]
     assert err["field"] == "reward" and "changed since it was checked" in err["message"]
@@ -355,7 +344,7 @@ def test_a_registered_reward_whose_file_changed_is_a_400_naming_reward(alice, mo
                                     "a" * 65, 5, ["gsm8k"], {"name": "gsm8k"}, True])
 def test_an_unknown_or_path_like_reward_is_a_400_naming_reward_and_nothing_is_saved(alice, model, data, published,
                                                                                    registered_reward, reward):
-    r = _api(alice).post(_url(model), _body(data, reward=reward), format="json")
+    r = api_client(alice).post(_url(model), _body(data, reward=reward), format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == "reward"
     assert not Evaluation.objects.exists() and not published
@@ -365,15 +354,15 @@ def test_a_not_ready_registered_reward_is_refused(alice, model, data, published,
     from rlstudio.registry.models import RewardFunction
 
     RewardFunction.objects.filter(name="three_quarters").update(status="broken", error="it raised")
-    r = _api(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
+    r = api_client(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
     assert r.status_code == 400 and r.json()["error"]["field"] == "reward"
     assert not Evaluation.objects.exists()
 
 
 @pytest.mark.parametrize("reward", ["gsm8k", "", None])
 def test_reward_on_a_run_evaluation_is_a_400_naming_reward(alice, run_with_ckpts, data, published, reward):
-    r = _api(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/",
-                         {"dataset": data.pk, "k": 2, "checkpoints": [1], "reward": reward}, format="json")
+    r = api_client(alice).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/",
+                               {"dataset": data.pk, "k": 2, "checkpoints": [1], "reward": reward}, format="json")
     assert r.status_code == 400, r.content
     assert r.json()["error"]["field"] == "reward"
     assert not Evaluation.objects.exists() and not published
@@ -426,7 +415,7 @@ def test_a_registered_reward_disabled_between_creation_and_the_job_fails_it_and_
     settings.STATE_DIR = tmp_path / "state"
     submitted = []
     monkeypatch.setattr(ray_jobs, "submit", lambda **kw: submitted.append(kw) or True)
-    r = _api(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
+    r = api_client(alice).post(_url(model), _body(data, reward="three_quarters"), format="json")
     assert r.status_code == 202, r.content
     RewardFunction.objects.filter(name="three_quarters").update(status="broken", error="it raised")
     assert services.evaluation_submit(evaluation_id=r.json()["id"]) == "failed"
@@ -452,13 +441,13 @@ def test_a_model_evaluations_error_log_is_its_owners_and_staffs(alice, bob, staf
     assert ev.error_log == ("OSError: cannot read '/srv/models/base/config.json'\n"
                             "Traceback (most recent call last):\nOSError: ...")
     for user in (alice, staff):
-        body = _api(user).get(_url(model, f"{ev.pk}/")).json()
+        body = api_client(user).get(_url(model, f"{ev.pk}/")).json()
         assert body["error"] == ev.error and body["error_log"] == ev.error_log, user.username
-        assert _api(user).get(_url(model)).json()[0]["error_log"] == ev.error_log
+        assert api_client(user).get(_url(model)).json()[0]["error_log"] == ev.error_log
         c = Client()
         c.force_login(user)
         html = c.get(f"/models/{model.pk}/").content.decode()
         assert 'class="eval-error-log"' in html and "/srv/models/base/config.json" in html, user.username
     # bob owns the model, not alice's evaluation: he reads none of it (404), and would not manage it
-    assert _api(bob).get(_url(model, f"{ev.pk}/")).status_code == 404
+    assert api_client(bob).get(_url(model, f"{ev.pk}/")).status_code == 404
     assert not can_manage_evaluation(user=bob, ev=ev) and evaluation_error_log_for(user=bob, ev=ev) == ""

@@ -25,18 +25,10 @@ T0 = datetime(2026, 12, 1, 16, 29, tzinfo=dt_tz.utc)
 
 
 @pytest.fixture
-def data(alice, make_dataset):
-    return make_dataset(alice, "eval-data", status="ready")
-
-
-@pytest.fixture
-def free_gpus(monkeypatch):
-    """The cluster's free GPUs, as the queue pass reads them (set `.value`)."""
-    class Free:
-        value = 1.0
-
-    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: Free.value)
-    return Free
+def free_gpus(free_gpus):
+    """The evaluations' `free_gpus`, one free to start with."""
+    free_gpus.value = 1.0
+    return free_gpus
 
 
 def _quota(*users, gpus=1, runs=1):

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from django.test import Client
-from rest_framework.test import APIClient
 
 from rlstudio.catalog.models import ModelAsset
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
@@ -20,6 +19,7 @@ from rlstudio.runs import ray_jobs
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.queue import NEVER_PREFIX, Attempt, QueuedJob, admission_pass
 from rlstudio.runs.services.admission import queue_admit_jobs
+from tests.rlstudio.conftest import api_client
 
 pytestmark = pytest.mark.django_db
 S, E = RunStatus, EvaluationStatus
@@ -38,12 +38,6 @@ def cluster(monkeypatch, no_ray):
 
     monkeypatch.setattr(ray_jobs, "cluster_total_gpus", lambda: Cluster.value)
     return Cluster
-
-
-def _api(user) -> APIClient:
-    c = APIClient()
-    c.force_authenticate(user)
-    return c
 
 
 def _quota(user, gpus=1, runs=2):
@@ -67,7 +61,7 @@ def _error(resp, field="gpus") -> str:
 
 def test_a_run_over_the_quota_is_refused_and_the_next_cpu_run_is_not_held_back(alice, ready, no_ray):
     _quota(alice, gpus=1)
-    api = _api(alice)
+    api = api_client(alice)
     message = _error(api.post("/api/v1/runs/", _body(ready, gpus=1024), format="json"))
     assert message == "this run asks 1024 GPUs; your quota allows at most 1 at a time"
     assert not Run.objects.exists()
@@ -83,30 +77,30 @@ def test_a_run_over_the_clusters_total_is_queued_saying_so_and_holds_back_no_lat
         alice, bob, ready, cluster, make_run):
     _quota(alice, gpus=4)
     cluster.value = 0.0  # a CPU-only cluster, or its GPU node restarting
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
     assert resp.status_code == 201 and resp.json()["status"] == S.QUEUED, resp.content
     assert resp.json()["queue_reason"] == (f"{NEVER_PREFIX}this run asks 1 GPU; the cluster has 0 GPUs in all. "
                                            + CLUSTER_NEVER)
     # It holds no one back: alice's own later CPU run starts.
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, name="cpu", gpus=0), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, name="cpu", gpus=0), format="json")
     assert resp.status_code == 201 and resp.json()["status"] == S.SUBMITTING, resp.content
     Run.objects.filter(owner=alice).update(status=S.STOPPED)
     cluster.value = 2.0
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=3), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=3), format="json")
     assert resp.status_code == 201 and resp.json()["queue_reason"].startswith(
         f"{NEVER_PREFIX}this run asks 3 GPUs; the cluster has 2 GPUs in all. It starts when GPUs join")
     Run.objects.filter(owner=alice).update(status=S.STOPPED)
     # 2 GPUs in all, both held by bob's run: alice's run on 2 waits for them, queued.
     _quota(bob, gpus=2)
     Run.objects.filter(pk=make_run(bob, "holder", gpus=2).pk).update(status=S.RUNNING)
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=2), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=2), format="json")
     assert resp.status_code == 201 and resp.json()["status"] == S.QUEUED, resp.content
     assert resp.json()["queue_reason"] == "the cluster has 0 free GPUs and this run needs 2"
 
 
 def test_when_ray_does_not_answer_a_run_within_the_quota_is_queued_not_refused(alice, ready, no_ray):
     _quota(alice, gpus=2)
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=2), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=2), format="json")
     assert resp.status_code == 201 and resp.json()["status"] == S.QUEUED, resp.content
     assert resp.json()["queue_reason"] == "the cluster has 0 free GPUs and this run needs 2"
 
@@ -124,7 +118,7 @@ def _finished_gpu_run(run, gpus=2):
 def test_a_clone_or_resume_of_a_run_whose_quota_was_lowered_is_refused(alice, run_with_ckpts, no_ray):
     run = _finished_gpu_run(run_with_ckpts)
     _quota(alice, gpus=1)  # lowered since the run was launched on 2
-    api = _api(alice)
+    api = api_client(alice)
     for action, kind in (("clone", "clone"), ("resume", "resume")):
         message = _error(api.post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json"))
         assert message == (f"this run asks 2 GPUs; your quota allows at most 1 at a time (a {kind} asks as many "
@@ -137,7 +131,7 @@ def test_staff_cloning_or_resuming_another_users_run_read_its_owners_quota(alice
     _quota(alice, gpus=1)
     _quota(staff, gpus=8)  # staff's own quota is not the one that applies: the new run is alice's
     for action in ("clone", "resume"):
-        message = _error(_api(staff).post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json"))
+        message = _error(api_client(staff).post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json"))
         assert message.startswith("this run asks 2 GPUs; its owner's quota allows at most 1 at a time")
     assert Run.objects.count() == 1
 
@@ -147,7 +141,7 @@ def test_a_clone_or_resume_on_a_cluster_too_small_is_queued_saying_so(alice, run
     _quota(alice, gpus=2, runs=3)
     cluster.value = 1.0
     for action in ("clone", "resume"):
-        resp = _api(alice).post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json")
+        resp = api_client(alice).post(f"/api/v1/runs/{run.pk}/{action}/", {}, format="json")
         assert resp.status_code == 201 and resp.json()["status"] == S.QUEUED, resp.content
         assert resp.json()["queue_reason"].startswith(
             f"{NEVER_PREFIX}this run asks 2 GPUs; the cluster has 1 GPU in all. It starts when GPUs join")
@@ -157,7 +151,7 @@ def test_evaluations_over_the_quota_are_refused_over_the_cluster_queued(alice, r
                                                                          make_model, cluster):
     data = make_dataset(alice, "eval-data", status="ready")
     model = make_model(alice, "alice-base", tokenizer_ok=True)
-    api = _api(alice)
+    api = api_client(alice)
     _quota(alice, gpus=1)
     cluster.value = 0.0
     body = {"dataset": data.pk, "k": 1, "gpus": 1}
@@ -182,7 +176,7 @@ def test_the_evaluation_of_another_users_run_is_checked_against_its_creators_quo
     _quota(alice, gpus=1)
     _quota(staff, gpus=0)
     body = {"dataset": data.pk, "k": 1, "gpus": 1, "checkpoints": [1]}
-    message = _error(_api(staff).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", body, format="json"))
+    message = _error(api_client(staff).post(f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/", body, format="json"))
     assert message == "this evaluation asks 1 GPU; your quota allows at most 0 at a time"
 
 

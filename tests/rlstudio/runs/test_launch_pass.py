@@ -5,6 +5,7 @@ asked at most once per launch (its answer cached a few seconds), a broker that i
 per pass and every job it admitted says why it waits again, and queue reasons are clipped by one rule.
 
 Real PostgreSQL, no Ray, no broker."""
+import contextlib
 import io
 import json
 import threading
@@ -13,7 +14,6 @@ import time
 import pytest
 from django.db import DataError, connections, transaction
 from django.test import Client
-from rest_framework.test import APIClient
 
 from rlstudio.accounts.models import AuditEvent
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
@@ -28,14 +28,9 @@ from rlstudio.runs.services.admission import (
     _hold_runs,
     queue_admit_jobs,
 )
+from tests.rlstudio.conftest import api_client
 
 S, E = RunStatus, EvaluationStatus
-
-
-def _api(user) -> APIClient:
-    c = APIClient()
-    c.force_authenticate(user)
-    return c
 
 
 def _quota(user, gpus=2, runs=3):
@@ -48,51 +43,83 @@ def _body(ready, name="r", **extra):
             **extra}
 
 
-def _other_connection(sql: str) -> bool:
-    """`sql` (one boolean answer) on a connection of its own, in a thread; the answer."""
+def _on_other_connection(ask):
+    """`ask()`'s answer, asked on a connection of its own, in a thread."""
     out = []
 
-    def ask():
+    def run():
         try:
-            with connections["default"].cursor() as cur:
-                cur.execute(sql, list(QUEUE_LOCK))
-                out.append(cur.fetchone()[0])
-                if out[0]:
-                    cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+            out.append(ask())
         finally:
             connections.close_all()
 
-    thread = threading.Thread(target=ask)
+    thread = threading.Thread(target=run)
     thread.start()
     thread.join(30)
     return out[0]
 
 
-class _Holder:
-    """QUEUE_LOCK held by another connection (a pass under way) until `release`."""
+def _other_connection(sql: str) -> bool:
+    """`sql` (one boolean answer) on a connection of its own, in a thread; the answer."""
+    def ask():
+        with connections["default"].cursor() as cur:
+            cur.execute(sql, list(QUEUE_LOCK))
+            answer = cur.fetchone()[0]
+            if answer:
+                cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+        return answer
+
+    return _on_other_connection(ask)
+
+
+class _HeldElsewhere:
+    """A lock that another connection, in a thread, takes (`_take`) on entry and holds until exit;
+    entering waits `wait_s` at most for it to be taken."""
+
+    wait_s = 30
 
     def __init__(self):
         self.held, self.done = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._hold)
 
+    def _scope(self):
+        """What the other connection's hold runs inside."""
+        return contextlib.nullcontext()
+
+    def _take(self, cur):
+        raise NotImplementedError
+
+    def _release(self, cur):
+        """Run on the other connection at exit, before it closes."""
+
     def _hold(self):
         try:
-            with connections["default"].cursor() as cur:
-                cur.execute("SELECT pg_advisory_lock(%s, %s)", list(QUEUE_LOCK))
+            with self._scope(), connections["default"].cursor() as cur:
+                self._take(cur)
                 self.held.set()
                 self.done.wait(30)
-                cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
+                self._release(cur)
         finally:
             connections.close_all()
 
     def __enter__(self):
         self.thread.start()
-        assert self.held.wait(30)
+        assert self.held.wait(self.wait_s)
         return self
 
     def __exit__(self, *exc):
         self.done.set()
         self.thread.join(30)
+
+
+class _Holder(_HeldElsewhere):
+    """QUEUE_LOCK held by another connection (a pass under way) until exit."""
+
+    def _take(self, cur):
+        cur.execute("SELECT pg_advisory_lock(%s, %s)", list(QUEUE_LOCK))
+
+    def _release(self, cur):
+        cur.execute("SELECT pg_advisory_unlock(%s, %s)", list(QUEUE_LOCK))
 
 
 # ------------------------------------------------------------------ 1. the lock never outlives a failure
@@ -146,7 +173,7 @@ def failing_pass(monkeypatch):
 @pytest.mark.django_db
 def test_a_launch_whose_pass_fails_is_saved_queued_with_a_reason_not_a_500(alice, ready, failing_pass):
     _quota(alice)
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
     assert resp.status_code == 201, resp.content
     assert resp.json()["status"] == S.QUEUED and resp.json()["queue_reason"] == LAUNCH_PASS_REASON
     assert Run.objects.get().queue_reason == LAUNCH_PASS_REASON
@@ -158,8 +185,8 @@ def test_an_evaluation_whose_pass_fails_is_saved_queued_with_a_reason(alice, mak
     _quota(alice)
     model = make_model(alice, "alice-base", tokenizer_ok=True)
     data = make_dataset(alice, "eval-data", status="ready")
-    resp = _api(alice).post(f"/api/v1/models/{model.pk}/evaluations/", {"dataset": data.pk, "k": 1},
-                            format="json")
+    resp = api_client(alice).post(f"/api/v1/models/{model.pk}/evaluations/", {"dataset": data.pk, "k": 1},
+                                  format="json")
     assert resp.status_code == 202, resp.content
     assert resp.json()["status"] == E.QUEUED and resp.json()["queue_reason"] == LAUNCH_PASS_REASON
 
@@ -217,18 +244,7 @@ def test_the_run_forms_pass_runs_after_its_transaction_commits(alice, make_datas
 
 
 def _other_connection_count_runs() -> int:
-    out = []
-
-    def ask():
-        try:
-            out.append(Run.objects.count())
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=ask)
-    thread.start()
-    thread.join(30)
-    return out[0]
+    return _on_other_connection(Run.objects.count)
 
 
 # ------------------------------------------------------------------ 3. bounded waits, Ray asked once
@@ -240,7 +256,7 @@ def test_a_launch_behind_a_pass_under_way_returns_within_the_bound_queued(alice,
     _quota(alice)
     with _Holder():
         started = time.monotonic()
-        resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=0), format="json")
+        resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=0), format="json")
         took = time.monotonic() - started
     assert resp.status_code == 201, resp.content
     assert took < 3.0  # the launch's pass waited 0.3 s (its transaction never waits for a pass)
@@ -258,8 +274,8 @@ def test_an_evaluation_behind_a_pass_under_way_returns_within_the_bound_queued(a
     data = make_dataset(alice, "eval-data", status="ready")
     with _Holder():
         started = time.monotonic()
-        resp = _api(alice).post(f"/api/v1/models/{model.pk}/evaluations/", {"dataset": data.pk, "k": 1},
-                                format="json")
+        resp = api_client(alice).post(f"/api/v1/models/{model.pk}/evaluations/", {"dataset": data.pk, "k": 1},
+                                      format="json")
         took = time.monotonic() - started
     assert resp.status_code == 202, resp.content
     assert took < 3.0
@@ -292,11 +308,11 @@ def fake_ray(settings, monkeypatch):
 @pytest.mark.django_db
 def test_a_gpu_launch_asks_ray_at_most_once(alice, ready, fake_ray):
     _quota(alice, gpus=4)
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=2), format="json")  # over the cluster's 1
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=2), format="json")  # over the cluster's 1
     assert resp.status_code == 201, resp.content
     assert resp.json()["status"] == S.QUEUED
     assert fake_ray.calls == 1
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, name="r2", gpus=1), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, name="r2", gpus=1), format="json")
     assert resp.status_code == 201
     assert fake_ray.calls == 1  # within CLUSTER_TOTAL_TTL_S: the cached answer
 
@@ -333,7 +349,7 @@ def test_an_unparsable_node_summary_is_ray_unavailable(fake_ray):
 def test_a_launch_on_an_unparsable_node_summary_is_queued_not_a_500(alice, ready, fake_ray):
     _quota(alice)
     fake_ray.body = _summary("lots")
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, gpus=1), format="json")
     assert resp.status_code == 201, resp.content
     assert resp.json()["status"] == S.QUEUED
     assert resp.json()["queue_reason"] == "the cluster has 0 free GPUs and this run needs 1"
@@ -363,9 +379,9 @@ def test_the_preview_warns_not_errs_when_the_cluster_has_too_few_gpus(alice, mak
 # ------------------------------------------------------------------ 7a. the broker down
 
 
-@pytest.mark.django_db(transaction=True)
-def test_with_the_broker_down_a_pass_tries_it_once_and_every_job_it_admitted_says_why_it_waits(
-        alice, bob, ready, make_run, monkeypatch):
+def _broker_down(monkeypatch) -> list:
+    """dispatch.publish answering as it does when the broker is down; the names of the tasks it was
+    asked to send (a list that grows)."""
     tries = []
 
     def down(name, *args):
@@ -373,10 +389,17 @@ def test_with_the_broker_down_a_pass_tries_it_once_and_every_job_it_admitted_say
         return ConnectionError("broker down")
 
     monkeypatch.setattr(dispatch, "publish", down)
+    return tries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_the_broker_down_a_pass_tries_it_once_and_every_job_it_admitted_says_why_it_waits(
+        alice, bob, ready, make_run, monkeypatch):
+    tries = _broker_down(monkeypatch)
     _quota(alice)
     _quota(bob)
     older = make_run(bob, "bobs-older")
-    resp = _api(alice).post("/api/v1/runs/", _body(ready, name="new", gpus=0), format="json")
+    resp = api_client(alice).post("/api/v1/runs/", _body(ready, name="new", gpus=0), format="json")
     assert resp.status_code == 201, resp.content
     assert len(tries) == 1  # the second submission did not wait for the broker again
     older.refresh_from_db()
@@ -474,23 +497,16 @@ def _owner_row_free(user_id: int) -> bool:
     from django.contrib.auth import get_user_model
     from django.db import OperationalError
 
-    out = []
-
     def ask():
         try:
             with transaction.atomic():
                 list(get_user_model().objects.select_for_update(no_key=True, nowait=True).filter(pk=user_id)
                      .values_list("pk"))
-            out.append(True)
+            return True
         except OperationalError:
-            out.append(False)
-        finally:
-            connections.close_all()
+            return False
 
-    thread = threading.Thread(target=ask)
-    thread.start()
-    thread.join(30)
-    return out[0]
+    return _on_other_connection(ask)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -528,14 +544,19 @@ def test_while_the_broker_was_down_at_its_last_try_a_pass_admits_one_job_only(al
 # ------------------------------------------------------------------ one job's failure is that job's only
 
 
+def _evaluation(owner, make_dataset, make_model) -> Evaluation:
+    """A new (queued) evaluation of `owner`'s: model "m" on a ready dataset "d", one prompt, k 1, no GPU."""
+    data = make_dataset(owner, "d", status="ready")
+    return Evaluation.objects.create(owner=owner, model=make_model(owner, "m"), dataset=data, include_base=True,
+                                     k=1, max_prompts=1, gpus=0)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_evaluation_deleted_mid_pass_leaves_the_queue_and_the_others_are_still_admitted(
         alice, bob, make_run, make_dataset, make_model, monkeypatch):
     _quota(alice)
     _quota(bob)
-    data = make_dataset(alice, "d", status="ready")
-    ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m"), dataset=data, include_base=True,
-                                   k=1, max_prompts=1, gpus=0)
+    ev = _evaluation(alice, make_dataset, make_model)
     run = make_run(bob, "after-the-evaluation")
     policy = admission.quota_policy()
     original = policy.lock_owners
@@ -611,32 +632,21 @@ def test_a_send_that_raises_still_calls_its_unsent_handling(monkeypatch):
     assert len(unsent) == 1 and isinstance(unsent[0], TypeError)
 
 
-class _RowHolder:
+class _RowHolder(_HeldElsewhere):
     """`table`'s row `pk` held FOR UPDATE by another connection (a bulk delete under way) until exit."""
 
+    wait_s = 10
+
     def __init__(self, table: str, pk: int):
+        super().__init__()
         self.sql = f'SELECT 1 FROM "{table}" WHERE id = %s FOR UPDATE'
         self.pk = pk
-        self.held, self.done = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=self._hold)
 
-    def _hold(self):
-        try:
-            with transaction.atomic(), connections["default"].cursor() as cur:
-                cur.execute(self.sql, [self.pk])
-                self.held.set()
-                self.done.wait(30)
-        finally:
-            connections.close_all()
+    def _scope(self):
+        return transaction.atomic()
 
-    def __enter__(self):
-        self.thread.start()
-        assert self.held.wait(10)
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join(30)
+    def _take(self, cur):
+        cur.execute(self.sql, [self.pk])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -644,9 +654,7 @@ def test_a_pass_skips_a_job_whose_row_is_locked_elsewhere_and_leaves_it_queued(
         alice, bob, make_run, make_dataset, make_model):
     _quota(alice)
     _quota(bob)
-    data = make_dataset(alice, "d", status="ready")
-    ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m"), dataset=data, include_base=True,
-                                   k=1, max_prompts=1, gpus=0)
+    ev = _evaluation(alice, make_dataset, make_model)
     locked_run, free_run = make_run(alice, "locked"), make_run(bob, "free")
     with connections["default"].cursor() as cur:
         cur.execute("SET lock_timeout = '3s'")  # the old code waited (here: failed after 3 s)
@@ -669,18 +677,10 @@ def test_a_pass_skips_a_job_whose_row_is_locked_elsewhere_and_leaves_it_queued(
 @pytest.mark.django_db(transaction=True)
 def test_an_evaluation_admitted_while_the_broker_is_down_goes_back_to_the_queue_saying_why(
         alice, bob, make_run, make_dataset, make_model, monkeypatch):
-    tries = []
-
-    def down(name, *args):
-        tries.append(name)
-        return ConnectionError("broker down")
-
-    monkeypatch.setattr(dispatch, "publish", down)
+    tries = _broker_down(monkeypatch)
     _quota(alice)
     _quota(bob)
-    data = make_dataset(alice, "d", status="ready")
-    ev = Evaluation.objects.create(owner=alice, model=make_model(alice, "m"), dataset=data, include_base=True,
-                                   k=1, max_prompts=1, gpus=0)
+    ev = _evaluation(alice, make_dataset, make_model)
     run = make_run(bob, "after")
     queue_admit_jobs()
     assert tries == ["evaluations.submit_evaluation"]  # one try per pass, through the runs' dispatch

@@ -16,19 +16,15 @@ from rlstudio.accounts.models import AuditEvent
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
 from rlstudio.quotas.models import GpuHoursSpent
 from rlstudio.quotas.selectors import month_gpu_hours
-from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.models import Run
 from rlstudio.runs.services import run_share, runs_delete
 from rlstudio.runs.services import deletion
 from rlstudio.telemetry.models import MetricRow
+from tests.rlstudio.conftest import api_client
+from tests.rlstudio.runs.conftest import finished
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/runs/bulk-delete/"
-
-
-def _api(user) -> APIClient:
-    c = APIClient()
-    c.force_authenticate(user)
-    return c
 
 
 def _page(user, csrf=False) -> Client:
@@ -37,24 +33,12 @@ def _page(user, csrf=False) -> Client:
     return c
 
 
-def _finished(run, status=RunStatus.SUCCEEDED, **fields):
-    Run.objects.filter(pk=run.pk).update(status=status, step=2, **fields)
-    run.refresh_from_db()
-    return run
-
-
-@pytest.fixture
-def runs_dir(settings, tmp_path):
-    settings.RUNS_DIR = str(tmp_path / "runs")
-    return tmp_path / "runs"
-
-
 @pytest.fixture
 def three(alice, make_run, runs_dir):
     """alice's three finished runs, each with a metric row and a folder holding a checkpoint file."""
     runs = []
     for name in ("a", "b", "c"):
-        run = _finished(make_run(alice, name))
+        run = finished(make_run(alice, name))
         MetricRow.objects.create(run=run, step=1, time=timezone.now(), metrics={"critic/score/mean": 0.5})
         (runs_dir / str(run.pk) / "global_step_2").mkdir(parents=True)
         (runs_dir / str(run.pk) / "global_step_2" / "w.bin").write_bytes(b"w")
@@ -68,7 +52,7 @@ def _all_there(runs, runs_dir) -> bool:
 
 
 def _post(user, ids):
-    return _api(user).post(URL, {"ids": ids}, format="json")
+    return api_client(user).post(URL, {"ids": ids}, format="json")
 
 
 # ------------------------------------------------------------------ the API
@@ -87,7 +71,7 @@ def test_the_owner_deletes_several_runs_with_their_rows_and_folders(
 
 
 def test_staff_delete_anyones_runs(alice, bob, staff, make_run, runs_dir, django_capture_on_commit_callbacks):
-    runs = [_finished(make_run(alice, "x")), _finished(make_run(bob, "y"))]
+    runs = [finished(make_run(alice, "x")), finished(make_run(bob, "y"))]
     with django_capture_on_commit_callbacks(execute=True):
         r = _post(staff, [run.pk for run in runs])
     assert r.status_code == 200 and r.json()["deleted"] == [run.pk for run in runs]
@@ -95,7 +79,7 @@ def test_staff_delete_anyones_runs(alice, bob, staff, make_run, runs_dir, django
 
 
 def test_another_users_run_reads_as_unknown_and_nothing_is_deleted(alice, bob, make_run, three, runs_dir):
-    bobs = _finished(make_run(bob, "bobs"))
+    bobs = finished(make_run(bob, "bobs"))
     missing = max(Run.objects.values_list("pk", flat=True)) + 100
     r = _post(alice, [three[0].pk, bobs.pk, missing])
     assert r.status_code == 400, r.content
@@ -115,7 +99,7 @@ def test_another_users_run_reads_as_unknown_and_nothing_is_deleted(alice, bob, m
 
 def test_a_run_shared_with_the_caller_is_refused_read_only(alice, bob, three, runs_dir, make_run):
     run_share(run=three[0], by=alice, add=["bob"])
-    own = _finished(make_run(bob, "bobs-own"))
+    own = finished(make_run(bob, "bobs-own"))
     r = _post(bob, [own.pk, three[0].pk])
     assert r.status_code == 400
     (refused,) = r.json()["refused"]
@@ -175,7 +159,7 @@ def test_unknown_and_live_together_are_a_400_listing_both(alice, three, make_run
     ([1, 2], "must be a list"),
 ])
 def test_bad_ids_are_a_400_on_ids(alice, three, runs_dir, body, says):
-    r = _api(alice).post(URL, body, format="json")
+    r = api_client(alice).post(URL, body, format="json")
     assert r.status_code == 400, r.content
     err = r.json()["error"]
     assert err["field"] == "ids" and err["code"] == "invalid" and says in err["message"], err
@@ -215,7 +199,7 @@ def test_a_hook_that_fails_on_one_run_rolls_every_run_back(alice, three, runs_di
 def test_bulk_deleted_gpu_runs_keep_their_gpu_hours(alice, make_run, runs_dir, settings):
     settings.RAY_ADDRESS = None
     now = timezone.now()
-    runs = [_finished(make_run(alice, f"g{i}"), gpus=gpus, started=now - timedelta(seconds=secs), finished=now)
+    runs = [finished(make_run(alice, f"g{i}"), gpus=gpus, started=now - timedelta(seconds=secs), finished=now)
             for i, (gpus, secs) in enumerate([(8, 5.5), (1333, 9.7), (0, 30)])]
     before = month_gpu_hours(user=alice, now=now)
     assert before > 3.5
@@ -235,7 +219,7 @@ def test_the_list_offers_delete_for_the_users_own_runs_only(alice, bob, three, m
     assert page.count("data-can-delete") == 3
     bob_page = _page(bob).get("/runs/").content.decode()
     assert 'id="delete-button"' not in bob_page and "data-can-delete" not in bob_page
-    own = _finished(make_run(bob, "bobs-own"))
+    own = finished(make_run(bob, "bobs-own"))
     bob_page = _page(bob).get("/runs/").content.decode()
     assert 'id="delete-button"' in bob_page and bob_page.count("data-can-delete") == 1
     assert f'value="{own.pk}" aria-label="pick bobs-own" data-can-delete' in bob_page
@@ -267,7 +251,7 @@ def test_the_post_needs_the_csrf_token_and_a_get_deletes_nothing(alice, three, r
 def test_the_confirm_page_names_what_is_in_the_way_and_offers_the_rest(alice, bob, three, make_run, runs_dir):
     a, b, c = three
     live = make_run(alice, "live")
-    bobs = _finished(make_run(bob, "bobs"))
+    bobs = finished(make_run(bob, "bobs"))
     html = _page(alice).get(f"/runs/delete/?ids={a.pk},{live.pk},{bobs.pk},{c.pk}").content.decode()
     assert 'id="bulk-delete-form"' not in html
     assert "the run is queued" in html and f"no run with id {bobs.pk}" in html and "bobs" not in html.replace(
@@ -310,8 +294,8 @@ def test_a_bulk_delete_locks_every_owner_in_id_order_whatever_the_ids_order(
     settings.RAY_ADDRESS = None
     now = timezone.now()
     low, high = sorted([alice, bob], key=lambda u: u.pk)
-    run_low = _finished(make_run(low, "low"), gpus=1, started=now - timedelta(seconds=5), finished=now)
-    run_high = _finished(make_run(high, "high"), gpus=1, started=now - timedelta(seconds=5), finished=now)
+    run_low = finished(make_run(low, "low"), gpus=1, started=now - timedelta(seconds=5), finished=now)
+    run_high = finished(make_run(high, "high"), gpus=1, started=now - timedelta(seconds=5), finished=now)
     Evaluation.objects.create(run=run_low, owner=high, dataset=run_low.dataset, checkpoints=[2], k=1,
                               max_prompts=3, sampling={}, status=EvaluationStatus.SUCCEEDED, gpus=1,
                               started=now - timedelta(seconds=3), finished=now)

@@ -12,7 +12,6 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from rlstudio.accounts.models import AuditEvent
 from rlstudio.alerts.models import AlertFiring, Notification
@@ -23,26 +22,16 @@ from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import delete_refusal, run_delete, run_share
 from rlstudio.runs.services.deletion import remove_run_folder
 from rlstudio.telemetry.models import MetricRow, RunEvent, Sample
+from tests.rlstudio.conftest import api_client
+from tests.rlstudio.runs.conftest import finished
 
 pytestmark = pytest.mark.django_db
-
-
-def _api(user) -> APIClient:
-    c = APIClient()
-    c.force_authenticate(user)
-    return c
 
 
 def _page(user) -> Client:
     c = Client(enforce_csrf_checks=False)
     c.force_login(user)
     return c
-
-
-def _finished(run, status=RunStatus.SUCCEEDED, **fields):
-    Run.objects.filter(pk=run.pk).update(status=status, step=2, **fields)
-    run.refresh_from_db()
-    return run
 
 
 def _fill(run, owner):
@@ -73,17 +62,11 @@ def _rows(run_id) -> dict:
 
 
 @pytest.fixture
-def runs_dir(settings, tmp_path):
-    settings.RUNS_DIR = str(tmp_path / "runs")
-    return tmp_path / "runs"
-
-
-@pytest.fixture
 def two_runs(alice, make_run, runs_dir):
     """alice's two finished runs, each with rows of every kind and a folder with a checkpoint."""
     runs = []
     for name in ("gone", "kept"):
-        run = _finished(make_run(alice, name))
+        run = finished(make_run(alice, name))
         _fill(run, alice)
         (runs_dir / str(run.pk) / "global_step_2" / "actor").mkdir(parents=True)
         (runs_dir / str(run.pk) / "global_step_2" / "actor" / "w.bin").write_bytes(b"w")
@@ -94,7 +77,7 @@ def two_runs(alice, make_run, runs_dir):
 def test_the_owner_deletes_a_finished_run_its_rows_and_folder_and_nothing_of_another(
         alice, two_runs, runs_dir, django_capture_on_commit_callbacks):
     gone, kept = two_runs
-    child = _finished(Run.objects.create(owner=alice, name="child", dataset=gone.dataset, model=gone.model,
+    child = finished(Run.objects.create(owner=alice, name="child", dataset=gone.dataset, model=gone.model,
                                          parent=gone, parent_kind="resume",
                                          resume_from=str(runs_dir / str(gone.pk) / "global_step_2")))
     clone = Run.objects.create(owner=alice, name="clone", dataset=gone.dataset, model=gone.model, parent=gone,
@@ -102,7 +85,7 @@ def test_the_owner_deletes_a_finished_run_its_rows_and_folder_and_nothing_of_ano
     assert _rows(gone.pk)["sessions"] == 1 and all(_rows(gone.pk).values())
     kept_before = _rows(kept.pk)
     with django_capture_on_commit_callbacks(execute=True):
-        r = _api(alice).delete(f"/api/v1/runs/{gone.pk}/")
+        r = api_client(alice).delete(f"/api/v1/runs/{gone.pk}/")
     assert r.status_code == 204, r.content
     assert not Run.objects.filter(pk=gone.pk).exists()
     assert not any(_rows(gone.pk).values())
@@ -117,13 +100,13 @@ def test_the_owner_deletes_a_finished_run_its_rows_and_folder_and_nothing_of_ano
     assert ev.actor == alice and ev.object_type == "runs.run"
     assert ev.data["name"] == "gone" and ev.data["owner"] == "alice" and ev.data["status"] == "succeeded"
     assert sorted(ev.data["children"]) == sorted([child.pk, clone.pk])
-    assert _api(alice).get(f"/api/v1/runs/{gone.pk}/").status_code == 404
+    assert api_client(alice).get(f"/api/v1/runs/{gone.pk}/").status_code == 404
 
 
 def test_staff_delete_anyones_finished_run(alice, staff, two_runs, django_capture_on_commit_callbacks, runs_dir):
     gone = two_runs[0]
     with django_capture_on_commit_callbacks(execute=True):
-        assert _api(staff).delete(f"/api/v1/runs/{gone.pk}/").status_code == 204
+        assert api_client(staff).delete(f"/api/v1/runs/{gone.pk}/").status_code == 204
     assert not Run.objects.filter(pk=gone.pk).exists() and not (runs_dir / str(gone.pk)).exists()
     assert AuditEvent.objects.get(action="run.delete", object_id=str(gone.pk)).actor == staff
 
@@ -131,10 +114,10 @@ def test_staff_delete_anyones_finished_run(alice, staff, two_runs, django_captur
 def test_a_reader_gets_403_and_a_stranger_404_and_nothing_goes(alice, bob, make_user, two_runs, runs_dir):
     gone = two_runs[0]
     run_share(run=gone, by=alice, add=["bob"])
-    r = _api(bob).delete(f"/api/v1/runs/{gone.pk}/")
+    r = api_client(bob).delete(f"/api/v1/runs/{gone.pk}/")
     assert r.status_code == 403
     assert r.json()["error"]["code"] == "permission_denied" and "delete" in r.json()["error"]["message"]
-    assert _api(make_user("carol")).delete(f"/api/v1/runs/{gone.pk}/").status_code == 404
+    assert api_client(make_user("carol")).delete(f"/api/v1/runs/{gone.pk}/").status_code == 404
     assert Run.objects.filter(pk=gone.pk).exists() and all(_rows(gone.pk).values())
     assert (runs_dir / str(gone.pk)).is_dir()
     assert not AuditEvent.objects.filter(action="run.delete").exists()
@@ -144,7 +127,7 @@ def test_a_reader_gets_403_and_a_stranger_404_and_nothing_goes(alice, bob, make_
 def test_an_active_run_is_a_409_naming_its_state(alice, make_run, status, runs_dir):
     run = make_run(alice)
     Run.objects.filter(pk=run.pk).update(status=status)
-    r = _api(alice).delete(f"/api/v1/runs/{run.pk}/")
+    r = api_client(alice).delete(f"/api/v1/runs/{run.pk}/")
     assert r.status_code == 409
     msg = r.json()["error"]["message"]
     assert f"the run is {status}" in msg and "first" in msg
@@ -155,14 +138,14 @@ def test_a_run_a_live_resumed_run_starts_from_is_refused_naming_it(alice, two_ru
     gone = two_runs[0]
     child = Run.objects.create(owner=alice, name="the-child", dataset=gone.dataset, model=gone.model, parent=gone,
                                parent_kind="resume", status=RunStatus.QUEUED)
-    r = _api(alice).delete(f"/api/v1/runs/{gone.pk}/")
+    r = api_client(alice).delete(f"/api/v1/runs/{gone.pk}/")
     assert r.status_code == 409 and "the-child" in r.json()["error"]["message"]
     assert f"#{child.pk}" in r.json()["error"]["message"]
     assert Run.objects.filter(pk=gone.pk).exists()
 
 
 def test_live_jobs_on_the_run_and_an_exported_model_refuse(alice, make_run, make_model, runs_dir):
-    run = _finished(make_run(alice))
+    run = finished(make_run(alice))
     assert delete_refusal(run) == ""
     ev = Evaluation.objects.create(run=run, owner=alice, dataset=run.dataset, checkpoints=[2], k=1, max_prompts=3, sampling={},
                                    status=EvaluationStatus.RUNNING)
@@ -184,12 +167,12 @@ def test_live_jobs_on_the_run_and_an_exported_model_refuse(alice, make_run, make
 def test_a_run_that_held_gpus_this_month_is_deleted(alice, make_run, runs_dir):
     """Its GPU-hours stay in the month's budget (tests/rlstudio/quotas/test_gpu_hours_kept.py)."""
     now = timezone.now()
-    run = _finished(make_run(alice), gpus=1, started=now - timedelta(minutes=1), finished=now)
+    run = finished(make_run(alice), gpus=1, started=now - timedelta(minutes=1), finished=now)
     ev = Evaluation.objects.create(run=run, owner=alice, dataset=run.dataset, checkpoints=[2], k=1, max_prompts=3,
                                    sampling={}, gpus=1, status=EvaluationStatus.SUCCEEDED,
                                    started=now - timedelta(seconds=30), finished=now)
     assert delete_refusal(run) == ""
-    assert _api(alice).delete(f"/api/v1/runs/{run.pk}/").status_code == 204
+    assert api_client(alice).delete(f"/api/v1/runs/{run.pk}/").status_code == 204
     assert not Run.objects.filter(pk=run.pk).exists() and not Evaluation.objects.filter(pk=ev.pk).exists()
 
 
@@ -202,20 +185,20 @@ def test_a_link_in_the_run_folder_is_not_followed(alice, two_runs, runs_dir, tmp
     os.symlink(outside / "precious.txt", runs_dir / str(gone.pk) / "link.txt")
     os.symlink(outside, runs_dir / str(gone.pk) / "linkdir")
     with django_capture_on_commit_callbacks(execute=True):
-        assert _api(alice).delete(f"/api/v1/runs/{gone.pk}/").status_code == 204
+        assert api_client(alice).delete(f"/api/v1/runs/{gone.pk}/").status_code == 204
     assert not (runs_dir / str(gone.pk)).exists()
     assert (outside / "precious.txt").read_text() == "keep"
 
 
 def test_a_run_folder_that_is_a_link_is_left_alone_and_reported(alice, make_run, runs_dir, tmp_path,
                                                                 django_capture_on_commit_callbacks):
-    run = _finished(make_run(alice))
+    run = finished(make_run(alice))
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "data").mkdir(parents=True)
     runs_dir.mkdir(parents=True, exist_ok=True)
     os.symlink(elsewhere, runs_dir / str(run.pk))
     with django_capture_on_commit_callbacks(execute=True):
-        assert _api(alice).delete(f"/api/v1/runs/{run.pk}/").status_code == 204
+        assert api_client(alice).delete(f"/api/v1/runs/{run.pk}/").status_code == 204
     assert (elsewhere / "data").is_dir()
     left = AuditEvent.objects.get(action="run.delete_folder_left")
     assert left.data["run"] == run.pk
@@ -257,7 +240,7 @@ def test_deleting_a_run_closes_its_open_websockets_with_4403(alice, bob, make_ru
 
     settings.RLSTUDIO_SOCKET_RECHECK_S = 600
     settings.RUNS_DIR = str(settings.BASE_DIR) + "/nonexistent-runs-dir-for-tests"
-    run = _finished(make_run(alice))
+    run = finished(make_run(alice))
     run_share(run=run, by=alice, add=["bob"])
     cookies = [_session_cookie(alice), _session_cookie(bob)]
 
