@@ -293,10 +293,19 @@ def test_the_missing_row_is_named_even_when_present_ones_are_locked_first(db, al
 
 # ---- the safety net at the API edge ----------------------------------------------------------------
 
+@pytest.mark.django_db
 def test_an_integrity_error_reaching_the_api_edge_is_a_409_conflict():
-    from rlstudio.api.errors import api_exception_handler
+    """A real foreign-key violation (a row referring to one deleted meanwhile) is a 409 conflict."""
+    from django.db import connection, transaction
 
-    response = api_exception_handler(IntegrityError("insert or update violates foreign key constraint"), {})
+    from rlstudio.api.errors import api_exception_handler
+    from rlstudio.quotas.models import GpuQuota
+
+    with pytest.raises(IntegrityError) as caught, transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SET CONSTRAINTS ALL IMMEDIATE")  # Django defers foreign keys to the commit
+        GpuQuota.objects.create(user_id=2_000_000_000)
+    response = api_exception_handler(caught.value, {})
     assert response is not None and response.status_code == 409
     assert response.data["error"]["code"] == "conflict"
     assert "at the same time" in response.data["error"]["message"]
