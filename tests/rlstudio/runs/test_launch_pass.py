@@ -663,6 +663,11 @@ def test_a_pass_skips_a_job_whose_row_is_locked_elsewhere_and_leaves_it_queued(
             started = time.monotonic()
             admitted = queue_admit_jobs()
             elapsed = time.monotonic() - started
+            # asked directly (not by a pass), the locked run is refused, never an unexpected error
+            from rlstudio.runs.services import RunRefused, run_admit
+
+            with pytest.raises(RunRefused, match="being changed by another request"):
+                run_admit(run=locked_run)
     finally:
         with connections["default"].cursor() as cur:
             cur.execute("RESET lock_timeout")

@@ -318,10 +318,13 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
         # Only the run's row (select_related would lock its owner's FOR UPDATE too, held to the pass's
         # commit: a stop that audits, FOR KEY SHARE on the owner at its commit, would deadlock with it),
         # and never waiting for it: the pass holds owners' locks, and a bulk delete locks runs, then
-        # owners. A row locked elsewhere raises Run.DoesNotExist, as a deleted one: the pass treats the
-        # run as out of the queue for this pass only (it stays queued, and the next pass tries it).
+        # owners. A row locked elsewhere (another admission, a delete) is RunRefused, as a deleted one:
+        # the pass treats the run as out of the queue for this pass only (a run still queued is tried by
+        # the next one).
         locked = (Run.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
-                  .select_related("owner").get(pk=run.pk))
+                  .select_related("owner").filter(pk=run.pk).first())
+        if locked is None:
+            raise RunRefused(f"run {run.pk} is being changed by another request (or was deleted): try again")
         if locked.status != S.QUEUED:
             raise RunRefused(f"run {run.pk} is {locked.status}, not queued")
         earlier = first_run_ahead(job=run_job(locked))
@@ -441,7 +444,7 @@ HELD_BACK_REASON = "waiting for the cluster's GPUs: a GPU job queued before this
 def _try_admit_run(run: Run, free: float | None) -> Attempt | None:
     try:
         ok = run_admit(run=run, cluster_free_gpus=free)
-    except (RunRefused, Run.DoesNotExist):
+    except RunRefused:
         # Cancelled (or deleted) since the pass loaded it, or its row locked by another transaction
         # (skipped, never waited for): not tried in this pass; a queued one is tried by the next.
         return None
