@@ -210,6 +210,11 @@ def test_run_page_shows_the_memory_estimate_and_the_lora_saving(alice, alice_cli
     assert 'id="memory-estimate-table"' in page and "actor gradients" in page
     mem = preview.memory(model=model, config=config, gpus=0)  # what the new-run form showed for it
     assert f'peak ({mem["peak_phase"]} phase)</td><td class="num">{mem["peak_gib"]:.2f} GiB' in page
+    disk = mem["checkpoint"]  # one checkpoint's disk, as the form said it, against the budget
+    line = page[page.index('id="checkpoint-size"'):].split("</p>")[0]
+    assert f"One checkpoint: about {disk['gib']:.2f} GiB on disk" in line
+    assert ("the LoRA adapter" in line) == bool(lora_rank) and disk["fits"] and 'class="muted small"' in line
+    assert f"of this deployment's {disk['budget_gib']:.2f} GiB per run." in line
     if not lora_rank:
         assert 'id="lora-saving"' not in page and "full_fine_tuning" not in mem
         return
@@ -236,3 +241,22 @@ def test_run_page_without_an_estimate_says_why(alice, alice_client, finished, ma
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="memory-estimate-table"' not in page
     assert "no estimate: the model folder has no readable config.json" in page
+
+
+def test_run_page_says_when_one_checkpoint_is_over_the_disk_budget(alice, alice_client, make_dataset, tmp_path,
+                                                                    settings):
+    """A budget lowered after the launch: the run page warns that the run cannot resume until an admin
+    raises it (the resume is refused on `run`)."""
+    from rlstudio.catalog.models import ModelAsset
+    from rlstudio.runs import launch
+    from trainer.models.tiny import make_tiny_model
+
+    folder = make_tiny_model(tmp_path / "tiny", preset="smoke", seed=0)
+    model = ModelAsset.objects.create(owner=alice, name="m", path=str(folder))
+    config = launch.build_config(preset="cpu_smoke", gpus=0, model=model)
+    run, _token = run_create(owner=alice, name="big", dataset=make_dataset(alice), model=model, config=config, gpus=0)
+    settings.RLSTUDIO_RUN_DISK_BUDGET_GB = 0.0001  # about 107 KB: under one checkpoint of 177 k parameters
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    line = page[page.index('id="checkpoint-size"'):].split("</p>")[0]
+    assert 'class="memory-warning"' in line
+    assert "per run: over it, this run cannot resume until an admin raises the budget" in line
