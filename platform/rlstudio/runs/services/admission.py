@@ -462,11 +462,11 @@ def _hold_runs(run_ids: list[int], reason: str = HELD_BACK_REASON) -> None:
     whose reason differs (audited as `run.queue`, as `run_admit` records a reason)."""
     reason = clip_reason(reason)
     changed = list(Run.objects.filter(pk__in=run_ids, status=S.QUEUED).exclude(queue_reason=reason)
-                   .values_list("pk", flat=True))
+                   .only("pk", "name", "owner_id"))
     if not changed:
         return
-    Run.objects.filter(pk__in=changed, status=S.QUEUED).update(queue_reason=reason)
-    for run in Run.objects.filter(pk__in=changed).only("pk", "name", "owner_id"):
+    Run.objects.filter(pk__in=[run.pk for run in changed], status=S.QUEUED).update(queue_reason=reason)
+    for run in changed:
         audit_record(actor=None, action="run.queue", obj=run, data={"reason": reason})
 
 
