@@ -551,20 +551,22 @@ def check_checkpoint_size(config: Mapping[str, Any], estimate: Any, budget_gb: f
                            f": the critic of gae ({estimate.critic_bytes / GIB:.2f} GB, float32 weights and AdamW's "
                            "moments) is what does not fit; use an estimator without a critic (e.g. grpo), or a "
                            "smaller model",
-                           "an estimator without a critic (algorithm.adv_estimator, e.g. grpo)")
+                           "an estimator without a critic (algorithm.adv_estimator, e.g. grpo) fits instead")
     elif estimate.lora:
         key, fix, clone = ("actor_rollout_ref.model.lora_rank", ": lower the LoRA rank, or choose a smaller model",
-                           "a lower LoRA rank (actor_rollout_ref.model.lora_rank)")
+                           "a lower LoRA rank (actor_rollout_ref.model.lora_rank) writes a smaller checkpoint "
+                           "(the new-run form's preview says whether it fits)")
     else:
         key, fix, clone = ("actor_rollout_ref.model.lora_rank",
                            " (float32 weights and AdamW's two moments, 12 bytes a parameter): train with LoRA "
                            "(actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone), or "
                            "choose a smaller model",
-                           "LoRA (actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone)")
+                           "LoRA (actor_rollout_ref.model.lora_rank > 0: a checkpoint then holds the adapter alone) "
+                           "writes a smaller checkpoint (the new-run form's preview says whether it fits)")
     if resume:
         raise GateRefused("run", f"one checkpoint of this run is about {estimate.bytes / GIB:.2f} GB, over this "
                                  f"deployment's per-run disk budget of {budget_gb:g} GB, so it cannot resume until an "
-                                 f"admin raises RLSTUDIO_RUN_DISK_BUDGET_GB; a clone of it with {clone} fits instead")
+                                 f"admin raises RLSTUDIO_RUN_DISK_BUDGET_GB; a clone of it with {clone}")
     raise GateRefused(key, f"one checkpoint of this model is about {estimate.bytes / GIB:.2f} GB, over this "
                            f"deployment's per-run disk budget of {budget_gb:g} GB (RLSTUDIO_RUN_DISK_BUDGET_GB); a "
                            f"run always checkpoints its last step, whatever trainer.save_freq says{fix}")

@@ -198,11 +198,13 @@ def test_a_resume_over_the_budget_is_refused_on_run_not_on_a_key_it_cannot_set()
     assert exc.value.message == (
         f"one checkpoint of this run is about {full.bytes / GIB:.2f} GB, over this deployment's per-run disk "
         "budget of 50 GB, so it cannot resume until an admin raises RLSTUDIO_RUN_DISK_BUDGET_GB; a clone of it "
-        f"with LoRA ({LORA} > 0: a checkpoint then holds the adapter alone) fits instead")
+        f"with LoRA ({LORA} > 0: a checkpoint then holds the adapter alone) writes a smaller checkpoint (the new-run "
+        "form's preview says whether it fits)")
     cfg = _cfg(**{LORA: 16, "algorithm.adv_estimator": "gae"})
     with pytest.raises(gate.GateRefused) as exc:
         gate.check_checkpoint_size(cfg, estimate(shape, cfg, tied_embeddings=False), 50, resume=True)
     assert exc.value.key == "run" and "an estimator without a critic (algorithm.adv_estimator" in exc.value.message
+    assert exc.value.message.endswith("e.g. grpo) fits instead")  # the actor's part alone was checked to fit
 
 
 @pytest.mark.django_db
