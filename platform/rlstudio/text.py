@@ -2,10 +2,21 @@
 (U+0000), which a model can generate like any other, so every NUL becomes U+FFFD (the replacement
 character); users' input, where a NUL is refused (`nul_path`), and numbers given as text
 (`ascii_uint`: only the ASCII digits 0-9, which `int()` reads, not every character `isdigit()` calls a
-digit, such as "²")."""
+digit, such as "²"); yes/no words (`yes_no`: one reading for environment variables and query
+parameters)."""
 from __future__ import annotations
 
 from typing import Any
+
+
+YES_WORDS, NO_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def yes_no(raw: str) -> bool | None:
+    """True for a yes word, False for a no word (`YES_WORDS`, `NO_WORDS`, any case, spaces around
+    ignored); None for anything else, empty included (the caller says what that means)."""
+    word = raw.strip().lower()
+    return True if word in YES_WORDS else False if word in NO_WORDS else None
 
 
 def without_nul(value: Any) -> Any:

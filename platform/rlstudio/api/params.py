@@ -2,9 +2,9 @@
 never a silent default."""
 from __future__ import annotations
 
-from .errors import ApiError
+from rlstudio.text import NO_WORDS, YES_WORDS, yes_no
 
-TRUE_WORDS, FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+from .errors import ApiError
 
 
 def bool_param(params, name: str) -> bool | None:
@@ -13,9 +13,7 @@ def bool_param(params, name: str) -> bool | None:
     raw = params.get(name)
     if raw is None or not raw.strip():
         return None
-    word = raw.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise ApiError(f"{name} must be one of {', '.join(TRUE_WORDS + FALSE_WORDS)}, got {raw!r}"[:300], field=name)
+    answer = yes_no(raw)
+    if answer is None:
+        raise ApiError(f"{name} must be one of {', '.join(YES_WORDS + NO_WORDS)}, got {raw!r}"[:300], field=name)
+    return answer

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from rlstudio.text import yes_no
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/rlstudio"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_RAY_DASHBOARD_URL = "http://127.0.0.1:8265"
 ENDPOINTS_FILE = Path("services") / "endpoints.json"
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 class EnvError(ValueError):
@@ -70,11 +70,11 @@ def _bool(environ: Mapping[str, str], name: str, default: bool | None) -> bool |
     raw = environ.get(name)
     if raw is None:
         return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
+    if not raw.strip():
         return False
+    answer = yes_no(raw)
+    if answer is not None:
+        return answer
     raise EnvError(f"{name}={raw!r} is not a boolean (use 1/0, true/false, yes/no, on/off)")
 
 
