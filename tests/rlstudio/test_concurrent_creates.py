@@ -88,8 +88,9 @@ def test_identical_uploads_at_once_make_one_dataset(alice, settings, tmp_path, p
 
 @pytest.mark.django_db
 def test_only_a_unique_or_foreign_key_violation_at_the_api_edge_is_a_409(alice):
-    """A unique or foreign-key violation (a concurrent create or delete) reaching the API edge is a
-    409 saying to reload; a NOT NULL or CHECK violation is a bug, which no reload mends: a 500."""
+    """A unique violation (a concurrent create) reaching the API edge is a 409 saying to reload (a
+    foreign-key one: test_create_delete_races); a NOT NULL or CHECK violation is a bug, which no
+    reload mends: a 500."""
     from django.db import IntegrityError, connection, transaction
 
     from rlstudio.api.errors import api_exception_handler
@@ -113,6 +114,11 @@ def test_only_a_unique_or_foreign_key_violation_at_the_api_edge_is_a_409(alice):
     missing = violation(f'INSERT INTO "{table}" (username, password, is_superuser, is_staff, is_active, '
                         f'date_joined, first_name, last_name, email) VALUES (%s, NULL, %s, %s, %s, %s, %s, %s, %s)',
                         ["nobody"] + row[2:])
+    from rlstudio.quotas.models import GpuQuota
+
+    GpuQuota.objects.create(user=alice)
+    negative = violation(f'UPDATE "{GpuQuota._meta.db_table}" SET max_gpus = -1 WHERE user_id = %s', [alice.pk])
     resp = api_exception_handler(duplicate, {})
     assert resp.status_code == 409 and "reload and try again" in resp.data["error"]["message"]
     assert api_exception_handler(missing, {}) is None  # DRF's None: Django's 500
+    assert api_exception_handler(negative, {}) is None  # a CHECK constraint: a bug, a 500

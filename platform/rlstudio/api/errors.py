@@ -85,7 +85,9 @@ def api_exception_handler(exc, context) -> Response | None:
     concurrent request broke, which the services' locks should have turned into a refusal naming the
     field) is a 409 `conflict`, logged with its traceback, rather than a 500. Any other one (NOT NULL,
     CHECK: a bug, which no reload mends) stays a 500."""
-    if isinstance(exc, IntegrityError) and getattr(exc.__cause__, "pgcode", None) in CONCURRENT_SQLSTATES:
+    cause = exc.__cause__ if isinstance(exc, IntegrityError) else None
+    if isinstance(exc, IntegrityError) and (getattr(cause, "pgcode", None)  # psycopg2
+                                            or getattr(cause, "sqlstate", None)) in CONCURRENT_SQLSTATES:
         log.error("an IntegrityError reached the API edge (a 409 conflict): %s", exc, exc_info=exc)
         exc = ApiError(CONCURRENT_CHANGE, code="conflict", status_code=status.HTTP_409_CONFLICT)
     if isinstance(exc, DjangoValidationError):

@@ -97,11 +97,6 @@ def queue_order(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
     return sorted(jobs, key=lambda j: j.key)
 
 
-def ahead_of(job: QueuedJob, other: QueuedJob) -> bool:
-    """Whether `other` comes before `job` in the queue."""
-    return other.key < job.key
-
-
 @dataclass(frozen=True)
 class Attempt:
     """What one admission try said: admitted, else why the job waits (`reason`); `cluster` when it

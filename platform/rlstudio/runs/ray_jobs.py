@@ -253,7 +253,8 @@ def cluster_total_gpus() -> float:
         except RayUnavailable as exc:
             answer = exc
         _total_cache.clear()  # one address at a time: an old one's answer is never read again
-        _total_cache[address] = (now, answer)
+        # Kept from when Ray answered (or gave up, up to its 5 s timeout later), not from the asking.
+        _total_cache[address] = (time.monotonic(), answer)
     if isinstance(answer, RayUnavailable):
         raise answer
     return answer

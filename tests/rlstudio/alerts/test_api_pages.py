@@ -201,13 +201,22 @@ def test_nul_characters_and_non_ascii_digits_are_400s_naming_the_field(alice):
     assert err.value.field == "webhook"
 
 
-@pytest.mark.parametrize("url,name", [("/api/v1/alerts/rules/?defaults=", "defaults"),
-                                      ("/api/v1/alerts/notifications/?unread=", "unread")])
-def test_yes_no_parameters_take_the_usual_words_and_refuse_others(alice, url, name):
-    """One reading of a yes/no parameter across the API (rlstudio.api.params.bool_param): a value that
-    is neither is a 400 naming it, never a silent "no"."""
+def test_yes_no_parameters_take_the_usual_words_and_refuse_others(alice, make_run):
+    """One reading of a yes/no parameter across the API (rlstudio.api.params.bool_param): the yes words
+    filter, the no words and an empty value do not, anything else is a 400 naming the parameter."""
     client = api(alice)
-    for word in ("1", "TRUE", "yes", "on", "0", "false", "No", "off", ""):
-        assert client.get(url + word).status_code == 200, word
-    resp = client.get(url + "maybe")
-    assert resp.status_code == 400 and resp.json()["error"]["field"] == name
+    default = client.post("/api/v1/alerts/rules/", {"kind": "entropy_collapse"}, format="json").json()["id"]
+    own = client.post("/api/v1/alerts/rules/", {"kind": "entropy_collapse", "run": make_run(alice).pk},
+                      format="json").json()["id"]
+    read = Notification.objects.create(user=alice, kind="lifecycle", event="finished", title="read", read=True)
+    unread = Notification.objects.create(user=alice, kind="lifecycle", event="finished", title="unread")
+    for word, yes in [("1", True), ("TRUE", True), (" yes", True), ("on", True),
+                      ("0", False), ("false", False), ("No", False), ("off", False), ("", False)]:
+        rules = {r["id"] for r in client.get(f"/api/v1/alerts/rules/?defaults={word}").json()}
+        assert rules == ({default} if yes else {default, own}), word
+        notes = {n["id"] for n in client.get(f"/api/v1/alerts/notifications/?unread={word}").json()["results"]}
+        assert notes == ({unread.pk} if yes else {read.pk, unread.pk}), word
+    for url, name in [("/api/v1/alerts/rules/?defaults=maybe", "defaults"),
+                      ("/api/v1/alerts/notifications/?unread=maybe", "unread")]:
+        resp = client.get(url)
+        assert resp.status_code == 400 and resp.json()["error"]["field"] == name

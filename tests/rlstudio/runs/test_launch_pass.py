@@ -510,15 +510,19 @@ def _owner_row_free(user_id: int) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_pass_asks_ray_before_it_locks_the_owners(alice, make_run, fake_ray, monkeypatch):
+@pytest.mark.parametrize("answer_s", [0.0, 0.3])
+def test_a_pass_asks_ray_before_it_locks_the_owners(alice, make_run, fake_ray, monkeypatch, answer_s):
     """An export, a playground session or a launch of a queued job's owner never waits on Ray (up to
-    5 s) behind a pass: when the pass asks Ray, the owner's lock is still free."""
+    5 s) behind a pass: when the pass asks Ray, the owner's lock is still free; and Ray is asked once,
+    even when its answer takes longer than the cache's life (kept from when it answered)."""
+    monkeypatch.setattr(ray_jobs, "CLUSTER_TOTAL_TTL_S", 0.25)
     _quota(alice, gpus=1)
     make_run(alice, "gpu", gpus=1)
     seen = []
 
     def ask(url, timeout=None):
         seen.append(_owner_row_free(alice.pk))
+        time.sleep(answer_s)
         return io.BytesIO(json.dumps(_summary(1.0)).encode())
 
     monkeypatch.setattr(ray_jobs.urllib.request, "urlopen", ask)
