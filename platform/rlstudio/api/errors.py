@@ -77,6 +77,11 @@ CONCURRENT_CHANGE = ("another request changed the same records at the same time 
                      "to was deleted, or the same thing was created, meanwhile): reload and try again")
 
 
+def _sqlstate(error) -> str | None:
+    """The SQLSTATE of a database driver's error (psycopg2's `pgcode`, psycopg 3's `sqlstate`)."""
+    return getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
+
+
 def api_exception_handler(exc, context) -> Response | None:
     """DRF's EXCEPTION_HANDLER: the error shape for everything DRF knows, 400 for Django's
     ValidationError; None (a real 500) only for genuine server bugs.
@@ -85,9 +90,7 @@ def api_exception_handler(exc, context) -> Response | None:
     concurrent request broke, which the services' locks should have turned into a refusal naming the
     field) is a 409 `conflict`, logged with its traceback, rather than a 500. Any other one (NOT NULL,
     CHECK: a bug, which no reload mends) stays a 500."""
-    cause = exc.__cause__ if isinstance(exc, IntegrityError) else None
-    if isinstance(exc, IntegrityError) and (getattr(cause, "pgcode", None)  # psycopg2
-                                            or getattr(cause, "sqlstate", None)) in CONCURRENT_SQLSTATES:
+    if isinstance(exc, IntegrityError) and _sqlstate(exc.__cause__) in CONCURRENT_SQLSTATES:
         log.error("an IntegrityError reached the API edge (a 409 conflict): %s", exc, exc_info=exc)
         exc = ApiError(CONCURRENT_CHANGE, code="conflict", status_code=status.HTTP_409_CONFLICT)
     if isinstance(exc, DjangoValidationError):

@@ -500,7 +500,8 @@ class _Never:
         return True
 
 
-# How long a launch's pass waits for a pass under way: past it, the launch's job waits, queued, with LAUNCH_PASS_REASON for the reconcile's pass.
+# How long a launch's pass waits for a pass under way: past it, the launch's job waits, queued, with
+# LAUNCH_PASS_REASON for the reconcile's pass.
 LAUNCH_LOCK_WAIT_S = 2.0
 # How long a staff queue move waits for a pass under way (which may ask Ray, 5 s at most).
 QUEUE_MOVE_WAIT_S = 10.0

@@ -33,7 +33,8 @@ ids (1 to RLSTUDIO_RUNS_BULK_DELETE_MAX, distinct) are locked and checked first;
 not see (told apart from a missing one by nothing), only reads, or that `delete_refusal` refuses makes
 it delete nothing and name every such run (RunsNotDeleted); otherwise every owner whose admission lock
 the deletions take (the runs' and their evaluations') is locked in id order, then each run goes through
-the single delete's deletion (`_delete_locked`) in one transaction, so a bulk delete keeps GPU-hours, audits and removes folders as single ones do.
+the single delete's deletion (`_delete_locked`) in one transaction, so a bulk delete keeps GPU-hours,
+audits and removes folders as single ones do.
 """
 from __future__ import annotations
 
@@ -246,8 +247,8 @@ def runs_delete(*, run_ids, by: AbstractBaseUser) -> list[tuple[int, str]]:
     delete now raises RunsNotDeleted naming every such run, deleting nothing. Then every owner involved
     is locked, in id order (`_lock_owners`), before any run is deleted. Each run then goes through
     the single delete's deletion (`_delete_locked`), so the hooks (GPU-hours kept), the audit
-    (`run.delete` per run), the folders and the websockets are exactly a single delete's; a hook that raises rolls all of them back. Returns the
-    (id, name) of the deleted runs, in the order given."""
+    (`run.delete` per run), the folders and the websockets are exactly a single delete's; a hook that
+    raises rolls all of them back. Returns the (id, name) of the deleted runs, in the order given."""
     run_ids = clean_run_ids(run_ids)
     with transaction.atomic():
         runs = {r.pk: r for r in Run.objects.select_for_update(of=("self",)).select_related("owner")
