@@ -27,12 +27,24 @@ from typing import Any, Callable
 # is this package) would otherwise get the function instead of the submodule.
 from trainer.rewards.arith import compute_score as _arith_score
 from trainer.rewards.gsm8k import compute_score as _gsm8k_score
+from trainer.rewards.math_answer import compute_score as _math_score
+from trainer.rewards.text_answer import exact_match_score as _exact_match_score
+from trainer.rewards.text_answer import multiple_choice_score as _multiple_choice_score
 
 RewardFn = Callable[..., "float | dict[str, Any]"]
 _REGISTRY: dict[str, RewardFn] = {}
 
 GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
 ARITH_SOURCES = ("arith", "demo_tool_arith")
+# verl's names for MATH-style data (its default_compute_score routes them to its math scorers), and
+# "math": datasets whose answers are \boxed{...} (or DAPO's "Answer:" line).
+MATH_SOURCES = ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
+                "math", "math_dapo", "math_dapo_reasoning", "numina_aops_forum", "numina_synthetic_math",
+                "numina_amc_aime", "numina_synthetic_amc", "numina_cn_k12", "numina_olympiads")
+MATH_SOURCE_PREFIXES = ("aime",)  # aime2024, aime2025, ... (as verl)
+EXACT_MATCH_SOURCES = ("exact_match", "qa")
+MULTIPLE_CHOICE_SOURCES = ("multiple_choice", "mcq", "cais/mmlu", "TIGER-Lab/MMLU-Pro",
+                           "allenai/ai2_arc", "Idavidrein/gpqa", "allenai/openbookqa")
 
 
 def register_reward(name: str) -> Callable[[RewardFn], RewardFn]:
@@ -67,17 +79,62 @@ def arith(data_source: str, solution_str: str, ground_truth: Any, extra_info: An
     return _arith_score(solution_str, ground_truth, format_score=format_score)
 
 
+@register_reward("math_boxed")
+def math_boxed(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
+               format_score: float = 0.0, **_: Any) -> float:
+    """The last \\boxed{} answer against the ground truth, normalised (trainer.rewards.math_answer)."""
+    return _math_score(solution_str, ground_truth, format_score=format_score)
+
+
+@register_reward("exact_match")
+def exact_match(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                format_score: float = 0.0, **_: Any) -> float:
+    """The final answer equals the ground truth, normalised (trainer.rewards.text_answer)."""
+    return _exact_match_score(solution_str, ground_truth, format_score=format_score)
+
+
+@register_reward("multiple_choice")
+def multiple_choice(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                    format_score: float = 0.0, **_: Any) -> float:
+    """The option letter A-J chosen equals the ground truth's (trainer.rewards.text_answer)."""
+    return _multiple_choice_score(solution_str, ground_truth, format_score=format_score)
+
+
+def default_reward_name(data_source: str) -> str | None:
+    """The built-in reward `default` uses for `data_source` (verl's routing), None when it has none."""
+    if data_source in GSM8K_SOURCES:
+        return "gsm8k"
+    if data_source in ARITH_SOURCES:
+        return "arith"
+    if data_source in MATH_SOURCES or (isinstance(data_source, str)
+                                       and data_source.startswith(MATH_SOURCE_PREFIXES)):
+        return "math_boxed"
+    if data_source in EXACT_MATCH_SOURCES:
+        return "exact_match"
+    if data_source in MULTIPLE_CHOICE_SOURCES:
+        return "multiple_choice"
+    return None
+
+
+def default_sources() -> dict[str, list[str]]:
+    """The data_source values `default` routes, by the reward each goes to ("aime*": any name so starting)."""
+    return {"gsm8k": list(GSM8K_SOURCES), "arith": list(ARITH_SOURCES),
+            "math_boxed": list(MATH_SOURCES) + [p + "*" for p in MATH_SOURCE_PREFIXES],
+            "exact_match": list(EXACT_MATCH_SOURCES), "multiple_choice": list(MULTIPLE_CHOICE_SOURCES)}
+
+
 @register_reward("default")
 def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any = None,
                   **kwargs: Any) -> "float | dict[str, Any]":
-    """verl's default_compute_score: pick the scorer by data_source."""
-    if data_source in GSM8K_SOURCES:
-        return gsm8k_strict(data_source, solution_str, ground_truth, extra_info, **kwargs)
-    if data_source in ARITH_SOURCES:
-        return arith(data_source, solution_str, ground_truth, extra_info, **kwargs)
-    raise NotImplementedError(
-        f"no default reward for data_source {data_source!r}; known: {list(GSM8K_SOURCES + ARITH_SOURCES)}"
-        " (set reward.name or custom_reward_function.path)")
+    """verl's default_compute_score: pick the scorer by data_source (`default_reward_name`)."""
+    name = default_reward_name(data_source)
+    if name is None:
+        routed = sorted(s for sources in default_sources().values() for s in sources)
+        raise NotImplementedError(
+            f"no default reward for data_source {data_source!r}: set reward.name to one of "
+            f"{[n for n in registered_rewards() if n != 'default']}, or give the rows a data_source "
+            f"the default routes ({', '.join(routed)})")
+    return _REGISTRY[name](data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
