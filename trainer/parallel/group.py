@@ -83,7 +83,8 @@ class WorkerGroup(abc.ABC):
         if mini_batch_size % self.world_size:
             raise ValueError(f"mini batch {mini_batch_size} is not divisible by {self.world_size} workers")
         outs = self.call("update_policy", per_rank=[{"batch": batch.select(p)} for p in parts],
-                         mini_batch_size=mini_batch_size // self.world_size, seed=seed, capture=capture, step=step)
+                         mini_batch_size=mini_batch_size // self.world_size, seed=seed, capture=capture, step=step,
+                         seqlens=batch.lengths())  # every rank's: verl's global_token_num, for perf/mfu/actor
         metrics: dict[str, list[float]] = {}
         for o in outs:
             for k, v in o["metrics"].items():

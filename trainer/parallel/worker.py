@@ -164,6 +164,12 @@ class RankWorker:
                                  use_torch_compile=arr.actor.use_torch_compile,
                                  model=load(torch.float32, lora=lora_enabled(arr.model)),
                                  rollout_correction=cfg.algorithm.rollout_correction)
+        # perf/mfu/actor (trainer.flops): verl's count for the actor's family and the device's peak;
+        # either None (a family verl has no count for, the CPU, a GPU outside verl's table): not reported.
+        from trainer import flops
+
+        self.flops_shape = flops.shape_for(getattr(self.actor.model, "config", None))
+        self.peak_flops = flops.device_peak_flops(device)
         self.critic = None  # the value model, only for algorithm.adv_estimator=gae
         from trainer.config.critic import uses_critic
 
@@ -257,10 +263,20 @@ class RankWorker:
         with self.phase("old_log_prob" if role == "actor" else "ref", step), adapter_off:
             return worker.compute_log_prob(batch, with_entropy=with_entropy)
 
-    def update_policy(self, batch: Any, *, mini_batch_size: int, seed: int, capture: bool, step: int
-                      ) -> dict[str, Any]:
+    def update_policy(self, batch: Any, *, mini_batch_size: int, seed: int, capture: bool, step: int,
+                      seqlens: list[int] | None = None) -> dict[str, Any]:
+        """The actor's update on this rank's rows; `seqlens`: the whole step's sequence lengths (every
+        rank's, prompt + response), which verl's perf/mfu/actor counts against this rank's update time."""
         with self.phase("update", step):
+            t0 = time.perf_counter()
             metrics = self.actor.update_policy(batch, mini_batch_size=mini_batch_size, seed=seed, capture=capture)
+            seconds = time.perf_counter() - t0
+        if seqlens and self.flops_shape is not None and self.peak_flops:  # averaged over ranks by the driver
+            from trainer import flops
+
+            epochs = int(self.cfg.actor_rollout_ref.actor.ppo_epochs)
+            metrics["perf/mfu/actor"] = [flops.verl_mfu(self.flops_shape, seqlens, seconds, self.peak_flops,
+                                                        ppo_epochs=epochs, world=self.world)]
         from trainer.memory import rss_bytes
 
         metrics["perf/cpu_memory_used_gb"] = [rss_bytes() / 2**30]  # averaged over ranks by the driver
