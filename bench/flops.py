@@ -2,13 +2,13 @@
 
 Used by bench/grpo_vs_trl.py (and any other bench that wants a compute floor). Two halves:
 
-1. Counting (pure functions, no torch): `ModelShape` (from an HF config) -> `step_work(...)` lists every
-   matmul of a GRPO step as `Work(phase, op, shape, flops)`: the rollout (prefill with the logits of the
-   last position only, then one KV-cached decode step per new token), the reference forward, the
-   old-log-prob forward (when the trainer runs it) and the policy forward + backward (backward = 2x
-   forward: grad of the input and grad of the weight). Only matmuls are counted (2*m*k*n each):
-   the q/k/v/o and MLP projections, causal attention (QK^T and AV over the positions each token may see:
-   token i of a fresh sequence sees i+1 positions, a decode token sees its whole cache) and the LM head
+1. Counting (pure functions, no torch): `ModelShape` (trainer/flops.py, from an HF config) ->
+   `step_work(...)` lists every matmul of a GRPO step as `Work(phase, op, shape, flops)`: the rollout
+   (prefill with the logits of the last position only, then one KV-cached decode step per new token), the
+   reference forward, the old-log-prob forward (when the trainer runs it) and the policy forward + backward
+   (backward = 2x forward: grad of the input and grad of the weight). Only matmuls are counted (2*m*k*n
+   each): the q/k/v/o and MLP projections, causal attention (QK^T and AV over the positions each token may
+   see: token i of a fresh sequence sees i+1 positions, a decode token sees its whole cache) and the LM head
    (only at the positions whose logits are used). Norms, RoPE, softmax, sampling, the optimizer and the
    embedding lookup are not matmuls and are left out: the floor is a lower bound.
    With `shared_prompts=True` the prompt of each GROUP (trajectories with the same prompt, GRPO's n
@@ -32,34 +32,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+# The decoder's sizes and verl's MFU (count, peak table) are the trainer's: perf/mfu/actor is computed
+# there (trainer/flops.py); re-exported here for the benches that read them as bench.flops.*.
+from trainer.flops import VERL_PEAK_FLOPS, ModelShape, verl_flops, verl_mfu, verl_peak_flops  # noqa: F401
+
 PHASES = ("rollout", "ref", "old_log_prob", "policy_fwd", "policy_bwd")
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The sizes of a Qwen2/Llama-style decoder that fix its matmul shapes."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    ffn: int
-    vocab: int
-
-    @classmethod
-    def from_hf_config(cls, cfg: Any) -> "ModelShape":
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cls(hidden=cfg.hidden_size, layers=cfg.num_hidden_layers, heads=cfg.num_attention_heads,
-                   kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-                   head_dim=head_dim, ffn=cfg.intermediate_size, vocab=cfg.vocab_size)
-
-    def linears(self) -> list[tuple[str, int, int]]:
-        """(name, K, N) of the per-layer projections (x (M, K) @ W (K, N))."""
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return [("q_proj", self.hidden, q), ("k_proj", self.hidden, kv), ("v_proj", self.hidden, kv),
-                ("o_proj", q, self.hidden), ("gate_proj", self.hidden, self.ffn), ("up_proj", self.hidden, self.ffn),
-                ("down_proj", self.ffn, self.hidden)]
 
 
 @dataclass(frozen=True)
@@ -270,36 +247,3 @@ def effective_rate(work: list[Work], per_phase_s: dict[str, float]) -> float:
     """Total FLOPs / total floor seconds: the FLOP/s a bare matmul averages over this step's shapes."""
     total = sum(w.flops for w in work)
     return total / max(1e-12, sum(per_phase_s.values()))
-
-
-# ------------------------------------------------------------------------------------- verl's MFU
-# verl's peak dense bf16 FLOP/s per device name (verl/utils/flops_counter.py's table, the entries for
-# the GPUs this project may see); matched by substring of torch.cuda.get_device_name(), as verl does.
-VERL_PEAK_FLOPS = {"H100": 989e12, "H800": 989e12, "H200": 989e12, "A100": 312e12, "A800": 312e12,
-                   "L40S": 362.05e12, "H20": 148e12}
-
-
-def verl_peak_flops(device_name: str) -> float | None:
-    """verl's promised FLOP/s for this device name, or None when verl's table does not know it."""
-    for key in sorted(VERL_PEAK_FLOPS, reverse=True):  # "L40S" before "L40"-like shorter keys
-        if key in device_name:
-            return VERL_PEAK_FLOPS[key]
-    return None
-
-
-def verl_flops(s: ModelShape, seqlens: list[int]) -> float:
-    """FLOPs verl counts for one forward + backward over sequences of these lengths (prompt + response,
-    unpadded): its Qwen2 / Llama estimate, 6 x N x tokens + 6 x sum(L^2) x head_dim x heads x layers,
-    where N = layers x (q, k, v, o projections + the three MLP matrices) + 2 x vocab x hidden (the
-    embedding and the LM head both counted, tied or not). The attention term is the causal one verl
-    uses now (older releases counted 12 x sum(L^2): attention without the causal half)."""
-    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
-    per_layer = s.hidden * s.ffn * 3 + s.hidden * (q + kv + kv + q)
-    dense = per_layer * s.layers + 2 * s.vocab * s.hidden
-    return 6.0 * dense * sum(seqlens) + 6.0 * sum(n * n for n in seqlens) * s.head_dim * s.heads * s.layers
-
-
-def verl_mfu(s: ModelShape, seqlens: list[int], seconds: float, peak_flops: float, *, ppo_epochs: int = 1,
-             world: int = 1) -> float:
-    """verl's perf/mfu/actor: the update's counted FLOPs x ppo_epochs / its seconds / peak / world size."""
-    return verl_flops(s, seqlens) * ppo_epochs / max(seconds, 1e-12) / peak_flops / world

@@ -1,7 +1,7 @@
 """The GPU check's body (run by bench/gpu_check.sh): NCCL, FSDP2 + hf rollout, 5 GRPO steps, memory, MFU;
 then the SGLang hybrid engine when sglang is importable.
 
-    python bench/gpu_check.py --out DIR [--steps 5] [--preset demo] [--peak-tflops 989] [--device cuda]
+    python bench/gpu_check.py --out DIR [--steps 5] [--preset demo] [--device cuda]
                               [--sglang auto|skip|only] [--sglang-steps 3] [--sglang-mem-fraction 0.2]
                               [--sglang-engine-kwargs '{"attention_backend": "triton"}']
     python bench/gpu_check.py --from-json DIR/results.json --write docs/benchmarks.md   # back from the device
@@ -17,10 +17,10 @@ runs the same wiring over gloo on the CPU (the tests' and bench/gpu_session.sh -
 --from-json renders an earlier results.json; --write puts it between docs/benchmarks.md's
 `<!-- bench:gpu_check:begin/end -->` markers.
 
-MFU of the update: 6 * parameters * tokens (forward + backward of prompt+response tokens, the usual
-dense estimate; attention FLOPs ignored, small at these lengths) / timing_s/update_actor / peak bf16
-FLOP/s of the GPU (--peak-tflops; H100/H200 SXM dense bf16: 989). On a model this small the GPU is
-mostly idle (launch-bound): the figure checks the plumbing, not the hardware.
+MFU of the update: the trainer's perf/mfu/actor (trainer/flops.py: verl's FLOP count of the update
+over the step's sequences / the update's seconds / verl's peak bf16 FLOP/s for the device, 989 for
+H100/H200); "n/a" where the trainer reports none (the CPU, a GPU outside verl's table). On a model
+this small the GPU is mostly idle (launch-bound): the figure checks the plumbing, not the hardware.
 
 SGLang section (`sglang_section`; "not run: sglang not installed" where it is not importable): the
 same trainer with actor_rollout_ref.rollout.name=sglang on the same tiny model, --sglang-steps GRPO
@@ -66,6 +66,18 @@ def save(out: Path | None, result: dict) -> None:
     (out / "results.md").write_text(render(result))
 
 
+def _mfu(m: dict) -> str:
+    """A step's perf/mfu/actor as a percentage, "n/a" when the trainer reported none."""
+    v = m.get("perf/mfu/actor")
+    return "n/a" if v is None else f"{100 * v:.3f}%"
+
+
+def _mean_mfu(steps: list[dict]) -> float | None:
+    """The mean perf/mfu/actor over the steps that report it (None when none does)."""
+    vals = [m["perf/mfu/actor"] for m in steps if "perf/mfu/actor" in m]
+    return sum(vals) / len(vals) if vals else None
+
+
 def render(result: dict) -> str:
     """results.md: the main check's table (the SGLang section is appended by run_sglang_section)."""
     nccl = result.get("nccl") or {}
@@ -79,7 +91,7 @@ def render(result: dict) -> str:
     for i, m in enumerate(steps, 1):
         md.append(f"| {i} | {m['timing_s/step']:.3f} | {m['timing_s/gen']:.3f} | {m['timing_s/update_actor']:.3f} | "
                   f"{m.get('timing_s/reshard', 0):.4f} | {m.get('perf/weight_sync_mb', 0):.2f} | "
-                  f"{100 * m['perf/mfu/actor_update']:.3f}% | {m.get('perf/max_memory_allocated_gb', 0):.3f} |")
+                  f"{_mfu(m)} | {m.get('perf/max_memory_allocated_gb', 0):.3f} |")
     if result.get("steps_planned") and len(steps) < result["steps_planned"]:
         md.append(f"\n{len(steps)} of {result['steps_planned']} steps finished when this was written.")
     memory = result.get("memory_timeline")
@@ -112,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="the results folder (required unless --from-json)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--preset", default="demo", choices=["smoke", "demo"])
-    ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -220,13 +231,11 @@ def run_steps(args: argparse.Namespace, result: dict, out: Path) -> list[dict]:
         for s in range(1, args.steps + 1):
             m = trainer.train_step(s)
             emitter.metrics(s, m)
-            flops = 6 * n_params * m["perf/total_num_tokens"]
-            m["perf/mfu/actor_update"] = flops / max(1e-9, m["timing_s/update_actor"]) / (args.peak_tflops * 1e12)
             steps.append(m)
             save(out, result)
             print(f"step {s}: {m['timing_s/step']:.3f} s, update {m['timing_s/update_actor']:.3f} s, "
                   f"sync {m.get('timing_s/reshard', 0):.4f} s / {m.get('perf/weight_sync_mb', 0):.2f} MB, "
-                  f"MFU(update) {100 * m['perf/mfu/actor_update']:.3f}%, "
+                  f"MFU(update) {_mfu(m)}, "
                   f"max alloc {m.get('perf/max_memory_allocated_gb', 0):.3f} GB", flush=True)
     finally:
         trainer.close()
@@ -238,7 +247,7 @@ def run_steps(args: argparse.Namespace, result: dict, out: Path) -> list[dict]:
     used = [m.get("device_used", 0) for m in memory]
     result.update(memory_timeline=memory, phases_seen=sorted({m["phase"] for m in memory}),
                   mean_step_s=sum(m["timing_s/step"] for m in steps[1:]) / max(1, len(steps) - 1),
-                  mean_mfu_update=sum(m["perf/mfu/actor_update"] for m in steps[1:]) / max(1, len(steps) - 1),
+                  mean_mfu_update=_mean_mfu(steps[1:]),
                   wall_s=time.perf_counter() - t0,
                   nvml={"max_device_used_gb": max(used, default=0) / 2**30,
                         "unavailable": nvml_unavailable("cuda:0") if args.device == "cuda" else "not on a GPU"})

@@ -107,25 +107,3 @@ def test_shared_prompt_counts_each_prompt_once():
     assert total(flops.scoring_work(TOY, [3, 3], [2, 1], phase="ref")) > 1552
     with pytest.raises(ValueError):
         flops.step_work(TOY, [3, 3, 3], [2, 1, 1], group=2)
-
-
-def test_verl_flops_by_hand():
-    # Per layer: MLP 4*8*3 = 96, attention projections 4*(4+2+2+4) = 48; one layer + 2*10*4 = 80 for the
-    # embedding and the LM head: N = 224. Sequences of 5 and 3 tokens: 6*224*8 = 10752 dense;
-    # attention 6*(25+9)*head_dim 2*heads 2*layers 1 = 816.
-    assert flops.verl_flops(TOY, [5, 3]) == 10752 + 816
-    assert flops.verl_mfu(TOY, [5, 3], 2.0, 1000.0, ppo_epochs=2, world=4) == pytest.approx(11568 * 2 / 2 / 1000 / 4)
-
-
-def test_verl_peak_by_device_name():
-    assert flops.verl_peak_flops("NVIDIA H200") == 989e12
-    assert flops.verl_peak_flops("NVIDIA H100 80GB HBM3") == 989e12
-    assert flops.verl_peak_flops("cpu") is None
-
-
-def test_qwen25_05b_shapes_count():
-    # Qwen2.5-0.5B: 24 layers, hidden 896, 14 heads (64 dims), 2 KV heads, MLP 4864, vocab 151,936.
-    qwen = flops.ModelShape(hidden=896, layers=24, heads=14, kv_heads=2, head_dim=64, ffn=4864, vocab=151_936)
-    n = 24 * (896 * 4864 * 3 + 896 * (896 + 128 + 128 + 896)) + 2 * 151_936 * 896
-    assert n == 630_095_872  # 0.63 G counted (the 0.49 G weights with the tied embedding counted twice)
-    assert flops.verl_flops(qwen, [1000]) == 6 * n * 1000 + 6 * 1000**2 * 64 * 14 * 24
