@@ -1,12 +1,13 @@
 """API routes of telemetry, included by rlstudio.api.urls before the runs router (docs/api.md paths)."""
 from django.urls import path
 
-from . import api
+from . import api, downloads
 
 urlpatterns = [
     path("runs/compare/", api.RunCompareView.as_view(), name="runs-compare"),
     path("runs/<int:run_id>/events/", api.run_events_ingest, name="run-events"),
     path("runs/<int:run_id>/metrics/", api.RunMetricsView.as_view(), name="run-metrics"),
+    path("runs/<int:run_id>/metrics.csv", downloads.RunMetricsCsvView.as_view(), name="run-metrics-csv"),
     path("runs/<int:run_id>/samples/", api.RunSamplesView.as_view(), name="run-samples"),
     path("runs/<int:run_id>/samples/<int:sample_id>/", api.RunSampleDetailView.as_view(), name="run-sample"),
     path("runs/<int:run_id>/groups/", api.RunGroupView.as_view(), name="run-groups"),
