@@ -5,8 +5,7 @@ locked out every key, a valid one too, answers 429 with Retry-After.
 """
 from rest_framework import authentication, exceptions
 
-from .services import api_token_authenticate
-from .throttle import cooloff_minutes, lockout_message, token_attempt_allowed, token_failure_record
+from .throttle import api_token_throttled, cooloff_minutes, lockout_message
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):
@@ -25,16 +24,10 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         except UnicodeDecodeError:
             key = parts[1].decode("latin-1")  # never a valid key, but counted as a failure
         django_request = request._request
-        if not token_attempt_allowed(request=django_request, key=key):
+        token, locked = api_token_throttled(request=django_request, key=key)
+        if locked:  # answered here, as JSON (axes' middleware would answer with the login page)
             raise self._locked_out(django_request)
-        token = api_token_authenticate(key=key)
         if token is None:
-            token_failure_record(request=django_request, key=key)
-            if getattr(django_request, "axes_locked_out", False):
-                # This failure was the one over the limit: answer it here, as JSON (axes' middleware
-                # would turn a flagged request into the login page's lockout).
-                django_request.axes_locked_out = False
-                raise self._locked_out(django_request)
             raise exceptions.AuthenticationFailed("Invalid token.")
         return token.user, token
 

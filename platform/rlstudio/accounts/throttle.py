@@ -61,3 +61,24 @@ def token_failure_record(*, request: HttpRequest, key: str) -> None:
     """Count one failed API token against the address and the token's prefix."""
     AxesProxyHandler.user_login_failed(sender=token_failure_record, credentials=_token_credentials(key),
                                        request=request)
+
+
+def api_token_throttled(*, request: HttpRequest, key: str):
+    """(the active ApiToken for `key` or None, locked): the one throttled token check of every way a
+    token comes in (the API's `Authorization: Token` header, the upload gate, a websocket's `?token=`).
+
+    While the address or the key's prefix is locked out, no token is looked up: (None, True), the
+    right key too. A key that is not a token counts one failure; when that failure is the one over
+    the limit the answer is (None, True) as well (and the request's axes flag is cleared, so that
+    axes' middleware does not answer a request it never saw with the login page's lockout)."""
+    from .services import api_token_authenticate
+
+    if not token_attempt_allowed(request=request, key=key):
+        return None, True
+    token = api_token_authenticate(key=key)
+    if token is not None:
+        return token, False
+    token_failure_record(request=request, key=key)
+    locked = bool(getattr(request, "axes_locked_out", False))
+    request.axes_locked_out = False
+    return None, locked

@@ -3,7 +3,9 @@
 `SameOriginValidator` wraps everything: a handshake from another origin is refused with 403.
 `ApiTokenQueryAuthMiddleware` sits inside Channels' AuthMiddlewareStack, for scripts that hold no
 session cookie: a token in the query string, when present, decides the user (an invalid one leaves
-the connection anonymous, so the consumer closes it with 4401).
+the connection anonymous, so the consumer closes it with 4401). Its failures are throttled as the
+API's `Authorization: Token` header's are (`throttle.api_token_throttled`, per client address and
+per key prefix): while locked out, even the right key leaves the connection anonymous.
 """
 from urllib.parse import parse_qs, urlsplit
 
@@ -11,14 +13,18 @@ from channels.db import database_sync_to_async
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest
 from django.http.request import validate_host
 
-from .services import api_token_authenticate
+from .throttle import api_token_throttled
 
 
 @database_sync_to_async
-def _user_for_key(key: str):
-    token = api_token_authenticate(key=key)
+def _user_for_key(key: str, *, client_ip: str, path: str):
+    """The user of API token `key`, or AnonymousUser (invalid, or this address / prefix locked out)."""
+    request = HttpRequest()
+    request.META.update(REMOTE_ADDR=client_ip, PATH_INFO=path)
+    token, _locked = api_token_throttled(request=request, key=key)
     return token.user if token is not None else AnonymousUser()
 
 
@@ -32,7 +38,9 @@ class ApiTokenQueryAuthMiddleware:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         keys = query.get("token")
         if keys:
-            scope = dict(scope, user=await _user_for_key(keys[0]))
+            client = scope.get("client") or ("", 0)  # Daphne --proxy-headers puts X-Forwarded-For here
+            user = await _user_for_key(keys[0], client_ip=str(client[0] or ""), path=scope.get("path", ""))
+            scope = dict(scope, user=user)
         return await self.inner(scope, receive, send)
 
 

@@ -127,9 +127,7 @@ def credentials_refusal(*, cookie: str | None, authorization: str | None, client
     from django.contrib.auth import get_user
     from django.http import HttpRequest, parse_cookie
 
-    from rlstudio.accounts.services import api_token_authenticate
-    from rlstudio.accounts.throttle import (cooloff_minutes, lockout_message, token_attempt_allowed,
-                                            token_failure_record)
+    from rlstudio.accounts.throttle import api_token_throttled, cooloff_minutes, lockout_message
 
     unauthenticated = Refusal(401, "not_authenticated", "log in or send 'Authorization: Token <key>' "
                               "before uploading", www_authenticate="Token")
@@ -138,12 +136,12 @@ def credentials_refusal(*, cookie: str | None, authorization: str | None, client
         request = HttpRequest()
         request.META.update(REMOTE_ADDR=client_ip, PATH_INFO=path)
         key = parts[1] if len(parts) == 2 else ""
-        if not token_attempt_allowed(request=request, key=key):
+        token, locked = api_token_throttled(request=request, key=key)
+        if token is not None:
+            return None
+        if locked:
             return Refusal(429, "throttled", lockout_message(request, what="failed API tokens") +
                            f" Expected available in {cooloff_minutes(request) * 60} seconds.")
-        if api_token_authenticate(key=key) is not None:
-            return None
-        token_failure_record(request=request, key=key)
         return unauthenticated
     session_key = parse_cookie(cookie or "").get(settings.SESSION_COOKIE_NAME)
     if session_key:

@@ -113,3 +113,41 @@ def test_login_lockout_through_the_real_server(asgi_server, alice):
     right = attempt(PASSWORD)
     assert right.status_code == 429 and LOCKOUT in right.text
     assert 'id="lockout-message"' in right.text and "sessionid" not in web.cookies
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_failed_websocket_tokens_are_throttled_like_the_api(alice, make_run):
+    """`?token=` on a websocket handshake counts failures and honours lockouts as the API's header
+    does: five wrong keys from one address lock it, and then even alice's right key from there is
+    closed 4401 (not signed in), while from another address it is accepted."""
+    import asyncio
+
+    from channels.testing import WebsocketCommunicator
+
+    from rlstudio.config.asgi import application
+
+    run = make_run(alice)
+    key = api_token_create(user=alice).key
+
+    async def close_code(token: str, address: str):
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/?token={token}",
+                                     headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")])
+        comm.scope["client"] = [address, 50000]
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        if await comm.receive_nothing(timeout=1):  # still open: accepted
+            await comm.disconnect()
+            return "open"
+        out = await comm.receive_output(timeout=2)
+        return out.get("code") if out.get("type") == "websocket.close" else out
+
+    async def scenario():
+        guesses = [await close_code(f"rls_guess{i}", "10.0.4.1") for i in range(5)]
+        return guesses, await close_code(key, "10.0.4.1"), await close_code(key, "10.0.4.2")
+
+    guesses, locked, elsewhere = asyncio.run(scenario())
+    assert guesses == [4401] * 5
+    assert AccessAttempt.objects.filter(ip_address="10.0.4.1").exists()
+    assert locked == 4401
+    assert elsewhere == "open"
