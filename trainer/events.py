@@ -16,7 +16,11 @@ assistant turn with a tool-call block that could not be parsed also carries ``ra
 the model wrote it, a string) and ``tool_call_errors`` ([{reason, message}], see trainer.rollout.parser).
 A training sample may carry its GRPO group as the step computed it (``group_size``, ``group_mean``,
 ``group_std``: the scores of the samples of its prompt, trainer.algorithms.advantages); the trainer
-reports whole groups.
+reports whole groups. It also carries the prompt's stable identity, beside the per-draw ``uid``
+(verl's uid: new every time the prompt enters a batch, so GRPO groups one draw) and ``index`` (the
+sample within its group): ``prompt_split`` (``train`` | ``val``), ``prompt_index`` (the dataset row,
+verl's ``index`` of the row) and ``prompt_hash`` (trainer.types.prompt_hash of the rendered prompt);
+the platform follows a prompt across steps by split and hash. Older events have none of the three.
 
 Why one file of ~600 lines: it is the wire contract between two programs that never import each
 other's code, and a reader checks a change to it in one place (one dataclass and one checker per
@@ -51,7 +55,14 @@ FINISH_REASONS = ("stop", "length", "tool_calls", "error")
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 # Sample fields left out of the wire form when unset (older events have none of them).
 SAMPLE_OPTIONAL_KEYS = ("reward_extra", "data_source", "ground_truth", "tool_calls", "token_view",
-                        "group_size", "group_mean", "group_std")
+                        "group_size", "group_mean", "group_std", "prompt_split", "prompt_index", "prompt_hash")
+PROMPT_SPLITS = ("train", "val")  # a sample's prompt_split: data.train_files or data.val_files
+PROMPT_HASH_CHARS = 32  # a prompt_hash: this many lowercase hex digits
+
+
+def is_prompt_hash(value: str) -> bool:
+    """Whether `value` has a prompt_hash's form (PROMPT_HASH_CHARS lowercase hex digits)."""
+    return len(value) == PROMPT_HASH_CHARS and not value.strip("0123456789abcdef")
 
 
 class EventError(ValueError):
@@ -119,6 +130,12 @@ class SampleData:
     group_size: Union[int, None] = None
     group_mean: Union[float, None] = None
     group_std: Union[float, None] = None
+    # The prompt's stable identity (None in events of older trainers): the data it was read from, its
+    # dataset row there (verl's row `index`; `index` above is the sample within its group), and the
+    # content hash of the rendered prompt. The uid is new at every draw; these are not.
+    prompt_split: Union[str, None] = None
+    prompt_index: Union[int, None] = None
+    prompt_hash: Union[str, None] = None
 
 
 @dataclass
@@ -486,7 +503,17 @@ def _sample(c: _Checker, d: Mapping[str, Any]) -> SampleData:
         group_size=c.int_(d, "group_size", "data.group_size", minimum=1, optional=True),
         group_mean=c.num(d, "group_mean", "data.group_mean", optional=True),
         group_std=c.num(d, "group_std", "data.group_std", optional=True),
+        prompt_split=c.str_(d, "prompt_split", "data.prompt_split", choices=PROMPT_SPLITS, optional=True),
+        prompt_index=c.int_(d, "prompt_index", "data.prompt_index", optional=True),
+        prompt_hash=_prompt_hash(c, d),
     )
+
+
+def _prompt_hash(c: _Checker, d: Mapping[str, Any]) -> Union[str, None]:
+    value = c.str_(d, "prompt_hash", "data.prompt_hash", optional=True)
+    if value is not None and not is_prompt_hash(value):
+        c.fail("data.prompt_hash", f"must be {PROMPT_HASH_CHARS} lowercase hex digits")
+    return value
 
 
 def _memory(c: _Checker, d: Mapping[str, Any]) -> MemoryData:

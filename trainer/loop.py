@@ -348,7 +348,7 @@ class Trainer:
             return {}
         t0 = time.perf_counter()
         v = self.cfg.actor_rollout_ref.rollout.val_kwargs
-        items = all_items(self.val_ds)
+        items = all_items(self.val_ds, split="val")
         shown = {items[i // v.n].uid for i in pick_groups([it.uid for it in items for _ in range(v.n)],
                                                          self.cfg.report.val_samples)}
         sources: list[str] = []

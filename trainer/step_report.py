@@ -19,6 +19,7 @@ import torch
 from trainer.algorithms.metrics import compute_count_metrics, compute_data_metrics, verl_num_turns, zero_adv_group_ratio
 from trainer.config import Config
 from trainer.scoring import Experience
+from trainer.types import prompt_hash
 from trainer.workers.experience import ExperienceBatch
 
 
@@ -135,7 +136,8 @@ def emit_samples(emitter: Any, tokenizer: Any, cfg: Config, step: int, exp: Expe
                           finish_reason=tr.finish_reason, messages=jsonable(tr.messages),
                           reward_extra=jsonable(tr.reward_extra), data_source=tr.prompt.data_source or None,
                           ground_truth=jsonable(tr.prompt.ground_truth), tool_calls=int(tr.tool_calls),
-                          token_view=view, validation=validation)
+                          token_view=view, validation=validation, prompt_split=tr.prompt.split,
+                          prompt_index=int(tr.prompt.index), prompt_hash=prompt_hash(tr.prompt.prompt_ids))
         if group is not None:
             data.group_mean, data.group_std = _finite(group[0][i]), _finite(group[1][i])
             data.group_size = int(group[2][i])

@@ -9,16 +9,24 @@ template produced (prompt, tool replies, generation prompts): never re-encoded f
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def prompt_hash(prompt_ids: list[int]) -> str:
+    """The content hash of a rendered prompt: 32 hex digits (BLAKE2b-128) of its chat-templated token
+    ids, so the same prompt text (same template, tools and tokenizer) has the same hash in any epoch,
+    after a resume or a reshuffle, whatever its batch uid."""
+    return hashlib.blake2b(",".join(map(str, prompt_ids)).encode("ascii"), digest_size=16).hexdigest()
 
 
 @dataclass
 class PromptItem:
     """One dataset row as the rollout sees it."""
 
-    uid: str  # unique per prompt per step (GRPO groups samples by it)
-    index: int  # row index in the dataset (stable across epochs: used to follow a prompt)
+    uid: str  # unique per prompt per batch draw (verl's uid: GRPO groups samples by it)
+    index: int  # row index in the dataset (verl's index; stable across epochs: used to follow a prompt)
     messages: list[dict[str, Any]]  # the prompt as chat messages (system / user ...)
     prompt_ids: list[int]  # chat-templated prompt with the tool schemas and the generation prompt
     data_source: str = ""  # selects the reward function (verl's data.reward_fn_key)
@@ -26,6 +34,7 @@ class PromptItem:
     tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI function schemas offered
     tools_kwargs: dict[str, Any] = field(default_factory=dict)  # verl extra_info.tools_kwargs
     extra_info: dict[str, Any] = field(default_factory=dict)
+    split: str = "train"  # "train" | "val": data.train_files or data.val_files (index counts within it)
 
 
 @dataclass

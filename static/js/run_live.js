@@ -316,18 +316,30 @@
 
   function fmt(v) { return v == null ? "" : Number(v).toFixed(3); }
 
-  // The prompt's text by uid, from the rows the samples API gave: a sample pushed live carries no
-  // transcript, its row borrows the text when the prompt was seen, and the table is fetched again
-  // shortly after (refreshSamplesSoon) to fill in the others.
+  // The prompt's text by its key (split:hash, or the uid where a sample has no hash), from the rows
+  // the samples API gave: a sample pushed live carries no transcript, its row borrows the text when
+  // the prompt was seen, and the table is fetched again shortly after (refreshSamplesSoon) to fill
+  // in the others.
   const promptOf = new Map();
 
+  // A prompt's page: by its stable key (split and content hash: every step it was drawn at), or by
+  // the draw's uid for samples stored without one (that page shows the one draw, history unknown).
+  function promptHref(s) {
+    const q = s.prompt_hash
+      ? `prompt_split=${encodeURIComponent(s.prompt_split)}&prompt_hash=${encodeURIComponent(s.prompt_hash)}`
+      : `uid=${encodeURIComponent(s.uid)}`;
+    return `/runs/${runId}/prompts/?${q}`;
+  }
+
   function promptCell(tr, s) {
-    if (s.prompt !== undefined) promptOf.set(s.uid, { prompt: s.prompt, short: s.prompt_short });
-    const known = promptOf.get(s.uid);
+    // Known by its content hash where the sample has one (the same prompt at another step shares it).
+    const key = s.prompt_hash ? `${s.prompt_split}:${s.prompt_hash}` : s.uid;
+    if (s.prompt !== undefined) promptOf.set(key, { prompt: s.prompt, short: s.prompt_short });
+    const known = promptOf.get(key);
     const td = cell(tr, "");
     td.className = "prompt";
     // title and textContent take text: a prompt that looks like HTML stays text.
-    const a = link(`/runs/${runId}/prompts/?uid=${encodeURIComponent(s.uid)}`, known ? known.short || "(no user message)" : "…");
+    const a = link(promptHref(s), known ? known.short || "(no user message)" : "…");
     if (known) a.title = known.prompt;
     const uid = document.createElement("span");
     uid.className = "uid";
@@ -350,8 +362,8 @@
   }
 
   for (const td of body.querySelectorAll("td.prompt")) {  // the server-rendered rows
-    const a = td.querySelector("a"), uid = td.querySelector(".uid");
-    if (a && uid && a.hasAttribute("title")) promptOf.set(uid.title, { prompt: a.title, short: a.textContent });
+    const a = td.querySelector("a"), key = td.dataset.promptKey;
+    if (a && key && a.hasAttribute("title")) promptOf.set(key, { prompt: a.title, short: a.textContent });
   }
 
   let refreshTimer = null;

@@ -1,7 +1,9 @@
 """The prompt loader: seeded per-epoch shuffling, fixed-size batches, a resumable position.
 
 `PromptLoader.next_batch()` returns `(epoch, [PromptItem])` with a fresh uid per prompt (GRPO groups
-samples by uid). Its state `{epoch, position, seed, size}` goes into every checkpoint.
+samples by uid, so it is new at every draw) and the row's stable identity beside it: its split
+("train") and dataset row `index`; with `trainer.types.prompt_hash` of its prompt ids that is what a
+sample event reports to follow one prompt across training. Its state `{epoch, position, seed, size}` goes into every checkpoint.
 
 Epoch boundaries (the verl pitfall, verl #7401): the loader never stores an "exhausted" state. A state
 saved after the last batch of an epoch has `position == batches_per_epoch`; the next call rolls over to
@@ -61,7 +63,7 @@ class PromptLoader:
             items.append(PromptItem(uid=uuid.uuid4().hex, index=r.index, messages=r.messages,
                                     prompt_ids=list(r.prompt_ids), data_source=r.data_source,
                                     ground_truth=r.ground_truth, tools=r.tools, tools_kwargs=r.tools_kwargs,
-                                    extra_info=r.extra_info))
+                                    extra_info=r.extra_info, split="train"))
         return self.epoch, items
 
     def state_dict(self) -> dict[str, Any]:
@@ -77,11 +79,13 @@ class PromptLoader:
         self.seed = int(state.get("seed", self.seed))
 
 
-def all_items(dataset: PromptDataset) -> list[PromptItem]:
-    """Every record as a PromptItem (validation: the whole set, in order, fresh uids)."""
+def all_items(dataset: PromptDataset, *, split: str = "val") -> list[PromptItem]:
+    """Every record as a PromptItem (validation: the whole set, in order, fresh uids; `split` says which
+    data the rows are from)."""
     return [PromptItem(uid=uuid.uuid4().hex, index=r.index, messages=r.messages, prompt_ids=list(r.prompt_ids),
                        data_source=r.data_source, ground_truth=r.ground_truth, tools=r.tools,
-                       tools_kwargs=r.tools_kwargs, extra_info=r.extra_info) for r in dataset.records]
+                       tools_kwargs=r.tools_kwargs, extra_info=r.extra_info, split=split)
+            for r in dataset.records]
 
 
 def chunks(items: list[PromptItem], size: int | None) -> list[list[PromptItem]]:

@@ -4,7 +4,8 @@
                          `{"events": [...]}` (optionally `Content-Encoding: gzip`); routed to
                          `run_events_ingest`, which runs RunEventsIngestView off the request's thread
   GET  metrics/          ?after_step=&limit= (a page of rows in step order; since_step= is after_step's old name)
-  GET  samples/          ?step=&uid=&min_reward=&max_reward=&finish_reason=&has_tool_call=&order=&limit=&offset=
+  GET  samples/          ?step=&uid=&prompt_split=&prompt_hash=&min_reward=&max_reward=&finish_reason=&has_tool_call=
+                         &order=&limit=&offset=
   GET  samples/{sid}/    the whole transcript and token view
   GET  groups/?step=&uid=   one GRPO group with mean / std / flat
   GET  memory/           ?since= (ISO 8601 or unix seconds)
@@ -37,7 +38,7 @@ from rlstudio.api.pagination import CountResultsPagination
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage
 from rlstudio.runs.services import run_token_check
-from trainer.events import FINISH_REASONS
+from trainer.events import FINISH_REASONS, PROMPT_HASH_CHARS, PROMPT_SPLITS, is_prompt_hash
 
 from . import codec
 from . import selectors as sel
@@ -74,6 +75,18 @@ def _float_param(params, name: str) -> float | None:
     return value
 
 
+def prompt_key_from(params) -> tuple[str | None, str | None]:
+    """`prompt_split` and `prompt_hash` of a query string (a prompt's stable key; each None when
+    absent); ApiError naming the one that is not a split or not a hash."""
+    split = params.get("prompt_split") or None
+    if split is not None and split not in PROMPT_SPLITS:
+        raise ApiError(f"prompt_split must be one of {', '.join(PROMPT_SPLITS)}", field="prompt_split")
+    digest = params.get("prompt_hash") or None
+    if digest is not None and not is_prompt_hash(digest):
+        raise ApiError(f"prompt_hash must be {PROMPT_HASH_CHARS} lowercase hex digits", field="prompt_hash")
+    return split, digest
+
+
 def sample_filter_from(params) -> sel.SampleFilter:
     """Parse the samples table's query string (shared by the API and the pages); ApiError when bad."""
     finish = params.get("finish_reason") or None
@@ -82,8 +95,10 @@ def sample_filter_from(params) -> sel.SampleFilter:
     order = params.get("order") or "seq"
     if order not in sel.SAMPLE_ORDERS:
         raise ApiError(f"order must be one of {', '.join(sel.SAMPLE_ORDERS)}", field="order")
+    split, digest = prompt_key_from(params)
     return sel.SampleFilter(
         step=_int_param(params, "step", minimum=0), uid=params.get("uid") or None,
+        prompt_split=split, prompt_hash=digest,
         min_reward=_float_param(params, "min_reward"), max_reward=_float_param(params, "max_reward"),
         finish_reason=finish, has_tool_call=bool_param(params, "has_tool_call"), order=order,
     )
@@ -250,7 +265,8 @@ class RunMetricsView(_RunReadView):
 
 class RunSamplesView(_RunReadView):
     @extend_schema(parameters=[OpenApiParameter(n, str, required=False) for n in (
-        "step", "uid", "min_reward", "max_reward", "finish_reason", "has_tool_call", "order", "limit", "offset")],
+        "step", "uid", "prompt_split", "prompt_hash", "min_reward", "max_reward", "finish_reason", "has_tool_call",
+        "order", "limit", "offset")],
         responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
         qs = sel.samples_for(run=self.run, flt=sample_filter_from(request.query_params))

@@ -44,8 +44,16 @@ class Sample(models.Model):
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="samples")
     seq = models.BigIntegerField()
     step = models.IntegerField()
-    uid = models.CharField(max_length=128, help_text="The prompt's id (its GRPO group).")
+    uid = models.CharField(max_length=128, help_text="The prompt's id in this batch draw (its GRPO group).")
     index = models.IntegerField(help_text="Index of the sample within its group.")
+    # The prompt's stable identity across steps (null on samples of trainers that did not report it):
+    # a prompt is followed across training by (run, prompt_split, prompt_hash).
+    prompt_split = models.CharField(max_length=8, null=True, blank=True,
+                                    help_text="The data the prompt was read from: train or val.")
+    prompt_index = models.IntegerField(null=True, blank=True,
+                                       help_text="The prompt's row in that data (verl's row index).")
+    prompt_hash = models.CharField(max_length=32, null=True, blank=True,
+                                   help_text="Content hash of the rendered prompt (trainer.types.prompt_hash).")
     reward = models.FloatField(null=True, blank=True)
     advantage = models.FloatField(null=True, blank=True)
     response_length = models.IntegerField(default=0)
@@ -62,6 +70,7 @@ class Sample(models.Model):
         indexes = [
             models.Index(fields=["run", "step"], name="sample_run_step_idx"),
             models.Index(fields=["run", "reward"], name="sample_run_reward_idx"),
+            models.Index(fields=["run", "prompt_hash"], name="sample_run_prompt_idx"),
         ]
 
     def __str__(self) -> str:

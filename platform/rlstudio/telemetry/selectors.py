@@ -3,8 +3,8 @@ for staff (rlstudio.runs.selectors.visible_runs); another user's unshared run is
 
 Pure reads returning plain dicts (the API answers them as JSON, the pages embed them with
 json_script): metrics per step, sample summaries with filters, one sample whole, a GRPO group with
-its statistics (the trainer's own where its samples carry them), one prompt across training, the
-memory timeline and the log tail.
+its statistics (the trainer's own where its samples carry them), one prompt across training (by its
+stable key, split and content hash, within the run), the memory timeline and the log tail.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from .redact import event_for_viewer
 SAMPLE_ORDERS = ("reward", "-reward", "step", "-step", "response_length", "-response_length",
                  "num_turns", "-num_turns", "advantage", "-advantage", "index", "seq", "-seq")
 SUMMARY_FIELDS = ("id", "seq", "step", "uid", "index", "reward", "advantage", "response_length",
-                  "num_turns", "finish_reason", "has_tool_call")
+                  "num_turns", "finish_reason", "has_tool_call", "prompt_split", "prompt_index", "prompt_hash")
 # Rewards this close count as identical: a group whose rewards are all identical has zero advantage.
 SAME_REWARD_TOL = 1e-9
 
@@ -74,6 +74,8 @@ class SampleFilter:
 
     step: int | None = None
     uid: str | None = None
+    prompt_split: str | None = None
+    prompt_hash: str | None = None
     min_reward: float | None = None
     max_reward: float | None = None
     finish_reason: str | None = None
@@ -90,6 +92,10 @@ def samples_for(*, run: Run, flt: SampleFilter) -> QuerySet[Sample]:
         qs = qs.filter(step=flt.step)
     if flt.uid is not None:
         qs = qs.filter(uid=flt.uid)
+    if flt.prompt_split is not None:
+        qs = qs.filter(prompt_split=flt.prompt_split)
+    if flt.prompt_hash is not None:
+        qs = qs.filter(prompt_hash=flt.prompt_hash)
     if flt.min_reward is not None:
         qs = qs.filter(reward__gte=flt.min_reward)
     if flt.max_reward is not None:
@@ -134,6 +140,13 @@ def sample_rows(*, samples: list[Sample]) -> list[dict[str, Any]]:
         rows.append({**sample_summary_dict(s), "prompt": _shorten(text, PROMPT_MAX),
                      "prompt_short": _shorten(" ".join(text.split()), PROMPT_SHORT)})
     return rows
+
+
+def prompt_text(*, sample_id: int) -> str:
+    """The text of a sample's first user message, up to PROMPT_MAX characters ("" when none)."""
+    text = (Sample.objects.filter(pk=sample_id).annotate(prompt_text=RawSQL(_FIRST_USER_TEXT, (PROMPT_MAX + 1,)))
+            .values_list("prompt_text", flat=True).first())
+    return _shorten(text or "", PROMPT_MAX)
 
 
 def sample_get(*, run: Run, sample_id) -> Sample:
@@ -189,13 +202,16 @@ def _trainer_groups(qs: QuerySet[Sample]) -> dict[tuple[int, str], tuple[Any, An
 
 
 def group_for(*, run: Run, step: int, uid: str) -> dict[str, Any]:
-    """The samples of prompt `uid` at `step`, side by side, with the group's statistics."""
+    """The samples of the draw `uid` at `step`, side by side, with the group's statistics and the
+    prompt's stable key (None, None where its samples carry none)."""
     samples = list(Sample.objects.filter(run=run, step=step, uid=uid).order_by("index", "seq"))
     rewards = [s.reward for s in samples if s.reward is not None]
     details = [sample_detail_dict(s) for s in samples]
     trainer = next(((d["group_size"], d["group_mean"], d["group_std"]) for d in details
                     if d.get("group_mean") is not None), None)
-    return {"step": step, "uid": uid, "samples": details, **group_stats(rewards, trainer)}
+    key = next(((d["prompt_split"], d["prompt_hash"]) for d in details if d["prompt_hash"]), (None, None))
+    return {"step": step, "uid": uid, "prompt_split": key[0], "prompt_hash": key[1], "samples": details,
+            **group_stats(rewards, trainer)}
 
 
 def groups_of_step(*, run: Run, step: int) -> list[dict[str, Any]]:
@@ -210,16 +226,40 @@ def groups_of_step(*, run: Run, step: int) -> list[dict[str, Any]]:
     return [{"uid": uid, **group_stats(rw, trainer.get((step, uid)))} for uid, rw in by_uid.items()]
 
 
-def prompt_history(*, run: Run, uid: str) -> list[dict[str, Any]]:
-    """Prompt `uid` across training: per step (ascending), its samples and group statistics."""
-    qs = Sample.objects.filter(run=run, uid=uid)
+def _draws(qs: QuerySet[Sample]) -> list[dict[str, Any]]:
+    """The samples of `qs` grouped by draw (step, uid) in step order: per draw its step, uid, dataset
+    row, samples (by index) and group statistics (the trainer's where reported)."""
     trainer = _trainer_groups(qs)
-    by_step: dict[int, list[Sample]] = {}
-    for s in qs.only(*SUMMARY_FIELDS).order_by("step", "index"):
-        by_step.setdefault(s.step, []).append(s)
-    return [{"step": step, "samples": [sample_summary_dict(s) for s in ss],
-             **group_stats([s.reward for s in ss if s.reward is not None], trainer.get((step, uid)))}
-            for step, ss in sorted(by_step.items())]
+    draws: dict[tuple[int, str], list[Sample]] = {}
+    for s in qs.only(*SUMMARY_FIELDS).order_by("step", "seq"):
+        draws.setdefault((s.step, s.uid), []).append(s)
+    rows = []
+    for (step, uid), ss in draws.items():
+        ss.sort(key=lambda s: (s.index, s.seq))
+        rows.append({"step": step, "uid": uid, "prompt_index": ss[0].prompt_index,
+                     "samples": [sample_summary_dict(s) for s in ss],
+                     **group_stats([s.reward for s in ss if s.reward is not None], trainer.get((step, uid)))})
+    return rows
+
+
+def prompt_history(*, run: Run, prompt_split: str, prompt_hash: str) -> list[dict[str, Any]]:
+    """One prompt of `run` across training: every draw of it (a step's group, step order) whose samples
+    were stored, found by the prompt's stable key (its split and content hash) within this run only.
+    A prompt drawn twice in a step (an epoch ending inside a dynamic-sampling step) has two rows."""
+    return _draws(Sample.objects.filter(run=run, prompt_split=prompt_split, prompt_hash=prompt_hash))
+
+
+def prompt_key_of(*, run: Run, uid: str) -> tuple[str, str] | None:
+    """(prompt_split, prompt_hash) of the draw `uid` in `run`, None when its samples carry no key
+    (stored from a trainer that did not report it) or there are none."""
+    row = (Sample.objects.filter(run=run, uid=uid, prompt_hash__isnull=False, prompt_split__isnull=False)
+           .values_list("prompt_split", "prompt_hash").first())
+    return None if row is None else (row[0], row[1])
+
+
+def draw_history(*, run: Run, uid: str) -> list[dict[str, Any]]:
+    """The samples of the one draw `uid` of `run` (samples without a prompt key: their history is unknown)."""
+    return _draws(Sample.objects.filter(run=run, uid=uid))
 
 
 def memory_for(*, run: Run, since: datetime | None = None) -> list[dict[str, Any]]:

@@ -61,7 +61,7 @@ S = RunStatus
 TRAINER_STATES = {"running": S.RUNNING, "stopping": S.STOPPING, "stopped": S.STOPPED,
                   "succeeded": S.SUCCEEDED, "failed": S.FAILED}
 SAMPLE_SUMMARY_KEYS = ("step", "uid", "index", "reward", "advantage", "response_length", "num_turns",
-                       "finish_reason", "tool_calls", "validation")
+                       "finish_reason", "tool_calls", "validation", "prompt_split", "prompt_index", "prompt_hash")
 RETENTION_K_MAX = 1_000_000  # a retention's k: samples kept per step, or every k-th step
 
 
@@ -290,7 +290,7 @@ def _counts_per_step(run: Run, steps: set[int]) -> dict[int, int]:
 
 _SAMPLE_COLUMNS = ('seq bigint, step integer, uid varchar, "index" integer, reward float8, advantage float8, '
                    "response_length integer, num_turns integer, finish_reason varchar, has_tool_call boolean, "
-                   "transcript jsonb, token_view text")
+                   "transcript jsonb, token_view text, prompt_split varchar, prompt_index integer, prompt_hash varchar")
 
 
 def _store_samples(run: Run, samples: list[dict[str, Any]]) -> dict[int, int]:
@@ -314,11 +314,15 @@ def _store_samples(run: Run, samples: list[dict[str, Any]]) -> dict[int, int]:
                            # the trainer's GRPO group (whole groups are reported); absent from older runs
                            **{k: d[k] for k in ("group_size", "group_mean", "group_std") if d.get(k) is not None}},
             "token_view": None if view is None else base64.b64encode(json_pack(view)).decode("ascii"),
+            # the prompt's stable identity (absent from older trainers' events: null, history unknown)
+            "prompt_split": d.get("prompt_split"), "prompt_index": d.get("prompt_index"),
+            "prompt_hash": d.get("prompt_hash"),
         })
     sql = ('INSERT INTO telemetry_sample (run_id, seq, step, uid, "index", reward, advantage, response_length, '
-           "num_turns, finish_reason, has_tool_call, transcript, token_view) "
+           "num_turns, finish_reason, has_tool_call, transcript, token_view, prompt_split, prompt_index, prompt_hash) "
            'SELECT %s, u.seq, u.step, u.uid, u."index", u.reward, u.advantage, u.response_length, u.num_turns, '
-           "u.finish_reason, u.has_tool_call, u.transcript, decode(u.token_view, 'base64') "
+           "u.finish_reason, u.has_tool_call, u.transcript, decode(u.token_view, 'base64'), u.prompt_split, "
+           "u.prompt_index, u.prompt_hash "
            f"FROM jsonb_to_recordset(%s::jsonb) AS u({_SAMPLE_COLUMNS}) RETURNING seq, id")
     with connection.cursor() as cur:
         cur.execute(sql, [run.pk, codec.dumps(rows)])

@@ -13,7 +13,9 @@ from typing import Any
 from django.contrib import messages as django_messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 
 from rlstudio.api.errors import ApiError
 from rlstudio.runs.models import RunStatus
@@ -27,7 +29,7 @@ from rlstudio.runs.selectors import (
 )
 
 from . import selectors as sel
-from .api import sample_filter_from
+from .api import prompt_key_from, sample_filter_from
 from .models import RetentionMode, RunRetention
 
 SAMPLES_PAGE = 50
@@ -206,13 +208,65 @@ def group_detail(request, run_id: int):
 
 @login_required
 def prompt_history(request, run_id: int):
-    """`?uid=`: the samples of one prompt at each step, in order."""
+    """One prompt of the run at every step it was drawn: `?prompt_split=&prompt_hash=` (its stable key,
+    looked up within this run only). `?uid=` (one draw's id, as older links name it) redirects to the
+    key of that draw's samples, or shows that draw alone where they carry none (samples stored before
+    the trainer reported the key: their history is unknown)."""
     run = sel.run_visible(user=request.user, run_id=run_id)
+    try:
+        split, digest = prompt_key_from(request.GET)
+    except ApiError as exc:
+        return render(request, "400.html", {"message": str(exc.detail), "field": exc.field}, status=400)
     uid = request.GET.get("uid") or ""
-    if not uid:
-        raise Http404("uid is required")
-    return render(request, "telemetry/prompt_history.html",
-                  {"run": run, "uid": uid, "steps": sel.prompt_history(run=run, uid=uid)})
+    if digest is None or split is None:
+        if not uid:
+            field = "prompt_split" if digest is not None else "prompt_hash"
+            return render(request, "400.html", {"message": f"{field} is required (a prompt is named by "
+                                                           "prompt_split and prompt_hash, or by a draw's uid)",
+                                                "field": field}, status=400)
+        key = sel.prompt_key_of(run=run, uid=uid)
+        if key is not None:
+            return redirect(f"{reverse('telemetry:prompt', args=[run.pk])}?"
+                            f"{urlencode({'prompt_split': key[0], 'prompt_hash': key[1]})}")
+        draws = sel.draw_history(run=run, uid=uid)
+    else:
+        draws = sel.prompt_history(run=run, prompt_split=split, prompt_hash=digest)
+    text = sel.prompt_text(sample_id=draws[0]["samples"][0]["id"]) if draws else ""
+    return render(request, "telemetry/prompt_history.html", {
+        "run": run, "uid": uid, "prompt_split": split, "prompt_hash": digest, "steps": draws,
+        "known": digest is not None, "prompt": text, "rows": sorted({d["prompt_index"] for d in draws
+                                                                     if d["prompt_index"] is not None}),
+        "curve": learning_curve(draws)})
+
+
+CURVE_W, CURVE_H, CURVE_PAD = 640, 180, 28
+
+
+def learning_curve(draws: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """An SVG's coordinates for one prompt's rewards over steps: a dot per sample (its reward) and the
+    line through each draw's group mean; None with fewer than one reward to draw."""
+    rewards = [s["reward"] for d in draws for s in d["samples"] if s["reward"] is not None]
+    means = [d["mean"] for d in draws if d["mean"] is not None]
+    if not rewards:
+        return None
+    lo, hi = min(rewards + means), max(rewards + means)
+    if hi - lo < 1e-9:
+        lo, hi = lo - 0.5, hi + 0.5
+    steps = [d["step"] for d in draws]
+    s0, s1 = min(steps), max(steps)
+
+    def x(step: int) -> float:
+        span = CURVE_W - 2 * CURVE_PAD
+        return round(CURVE_PAD + (span / 2 if s1 == s0 else span * (step - s0) / (s1 - s0)), 1)
+
+    def y(v: float) -> float:
+        return round(CURVE_H - CURVE_PAD - (CURVE_H - 2 * CURVE_PAD) * (v - lo) / (hi - lo), 1)
+
+    return {"w": CURVE_W, "h": CURVE_H, "lo": lo, "hi": hi, "first": s0, "last": s1,
+            "y_lo": y(lo), "y_hi": y(hi), "x_first": x(s0), "x_last": x(s1),
+            "mean_points": " ".join(f"{x(d['step'])},{y(d['mean'])}" for d in draws if d["mean"] is not None),
+            "dots": [{"x": x(d["step"]), "y": y(s["reward"]), "step": d["step"], "reward": s["reward"]}
+                     for d in draws for s in d["samples"] if s["reward"] is not None]}
 
 
 # Colours of the compared runs, in order (Tableau 10, as the run page's charts): the summary's swatch

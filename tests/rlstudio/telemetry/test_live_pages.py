@@ -89,8 +89,11 @@ def test_group_view_stats_and_flat_flag(alice_client, finished):
 
 
 def test_prompt_across_training(alice_client, finished):
+    """These samples carry no prompt key (an older trainer's): `?uid=` shows that uid's samples only,
+    and the page says the prompt's history is unknown (test_prompt_history follows a keyed prompt)."""
     page = alice_client.get(f"/runs/{finished.pk}/prompts/", {"uid": "p<x>"}).content.decode()
     assert page.index("groups/?step=1") < page.index("groups/?step=2")
+    assert "History unknown" in page
     api = alice_client.get(f"/api/v1/runs/{finished.pk}/groups/?step=2&uid=p%3Cx%3E").json()
     assert api["flat"] is True and api["n"] == 2
 

@@ -11,9 +11,12 @@ from django.test import Client, TestCase
 from rlstudio.runs.services import run_create
 from rlstudio.telemetry.selectors import prompt_history
 from rlstudio.telemetry.models import Sample
+from trainer.types import prompt_hash
 
 pytestmark = pytest.mark.django_db
 T0 = 1_764_440_000.0
+# The prompt's stable key as the trainer reports it (the uid is new at each draw).
+KEY = {"prompt_split": "train", "prompt_index": 3, "prompt_hash": prompt_hash([5, 6, 7])}
 RAW = '<tool_call>{"name": "calculator", <script>alert(1)</script></tool_call>'
 
 
@@ -39,10 +42,11 @@ def run_with_groups(alice, make_dataset, make_model):
                             config={}, gpus=0)
     # Step 1: the trainer's group of 4 (mean 0.5, std 0.57735 of its scores), all reported.
     rewards = [0.0, 1.0, 1.0, 0.0]
-    events = [_sample(1 + i, 1, "g", i, r, (r - 0.5) / 0.57735, group_size=4, group_mean=0.5, group_std=0.57735)
-              for i, r in enumerate(rewards)]
-    # Step 2: an older trainer reported 2 of the 4, without statistics: computed from what is stored.
-    events += [_sample(10 + i, 2, "g", i, float(i), 0.0) for i in range(2)]
+    events = [_sample(1 + i, 1, "g", i, r, (r - 0.5) / 0.57735, group_size=4, group_mean=0.5, group_std=0.57735,
+                      **KEY) for i, r in enumerate(rewards)]
+    # Step 2: the same prompt drawn again (a new uid), 2 of the 4 reported without statistics:
+    # computed from what is stored.
+    events += [_sample(10 + i, 2, "g2", i, float(i), 0.0, **KEY) for i in range(2)]
     with TestCase.captureOnCommitCallbacks(execute=True):
         r = Client().post(f"/api/v1/runs/{run.pk}/events/", json.dumps({"events": events}),
                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -65,13 +69,15 @@ def test_group_view_uses_the_trainers_statistics(client_of, run_with_groups):
     page = client_of.get(f"/runs/{run.pk}/groups/?step=1&uid=g").content.decode()
     assert 'class="group-mean">0.5000<' in page and 'class="group-std">0.5774<' in page
     assert 'data-source="trainer"' in page and page.count('class="card sample-card"') == 4
-    old = client_of.get(f"/api/v1/runs/{run.pk}/groups/?step=2&uid=g").json()
+    old = client_of.get(f"/api/v1/runs/{run.pk}/groups/?step=2&uid=g2").json()
     assert (old["n"], old["size"], old["mean"], old["source"]) == (2, None, 0.5, "stored")
     assert old["std"] == pytest.approx(0.70711, abs=1e-5)
     overview = client_of.get(f"/api/v1/runs/{run.pk}/groups/?step=1").json()["groups"]
     assert [(g["uid"], g["std"], g["source"]) for g in overview] == [("g", 0.57735, "trainer")]
-    history = {row["step"]: row for row in prompt_history(run=run, uid="g")}
+    history = {row["step"]: row for row in prompt_history(run=run, prompt_split="train",
+                                                          prompt_hash=KEY["prompt_hash"])}
     assert history[1]["source"] == "trainer" and history[2]["source"] == "stored"
+    assert (history[1]["uid"], history[2]["uid"]) == ("g", "g2")
 
 
 def test_malformed_call_is_shown_escaped(client_of, run_with_groups):
