@@ -88,7 +88,13 @@ def test_cpu_smoke_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
         assert numbers and all(round(v, 6) == v and len(repr(v)) <= 10 for v in numbers)
         assert all(abs(a - s["advantage"]) <= 5e-7 for a, m in zip(tv["advantages"], tv["loss_mask"]) if m == 1)
         assert "chars" in s["reward_extra"] and s["messages"][-1]["role"] in ("assistant", "tool", "user")
-    assert any(e["data"].get("validation") for e in ev if e["type"] == "sample")
+    val = [e["data"] for e in ev if e["type"] == "sample" and e["data"].get("validation")]
+    assert val and {s["prompt_split"] for s in val} == {"val"} and {s["prompt_split"] for s in samples} == {"train"}
+    # the validation pass before training and the one at step 2 report the same rows under the same keys
+    by_step = {}
+    for s in val:
+        by_step.setdefault(s["step"], set()).add((s["prompt_index"], s["prompt_hash"]))
+    assert len(by_step) == 2 and len(set(map(frozenset, by_step.values()))) == 1
     phases = {e["data"]["phase"] for e in ev if e["type"] == "memory"}
     assert {"rollout", "ref", "update", "sync"} <= phases
     assert all(e["data"]["rss"] > 0 for e in ev if e["type"] == "memory")
@@ -146,6 +152,21 @@ def test_resume_equals_uninterrupted_run_across_an_epoch_boundary(tmp_path, tiny
     mb = {e["data"]["step"]: e["data"]["metrics"] for e in eb if e["type"] == "metrics"}
     assert sorted(ma) == sorted(mb) == [1, 2, 3, 4]
     assert mb[3]["training/epoch"] == 1.0
+    # Each prompt is drawn once per epoch under a fresh uid; its sample events carry the same stable
+    # key (split, dataset row, hash of the rendered prompt) in both epochs, across the resume too.
+    draws: dict[tuple, set] = {}
+    for e in eb:
+        d = e["data"]
+        if e["type"] == "sample" and not d.get("validation"):
+            draws.setdefault((d["prompt_split"], d["prompt_index"], d["prompt_hash"]), set()).add((d["step"], d["uid"]))
+    assert sorted(k[1] for k in draws) == [0, 1, 2, 3] and {k[0] for k in draws} == {"train"}
+    assert len({k[2] for k in draws}) == 4
+    for key, seen in draws.items():
+        steps = sorted(step for step, _ in seen)
+        assert len(seen) == 2 and steps[0] in (1, 2) and steps[1] in (3, 4), (key, seen)
+        assert len({uid for _, uid in seen}) == 2
+    keys_a = {(e["data"]["prompt_index"], e["data"]["prompt_hash"]) for e in ea if e["type"] == "sample"}
+    assert keys_a == {(k[1], k[2]) for k in draws}  # the uninterrupted run reports the same keys
     for step in (3, 4):
         for k in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "response_length/mean"):
             assert ma[step][k] == pytest.approx(mb[step][k], abs=1e-6), (step, k)

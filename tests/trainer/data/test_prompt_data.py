@@ -8,6 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from trainer.data import DataError, PromptLoader, build_prompt_dataset, load_prompt_dataset, read_rows
+from trainer.data.loader import all_items
+from trainer.types import prompt_hash
 
 CALC = {"type": "function", "function": {"name": "calculator", "description": "calc",
                                           "parameters": {"type": "object", "properties": {
@@ -114,6 +116,32 @@ def test_overlong_filtered_and_counted_or_truncated(tok):
         ds = build_prompt_dataset(rows, tokenizer=tok, data_cfg=data_cfg(max_prompt_length=limit,
                                                                           filter_overlong_prompts=False, truncation=side))
         assert ds.num_truncated == 1 and ds.records[2].prompt_ids == want
+
+
+def test_a_prompt_keeps_its_stable_key_across_epochs_and_a_resume(tok, tmp_path):
+    """The uid is new at every draw (GRPO groups by it); the split, dataset row and hash of the rendered
+    prompt are the same each epoch, after a resume and whatever the shuffle put it next to."""
+    ds = load_prompt_dataset(str(write_jsonl(tmp_path / "d.jsonl", verl_rows(6))), tokenizer=tok, data_cfg=data_cfg())
+    loader = PromptLoader(ds, batch_size=2, shuffle=True, seed=3)
+    draws = [(e, p) for e, items in (loader.next_batch() for _ in range(6)) for p in items]
+    resumed = PromptLoader(ds, batch_size=2, shuffle=True, seed=3)
+    resumed.load_state_dict({**loader.state_dict(), "epoch": 1, "position": 0})
+    draws += [(1, p) for _ in range(3) for p in resumed.next_batch()[1]]
+    by_row: dict[int, list] = {}
+    for epoch, p in draws:
+        by_row.setdefault(p.index, []).append((epoch, p))
+    assert sorted(by_row) == list(range(6))
+    keys = set()
+    for row, seen in by_row.items():
+        assert [e for e, _ in seen].count(0) == 1 and [e for e, _ in seen].count(1) == 2
+        assert len({p.uid for _, p in seen}) == 3  # a fresh uid per draw
+        key = {(p.split, p.index, prompt_hash(p.prompt_ids)) for _, p in seen}
+        assert key == {("train", row, prompt_hash(ds.records[row].prompt_ids))}
+        keys |= key
+    assert len({k[2] for k in keys}) == 6  # six texts, six hashes
+    val = all_items(ds, split="val")
+    assert [(p.split, p.index) for p in val] == [("val", i) for i in range(6)]
+    assert [prompt_hash(p.prompt_ids) for p in val] == [k[2] for k in sorted(keys, key=lambda k: k[1])]
 
 
 def test_loader_shuffles_per_epoch_and_resumes_at_epoch_boundary(tok, tmp_path):
