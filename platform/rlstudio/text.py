@@ -1,11 +1,13 @@
 """Text on its way in: model text into PostgreSQL, whose text and JSON columns refuse the NUL character
 (U+0000), which a model can generate like any other, so every NUL becomes U+FFFD (the replacement
-character); users' input, where a NUL is refused (`nul_path`), and numbers given as text
+character); users' input, where a NUL is refused (`nul_path`), as is a lone UTF-16 surrogate that
+JSON or YAML escapes can spell (`surrogate_path`), and numbers given as text
 (`ascii_uint`: only the ASCII digits 0-9, which `int()` reads, not every character `isdigit()` calls a
 digit, such as "²"); yes/no words (`yes_no`: one reading for environment variables and query
 parameters)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -35,17 +37,37 @@ def nul_path(value: Any, path: str | None = None) -> str | None:
     """The field path (`a.b`, `a[2].c`) of the first string in `value` (keys included, through lists and
     dicts) that holds a NUL character, `path` itself for a string; None when there is none. A key with
     a NUL is named with its NULs shown as U+FFFD."""
+    return _first_path(value, path, lambda text: "\x00" in text)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """`text` with every lone UTF-16 surrogate (U+D800-U+DFFF, which no UTF-8 encoder takes) as U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def surrogate_path(value: Any, path: str | None = None) -> str | None:
+    """`nul_path` for lone UTF-16 surrogates: JSON may spell one (`"\\ud800"`, half of a pair), and
+    Python reads it into a str that neither PostgreSQL nor a UTF-8 response can take. A key holding
+    one is named with it shown as U+FFFD."""
+    return _first_path(value, path, lambda text: _SURROGATE.search(text) is not None)
+
+
+def _first_path(value: Any, path: str | None, bad) -> str | None:
+    """The path of the first string of `value` (keys included) for which `bad(text)` holds."""
     stack: list[tuple[Any, str | None]] = [(value, path)]
     while stack:  # iterative: a deeply nested body cannot exhaust the recursion limit here
         item, where = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
+            if bad(item):
                 return where
         elif isinstance(item, dict):
             for k, v in reversed(list(item.items())):
-                key = without_nul(k) if isinstance(k, str) else str(k)
+                key = without_surrogates(without_nul(k)) if isinstance(k, str) else str(k)
                 sub = key if where is None else f"{where}.{key}"
-                if isinstance(k, str) and "\x00" in k:
+                if isinstance(k, str) and bad(k):
                     return sub
                 stack.append((v, sub))
         elif isinstance(item, (list, tuple)):

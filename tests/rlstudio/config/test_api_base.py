@@ -57,6 +57,33 @@ def test_json_nested_past_the_recursion_limit_is_a_parse_error(client, method, u
                 or Dataset.objects.exists())
 
 
+@pytest.mark.parametrize("method, url, body, field", [
+    ("post", "/api/v1/configs/", '{"name": "c", "config": {"reward": {"reward_kwargs": {"a": "x\\ud800"}}}}',
+     "config.reward.reward_kwargs.a"),
+    ("post", "/api/v1/runs/", '{"name": "r", "dataset": 1, "model": 1, "config": {"data": {"\\udfff": 1}}}',
+     "config.data.\ufffd"),
+    ("put", "/api/v1/alerts/settings/", '{"webhook": "\\udc00"}', "webhook"),
+    ("post", "/api/v1/playground/sessions/", '{"targets": [{"model": 1}], "messages": [{"role": "user", '
+     '"content": "hi \\ud83d"}]}', "messages[0].content"),
+])
+def test_a_lone_surrogate_in_a_json_body_is_a_400_naming_where(client, method, url, body, field):
+    """JSON may spell a lone UTF-16 surrogate (`"\\ud800"`), which Python reads into a str that no
+    UTF-8 encoder takes: PostgreSQL's json columns refused it (a DataError), and an error that echoed
+    it could not be rendered (UnicodeEncodeError), both 500s. The API's parser refuses such a body
+    with a 400 naming where it is; nothing is stored."""
+    from rlstudio.alerts.models import NotificationSettings
+    from rlstudio.playground.models import PlaygroundSession
+    from rlstudio.runs.models import Run, RunConfig
+
+    r = getattr(client, method)(url, body, content_type="application/json")
+    assert r.status_code == 400, r.content[:300]
+    error = r.json()["error"]
+    assert error["code"] == "parse_error" and error["field"] == field, error
+    assert "lone surrogate" in error["message"]
+    assert not (RunConfig.objects.exists() or Run.objects.exists() or PlaygroundSession.objects.exists()
+                or NotificationSettings.objects.exclude(webhook=None).exists())
+
+
 def test_nul_in_a_query_parameter_of_any_api_route_is_a_400_naming_it(client, alice):
     """The NUL guard (rlstudio.config.nul_guard) answers in the API's error shape under /api/."""
     r = client.get("/api/v1/runs/", {"status": "queued", "search": "a\x00"})
