@@ -28,7 +28,11 @@ def _rows() -> str:
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
-def _sample(seq: int, index: int) -> dict:
+# The prompt's stable key as the trainer reports it (the uid is new at each draw).
+KEY = {"prompt_split": "train", "prompt_index": 0, "prompt_hash": "0123456789abcdef" * 2}
+
+
+def _sample(seq: int, index: int, step: int = 1, uid: str = f"p0{IMG}") -> dict:
     """A sample whose model text, tool call, tool output and token pieces all carry the payloads."""
     messages = [
         {"role": "user", "content": HOSTILE},
@@ -39,7 +43,7 @@ def _sample(seq: int, index: int) -> dict:
     ]
     pieces = ["#", SCRIPT, IMG, ALERT, " 5"]
     return {"seq": seq, "type": "sample", "time": T0 + seq, "data": {
-        "step": 1, "uid": f"p0{IMG}", "index": index, "reward": 1.0, "advantage": 0.5,
+        "step": step, "uid": uid, "index": index, "reward": 1.0, "advantage": 0.5, **KEY,
         "response_length": len(pieces), "num_turns": 2, "finish_reason": "stop", "tool_calls": 1,
         "messages": messages,
         "token_view": {"ids": list(range(10, 10 + len(pieces))), "pieces": pieces,
@@ -106,6 +110,8 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
     assert page.evaluate("window.__noReload") == 1  # appeared live, without a reload
     first = page.locator("#samples-body tr").first
     assert first.locator("td").nth(8).inner_text() == "yes"  # the tool column
+    prompt_href = first.locator("td.prompt a").get_attribute("href")  # run_live.js names the prompt's key
+    assert f"prompt_hash={KEY['prompt_hash']}" in prompt_href and "uid=" not in prompt_href
     assert page.locator("#samples-body img").count() == 0
     _assert_untouched(page, run_title)
     shot(page, "xss-samples-live")
@@ -144,6 +150,10 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
     page.goto(f"/runs/{run.pk}/groups/?step=1")
     _assert_untouched(page, page.title())
     assert page.title() != "pwned"
-    page.goto(f"/runs/{run.pk}/prompts/?uid={sample.uid}")
+    # the same prompt drawn again at step 2 (a new uid): the live row's link shows both steps
+    assert ingest(run.pk, token, [_sample(3, 0, step=2, uid=f"p1{IMG}"), _sample(4, 1, step=2, uid=f"p1{IMG}")])[
+        "accepted"] == 2
+    page.goto(prompt_href)
     _assert_untouched(page, page.title())
     assert page.title() != "pwned" and page.dialogs == []
+    assert [r.get_attribute("data-step") for r in page.locator("tr.prompt-step").all()] == ["1", "2"]
