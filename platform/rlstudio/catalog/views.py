@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from rlstudio.ownership import owned_by_or_staff
+from rlstudio.paging import paged
 
 from .presets import PRESETS
 from .rewardcheck import CheckError, reward_check, reward_names
@@ -32,7 +33,8 @@ def _limits() -> dict:
 
 @login_required
 def dataset_list(request):
-    return render(request, "catalog/dataset_list.html", {"datasets": dataset_list_for(user=request.user)[:500]})
+    page = paged(dataset_list_for(user=request.user), request.GET)
+    return render(request, "catalog/dataset_list.html", {"datasets": list(page.rows), "paged": page})
 
 
 @login_required
@@ -126,8 +128,9 @@ def model_list(request):
             return redirect("catalog:model_list")
         except CatalogRefused as exc:
             error, field = exc.message, exc.field or ""
+    page = paged(model_asset_list_for(user=request.user), request.GET)
     return render(request, "catalog/model_list.html", {
-        "models": model_asset_list_for(user=request.user)[:500], "register_error": error, "register_field": field,
+        "models": list(page.rows), "paged": page, "register_error": error, "register_field": field,
         "model_roots": settings.RLSTUDIO_MODEL_ROOTS, "json": json,
     })
 

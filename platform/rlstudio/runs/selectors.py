@@ -11,7 +11,24 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Func, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    Case,
+    CharField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    JSONField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    When,
+)
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, Coalesce, Now
+from django.db.models.lookups import Exact
 from django.http import Http404
 
 from rlstudio.ownership import get_visible_or_404, owned_by_or_staff
@@ -132,6 +149,39 @@ def run_list_for(*, user: AbstractBaseUser, status: str | None = None,
             shared = Run.shared_with.through.objects.filter(user_id=user.pk).values("run_id")
             qs = qs.filter(Q(visibility=RunVisibility.EVERYONE) | Q(pk__in=shared))
     return _with_latest_metrics(qs).order_by("-created", "-id")
+
+
+def _latest_reward_expr():
+    """The latest `critic/score/mean` of a queryset annotated by `_with_latest_metrics`, as a float
+    (null when the latest step did not report a number)."""
+    value = KeyTransform("critic/score/mean", "latest_metrics")
+    kind = Func(value, function="jsonb_typeof", output_field=CharField())
+    number = Cast(KeyTextTransform("critic/score/mean", "latest_metrics"), FloatField())
+    return Case(When(Exact(kind, "number"), then=number), default=None, output_field=FloatField())
+
+
+# ?sort= keys of the runs list (a leading "-": descending): what each orders by; a run without a value
+# (no reward reported, not started) comes last either way.
+RUN_SORTS = {
+    "created": lambda: F("created"),
+    "name": lambda: F("name"),
+    "status": lambda: F("status"),
+    "step": lambda: F("step"),
+    "started": lambda: F("started"),
+    "owner": lambda: F("owner__username"),
+    "dataset": lambda: F("dataset__name"),
+    "model": lambda: F("model__name"),
+    "reward": _latest_reward_expr,
+    "duration": lambda: ExpressionWrapper(Coalesce(F("finished"), Now()) - F("started"), output_field=DurationField()),
+}
+
+
+def runs_sorted(queryset: QuerySet[Run], sort: str) -> QuerySet[Run]:
+    """`queryset` (from `run_list_for`) ordered by a RUN_SORTS key, `-key` descending, ties by id."""
+    desc = sort.startswith("-")
+    expr = RUN_SORTS[sort.lstrip("-")]()
+    order = expr.desc(nulls_last=True) if desc else expr.asc(nulls_last=True)
+    return queryset.order_by(order, "-id" if desc else "id")
 
 
 def run_get_for(*, user: AbstractBaseUser, run_id) -> Run:

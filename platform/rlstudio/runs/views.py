@@ -9,16 +9,19 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET, require_POST
 
 from rlstudio.catalog.selectors import dataset_list_for
+from rlstudio.paging import paged
 
 from .models import RunStatus
 from .selectors import (
     RUN_SCOPES,
+    RUN_SORTS,
     RunFilter,
     latest_reward,
     run_duration,
     run_filter_choices,
     run_get_for,
     run_list_for,
+    runs_sorted,
 )
 
 
@@ -33,8 +36,25 @@ def _row(run) -> dict:
     return {"run": run, "reward": latest_reward(run), "duration": run_duration(run), "progress": progress}
 
 
-# ?sort= keys of the runs list (a leading "-" = descending); newest first by default.
-SORTS = {"created": "created", "name": "name", "status": "status", "step": "step", "started": "started"}
+# The runs list's columns that sort (?sort=key, ?sort=-key descending), in the table's order; the
+# default is newest first. Dates, steps, rewards and durations sort descending at the first click.
+SORT_COLUMNS = {"name": "Name", "owner": "Owner", "status": "State", "dataset": "Dataset", "model": "Model",
+                "step": "Step", "reward": "Latest reward", "started": "Started", "duration": "Duration"}
+_DESC_FIRST = {"step", "reward", "started", "duration", "created"}
+
+
+def _sort_headers(sort: str, filters: dict) -> dict[str, dict]:
+    """Each sortable column's link (the other direction when it is the sort, else its first direction,
+    keeping the filters) and its aria-sort."""
+    out = {}
+    for key in SORT_COLUMNS:
+        if sort.lstrip("-") == key:
+            nxt, aria = (key if sort.startswith("-") else f"-{key}"), ("descending" if sort.startswith("-")
+                                                                     else "ascending")
+        else:
+            nxt, aria = (f"-{key}" if key in _DESC_FIRST else key), "none"
+        out[key] = {"query": urlencode({"sort": nxt, **filters}), "aria": aria, "label": SORT_COLUMNS[key]}
+    return out
 
 
 def _list_filter(get) -> RunFilter:
@@ -61,19 +81,19 @@ def run_list(request):
     for Delete selected (`run_bulk_delete_view`; static/js/run_list.js)."""
     flt = _list_filter(request.GET)
     sort = request.GET.get("sort") or "-created"
-    if sort.lstrip("-") not in SORTS:
+    if sort.lstrip("-") not in RUN_SORTS:
         sort = "-created"
-    desc = sort.startswith("-")
-    key = SORTS[sort.lstrip("-")]
-    order = [f"-{key}" if desc else key, "-id" if desc else "id"]
-    runs = run_list_for(user=request.user, flt=flt).order_by(*order)[:500]
     filters = {k: v for k, v in (("status", flt.status), ("tag", flt.tag), ("model", flt.model),
                                  ("dataset", flt.dataset), ("q", flt.q), ("scope", flt.scope)) if v}
+    page = paged(runs_sorted(run_list_for(user=request.user, flt=flt), sort), request.GET)
+    runs = list(page.rows)
     return render(
         request,
         "runs/run_list.html",
         {
             "rows": [_row(r) for r in runs],
+            "paged": page,
+            "headers": _sort_headers(sort, filters),
             "status": flt.status,
             "statuses": RunStatus.values,
             "flt": flt,
