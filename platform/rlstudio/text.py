@@ -48,11 +48,16 @@ def without_surrogates(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+def has_surrogate(text: str) -> bool:
+    """Whether `text` holds a lone UTF-16 surrogate (U+D800-U+DFFF)."""
+    return _SURROGATE.search(text) is not None
+
+
 def surrogate_path(value: Any, path: str | None = None) -> str | None:
     """`nul_path` for lone UTF-16 surrogates: JSON may spell one (`"\\ud800"`, half of a pair), and
     Python reads it into a str that neither PostgreSQL nor a UTF-8 response can take. A key holding
     one is named with it shown as U+FFFD."""
-    return _first_path(value, path, lambda text: _SURROGATE.search(text) is not None)
+    return _first_path(value, path, has_surrogate)
 
 
 def _first_path(value: Any, path: str | None, bad) -> str | None:

@@ -6,7 +6,9 @@ to_dict, the config gate) visits as if it were written out: 7 levels of 8 aliase
 level GBs of memory. A run config has no use for them, so `UserYamlLoader` refuses the first anchor
 (`&name`) or alias (`*name`) it meets, before anything is built. It also bounds the document while it is
 composed: MAX_YAML_BYTES of text, MAX_YAML_NODES nodes and MAX_YAML_DEPTH levels of nesting (deeper
-nesting would otherwise end in a RecursionError inside the composer). It reads `1e-6` as a float, as
+nesting would otherwise end in a RecursionError inside the composer). A scalar holding a lone UTF-16
+surrogate (a double-quoted `"\\ud800"` escape without its pair, which no UTF-8 encoder takes, so
+PostgreSQL refused the stored config) is refused at its line. It reads `1e-6` as a float, as
 OmegaConf does for verl's configs. Operator files (the repo's presets, a tool set staff register) are
 not user input and keep plain safe_load.
 """
@@ -16,6 +18,8 @@ import re
 from typing import Any
 
 import yaml
+
+from rlstudio.text import has_surrogate
 
 MAX_YAML_BYTES = 256 * 1024  # a whole default config is about 4 KiB of YAML
 MAX_YAML_NODES = 20_000  # scalars, sequences and mappings; the default config has about 400
@@ -32,7 +36,8 @@ class YamlRefused(yaml.YAMLError):
 
 
 class UserYamlLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors and aliases and stops past MAX_YAML_NODES or MAX_YAML_DEPTH."""
+    """SafeLoader that refuses anchors, aliases and lone surrogates, and stops past MAX_YAML_NODES or
+    MAX_YAML_DEPTH."""
 
     def __init__(self, stream):
         super().__init__(stream)
@@ -47,6 +52,9 @@ class UserYamlLoader(yaml.SafeLoader):
         if getattr(event, "anchor", None) is not None:
             raise YamlRefused(f"YAML anchors (&{event.anchor}) and aliases are not accepted: write the value out",
                               event.start_mark)
+        if isinstance(event, yaml.ScalarEvent) and has_surrogate(event.value):
+            raise YamlRefused("a lone surrogate (a UTF-16 \\ud800-\\udfff escape without its pair) is not "
+                              "text: write the character itself", event.start_mark)
         self._nodes += 1
         if self._nodes > MAX_YAML_NODES:
             raise YamlRefused(f"more than {MAX_YAML_NODES} YAML nodes", event.start_mark)

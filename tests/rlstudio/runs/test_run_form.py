@@ -201,6 +201,24 @@ def test_yaml_past_the_bounds_is_a_form_error_not_a_500(page, ready):
     assert Run.objects.count() == 0
 
 
+def test_a_lone_surrogate_escape_in_yaml_is_a_form_error_not_a_500(page, ready):
+    """YAML's double-quoted "\\ud800" reads into a str no UTF-8 encoder takes (PostgreSQL's json column
+    refused the saved config with a DataError, a 500): the config field's error, with its line."""
+    from rlstudio.runs.models import RunConfig
+
+    text = 'reward:\n  reward_kwargs:\n    a: "x\\ud800"\n'
+    resp = page.post("/runs/new/", _form(ready, config_yaml=text, save_as="s"))
+    assert resp.status_code == 400
+    shown = _field_text(resp.content.decode(), "config_yaml")
+    assert "lone surrogate" in shown and "(line 3)" in shown, shown
+    assert Run.objects.count() == 0 and RunConfig.objects.count() == 0
+    errors = page.post("/runs/new/preview/", _form(ready, config_yaml=text)).json()["errors"]
+    assert errors[0]["field"] == "config" and "lone surrogate" in errors[0]["message"]
+    # YAML's own escape of a character past U+FFFF (\U0001F600, no surrogates) is accepted
+    ok = page.post("/runs/new/preview/", _form(ready, config_yaml='reward:\n  reward_kwargs:\n    a: "\\U0001F600"\n'))
+    assert not [e for e in ok.json()["errors"] if "surrogate" in e["message"]]
+
+
 def test_plain_yaml_still_launches(page, ready):
     text = "actor_rollout_ref:\n  rollout:\n    n: 4\ndata:\n  apply_chat_template_kwargs: {enable_thinking: false}\n"
     resp = page.post("/runs/new/", _form(ready, config_yaml=text))
