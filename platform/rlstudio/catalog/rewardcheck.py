@@ -2,10 +2,12 @@
 reward function and tools, so a user sees 1 for the right answer and 0 for a wrong one before
 spending GPU time.
 
-For each row: the ground truth as "#### <truth>" (correct), a wrong number, the truth without the
-"####" marker, and, per chosen tool, a tool call answering the truth in the model's format (Hermes by
-default; `parser`: the tool-call parser of the model the runs will use) (scored by the reward
-function on the text, and by the tool itself: create → execute → calc_reward → release). Refuses
+For each row: the ground truth as "\\boxed{<truth>}" then "#### <truth>" (correct: the answer forms
+of GSM8K's marker and of MATH's box, so gsm8k, arith, math_boxed, exact_match and multiple_choice all
+read it), a wrong number written the same way, the truth without either marker, and, per chosen
+tool, a tool call answering the truth in the model's format (Hermes by default; `parser`: the
+tool-call parser of the model the runs will use) (scored by the reward function on the text, and by
+the tool itself: create → execute → calc_reward → release). Refuses
 (CheckError) when the dataset and the reward do not fit.
 
 The reward is a built-in (trainer.rewards' registry, scored in this process) or an operator-registered
@@ -64,8 +66,9 @@ def tool_call_text(tool: str, arguments: dict[str, Any], *, parser: str = "herme
 
 
 def candidates(truth: str, tools: list[str], *, parser: str = "hermes") -> list[tuple[str, str]]:
-    out = [("correct", f"The answer is computed above.\n#### {truth}"),
-           ("wrong", f"The answer is computed above.\n#### {_wrong(truth)}"),
+    wrong = _wrong(truth)
+    out = [("correct", f"The answer is computed above: \\boxed{{{truth}}}\n#### {truth}"),
+           ("wrong", f"The answer is computed above: \\boxed{{{wrong}}}\n#### {wrong}"),
            ("no_marker", f"The answer is {truth}.")]
     for tool in tools:
         out.append((f"tool_call:{tool}", tool_call_text(tool, {"answer": truth}, parser=parser)))
