@@ -178,6 +178,8 @@ DATA_CLASSES: dict[str, type] = {
 # The `data` keys each event type allows (validate_event checks every event against them).
 _DATA_KEYS: dict[str, frozenset[str]] = {k: frozenset(cls.__dataclass_fields__) for k, cls in DATA_CLASSES.items()}
 _EVENT_KEYS = frozenset({"seq", "type", "time", "data"})
+# 10000-01-01T00:00:00Z: a later time is no datetime Python reads back (PostgreSQL refused far later ones)
+MAX_EVENT_TIME = 253_402_300_800
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -572,8 +574,8 @@ def validate_event(obj: Any) -> Event:
     seq = c.int_(obj, "seq", "seq", minimum=1)
     kind = c.str_(obj, "type", "type", choices=EVENT_TYPES)
     when = c.num(obj, "time", "time")
-    if when <= 0:
-        c.fail("time", "must be unix seconds > 0")
+    if not 0 < when < MAX_EVENT_TIME:
+        c.fail("time", "must be unix seconds > 0, before the year 10000")
     data = obj.get("data")
     if type(data) is not dict and not isinstance(data, Mapping):
         c.fail("data", "must be an object")

@@ -43,9 +43,16 @@ def nul_path(value: Any, path: str | None = None) -> str | None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def without_surrogates(text: str) -> str:
-    """`text` with every lone UTF-16 surrogate (U+D800-U+DFFF, which no UTF-8 encoder takes) as U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text)
+def without_surrogates(value: Any) -> Any:
+    """`value` with every lone UTF-16 surrogate (U+D800-U+DFFF, which no UTF-8 encoder takes) in its
+    strings (keys included, through lists and dicts) replaced by U+FFFD; anything else as it is."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {without_surrogates(k): without_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def has_surrogate(text: str) -> bool:

@@ -174,6 +174,7 @@ def _with(obj, path, value):
             "event 2: field type must be one of status, heartbeat",
         ),
         (_with(VALID[1], ["time"], -5), "event 2: field time must be unix seconds > 0"),
+        (_with(VALID[1], ["time"], 1e20), "event 2: field time must be unix seconds > 0, before the year 10000"),
         (_with(VALID[1], ["extra"], 1), "event 2: field extra is not allowed"),
         (
             _with(VALID[1], ["data", "bogus"], 1),

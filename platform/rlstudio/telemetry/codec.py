@@ -9,7 +9,8 @@ Where they differ, and what is done:
   * reading NaN / Infinity, a lone surrogate (`"\\ud800"`), a UTF-8 byte order mark or a UTF-16/32
     text: orjson refuses them and `loads` falls back to `json.loads`, which reads them (validation
     then refuses a non-finite number with its usual reason) or raises its usual error for a text that
-    is not JSON at all;
+    is not JSON at all; a lone surrogate, which no UTF-8 encoder (PostgreSQL, a response, a frame)
+    takes, is then read as U+FFFD, as a NUL in model text is stored (`rlstudio.text`);
   * integers beyond 64 bits: orjson reads them as floats (so such a seq or token id is refused as
     "must be an int"; with `json` it reached PostgreSQL's bigint and failed the whole request);
   * writing: a value orjson cannot write (an int beyond 64 bits, a non-str key, a lone surrogate)
@@ -29,6 +30,8 @@ from typing import Any
 
 import orjson
 
+from rlstudio.text import without_surrogates
+
 
 def loads(data: bytes | str) -> Any:
     """The JSON value of `data` (bytes in UTF-8, or str); ValueError when it is not JSON, or is nested
@@ -37,7 +40,7 @@ def loads(data: bytes | str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         try:
-            return json.loads(data)
+            return without_surrogates(json.loads(data))
         except RecursionError:
             raise ValueError("JSON nested too deeply") from None
 

@@ -188,6 +188,38 @@ def test_nul_characters_from_the_model_are_stored_not_a_500(run_and_token):
     assert RunEvent.objects.get(run=run, seq=2).data["message"] == "a\ufffdb"
 
 
+def test_lone_surrogates_from_the_trainer_are_stored_not_a_500(run_and_token):
+    """JSON may spell a lone UTF-16 surrogate ("\\ud800", half of a pair) that no UTF-8 encoder takes:
+    a metric named with one broke the broadcast and a refusal echoing one broke the response (500s, the
+    batch resent forever). Like a NUL, each is stored as U+FFFD."""
+    run, token = run_and_token
+    ev = sample_event(1)
+    ev["data"]["messages"][1]["content"] = "#### 5\ud800"
+    metrics = metrics_event(2, 1, **{"reward/\udfff": 0.5})
+    log = {"seq": 3, "type": "log", "time": T0 + 3, "data": {"level": "info", "message": "a\udc00b"}}
+    odd = {"seq": 4, "type": "log", "time": T0 + 4, "data": {"\udfff": 1}}  # refused: its reason names the key
+    resp = post(run.pk, token, [ev, metrics, log, odd])
+    assert resp.status_code == 200 and resp.json()["accepted"] == 3, resp.content[:300]
+    assert [r["seq"] for r in resp.json()["refused"]] == [4]
+    assert Sample.objects.get(run=run).transcript["messages"][1]["content"] == "#### 5\ufffd"
+    assert MetricRow.objects.get(run=run, step=1).metrics == {"reward/\ufffd": 0.5}
+    assert RunEvent.objects.get(run=run, seq=3).data["message"] == "a\ufffdb"
+
+
+@pytest.mark.parametrize("when", [1e20, 1e308, 253_402_300_800])
+def test_a_time_past_year_9999_is_refused_not_a_500(run_and_token, when):
+    """`time` is unix seconds > 0; one no timestamp holds (PostgreSQL: out of range, a 500) is refused
+    with its reason, and the rest of the batch is stored."""
+    run, token = run_and_token
+    far = metrics_event(1, 1, **{"critic/score/mean": 0.5})
+    far["time"] = when
+    resp = post(run.pk, token, [far, metrics_event(2, 2, **{"critic/score/mean": 0.6})])
+    assert resp.status_code == 200 and resp.json()["accepted"] == 1, resp.content[:300]
+    (refusal,) = resp.json()["refused"]
+    assert refusal["seq"] == 1 and "time" in refusal["reason"]
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == [2]
+
+
 def test_status_events_move_the_run_only_where_legal(run_and_token):
     run, token = run_and_token
 
