@@ -22,9 +22,10 @@ class MetricRowAdmin(admin.ModelAdmin):
 
 @admin.register(Sample)
 class SampleAdmin(admin.ModelAdmin):
-    list_display = ["run", "step", "uid", "index", "reward", "advantage", "response_length", "num_turns", "finish_reason"]
-    list_filter = ["finish_reason", "has_tool_call"]
-    search_fields = ["run__name", "uid"]
+    list_display = ["run", "step", "uid", "index", "prompt_split", "prompt_index", "reward", "advantage",
+                    "response_length", "num_turns", "finish_reason"]
+    list_filter = ["finish_reason", "has_tool_call", "prompt_split"]
+    search_fields = ["run__name", "uid", "prompt_hash"]
     raw_id_fields = ["run"]
 
 

@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from django.test import Client, TestCase
 
-from rlstudio.runs.services import run_create
+from rlstudio.runs.services import run_create, run_share
 from rlstudio.telemetry.models import Sample
 from rlstudio.telemetry.selectors import prompt_history
 from trainer.types import prompt_hash
@@ -78,7 +78,7 @@ def runs(alice, make_dataset, make_model):
     events += [sample(70, 1, "legacy", 0, 0.5, digest=None)]
     assert post(run, token, events)["accepted"] == len(events)
     other, other_token = run_create(name="other", **mk)
-    assert post(other, other_token, [sample(1, 1, "x1", 0, 0.9)])["accepted"] == 1
+    assert post(other, other_token, [sample(1, 1, "elsewhere", 0, 0.9)])["accepted"] == 1
     return run, other
 
 
@@ -131,7 +131,7 @@ def test_selector_follows_the_prompt_over_three_steps(runs):
     # the same text in the validation set is another prompt; the other run's samples are never read
     assert [d["uid"] for d in prompt_history(run=run, prompt_split="val", prompt_hash=H)] == ["v2"]
     assert [d["uid"] for d in prompt_history(run=other, prompt_split="train", prompt_hash=H)] == [
-        "x1"
+        "elsewhere"
     ]
 
 
@@ -176,15 +176,20 @@ def test_samples_without_a_key_say_their_history_is_unknown(alice_client, runs):
     assert "?uid=legacy" in alice_client.get(f"/runs/{run.pk}/samples/{s.pk}/").content.decode()
 
 
-def test_lookup_stays_within_a_visible_run(client, bob, runs):
+def test_lookup_stays_within_a_visible_run(client, alice, bob, runs):
     run, _ = runs
     client.force_login(bob)
-    for url in (
+    urls = (
         f"/runs/{run.pk}/prompts/?prompt_split=train&prompt_hash={H}",
         f"/runs/{run.pk}/prompts/?uid=d1",
         f"/api/v1/runs/{run.pk}/samples/?prompt_hash={H}",
-    ):
+    )
+    for url in urls:
         assert client.get(url).status_code == 404, url
+    run_share(run=run, by=alice, add=["bob"])  # shared with bob: he reads it, this run's draws only
+    page = client.get(urls[0]).content.decode()
+    assert page.count('class="prompt-step') == 3 and "elsewhere" not in page
+    assert client.get(urls[1]).status_code == 302
 
 
 @pytest.mark.parametrize(
