@@ -140,9 +140,12 @@ class AlgorithmConfig:
 # --------------------------------------------------------------------------------- reward and tools
 @dataclass(frozen=True)
 class RewardConfig:
-    name: str = option("default", "Reward function registry key; default = chosen by data_source.")
+    name: str = option("default", "Reward function: a built-in (gsm8k, gsm8k_flexible, arith, math_boxed, "
+                       "exact_match, multiple_choice) or an operator-registered name; default = chosen by "
+                       "each row's data_source (docs/datasets.md, \"Rewards\").")
     reward_kwargs: dict[str, Any] = option({}, "Keyword arguments passed to the reward function.")
-    format_score: float = option(0.0, "Score for a well-formed but wrong answer (GSM8K style).")
+    format_score: float = option(0.0, "Score for an answer that was found but is wrong (the built-ins; "
+                                 "no answer found scores 0).")
 
 
 @dataclass(frozen=True)
