@@ -18,14 +18,16 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from rlstudio.api.errors import ApiError
-from rlstudio.runs.models import RunStatus
+from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.preview import memory as memory_estimate
+from rlstudio.runs.shapes import ShapeUnknown, StepShapes
 from rlstudio.runs.selectors import (
     latest_reward,
     run_config_for,
     run_get_for,
     run_header_context,
     run_shared_users,
+    visible_runs,
 )
 
 from . import selectors as sel
@@ -76,6 +78,9 @@ def run_detail(request, run_id: int):
     ctx.update({
         "run": run,
         "shared_users": run_shared_users(run=run) if ctx["can_manage"] else [],
+        # The run it was cloned or resumed from is named only to whoever may read it (else its id).
+        "parent_visible": run.parent_id is not None and visible_runs(
+            Run.objects.filter(pk=run.parent_id), user=request.user).exists(),
         # A reader (not the owner or staff) sees the config without the platform's keys (server paths).
         "config_json": json.dumps(run_config_for(user=request.user, run=run), indent=2, sort_keys=True),
         "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
@@ -87,6 +92,7 @@ def run_detail(request, run_id: int):
         "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus,
                                            val_dataset=run.val_dataset),
         "samples": samples,
+        "samples_recorded": samples_recorded(run.config),
         "sample_filter": flt,
         "logs": sel.logs_tail(run=run, user=request.user, tail=200),
         "retention": retention.get_mode_display() if retention else RetentionMode.ALL.label,
@@ -94,6 +100,19 @@ def run_detail(request, run_id: int):
         "annotate_draft": _annotate_draft(request, run),
     })
     return render(request, "runs/run_detail.html", ctx)
+
+
+def samples_recorded(config: dict[str, Any]) -> dict[str, int] | None:
+    """What the trainer records of a step (report.samples_per_step): {budget, reported (at most),
+    trajectories (of the step's batch)}; None when the config does not say (an older or odd one)."""
+    budget = (config.get("report") or {}).get("samples_per_step") if isinstance(config, dict) else None
+    if not isinstance(budget, int) or isinstance(budget, bool):
+        return None
+    try:
+        shapes = StepShapes.of(config)
+    except ShapeUnknown:
+        return None
+    return {"budget": budget, "reported": shapes.step_reported(budget), "trajectories": shapes.trajectories}
 
 
 def _annotate_draft(request, run) -> dict | None:

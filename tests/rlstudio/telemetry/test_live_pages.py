@@ -263,3 +263,18 @@ def test_run_page_says_when_one_checkpoint_is_over_the_disk_budget(alice, alice_
     line = page[page.index('id="checkpoint-size"'):].split("</p>")[0]
     assert 'class="memory-warning"' in line
     assert "per run: over it, this run cannot resume until an admin raises the budget" in line
+
+
+@pytest.mark.parametrize("budget,said", [
+    (8, "records up to 8 of each step's 64 trajectories, as whole groups"),
+    (-1, "records every trajectory of each step (64;"),
+    (100, "records every trajectory of each step (64;"),
+    (0, "records no samples"),
+])
+def test_the_samples_card_says_how_much_of_a_step_is_recorded(alice, alice_client, make_run, budget, said):
+    run = make_run(alice, "recorded", config={"data": {"train_batch_size": 16},
+                                             "actor_rollout_ref": {"rollout": {"n": 4}},
+                                             "report": {"samples_per_step": budget}})
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    card = page[page.index('id="samples-card"'):]
+    assert said in card[:card.index("<form")]
