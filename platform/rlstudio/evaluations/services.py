@@ -297,7 +297,7 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
             return False
         earlier = first_run_ahead(job=evaluation_job(ev))
         if earlier is not None:
-            reason = f"waiting behind your earlier queued run #{earlier.pk} ({earlier.name})"
+            reason = f"waiting behind your earlier queued run #{earlier.pk}"  # no name: readers see it
         else:
             free = cluster_free_gpus if cluster_free_gpus is not None else free_gpus(needed=ev.gpus)
             reason = policy.job_reason(user=ev.owner, gpus=ev.gpus, cluster_free_gpus=free)

@@ -215,7 +215,7 @@ def test_a_launch_waits_behind_the_owners_older_queued_evaluation_and_vice_versa
     ev2_owner_run = _run(alice, make_run, "first", minute=-10)
     assert evaluation_admit(evaluation_id=ev.pk) is False
     ev.refresh_from_db()
-    assert ev.queue_reason == f"waiting behind your earlier queued run #{ev2_owner_run.pk} (first)"
+    assert ev.queue_reason == f"waiting behind your earlier queued run #{ev2_owner_run.pk}"
 
 
 def test_a_run_moved_to_the_front_goes_before_older_queued_evaluations(alice, bob, staff, data, make_model,

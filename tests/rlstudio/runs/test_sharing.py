@@ -501,3 +501,24 @@ def test_a_refused_tags_and_note_form_keeps_what_was_typed(alice, make_run):
     assert 'value="kept"' in again and ">saved note</textarea>" in again
     page.post(f"/runs/{run.pk}/annotate/", {"tags": "<b>", "note": "for run one"})
     assert ">for run one</textarea>" not in page.get(f"/runs/{other.pk}/").content.decode()
+
+
+def test_a_reader_is_never_told_the_names_of_the_owners_other_runs(alice, bob, make_run):
+    """A run shared with bob names alice's other runs in two places: the run it was cloned or resumed
+    from (the run page's "Clone of") and the earlier run it waits behind (its queue reason, on the
+    page and in the API). Those runs are not shared with bob: he gets their ids, never their names;
+    alice still sees the parent's name."""
+    from rlstudio.runs.services import run_admit
+
+    parent = make_run(alice, "secret-parent")
+    child = make_run(alice, "child")
+    Run.objects.filter(pk=child.pk).update(parent=parent, parent_kind="clone")
+    assert run_admit(run=child, by=alice) is False  # per-user FIFO: behind secret-parent
+    assert f"#{parent.pk}" in Run.objects.get(pk=child.pk).queue_reason
+    run_share(run=child, by=alice, add=["bob"])
+
+    page = _page(bob).get(f"/runs/{child.pk}/").content.decode()
+    assert f"#{parent.pk}" in page and "secret-parent" not in page
+    api = _api(bob).get(f"/api/v1/runs/{child.pk}/").json()
+    assert api["parent"] == parent.pk and "secret-parent" not in api["queue_reason"]
+    assert "secret-parent" in _page(alice).get(f"/runs/{child.pk}/").content.decode()

@@ -331,7 +331,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
         other = "" if earlier is not None else next(
             (phrase for kind in queued_kinds() if (phrase := kind.earlier_of(job=run_job(locked)))), "")
         if earlier is not None:
-            reason = f"waiting behind your earlier queued run #{earlier.pk} ({earlier.name})"
+            reason = f"waiting behind your earlier queued run #{earlier.pk}"  # no name: readers see it
         elif other:
             reason = f"waiting behind your earlier queued {other}"
         else:
