@@ -113,16 +113,16 @@ class RunEventsIngestView(APIView):
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses={200: OpenApiTypes.OBJECT}, auth=[])
     def post(self, request, run_id: int):
-        run = Run.objects.filter(pk=run_id).only(
-            "id", "status", "owner_id", "ingest_token_hash", "ray_submission_id", "config").first()
-        if run is None:
-            raise ApiError("No such run.", code="not_found", status_code=404)
         header = request.META.get("HTTP_AUTHORIZATION", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError("Send the run's ingest token as 'Authorization: Bearer <token>'.",
                            code="not_authenticated", status_code=401)
-        if not run_token_check(run=run, token=token.strip()):
+        run = Run.objects.filter(pk=run_id).only(
+            "id", "status", "owner_id", "ingest_token_hash", "ray_submission_id", "config").first()
+        # A run that does not exist answers as a wrong token: the caller is no one yet, and must not
+        # learn which run ids exist (how many runs the platform holds).
+        if run is None or not run_token_check(run=run, token=token.strip()):
             raise ApiError("Invalid ingest token for this run.", code="invalid_token", status_code=401)
         with codec.gc_paused():
             return self._ingest(request, run)

@@ -68,7 +68,10 @@ def test_token_checks(run_and_token, alice, make_dataset, make_model):
     refused = post(run.pk, other_token, ev)  # a token of run B cannot write to run A
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_token"
     assert post(run.pk, token, ev, auth="Token").status_code == 401
-    assert post(987654, token, ev).status_code == 404
+    # a run that does not exist answers as a wrong token does: nobody learns which run ids exist
+    for missing in (post(987654, token, ev), post(987654, None, ev), post(987654, "rit_guess", ev)):
+        assert missing.status_code == 401, missing.content[:200]
+    assert post(987654, token, ev).json() == refused.json()
     assert RunEvent.objects.count() == 0
     assert post(run.pk, token, ev).json() == {"accepted": 1, "duplicates": 0, "refused": []}
     assert post(other.pk, other_token, ev).json()["accepted"] == 1
