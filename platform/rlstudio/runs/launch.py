@@ -29,6 +29,7 @@ from trainer.config import LOGGERS, Config, ConfigError, apply_overrides, valida
 from . import gate
 from .adapt import adapt_preset, node_layout
 from .errors import ConfigInvalid
+from .reward_routing import check_default_reward
 
 # The trainer's sinks the platform always adds (jsonl: the heartbeat the reconcile falls back on; http:
 # the ingest API), each one of trainer.config.LOGGERS (tests/rlstudio/runs/test_loggers.py).
@@ -281,6 +282,7 @@ def build_config(
             dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus,
             reward_name=cfg.reward.name, reward_model=reward_model))
         check_reward_model(cfg, reward_model, require=dataset is not None)
+        check_default_reward(cfg, dataset=dataset, val_dataset=val_dataset)
         validate(cfg, require_paths=dataset is not None)
         # an evaluation (`checkpoints` False) draws no training batches from its dataset
         check_sizes(cfg.to_dict(), val_dataset, model if checkpoints else None,

@@ -105,3 +105,45 @@ def test_the_reward_check_names_an_unrouted_data_source():
     with pytest.raises(CheckError, match="my/homework") as err:
         reward_check([row], reward_name="default", tool_names=[])
     assert "math_boxed" in str(err.value)
+
+
+def _converted(make_dataset, alice, tmp_path, source, name):
+    path = tmp_path / f"{name}.jsonl"
+    rows = [{**ROWS[0], "data_source": source}] * 3
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return make_dataset(
+        alice, name=name, status="ready", converted_path=str(path), row_index=[0], num_rows=3
+    )
+
+
+@pytest.mark.parametrize(
+    "source,reward,status",
+    [
+        ("lighteval/MATH", "default", 201),  # routed to math_boxed
+        ("my/homework", "math_boxed", 201),  # a named reward scores any data_source
+        ("my/homework", "default", 400),
+    ],
+)
+def test_launch_refuses_default_on_a_data_source_it_does_not_route(
+    api, ready, alice, make_dataset, tmp_path, source, reward, status
+):
+    data = _converted(make_dataset, alice, tmp_path, source, "mathy")
+    body = {**_body(ready, **{"reward.name": reward}), "dataset": data.pk}
+    resp = api.post("/api/v1/runs/", body, format="json")
+    assert resp.status_code == status, resp.content
+    if status == 400:
+        error = resp.json()["error"]
+        assert error["field"] == "reward.name"
+        assert "'my/homework'" in error["message"] and "math_boxed" in error["message"]
+        assert "'mathy'" in error["message"]
+
+
+def test_launch_checks_the_validation_dataset_too(api, ready, alice, make_dataset, tmp_path):
+    train = _converted(make_dataset, alice, tmp_path, "lighteval/MATH", "train")
+    val = _converted(make_dataset, alice, tmp_path, "other/source", "val")
+    body = {**_body(ready), "dataset": train.pk, "val_dataset": val.pk}
+    resp = api.post("/api/v1/runs/", body, format="json")
+    assert resp.status_code == 400, resp.content
+    error = resp.json()["error"]
+    assert error["field"] == "reward.name" and "'other/source'" in error["message"]
+    assert "validation dataset 'val'" in error["message"]
