@@ -24,4 +24,4 @@ mkdir -p "$OUT_DIR"
     gpu_env_report
 } 2>&1 | tee "$OUT_DIR/log.txt"
 gpu_preflight torch transformers datasets 2>&1 | tee -a "$OUT_DIR/log.txt" || exit 1
-timeout "${GPU_CHECK_TIMEOUT_S:-540}" "$PY" bench/gpu_check.py --out "$OUT_DIR" "$@" 2>&1 | tee -a "$OUT_DIR/log.txt"
+timeout -k 10 "${GPU_CHECK_TIMEOUT_S:-540}" "$PY" bench/gpu_check.py --out "$OUT_DIR" "$@" 2>&1 | tee -a "$OUT_DIR/log.txt"

