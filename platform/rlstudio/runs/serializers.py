@@ -194,7 +194,8 @@ class RunCloneSerializer(serializers.Serializer):
 
 class RunConfigCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    description = serializers.CharField(required=False, allow_blank=True, default="", max_length=MAX_NOTE_LENGTH,
+                                        help_text=f"Free text, at most {MAX_NOTE_LENGTH} characters (as a run's note).")
     config = serializers.JSONField()
     gpus = serializers.IntegerField(required=False, min_value=0, max_value=4096, default=0,
                                     help_text="check the config as a run on this many GPUs would be (0: the CPU)")

@@ -81,6 +81,21 @@ def test_saved_config_round_trip_and_launch_from_it(api, ready):
     assert run["config"]["actor_rollout_ref"]["rollout"]["n"] == 8
 
 
+def test_a_saved_configs_description_is_bounded_like_a_runs_note(api):
+    """The description was unbounded (a request's 32 MiB each, saved configs uncapped): it is at most
+    MAX_NOTE_LENGTH characters, a 400 naming it past that, and nothing is saved."""
+    from rlstudio.runs.models import MAX_NOTE_LENGTH, RunConfig
+
+    config = {"actor_rollout_ref": {"rollout": {"n": 8}}}
+    long = api.post("/api/v1/configs/", {"name": "long", "config": config, "description": "x" * (MAX_NOTE_LENGTH + 1)},
+                    format="json")
+    assert long.status_code == 400 and long.json()["error"]["field"] == "description"
+    assert not RunConfig.objects.exists()
+    ok = api.post("/api/v1/configs/", {"name": "ok", "config": config, "description": "x" * MAX_NOTE_LENGTH},
+                  format="json")
+    assert ok.status_code == 201 and len(ok.json()["description"]) == MAX_NOTE_LENGTH
+
+
 def test_presets_list_the_trainer_recipes(api):
     names = {p["name"] for p in api.get("/api/v1/presets/").json()}
     assert "cpu_smoke" in names
