@@ -181,10 +181,14 @@ def pytest_configure(config):
     aborted, pytest-django reports the test as an error and leaves its rows for the next test (CI: a
     browser test then found 'alice' already there). The flush runs in one transaction, so a failed one
     changed nothing: try it again, a few times, and say so on stderr. Any other flush failure is raised
-    with the database's own error in its message."""
-    from django.core.management.base import CommandError
-    from django.db.backends.postgresql.operations import DatabaseOperations
-    from django.test import TransactionTestCase
+    with the database's own error in its message. Without Django (the GPU device's image: trainer and
+    bench tests only) there is nothing to patch."""
+    try:
+        from django.core.management.base import CommandError
+        from django.db.backends.postgresql.operations import DatabaseOperations
+        from django.test import TransactionTestCase
+    except ImportError:
+        return
 
     if not getattr(DatabaseOperations.sql_flush, "_deletes", False):
         DatabaseOperations.sql_flush = _delete_flush_sql(DatabaseOperations.sql_flush)

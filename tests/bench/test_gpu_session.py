@@ -70,3 +70,18 @@ def test_a_trl_that_does_not_import_stops_only_its_own_part(tmp_path):
     assert "TRL does not import: its part will fail, ours and decode still run" in env_txt
     md = (out / "results.md").read_text()
     assert "trl: failed" in md and "No module named 'trl'" in md.split("trl: failed", 1)[1]
+
+
+def test_the_suite_s_conftest_loads_where_django_is_not_installed(monkeypatch):
+    """The device image has no Django: its trainer and bench tests (the gpu-marked ones too) run only
+    if tests/conftest.py's pytest_configure lets a missing Django be."""
+    import importlib.util
+
+    for name in [m for m in sys.modules if m == "django" or m.startswith("django.")] or ["django"]:
+        monkeypatch.setitem(sys.modules, name, None)  # `import django...` now raises ImportError
+    spec = importlib.util.spec_from_file_location("conftest_without_django", ROOT / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(ImportError):
+        import django.test  # noqa: F401
+    assert module.pytest_configure(None) is None
