@@ -1,14 +1,15 @@
 """`PlaygroundConsumer`: the websocket `/ws/playground/<id>/` that streams a session's answers.
 
-Only the session's owner (and staff) get the stream, and only while they may read every run whose
-checkpoint the session answers from (`selectors.session_runs_visible`): anonymous connections are
-closed with 4401, everyone else (also for a session that does not exist) with 4403, after accepting
-so the browser sees the code. The socket also joins the user's sockets group (`accounts.sockets`):
-once the user's record is saved, and in any case every RLSTUDIO_SOCKET_RECHECK_S seconds
-(`accounts.sockets.RecheckedSocket`: a bulk update or a run's sharing changed sends no message to
-this socket), the check is made again (`RecheckedSocket.recheck`), and a socket whose user may no
-longer read the session (deactivated, no longer staff for another user's session, a checkpoint's run
-no longer shared with them) leaves its groups, forwards nothing more and is closed with 4403 (which,
+Only the session's owner (and staff) get the stream, and only while they may use every target the
+session answers from, a run's checkpoint or a catalog model (`selectors.session_targets_visible`):
+anonymous connections are closed with 4401, everyone else (also for a session that does not exist)
+with 4403, after accepting so the browser sees the code. The socket also joins the user's sockets
+group (`accounts.sockets`): once the user's record is saved, and in any case every
+RLSTUDIO_SOCKET_RECHECK_S seconds (`accounts.sockets.RecheckedSocket`: a bulk update or a run's
+sharing changed sends no message to this socket), the check is made again
+(`RecheckedSocket.recheck`), and a socket whose user may no longer read the session (deactivated, no
+longer staff for another user's session, a checkpoint's run or a catalog model no longer shared with
+them) leaves its groups, forwards nothing more and is closed with 4403 (which,
 as any leaving, may stop the session). The socket joins the session's group before it reads the
 event log, then sends the logged events and the live ones, each once, in seq order (frames
 `{"type": "events", "events": [...]}`; event shapes in trainer.playground and runner.py, then
@@ -28,7 +29,7 @@ from django.http import Http404
 from rlstudio.accounts.sockets import CLOSE_FORBIDDEN, RecheckedSocket, active_user, leave_groups, sockets_group
 
 from . import streams
-from .selectors import session_get_for, session_runs_visible
+from .selectors import session_get_for, session_targets_visible
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
@@ -39,12 +40,12 @@ LEFT = "page left"
 
 @database_sync_to_async
 def _may_watch(user, session_id: int) -> bool:
-    """The session is the user's (any for staff) and they may read the runs it answers from."""
+    """The session is the user's (any for staff) and they may use what it answers from."""
     try:
         session = session_get_for(user=user, session_id=session_id)
     except Http404:
         return False
-    return session_runs_visible(user=user, session=session)
+    return session_targets_visible(user=user, session=session)
 
 
 async def _may_still_watch(user, session_id: int) -> bool:

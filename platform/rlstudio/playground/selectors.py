@@ -30,14 +30,25 @@ def session_get_for(*, user, session_id) -> PlaygroundSession:
     return session
 
 
-def session_runs_visible(*, user, session: PlaygroundSession) -> bool:
-    """Whether `user` may read every run whose checkpoint `session` answers from (owner, shared
-    readers, staff: `runs.selectors.visible_runs`); True for a session of catalog models only."""
+def session_targets_visible(*, user, session: PlaygroundSession) -> bool:
+    """Whether `user` may still use every target `session` answers from: read every run whose
+    checkpoint it is (owner, shared readers, staff: `runs.selectors.visible_runs`) and see every
+    catalog model still in the catalog (own, shared, staff: `catalog.selectors`), so a run or a
+    model no longer shared with them ends their socket."""
+    from rlstudio.catalog.models import ModelAsset
+    from rlstudio.catalog.selectors import model_asset_list_for
     from rlstudio.runs.models import Run
     from rlstudio.runs.selectors import visible_runs
 
-    ids = {t["run"] for t in session.targets if isinstance(t, dict) and isinstance(t.get("run"), int)}
-    return not ids or visible_runs(Run.objects.filter(pk__in=ids), user=user).count() == len(ids)
+    targets = [t for t in session.targets if isinstance(t, dict)]
+    runs = {t["run"] for t in targets if isinstance(t.get("run"), int)}
+    models = {t["model"] for t in targets if isinstance(t.get("model"), int)}
+    if runs and visible_runs(Run.objects.filter(pk__in=runs), user=user).count() != len(runs):
+        return False
+    if not models:
+        return True
+    seen = model_asset_list_for(user=user).filter(pk__in=models).values("pk")
+    return not ModelAsset.objects.filter(pk__in=models).exclude(pk__in=seen).exists()  # a deleted one hides nothing
 
 
 def checkpoint_steps(run) -> dict[int, Path]:

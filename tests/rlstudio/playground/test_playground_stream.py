@@ -288,3 +288,36 @@ def test_access_lost_without_a_message_closes_a_playground_socket_at_the_next_re
     assert bob_close == again_close == {"type": "websocket.close", "code": 4403}
     assert still == [True, True] and staff_live["events"][0]["seq"] == 1 and bob_quiet
     assert alice_close == {"type": "websocket.close", "code": 4403}
+
+
+def test_a_model_no_longer_shared_closes_the_playground_socket_of_its_session(alice, bob, make_model, settings):
+    """Bob's session answers from Alice's model, shared with everyone. Once it is private again (staff
+    unshare it; here a queryset, no message) Bob's socket closes with 4403 at its next re-check and a
+    new one is refused, as for a run no longer shared; Alice's own session on it stays open."""
+    from rlstudio.catalog.models import ModelAsset
+
+    settings.RLSTUDIO_SOCKET_RECHECK_S = 0.5
+    model = make_model(alice, "shared-model", visibility="everyone")
+    target = [{"key": "a", "kind": "model", "model": model.pk, "run": None, "step": None, "label": "x"}]
+    bobs = PlaygroundSession.objects.create(owner=bob, targets=target)
+    alices = PlaygroundSession.objects.create(owner=alice, targets=target)
+    cookies = {u.username: _cookie(u) for u in (alice, bob)}
+
+    def unshare():
+        return ModelAsset.objects.filter(pk=model.pk).update(visibility="private")
+
+    async def scenario():
+        bob_ws = await _connect(f"/ws/playground/{bobs.pk}/", cookies["bob"])
+        alice_ws = await _connect(f"/ws/playground/{alices.pk}/", cookies["alice"])
+        opened = await bob_ws.receive_nothing(timeout=0.3)
+        await sync_to_async(unshare)()
+        bob_close = await bob_ws.receive_output(timeout=3)
+        again = await _connect(f"/ws/playground/{bobs.pk}/", cookies["bob"])
+        again_close = await again.receive_output(timeout=5)
+        alice_open = await alice_ws.receive_nothing(timeout=1.2)
+        await alice_ws.disconnect()
+        return opened, bob_close, again_close, alice_open
+
+    opened, bob_close, again_close, alice_open = asyncio.run(scenario())
+    assert opened and alice_open
+    assert bob_close == again_close == {"type": "websocket.close", "code": 4403}
