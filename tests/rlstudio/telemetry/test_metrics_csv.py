@@ -2,13 +2,12 @@
 it, formula-looking cells defused, and the file streamed in chunks under ASGI too."""
 import csv
 import io
-import json
 import warnings
 
 import pytest
-from django.test import Client, TestCase
+from django.test import Client
 
-from rlstudio.runs.services import run_create, run_share
+from rlstudio.runs.services import run_share
 from rlstudio.telemetry import downloads
 
 pytestmark = pytest.mark.django_db
@@ -18,18 +17,6 @@ T0 = 1_764_440_000.0
 @pytest.fixture(autouse=True)
 def _rollout_dir(settings, tmp_path):
     settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
-
-
-def _run_with(owner, make_dataset, make_model, metrics_by_step):
-    run, token = run_create(owner=owner, name="=cmd|' /C calc'!A0", dataset=make_dataset(owner),
-                            model=make_model(owner), config={}, gpus=0)
-    events = [{"seq": i + 1, "type": "metrics", "time": T0 + i, "data": {"step": step, "metrics": m}}
-              for i, (step, m) in enumerate(metrics_by_step)]
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        r = Client().post(f"/api/v1/runs/{run.pk}/events/", json.dumps({"events": events}),
-                          content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert r.json()["accepted"] == len(metrics_by_step)
-    return run
 
 
 def _client(user):
@@ -42,8 +29,8 @@ def _table(resp) -> list[list[str]]:
     return list(csv.reader(io.StringIO(b"".join(resp.streaming_content).decode())))
 
 
-def test_a_row_a_step_and_a_column_a_metric(alice, make_dataset, make_model):
-    run = _run_with(alice, make_dataset, make_model, [
+def test_a_row_a_step_and_a_column_a_metric(alice, run_with_metrics):
+    run = run_with_metrics(alice, [
         (1, {"critic/score/mean": 0.25, "actor/pg_loss": -0.5}),
         (0, {"critic/score/mean": 0.0}),
         (2, {"actor/entropy": 1.5, "actor/pg_loss": 0.125}),
@@ -61,10 +48,10 @@ def test_a_row_a_step_and_a_column_a_metric(alice, make_dataset, make_model):
     assert rows[1][1].startswith("2025-11-") and rows[1][1].endswith("+00:00")
 
 
-def test_chunks_cover_every_step_once(alice, make_dataset, make_model, monkeypatch):
+def test_chunks_cover_every_step_once(alice, run_with_metrics, monkeypatch):
     monkeypatch.setattr(downloads, "CHUNK_ROWS", 3)
     steps = [0, 1, 2, 3, 7, 8, 9, 40]
-    run = _run_with(alice, make_dataset, make_model, [(s, {"x": s / 4}) for s in steps])
+    run = run_with_metrics(alice, [(s, {"x": s / 4}) for s in steps])
     resp = _client(alice).get(f"/api/v1/runs/{run.pk}/metrics.csv")
     pieces = list(resp.streaming_content)
     assert len(pieces) == 1 + 3  # the header, then 3 + 3 + 2 rows
@@ -72,13 +59,13 @@ def test_chunks_cover_every_step_once(alice, make_dataset, make_model, monkeypat
     assert [int(r[0]) for r in rows[1:]] == steps and [float(r[2]) for r in rows[1:]] == [s / 4 for s in steps]
 
 
-def test_no_metrics_gives_the_header_alone(alice, make_dataset, make_model):
-    run = _run_with(alice, make_dataset, make_model, [])
+def test_no_metrics_gives_the_header_alone(alice, run_with_metrics):
+    run = run_with_metrics(alice, [])
     assert _table(_client(alice).get(f"/api/v1/runs/{run.pk}/metrics.csv")) == [["step", "time"]]
 
 
-def test_only_who_may_read_the_run(alice, bob, make_user, make_dataset, make_model):
-    run = _run_with(alice, make_dataset, make_model, [(0, {"x": 1.0})])
+def test_only_who_may_read_the_run(alice, bob, make_user, run_with_metrics):
+    run = run_with_metrics(alice, [(0, {"x": 1.0})])
     url = f"/api/v1/runs/{run.pk}/metrics.csv"
     assert _client(bob).get(url).status_code == 404
     assert Client().get(url).status_code in (401, 403)
@@ -98,13 +85,13 @@ def test_cells(value, written):
     assert downloads.safe_cell(value) == written
 
 
-def test_streams_through_the_asgi_handler(alice, make_dataset, make_model, monkeypatch):
+def test_streams_through_the_asgi_handler(alice, run_with_metrics, monkeypatch):
     """Under ASGI the view hands Django an async iterator (a sync one would be read whole first)."""
     from asgiref.sync import async_to_sync
     from django.test import AsyncClient
 
     monkeypatch.setattr(downloads, "CHUNK_ROWS", 2)
-    run = _run_with(alice, make_dataset, make_model, [(s, {"x": float(s)}) for s in range(5)])
+    run = run_with_metrics(alice, [(s, {"x": float(s)}) for s in range(5)])
 
     async def download():
         client = AsyncClient()
@@ -120,7 +107,7 @@ def test_streams_through_the_asgi_handler(alice, make_dataset, make_model, monke
     assert [r[2] for r in rows[1:]] == ["0.0", "1.0", "2.0", "3.0", "4.0"]
 
 
-def test_the_run_page_links_the_file(alice, make_dataset, make_model):
-    run = _run_with(alice, make_dataset, make_model, [(0, {"x": 1.0})])
+def test_the_run_page_links_the_file(alice, run_with_metrics):
+    run = run_with_metrics(alice, [(0, {"x": 1.0})])
     page = _client(alice).get(f"/runs/{run.pk}/").content.decode()
     assert f'href="/api/v1/runs/{run.pk}/metrics.csv" download>Download CSV</a>' in page

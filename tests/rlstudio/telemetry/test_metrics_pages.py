@@ -4,30 +4,17 @@ import json
 import re
 
 import pytest
-from django.test import Client, TestCase
+from django.test import Client
 
-from rlstudio.runs.services import run_create
 from rlstudio.telemetry import selectors as sel
 
 pytestmark = pytest.mark.django_db
-T0 = 1_764_440_000.0
+T0 = 1_764_440_000.0  # when the run_with_metrics fixture's events start (conftest.py)
 
 
 @pytest.fixture(autouse=True)
 def _rollout_dir(settings, tmp_path):
     settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
-
-
-def _run_with_steps(owner, make_dataset, make_model, steps):
-    run, token = run_create(owner=owner, name="paged", dataset=make_dataset(owner), model=make_model(owner),
-                            config={}, gpus=0)
-    events = [{"seq": i + 1, "type": "metrics", "time": T0 + i, "data": {"step": step, "metrics": {"x": step / 2}}}
-              for i, step in enumerate(steps)]
-    with TestCase.captureOnCommitCallbacks(execute=True):
-        r = Client().post(f"/api/v1/runs/{run.pk}/events/", json.dumps({"events": events}),
-                          content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert r.json()["accepted"] == len(steps)
-    return run
 
 
 @pytest.fixture
@@ -40,8 +27,8 @@ def alice_client(alice):
 STEPS = [0, 1, 2, 5, 6, 9, 10, 11, 17, 40, 41, 42, 100]  # gaps, so a step-keyed cursor is tested
 
 
-def test_pages_cover_every_row_exactly_once(alice, alice_client, make_dataset, make_model):
-    run = _run_with_steps(alice, make_dataset, make_model, list(reversed(STEPS)))
+def test_pages_cover_every_row_exactly_once(alice, alice_client, run_with_metrics):
+    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in list(reversed(STEPS))], name="paged")
     seen, url, pages = [], f"/api/v1/runs/{run.pk}/metrics/?limit=4", 0
     while url:
         body = alice_client.get(url).json()
@@ -70,8 +57,8 @@ def test_pages_cover_every_row_exactly_once(alice, alice_client, make_dataset, m
     assert seen == STEPS
 
 
-def test_after_step_and_its_older_name(alice, alice_client, make_dataset, make_model):
-    run = _run_with_steps(alice, make_dataset, make_model, STEPS)
+def test_after_step_and_its_older_name(alice, alice_client, run_with_metrics):
+    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in STEPS], name="paged")
     base = f"/api/v1/runs/{run.pk}/metrics/"
     assert [r["step"] for r in alice_client.get(f"{base}?after_step=11").json()["steps"]] == [17, 40, 41, 42, 100]
     assert [r["step"] for r in alice_client.get(f"{base}?since_step=41").json()["steps"]] == [42, 100]
@@ -93,16 +80,16 @@ def test_after_step_and_its_older_name(alice, alice_client, make_dataset, make_m
     ("since_step=99999999999999999999", "since_step", f"since_step must be <= {2**31 - 1}"),
     ("after_step=1&since_step=1", "since_step", "give after_step or its older name since_step, not both"),
 ])
-def test_bad_parameters_are_400s_naming_the_field(alice, alice_client, make_dataset, make_model, query, field, message):
-    run = _run_with_steps(alice, make_dataset, make_model, [1, 2])
+def test_bad_parameters_are_400s_naming_the_field(alice, alice_client, run_with_metrics, query, field, message):
+    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in [1, 2]], name="paged")
     response = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/?{query}")
     assert response.status_code == 400
     assert response.json()["error"]["field"] == field and response.json()["error"]["message"] == message
 
 
-def test_default_and_largest_page(alice, alice_client, make_dataset, make_model):
+def test_default_and_largest_page(alice, alice_client, run_with_metrics):
     n = sel.METRICS_PAGE_DEFAULT + 5
-    run = _run_with_steps(alice, make_dataset, make_model, list(range(n)))
+    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in list(range(n))], name="paged")
     base = f"/api/v1/runs/{run.pk}/metrics/"
     first = alice_client.get(base).json()
     assert len(first["steps"]) == sel.METRICS_PAGE_DEFAULT
@@ -123,10 +110,10 @@ def test_schema_documents_the_paging(alice_client):
     assert {"steps", "next_after_step", "next"} <= set(page["properties"])
 
 
-def test_run_page_holds_the_first_page_and_where_the_rest_is(alice, alice_client, make_dataset, make_model,
+def test_run_page_holds_the_first_page_and_where_the_rest_is(alice, alice_client, run_with_metrics,
                                                              monkeypatch):
     monkeypatch.setattr(sel, "METRICS_PAGE_DEFAULT", 5)
-    run = _run_with_steps(alice, make_dataset, make_model, STEPS)
+    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in STEPS], name="paged")
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     live = json.loads(re.search(r'<script id="live-data" type="application/json">(.*?)</script>', page, re.S).group(1))
     assert [r["step"] for r in live["metrics"]] == STEPS[:5]
