@@ -42,8 +42,9 @@ workdir; results.json holds them all.
 Reported, for the steps after the first (the first compiles, allocates, warms caches):
 - perf/throughput as verl defines it: prompt + response tokens of the step, unpadded, / step seconds /
   GPUs (trainer/step_report.py); TRL's from the tokens its `generate` calls saw;
-- perf/mfu/actor with verl's FLOP formula (bench/flops.py verl_flops: 6 x N x tokens + causal attention)
-  over the update's seconds and verl's peak for the device (989 TFLOP/s for H100/H200);
+- perf/mfu/actor as the trainer reports it (trainer/flops.py: verl's 6 x N x tokens + causal attention, x ppo_epochs,
+  over the update's seconds and verl's peak for the device: 989 TFLOP/s for H100/H200); computed here from the
+  same formula only where the trainer has no peak for the device;
 - the share of the step spent generating (timing_s/gen / timing_s/step);
 - the peak CUDA memory of each phase (torch's allocator, its peak reset at each phase's start; the
   memory timeline's samples, trainer/memory.py, give NVML's device reading per phase);
@@ -256,7 +257,7 @@ def run_ours(w: dict, model: Path, data: Path, out: Path, device: str, peak_tflo
                 row = {k: float(v) for k, v in m.items() if k.startswith(("timing_s/", "perf/", "response_length/",
                                                                          "prompt_length/"))}
                 row["verl_flops"] = flops.verl_flops(shape, seqlens)
-                if peak:
+                if peak and "perf/mfu/actor" not in row:  # the trainer's own (trainer/flops.py) where it has one
                     row["perf/mfu/actor"] = flops.verl_mfu(shape, seqlens, m["timing_s/update_actor"], peak)
                 row["gen_share"] = m["timing_s/gen"] / max(1e-9, m["timing_s/step"])
                 row["phase_peak_gb"] = dict(peaks)
