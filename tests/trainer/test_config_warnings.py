@@ -8,8 +8,8 @@ def _cfg(**actor_rollout_ref_and_algorithm):
     return Config.from_dict(actor_rollout_ref_and_algorithm)
 
 
-def test_grpo_and_rloo_with_one_sample_per_prompt_warn_but_validate():
-    for est in ("grpo", "rloo"):
+def test_group_baseline_estimators_with_one_sample_per_prompt_warn_but_validate():
+    for est in ("grpo", "rloo", "opo"):
         cfg = _cfg(algorithm={"adv_estimator": est}, data={"train_batch_size": 256})
         [w] = config_warnings(cfg)
         assert w.key == "actor_rollout_ref.rollout.n" and "no baseline" in w.message and est in w.message

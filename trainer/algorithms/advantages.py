@@ -116,6 +116,31 @@ def rloo_advantage(
     return adv, adv
 
 
+@register_adv_estimator("opo")
+def opo_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO (On-Policy RL with Optimal reward baseline, arXiv 2505.23585): the group's length-weighted
+    mean score as baseline, b_g = sum_i len_i s_i / sum_i len_i (len_i = the row's mask sum, s_i =
+    sum_t r_it), A_i = s_i - b_g on every response token. A singleton group (or one whose rows are
+    all empty) has b = 0, so A_i = s_i (verl's singleton). Returns (advantages, returns=advantages), (B, T)."""
+    scores = token_level_rewards.sum(dim=-1)
+    lengths = response_mask.to(scores.dtype).sum(dim=-1)
+    baseline = torch.zeros_like(scores)
+    with torch.no_grad():
+        for rows in _groups(index, scores.shape[0]).values():
+            if len(rows) > 1:
+                idx = torch.tensor(rows, device=scores.device)
+                total = lengths[idx].sum()
+                if total > 0:
+                    baseline[idx] = (lengths[idx] * scores[idx]).sum() / total
+        adv = (scores - baseline).unsqueeze(-1) * response_mask
+    return adv, adv
+
+
 @register_adv_estimator("reinforce_plus_plus")
 def reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,

@@ -402,7 +402,7 @@ class ConfigWarning:
 
 # Estimators whose baseline is the group of a prompt's rollout.n samples: with one sample per group
 # the advantage is the raw score (a singleton's mean is 0 and std 1, as verl).
-GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo")
+GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo")
 
 
 def _gspo_warnings(actor: ActorConfig) -> list[ConfigWarning]:

@@ -111,11 +111,12 @@ class FilterGroupsConfig:
 @dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: Literal[
-        "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"
+        "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "opo"
     ] = option(
         "grpo",
         "Advantage estimator (registry name in trainer.algorithms.advantages); gae = PPO with a "
-        "learned value model (the critic section).",
+        "learned value model (the critic section); opo = score less the group's length-weighted "
+        "mean score.",
     )
     norm_adv_by_std_in_grpo: bool = option(
         True, "Divide GRPO advantages by the group std (False = Dr.GRPO)."

@@ -32,9 +32,14 @@ def _expand(per_row):
 
 
 def test_registry_lists_the_estimators_and_names_unknown():
-    assert {"grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae"} <= set(
-        adv_estimator_names()
-    )
+    assert {
+        "grpo",
+        "rloo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "gae",
+        "opo",
+    } <= set(adv_estimator_names())
     with pytest.raises(ValueError, match="remax.*known: gae"):
         get_adv_estimator("remax")
 
@@ -89,6 +94,27 @@ def test_rloo_is_leave_one_out_baseline():
     expected = [1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3, 0.5, 2.0, -2.0]
     torch.testing.assert_close(adv, _expand(expected), rtol=0, atol=1e-12)
     torch.testing.assert_close(ret, adv)
+
+
+def test_opo_length_weighted_group_baseline():
+    rewards, mask = _batch()
+    adv, ret = compute_advantage("opo", rewards, mask, INDEX)
+    # group a: lengths 3, 1, 4, 2, scores 1, 0, 0, 1 -> b = (3 + 2) / 10 = 0.5
+    # group c: lengths 2, 3, scores 2, 0 -> b = 4 / 5 = 0.8; singleton b: baseline 0
+    expected = [0.5, -0.5, -0.5, 0.5, 0.5, 2.0 - 0.8, -0.8]
+    torch.testing.assert_close(adv, _expand(expected), rtol=0, atol=1e-12)
+    torch.testing.assert_close(ret, adv)
+    assert torch.all(adv[mask == 0] == 0)
+
+
+def test_opo_longer_responses_weigh_more_than_in_grpo():
+    # scores 1 (length 1) and 0 (length 3): b = 1/4, not the plain mean 1/2
+    rewards = torch.tensor([[1.0, 0, 0], [0.0, 0, 0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 0, 0], [1.0, 1, 1]], dtype=torch.float64)
+    adv, _ = compute_advantage("opo", rewards, mask, ["g", "g"])
+    torch.testing.assert_close(
+        adv, torch.tensor([[0.75, 0, 0], [-0.25, -0.25, -0.25]], dtype=torch.float64)
+    )
 
 
 def _whiten_reference(values, mask):
