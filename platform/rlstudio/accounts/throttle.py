@@ -23,6 +23,8 @@ from axes.helpers import get_cool_off
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from rlstudio.text import without_nul
+
 TOKEN_PREFIX_CHARS = 12  # ApiToken.key_prefix
 
 
@@ -49,7 +51,9 @@ def lockout_response(request: HttpRequest, original_response=None, credentials=N
 
 
 def _token_credentials(key: str) -> dict[str, str]:
-    return {"username": "token:" + key[:TOKEN_PREFIX_CHARS]}
+    """The name a key's failures are counted under: its public prefix, with any NUL as U+FFFD (axes
+    stores the name in PostgreSQL, which refuses a NUL; a `?token=%00` or a header can hold one)."""
+    return {"username": "token:" + without_nul(key[:TOKEN_PREFIX_CHARS])}
 
 
 def token_attempt_allowed(*, request: HttpRequest, key: str) -> bool:

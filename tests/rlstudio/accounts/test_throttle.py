@@ -151,3 +151,30 @@ def test_failed_websocket_tokens_are_throttled_like_the_api(alice, make_run):
     assert AccessAttempt.objects.filter(ip_address="10.0.4.1").exists()
     assert locked == 4401
     assert elsewhere == "open"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+def test_a_key_holding_a_nul_is_counted_not_a_crash(alice, make_run):
+    """A failed key is recorded by its first 12 characters; PostgreSQL refuses a NUL in them, so a key
+    holding one (`?token=%00` on a websocket, a header) is counted with U+FFFD in its place."""
+    import asyncio
+
+    from channels.testing import WebsocketCommunicator
+
+    from rlstudio.config.asgi import application
+
+    run = make_run(alice)
+    bad = Client(REMOTE_ADDR="10.0.5.1").get("/api/v1/runs/", HTTP_AUTHORIZATION="Token rls_\x00guess")
+    assert bad.status_code == 401
+
+    async def close_code():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/?token=rls_%00guess",
+                                     headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")])
+        comm.scope["client"] = ["10.0.5.2", 50000]
+        connected, _ = await comm.connect(timeout=5)
+        assert connected
+        return (await comm.receive_output(timeout=5)).get("code")
+
+    assert asyncio.run(close_code()) == 4401
+    assert AccessAttempt.objects.filter(ip_address__in=["10.0.5.1", "10.0.5.2"]).count() == 2
