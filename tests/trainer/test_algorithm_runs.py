@@ -9,7 +9,9 @@ import json
 import math
 
 from trainer.cli import main
-from trainer.config import Config, apply_overrides, validate
+import pytest
+
+from trainer.config import Config, ConfigError, apply_overrides, validate
 
 
 def _run(tmp_path, tiny_model_dir, demo_data_dir, *overrides: str) -> list[dict]:
@@ -63,3 +65,21 @@ def test_opo_is_a_choice_of_adv_estimator():
 def test_opo_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
     steps = _run(tmp_path, tiny_model_dir, demo_data_dir, "algorithm.adv_estimator=opo")
     assert all(math.isfinite(m["critic/advantages/mean"]) for m in steps)
+
+
+def test_grpo_passk_is_a_choice_and_refuses_one_sample_per_prompt():
+    cfg = apply_overrides(
+        Config(), ["algorithm.adv_estimator=grpo_passk", "actor_rollout_ref.rollout.n=2"]
+    )
+    assert validate(cfg, require_paths=False).algorithm.adv_estimator == "grpo_passk"
+    with pytest.raises(ConfigError, match="rollout.n >= 2") as err:
+        validate(
+            apply_overrides(Config(), ["algorithm.adv_estimator=grpo_passk"]), require_paths=False
+        )
+    assert err.value.key == "actor_rollout_ref.rollout.n"
+
+
+def test_grpo_passk_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
+    steps = _run(tmp_path, tiny_model_dir, demo_data_dir, "algorithm.adv_estimator=grpo_passk")
+    # Only one sample of each group of 2 learns: the others' advantages are 0, none negative.
+    assert all(m["critic/advantages/min"] >= 0 for m in steps)

@@ -105,7 +105,7 @@ def test_overrides_parse_by_field_type():
         (
             "algorithm.adv_estimator=remax",
             "algorithm.adv_estimator",
-            "allowed values: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae, opo",
+            "allowed values: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae, opo, grpo_passk",
         ),
         (
             "actor_rollout_ref.actor.loss_agg_mode=mean",

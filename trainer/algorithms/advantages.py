@@ -141,6 +141,40 @@ def opo_advantage(
     return adv, adv
 
 
+@register_adv_estimator("grpo_passk")
+def grpo_passk_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    *,
+    norm_adv_by_std_in_grpo: bool = True,
+    epsilon: float = 1e-6,
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO for pass@k (arXiv 2503.19595, verl's ``grpo_passk``): in each group only the best sample
+    learns, A_best = s_max - s_second (the first of them on a tie, where it is 0 anyway), divided by
+    (std_g + eps), std unbiased, unless ``norm_adv_by_std_in_grpo`` is False; every other sample gets 0.
+    Every group needs at least 2 samples (ValueError naming the group otherwise, as verl).
+    Returns (advantages, returns=advantages), (B, T)."""
+    scores = token_level_rewards.sum(dim=-1)
+    per_row = torch.zeros_like(scores)
+    with torch.no_grad():
+        for uid, rows in _groups(index, scores.shape[0]).items():
+            if len(rows) < 2:
+                raise ValueError(
+                    f"grpo_passk needs at least 2 samples per group; group {uid!r} has {len(rows)}"
+                )
+            group = scores[torch.tensor(rows, device=scores.device)]
+            best = int(torch.argmax(group))
+            second = torch.cat([group[:best], group[best + 1 :]]).max()
+            adv = group[best] - second
+            if norm_adv_by_std_in_grpo:
+                adv = adv / (group.std(unbiased=True) + epsilon)
+            per_row[rows[best]] = adv
+        adv = per_row.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
 @register_adv_estimator("reinforce_plus_plus")
 def reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,

@@ -202,7 +202,10 @@ def _check_actor(arr: ActorRolloutRefConfig) -> None:
     )
 
 
-def _check_algorithm(alg: AlgorithmConfig) -> None:
+def _check_algorithm(alg: AlgorithmConfig, n: int) -> None:
+    if alg.adv_estimator == "grpo_passk" and n < 2:
+        raise ConfigError(f"{ROLLOUT}.n", f"algorithm.adv_estimator=grpo_passk compares the samples of "
+                          f"a prompt: needs rollout.n >= 2, got {n}")
     if alg.kl_ctrl.kl_coef < 0:
         raise ConfigError("algorithm.kl_ctrl.kl_coef", "must be >= 0")
     if alg.kl_ctrl.type == "adaptive":
@@ -305,7 +308,7 @@ def _parts(cfg: Config, *, require_paths: bool) -> list:
         lambda: _check_multi_turn(cfg),
         lambda: _check_batches(cfg),
         lambda: _check_actor(cfg.actor_rollout_ref),
-        lambda: _check_algorithm(cfg.algorithm),
+        lambda: _check_algorithm(cfg.algorithm, cfg.actor_rollout_ref.rollout.n),
         lambda: check_critic(cfg.critic, train_batch_size=cfg.data.train_batch_size,
                              n=cfg.actor_rollout_ref.rollout.n, world=cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node,
                              actor_mini=cfg.actor_rollout_ref.actor.ppo_mini_batch_size),

@@ -111,15 +111,17 @@ class FilterGroupsConfig:
 @dataclass(frozen=True)
 class AlgorithmConfig:
     adv_estimator: Literal[
-        "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "opo"
+        "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "opo",
+        "grpo_passk",
     ] = option(
         "grpo",
         "Advantage estimator (registry name in trainer.algorithms.advantages); gae = PPO with a "
         "learned value model (the critic section); opo = score less the group's length-weighted "
-        "mean score.",
+        "mean score; grpo_passk = only each group's best sample learns, by its lead over the "
+        "second best (pass@k; needs rollout.n >= 2).",
     )
     norm_adv_by_std_in_grpo: bool = option(
-        True, "Divide GRPO advantages by the group std (False = Dr.GRPO)."
+        True, "Divide GRPO (and grpo_passk) advantages by the group std (False = Dr.GRPO)."
     )
     gamma: float = option(1.0, "Discount per trained token (GAE, REINFORCE++).")
     lam: float = option(1.0, "GAE lambda: 1 = Monte-Carlo returns less the value, 0 = one-step TD.")

@@ -39,6 +39,7 @@ def test_registry_lists_the_estimators_and_names_unknown():
         "reinforce_plus_plus_baseline",
         "gae",
         "opo",
+        "grpo_passk",
     } <= set(adv_estimator_names())
     with pytest.raises(ValueError, match="remax.*known: gae"):
         get_adv_estimator("remax")
@@ -115,6 +116,38 @@ def test_opo_longer_responses_weigh_more_than_in_grpo():
     torch.testing.assert_close(
         adv, torch.tensor([[0.75, 0, 0], [-0.25, -0.25, -0.25]], dtype=torch.float64)
     )
+
+
+def test_grpo_passk_only_the_best_sample_learns():
+    # group a scores [1, 0, 0, 1] tie at the top: lead 0, so all 0; group c [2, 0]: lead 2.
+    # A third group d [0.2, 0.9, 0.5]: row 1 gets (0.9 - 0.5) / (std + eps).
+    scores = [1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.2, 0.9, 0.5]
+    index = ["a", "a", "a", "a", "c", "c", "d", "d", "d"]
+    lengths = [3, 1, 4, 2, 2, 3, 1, 2, 4]
+    rewards = torch.zeros(len(scores), T, dtype=torch.float64)
+    mask = torch.zeros(len(scores), T, dtype=torch.float64)
+    for i, (sc, n) in enumerate(zip(scores, lengths)):
+        mask[i, :n] = 1
+        rewards[i, n - 1] = sc
+    adv, ret = compute_advantage("grpo_passk", rewards, mask, index)
+    sd = float(np.std([0.2, 0.9, 0.5], ddof=1))
+    expected = [0, 0, 0, 0, 2 / (math.sqrt(2) + 1e-6), 0, 0, 0.4 / (sd + 1e-6), 0]
+    torch.testing.assert_close(
+        adv, torch.tensor(expected, dtype=torch.float64).unsqueeze(-1) * mask, rtol=0, atol=1e-12
+    )
+    torch.testing.assert_close(ret, adv)
+    assert torch.all(adv[mask == 0] == 0)
+    adv, _ = compute_advantage("grpo_passk", rewards, mask, index, norm_adv_by_std_in_grpo=False)
+    expected = [0, 0, 0, 0, 2.0, 0, 0, 0.4, 0]
+    torch.testing.assert_close(
+        adv, torch.tensor(expected, dtype=torch.float64).unsqueeze(-1) * mask, rtol=0, atol=1e-12
+    )
+
+
+def test_grpo_passk_refuses_a_singleton_group():
+    rewards, mask = _batch()  # group b is a singleton
+    with pytest.raises(ValueError, match="group 'b' has 1"):
+        compute_advantage("grpo_passk", rewards, mask, INDEX)
 
 
 def _whiten_reference(values, mask):
