@@ -90,3 +90,18 @@ def test_csrf_enforced_on_session_posts(alice):
     csrf = client.cookies["csrftoken"].value
     ok = client.post("/accounts/profile/tokens/", {"name": "x", "csrfmiddlewaretoken": csrf})
     assert ok.status_code == 302 and ApiToken.objects.count() == 1
+
+
+@pytest.mark.parametrize("cookie", ['sessionid="abcdefgh\\000xyz"', "sessionid=abcdefgh\x00xyz",
+                                    "sessionid=../../../../etc/passwd", "sessionid=" + "a" * 5000])
+def test_a_session_cookie_django_never_made_reads_as_no_session(alice, cookie):
+    """A quoted cookie's octal escape (`\\000`) is a NUL, which PostgreSQL refuses: the session lookup
+    was a 500 on every page and API call (before login). A key that is not one Django makes reads as
+    no session: the login page, a 401, the health check; a real session still works."""
+    anonymous = Client(HTTP_COOKIE=cookie)
+    assert anonymous.get("/runs/").status_code == 302
+    assert anonymous.get("/api/v1/runs/").status_code in (401, 403)
+    assert anonymous.get("/accounts/login/").status_code == 200
+    signed_in = Client()
+    signed_in.force_login(alice)
+    assert signed_in.get("/runs/").status_code == 200

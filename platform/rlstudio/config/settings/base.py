@@ -67,6 +67,8 @@ MIDDLEWARE = [
     "rlstudio.config.nul_guard.NulParameterMiddleware",  # a NUL in a parameter: 400 naming it
     "axes.middleware.AxesMiddleware",  # last: turns a locked-out login into the 429 page
 ]
+# Database sessions whose cookie key is read only in the shape Django makes (a NUL in it was a 500).
+SESSION_ENGINE = "rlstudio.accounts.sessions"
 
 ROOT_URLCONF = "rlstudio.config.urls"
 ASGI_APPLICATION = "rlstudio.config.asgi.application"
