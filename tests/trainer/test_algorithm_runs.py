@@ -83,3 +83,74 @@ def test_grpo_passk_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
     steps = _run(tmp_path, tiny_model_dir, demo_data_dir, "algorithm.adv_estimator=grpo_passk")
     # Only one sample of each group of 2 learns: the others' advantages are 0, none negative.
     assert all(m["critic/advantages/min"] >= 0 for m in steps)
+
+
+PL = "actor_rollout_ref.actor.policy_loss"
+
+
+def test_clip_cov_and_kl_cov_keys_parse_and_are_checked():
+    cfg = apply_overrides(
+        Config(),
+        [
+            f"{PL}.loss_mode=clip_cov",
+            f"{PL}.clip_cov_ratio=0.01",
+            f"{PL}.clip_cov_lb=0.5",
+            f"{PL}.clip_cov_ub=2",
+        ],
+    )
+    pl = validate(cfg, require_paths=False).actor_rollout_ref.actor.policy_loss
+    assert (pl.loss_mode, pl.clip_cov_ratio, pl.clip_cov_lb, pl.clip_cov_ub) == (
+        "clip_cov",
+        0.01,
+        0.5,
+        2.0,
+    )
+    cfg = apply_overrides(
+        Config(), [f"{PL}.loss_mode=kl_cov", f"{PL}.kl_cov_ratio=0.001", f"{PL}.ppo_kl_coef=1"]
+    )
+    pl = validate(cfg, require_paths=False).actor_rollout_ref.actor.policy_loss
+    assert (pl.loss_mode, pl.kl_cov_ratio, pl.ppo_kl_coef) == ("kl_cov", 0.001, 1.0)
+    # Other modes ignore these keys (verl's section holds them whatever the mode); bad values are refused.
+    for override, key in [
+        (f"{PL}.clip_cov_ratio=0", "clip_cov_ratio"),
+        (f"{PL}.kl_cov_ratio=1.5", "kl_cov_ratio"),
+        (f"{PL}.clip_cov_ub=1", "clip_cov_ub"),
+        (f"{PL}.ppo_kl_coef=-1", "ppo_kl_coef"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            validate(apply_overrides(Config(), [override]), require_paths=False)
+        assert err.value.key == f"{PL}.{key}"
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(Config(), [f"{PL}.clip_cov_lb=low"])
+    assert err.value.key == f"{PL}.clip_cov_lb"
+
+
+def test_clip_cov_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
+    # Wide bounds and a 10% budget so that tokens are cut on the tiny model; 2 epochs (off-policy).
+    steps = _run(
+        tmp_path,
+        tiny_model_dir,
+        demo_data_dir,
+        f"{PL}.loss_mode=clip_cov",
+        f"{PL}.clip_cov_ratio=0.1",
+        f"{PL}.clip_cov_lb=-100",
+        f"{PL}.clip_cov_ub=100",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+    )
+    for m in steps:
+        assert 0 < m["actor/pg_clipfrac"] <= 0.2 and m["actor/pg_clipfrac_lower"] == 0.0
+        assert math.isfinite(m["actor/ppo_kl"])
+
+
+def test_kl_cov_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
+    steps = _run(
+        tmp_path,
+        tiny_model_dir,
+        demo_data_dir,
+        f"{PL}.loss_mode=kl_cov",
+        f"{PL}.kl_cov_ratio=0.1",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+    )
+    for m in steps:
+        assert m["actor/pg_clipfrac"] == 0.0 and m["actor/pg_clipfrac_lower"] == 0.0
+        assert 0 <= m["actor/ppo_kl"] < math.inf  # the mean |log r|, as verl's

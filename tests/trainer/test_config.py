@@ -431,8 +431,10 @@ def test_yaml_inf_is_a_config_error():
 def test_policy_loss_is_verls_section_and_old_specs_still_load():
     cfg = apply_overrides(Config(), ["actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
     assert cfg.actor_rollout_ref.actor.policy_loss.loss_mode == "gspo"
-    assert cfg.to_dict()["actor_rollout_ref"]["actor"]["policy_loss"] == {"loss_mode": "gspo"}
-    with pytest.raises(ConfigError, match="allowed values: vanilla, gspo, cispo, gpg") as err:
+    assert cfg.to_dict()["actor_rollout_ref"]["actor"]["policy_loss"] == {
+        "loss_mode": "gspo", "clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0,
+        "kl_cov_ratio": 0.0002, "ppo_kl_coef": 0.1}  # verl's section, with verl's defaults
+    with pytest.raises(ConfigError, match="allowed values: vanilla, gspo, cispo, gpg, clip_cov, kl_cov") as err:
         apply_overrides(Config(), ["actor_rollout_ref.actor.policy_loss.loss_mode=ppo"])
     assert err.value.key == "actor_rollout_ref.actor.policy_loss.loss_mode"
     # A spec stored when actor.policy_loss was the mode's name as a string reads as that mode.

@@ -1,4 +1,5 @@
-"""Policy losses by name (verl's ``actor.policy_loss.loss_mode``): vanilla, gspo, cispo, gpg.
+"""Policy losses by name (verl's ``actor.policy_loss.loss_mode``): vanilla, gspo, cispo, gpg,
+clip_cov, kl_cov.
 
 Each loss is a pure function of (B, T) tensors with one signature,
 
@@ -21,9 +22,16 @@ them before aggregating, as verl's do; the metrics are those of the unweighted l
     cispo    L = -sg(clip(r, 1-eps_low, 1+eps_high)) A log pi: the clipped ratio is a constant weight,
              so a clipped token keeps its gradient (PPO gives it none); aggregated by loss_agg_mode.
     gpg      L = -A log pi (plain policy gradient: no ratio, no clip); aggregated by loss_agg_mode.
+    clip_cov vanilla's clip without the dual clip; of the tokens the clip left alone whose centred
+             covariance (A - mean A)(log pi - mean log pi) lies in (clip_cov_lb, clip_cov_ub), a
+             random clip_cov_ratio of the masked tokens (at least one) get L = 0 (no gradient).
+    kl_cov   L = -A r, plus ppo_kl_coef |log r| on the kl_cov_ratio of the masked tokens (at least
+             one) with the largest covariance; no clip.
+
+clip_cov and kl_cov also take their own ``actor.policy_loss`` keys (``loss_mode_options`` picks them).
 
 Metrics are verl's: ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, each loss
-reporting the ones verl's reports (gpg none). Formulas and parity notes: docs/design.md §4.5.
+reporting the ones verl's reports (gpg none; kl_cov's ppo_kl is the mean |log r|, as verl's). Formulas and parity notes: docs/design.md §4.5.
 """
 
 from __future__ import annotations
@@ -259,3 +267,140 @@ def compute_policy_loss_gpg(
         pg_loss=agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor),
         loss_agg_mode=loss_agg_mode,
     )
+
+
+# ------------------------------------------------------------------------ clip_cov and kl_cov
+# "The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models" (arXiv 2505.22617):
+# the policy's entropy falls fastest through the tokens where the advantage and the log-probability
+# move together, i.e. where the centred product cov_t = (A_t - mean A)(log pi_t - mean log pi) is
+# large. Both losses act on a small fraction of those tokens only (the ratio keys, 2e-4 by default).
+
+
+def _token_cov(advantages: torch.Tensor, log_prob: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """cov_t = (A_t - mean A)(log pi_t - mean log pi), both means over the masked tokens; detached."""
+    adv, logp = advantages.detach(), log_prob.detach()
+    return (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))
+
+
+@register_policy_loss("clip_cov")
+def compute_policy_loss_clip_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,  # noqa: ARG001 - no dual clip in Clip-Cov (as verl)
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    clip_cov_ratio: float = 0.0002,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+    generator: torch.Generator | None = None,
+) -> PolicyLossOutput:
+    """Clip-Cov: PPO clip, and the gradient of a few high-covariance tokens cut.
+
+    r = exp(clamp(logp - old_logp, -20, 20)); the PPO term L = max(-A r, -A clip(r, 1-eps_low,
+    1+eps_high)) (no dual clip). Candidates: masked tokens the PPO clip left alone whose
+    cov_t (``_token_cov``) lies strictly between ``clip_cov_lb`` and ``clip_cov_ub``. Of them,
+    max(1, floor(clip_cov_ratio * masked tokens)) are drawn uniformly at random (``generator``, a CPU
+    generator; None = torch's global one) and their L is multiplied by 0, so they neither count nor
+    pass a gradient. Aggregated by ``loss_agg_mode``. pg_clipfrac: the fraction of masked tokens so
+    cut (the PPO clip is not counted, as verl); pg_clipfrac_lower 0. verl does not clamp the
+    log-ratio; the clamp only matters past |log r| = 20.
+    """
+    if clip_cov_ratio <= 0:
+        raise ValueError(f"clip_cov_ratio must be > 0, got {clip_cov_ratio}")
+    low, high = _bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - low, 1.0 + high)
+    valid = response_mask > 0
+    cov = _token_cov(advantages, log_prob, response_mask)
+    candidates = valid & ~torch.gt(loss_clipped, loss_unclipped) & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+    where = torch.nonzero(candidates)  # (K, 2) row, column
+    budget = max(int(clip_cov_ratio * int(valid.sum())), 1)
+    keep = torch.ones_like(advantages)
+    if len(where):
+        pick = torch.randperm(len(where), generator=generator)[:budget].to(where.device)
+        keep[where[pick, 0], where[pick, 1]] = 0.0
+    pg_losses = _weighted(torch.maximum(loss_unclipped, loss_clipped) * keep, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
+    return PolicyLossOutput(
+        pg_loss=pg_loss,
+        loss_agg_mode=loss_agg_mode,
+        pg_clipfrac=masked_mean((keep == 0).to(pg_loss.dtype), response_mask).detach(),
+        ppo_kl=masked_mean(-log_ratio, response_mask).detach(),
+        pg_clipfrac_lower=torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device),
+    )
+
+
+@register_policy_loss("kl_cov")
+def compute_policy_loss_kl_cov(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,  # noqa: ARG001 - KL-Cov does not clip (as verl)
+    clip_ratio_low: float | None = None,  # noqa: ARG001
+    clip_ratio_high: float | None = None,  # noqa: ARG001
+    clip_ratio_c: float = 3.0,  # noqa: ARG001
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: float | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    kl_cov_ratio: float = 0.0002,
+    ppo_kl_coef: float = 0.1,
+) -> PolicyLossOutput:
+    """KL-Cov: the unclipped surrogate, and a KL penalty on the highest-covariance tokens.
+
+    r = exp(clamp(log r, -20, 20)) with log r = logp - old_logp; L = -A r on every token, plus
+    ``ppo_kl_coef`` * |log r| on the max(1, floor(kl_cov_ratio * masked tokens)) masked tokens of
+    largest cov_t (``_token_cov``); aggregated by ``loss_agg_mode``. No clip: pg_clipfrac and
+    pg_clipfrac_lower are 0, and ppo_kl is the mean |log r| over the masked tokens (what verl's
+    reports under that name).
+    """
+    if kl_cov_ratio <= 0:
+        raise ValueError(f"kl_cov_ratio must be > 0, got {kl_cov_ratio}")
+    log_ratio = log_prob - old_log_prob
+    abs_kl = log_ratio.abs()
+    pg_losses = -advantages * torch.exp(torch.clamp(log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    valid = response_mask > 0
+    n_valid = int(valid.sum())
+    penalised = torch.zeros_like(advantages)
+    if n_valid:
+        cov = _token_cov(advantages, log_prob, response_mask)[valid]
+        top = torch.topk(cov, max(1, int(n_valid * kl_cov_ratio))).indices
+        flat = torch.nonzero(valid.reshape(-1), as_tuple=True)[0][top]
+        penalised.view(-1)[flat] = 1.0
+    pg_losses = _weighted(pg_losses + ppo_kl_coef * abs_kl * penalised, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
+    zero = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
+    return PolicyLossOutput(
+        pg_loss=pg_loss,
+        loss_agg_mode=loss_agg_mode,
+        pg_clipfrac=zero,
+        ppo_kl=masked_mean(abs_kl, response_mask).detach(),
+        pg_clipfrac_lower=zero.clone(),
+    )
+
+
+# The actor.policy_loss keys each loss mode reads besides the actor's clip and aggregation keys.
+LOSS_MODE_KEYS: dict[str, tuple[str, ...]] = {
+    "clip_cov": ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"),
+    "kl_cov": ("kl_cov_ratio", "ppo_kl_coef"),
+}
+
+
+def loss_mode_options(policy_loss: object, generator: torch.Generator | None = None) -> dict[str, object]:
+    """The keyword arguments the chosen loss mode takes from the ``actor.policy_loss`` section
+    (``policy_loss``, a PolicyLossConfig): its own keys, and ``generator`` for clip_cov's draw."""
+    mode = getattr(policy_loss, "loss_mode")
+    options: dict[str, object] = {key: getattr(policy_loss, key) for key in LOSS_MODE_KEYS.get(mode, ())}
+    if mode == "clip_cov":
+        options["generator"] = generator
+    return options

@@ -153,15 +153,34 @@ class ActorFsdpConfig:
 
 @dataclass(frozen=True)
 class PolicyLossConfig:
-    """verl's ``actor.policy_loss``: which policy-loss function the update uses. verl's other keys
-    of this section (clip_cov_*, kl_cov_*, ppo_kl_coef) belong to loss modes not provided here."""
+    """verl's ``actor.policy_loss``: which policy-loss function the update uses, and the keys of the
+    loss modes that have their own (clip_cov_*, kl_cov_ratio and ppo_kl_coef; the other modes ignore
+    them, as verl's)."""
 
-    loss_mode: Literal["vanilla", "gspo", "cispo", "gpg"] = option(
+    loss_mode: Literal["vanilla", "gspo", "cispo", "gpg", "clip_cov", "kl_cov"] = option(
         "vanilla",
         "Policy loss (trainer.algorithms.policy_losses, verl's names): vanilla = PPO clip with dual "
         "clip; gspo = sequence-level ratio, aggregated seq-mean-token-mean (verl's GSPO recipe: "
         "clip_ratio_low 3e-4, clip_ratio_high 4e-4); cispo = clipped importance weight, detached, "
-        "times log-prob; gpg = -A log-prob (no ratio, no clip).",
+        "times log-prob; gpg = -A log-prob (no ratio, no clip); clip_cov = PPO clip, and the gradient "
+        "of a few random tokens of high advantage/log-prob covariance cut; kl_cov = unclipped "
+        "surrogate with a KL penalty on the tokens of highest covariance.",
+    )
+    clip_cov_ratio: float = option(
+        0.0002, "clip_cov: fraction of the masked tokens whose gradient is cut (in (0, 1])."
+    )
+    clip_cov_lb: float = option(
+        1.0, "clip_cov: lower bound (exclusive) of the covariance of the tokens that may be cut."
+    )
+    clip_cov_ub: float = option(
+        5.0, "clip_cov: upper bound (exclusive) of that covariance (> clip_cov_lb)."
+    )
+    kl_cov_ratio: float = option(
+        0.0002,
+        "kl_cov: fraction of the masked tokens (highest covariance) given the KL penalty (in (0, 1]).",
+    )
+    ppo_kl_coef: float = option(
+        0.1, "kl_cov: weight of the penalty |log pi - log pi_old| on those tokens (>= 0)."
     )
 
 

@@ -183,6 +183,14 @@ def _check_actor(arr: ActorRolloutRefConfig) -> None:
         )
     if actor.grad_clip <= 0:
         raise ConfigError(f"{ACTOR}.grad_clip", "must be > 0")
+    pl = actor.policy_loss
+    for name in ("clip_cov_ratio", "kl_cov_ratio"):
+        if not 0 < getattr(pl, name) <= 1:
+            raise ConfigError(f"{ACTOR}.policy_loss.{name}", f"must be in (0, 1], got {getattr(pl, name)}")
+    if pl.clip_cov_lb >= pl.clip_cov_ub:
+        raise ConfigError(f"{ACTOR}.policy_loss.clip_cov_ub", f"must be > clip_cov_lb ({pl.clip_cov_lb})")
+    if pl.ppo_kl_coef < 0:
+        raise ConfigError(f"{ACTOR}.policy_loss.ppo_kl_coef", "must be >= 0")
     _positive(f"{ACTOR}.loss_scale_factor", actor.loss_scale_factor, allow_none=True)
     for name in ("kl_loss_coef", "entropy_coeff"):
         if getattr(actor, name) < 0:

@@ -24,7 +24,8 @@ which transformers needs to checkpoint, with every dropout rate set to 0): RL re
 expects the update's first forward to equal them, which dropout would break.
 
 The policy loss is the one `actor.policy_loss.loss_mode` names (trainer.algorithms.policy_losses:
-vanilla, gspo, cispo, gpg); the KL and entropy terms are the same whatever it is. Rollout correction
+vanilla, gspo, cispo, gpg, clip_cov, kl_cov; the last two also take their actor.policy_loss keys, and
+clip_cov draws its tokens from the update's seeded generator); the KL and entropy terms are the same whatever it is. Rollout correction
 (algorithm.rollout_correction, trainer.algorithms.rollout_correction.corrected_policy_loss): the
 batch's importance weights multiply it, or in bypass mode weights and rejection are computed per
 micro-batch against the rollout's log-probs.
@@ -357,7 +358,7 @@ class ActorWorker:
         `batch.old_log_probs` / `self.last_entropy` for reporting.
         """
         from trainer.algorithms.losses import agg_loss, kl_penalty
-        from trainer.algorithms.policy_losses import get_policy_loss
+        from trainer.algorithms.policy_losses import get_policy_loss, loss_mode_options
         from trainer.algorithms.rollout_correction import corrected_policy_loss
 
         if not self.trainable:
@@ -414,7 +415,8 @@ class ActorWorker:
                         rollout_is_weights=_rows(batch.rollout_is_weights, rows, r, self.device),
                         clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low,
                         clip_ratio_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c,
-                        loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=scale)
+                        loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=scale,
+                        **loss_mode_options(cfg.policy_loss, gen))
                     for name, value in corr_metrics.items():
                         add(name, value)
                     # This micro-batch's share of the whole (all-rank) mini-batch loss: see the docstring.

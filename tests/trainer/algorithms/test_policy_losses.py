@@ -26,7 +26,7 @@ E = math.exp
 
 def test_registry_holds_the_four_losses_the_schema_offers():
     offered = typing.get_args(typing.get_type_hints(PolicyLossConfig)["loss_mode"])
-    assert sorted(offered) == policy_loss_names() == ["cispo", "gpg", "gspo", "vanilla"]
+    assert sorted(offered) == policy_loss_names() == ["cispo", "clip_cov", "gpg", "gspo", "kl_cov", "vanilla"]
     assert get_policy_loss("vanilla") is compute_policy_loss
     assert get_policy_loss("gspo") is compute_policy_loss_gspo
     assert get_policy_loss("cispo") is compute_policy_loss_cispo
@@ -194,19 +194,22 @@ def test_gpg_is_minus_advantage_times_log_prob():
 def test_metric_names_are_verls():
     old, logp, adv, mask = _cispo_inputs()
     names = {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
-    for name in ("vanilla", "gspo", "cispo"):
+    for name in ("vanilla", "gspo", "cispo", "clip_cov", "kl_cov"):
         assert set(get_policy_loss(name)(old, logp, adv, mask).metrics()) == names
 
 
-@pytest.mark.parametrize("name", ["vanilla", "gspo", "cispo", "gpg"])
+@pytest.mark.parametrize("name", ["vanilla", "gspo", "cispo", "gpg", "clip_cov", "kl_cov"])
 def test_on_policy_every_loss_gives_the_policy_gradient(name):
     # At ratio 1 (old == current, the first micro-batch of a step) nothing is clipped and each loss's
-    # gradient is -A grad(log pi) under the same aggregation (seq-mean-token-mean, GSPO's).
+    # gradient is -A grad(log pi) under the same aggregation (seq-mean-token-mean, GSPO's). kl_cov's
+    # penalty |log r| has gradient 0 at r = 1; clip_cov is given bounds no token's covariance is in
+    # (its cut tokens have no gradient, on policy too).
     g = torch.Generator().manual_seed(0)
     logp = (-torch.rand(3, 5, generator=g, dtype=D) * 3).requires_grad_(True)
     mask = torch.tensor([[1.0] * 5, [1, 1, 1, 0, 0], [0, 1, 1, 1, 1]], dtype=D)
     adv = torch.tensor([[0.7], [-1.3], [0.4]], dtype=D) * mask
-    out = get_policy_loss(name)(logp.detach(), logp, adv, mask, loss_agg_mode="seq-mean-token-mean")
+    extra = {"clip_cov_lb": 100.0, "clip_cov_ub": 101.0} if name == "clip_cov" else {}
+    out = get_policy_loss(name)(logp.detach(), logp, adv, mask, loss_agg_mode="seq-mean-token-mean", **extra)
     out.pg_loss.backward()
     expected = -adv / mask.sum(-1, keepdim=True) / 3 * mask
     assert torch.allclose(logp.grad, expected, atol=1e-12)
