@@ -50,6 +50,21 @@ def lockout_response(request: HttpRequest, original_response=None, credentials=N
                   status=429)
 
 
+USERNAME_CHARS = 255  # axes' AccessAttempt.username column
+
+
+def axes_username(request: HttpRequest, credentials: dict | None = None) -> str | None:
+    """AXES_USERNAME_CALLABLE: the name a failure is counted and locked under, as axes reads it (the
+    credentials' `username`, else the form's), with any NUL as U+FFFD and cut to USERNAME_CHARS: axes
+    stores it in PostgreSQL, which refused a longer one (a 100,000-character username typed at the
+    login page was a 500). No real account's name is that long, so nothing else changes."""
+    if credentials:
+        name = credentials.get("username")
+    else:
+        name = getattr(request, "data", request.POST).get("username")
+    return None if name is None else without_nul(str(name))[:USERNAME_CHARS]
+
+
 def _token_credentials(key: str) -> dict[str, str]:
     """The name a key's failures are counted under: its public prefix, with any NUL as U+FFFD (axes
     stores the name in PostgreSQL, which refuses a NUL; a `?token=%00` or a header can hold one)."""

@@ -178,3 +178,14 @@ def test_a_key_holding_a_nul_is_counted_not_a_crash(alice, make_run):
 
     assert asyncio.run(close_code()) == 4401
     assert AccessAttempt.objects.filter(ip_address__in=["10.0.5.1", "10.0.5.2"]).count() == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/accounts/login/", "/admin/login/"])
+def test_a_username_longer_than_axes_column_is_a_failed_login_not_a_500(alice, path):
+    """axes records the username typed in a 255-character column (PostgreSQL refused a longer one: a
+    500 before login); it is counted cut to 255 characters, and locks like any other."""
+    client = Client(REMOTE_ADDR="10.0.6.1")
+    answers = [login(client, "a" * 100_000, "x", path).status_code for _ in range(5)]
+    assert answers == [200, 200, 200, 200, 429]
+    assert AccessAttempt.objects.get(ip_address="10.0.6.1").username == "a" * 255

@@ -27,6 +27,8 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 # accounts' tried from there (axes resets by every lockout parameter).
 AXES_RESET_ON_SUCCESS = False
 AXES_LOCKOUT_CALLABLE = "rlstudio.accounts.throttle.lockout_response"
+# The name a failure is counted under, cut to axes' column (255) with no NUL: a longer one was a 500.
+AXES_USERNAME_CALLABLE = "rlstudio.accounts.throttle.axes_username"
 AXES_HTTP_RESPONSE_CODE = 429
 
 # --- Request bodies (rlstudio.config.request_gate) ---------------------------------------------
