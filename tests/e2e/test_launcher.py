@@ -306,6 +306,13 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
         assert ep["DATABASE_URL"].startswith("postgresql://") and "/rlstudio" in ep["DATABASE_URL"]
         assert str(port) not in ep["DATABASE_URL"] and ":6379" not in ep["REDIS_URL"]
 
+        # Ray's Jobs API at RAY_ADDRESS: a job submitted now, checked below (it runs while the checks in
+        # between and the demo's preparation go on).
+        from ray.job_submission import JobStatus, JobSubmissionClient
+
+        client = JobSubmissionClient(ep["RAY_ADDRESS"])
+        job = client.submit_job(entrypoint="python -c \"print('ray-says', 6 * 7)\"")
+
         # A real PostgreSQL, migrated, with the demo admin.
         import psycopg2
 
@@ -314,29 +321,7 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
             assert cur.fetchone() == (True,)
             cur.execute("SELECT count(*) FROM django_migrations")
             assert cur.fetchone()[0] > 10
-            # The demo content of the first start, prepared in the background after the platform is
-            # up: the tiny demo models, GSM8K test converted by the worker, and the one-click demo
-            # config, saved last.
-            deadline, n = time.monotonic() + 180, 0
-            while time.monotonic() < deadline and n == 0:
-                cur.execute("SELECT count(*) FROM runs_runconfig WHERE name = 'Demo: tool-calling arithmetic (GRPO)'")
-                n = cur.fetchone()[0]
-                conn.commit()
-                time.sleep(0 if n else 1)
-            assert n == 1, (state / "logs" / "demo.log").read_text(errors="replace")[-3000:]
-            cur.execute("SELECT count(*) FROM catalog_modelasset WHERE tokenizer_ok")
-            assert cur.fetchone()[0] >= 2  # the untrained and the warm-started demo model
-            deadline, row = time.monotonic() + 90, None
-            while time.monotonic() < deadline:  # validated in the background by the worker
-                cur.execute("SELECT status, num_rows FROM catalog_dataset WHERE name = 'gsm8k-test'")
-                row = cur.fetchone()
-                conn.commit()
-                if row and row[0] != "validating":
-                    break
-                time.sleep(1)
-            assert row == ("ready", 1319), row
-            cur.execute("SELECT num_rows FROM catalog_dataset WHERE name = 'demo-arith-heldout'")
-            assert cur.fetchone() == (8,)  # RLSTUDIO_DEMO_VAL_ROWS reached the demo's preparation
+        conn.close()
 
         # A real Redis with a live Celery worker on it.
         from celery import Celery
@@ -371,17 +356,39 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
         status, code = ws_close_code(launched, "/ws/runs/1/", {"Cookie": cookie})
         assert status == 101 and code != 4401
 
-        # Ray's Jobs API at RAY_ADDRESS runs a job to completion.
-        from ray.job_submission import JobStatus, JobSubmissionClient
-
-        client = JobSubmissionClient(ep["RAY_ADDRESS"])
-        job = client.submit_job(entrypoint="python -c \"print('ray-says', 6 * 7)\"")
+        # The Ray job submitted above ran to completion.
         deadline = time.monotonic() + 90
         while client.get_job_status(job) not in {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}:
             assert time.monotonic() < deadline, "Ray job did not finish in 90 s"
             time.sleep(0.5)
         assert client.get_job_status(job) == JobStatus.SUCCEEDED
         assert "ray-says 42" in client.get_job_logs(job)
+
+        with psycopg2.connect(ep["DATABASE_URL"]) as conn, conn.cursor() as cur:
+            # The demo content of the first start, prepared in the background after the platform is
+            # up: the tiny demo models, GSM8K test converted by the worker, and the one-click demo
+            # config, saved last.
+            deadline, n = time.monotonic() + 180, 0
+            while time.monotonic() < deadline and n == 0:
+                cur.execute("SELECT count(*) FROM runs_runconfig WHERE name = 'Demo: tool-calling arithmetic (GRPO)'")
+                n = cur.fetchone()[0]
+                conn.commit()
+                time.sleep(0 if n else 1)
+            assert n == 1, (state / "logs" / "demo.log").read_text(errors="replace")[-3000:]
+            cur.execute("SELECT count(*) FROM catalog_modelasset WHERE tokenizer_ok")
+            assert cur.fetchone()[0] >= 2  # the untrained and the warm-started demo model
+            deadline, row = time.monotonic() + 90, None
+            while time.monotonic() < deadline:  # validated in the background by the worker
+                cur.execute("SELECT status, num_rows FROM catalog_dataset WHERE name = 'gsm8k-test'")
+                row = cur.fetchone()
+                conn.commit()
+                if row and row[0] != "validating":
+                    break
+                time.sleep(1)
+            assert row == ("ready", 1319), row
+            cur.execute("SELECT num_rows FROM catalog_dataset WHERE name = 'demo-arith-heldout'")
+            assert cur.fetchone() == (8,)  # RLSTUDIO_DEMO_VAL_ROWS reached the demo's preparation
+        conn.close()
 
         # The README's promise, in a real Chromium: log in as the demo admin, one click on "Launch
         # the demo", and GRPO's reward chart grows live on the run's page. Then force-stop it.
