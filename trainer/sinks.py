@@ -9,7 +9,7 @@ per-run sequence number that continues after a resume (it reads the last seq alr
   jsonl        always on: `<default_local_dir>/events.jsonl`, one event a line, flushed per event
   console      a compact progress line per step, status / log / checkpoint lines
   tensorboard  scalar metrics (torch.utils.tensorboard; needs the tensorboard package)
-  wandb        scalar metrics (needs wandb)
+  wandb        scalar metrics (needs wandb; on the platform, the operator's W&B: see `tracker_run`)
   mlflow       scalar metrics (needs mlflow; '@' in names becomes '_at_' as verl does)
   http         the platform's ingest API (its own module, trainer/sinks_http.py)
 
@@ -244,14 +244,70 @@ class TensorBoardSink(Sink):
         self.writer.close()
 
 
+def _secret_from_file(variable: str) -> str:
+    """A secret the platform handed over in a file (the environment holds only its path; '' when the
+    variable is unset). An unreadable file is an error: the run would report nowhere."""
+    path = os.environ.get(variable, "")
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise RuntimeError(f"{variable}: cannot read {path!r}: {exc.strerror or exc}") from None
+
+
+_LINEAGE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+
+
+def tracker_run(config: Any) -> dict[str, Any]:
+    """What a tracker run is called and given: project, name, config, tags and a stable id.
+
+    By hand: `trainer.project_name`, `trainer.experiment_name` and the whole config. A platform run (its
+    job's environment, runs.trackers): the id of its resume chain (RLSTUDIO_TRACKER_RUN_ID: a resume
+    continues the same tracker run), the platform run's name when experiment_name is left at its
+    default, its tags, and the user's view of the config (RLSTUDIO_TRACKER_CONFIG_FILE: no server path).
+    """
+    tr = getattr(config, "trainer", None)
+    name = getattr(tr, "experiment_name", "run")
+    run_id = os.environ.get("RLSTUDIO_TRACKER_RUN_ID", "")
+    if run_id and not _LINEAGE.fullmatch(run_id):
+        raise RuntimeError("RLSTUDIO_TRACKER_RUN_ID: letters, digits, '_' and '-' only")
+    if run_id and name == "run":
+        name = os.environ.get("RLSTUDIO_TRACKER_RUN_NAME") or name
+    view = os.environ.get("RLSTUDIO_TRACKER_CONFIG_FILE", "")
+    if view:
+        data = json.loads(Path(view).read_text(encoding="utf-8"))
+    else:
+        data = config.to_dict() if config is not None else None
+    tags = json.loads(os.environ.get("RLSTUDIO_TRACKER_TAGS") or "[]")
+    return {"project": getattr(tr, "project_name", "rlstudio"), "name": name, "config": data,
+            "tags": [str(t) for t in tags] if isinstance(tags, list) else [], "id": run_id or None}
+
+
 @register_sink("wandb")
 class WandbSink(Sink):
+    """Scalar metrics to a W&B run (wandb.init): by hand, wandb's own login and settings; on the platform,
+    the operator's key (RLSTUDIO_WANDB_API_KEY_FILE, given to wandb.Settings, never written to a
+    .netrc), server (RLSTUDIO_WANDB_BASE_URL) and entity (RLSTUDIO_WANDB_ENTITY), with the run id
+    of its resume chain (resume="allow": a resumed run continues it)."""
+
     def __init__(self, *, out_dir: Path, config: Any = None):
         self.wandb = _require("wandb", "wandb")
-        tr = getattr(config, "trainer", None)
-        self.run = self.wandb.init(project=getattr(tr, "project_name", "rlstudio"),
-                                   name=getattr(tr, "experiment_name", "run"), dir=str(out_dir),
-                                   config=config.to_dict() if config is not None else None)
+        run = tracker_run(config)
+        kwargs: dict[str, Any] = {"project": run["project"], "name": run["name"], "dir": str(out_dir),
+                                  "config": run["config"]}
+        if run["tags"]:
+            kwargs["tags"] = run["tags"]
+        if run["id"]:
+            kwargs.update(id=run["id"], resume="allow")
+        if os.environ.get("RLSTUDIO_WANDB_ENTITY"):
+            kwargs["entity"] = os.environ["RLSTUDIO_WANDB_ENTITY"]
+        chosen = {"api_key": _secret_from_file("RLSTUDIO_WANDB_API_KEY_FILE"),
+                  "base_url": os.environ.get("RLSTUDIO_WANDB_BASE_URL", "")}
+        chosen = {k: v for k, v in chosen.items() if v}
+        if chosen:
+            kwargs["settings"] = self.wandb.Settings(**chosen)
+        self.run = self.wandb.init(**kwargs)
 
     def write(self, event: dict[str, Any]) -> None:
         got = _scalars(event)
@@ -264,11 +320,39 @@ class WandbSink(Sink):
 
 @register_sink("mlflow")
 class MlflowSink(Sink):
+    """Scalar metrics to an MLflow run ('@' in names as '_at_', as verl does); the config as the run's
+    config.json artifact. By hand, MLflow's own environment; on the platform, the operator's tracking
+    URI (RLSTUDIO_MLFLOW_TRACKING_URI), user name, and token or password read from their files into this
+    process's MLFLOW_TRACKING_* variables (MLflow reads credentials only from there). A platform run is
+    tagged `rlstudio.lineage` with its resume chain's id, and a resume continues the run so tagged."""
+
     def __init__(self, *, out_dir: Path, config: Any = None):
         self.mlflow = _require("mlflow", "mlflow")
-        tr = getattr(config, "trainer", None)
-        self.mlflow.set_experiment(getattr(tr, "project_name", "rlstudio"))
-        self.run = self.mlflow.start_run(run_name=getattr(tr, "experiment_name", "run"))
+        run = tracker_run(config)
+        if os.environ.get("RLSTUDIO_MLFLOW_TRACKING_URI"):
+            self.mlflow.set_tracking_uri(os.environ["RLSTUDIO_MLFLOW_TRACKING_URI"])
+        for variable, value in (
+                ("MLFLOW_TRACKING_USERNAME", os.environ.get("RLSTUDIO_MLFLOW_TRACKING_USERNAME", "")),
+                ("MLFLOW_TRACKING_TOKEN", _secret_from_file("RLSTUDIO_MLFLOW_TRACKING_TOKEN_FILE")),
+                ("MLFLOW_TRACKING_PASSWORD", _secret_from_file("RLSTUDIO_MLFLOW_TRACKING_PASSWORD_FILE"))):
+            if value:
+                os.environ[variable] = value
+        experiment = self.mlflow.set_experiment(run["project"])
+        earlier = None
+        if run["id"]:
+            found = self.mlflow.tracking.MlflowClient().search_runs(
+                experiment_ids=[experiment.experiment_id], max_results=1,
+                filter_string=f"tags.`rlstudio.lineage` = '{run['id']}'")
+            earlier = found[0].info.run_id if found else None
+        if earlier:
+            self.run = self.mlflow.start_run(run_id=earlier)
+        else:
+            tags = {"rlstudio.lineage": run["id"]} if run["id"] else {}
+            if run["tags"]:
+                tags["rlstudio.tags"] = ",".join(run["tags"])
+            self.run = self.mlflow.start_run(run_name=run["name"], tags=tags or None)
+            if run["config"] is not None:
+                self.mlflow.log_dict(run["config"], "config.json")
 
     def write(self, event: dict[str, Any]) -> None:
         got = _scalars(event)

@@ -277,7 +277,9 @@ class TrainerConfig:
         ["console", "jsonl"],
         f"Sinks: {', '.join(LOGGERS)}; http is the platform's ingest API (RLSTUDIO_INGEST_URL, "
         "and RLSTUDIO_INGEST_TOKEN_FILE or RLSTUDIO_INGEST_TOKEN, from the environment; docs/live.md); "
-        "tensorboard writes under $TENSORBOARD_DIR, else <out_dir>/tensorboard_log/<project>/<experiment>.",
+        "tensorboard writes under $TENSORBOARD_DIR, else <out_dir>/tensorboard_log/<project>/<experiment>. "
+        "A platform run may list wandb / mlflow only where the operator enabled them: their server and key are "
+        "the operator's, project_name / experiment_name name the run there (docs/security.md, Trackers).",
     )
     critic_warmup: int = option(
         0,

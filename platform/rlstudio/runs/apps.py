@@ -9,6 +9,7 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import trackers  # noqa: F401 (registers its system check)
         from .services import on_run_succeeded, on_run_transition
 
         on_run_transition(on_run_succeeded)  # a succeeded run's export goes into the catalog

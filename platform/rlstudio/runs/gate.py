@@ -78,6 +78,9 @@ EXCLUDED = Bound(pattern=MODULES.pattern, max_items=64,
 
 # Tool names and loggers are checked against the trainer's registries when the gate runs.
 USER_LOGGERS = ("console", "jsonl", "tensorboard")
+# The trackers a user may list only where the operator enabled them (runs.trackers: the operator's
+# address and key, never a user's; `check` and `check_trackers` refuse one that is not enabled).
+TRACKER_LOGGERS = ("wandb", "mlflow")
 
 USER_KEYS: dict[str, Bound] = {
     # data (the files themselves come from the run's datasets)
@@ -240,7 +243,7 @@ USER_KEYS: dict[str, Bound] = {
     "trainer.val_before_train": FLAG,
     "trainer.max_actor_ckpt_to_keep": Bound(lo=1, hi=1000),
     "trainer.seed": SEED,
-    "trainer.logger": Bound(choices=USER_LOGGERS, max_items=len(USER_LOGGERS)),
+    "trainer.logger": Bound(choices=USER_LOGGERS + TRACKER_LOGGERS, max_items=len(USER_LOGGERS + TRACKER_LOGGERS)),
     "trainer.critic_warmup": Bound(lo=0, hi=1_000_000),
     "trainer.balance_batch": FLAG,
     "trainer.export_hf": FLAG,
@@ -393,11 +396,13 @@ def check(
     after: Mapping[str, Any],
     reward_names: Iterable[str],
     tool_names: Iterable[str],
+    trackers: Mapping[str, str | None] | None = None,
 ) -> None:
     """Refuse what a user changed from `before` to `after` unless it is theirs to set, within bounds.
 
     `reward_names` are the reward functions a user may pick (the trainer's built-ins and the operator's
-    registered ones); `tool_names` the trainer's registered tools.
+    registered ones); `tool_names` the trainer's registered tools; `trackers` why each of
+    TRACKER_LOGGERS may not be listed (None: it may; none given: none may).
     """
     rewards, tools = set(reward_names), set(tool_names)
     flat = flatten(after)
@@ -412,6 +417,20 @@ def check(
             for name in flat[key]:
                 if name not in tools:
                     raise GateRefused(key, f"{name!r} is not a registered tool; one of: {', '.join(sorted(tools))}")
+        if key == "trainer.logger":
+            check_trackers(after, trackers)
+
+
+def check_trackers(config: Mapping[str, Any], trackers: Mapping[str, str | None] | None) -> None:
+    """GateRefused on trainer.logger[i] when `config` lists a tracker (TRACKER_LOGGERS) that `trackers` gives a
+    reason against (runs.trackers.refusal: the operator has not enabled it, or its package is missing);
+    a tracker `trackers` does not name is refused as not enabled."""
+    loggers = flatten(config).get("trainer.logger")
+    for i, name in enumerate(loggers if isinstance(loggers, list) else ()):
+        if name in TRACKER_LOGGERS:
+            reason = (trackers or {}).get(name, f"{name!r} is not enabled on this platform")
+            if reason:
+                raise GateRefused(f"trainer.logger[{i}]", reason)
 
 
 def check_bounds(config: Mapping[str, Any]) -> None:
@@ -584,7 +603,7 @@ def user_view(config: Mapping[str, Any]) -> dict[str, Any]:
         if key in flat:
             flat[key] = _DEFAULTS[key]
     if isinstance(flat.get("trainer.logger"), list):  # the sinks the platform added at submit (http)
-        flat["trainer.logger"] = [name for name in flat["trainer.logger"] if name in USER_LOGGERS]
+        flat["trainer.logger"] = [name for name in flat["trainer.logger"] if name in USER_LOGGERS + TRACKER_LOGGERS]
     return unflatten(flat)
 
 
@@ -614,7 +633,8 @@ def markdown() -> str:
         return "; ".join(p for p in parts if p) or "the schema's type and choices"
 
     lines = ["| key a user may set | bounds |", "|---|---|"]
-    lines += [f"| `{key}` | {bound_text(b)} |" for key, b in USER_KEYS.items()]
+    notes = {"trainer.logger": " (`wandb`, `mlflow` only where the operator enabled them: see Trackers below)"}
+    lines += [f"| `{key}` | {bound_text(b)}{notes.get(key, '')} |" for key, b in USER_KEYS.items()]
     lines += ["", "| key only the platform sets | from |", "|---|---|"]
     lines += [f"| `{key}` | {src} |" for key, src in PLATFORM_KEYS.items()]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,8 @@ Pure functions of their inputs (plus settings for folders and URLs); the service
   the loggers (jsonl always: it is the heartbeat the reconcile falls back on).
 - `entrypoint` / `job_env` / `write_token`: `cd <repo> && exec <venv python> -m trainer run <spec>
   --output <dir>` (exec: Ray's SIGTERM reaches the trainer itself, not a shell in between); the ingest
-  token travels in a file of the run folder, never in the job's environment.
+  token travels in a file of the run folder, never in the job's environment, and so do the operator's
+  tracker secrets (`write_tracker_files`, for a run that lists wandb / mlflow).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from django.conf import settings
 
 from trainer.config import LOGGERS, Config, ConfigError, apply_overrides, validate
 
-from . import gate
+from . import gate, trackers
 from .adapt import adapt_preset, node_layout
 from .errors import ConfigInvalid
 from .reward_routing import check_default_reward
@@ -98,9 +99,14 @@ def _tool_names() -> list[str]:
     return registered_tools()
 
 
+def tracker_refusals() -> dict[str, str | None]:
+    """Why each tracker may not be listed in trainer.logger now (None: it may; `trackers.refusal`)."""
+    return {name: trackers.refusal(name) for name in gate.TRACKER_LOGGERS}
+
+
 def _gate(before: Config, after: Config) -> None:
     gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=reward_names(),
-               tool_names=_tool_names())
+               tool_names=_tool_names(), trackers=tracker_refusals())
 
 
 _DEFAULT_PARSER = Config().actor_rollout_ref.rollout.multi_turn.format
@@ -282,6 +288,8 @@ def build_config(
             dataset=dataset, val_dataset=val_dataset, model=model, gpus=gpus,
             reward_name=cfg.reward.name, reward_model=reward_model))
         check_reward_model(cfg, reward_model, require=dataset is not None)
+        # a stored config (clone, resume, saved) listing a tracker the operator has since disabled
+        gate.check_trackers(cfg.to_dict(), tracker_refusals())
         check_default_reward(cfg, dataset=dataset, val_dataset=val_dataset)
         validate(cfg, require_paths=dataset is not None)
         # an evaluation (`checkpoints` False) draws no training batches from its dataset
@@ -319,7 +327,8 @@ def freeze_spec(*, run, out_dir: Path, tool_config: Path | None = None) -> dict[
     try:
         cfg = Config.from_dict(gate.user_view(run.config))
         gate.check_bounds(cfg.to_dict())
-        loggers = [name for name in cfg.trainer.logger if name in gate.USER_LOGGERS]
+        gate.check_trackers(cfg.to_dict(), tracker_refusals())
+        loggers = [name for name in cfg.trainer.logger if name in gate.USER_LOGGERS + gate.TRACKER_LOGGERS]
         for name in _allowed_loggers():
             if name not in loggers:
                 loggers.append(name)
@@ -406,16 +415,41 @@ TOKEN_FILE = "ingest_token"
 def write_token(out_dir: Path, token: str) -> Path:
     """The run's ingest token in its folder (owner-only permissions): the job reads it from there,
     so that it never appears in Ray's job API (whose `runtime_env.env_vars` anyone on it can read)."""
+    return write_secret(out_dir, TOKEN_FILE, token)
+
+
+def write_secret(out_dir: Path, name: str, secret: str) -> Path:
+    """`secret` in the file `name` of the run folder `out_dir`, readable by its owner only (0600 from its
+    creation: written to a new temporary file, then renamed)."""
     import os
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / TOKEN_FILE
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    path = out_dir / name
+    tmp = path.with_name(name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token)
+        f.write(secret)
     tmp.replace(path)
     return path
+
+
+def write_tracker_files(*, run, spec: Mapping[str, Any], out_dir: Path) -> dict[str, str]:
+    """For the trackers the frozen `spec` lists: each operator secret in its owner-only file of the run
+    folder and the user's view of the config (`gate.user_view`: no server path) in `trackers.CONFIG_FILE`;
+    the job's environment that names them, with the non-secret settings and the run's lineage id, name
+    and tags (`trackers`). {} when the spec lists no tracker."""
+    loggers = (spec.get("trainer") or {}).get("logger") or []
+    if not trackers.listed(loggers):
+        return {}
+    env = {variable: str(write_secret(out_dir, file_name, secret))
+           for variable, (file_name, secret) in trackers.secret_files(loggers).items()}
+    view = out_dir / trackers.CONFIG_FILE
+    view.write_text(json.dumps(gate.user_view(spec), sort_keys=True), encoding="utf-8")
+    env["RLSTUDIO_TRACKER_CONFIG_FILE"] = str(view)
+    env.update(trackers.plain_env(loggers))
+    env.update(trackers.run_env(run, loggers))
+    return env
 
 
 def read_token(out_dir: Path) -> str:
@@ -427,7 +461,9 @@ def read_token(out_dir: Path) -> str:
 
 
 def remove_token(out_dir: Path) -> None:
-    (out_dir / TOKEN_FILE).unlink(missing_ok=True)
+    """The run's ingest token and its tracker secrets out of its folder (the run has ended)."""
+    for name in (TOKEN_FILE, *trackers.SECRET_FILES):
+        (out_dir / name).unlink(missing_ok=True)
 
 
 def job_env(*, run_id: int, token_file: Path) -> dict[str, str]:

@@ -70,9 +70,11 @@ class _Gate:
         from trainer.tools import registered_tools
 
         self.rewards, self.tools = launch.reward_names(), registered_tools()
+        self.trackers = launch.tracker_refusals()
 
     def __call__(self, before: Config, after: Config) -> None:
-        gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=self.rewards, tool_names=self.tools)
+        gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=self.rewards, tool_names=self.tools,
+                   trackers=self.trackers)
 
 
 def _whole_config(config: Mapping[str, Any], check_gate: _Gate, errors: list[FieldError]) -> Config:

@@ -290,6 +290,17 @@ RLSTUDIO_PUBLIC_URL = env_str("RLSTUDIO_PUBLIC_URL", f"http://127.0.0.1:{PORT}")
 RLSTUDIO_STOP_GRACE_S = env_float("RLSTUDIO_STOP_GRACE_S", 60)
 # How long a run's trainer may spend at exit flushing events to an unreachable ingest endpoint.
 RLSTUDIO_INGEST_CLOSE_TIMEOUT_S = env_float("RLSTUDIO_INGEST_CLOSE_TIMEOUT_S", 10)
+# Trackers (docs/security.md, "Trackers"): the operator's W&B and MLflow. A platform run may list wandb /
+# mlflow in trainer.logger only where the operator configured it here (W&B: an API key; MLflow: a tracking
+# URI); the address and any secret come from here only, never from a user. Secrets reach a run's job in
+# owner-only files of its folder (rlstudio.runs.trackers), never in Ray's job environment.
+RLSTUDIO_WANDB_API_KEY = env_str("RLSTUDIO_WANDB_API_KEY", "")
+RLSTUDIO_WANDB_BASE_URL = env_str("RLSTUDIO_WANDB_BASE_URL", "")
+RLSTUDIO_WANDB_ENTITY = env_str("RLSTUDIO_WANDB_ENTITY", "")
+RLSTUDIO_MLFLOW_TRACKING_URI = env_str("RLSTUDIO_MLFLOW_TRACKING_URI", "")
+RLSTUDIO_MLFLOW_TRACKING_TOKEN = env_str("RLSTUDIO_MLFLOW_TRACKING_TOKEN", "")
+RLSTUDIO_MLFLOW_TRACKING_USERNAME = env_str("RLSTUDIO_MLFLOW_TRACKING_USERNAME", "")
+RLSTUDIO_MLFLOW_TRACKING_PASSWORD = env_str("RLSTUDIO_MLFLOW_TRACKING_PASSWORD", "")
 # A running run whose newest heartbeat (events.jsonl / ingest) is older than this is marked lost.
 RLSTUDIO_HEARTBEAT_TIMEOUT_S = env_float("RLSTUDIO_HEARTBEAT_TIMEOUT_S", 120)
 # A running run whose trainer has sent no event at all this long after the run started (Ray took the

@@ -77,10 +77,12 @@ def run_submit(*, run_id: int) -> str:
                 return "failed: config"
             token = run_issue_ingest_token(run=run)
             token_file = launch.write_token(out_dir, token)
+            # the trackers' secrets in files of the run folder; only their paths in the job's environment
+            tracker_env = launch.write_tracker_files(run=run, spec=spec, out_dir=out_dir)
             created = ray_jobs.submit(
                 submission_id=submission_id,
                 entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
-                env_vars=launch.job_env(run_id=run.pk, token_file=token_file),
+                env_vars={**launch.job_env(run_id=run.pk, token_file=token_file), **tracker_env},
                 num_cpus=settings.RLSTUDIO_RUN_NUM_CPUS,
                 num_gpus=adapt.driver_gpus(run.gpus), job_gpus=run.gpus,
                 metadata={"rlstudio_run": str(run.pk), "owner": str(run.owner_id)},
