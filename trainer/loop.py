@@ -3,7 +3,8 @@
 `Trainer(cfg, emitter=..., should_stop=...).fit()` runs the whole training and returns "succeeded" or
 "stopped". `Trainer.train_step` is the step, phase by phase:
 
-  load prompts -> rollout (MultiTurnRollout, n samples each) -> reward (score on the last trained
+  load prompts -> rollout (MultiTurnRollout, n samples each) -> [remax: one greedy response per
+  prompt, scored: its baseline] -> reward (score on the last trained
   token) -> old log-probs -> ref log-probs -> [values] -> advantages (registry) -> [critic update]
   -> update (from step trainer.critic_warmup on) -> weight sync
 
@@ -39,6 +40,7 @@ The phases' own code lives beside this module; Trainer keeps the state and the s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import time
 from collections import defaultdict
@@ -55,7 +57,7 @@ from trainer.config import Config, resolve
 from trainer.data import PromptLoader, all_items, chunks, load_prompt_dataset
 from trainer.resume import resume_run, save_run
 from trainer.rewards.combine import Weights, part_metrics
-from trainer.rollout_phase import generate_step, sampling_params
+from trainer.rollout_phase import attach_greedy_baselines, generate_step, sampling_params
 from trainer.scoring import Experience
 from trainer.step_report import emit_samples, pick_groups, step_metrics
 from trainer.types import PromptItem, Trajectory
@@ -313,10 +315,18 @@ class Trainer:
         def generate(prompts: list[PromptItem], gen_batch: int) -> list[Trajectory]:
             return self.group.generate(prompts, n=self.n, step=step, sampling=self.sampling(step, gen_batch=gen_batch))
 
+        def baseline(prompts: list[PromptItem], trajs: list[Trajectory], gen_batch: int) -> None:
+            """remax: one greedy response per prompt, scored as the samples are, as their baseline."""
+            greedy = dataclasses.replace(self.sampling(step, gen_batch=gen_batch), temperature=0.0, top_p=1.0, top_k=-1)
+            baselines = self.group.generate(prompts, n=1, step=step, sampling=greedy)
+            self.reward(baselines)
+            attach_greedy_baselines(trajs, baselines)
+
         return generate_step(step, next_batch=next_batch, generate=generate, score=self.reward,
                              filter_groups=self.cfg.algorithm.filter_groups,
                              train_batch_size=self.cfg.data.train_batch_size, timer=t, metrics=metrics,
-                             emitter=self.emitter)
+                             emitter=self.emitter,
+                             baseline=baseline if self.cfg.algorithm.adv_estimator == "remax" else None)
 
     def reward(self, trajs: list[Trajectory], *, validation: bool = False) -> None:
         """Score each trajectory (trainer.scoring.score_trajectories): score, reward, reward_extra.

@@ -6,7 +6,9 @@
 - `generate_step`: one generation batch of scored trajectories, or with dynamic sampling
   (algorithm.filter_groups, DAPO) as many as it takes to keep data.train_batch_size groups whose
   metric varies (trainer.algorithms.filter_groups), or max_num_gen_batches; the pool's counts go into
-  the step's metrics (verl's train/num_gen_batches and ours).
+  the step's metrics (verl's train/num_gen_batches and ours). With remax each generation batch is
+  followed by one greedy response per prompt, scored, whose reward becomes the baseline of that
+  prompt's samples (`attach_greedy_baselines`).
 
 The engines themselves are trainer.rollout (reached through the worker group); trainer.loop.Trainer
 calls these with its loader, worker group and reward.
@@ -37,15 +39,27 @@ def sampling_params(rollout: RolloutConfig, stop_ids: list[int], step: int, *, v
                           seed=r.seed * 1_000_003 + step + 999_983 * gen_batch, ignore_eos=r.ignore_eos)
 
 
+def attach_greedy_baselines(trajs: list[Trajectory], greedy: list[Trajectory]) -> None:
+    """ReMax: set each trajectory's reward_baseline to the reward of the scored greedy response
+    (`greedy`, one per prompt) to the same prompt (matched by uid)."""
+    by_uid = {g.uid: g.reward for g in greedy}
+    for tr in trajs:
+        tr.reward_baseline = by_uid[tr.uid]
+
+
 def generate_step(step: int, *, next_batch: Callable[[], list[PromptItem]],
                   generate: Callable[[list[PromptItem], int], list[Trajectory]],
                   score: Callable[[list[Trajectory]], None], filter_groups: FilterGroupsConfig,
                   train_batch_size: int, timer: Callable[[str], ContextManager[None]], metrics: dict[str, float],
-                  emitter: Any) -> list[Trajectory]:
+                  emitter: Any,
+                  baseline: Callable[[list[PromptItem], list[Trajectory], int], None] | None = None
+                  ) -> list[Trajectory]:
     """The step's scored trajectories.
 
     `next_batch()` gives the next generation batch of prompts, `generate(prompts, gen_batch)` samples
     them (gen_batch = the batch's index in the step, for its seed), `score(trajs)` sets their rewards;
+    `baseline(prompts, trajs, gen_batch)`, when given (remax), generates and scores the greedy
+    responses and sets the trajectories' reward_baseline, timed as `timer("gen_max")` (verl's name);
     `timer("gen")` / `timer("reward")` time the phases. Without the filter: one batch, returned as
     generated. With it: batches until the pool is full or at its limit, then the pool's batch (topped
     up with flat groups at the limit, with a warning through `emitter.log`).
@@ -56,6 +70,9 @@ def generate_step(step: int, *, next_batch: Callable[[], list[PromptItem]],
         prompts = next_batch()
         with timer("gen"):
             trajs = generate(prompts, pool.num_gen_batches)
+        if baseline is not None:
+            with timer("gen_max"):
+                baseline(prompts, trajs, pool.num_gen_batches)
         with timer("reward"):
             score(trajs)
         if not fg.enable:

@@ -140,8 +140,12 @@ def compute_advantages(alg: AlgorithmConfig, exp: Experience, kl_ctrl: Any) -> d
                                             kl_ctrl, alg.kl_penalty)
     b.token_level_rewards = rewards
     fn = get_adv_estimator(alg.adv_estimator)
-    # values: the critic's (B, R), used by gae and ignored by the other estimators
-    b.advantages, b.returns = fn(rewards, b.loss_mask, b.uids, values=b.values, **dataclasses.asdict(alg))
+    # values: the critic's (B, R), used by gae; reward_baselines: the greedy responses' rewards (B,),
+    # used by remax; the other estimators ignore both
+    baselines = [tr.reward_baseline for tr in exp.trajectories]
+    reward_baselines = None if None in baselines else torch.tensor(baselines, dtype=rewards.dtype)
+    b.advantages, b.returns = fn(rewards, b.loss_mask, b.uids, values=b.values, reward_baselines=reward_baselines,
+                                 **dataclasses.asdict(alg))
     for tr, a in zip(exp.trajectories, b.advantages):
         nz = a[a != 0]
         tr.advantage = float(nz[0]) if len(nz) else 0.0

@@ -59,3 +59,4 @@ class Trajectory:
     score: float = 0.0  # the reward function's score, before overlong shaping (reward_model.overlong_buffer)
     reward_extra: dict[str, Any] = field(default_factory=dict)  # parts of a dict-valued score
     advantage: float = 0.0  # filled after the advantage phase (sequence-level value)
+    reward_baseline: float | None = None  # remax: the reward of the greedy response to this prompt

@@ -154,3 +154,60 @@ def test_kl_cov_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
     for m in steps:
         assert m["actor/pg_clipfrac"] == 0.0 and m["actor/pg_clipfrac_lower"] == 0.0
         assert 0 <= m["actor/ppo_kl"] < math.inf  # the mean |log r|, as verl's
+
+
+def test_remax_is_a_choice_and_attaches_the_greedy_reward_by_prompt():
+    from trainer.rollout_phase import attach_greedy_baselines
+
+    cfg = apply_overrides(
+        Config(), ["algorithm.adv_estimator=remax"]
+    )  # n=1 is ReMax's usual setting
+    assert validate(cfg, require_paths=False).algorithm.adv_estimator == "remax"
+
+    class T:  # the two fields attach_greedy_baselines reads and writes
+        def __init__(self, uid, reward=0.0):
+            self.uid, self.reward, self.reward_baseline = uid, reward, None
+
+    sampled = [T("p"), T("q"), T("p")]
+    attach_greedy_baselines(sampled, [T("q", 0.25), T("p", 1.0)])
+    assert [t.reward_baseline for t in sampled] == [1.0, 0.25, 1.0]
+
+
+DYNAMIC = (
+    "algorithm.filter_groups.enable=true",
+    "algorithm.filter_groups.metric=score",
+    "algorithm.filter_groups.max_num_gen_batches=2",
+)
+
+
+@pytest.mark.parametrize("extra", [(), DYNAMIC], ids=["plain", "dynamic_sampling"])
+def test_remax_trains_two_steps_with_a_greedy_generation(
+    extra, tmp_path, tiny_model_dir, demo_data_dir
+):
+    # With dynamic sampling each generation batch gets its own greedy responses.
+    out = tmp_path / "out"
+    steps = _run(
+        tmp_path,
+        tiny_model_dir,
+        demo_data_dir,
+        "algorithm.adv_estimator=remax",
+        "report.samples_per_step=-1",
+        *extra,
+    )
+    for m in steps:
+        assert (
+            m["timing_s/gen_max"] > 0
+        )  # the greedy responses' generation and scoring (verl's name)
+    # Every sample's advantage is its reward less its prompt's greedy reward: reward - advantage is the
+    # same for the samples of a prompt, and is a reward the test's function can give (k / 7).
+    samples = [
+        json.loads(line)["data"]
+        for line in (out / "events.jsonl").read_text().splitlines()
+        if json.loads(line)["type"] == "sample"
+    ]
+    assert len(samples) == 2 * 2 * 2  # 2 steps x 2 prompts x n=2
+    baseline: dict[tuple[int, str], float] = {}
+    for s in samples:
+        b = s["reward"] - s["advantage"]
+        assert abs(b * 7 - round(b * 7)) < 1e-5 and 0 <= b < 1
+        assert abs(baseline.setdefault((s["step"], s["uid"]), b) - b) < 1e-6

@@ -103,9 +103,9 @@ def test_overrides_parse_by_field_type():
         ),
         ("nope.x=1", "nope.x", "known keys of the top level: data, actor_rollout_ref"),
         (
-            "algorithm.adv_estimator=remax",
+            "algorithm.adv_estimator=gpg",
             "algorithm.adv_estimator",
-            "allowed values: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae, opo, grpo_passk",
+            "allowed values: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae, opo, grpo_passk, remax",
         ),
         (
             "actor_rollout_ref.actor.loss_agg_mode=mean",
@@ -280,7 +280,7 @@ def test_validate_cross_field_checks():
         validate(_runnable(**{"trainer.logger": ["slack"]}))
     # a hand-built bad choice (dataclasses.replace skips parsing) is still caught
     bad = dataclasses.replace(
-        _runnable(), algorithm=dataclasses.replace(Config().algorithm, adv_estimator="remax")
+        _runnable(), algorithm=dataclasses.replace(Config().algorithm, adv_estimator="gpg")
     )
     with pytest.raises(ConfigError, match=r"^algorithm\.adv_estimator: .*allowed values"):
         validate(bad)

@@ -175,6 +175,28 @@ def grpo_passk_advantage(
     return adv, adv
 
 
+@register_adv_estimator("remax")
+def remax_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str] | None = None,
+    *,
+    reward_baselines: torch.Tensor | None = None,
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (arXiv 2310.10505, verl's ``remax``): the baseline of a row is the reward b_i of the
+    greedy response to the same prompt (``reward_baselines`` (B,), generated and scored by the
+    rollout phase). Returns G_t = sum_{t' >= t} m r (undiscounted, over the masked tokens) and
+    A_t = G_t - b_i; both 0 where the mask is 0. No group, no std. (B, T)."""
+    if reward_baselines is None:
+        raise ValueError("the remax estimator needs reward_baselines (B,): the greedy responses' rewards")
+    mask = response_mask.to(token_level_rewards.dtype)
+    with torch.no_grad():
+        returns = (token_level_rewards * mask).flip(-1).cumsum(-1).flip(-1) * mask
+        adv = (returns - reward_baselines.to(returns.dtype).unsqueeze(-1)) * mask
+    return adv, returns
+
+
 @register_adv_estimator("reinforce_plus_plus")
 def reinforce_plus_plus_advantage(
     token_level_rewards: torch.Tensor,

@@ -40,9 +40,10 @@ def test_registry_lists_the_estimators_and_names_unknown():
         "gae",
         "opo",
         "grpo_passk",
+        "remax",
     } <= set(adv_estimator_names())
-    with pytest.raises(ValueError, match="remax.*known: gae"):
-        get_adv_estimator("remax")
+    with pytest.raises(ValueError, match="gpg.*known: gae"):
+        get_adv_estimator("gpg")
 
 
 def test_grpo_known_group_and_singleton():
@@ -148,6 +149,21 @@ def test_grpo_passk_refuses_a_singleton_group():
     rewards, mask = _batch()  # group b is a singleton
     with pytest.raises(ValueError, match="group 'b' has 1"):
         compute_advantage("grpo_passk", rewards, mask, INDEX)
+
+
+def test_remax_return_less_the_greedy_baseline():
+    # row 0: rewards on two trained tokens, a tool token (mask 0) between; row 1: padding after t1.
+    rewards = torch.tensor([[0.0, 0.5, 9.0, 1.0], [0.0, 2.0, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1, 0, 1], [1, 1, 0, 0]], dtype=torch.float64)
+    baselines = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    adv, ret = compute_advantage("remax", rewards, mask, ["a", "b"], reward_baselines=baselines)
+    # returns over the masked tokens only (the 9 on the tool token is not counted), 0 where mask is 0
+    expected_returns = torch.tensor([[1.5, 1.5, 0, 1.0], [2.0, 2.0, 0, 0]], dtype=torch.float64)
+    torch.testing.assert_close(ret, expected_returns, rtol=0, atol=1e-12)
+    expected = torch.tensor([[0.5, 0.5, 0, 0.0], [1.5, 1.5, 0, 0]], dtype=torch.float64)
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="reward_baselines"):
+        compute_advantage("remax", rewards, mask, ["a", "b"])
 
 
 def _whiten_reference(values, mask):
