@@ -236,3 +236,48 @@ def test_mlflow_resume_continues_the_run_of_its_lineage(monkeypatch, tmp_path):
     build_sinks(["mlflow"], out_dir=tmp_path / "out", config=_config())
     assert ("start_run", {"run_id": "abc123"}) in fake.calls
     assert "log_dict" not in [c[0] for c in fake.calls]
+
+
+# --- the real packages, where installed (the `trackers` extra; skipped otherwise) ---------------------
+def test_real_wandb_offline_gets_the_lineage_id_and_writes_no_netrc(monkeypatch, tmp_path):
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    (tmp_path / "home").mkdir()
+    _platform_job(monkeypatch, tmp_path, {"trainer": {"project_name": "gsm8k"}})
+    em = Emitter(build_sinks(["wandb"], out_dir=tmp_path / "out", config=_config()))
+    em.metrics(1, {"critic/score/mean": 0.25})
+    run = em.sinks[1].run
+    assert (run.id, run.name, run.project) == ("rlstudio-4-20261206", "my run", "gsm8k")
+    assert dict(run.config) == {"trainer": {"project_name": "gsm8k"}} and tuple(run.tags) == (
+        "math",
+        "v2",
+    )
+    assert run.settings.base_url == "https://wb.example"
+    em.close()
+    assert not (tmp_path / "home" / ".netrc").exists(), wandb.__version__
+    assert list((tmp_path / "out" / "wandb").glob("offline-run-*-rlstudio-4-20261206"))
+
+
+def test_real_mlflow_resume_continues_the_run_of_its_lineage(monkeypatch, tmp_path):
+    mlflow = pytest.importorskip("mlflow")
+    monkeypatch.setenv(
+        "MLFLOW_ALLOW_FILE_STORE", "true"
+    )  # MLflow 3's local file store, for the test
+    _platform_job(monkeypatch, tmp_path, {"trainer": {"project_name": "gsm8k"}})
+    uri = f"file://{tmp_path}/mlruns"
+    monkeypatch.setenv("RLSTUDIO_MLFLOW_TRACKING_URI", uri)
+    for steps in ((1, 2), (3,)):  # the first run, then its resume
+        em = Emitter(build_sinks(["mlflow"], out_dir=tmp_path / "out", config=_config()))
+        for step in steps:
+            em.metrics(step, {"val-core/acc@4": step / 10})
+        em.close()
+    client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("gsm8k").experiment_id])
+    assert (run.info.run_name, run.data.tags["rlstudio.lineage"]) == (
+        "my run",
+        "rlstudio-4-20261206",
+    )
+    history = client.get_metric_history(run.info.run_id, "val-core/acc_at_4")
+    assert [(m.step, m.value) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3)]
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["config.json"]
