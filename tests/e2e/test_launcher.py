@@ -498,12 +498,14 @@ def test_make_run_debug_is_off_unless_the_environment_turns_it_on(tmp_path):
     child = Launcher(parse_args([], environ), environ)._child_env({})
     assert child["DEBUG"] == "0" and child["DJANGO_SETTINGS_MODULE"] == "rlstudio.config.settings.local"
     probe = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
-    for flag, expected in ((None, "False"), ("1", "True")):
-        env = dict(child, DEBUG=flag) if flag else child
-        out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=REPO, capture_output=True,
-                             text=True, timeout=120)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.strip().splitlines()[-1] == expected
+    # Both probes at once (each is mostly Django's start-up), then each one's answer.
+    probes = {expected: subprocess.Popen([sys.executable, "-c", probe], env=dict(child, DEBUG=flag) if flag else child,
+                                         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+              for flag, expected in ((None, "False"), ("1", "True"))}
+    for expected, proc in probes.items():
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-2000:]
+        assert stdout.strip().splitlines()[-1] == expected
 
 
 def test_recover_removes_stale_pid_files_and_spares_strangers(tmp_path):
