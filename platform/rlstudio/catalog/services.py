@@ -33,6 +33,7 @@ from .models import Dataset, ModelAsset, Visibility
 from .presets import PRESETS
 from .errors import CatalogConflict, CatalogInUse, CatalogRefused, CatalogTooLarge
 from .sharing import check_can_change
+from .storage import added_bytes, storage_refusal
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_PROMPT_LENGTH = 1024
@@ -70,7 +71,9 @@ def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split
     Returns (dataset, created). The same bytes uploaded again by the same owner with the same preset
     and split give back the existing dataset (created False), also when uploaded at the same time (one
     owner's check-and-create runs under a per-owner lock). Cheap refusals (size, empty, unknown or
-    disguised format) raise CatalogRefused / CatalogTooLarge before anything is stored.
+    disguised format) raise CatalogRefused / CatalogTooLarge before anything is stored; past the
+    owner's dataset storage (the registered `storage` checks, under the same lock) CatalogTooLarge
+    with code `storage_quota`, the uploaded part removed.
     """
     limits = upload_limits()
     if preset not in PRESETS:
@@ -120,6 +123,11 @@ def dataset_upload(*, owner, upload, name: str = "", preset: str = "auto", split
         if existing is not None:
             part.unlink(missing_ok=True)
             return existing, False
+        # Under the owner's lock: two uploads at once are checked one after the other (catalog/storage.py).
+        refusal = storage_refusal(owner=owner, size_bytes=added_bytes(owner=owner, sha256=sha, size_bytes=size))
+        if refusal:
+            part.unlink(missing_ok=True)
+            raise CatalogTooLarge(refusal, code="storage_quota", field="file")
         dataset = Dataset.objects.create(
             owner=owner, name=_clean_name(name) or source_name, file_path=str(part), sha256=sha,
             size_bytes=size, format=detected.format + ("+gzip" if detected.gzipped else ""), preset=preset,

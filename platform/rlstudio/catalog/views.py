@@ -21,6 +21,7 @@ from .selectors import (dataset_get_for, dataset_list_for, dataset_rows, model_a
 from .services import dataset_compute_stats, dataset_delete, model_delete, model_register
 from .errors import CatalogRefused, NotPermitted
 from .sharing import can_change, catalog_set_visibility, check_can_change
+from .storage import storage_summary
 
 PREVIEW_ROWS = 5
 
@@ -34,7 +35,8 @@ def _limits() -> dict:
 @login_required
 def dataset_list(request):
     page = paged(dataset_list_for(user=request.user), request.GET)
-    return render(request, "catalog/dataset_list.html", {"datasets": list(page.rows), "paged": page})
+    return render(request, "catalog/dataset_list.html", {"datasets": list(page.rows), "paged": page,
+                                                         "storage": storage_summary(owner=request.user)})
 
 
 @login_required

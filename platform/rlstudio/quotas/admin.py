@@ -19,7 +19,8 @@ admin.site.index_template = "quotas/admin_index.html"
 @admin.register(GpuQuota)
 class GpuQuotaAdmin(admin.ModelAdmin):
     list_display = ["__str__", "user", "is_default", "max_gpus", "gpu_hours_per_month", "max_concurrent_runs",
-                    "max_queued_runs", "held_now", "hours_this_month", "queued_runs", "updated"]
+                    "max_queued_runs", "dataset_storage_gb", "held_now", "hours_this_month", "queued_runs",
+                    "datasets_stored", "updated"]
     list_filter = ["is_default"]
     search_fields = ["user__username"]
     autocomplete_fields = ["user"]  # a search by username (the auth app's UserAdmin searches it)
@@ -45,6 +46,11 @@ class GpuQuotaAdmin(admin.ModelAdmin):
         if not u or not u.queued:
             return "—"
         return "; ".join(f"#{q.id} at {q.position}: {q.reason or 'next reconcile'}" for q in u.queued[:5])
+
+    @admin.display(description="datasets stored (GB)")
+    def datasets_stored(self, obj) -> str:
+        u = self._usage(obj)
+        return f"{u.dataset_storage_used_gb:.2f}" if u else "—"
 
     def save_model(self, request, obj, form, change):
         super().save_model(request, obj, form, change)

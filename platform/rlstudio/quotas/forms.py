@@ -1,4 +1,4 @@
-"""The staff quota page's form: a user picked by name, and their four limits."""
+"""The staff quota page's form: a user picked by name, and their limits (GPUs, runs, dataset storage)."""
 from django import forms
 from django.contrib.auth import get_user_model
 
@@ -24,3 +24,5 @@ class QuotaForm(forms.Form):
     gpu_hours_per_month = forms.FloatField(min_value=0, label="GPU-hours a month")
     max_concurrent_runs = forms.IntegerField(min_value=0, label="Concurrent runs")
     max_queued_runs = forms.IntegerField(min_value=0, label="Queued runs")
+    dataset_storage_gb = forms.FloatField(min_value=0, required=False, label="Dataset storage (GB)",
+                                          help_text="10^9 bytes; 0 = no new uploads; empty = unchanged")

@@ -1,4 +1,5 @@
-"""GPU quotas: one row per user with a quota of their own, plus one default row for everyone else."""
+"""Quotas: one row per user with a quota of their own, plus one default row for everyone else; each
+row holds the GPU limits and the dataset storage allowed (`dataset_storage_gb`)."""
 from django.conf import settings
 from django.db import models
 
@@ -8,7 +9,15 @@ def default_max_queued_runs() -> int:
     return settings.RLSTUDIO_DEFAULT_MAX_QUEUED_RUNS
 
 
-# The default quota the platform ships with (migration 0002 creates it; quota_for puts it back if deleted).
+def default_dataset_storage_gb() -> float:
+    """What a new quota row's dataset_storage_gb starts at (RLSTUDIO_DEFAULT_DATASET_STORAGE_GB)."""
+    return settings.RLSTUDIO_DEFAULT_DATASET_STORAGE_GB
+
+
+BYTES_PER_GB = 10**9  # dataset storage is counted in decimal gigabytes
+
+# The default quota the platform ships with (migration 0002 creates it; quota_for puts it back if deleted;
+# max_queued_runs and dataset_storage_gb come from their settings, as the fields' defaults).
 SHIPPED_DEFAULT = {"max_gpus": 1, "gpu_hours_per_month": 100.0, "max_concurrent_runs": 2}
 
 US_PER_HOUR = 3_600_000_000  # microseconds in an hour (GPU-time is counted in GPU-microseconds)
@@ -28,6 +37,11 @@ class GpuQuota(models.Model):
         default=default_max_queued_runs,
         help_text="Runs waiting in the queue at once; a launch past it is refused (staff included).",
     )
+    dataset_storage_gb = models.FloatField(
+        default=default_dataset_storage_gb,
+        help_text="Dataset storage in GB (10^9 bytes): an upload past it is refused; 0 = no new uploads "
+                  "(staff included).",
+    )
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -43,6 +57,9 @@ class GpuQuota(models.Model):
             models.CheckConstraint(
                 condition=models.Q(max_queued_runs__gte=0), name="gpuquota_max_queued_nonneg"
             ),
+            models.CheckConstraint(
+                condition=models.Q(dataset_storage_gb__gte=0), name="gpuquota_dataset_storage_nonneg"
+            ),
             # Either a user's row or the default row, never both nor neither.
             models.CheckConstraint(
                 condition=(models.Q(user__isnull=True, is_default=True) | models.Q(user__isnull=False, is_default=False)),
@@ -56,7 +73,7 @@ class GpuQuota(models.Model):
         gpus = f"{self.max_gpus} GPU" + ("" if self.max_gpus == 1 else "s")
         runs = f"{self.max_concurrent_runs} run" + ("" if self.max_concurrent_runs == 1 else "s")
         return (f"{who}: {gpus}, {self.gpu_hours_per_month:g} GPU-h/month, {runs}, "
-                f"{self.max_queued_runs} queued")
+                f"{self.max_queued_runs} queued, {self.dataset_storage_gb:g} GB of datasets")
 
 
 class GpuHoursSpent(models.Model):

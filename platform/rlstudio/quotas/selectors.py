@@ -15,11 +15,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from rlstudio.catalog.storage import dataset_bytes_used, dataset_bytes_used_by_owner
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 from rlstudio.runs.queue import RUN, QueuedJob, queue_order
 from rlstudio.runs.services.admission import QUEUE_ORDER, other_jobs_gpus, queue_position_of, run_job
 
-from .models import SHIPPED_DEFAULT, US_PER_HOUR, GpuHoursSpent, GpuQuota
+from .models import BYTES_PER_GB, SHIPPED_DEFAULT, US_PER_HOUR, GpuHoursSpent, GpuQuota
 
 
 def quota_for(*, user: AbstractBaseUser | None = None, user_id: int | None = None) -> GpuQuota:
@@ -154,7 +155,8 @@ def running_evaluations(*, owner: AbstractBaseUser | None = None,
 
 @dataclass(frozen=True)
 class QuotaUsage:
-    """A user's quota next to their usage now."""
+    """A user's quota next to their usage now (dataset storage: the bytes their datasets keep, as
+    `rlstudio.catalog.storage.dataset_bytes_used` counts them, against `dataset_storage_gb`)."""
 
     max_gpus: int
     gpus_held: int
@@ -164,8 +166,14 @@ class QuotaUsage:
     runs_active: int
     max_queued_runs: int
     is_default: bool
+    dataset_storage_gb: float = 0.0
+    dataset_storage_used_bytes: int = 0
     queued: list[QueuedRun] = field(default_factory=list)
     queued_evaluations: list[QueuedEvaluation] = field(default_factory=list)
+
+    @property
+    def dataset_storage_used_gb(self) -> float:
+        return self.dataset_storage_used_bytes / BYTES_PER_GB
 
 
 def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> QuotaUsage:
@@ -198,6 +206,8 @@ def quota_usage_for(*, user: AbstractBaseUser, now: datetime | None = None) -> Q
         runs_active=active.count() + n_evals,
         max_queued_runs=quota.max_queued_runs,
         is_default=quota.is_default,
+        dataset_storage_gb=quota.dataset_storage_gb,
+        dataset_storage_used_bytes=dataset_bytes_used(owner=user),
         queued=queued,
         queued_evaluations=queued_evaluations,
     )
@@ -237,6 +247,12 @@ class UserUsage:
     max_queued_runs: int
     runs_queued: int
     evaluations_running: int = 0  # part of gpus_held and runs_active, as admission counts them
+    dataset_storage_gb: float = 0.0
+    dataset_storage_used_bytes: int = 0
+
+    @property
+    def dataset_storage_used_gb(self) -> float:
+        return self.dataset_storage_used_bytes / BYTES_PER_GB
 
 
 @dataclass(frozen=True)
@@ -334,7 +350,8 @@ def queue_in_order(*, limit: int | None = None) -> list[QueueEntry]:
 
 def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
     """What the staff quota page shows: the cluster, each active user's usage this month against their
-    quota (users by name; GPUs held and active jobs count running evaluations as admission does), and
+    quota (users by name; GPUs held and active jobs count running evaluations as admission does; their
+    datasets' storage against their quota's), and
     the queue's first QUEUE_SHOWN jobs in admission order with the number queued. A fixed number of
     queries, whatever the number of users or of queued jobs."""
     from django.contrib.auth import get_user_model
@@ -348,6 +365,7 @@ def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
                   .values_list("owner", "n"))
     evals = running_evaluations()
     hours = month_gpu_hours_by_owner(now=now)
+    stored = dataset_bytes_used_by_owner()
     users = []
     model = get_user_model()
     for user in model.objects.filter(is_active=True).order_by(model.USERNAME_FIELD):
@@ -361,7 +379,8 @@ def quota_admin_overview(*, now: datetime | None = None) -> QuotaAdminOverview:
             gpu_hours_this_month=round(hours.get(user.pk, 0.0), 6),
             max_concurrent_runs=quota.max_concurrent_runs, runs_active=act["n"] + n_evals,
             max_queued_runs=quota.max_queued_runs, runs_queued=queued.get(user.pk, 0),
-            evaluations_running=n_evals,
+            evaluations_running=n_evals, dataset_storage_gb=quota.dataset_storage_gb,
+            dataset_storage_used_bytes=stored.get(user.pk, 0),
         ))
     cluster = cluster_capacity()
     return QuotaAdminOverview(cluster=cluster, default=default, users=users, queue=queue_in_order(),

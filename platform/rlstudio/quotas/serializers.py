@@ -28,6 +28,12 @@ class QuotaUsageSerializer(serializers.Serializer):
     max_queued_runs = serializers.IntegerField(
         help_text="Queued runs allowed at once; a launch past it is refused (`queued` lists them).")
     is_default = serializers.BooleanField(help_text="True when the default quota applies.")
+    dataset_storage_gb = serializers.FloatField(
+        help_text="Dataset storage allowed, in GB (10^9 bytes); an upload past it is refused (413, code "
+                  "storage_quota); 0 = no new uploads.")
+    dataset_storage_used_bytes = serializers.IntegerField(
+        help_text="Bytes the caller's datasets keep: the uploaded files of their datasets that are not invalid, "
+                  "each distinct content once (converted rows not counted).")
     queued = QueuedRunSerializer(many=True)
     queued_evaluations = QueuedEvaluationSerializer(
         many=True, help_text="The caller's queued evaluation (at most one), in the same queue as the runs.")

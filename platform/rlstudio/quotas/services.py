@@ -10,6 +10,10 @@ the usage it counts cannot change under it, and concurrent launches can never ex
 meant for the same place (after `lock_owner`, before the new run is created): under that lock two
 launches by one user cannot both see room for one more queued run.
 
+`dataset_storage_refusal` and `dataset_storage_allowance` are the catalog's dataset storage check and
+allowance (`rlstudio.catalog.storage`, registered in apps.py): a user's datasets within their quota's
+`dataset_storage_gb`.
+
 `gpu_time_keep` is the runs app's `on_run_delete` hook, `evaluation_gpu_time_keep` the evaluations app's
 `on_evaluation_delete` hook and `model_gpu_time_keep` the catalog's `on_model_delete` hook (registered in
 apps.py): a deleted run's, evaluation's or model's evaluations' GPU-hours stay in their months' budgets.
@@ -30,7 +34,7 @@ from rlstudio.runs.queue import QUOTA_REMEDY, gpus_over_quota, never_reason
 from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.admission import QuotaPolicy
 
-from .models import GpuHoursSpent, GpuQuota
+from .models import BYTES_PER_GB, GpuHoursSpent, GpuQuota
 from .selectors import (
     QuotaUsage,
     gpu_microseconds,
@@ -234,6 +238,35 @@ def model_gpu_time_keep(model, *, now=None) -> list[GpuHoursSpent]:
     return _keep([_evaluation_job(ev) for ev in evaluations.order_by("pk")], now or timezone.now())
 
 
+def _gb(n_bytes: float) -> str:
+    return f"{n_bytes / BYTES_PER_GB:.2f} GB"
+
+
+def dataset_storage_refusal(owner: AbstractBaseUser, size_bytes: int) -> str:
+    """'' when `owner` may store `size_bytes` more bytes of datasets, else why not: the catalog's
+    dataset storage check (`rlstudio.catalog.storage.on_dataset_storage_check`, registered in apps.py),
+    called under the owner's upload lock. A quota of 0 GB refuses every new dataset (the admin's
+    pause); otherwise what their datasets keep (`dataset_bytes_used`) plus this file must fit.
+    Staff are held to their quota like anyone."""
+    from rlstudio.catalog.storage import dataset_bytes_used
+
+    quota_gb = quota_for(user=owner).dataset_storage_gb
+    if quota_gb <= 0:
+        return ("your quota allows no dataset uploads (dataset_storage_gb is 0); ask an admin to raise it")
+    allowed = quota_gb * BYTES_PER_GB
+    used = dataset_bytes_used(owner=owner)
+    if used + size_bytes <= allowed:
+        return ""
+    return (f"your datasets use {_gb(used)} of your {quota_gb:g} GB dataset storage quota and this file adds "
+            f"{_gb(size_bytes)} ({size_bytes} bytes); delete datasets you no longer need, or ask an admin "
+            f"to raise your dataset_storage_gb")
+
+
+def dataset_storage_allowance(owner: AbstractBaseUser) -> int:
+    """The bytes of datasets `owner`'s quota allows (the catalog's `on_dataset_storage_allowance`)."""
+    return int(quota_for(user=owner).dataset_storage_gb * BYTES_PER_GB)
+
+
 def check_staff(*, user: AbstractBaseUser) -> None:
     """PermissionDenied unless `user` is active staff (the quota page's actions are theirs only)."""
     from django.core.exceptions import PermissionDenied
@@ -242,8 +275,9 @@ def check_staff(*, user: AbstractBaseUser) -> None:
         raise PermissionDenied("only staff may change quotas or the queue")
 
 
-QUOTA_FIELDS = ("max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "max_queued_runs")
+QUOTA_FIELDS = ("max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "max_queued_runs", "dataset_storage_gb")
 QUOTA_MAX_COUNT = 2**31 - 1  # the integer limits are PostgreSQL integer columns
+_FLOAT_FIELDS = ("gpu_hours_per_month", "dataset_storage_gb")
 
 
 class QuotaInvalid(ValueError):
@@ -255,8 +289,9 @@ class QuotaInvalid(ValueError):
 
 
 def quota_set(*, user: AbstractBaseUser, by: AbstractBaseUser, max_gpus: int, gpu_hours_per_month: float,
-              max_concurrent_runs: int, max_queued_runs: int) -> GpuQuota:
-    """Give `user` a quota row of their own with these limits (created, or changed if they have one).
+              max_concurrent_runs: int, max_queued_runs: int, dataset_storage_gb: float | None = None) -> GpuQuota:
+    """Give `user` a quota row of their own with these limits (created, or changed if they have one);
+    `dataset_storage_gb` None keeps the storage their quota allows now.
 
     Staff only (`check_staff`); every value must be >= 0, and a count at most QUOTA_MAX_COUNT
     (QuotaInvalid naming the field). Audited as
@@ -265,15 +300,20 @@ def quota_set(*, user: AbstractBaseUser, by: AbstractBaseUser, max_gpus: int, gp
     """
     check_staff(user=by)
     values = {"max_gpus": max_gpus, "gpu_hours_per_month": gpu_hours_per_month,
-              "max_concurrent_runs": max_concurrent_runs, "max_queued_runs": max_queued_runs}
+              "max_concurrent_runs": max_concurrent_runs, "max_queued_runs": max_queued_runs,
+              "dataset_storage_gb": dataset_storage_gb}
     for name, value in values.items():
+        if value is None and name == "dataset_storage_gb":
+            continue
         if value is None or not math.isfinite(value) or value < 0:
             raise QuotaInvalid(name, "must be a number, 0 or more")
-        if name != "gpu_hours_per_month" and value > QUOTA_MAX_COUNT:
+        if name not in _FLOAT_FIELDS and value > QUOTA_MAX_COUNT:
             raise QuotaInvalid(name, f"must be at most {QUOTA_MAX_COUNT}")
     with transaction.atomic():
         quota = GpuQuota.objects.select_for_update().filter(user=user).first()
         current = quota if quota is not None else quota_for(user=user)
+        if values["dataset_storage_gb"] is None:
+            values["dataset_storage_gb"] = current.dataset_storage_gb
         before = {f: getattr(current, f) for f in QUOTA_FIELDS}
         created = quota is None
         if created:

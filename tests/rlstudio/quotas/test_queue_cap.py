@@ -111,14 +111,14 @@ def test_quota_api_and_admin_show_the_field(alice, staff, make_run):
     assert 'name="max_queued_runs"' in form and 'value="4"' in form
     response = admin.post(f"/admin/quotas/gpuquota/{quota.pk}/change/", {
         "user": alice.pk, "max_gpus": 1, "gpu_hours_per_month": 100, "max_concurrent_runs": 2,
-        "max_queued_runs": 9})
+        "max_queued_runs": 9, "dataset_storage_gb": 20})
     assert response.status_code == 302, response.content.decode()[:2000]
     quota.refresh_from_db()
     assert quota.max_queued_runs == 9
     assert "<td class=\"field-max_queued_runs\">9</td>" in admin.get("/admin/quotas/gpuquota/").content.decode()
     refused = admin.post(f"/admin/quotas/gpuquota/{quota.pk}/change/", {
         "user": alice.pk, "max_gpus": 1, "gpu_hours_per_month": 100, "max_concurrent_runs": 2,
-        "max_queued_runs": -1})
+        "max_queued_runs": -1, "dataset_storage_gb": 20})
     assert refused.status_code == 200  # the form again, with the constraint's error
     quota.refresh_from_db()
     assert quota.max_queued_runs == 9

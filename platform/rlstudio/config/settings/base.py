@@ -273,6 +273,12 @@ RLSTUDIO_RUN_MAX_SAMPLES = env_int("RLSTUDIO_RUN_MAX_SAMPLES", 5_000_000)
 RLSTUDIO_RUN_MAX_METRIC_ROWS = env_int("RLSTUDIO_RUN_MAX_METRIC_ROWS", 1_000_000)
 # Quotas: the max_queued_runs a new quota row (and the shipped default quota) starts with.
 RLSTUDIO_DEFAULT_MAX_QUEUED_RUNS = env_int("RLSTUDIO_DEFAULT_MAX_QUEUED_RUNS", 5)
+# Quotas: the dataset storage (GB, 10**9 bytes) a new quota row (and the shipped default quota) starts
+# with; each quota's dataset_storage_gb is then the admin's (0: no new uploads).
+RLSTUDIO_DEFAULT_DATASET_STORAGE_GB = env_float("RLSTUDIO_DEFAULT_DATASET_STORAGE_GB", 20)
+# Caps per user, staff included (docs/security.md, "Limits"): saved run configs and personal API tokens.
+RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER = env_int("RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER", 200)
+RLSTUDIO_MAX_API_TOKENS_PER_USER = env_int("RLSTUDIO_MAX_API_TOKENS_PER_USER", 20)
 # Every sample of a run is also appended to <dir>/<run id>/rollouts/step_<n>.jsonl (retention only
 # trims the database, never these files).
 RLSTUDIO_ROLLOUT_DIR = env_str("RLSTUDIO_ROLLOUT_DIR", str(RUNS_DIR))
