@@ -31,10 +31,34 @@ class NewApiToken:
     key: str
 
 
+class ApiTokenRefused(ValueError):
+    """A token that may not be created; `field` names the form field (`name`, the form's only one)."""
+
+    def __init__(self, message: str, *, field: str = "name"):
+        super().__init__(message)
+        self.message, self.field = message, field
+
+
+_TOKEN_LOCK_SPACE = 0x524C5354  # "RLST": the advisory-lock key space of one user's token creation
+
+
 def api_token_create(*, user: AbstractBaseUser, name: str = "") -> NewApiToken:
-    """Create a personal API token for `user`; the returned key is shown once and never stored."""
+    """Create a personal API token for `user`; the returned key is shown once and never stored.
+
+    A user keeps at most RLSTUDIO_MAX_API_TOKENS_PER_USER tokens (staff included): past it
+    ApiTokenRefused, counted under a per-user advisory lock so two creations at once cannot both pass."""
+    from django.conf import settings
+    from django.db import connection
+
     key = API_TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_TOKEN_LOCK_SPACE, user.pk])
+        cap = settings.RLSTUDIO_MAX_API_TOKENS_PER_USER
+        held = ApiToken.objects.filter(user=user).count()
+        if held >= cap:
+            raise ApiTokenRefused(f"you already have {held} API tokens, the most one user may keep "
+                                  f"(RLSTUDIO_MAX_API_TOKENS_PER_USER is {cap}); revoke one first")
         token = ApiToken.objects.create(
             user=user, name=name.strip()[:100], key_prefix=key[:12], key_hash=key_hash(key)
         )

@@ -5,7 +5,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from .selectors import api_token_get_for, api_token_list_for
-from .services import api_token_create, api_token_revoke
+from .services import ApiTokenRefused, api_token_create, api_token_revoke
 
 
 @login_required
@@ -22,8 +22,14 @@ def profile(request):
 @login_required
 @require_POST
 def token_create(request):
-    """Create a token and show its key once on the profile page (post/redirect/get)."""
-    created = api_token_create(user=request.user, name=request.POST.get("name", ""))
+    """Create a token and show its key once on the profile page (post/redirect/get); past the cap, the
+    profile page again with the reason on the `name` field (400)."""
+    try:
+        created = api_token_create(user=request.user, name=request.POST.get("name", ""))
+    except ApiTokenRefused as exc:
+        return render(request, "accounts/profile.html",
+                      {"tokens": api_token_list_for(user=request.user), "new_key": None,
+                       "token_error": {"field": exc.field, "message": exc.message}}, status=400)
     # The key passes through the session for one page view only (popped by `profile`).
     request.session["new_api_token_key"] = created.key
     return redirect("accounts:profile")

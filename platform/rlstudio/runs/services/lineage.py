@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 
 from rlstudio.accounts.services import audit_record
 
@@ -236,6 +237,9 @@ def _lock_referenced(fields: dict[str, Any]) -> None:
                           field="reward_model_id" if gone == "reward_model" else gone)
 
 
+_CONFIG_SAVE_LOCK_SPACE = 0x524C5343  # "RLSC": the advisory-lock key space of one owner's config saves
+
+
 def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any] | None = None,
                     preset: str | None = None, overrides=None, description: str = "", gpus: int = 0,
                     adapt: bool = False):
@@ -243,15 +247,25 @@ def run_config_save(*, owner: AbstractBaseUser, name: str, config: dict[str, Any
     (data and model paths, resources: a run sets them from its own record).
 
     It is checked as a run on `gpus` GPUs (0: the CPU) would be; with `adapt` a preset is first fitted
-    to them as a launched run's is (the new-run form saves what its run starts from)."""
+    to them as a launched run's is (the new-run form saves what its run starts from). An owner keeps at
+    most RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER configs (staff included): past it, and for a name they
+    already use, RunInputInvalid on `name`, checked under a per-owner advisory lock."""
     from .. import gate
     from ..models import RunConfig
 
     checked = _config_or_invalid(config=config or None, preset=None if config else (preset or None),
                                  overrides=overrides, gpus=gpus, adapt=adapt)
-    if RunConfig.objects.filter(owner=owner, name=name).exists():
-        raise RunInputInvalid(f"you already have a config named {name!r}", field="name")
     with transaction.atomic():
+        # One owner's saves count and create one at a time, so two at once cannot both pass the cap.
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_CONFIG_SAVE_LOCK_SPACE, owner.pk])
+        if RunConfig.objects.filter(owner=owner, name=name).exists():
+            raise RunInputInvalid(f"you already have a config named {name!r}", field="name")
+        cap = settings.RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER
+        held = RunConfig.objects.filter(owner=owner).count()
+        if held >= cap:
+            raise RunInputInvalid(f"you already have {held} saved configs, the most one user may keep "
+                                  f"(RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER is {cap}); delete one first", field="name")
         saved = RunConfig.objects.create(owner=owner, name=name, config=gate.user_view(checked),
                                          description=description)
         audit_record(actor=owner, action="config.create", obj=saved, data={"name": name})

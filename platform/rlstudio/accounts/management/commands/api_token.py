@@ -2,7 +2,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from rlstudio.accounts.services import api_token_create
+from rlstudio.accounts.services import ApiTokenRefused, api_token_create
 
 
 class Command(BaseCommand):
@@ -18,5 +18,8 @@ class Command(BaseCommand):
             user = User.objects.get(**{User.USERNAME_FIELD: username})
         except User.DoesNotExist:
             raise CommandError(f"No user named {username!r}") from None
-        created = api_token_create(user=user, name=name)
+        try:
+            created = api_token_create(user=user, name=name)
+        except ApiTokenRefused as exc:
+            raise CommandError(exc.message) from None
         self.stdout.write(created.key)
