@@ -60,7 +60,8 @@ def test_the_quotas_app_registers_the_check_and_the_allowance():
 
 
 def test_new_quota_rows_and_the_default_start_at_the_setting(alice, settings):
-    assert default_quota().dataset_storage_gb == 20  # the migration's value (the setting's default)
+    # the migration's value: the setting's when the test database was made
+    assert default_quota().dataset_storage_gb == settings.RLSTUDIO_DEFAULT_DATASET_STORAGE_GB
     settings.RLSTUDIO_DEFAULT_DATASET_STORAGE_GB = 3.5
     assert GpuQuota.objects.create(user=alice).dataset_storage_gb == 3.5
 
@@ -184,10 +185,8 @@ def test_staff_set_it_on_the_staff_page_audited_and_see_it_in_the_table(
     )
     assert resp.status_code == 302
     assert GpuQuota.objects.get(user=alice).dataset_storage_gb == 7.5
-    assert AuditEvent.objects.get(action="quota.create").data["changed"]["dataset_storage_gb"] == [
-        20.0,
-        7.5,
-    ]
+    changed = AuditEvent.objects.get(action="quota.create").data["changed"]
+    assert changed["dataset_storage_gb"] == [default_quota().dataset_storage_gb, 7.5]
     bad = admin.post(
         "/quotas/admin/quota/",
         {
