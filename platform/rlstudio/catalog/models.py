@@ -55,6 +55,9 @@ class Dataset(models.Model):
         max_length=1024, blank=True, help_text="Absolute path of the converted rows (JSONL, trainer row format)."
     )
     row_index = models.JSONField(default=list, blank=True, help_text="Byte offsets of every 100th converted row.")
+    converted_bytes = models.BigIntegerField(
+        default=0, help_text="Size of the converted rows on disk (0 until they are written; counted in storage)."
+    )
     error_line = models.IntegerField(null=True, blank=True, help_text="Line (or row) the error is on.")
     error_field = models.CharField(max_length=200, blank=True, help_text="Field the error is in.")
     stats_model = models.ForeignKey(
@@ -79,6 +82,9 @@ class Dataset(models.Model):
                 condition=models.Q(split__in=DatasetSplit.values), name="dataset_split_valid"
             ),
             models.CheckConstraint(condition=models.Q(size_bytes__gte=0), name="dataset_size_nonneg"),
+            models.CheckConstraint(
+                condition=models.Q(converted_bytes__gte=0), name="dataset_converted_bytes_nonneg"
+            ),
             models.CheckConstraint(
                 condition=models.Q(visibility__in=Visibility.values), name="dataset_visibility_valid"
             ),

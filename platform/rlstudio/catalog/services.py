@@ -193,9 +193,9 @@ def _mark_invalid(dataset: Dataset, *, message: str, line: int | None = None, fi
         return
     dataset.status = Dataset.Status.INVALID
     dataset.error, dataset.error_line, dataset.error_field = message[:4000], line, field or ""
-    dataset.converted_path, dataset.row_index, dataset.num_rows = "", [], None
+    dataset.converted_path, dataset.row_index, dataset.num_rows, dataset.converted_bytes = "", [], None, 0
     dataset.save(update_fields=["status", "error", "error_line", "error_field", "converted_path", "row_index",
-                                "num_rows"])
+                                "num_rows", "converted_bytes"])
 
 
 _VALIDATE_LOCK_SPACE = 0x524C5356  # "RLSV": the advisory-lock key space of dataset validation
@@ -269,6 +269,7 @@ def _dataset_validate_locked(*, dataset: Dataset) -> Dataset:
             return dataset
         locked.status = Dataset.Status.READY
         locked.file_path, locked.converted_path = str(stored), str(final_rows)
+        locked.converted_bytes = final_rows.stat().st_size
         locked.num_rows, locked.columns, locked.row_index = result.num_rows, result.columns, result.offsets
         locked.preset = result.preset
         locked.error, locked.error_line, locked.error_field = "", None, ""

@@ -1,11 +1,13 @@
 """Dataset storage: the bytes a user's datasets keep on disk, and the checks another app registers to
 limit them (the quotas app's per-user `dataset_storage_gb`), called by `services.dataset_upload`.
 
-What is counted (`dataset_bytes_used`): the uploaded files of the user's datasets that are not
-`invalid` (a refused file is removed by validation), each distinct content once: the stored file is
-named by its content hash, so two datasets of one owner with the same bytes (e.g. another split)
-share it on disk. A dataset still `validating` counts its uploaded size too. The converted rows
-(`rows/<id>.jsonl`) are not counted: their size is not recorded.
+What is counted (`dataset_bytes_used`), of the user's datasets that are not `invalid` (validation
+removes a refused file and its rows): their uploaded files, each distinct content once (the stored
+file is named by its content hash, so two datasets of one owner with the same bytes, e.g. another
+split, share it on disk; a dataset still `validating` counts its upload), plus each one's converted
+rows (`rows/<id>.jsonl`, `Dataset.converted_bytes`, recorded when validation writes them). An upload
+is checked by its file's size: its rows are not known until validation, so they may take the owner
+past their quota afterwards, and then their next upload is refused.
 
 The catalog never imports the app that limits storage (quotas imports runs, which imports the
 catalog): that app registers its check from its AppConfig.ready (`on_dataset_storage_check`), and
@@ -48,17 +50,20 @@ def on_dataset_storage_allowance(
 def _sql(*, by_owner: bool) -> str:
     table = Dataset._meta.db_table
     where = "status <> %s" + ("" if by_owner else " AND owner_id = %s")
-    # One row per distinct stored file of an owner (same content hash, same size): counted once.
+    # Each distinct stored file of an owner (same content hash, same size) once, plus every dataset's rows.
     return (
-        f"SELECT owner_id, COALESCE(SUM(size_bytes), 0) FROM (SELECT DISTINCT owner_id, sha256, size_bytes "
-        f"FROM {table} WHERE {where}) AS files GROUP BY owner_id"
+        f"SELECT owner_id, COALESCE(SUM(b), 0) FROM ("
+        f"SELECT owner_id, size_bytes AS b FROM (SELECT DISTINCT owner_id, sha256, size_bytes FROM {table} "
+        f"WHERE {where}) AS files "
+        f"UNION ALL SELECT owner_id, converted_bytes AS b FROM {table} WHERE {where}"
+        f") AS stored GROUP BY owner_id"
     )
 
 
 def dataset_bytes_used(*, owner) -> int:
     """The bytes `owner`'s datasets keep on disk, as counted in the module's docstring (one query)."""
     with connection.cursor() as cur:
-        cur.execute(_sql(by_owner=False), [Dataset.Status.INVALID, owner.pk])
+        cur.execute(_sql(by_owner=False), [Dataset.Status.INVALID, owner.pk] * 2)
         row = cur.fetchone()
     return int(row[1]) if row else 0
 
@@ -66,13 +71,14 @@ def dataset_bytes_used(*, owner) -> int:
 def dataset_bytes_used_by_owner() -> dict[int, int]:
     """{owner id: bytes} of every user with datasets (one query), for the staff overview."""
     with connection.cursor() as cur:
-        cur.execute(_sql(by_owner=True), [Dataset.Status.INVALID])
+        cur.execute(_sql(by_owner=True), [Dataset.Status.INVALID] * 2)
         return {owner_id: int(used) for owner_id, used in cur.fetchall()}
 
 
 def added_bytes(*, owner, sha256: str, size_bytes: int) -> int:
-    """The bytes a new dataset of `owner` with this content adds to their count: none when one of their
-    datasets (not invalid) already holds the same bytes (the stored file is shared), else its size."""
+    """The bytes a new dataset of `owner` with this content adds to their count at upload: none when
+    one of their datasets (not invalid) already holds the same bytes (the stored file is shared), else
+    its size (its converted rows count once validation has written them)."""
     same = Dataset.objects.filter(owner=owner, sha256=sha256).exclude(status=Dataset.Status.INVALID)
     return 0 if same.exists() else size_bytes
 

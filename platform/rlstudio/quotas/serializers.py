@@ -33,7 +33,7 @@ class QuotaUsageSerializer(serializers.Serializer):
                   "storage_quota); 0 = no new uploads.")
     dataset_storage_used_bytes = serializers.IntegerField(
         help_text="Bytes the caller's datasets keep: the uploaded files of their datasets that are not invalid, "
-                  "each distinct content once (converted rows not counted).")
+                  "each distinct content once, plus each one's converted rows.")
     queued = QueuedRunSerializer(many=True)
     queued_evaluations = QueuedEvaluationSerializer(
         many=True, help_text="The caller's queued evaluation (at most one), in the same queue as the runs.")

@@ -66,20 +66,42 @@ def test_new_quota_rows_and_the_default_start_at_the_setting(alice, settings):
     assert GpuQuota.objects.create(user=alice).dataset_storage_gb == 3.5
 
 
-def test_used_bytes_count_each_stored_file_once_and_skip_invalid(alice, bob, make_dataset):
-    make_dataset(alice, "a", sha256="a" * 64, size_bytes=1000, status="ready")
+def test_used_bytes_count_each_stored_file_once_each_datasets_rows_and_skip_invalid(
+    alice, bob, make_dataset
+):
+    make_dataset(alice, "a", sha256="a" * 64, size_bytes=1000, converted_bytes=400, status="ready")
+    # the same stored file as "a" (counted once), but rows of its own
     make_dataset(
-        alice, "a-val", sha256="a" * 64, size_bytes=1000, status="ready", split="val"
-    )  # same file
+        alice,
+        "a-val",
+        sha256="a" * 64,
+        size_bytes=1000,
+        converted_bytes=300,
+        status="ready",
+        split="val",
+    )
     make_dataset(alice, "b", sha256="b" * 64, size_bytes=300, status="validating")
+    # validation removed its file and rows (a stale figure would not count either)
     make_dataset(
-        alice, "bad", sha256="c" * 64, size_bytes=5000, status="invalid"
-    )  # its file is removed
-    make_dataset(bob, "bobs", sha256="a" * 64, size_bytes=1000, status="ready")
-    assert storage.dataset_bytes_used(owner=alice) == 1300
-    assert storage.dataset_bytes_used_by_owner() == {alice.pk: 1300, bob.pk: 1000}
+        alice, "bad", sha256="c" * 64, size_bytes=5000, converted_bytes=999, status="invalid"
+    )
+    make_dataset(bob, "bobs", sha256="a" * 64, size_bytes=1000, converted_bytes=50, status="ready")
+    assert storage.dataset_bytes_used(owner=alice) == 1000 + 300 + 400 + 300
+    assert storage.dataset_bytes_used_by_owner() == {alice.pk: 2000, bob.pk: 1050}
     assert storage.added_bytes(owner=alice, sha256="a" * 64, size_bytes=1000) == 0
     assert storage.added_bytes(owner=alice, sha256="c" * 64, size_bytes=5000) == 5000
+
+
+def test_validation_records_the_converted_rows_size_and_it_counts(alice, uploads):
+    from rlstudio.catalog.services import dataset_validate
+
+    resp = _upload(_api(alice), ROW * 3)
+    assert resp.status_code == 201
+    ds = dataset_validate(dataset=Dataset.objects.get(pk=resp.json()["id"]))
+    assert ds.status == "ready", ds.error
+    rows_on_disk = (uploads / "rows" / f"{ds.pk}.jsonl").stat().st_size
+    assert rows_on_disk > 0 and ds.converted_bytes == rows_on_disk
+    assert storage.dataset_bytes_used(owner=alice) == 3 * len(ROW) + rows_on_disk
 
 
 def test_an_upload_past_the_quota_is_a_413_naming_file_and_leaves_nothing(alice, uploads):
