@@ -70,6 +70,15 @@ def test_a_saved_config_name_taken_is_shown_on_save_as(page, ready, alice):
     assert resp.status_code == 400 and "already have a config named" in _field_text(resp.content.decode(), "save_as")
 
 
+def test_the_saved_configs_cap_is_shown_on_save_as_and_launches_nothing(page, ready, alice, settings):
+    settings.RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER = 1
+    assert page.post("/runs/new/", _form(ready, save_as="one", name="a")).status_code == 302
+    resp = page.post("/runs/new/", _form(ready, save_as="two", name="b"))
+    assert resp.status_code == 400
+    assert "RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER is 1" in _field_text(resp.content.decode(), "save_as")
+    assert not Run.objects.filter(name="b").exists()
+
+
 def test_the_gpu_preset_launches_on_the_cpu_without_overrides(page, ready):
     resp = page.post("/runs/new/", _form(ready, preset="gsm8k_multiturn_grpo"))
     assert resp.status_code == 302, resp.content.decode()[-3000:]
