@@ -234,3 +234,23 @@ def test_the_django_admin_lists_it(alice, staff, make_dataset):
     html = _client(staff).get("/admin/quotas/gpuquota/").content.decode()
     assert "Datasets stored (GB)" in html and "2.00" in html and "Dataset storage gb" in html
     assert "4 GB of datasets" in html  # __str__
+
+
+def test_the_migration_fills_the_rows_size_of_datasets_converted_before_it(
+    alice, make_dataset, tmp_path
+):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("rlstudio.catalog.migrations.0008_dataset_converted_bytes")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_bytes(b"x" * 1234)
+    there = make_dataset(alice, "there", sha256="a" * 64, status="ready", converted_path=str(rows))
+    gone = make_dataset(
+        alice, "gone", sha256="b" * 64, status="ready", converted_path=str(tmp_path / "no")
+    )
+    migration.fill_converted_bytes(apps, None)
+    there.refresh_from_db()
+    gone.refresh_from_db()
+    assert (there.converted_bytes, gone.converted_bytes) == (1234, 0)
