@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import stat
 import tempfile
@@ -42,8 +41,9 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from trainer.step_dirs import STEP_DIR
+
 MARKER = "latest_checkpointed_iteration.txt"
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
 GIB = 2**30  # the "GB" of trainer.disk_budget_gb and the perf/run_folder_gb metric
 
 

@@ -15,7 +15,7 @@ from django.http import Http404
 
 from rlstudio.runs.launch import inside, run_folder
 from rlstudio.runs.selectors import can_manage
-from trainer.checkpoint import STEP_DIR
+from trainer.step_dirs import STEP_DIR  # not trainer.checkpoint: it loads torch
 
 from .models import Evaluation, EvaluationSample
 
