@@ -100,7 +100,7 @@ def dataset_detail(request, dataset_id: int):
         "rewards": rewards, "tools": tools, "check": check, "check_error": check_error,
         "picked_reward": picked_reward, "picked_tools": picked, "picked_model": picked_model,
         "models": model_asset_list_for(user=request.user).filter(tokenizer_ok=True, kind="policy")[:100],
-        "runs": owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user),
+        **_runs_from(owned_by_or_staff(dataset.runs.order_by("-created"), user=request.user)),
         "can_change": can_change(user=request.user, item=dataset),
     })
 
@@ -137,6 +137,14 @@ def model_list(request):
     })
 
 
+RUNS_SHOWN = 20  # a detail page names this many of the runs on a dataset or model; the runs list has them all
+
+
+def _runs_from(runs) -> dict:
+    """The newest RUNS_SHOWN runs of a queryset and how many there are (the page links the rest)."""
+    return {"runs": list(runs[:RUNS_SHOWN]), "runs_total": runs.count()}
+
+
 @login_required
 def model_detail(request, model_id: int):
     """One model the user may see: its catalog record and (the evaluations app's card, through its
@@ -144,7 +152,7 @@ def model_detail(request, model_id: int):
     model = model_asset_get_for(user=request.user, model_id=model_id)
     return render(request, "catalog/model_detail.html", {
         "model": model, "can_change": can_change(user=request.user, item=model),
-        "runs": owned_by_or_staff(model.runs.order_by("-created"), user=request.user)[:50],
+        **_runs_from(owned_by_or_staff(model.runs.order_by("-created"), user=request.user)),
     })
 
 
