@@ -51,5 +51,5 @@ def test_admin_quota_of_one_run_queues_the_second_launch_with_its_reason(page_as
     fields = page.locator("dl.fields").inner_text()
     assert "0 of 0" in fields and "your own quota" in fields, fields
     row = page.locator("table tbody tr").first.locator("td").all_inner_texts()
-    assert row[0] == "1" and row[1] == "second" and run.queue_reason in row[2], row
+    assert row[0] == "1" and row[1] == f"second #{run.pk}" and run.queue_reason in row[2], row
     ui.shot(page, "11-quota-page")

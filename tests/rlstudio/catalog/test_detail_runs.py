@@ -1,5 +1,6 @@
 """A dataset's and a model's page name the newest runs on them (RUNS_SHOWN) and link the runs list,
-filtered to that dataset or model, for the rest; with fewer runs there is no such link."""
+filtered to that dataset or model, for the rest; with fewer runs there is no such link. A dataset page
+with no model to count tokens with says so instead of offering an empty choice."""
 
 import pytest
 from django.test import Client
@@ -39,3 +40,11 @@ def test_no_link_when_every_run_is_named(bob, make_dataset, make_model):
     assert ">only-run<" in html and "?dataset=" not in html
     html = client.get(f"/models/{model.pk}/").content.decode()
     assert ">only-run<" in html and "?model=" not in html
+
+
+def test_token_lengths_without_a_tokenizer_model_say_so_instead_of_an_empty_choice(
+    bob, make_dataset
+):
+    dataset = make_dataset(bob, "arith", status="ready")
+    html = _page(bob).get(f"/datasets/{dataset.pk}/").content.decode()
+    assert 'id="stats-no-model"' in html and 'value="stats"' not in html
