@@ -105,3 +105,9 @@ def test_a_malformed_or_unknown_target_is_ignored(alice, run_with_ckpts, target)
     html = _playground(alice, target)
     assert _selected(html) == [] and "<script>alert(1)" not in html
     assert f'value="run:{run_with_ckpts.pk}:2"' in html  # the usual options
+
+
+def test_with_nothing_to_talk_to_send_is_off_and_the_models_page_is_linked(make_user):
+    html = _client(make_user("nobody-yet")).get("/playground/").content.decode()
+    assert 'id="pg-nothing"' in html and 'href="/models/"' in html
+    assert re.search(r'<button type="submit" id="pg-send-button" disabled>', html)
