@@ -256,3 +256,14 @@ def test_verls_exponent_floats_in_yaml_are_numbers(page, ready):
     actor = Run.objects.get(name="f1").config["actor_rollout_ref"]["actor"]
     assert actor["optim"]["lr"] == 1e-6 and actor["kl_loss_coef"] == 1e-3
 
+
+
+def test_the_form_says_what_is_missing_before_a_run_can_be_launched(page, alice, make_dataset, tiny_dir):
+    html = page.get("/runs/new/").content.decode()
+    note = re.search(r'<p class="notice" id="run-form-missing">(.*?)</p>', html, re.S).group(1)
+    assert "a ready dataset" in note and 'href="/datasets/upload/"' in note and 'href="/models/"' in note
+    make_dataset(alice, status="ready")
+    note = re.search(r'id="run-form-missing">(.*?)</p>', page.get("/runs/new/").content.decode(), re.S).group(1)
+    assert "dataset" not in note and "a model" in note
+    ModelAsset.objects.create(owner=alice, name="tiny", path=str(tiny_dir))
+    assert 'id="run-form-missing"' not in page.get("/runs/new/").content.decode()
