@@ -90,3 +90,12 @@ def test_datasets_and_models_pages_are_paged(alice, make_dataset, make_model, mo
         first, second = client.get(url).content.decode(), client.get(f"{url}?page=2").content.decode()
         assert newest in first and oldest not in first and "1–2 of 3" in first
         assert oldest in second and newest not in second and "3–3 of 3" in second
+
+
+def test_the_default_order_is_said_and_a_chosen_sort_shows_its_arrow(alice, make_run):
+    make_run(alice, "r0")
+    client = _client(alice)
+    page = client.get("/runs/").content.decode()
+    assert 'id="sort-note"' in page and "newest first" in page
+    page = client.get("/runs/?sort=name").content.decode()
+    assert 'id="sort-note"' not in page and 'aria-sort="ascending"' in page and "Name</a> ▲" in page
