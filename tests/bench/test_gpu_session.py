@@ -55,7 +55,7 @@ def test_a_trl_that_does_not_import_stops_only_its_own_part(tmp_path):
     import importlib.util
 
     if importlib.util.find_spec("trl") is not None:
-        pytest.skip("TRL imports in this venv")
+        pytest.skip("TRL imports in this venv (the `bench` extra): a TRL import failure cannot be staged here")
     (tmp_path / "wheels").mkdir()
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"), "GPU_WHEELS_DIR": str(tmp_path / "wheels"),
            "GPU_GRPO_WORKDIR": str(tmp_path / "work"), "GPU_GRPO_BUDGET_S": "300", "OMP_NUM_THREADS": "1"}

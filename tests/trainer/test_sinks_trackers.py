@@ -240,7 +240,7 @@ def test_mlflow_resume_continues_the_run_of_its_lineage(monkeypatch, tmp_path):
 
 # --- the real packages, where installed (the `trackers` extra; skipped otherwise) ---------------------
 def test_real_wandb_offline_gets_the_lineage_id_and_writes_no_netrc(monkeypatch, tmp_path):
-    wandb = pytest.importorskip("wandb")
+    wandb = pytest.importorskip("wandb", reason="wandb is the optional `trackers` extra, not installed here")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("WANDB_MODE", "offline")
     (tmp_path / "home").mkdir()
@@ -260,7 +260,7 @@ def test_real_wandb_offline_gets_the_lineage_id_and_writes_no_netrc(monkeypatch,
 
 
 def test_real_mlflow_resume_continues_the_run_of_its_lineage(monkeypatch, tmp_path):
-    mlflow = pytest.importorskip("mlflow")
+    mlflow = pytest.importorskip("mlflow", reason="mlflow is the optional `trackers` extra, not installed here")
     monkeypatch.setenv(
         "MLFLOW_ALLOW_FILE_STORE", "true"
     )  # MLflow 3's local file store, for the test
