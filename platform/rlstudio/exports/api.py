@@ -2,8 +2,6 @@
 (GET, DELETE) and /runs/{id}/exports/{eid}/archive/ (GET: the folder as a .tar.gz, streamed). Reading and
 downloading follow the run (owner, shared readers, staff; anyone else 404); asking for an export or
 deleting one needs the run's owner or staff (a reader gets 403 before the body is looked at)."""
-from django.core.handlers.asgi import ASGIRequest
-from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status as http
@@ -11,9 +9,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
+from rlstudio.archive import archive_size, tar_gz_response
 from rlstudio.runs.launch import inside, run_folder
 
-from .archive import archive_size, async_chunks, tar_gz_chunks
 from .selectors import export_get_for, export_list_for
 from .serializers import ExportCreateSerializer, ExportSerializer
 from .services import MAX_ARCHIVE_BYTES, ExportInvalid, ExportRefused, export_delete, export_folder, export_new
@@ -90,11 +88,4 @@ class RunExportArchiveView(APIView):
             raise ApiError(f"export {export.pk} holds {size} bytes, more than the {MAX_ARCHIVE_BYTES} bytes served as "
                            "an archive; ask an operator for the folder", code="too_large",
                            status_code=http.HTTP_409_CONFLICT)
-        name = f"run{export.run_id}-step{export.step}"
-        chunks = tar_gz_chunks(folder, name)
-        asgi = isinstance(getattr(request, "_request", request), ASGIRequest)
-        response = StreamingHttpResponse(async_chunks(chunks) if asgi else chunks, content_type="application/gzip")
-        response["Content-Disposition"] = f'attachment; filename="{name}.tar.gz"'
-        response["X-Content-Type-Options"] = "nosniff"
-        response["Cache-Control"] = "private, no-store"
-        return response
+        return tar_gz_response(request, folder, f"run{export.run_id}-step{export.step}")

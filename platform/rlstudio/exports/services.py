@@ -180,7 +180,7 @@ def export_execute(*, export_id: int) -> str:
     from rlstudio.catalog.services import model_register
     from trainer.export import MODEL_DIR, export_checkpoint
 
-    from .archive import archive_size
+    from rlstudio.archive import archive_size
 
     with transaction.atomic():
         # Only the export's row (select_related alone would lock the run, its owner and its model FOR

@@ -33,6 +33,7 @@ from rlstudio.runs.selectors import (
 from . import selectors as sel
 from .api import prompt_key_from, sample_filter_from
 from .models import RetentionMode, RunRetention
+from .tensorboard import tensorboard_folder
 
 SAMPLES_PAGE = 50
 SAMPLES_ORDER = "-step"
@@ -98,6 +99,8 @@ def run_detail(request, run_id: int):
         "retention": retention.get_mode_display() if retention else RetentionMode.ALL.label,
         "retention_k": retention.k if retention else None,
         "annotate_draft": _annotate_draft(request, run),
+        # The tensorboard sink's event files in the run's folder: offered as one .tar.gz.
+        "tensorboard_logs": tensorboard_folder(run) is not None,
     })
     return render(request, "runs/run_detail.html", ctx)
 

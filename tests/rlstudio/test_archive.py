@@ -1,4 +1,4 @@
-"""The export archive as a stream (rlstudio.exports.archive): pieces no bigger than about one read
+"""A folder's .tar.gz as a stream (rlstudio.archive, behind the export and TensorBoard downloads): pieces no bigger than about one read
 chunk (never the whole archive at once), links skipped, the same files back after untarring, the
 same bytes through the ASGI path (an async iterator, one piece per thread hop) and through Django's
 ASGI handler end to end."""
@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from rlstudio.exports import archive
+from rlstudio import archive
 
 
 @pytest.fixture

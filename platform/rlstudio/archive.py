@@ -11,6 +11,8 @@ checked against it).
 
 `async_chunks` hands a synchronous generator to an ASGI server one piece at a time, each read in a
 worker thread: Django serves a synchronous iterator under ASGI only by reading all of it first.
+`tar_gz_response` is the download itself (the export archive, a run's TensorBoard logs): the caller
+has checked who may read the folder, where it lies and its size.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import StreamingHttpResponse
 
 CHUNK = 1 << 20  # bytes read from a file at a time
 # gzip level 0 (deflate's stored blocks: a valid .tar.gz, CRC-checked, not smaller). Float32 weights
@@ -101,3 +105,15 @@ async def async_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
             yield piece
     finally:
         await sync_to_async(chunks.close, thread_sensitive=False)()
+
+
+def tar_gz_response(request, folder: Path, name: str) -> StreamingHttpResponse:
+    """`folder` streamed as `<name>.tar.gz` (an attachment, each file under `<name>/`), through
+    `async_chunks` under ASGI. `name` is the platform's (ids), never user text."""
+    chunks = tar_gz_chunks(folder, name)
+    asgi = isinstance(getattr(request, "_request", request), ASGIRequest)
+    response = StreamingHttpResponse(async_chunks(chunks) if asgi else chunks, content_type="application/gzip")
+    response["Content-Disposition"] = f'attachment; filename="{name}.tar.gz"'
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Cache-Control"] = "private, no-store"
+    return response
