@@ -1,5 +1,5 @@
 """The advantage estimators and policy losses added after the first ones (opo, grpo_passk, clip_cov,
-kl_cov): their config keys parse, and each trains 2 GRPO steps on the tiny model through the command
+kl_cov, remax, gpg, geo_mean, sapo): their config keys parse, and each trains 2 GRPO steps on the tiny model through the command
 line (`python -m trainer run --recipe cpu_smoke`, in-process through trainer.cli.main). The reward
 gives responses of different lengths different scores, so the advantages are not all zero."""
 
@@ -211,3 +211,86 @@ def test_remax_trains_two_steps_with_a_greedy_generation(
         b = s["reward"] - s["advantage"]
         assert abs(b * 7 - round(b * 7)) < 1e-5 and 0 <= b < 1
         assert abs(baseline.setdefault((s["step"], s["uid"]), b) - b) < 1e-6
+
+
+# ------------------------------------------------------------------- gpg, geo_mean (GMPO), sapo
+def test_gpg_estimator_and_the_new_loss_modes_are_choices_with_verls_keys():
+    cfg = apply_overrides(Config(), ["algorithm.adv_estimator=gpg", f"{PL}.loss_mode=gpg",
+                                     "actor_rollout_ref.rollout.n=4"])
+    assert validate(cfg, require_paths=False).algorithm.adv_estimator == "gpg"
+    cfg = apply_overrides(Config(), [f"{PL}.loss_mode=geo_mean"])
+    assert validate(cfg, require_paths=False).actor_rollout_ref.actor.policy_loss.loss_mode == "geo_mean"
+    # sapo's temperatures: verl's keys in the actor section, verl's defaults
+    actor = Config().actor_rollout_ref.actor
+    assert (actor.tau_pos, actor.tau_neg) == (1.0, 1.05)
+    cfg = apply_overrides(Config(), [f"{PL}.loss_mode=sapo", "actor_rollout_ref.actor.tau_pos=0.5",
+                                     "actor_rollout_ref.actor.tau_neg=2"])
+    actor = validate(cfg, require_paths=False).actor_rollout_ref.actor
+    assert (actor.policy_loss.loss_mode, actor.tau_pos, actor.tau_neg) == ("sapo", 0.5, 2.0)
+    for override, key in [("actor_rollout_ref.actor.tau_pos=0", "tau_pos"),
+                          ("actor_rollout_ref.actor.tau_neg=-1", "tau_neg"),
+                          ("actor_rollout_ref.actor.tau_neg=101", "tau_neg")]:
+        with pytest.raises(ConfigError) as err:
+            validate(apply_overrides(Config(), [override]), require_paths=False)
+        assert err.value.key == f"actor_rollout_ref.actor.{key}"
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(Config(), ["actor_rollout_ref.actor.tau_pos=warm"])
+    assert err.value.key == "actor_rollout_ref.actor.tau_pos"
+
+
+def test_the_new_modes_warn_where_verls_would_surprise():
+    from trainer.config import config_warnings
+
+    def keys(*overrides):
+        cfg = apply_overrides(Config(), ["actor_rollout_ref.rollout.n=4", *overrides])
+        validate(cfg, require_paths=False)  # warnings only
+        return [w.key for w in config_warnings(cfg)]
+
+    # gpg's baseline is the group: one sample per prompt leaves none
+    assert keys("algorithm.adv_estimator=gpg", "actor_rollout_ref.rollout.n=1") == [
+        "actor_rollout_ref.rollout.n"]
+    # sapo aggregates seq-mean-token-mean whatever loss_agg_mode says; geo_mean a mean over sequences
+    assert keys(f"{PL}.loss_mode=sapo") == ["actor_rollout_ref.actor.loss_agg_mode"]
+    assert keys(f"{PL}.loss_mode=sapo", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean") == []
+    assert keys(f"{PL}.loss_mode=geo_mean") == []
+    assert keys(f"{PL}.loss_mode=geo_mean", "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-sum") == [
+        "actor_rollout_ref.actor.loss_agg_mode"]
+
+
+def test_gpg_trains_two_steps_and_scales_the_centred_scores(tmp_path, tiny_model_dir, demo_data_dir):
+    # verl's GPG recipe: the gpg estimator with the gpg loss (which reports no clip metrics).
+    out = tmp_path / "out"
+    steps = _run(tmp_path, tiny_model_dir, demo_data_dir, "algorithm.adv_estimator=gpg",
+                 f"{PL}.loss_mode=gpg", "report.samples_per_step=-1")
+    assert not {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"} & set(steps[0])
+    samples = [json.loads(line)["data"] for line in (out / "events.jsonl").read_text().splitlines()
+               if json.loads(line)["type"] == "sample"]
+    assert len(samples) == 2 * 2 * 2  # 2 steps x 2 prompts x n=2
+    for step in (1, 2):
+        rows = [s for s in samples if s["step"] == step]
+        alpha = len(rows) / max(sum(1 for s in rows if s["reward"] != 0), 1)
+        for s in rows:
+            group = [t["reward"] for t in rows if t["uid"] == s["uid"]]
+            expected = alpha * (s["reward"] - sum(group) / len(group))
+            # a sample's advantage is its first non-zero one (0 for a centred-away group)
+            assert s["advantage"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_geo_mean_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
+    # verl's GMPO recipe clips at 0.4 on both sides; 2 epochs so the second runs off-policy.
+    steps = _run(tmp_path, tiny_model_dir, demo_data_dir, f"{PL}.loss_mode=geo_mean",
+                 "actor_rollout_ref.actor.clip_ratio_low=0.4", "actor_rollout_ref.actor.clip_ratio_high=0.4",
+                 "actor_rollout_ref.actor.ppo_epochs=2")
+    for m in steps:
+        assert 0 <= m["actor/pg_clipfrac"] <= 1 and 0 <= m["actor/pg_clipfrac_lower"] <= 1
+        assert math.isfinite(m["actor/ppo_kl"])
+
+
+def test_sapo_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
+    steps = _run(tmp_path, tiny_model_dir, demo_data_dir, f"{PL}.loss_mode=sapo",
+                 "actor_rollout_ref.actor.tau_pos=1.0", "actor_rollout_ref.actor.tau_neg=1.05",
+                 "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean",
+                 "actor_rollout_ref.actor.ppo_epochs=2")
+    for m in steps:  # a soft gate, no clip: both fractions 0, as verl's
+        assert m["actor/pg_clipfrac"] == 0.0 and m["actor/pg_clipfrac_lower"] == 0.0
+        assert math.isfinite(m["actor/ppo_kl"])

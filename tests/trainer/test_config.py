@@ -103,9 +103,9 @@ def test_overrides_parse_by_field_type():
         ),
         ("nope.x=1", "nope.x", "known keys of the top level: data, actor_rollout_ref"),
         (
-            "algorithm.adv_estimator=gpg",
+            "algorithm.adv_estimator=grpo_vectorized",
             "algorithm.adv_estimator",
-            "allowed values: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae, opo, grpo_passk, remax",
+            "allowed values: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, gae, opo, grpo_passk, remax, gpg",
         ),
         (
             "actor_rollout_ref.actor.loss_agg_mode=mean",
@@ -280,7 +280,7 @@ def test_validate_cross_field_checks():
         validate(_runnable(**{"trainer.logger": ["slack"]}))
     # a hand-built bad choice (dataclasses.replace skips parsing) is still caught
     bad = dataclasses.replace(
-        _runnable(), algorithm=dataclasses.replace(Config().algorithm, adv_estimator="gpg")
+        _runnable(), algorithm=dataclasses.replace(Config().algorithm, adv_estimator="grpo_vectorized")
     )
     with pytest.raises(ConfigError, match=r"^algorithm\.adv_estimator: .*allowed values"):
         validate(bad)
@@ -434,7 +434,7 @@ def test_policy_loss_is_verls_section_and_old_specs_still_load():
     assert cfg.to_dict()["actor_rollout_ref"]["actor"]["policy_loss"] == {
         "loss_mode": "gspo", "clip_cov_ratio": 0.0002, "clip_cov_lb": 1.0, "clip_cov_ub": 5.0,
         "kl_cov_ratio": 0.0002, "ppo_kl_coef": 0.1}  # verl's section, with verl's defaults
-    with pytest.raises(ConfigError, match="allowed values: vanilla, gspo, cispo, gpg, clip_cov, kl_cov") as err:
+    with pytest.raises(ConfigError, match="allowed values: vanilla, gspo, cispo, gpg, geo_mean, sapo, clip_cov, kl_cov") as err:
         apply_overrides(Config(), ["actor_rollout_ref.actor.policy_loss.loss_mode=ppo"])
     assert err.value.key == "actor_rollout_ref.actor.policy_loss.loss_mode"
     # A spec stored when actor.policy_loss was the mode's name as a string reads as that mode.

@@ -89,10 +89,11 @@ def test_seq_mean_token_sum_norm_is_seq_mean_token_sum_over_a_constant(worker):
     _assert_same(fixed, "loss_scale_factor=64")
 
 
-@pytest.mark.parametrize("loss_mode", ["vanilla", "gspo", "cispo", "gpg"])
+@pytest.mark.parametrize("loss_mode", ["vanilla", "gspo", "cispo", "gpg", "geo_mean", "sapo"])
 def test_every_policy_loss_is_micro_batch_invariant_off_policy(worker, loss_mode):
     # Old log-probs 0.1-0.3 nats off the current ones, so clipping acts; token-mean with KL and
-    # entropy terms while gspo's policy term is seq-mean-token-mean: each term keeps its own share.
+    # entropy terms while gspo's and sapo's policy terms are seq-mean-token-mean and geo_mean's a mean
+    # over rows: each term keeps its own share.
     b = batch8()
     logp, _ = worker.compute_log_prob(b, with_entropy=False)
     g = torch.Generator().manual_seed(1)

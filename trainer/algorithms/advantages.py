@@ -141,6 +141,29 @@ def opo_advantage(
     return adv, adv
 
 
+@register_adv_estimator("gpg")
+def gpg_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Sequence[str],
+    **_: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG (Group Policy Gradient, arXiv 2504.02546, verl's ``gpg``): the group-centred score scaled
+    up by the share of the batch that carries a signal, A_i = alpha (s_i - mean_g) on every response
+    token, with alpha = B / max(M, 1), B the rows of the batch and M the rows whose score s_i =
+    sum_t r_it is not 0 (verl counts non-zero scores over the whole batch). No std division. A
+    singleton group has mean 0, so A_i = alpha s_i (verl's singleton). verl's function also takes
+    f_norm (a divisor, 1.0) and alpha (overwritten by B / M); its trainer sets neither, nor do we.
+    Returns (advantages, returns=advantages), (B, T)."""
+    scores = token_level_rewards.sum(dim=-1)
+    with torch.no_grad():
+        mean, _, _ = _group_stats(scores, index)
+        signal_rows = int(torch.count_nonzero(scores))
+        alpha = scores.shape[0] / max(signal_rows, 1)
+        adv = (alpha * (scores - mean)).unsqueeze(-1) * response_mask
+    return adv, adv
+
+
 @register_adv_estimator("grpo_passk")
 def grpo_passk_advantage(
     token_level_rewards: torch.Tensor,

@@ -1,8 +1,8 @@
 """Loss maths: masked statistics, loss aggregation, the critic's clipped value loss, KL estimators
 and controllers, entropy.
 
-The policy losses themselves (vanilla PPO clip, gspo, cispo, gpg) and their registry are in
-``policy_losses.py``.
+The policy losses themselves (vanilla PPO clip, gspo, cispo, gpg, geo_mean, sapo, clip_cov, kl_cov) and
+their registry are in ``policy_losses.py``.
 
 Shapes: B = trajectories, T = response tokens (padded), V = vocabulary. ``mask`` / ``response_mask``
 (B, T) is 1 on the tokens that count (assistant tokens in multi-turn), 0 elsewhere. Everything here is a

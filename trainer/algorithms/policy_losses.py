@@ -1,5 +1,5 @@
 """Policy losses by name (verl's ``actor.policy_loss.loss_mode``): vanilla, gspo, cispo, gpg,
-clip_cov, kl_cov.
+geo_mean, sapo, clip_cov, kl_cov.
 
 Each loss is a pure function of (B, T) tensors with one signature,
 
@@ -12,7 +12,7 @@ registered with ``@register_policy_loss(name)`` and looked up by the actor with
 has no use for (as verl's take the whole actor config). ``response_mask`` is the loss mask: 1 on the
 tokens trained on. ``rollout_is_weights`` (B, T), when given, are rollout correction's detached
 importance weights (trainer.algorithms.rollout_correction): every loss multiplies its per-token loss by
-them before aggregating, as verl's do; the metrics are those of the unweighted loss. What each computes, with r = pi / pi_old per token and A the advantage:
+them before aggregating (geo_mean its row loss by their per-row geometric mean), as verl's do; the metrics are those of the unweighted loss. What each computes, with r = pi / pi_old per token and A the advantage:
 
     vanilla  PPO clip, L = max(-A r, -A clip(r, 1-eps_low, 1+eps_high)), dual clip min(L, -A c) for
              A < 0; aggregated by loss_agg_mode.
@@ -22,13 +22,19 @@ them before aggregating, as verl's do; the metrics are those of the unweighted l
     cispo    L = -sg(clip(r, 1-eps_low, 1+eps_high)) A log pi: the clipped ratio is a constant weight,
              so a clipped token keeps its gradient (PPO gives it none); aggregated by loss_agg_mode.
     gpg      L = -A log pi (plain policy gradient: no ratio, no clip); aggregated by loss_agg_mode.
+    geo_mean GMPO: each row's ratio is the geometric mean of its token ratios, each clipped in log
+             space to [-eps_low, eps_high] on the side that limits the update; L_i = -mean(A) rho_i,
+             a mean over the rows (loss_agg_mode does not apply, as verl).
+    sapo     L = -A (4 / tau) sigmoid(tau (r - 1)), tau = tau_pos for A > 0 else tau_neg (a soft gate,
+             no clip); always aggregated seq-mean-token-mean (as verl).
     clip_cov vanilla's clip without the dual clip; of the tokens the clip left alone whose centred
              covariance (A - mean A)(log pi - mean log pi) lies in (clip_cov_lb, clip_cov_ub), a
              random clip_cov_ratio of the masked tokens (at least one) get L = 0 (no gradient).
     kl_cov   L = -A r, plus ppo_kl_coef |log r| on the kl_cov_ratio of the masked tokens (at least
              one) with the largest covariance; no clip.
 
-clip_cov and kl_cov also take their own ``actor.policy_loss`` keys (``loss_mode_options`` picks them).
+clip_cov and kl_cov also take their own ``actor.policy_loss`` keys, sapo the actor's tau_pos and
+tau_neg (``loss_mode_options`` picks them).
 
 Metrics are verl's: ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, each loss
 reporting the ones verl's reports (gpg none; kl_cov's ppo_kl is the mean |log r|, as verl's). Formulas and parity notes: docs/design.md §4.5.
@@ -109,6 +115,26 @@ def _bounds(clip_ratio: float, low: float | None, high: float | None) -> tuple[f
     return (clip_ratio if low is None else low), (clip_ratio if high is None else high)
 
 
+def _reported(
+    pg_loss: torch.Tensor,
+    loss_agg_mode: str,
+    *,
+    ppo_kl: torch.Tensor,
+    pg_clipfrac: torch.Tensor | None = None,
+    pg_clipfrac_lower: torch.Tensor | None = None,
+) -> PolicyLossOutput:
+    """The output of a loss that reports all three of verl's metrics, detached; a clip fraction the
+    loss has no use for (None: no clip, or no dual clip) is reported as 0, as verl's losses do."""
+    zero = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
+    return PolicyLossOutput(
+        pg_loss=pg_loss,
+        loss_agg_mode=loss_agg_mode,
+        pg_clipfrac=(zero if pg_clipfrac is None else pg_clipfrac).detach(),
+        ppo_kl=ppo_kl.detach(),
+        pg_clipfrac_lower=(zero.clone() if pg_clipfrac_lower is None else pg_clipfrac_lower).detach(),
+    )
+
+
 @register_policy_loss("vanilla")
 def compute_policy_loss(
     old_log_prob: torch.Tensor,
@@ -148,13 +174,8 @@ def compute_policy_loss(
         (torch.gt(clip_max, loss_dual) & negative).float(), response_mask
     )
     pg_losses = _weighted(torch.where(negative, clip_min, clip_max), rollout_is_weights)
-    return PolicyLossOutput(
-        pg_loss=agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor),
-        loss_agg_mode=loss_agg_mode,
-        pg_clipfrac=pg_clipfrac.detach(),
-        ppo_kl=ppo_kl.detach(),
-        pg_clipfrac_lower=pg_clipfrac_lower.detach(),
-    )
+    return _reported(agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor), loss_agg_mode,
+                     ppo_kl=ppo_kl, pg_clipfrac=pg_clipfrac, pg_clipfrac_lower=pg_clipfrac_lower)
 
 
 GSPO_AGG_MODE = "seq-mean-token-mean"
@@ -197,13 +218,8 @@ def compute_policy_loss_gspo(
     pg_losses = _weighted(torch.maximum(loss_unclipped, loss_clipped), rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, GSPO_AGG_MODE)
     pg_clipfrac = masked_mean(torch.gt(loss_clipped, loss_unclipped).float(), response_mask)
-    return PolicyLossOutput(
-        pg_loss=pg_loss,
-        loss_agg_mode=GSPO_AGG_MODE,
-        pg_clipfrac=pg_clipfrac.detach(),
-        ppo_kl=masked_mean(-log_ratio, response_mask).detach(),
-        pg_clipfrac_lower=torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device),
-    )
+    return _reported(pg_loss, GSPO_AGG_MODE, ppo_kl=masked_mean(-log_ratio, response_mask),
+                     pg_clipfrac=pg_clipfrac)
 
 
 @register_policy_loss("cispo")
@@ -235,13 +251,8 @@ def compute_policy_loss_cispo(
     clipped = torch.clamp(ratio, 1.0 - low, 1.0 + high).detach()
     pg_losses = _weighted(-clipped * advantages * log_prob, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
-    return PolicyLossOutput(
-        pg_loss=pg_loss,
-        loss_agg_mode=loss_agg_mode,
-        pg_clipfrac=masked_mean(torch.ne(ratio, clipped).float(), response_mask).detach(),
-        ppo_kl=masked_mean(-log_ratio, response_mask).detach(),
-        pg_clipfrac_lower=torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device),
-    )
+    return _reported(pg_loss, loss_agg_mode, ppo_kl=masked_mean(-log_ratio, response_mask),
+                     pg_clipfrac=masked_mean(torch.ne(ratio, clipped).float(), response_mask))
 
 
 @register_policy_loss("gpg")
@@ -267,6 +278,104 @@ def compute_policy_loss_gpg(
         pg_loss=agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor),
         loss_agg_mode=loss_agg_mode,
     )
+
+
+# The aggregation geo_mean's loss is: a mean over every row of the micro-batch of a per-row loss
+# (verl's torch.mean), which the actor weighs across micro-batches by rows, as seq-mean-token-sum.
+GEO_MEAN_AGG_MODE = "seq-mean-token-sum"
+GEO_MEAN_WEIGHT_FLOOR = 1e-10  # rollout correction's weights are floored before their log (verl: + 1e-10)
+
+
+@register_policy_loss("geo_mean")
+def compute_policy_loss_geo_mean(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,  # noqa: ARG001 - no dual clip in GMPO (as verl)
+    loss_agg_mode: str = "token-mean",  # noqa: ARG001 - GMPO is a mean over sequences (as verl)
+    loss_scale_factor: float | None = None,  # noqa: ARG001
+    rollout_is_weights: torch.Tensor | None = None,
+) -> PolicyLossOutput:
+    """GMPO (Geometric-Mean Policy Optimization, arXiv 2507.20673; verl's ``geo_mean``).
+
+    The token log-ratios x = logp - old_logp are clipped in log space, on the side that limits the
+    update: with s = sign(A), x' = s min(s x, s clamp(x, -eps_low, eps_high)) (A > 0: x capped at
+    eps_high; A < 0: x floored at -eps_low; A = 0: x' = 0). A row's ratio is the geometric mean of its
+    clipped token ratios, rho_i = exp(mean over its masked tokens of x'), its advantage the mean of
+    its tokens' A_i, and L_i = -A_i rho_i. pg_loss = mean_i L_i over every row (a row without tokens
+    adds 0); ``loss_agg_mode`` does not apply (verl's ignores it too). Rollout correction's token
+    weights enter as their per-row geometric mean (each floored at 1e-10, as verl). The exponent is
+    not clamped (verl's is not either). verl's GMPO recipe uses clip_ratio_low = clip_ratio_high = 0.4
+    (ratios within [e^-0.4, e^0.4]).
+
+    Metrics (verl's): pg_clipfrac = tokens with A > 0 whose x lies outside [-eps_low, eps_high],
+    pg_clipfrac_lower the same for A < 0 (counted whether or not the clamp was the side taken, as
+    verl), ppo_kl = mean(-x) over the masked tokens.
+    """
+    low, high = _bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    log_ratio = log_prob - old_log_prob
+    clamped = torch.clamp(log_ratio, -low, high)
+    sign = torch.sign(advantages)
+    clipped_log_ratio = sign * torch.minimum(sign * log_ratio, sign * clamped)
+    seq_ratio = torch.exp(masked_mean(clipped_log_ratio, response_mask, axis=-1))  # (B,)
+    seq_adv = masked_mean(advantages, response_mask, axis=-1)  # (B,)
+    pg_losses = -seq_adv * seq_ratio
+    if rollout_is_weights is not None:
+        log_w = torch.log(rollout_is_weights.clamp_min(GEO_MEAN_WEIGHT_FLOOR))
+        pg_losses = pg_losses * torch.exp(masked_mean(log_w, response_mask, axis=-1))
+    outside = torch.ne(log_ratio, clamped)
+    return _reported(
+        pg_losses.mean(),
+        GEO_MEAN_AGG_MODE,
+        ppo_kl=masked_mean(-log_ratio, response_mask),
+        pg_clipfrac=masked_mean((outside & (advantages > 0)).float(), response_mask),
+        pg_clipfrac_lower=masked_mean((outside & (advantages < 0)).float(), response_mask),
+    )
+
+
+SAPO_AGG_MODE = "seq-mean-token-mean"
+
+
+@register_policy_loss("sapo")
+def compute_policy_loss_sapo(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_ratio: float = 0.2,  # noqa: ARG001 - SAPO has a soft gate, no clip (as verl)
+    clip_ratio_low: float | None = None,  # noqa: ARG001
+    clip_ratio_high: float | None = None,  # noqa: ARG001
+    clip_ratio_c: float = 3.0,  # noqa: ARG001
+    loss_agg_mode: str = SAPO_AGG_MODE,  # noqa: ARG001 - SAPO aggregates per sequence (as verl)
+    loss_scale_factor: float | None = None,  # noqa: ARG001
+    rollout_is_weights: torch.Tensor | None = None,
+    tau_pos: float = 1.0,
+    tau_neg: float = 1.05,
+) -> PolicyLossOutput:
+    """SAPO (Soft Adaptive Policy Optimization, arXiv 2511.20347; verl's ``sapo``): a smooth gate on
+    the ratio in place of the clip.
+
+    r = exp(clamp(logp - old_logp, -20, 20)); per token tau = ``tau_pos`` where A > 0, else ``tau_neg``
+    (A <= 0); the gate f(r) = sigmoid(tau (r - 1)) 4 / tau; L = -f(r) A. At r = 1 the gate's slope is
+    1, so the gradient there is PPO's, -A grad(logp); away from 1 it fades smoothly, faster for the
+    larger tau. Always aggregated seq-mean-token-mean, whatever ``loss_agg_mode`` says (as verl).
+    Metrics (verl's): pg_clipfrac and pg_clipfrac_lower 0 (no clip), ppo_kl = mean(-log r).
+    """
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"tau_pos and tau_neg must be > 0, got {tau_pos} and {tau_neg}")
+    log_ratio = torch.clamp(log_prob - old_log_prob, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    tau = torch.where(advantages > 0, torch.full_like(advantages, tau_pos), torch.full_like(advantages, tau_neg))
+    gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
+    pg_losses = _weighted(-gate * advantages, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, SAPO_AGG_MODE)
+    return _reported(pg_loss, SAPO_AGG_MODE, ppo_kl=masked_mean(-log_ratio, response_mask))
 
 
 # ------------------------------------------------------------------------ clip_cov and kl_cov
@@ -330,13 +439,8 @@ def compute_policy_loss_clip_cov(
         keep[where[pick, 0], where[pick, 1]] = 0.0
     pg_losses = _weighted(torch.maximum(loss_unclipped, loss_clipped) * keep, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
-    return PolicyLossOutput(
-        pg_loss=pg_loss,
-        loss_agg_mode=loss_agg_mode,
-        pg_clipfrac=masked_mean((keep == 0).to(pg_loss.dtype), response_mask).detach(),
-        ppo_kl=masked_mean(-log_ratio, response_mask).detach(),
-        pg_clipfrac_lower=torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device),
-    )
+    return _reported(pg_loss, loss_agg_mode, ppo_kl=masked_mean(-log_ratio, response_mask),
+                     pg_clipfrac=masked_mean((keep == 0).to(pg_loss.dtype), response_mask))
 
 
 @register_policy_loss("kl_cov")
@@ -379,14 +483,7 @@ def compute_policy_loss_kl_cov(
         penalised.view(-1)[flat] = 1.0
     pg_losses = _weighted(pg_losses + ppo_kl_coef * abs_kl * penalised, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
-    zero = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
-    return PolicyLossOutput(
-        pg_loss=pg_loss,
-        loss_agg_mode=loss_agg_mode,
-        pg_clipfrac=zero,
-        ppo_kl=masked_mean(abs_kl, response_mask).detach(),
-        pg_clipfrac_lower=zero.clone(),
-    )
+    return _reported(pg_loss, loss_agg_mode, ppo_kl=masked_mean(abs_kl, response_mask))
 
 
 # The actor.policy_loss keys each loss mode reads besides the actor's clip and aggregation keys.
@@ -394,13 +491,22 @@ LOSS_MODE_KEYS: dict[str, tuple[str, ...]] = {
     "clip_cov": ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"),
     "kl_cov": ("kl_cov_ratio", "ppo_kl_coef"),
 }
+# The keys of the actor section itself a loss mode reads (verl puts SAPO's there: actor.tau_pos).
+ACTOR_LOSS_KEYS: dict[str, tuple[str, ...]] = {
+    "sapo": ("tau_pos", "tau_neg"),
+}
 
 
-def loss_mode_options(policy_loss: object, generator: torch.Generator | None = None) -> dict[str, object]:
+def loss_mode_options(
+    policy_loss: object, generator: torch.Generator | None = None, *, actor: object | None = None
+) -> dict[str, object]:
     """The keyword arguments the chosen loss mode takes from the ``actor.policy_loss`` section
-    (``policy_loss``, a PolicyLossConfig): its own keys, and ``generator`` for clip_cov's draw."""
+    (``policy_loss``, a PolicyLossConfig): its own keys, ``generator`` for clip_cov's draw, and, when
+    ``actor`` (the ActorConfig) is given, its keys of the actor section (sapo's tau_pos, tau_neg)."""
     mode = getattr(policy_loss, "loss_mode")
     options: dict[str, object] = {key: getattr(policy_loss, key) for key in LOSS_MODE_KEYS.get(mode, ())}
+    if actor is not None:
+        options.update({key: getattr(actor, key) for key in ACTOR_LOSS_KEYS.get(mode, ())})
     if mode == "clip_cov":
         options["generator"] = generator
     return options

@@ -155,16 +155,20 @@ class ActorFsdpConfig:
 class PolicyLossConfig:
     """verl's ``actor.policy_loss``: which policy-loss function the update uses, and the keys of the
     loss modes that have their own (clip_cov_*, kl_cov_ratio and ppo_kl_coef; the other modes ignore
-    them, as verl's)."""
+    them, as verl's). sapo's tau_pos and tau_neg sit in the actor section, where verl has them."""
 
-    loss_mode: Literal["vanilla", "gspo", "cispo", "gpg", "clip_cov", "kl_cov"] = option(
+    loss_mode: Literal["vanilla", "gspo", "cispo", "gpg", "geo_mean", "sapo", "clip_cov", "kl_cov"] = option(
         "vanilla",
         "Policy loss (trainer.algorithms.policy_losses, verl's names): vanilla = PPO clip with dual "
         "clip; gspo = sequence-level ratio, aggregated seq-mean-token-mean (verl's GSPO recipe: "
         "clip_ratio_low 3e-4, clip_ratio_high 4e-4); cispo = clipped importance weight, detached, "
-        "times log-prob; gpg = -A log-prob (no ratio, no clip); clip_cov = PPO clip, and the gradient "
-        "of a few random tokens of high advantage/log-prob covariance cut; kl_cov = unclipped "
-        "surrogate with a KL penalty on the tokens of highest covariance.",
+        "times log-prob; gpg = -A log-prob (no ratio, no clip); geo_mean = GMPO, a sequence's ratio "
+        "is the geometric mean of its token ratios, each clipped in log space (verl's recipe: "
+        "clip_ratio_low = clip_ratio_high = 0.4), a mean over sequences; sapo = a soft sigmoid gate "
+        "on the ratio instead of the clip (actor.tau_pos, tau_neg), aggregated seq-mean-token-mean; "
+        "clip_cov = PPO clip, and the gradient of a few random tokens of high advantage/log-prob "
+        "covariance cut; kl_cov = unclipped surrogate with a KL penalty on the tokens of highest "
+        "covariance.",
     )
     clip_cov_ratio: float = option(
         0.0002, "clip_cov: fraction of the masked tokens whose gradient is cut (in (0, 1])."
@@ -201,6 +205,16 @@ class ActorConfig:
     clip_ratio_low: Union[float, None] = option(None, "Lower clip epsilon; None = clip_ratio.")
     clip_ratio_high: Union[float, None] = option(None, "Upper clip epsilon; None = clip_ratio.")
     clip_ratio_c: float = option(3.0, "Dual-clip constant for negative advantages (> 1).")
+    tau_pos: float = option(
+        1.0,
+        "sapo: temperature of the gate for tokens with a positive advantage (> 0; larger = the "
+        "update fades faster as the ratio leaves 1). verl's key and the SAPO paper's value.",
+    )
+    tau_neg: float = option(
+        1.05,
+        "sapo: temperature of the gate for tokens with an advantage <= 0 (> 0; the paper sets it "
+        "above tau_pos). verl's key and the SAPO paper's value.",
+    )
     loss_agg_mode: Literal[
         "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
     ] = option("token-mean", "How the token losses are aggregated into one number.")

@@ -191,6 +191,9 @@ def _check_actor(arr: ActorRolloutRefConfig) -> None:
         raise ConfigError(f"{ACTOR}.policy_loss.clip_cov_ub", f"must be > clip_cov_lb ({pl.clip_cov_lb})")
     if pl.ppo_kl_coef < 0:
         raise ConfigError(f"{ACTOR}.policy_loss.ppo_kl_coef", "must be >= 0")
+    for name in ("tau_pos", "tau_neg"):  # sapo's gate divides by them
+        if not 0 < getattr(actor, name) <= 100:
+            raise ConfigError(f"{ACTOR}.{name}", f"must be in (0, 100], got {getattr(actor, name)}")
     _positive(f"{ACTOR}.loss_scale_factor", actor.loss_scale_factor, allow_none=True)
     for name in ("kl_loss_coef", "entropy_coeff"):
         if getattr(actor, name) < 0:
@@ -413,20 +416,35 @@ class ConfigWarning:
 
 # Estimators whose baseline is the group of a prompt's rollout.n samples: with one sample per group
 # the advantage is the raw score (a singleton's mean is 0 and std 1, as verl).
-GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo")
+GROUP_BASELINE_ESTIMATORS = ("grpo", "rloo", "opo", "gpg")
+
+
+# Policy losses that aggregate their own way whatever actor.loss_agg_mode says (as verl's), and the
+# loss_agg_mode under which nothing is lost by it (geo_mean: verl's default, which it ignores).
+OWN_AGGREGATION = {
+    "gspo": ("seq-mean-token-mean", "seq-mean-token-mean"),
+    "sapo": ("seq-mean-token-mean", "seq-mean-token-mean"),
+    "geo_mean": ("a mean over sequences of each sequence's loss", "token-mean"),
+}
+
+
+def _own_aggregation_warning(actor: ActorConfig) -> list[ConfigWarning]:
+    """gspo, sapo and geo_mean aggregate their policy loss their own way (verl's)."""
+    mode = actor.policy_loss.loss_mode
+    if mode not in OWN_AGGREGATION or actor.loss_agg_mode == OWN_AGGREGATION[mode][1]:
+        return []
+    return [ConfigWarning(
+        f"{ACTOR}.loss_agg_mode",
+        f"{mode} aggregates its policy loss as {OWN_AGGREGATION[mode][0]} whatever loss_agg_mode says "
+        f"(as verl); loss_agg_mode={actor.loss_agg_mode} applies to the KL and entropy terms only.",
+    )]
 
 
 def _gspo_warnings(actor: ActorConfig) -> list[ConfigWarning]:
     """GSPO's policy loss keeps its own aggregation and wants far narrower clip ranges (verl's)."""
     if actor.policy_loss.loss_mode != "gspo":
-        return []
-    out = []
-    if actor.loss_agg_mode != "seq-mean-token-mean":
-        out.append(ConfigWarning(
-            f"{ACTOR}.loss_agg_mode",
-            "gspo aggregates its policy loss seq-mean-token-mean whatever loss_agg_mode says (as "
-            f"verl); loss_agg_mode={actor.loss_agg_mode} applies to the KL and entropy terms only.",
-        ))
+        return _own_aggregation_warning(actor)
+    out = _own_aggregation_warning(actor)
     if actor.clip_ratio_low is None and actor.clip_ratio_high is None:
         out.append(ConfigWarning(
             f"{ACTOR}.clip_ratio_low",

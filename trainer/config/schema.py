@@ -112,14 +112,16 @@ class FilterGroupsConfig:
 class AlgorithmConfig:
     adv_estimator: Literal[
         "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "gae", "opo",
-        "grpo_passk", "remax",
+        "grpo_passk", "remax", "gpg",
     ] = option(
         "grpo",
         "Advantage estimator (registry name in trainer.algorithms.advantages); gae = PPO with a "
         "learned value model (the critic section); opo = score less the group's length-weighted "
         "mean score; grpo_passk = only each group's best sample learns, by its lead over the "
         "second best (pass@k; needs rollout.n >= 2); remax = return less the reward of a greedy "
-        "response to the same prompt (one more generation per prompt each step).",
+        "response to the same prompt (one more generation per prompt each step); gpg = score less "
+        "the group mean, no std, times batch rows / rows with a non-zero score (GPG; verl pairs it "
+        "with policy_loss.loss_mode=gpg).",
     )
     norm_adv_by_std_in_grpo: bool = option(
         True, "Divide GRPO (and grpo_passk) advantages by the group std (False = Dr.GRPO)."

@@ -24,15 +24,17 @@ which transformers needs to checkpoint, with every dropout rate set to 0): RL re
 expects the update's first forward to equal them, which dropout would break.
 
 The policy loss is the one `actor.policy_loss.loss_mode` names (trainer.algorithms.policy_losses:
-vanilla, gspo, cispo, gpg, clip_cov, kl_cov; the last two also take their actor.policy_loss keys, and
-clip_cov draws its tokens from the update's seeded generator); the KL and entropy terms are the same whatever it is. Rollout correction
+vanilla, gspo, cispo, gpg, geo_mean, sapo, clip_cov, kl_cov; the last two also take their
+actor.policy_loss keys, sapo the actor's tau_pos / tau_neg, and clip_cov draws its tokens from the
+update's seeded generator); the KL and entropy terms are the same whatever it is. Rollout correction
 (algorithm.rollout_correction, trainer.algorithms.rollout_correction.corrected_policy_loss): the
 batch's importance weights multiply it, or in bypass mode weights and rejection are computed per
 micro-batch against the rollout's log-probs.
 
 Loss normalisation is global: each micro-batch's loss is weighted by its share of the WHOLE
 mini-batch (all micro-batches of all ranks): tokens for token-mean, rows for the seq-mean modes (the
-policy term by the aggregation its loss used: gspo's is seq-mean-token-mean); the
+policy term by the aggregation its loss used: gspo's and sapo's are seq-mean-token-mean, geo_mean's a
+mean over rows); the
 counts are all-reduced once per mini-batch; seq-mean-token-sum-norm divides by a constant
 (actor.loss_scale_factor, which resolve sets to the rollout's response length when unset), never by a
 micro-batch's cut width. So micro-batching and data parallelism give the gradient of the full
@@ -416,7 +418,7 @@ class ActorWorker:
                         clip_ratio=cfg.clip_ratio, clip_ratio_low=cfg.clip_ratio_low,
                         clip_ratio_high=cfg.clip_ratio_high, clip_ratio_c=cfg.clip_ratio_c,
                         loss_agg_mode=cfg.loss_agg_mode, loss_scale_factor=scale,
-                        **loss_mode_options(cfg.policy_loss, gen))
+                        **loss_mode_options(cfg.policy_loss, gen, actor=cfg))
                     for name, value in corr_metrics.items():
                         add(name, value)
                     # This micro-batch's share of the whole (all-rank) mini-batch loss: see the docstring.

@@ -142,6 +142,8 @@ USER_KEYS: dict[str, Bound] = {
     "actor_rollout_ref.actor.clip_ratio_low": Bound(lo=0, hi=10),
     "actor_rollout_ref.actor.clip_ratio_high": Bound(lo=0, hi=10),
     "actor_rollout_ref.actor.clip_ratio_c": Bound(lo=1, hi=100),
+    "actor_rollout_ref.actor.tau_pos": Bound(lo=0.001, hi=100),  # sapo's gate temperatures (> 0)
+    "actor_rollout_ref.actor.tau_neg": Bound(lo=0.001, hi=100),
     "actor_rollout_ref.actor.loss_agg_mode": FLAG,
     "actor_rollout_ref.actor.loss_scale_factor": Bound(lo=1, hi=1_048_576),
     "actor_rollout_ref.actor.policy_loss.loss_mode": FLAG,

@@ -41,9 +41,10 @@ def test_registry_lists_the_estimators_and_names_unknown():
         "opo",
         "grpo_passk",
         "remax",
+        "gpg",
     } <= set(adv_estimator_names())
-    with pytest.raises(ValueError, match="gpg.*known: gae"):
-        get_adv_estimator("gpg")
+    with pytest.raises(ValueError, match="grpo_vectorized.*known: gae"):
+        get_adv_estimator("grpo_vectorized")
 
 
 def test_grpo_known_group_and_singleton():
@@ -116,6 +117,39 @@ def test_opo_longer_responses_weigh_more_than_in_grpo():
     adv, _ = compute_advantage("opo", rewards, mask, ["g", "g"])
     torch.testing.assert_close(
         adv, torch.tensor([[0.75, 0, 0], [-0.25, -0.25, -0.25]], dtype=torch.float64)
+    )
+
+
+def test_gpg_centres_by_group_and_scales_by_the_rows_with_a_score():
+    rewards, mask = _batch()
+    adv, ret = compute_advantage("gpg", rewards, mask, INDEX)
+    # SCORES [1, 0, 0, 1, 0.5, 2, 0]: 7 rows, 4 of them non-zero -> alpha = 7 / 4 = 1.75.
+    # group a: mean 0.5 -> +-0.5; singleton b: mean 0 -> 0.5; group c: mean 1 -> +-1. No std.
+    expected = [1.75 * a for a in (0.5, -0.5, -0.5, 0.5, 0.5, 1.0, -1.0)]
+    torch.testing.assert_close(adv, _expand(expected), rtol=0, atol=1e-12)
+    torch.testing.assert_close(ret, adv)
+    assert torch.all(adv[mask == 0] == 0)
+    # norm_adv_by_std_in_grpo (the whole algorithm section is passed) does not apply to gpg
+    again, _ = compute_advantage("gpg", rewards, mask, INDEX, norm_adv_by_std_in_grpo=False)
+    torch.testing.assert_close(again, adv, rtol=0, atol=0)
+
+
+def test_gpg_all_equal_groups_and_an_all_zero_batch():
+    # two groups, every score the same within each: centred to 0 whatever alpha is
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    mask = torch.ones(4, 2, dtype=torch.float64)
+    adv, _ = compute_advantage("gpg", rewards, mask, ["u", "u", "v", "v"])
+    assert torch.all(adv == 0)
+    # no row has a score: M = 0 is taken as 1 (alpha = B), and the advantages are 0
+    adv, _ = compute_advantage("gpg", torch.zeros(3, 2), torch.ones(3, 2), ["u", "u", "w"])
+    assert torch.all(adv == 0)
+    # one non-zero score out of 4 rows: alpha = 4; group [1, 0] has mean 0.5 -> +-2; the
+    # masked-out token of row 1 stays 0
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)
+    adv, _ = compute_advantage("gpg", rewards, mask, ["u", "u", "v", "v"])
+    torch.testing.assert_close(
+        adv, torch.tensor([[2.0, 2.0], [-2.0, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
     )
 
 

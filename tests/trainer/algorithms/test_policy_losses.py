@@ -26,7 +26,8 @@ E = math.exp
 
 def test_registry_holds_the_four_losses_the_schema_offers():
     offered = typing.get_args(typing.get_type_hints(PolicyLossConfig)["loss_mode"])
-    assert sorted(offered) == policy_loss_names() == ["cispo", "clip_cov", "gpg", "gspo", "kl_cov", "vanilla"]
+    assert sorted(offered) == policy_loss_names() == [
+        "cispo", "clip_cov", "geo_mean", "gpg", "gspo", "kl_cov", "sapo", "vanilla"]
     assert get_policy_loss("vanilla") is compute_policy_loss
     assert get_policy_loss("gspo") is compute_policy_loss_gspo
     assert get_policy_loss("cispo") is compute_policy_loss_cispo
