@@ -14,7 +14,7 @@ ROOTS = {"rlstudio": REPO / "platform" / "rlstudio", "trainer": REPO / "trainer"
 # The web apps (Django apps with models or pages); the rest of rlstudio (config, api, launcher, ...)
 # is the project around them.
 APPS = ("accounts", "catalog", "runs", "telemetry", "quotas", "registry", "demo", "alerts", "evaluations",
-        "playground", "exports", "projects")
+        "playground", "exports", "projects", "sweeps")
 
 
 def _modules() -> dict[str, Path]:

@@ -7,6 +7,7 @@ from rlstudio.catalog.api import DatasetViewSet, ModelAssetViewSet
 from rlstudio.quotas.api import QuotaView
 from rlstudio.registry.api import RewardFunctionViewSet, ToolSetViewSet
 from rlstudio.runs.api import PresetListView, RunConfigViewSet, RunViewSet
+from rlstudio.sweeps.api import SweepViewSet
 
 from .docs import api_docs
 
@@ -18,6 +19,7 @@ router.register("models", ModelAssetViewSet, basename="model")
 router.register("configs", RunConfigViewSet, basename="config")
 router.register("reward-functions", RewardFunctionViewSet, basename="reward-function")
 router.register("tool-sets", ToolSetViewSet, basename="tool-set")
+router.register("sweeps", SweepViewSet, basename="sweep")
 
 app_name = "api"
 

@@ -23,6 +23,7 @@ urlpatterns = [
     path("runs/", include("rlstudio.telemetry.urls")),  # samples, groups, prompts of a run (LIVE)
     path("runs/", include("rlstudio.exports.urls")),  # a checkpoint's export, asked for from the run page
     path("", include("rlstudio.catalog.urls")),
+    path("sweeps/", include("rlstudio.sweeps.urls")),  # grids of runs launched together
     path("quotas/", include("rlstudio.quotas.urls")),  # the staff quota page
     path("alerts/", include("rlstudio.alerts.urls")),  # rules, notifications, their settings
     path("playground/", include("rlstudio.playground.urls")),  # chat with a model or a checkpoint

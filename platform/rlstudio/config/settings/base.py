@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "rlstudio.evaluations",
     "rlstudio.playground",
     "rlstudio.exports",
+    "rlstudio.sweeps",
     "rlstudio.projects",
 ]
 
@@ -280,6 +281,8 @@ RLSTUDIO_DEFAULT_DATASET_STORAGE_GB = env_float("RLSTUDIO_DEFAULT_DATASET_STORAG
 # Caps per user, staff included (docs/security.md, "Limits"): saved run configs and personal API tokens.
 RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER = env_int("RLSTUDIO_MAX_SAVED_CONFIGS_PER_USER", 200)
 RLSTUDIO_MAX_API_TOKENS_PER_USER = env_int("RLSTUDIO_MAX_API_TOKENS_PER_USER", 20)
+# The most runs one sweep may launch (each also counts against its owner's queued-runs cap).
+RLSTUDIO_MAX_SWEEP_RUNS = env_int("RLSTUDIO_MAX_SWEEP_RUNS", 16)
 # Projects a user may own (staff included).
 RLSTUDIO_MAX_PROJECTS_PER_USER = env_int("RLSTUDIO_MAX_PROJECTS_PER_USER", 100)
 # Every sample of a run is also appended to <dir>/<run id>/rollouts/step_<n>.jsonl (retention only

@@ -1,0 +1,74 @@
+"""The sweep form: the run form's starting choices (dataset, model, preset or saved config, GPUs,
+overrides) and up to MAX_AXES axis rows, each a config key a user may set and its values separated
+by commas (read as YAML scalars by `grid.parse_values_text`). The form only collects; the service
+(`services.sweep_launch`) checks everything."""
+from __future__ import annotations
+
+from django import forms
+
+from rlstudio.runs.forms import ModelField
+from rlstudio.runs.gate import USER_KEYS
+
+from .grid import MAX_AXES, AxesInvalid, parse_values_text
+from .models import MAX_SWEEP_NAME_LENGTH
+
+
+class SweepForm(forms.Form):
+    name = forms.CharField(max_length=MAX_SWEEP_NAME_LENGTH, help_text="Each run is named <name>/<key=value,...>.")
+    dataset = forms.ModelChoiceField(queryset=None)
+    val_dataset = forms.ModelChoiceField(queryset=None, required=False, label="Validation dataset")
+    model = ModelField(queryset=None)
+    preset = forms.ChoiceField(choices=(), help_text="A trainer recipe to start from.")
+    saved_config = forms.ModelChoiceField(queryset=None, required=False, label="Or a saved config",
+                                          help_text="Starts from this config instead of the preset.")
+    gpus = forms.IntegerField(min_value=0, max_value=1024, initial=0, label="GPUs of each run")
+    overrides = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
+                                help_text="One dotted key=value per line, for every run (verl's key names).")
+
+    def __init__(self, *args, datasets, models, configs, presets, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["dataset"].queryset = datasets
+        self.fields["val_dataset"].queryset = datasets
+        self.fields["model"].queryset = models
+        self.fields["saved_config"].queryset = configs
+        self.fields["preset"].choices = [(p, p) for p in presets]
+        keys = [("", "—")] + [(k, k) for k in USER_KEYS]
+        for i in range(1, MAX_AXES + 1):
+            self.fields[f"axis_key_{i}"] = forms.ChoiceField(choices=keys, required=i == 1, label=f"Axis {i}: key")
+            self.fields[f"axis_values_{i}"] = forms.CharField(
+                required=False, max_length=2000, label=f"Axis {i}: values",
+                help_text="Comma-separated, e.g. 1e-6, 3e-6" if i == 1 else "")
+
+    def axis_rows(self) -> list[int]:
+        return list(range(1, MAX_AXES + 1))
+
+    def clean(self):
+        cleaned = super().clean()
+        axes = []
+        for i in range(1, MAX_AXES + 1):
+            key, text = cleaned.get(f"axis_key_{i}"), (cleaned.get(f"axis_values_{i}") or "").strip()
+            if not key and not text:
+                continue
+            if not key:
+                self.add_error(f"axis_key_{i}", "choose the key these values are for")
+                continue
+            try:
+                axes.append({"key": key, "values": parse_values_text(text, field=f"axis_values_{i}")})
+            except AxesInvalid as exc:
+                self.add_error(f"axis_values_{i}", str(exc))
+        cleaned["axes"] = axes
+        return cleaned
+
+    def override_list(self) -> list[str]:
+        return [line.strip() for line in (self.cleaned_data.get("overrides") or "").splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+
+    def field_for_error(self, field: str) -> str | None:
+        """The form field an error of the service belongs on (`axes[1]...` -> the 2nd axis row)."""
+        if field.startswith("axes["):
+            try:
+                row = int(field[5:field.index(']')]) + 1
+            except ValueError:
+                return None
+            return f"axis_key_{row}" if field.endswith(".key") else f"axis_values_{row}"
+        return field if field in self.fields else ("overrides" if "." in field else None)

@@ -1,0 +1,16 @@
+"""`{% run_sweep %}`: on a run's page, "part of sweep X" with a link, for whoever may see the sweep (its
+owner and staff; a reader of the run sees nothing of it)."""
+from django import template
+
+from ..models import SweepRun
+
+register = template.Library()
+
+
+@register.inclusion_tag("sweeps/_run_sweep.html", takes_context=True)
+def run_sweep(context):
+    run, user = context["run"], context["request"].user
+    link = SweepRun.objects.select_related("sweep").filter(run_id=run.pk).first()
+    if link is None or not (user.is_staff or link.sweep.owner_id == user.pk):
+        return {"link": None}
+    return {"link": link}

@@ -1,0 +1,13 @@
+"""URLs of the sweeps pages: the list, the form, a sweep's table and its "stop all"."""
+from django.urls import path
+
+from . import views
+
+app_name = "sweeps"
+
+urlpatterns = [
+    path("", views.sweep_list, name="list"),
+    path("new/", views.sweep_new, name="new"),
+    path("<int:sweep_id>/", views.sweep_detail, name="detail"),
+    path("<int:sweep_id>/stop/", views.sweep_stop_view, name="stop"),
+]

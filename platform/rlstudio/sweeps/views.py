@@ -1,0 +1,86 @@
+"""Pages of sweeps: the list (paged), the form that launches one, a sweep's table, and "stop all".
+Owner and staff only (anyone else: 404). Views translate; `services` and `selectors` decide."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from rlstudio.paging import paged
+from rlstudio.runs.errors import RunInputInvalid, RunRefused
+
+from .selectors import metric_label, sweep_get_for, sweep_list_for, sweep_table
+
+
+@login_required
+def sweep_list(request):
+    """The user's sweeps (staff: everyone's), newest first, 50 a page."""
+    return render(request, "sweeps/sweep_list.html", {"paged": paged(sweep_list_for(user=request.user), request.GET)})
+
+
+def _form(request, data=None):
+    from rlstudio.catalog.selectors import dataset_list_for, model_asset_list_for
+    from rlstudio.runs.selectors import run_config_list_for
+    from trainer.recipes import REGISTRY
+
+    from .forms import SweepForm
+
+    return SweepForm(data, datasets=dataset_list_for(user=request.user).filter(status="ready"),
+                     models=model_asset_list_for(user=request.user).filter(kind="policy"),
+                     configs=run_config_list_for(user=request.user), presets=list(REGISTRY),
+                     initial={"preset": "cpu_smoke", "gpus": 0})
+
+
+@login_required
+def sweep_new(request):
+    """GET: the sweep form. POST: launch the sweep (all its runs, or none), then its page; a refusal
+    is shown on the field it names."""
+    from .services import SweepInputs, sweep_launch
+
+    form = _form(request, request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        d = form.cleaned_data
+        saved = d["saved_config"].config if d.get("saved_config") else None
+        inputs = SweepInputs(dataset=d["dataset"], val_dataset=d.get("val_dataset"), model=d["model"], gpus=d["gpus"],
+                             preset=None if saved else d["preset"], saved=saved, overrides=form.override_list())
+        try:
+            sweep = sweep_launch(owner=request.user, name=d["name"], axes=d["axes"], inputs=inputs)
+        except RunInputInvalid as exc:
+            form.add_error(form.field_for_error(exc.field), f"{exc.field}: {exc}")
+        except RunRefused as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Sweep “{sweep.name}” launched: {sweep.sweep_runs.count()} runs.")
+            return redirect("sweeps:detail", sweep_id=sweep.pk)
+    return render(request, "sweeps/sweep_form.html", {"form": form}, status=400 if form.errors else 200)
+
+
+@login_required
+def sweep_detail(request, sweep_id: int):
+    """A sweep's table: one row per run, the best run marked on `?metric=`."""
+    sweep = sweep_get_for(user=request.user, sweep_id=sweep_id)
+    table = sweep_table(user=request.user, sweep=sweep, metric=request.GET.get("metric"))
+    keys = [axis["key"] for axis in sweep.axes]
+    rows = [{"row": row, "values": [row.params.get(k) for k in keys], "metric_value": row.value_of(table.metric)}
+            for row in table.rows]
+    live = any(not row.run.is_terminal for row in table.rows)
+    return render(request, "sweeps/sweep_detail.html", {
+        "sweep": sweep, "table": table, "keys": keys, "rows": rows, "live": live,
+        "metric_choices": [(m, metric_label(m)) for m in table.metrics], "metric_label": metric_label(table.metric),
+        "compare_ids": ",".join(str(i) for i in table.run_ids[:20]),
+    })
+
+
+@login_required
+@require_POST
+def sweep_stop_view(request, sweep_id: int):
+    """Stop every run of the sweep that has not ended (owner or staff)."""
+    from .services import sweep_stop
+
+    sweep = sweep_get_for(user=request.user, sweep_id=sweep_id)
+    done = sweep_stop(sweep=sweep, by=request.user)
+    messages.success(request, f"Stopping {len(done.stopped)} run(s) of the sweep.")
+    for run_id, why in done.refused.items():
+        messages.warning(request, f"Run #{run_id}: {why}")
+    return redirect("sweeps:detail", sweep_id=sweep.pk)
