@@ -103,3 +103,24 @@ def test_every_policy_loss_is_micro_batch_invariant_off_policy(worker, loss_mode
     # pg_loss sums per-row terms of order 1 to a value of order 1e-2: float32 in another order
     # differs by ~1e-7 absolute.
     _assert_same(out, loss_mode, pg_abs=1e-6)
+
+
+def test_the_actor_hands_sapo_its_temperatures(worker):
+    # actor.tau_pos / tau_neg reach the loss through the actor's own update: off policy (ratios away
+    # from 1) each one changes the loss; the defaults are verl's 1.0 / 1.05.
+    b = batch8()
+    logp, _ = worker.compute_log_prob(b, with_entropy=False)
+    g = torch.Generator().manual_seed(2)
+    b.old_log_probs = (logp + 0.5 * torch.randn(logp.shape, generator=g)) * b.response_mask
+
+    def pg_loss(**taus):
+        worker.cfg = actor_cfg(ppo_mini_batch_size=8, grad_clip=1e9, policy_loss={"loss_mode": "sapo"}, **taus)
+        try:
+            return update_grads(worker, b)[1]["actor/pg_loss"][0]
+        finally:
+            worker.cfg = actor_cfg()
+
+    default = pg_loss()
+    assert pg_loss(tau_pos=1.0, tau_neg=1.05) == pytest.approx(default, abs=1e-7)
+    assert abs(pg_loss(tau_pos=4.0) - default) > 1e-4
+    assert abs(pg_loss(tau_neg=4.0) - default) > 1e-4
