@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from rlstudio.catalog.api import DatasetViewSet, ModelAssetViewSet
+from rlstudio.projects.api import ProjectViewSet
 from rlstudio.quotas.api import QuotaView
 from rlstudio.registry.api import RewardFunctionViewSet, ToolSetViewSet
 from rlstudio.runs.api import PresetListView, RunConfigViewSet, RunViewSet
@@ -19,6 +20,7 @@ router.register("models", ModelAssetViewSet, basename="model")
 router.register("configs", RunConfigViewSet, basename="config")
 router.register("reward-functions", RewardFunctionViewSet, basename="reward-function")
 router.register("tool-sets", ToolSetViewSet, basename="tool-set")
+router.register("projects", ProjectViewSet, basename="project")
 router.register("sweeps", SweepViewSet, basename="sweep")
 
 app_name = "api"

@@ -1,6 +1,6 @@
 """API views of runs and saved configs (docs/api.md "Runs", "Configs and presets").
 
-/api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags and note; DELETE: a
+/api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags, note, project; DELETE: a
 finished run, its records and its folder), /runs/bulk-delete/ (POST: many finished runs, all or none),
 /runs/{id}/stop|resume|clone/ (POST), /runs/{id}/sharing/ (GET, PUT),
 /runs/{id}/job-log/?tail=&download= (Ray's driver log, owner and staff only; /logs/ is LIVE's event
@@ -57,8 +57,10 @@ from .services import (
     run_clone,
     run_config_save,
     run_delete,
+    check_project_of,
     run_new,
     run_resume,
+    run_set_project,
     run_share,
     run_stop,
     runs_delete,
@@ -114,7 +116,8 @@ def run_filter_from(params) -> RunFilter:
     if scope not in RUN_SCOPES:
         raise ApiError(f"unknown scope {scope!r}; one of: mine, shared (or empty: all)", field="scope")
     return RunFilter(status=status, tag=_text_param(params, "tag"), model=_id_param(params, "model"),
-                     dataset=_id_param(params, "dataset"), q=_text_param(params, "q"), scope=scope)
+                     dataset=_id_param(params, "dataset"), q=_text_param(params, "q"), scope=scope,
+                     project=_id_param(params, "project"))
 
 
 def _text_param(params, name: str) -> str | None:
@@ -137,6 +140,7 @@ def _not_permitted(exc: RunNotPermitted) -> ApiError:
             OpenApiParameter("q", str, required=False, description="Text in the run's name or note."),
             OpenApiParameter("scope", str, enum=["mine", "shared"], required=False,
                              description="Only the caller's own runs, or only those shared with them."),
+            OpenApiParameter("project", int, required=False, description="Runs in this project (id)."),
         ]
     )
 )
@@ -168,17 +172,26 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=RunUpdateSerializer, responses={200: RunDetailSerializer})
     def partial_update(self, request, pk=None):
-        """The run's tags and/or note (owner or staff; audited). Any other field is a 400."""
+        """The run's tags, note and/or project (owner or staff; audited): `project` is the id of a
+        project of the run's owner, or null (out of its project). Any other field is a 400; a bad
+        field changes nothing."""
         run = self._run(pk)
-        check_can_manage(user=request.user, run=run, action="edit the tags and note of")
-        extra = sorted(set(request.data) - {"tags", "note"}) if hasattr(request.data, "keys") else []
+        check_can_manage(user=request.user, run=run, action="edit the tags, note and project of")
+        extra = sorted(set(request.data) - {"tags", "note", "project"}) if hasattr(request.data, "keys") else []
         if extra:
-            raise ApiError(f"{extra[0]}: only tags and note can be changed here (sharing: PUT "
+            raise ApiError(f"{extra[0]}: only tags, note and project can be changed here (sharing: PUT "
                            f"/api/v1/runs/{run.pk}/sharing/)", field=extra[0])
         s = RunUpdateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
+        data = dict(s.validated_data)
+        moving, project = "project" in data, data.pop("project", None)
         try:
-            run_annotate(run=run, by=request.user, **s.validated_data)
+            if moving:
+                check_project_of(owner=run.owner, project_id=project)
+            if "tags" in data or "note" in data:
+                run_annotate(run=run, by=request.user, **data)
+            if moving:
+                run_set_project(run=run, by=request.user, project_id=project)
         except RunInputInvalid as exc:
             raise _invalid(exc) from None
         return self._answer(run, http.HTTP_200_OK)
@@ -258,7 +271,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
                       preset=d.get("preset") or None, config=config, overrides=d.get("overrides"),
                       reward_model=reward_model)
         try:
-            run = run_new(owner=user, name=d["name"], saved=saved, tool_set=d.get("tool_set") or "", **inputs)
+            run = run_new(owner=user, name=d["name"], saved=saved, tool_set=d.get("tool_set") or "",
+                          project=d.get("project"), **inputs)
         except RunInputInvalid as exc:
             raise _invalid_all(exc, base=saved, **inputs) from None
         except RunRefused as exc:

@@ -1,8 +1,8 @@
 """Reads of the runs app, always narrowed to what the user may see.
 
-A run is seen by its owner, by staff, by the users it is shared with and, when its visibility is
-`everyone`, by every signed-in user (`visible_runs`); anyone else gets a 404, exactly as for a run
-that does not exist. Seeing is reading only: who may control a run (stop, resume, clone, edit its
+A run is seen by its owner, by staff, by the users it is shared with, by the users its project is
+shared with and, when its visibility is `everyone`, by every signed-in user (`visible_runs`); anyone
+else gets a 404, exactly as for a run that does not exist. Seeing is reading only: who may control a run (stop, resume, clone, edit its
 tags and note, share it) is `can_manage`'s answer, the owner and staff.
 """
 from __future__ import annotations
@@ -46,16 +46,46 @@ def _with_latest_metrics(queryset: QuerySet[Run]) -> QuerySet[Run]:
     return queryset.annotate(latest_metrics=Subquery(latest, output_field=JSONField()))
 
 
+def _shared_with(user: AbstractBaseUser) -> Q:
+    """The runs shared with `user` by name: the run itself, or the project it is in. (The projects
+    app's share rows are reached through `Run.project`'s model, so that runs does not import projects;
+    both are read as subqueries, so no run comes twice.)"""
+    shared = Run.shared_with.through.objects.filter(user_id=user.pk).values("run_id")
+    project_shares = Run._meta.get_field("project").related_model.shared_with.through.objects
+    projects = project_shares.filter(user_id=user.pk).values("project_id")
+    return Q(pk__in=shared) | Q(project_id__in=projects)
+
+
+def project_ids_shared_with(user: AbstractBaseUser) -> set[int]:
+    """The ids of the projects shared with `user` by name (whose name they may read on a run)."""
+    if not getattr(user, "is_authenticated", False):
+        return set()
+    project_shares = Run._meta.get_field("project").related_model.shared_with.through.objects
+    return set(project_shares.filter(user_id=user.pk).values_list("project_id", flat=True))
+
+
+def run_project_for(*, user: AbstractBaseUser, run: Run, shared_projects: set[int] | None = None) -> dict | None:
+    """{"id", "name"} of `run`'s project when `user` may see that project (the run's owner, staff, or
+    a user the project is shared with; `shared_projects`: `project_ids_shared_with(user)`, read once
+    for a list), else None: a run shared with a user by name does not show them the owner's project."""
+    if run.project_id is None:
+        return None
+    if not can_manage(user=user, run=run):
+        if shared_projects is None:
+            shared_projects = project_ids_shared_with(user)
+        if run.project_id not in shared_projects:
+            return None
+    return {"id": run.project_id, "name": run.project.name}
+
+
 def visible_runs(queryset: QuerySet[Run], *, user: AbstractBaseUser) -> QuerySet[Run]:
-    """`queryset` narrowed to the runs `user` may read: their own, the ones shared with them or with
-    everyone; every run for staff; none for an anonymous user. (The sharing rows are read as a
-    subquery, so no run comes twice.)"""
+    """`queryset` narrowed to the runs `user` may read: their own, the ones shared with them (by name
+    or through their project) or with everyone; every run for staff; none for an anonymous user."""
     if not getattr(user, "is_authenticated", False):
         return queryset.none()
     if user.is_staff:
         return queryset
-    shared = Run.shared_with.through.objects.filter(user_id=user.pk).values("run_id")
-    return queryset.filter(Q(owner=user) | Q(visibility=RunVisibility.EVERYONE) | Q(pk__in=shared))
+    return queryset.filter(Q(owner=user) | Q(visibility=RunVisibility.EVERYONE) | _shared_with(user))
 
 
 def can_manage(*, user: AbstractBaseUser, run: Run) -> bool:
@@ -98,7 +128,7 @@ def run_error_log_for(*, user: AbstractBaseUser, run: Run) -> str:
 
 def run_access(*, user: AbstractBaseUser, run: Run) -> str:
     """Why `user` sees `run`: "owner", "staff" (another user's run, with its controls) or "shared"
-    (read-only: shared with them or with everyone)."""
+    (read-only: shared with them, through its project, or with everyone)."""
     if run.owner_id == getattr(user, "pk", None):
         return "owner"
     return "staff" if getattr(user, "is_staff", False) else "shared"
@@ -114,7 +144,8 @@ class RunFilter:
     """Filters of the runs list (the home page and GET /api/v1/runs/); None or "" = not filtered.
 
     `tag` keeps runs carrying that tag, `model` / `dataset` runs on that catalog id (`dataset` matches
-    the validation dataset too), `q` a text in the name or the note (case-insensitive)."""
+    the validation dataset too), `q` a text in the name or the note (case-insensitive), `project` runs
+    in that project (id)."""
 
     status: str | None = None
     tag: str | None = None
@@ -122,13 +153,14 @@ class RunFilter:
     dataset: int | None = None
     q: str | None = None
     scope: str = ""
+    project: int | None = None
 
 
 def run_list_for(*, user: AbstractBaseUser, status: str | None = None,
                  flt: RunFilter | None = None) -> QuerySet[Run]:
     """Runs the user may see (`visible_runs`), newest first, with their latest metrics; narrowed by
     `status` and the filters of `flt`."""
-    qs = visible_runs(Run.objects.select_related("owner", "dataset", "model", "val_dataset"), user=user)
+    qs = visible_runs(Run.objects.select_related("owner", "dataset", "model", "val_dataset", "project"), user=user)
     flt = flt or RunFilter()
     status = status or flt.status
     if status:
@@ -141,13 +173,14 @@ def run_list_for(*, user: AbstractBaseUser, status: str | None = None,
         qs = qs.filter(Q(dataset_id=flt.dataset) | Q(val_dataset_id=flt.dataset))
     if flt.q:
         qs = qs.filter(Q(name__icontains=flt.q) | Q(note__icontains=flt.q))
+    if flt.project is not None:
+        qs = qs.filter(project_id=flt.project)
     if flt.scope == "mine":
         qs = qs.filter(owner=user)
     elif flt.scope == "shared":
         qs = qs.exclude(owner=user)
         if getattr(user, "is_staff", False):  # staff see every run; "shared" is still what was shared
-            shared = Run.shared_with.through.objects.filter(user_id=user.pk).values("run_id")
-            qs = qs.filter(Q(visibility=RunVisibility.EVERYONE) | Q(pk__in=shared))
+            qs = qs.filter(Q(visibility=RunVisibility.EVERYONE) | _shared_with(user))
     return _with_latest_metrics(qs).order_by("-created", "-id")
 
 

@@ -11,6 +11,7 @@ from .selectors import (
     run_checkpoint_for,
     run_config_for,
     run_error_log_for,
+    run_project_for,
 )
 
 
@@ -39,6 +40,8 @@ class RunSerializer(serializers.ModelSerializer):
         help_text="Why the caller sees the run: owner, staff, or shared (read-only: no controls).")
     shared_with = serializers.SerializerMethodField(
         help_text="Usernames the run is shared with (shown to its owner and staff; empty for others).")
+    project = serializers.SerializerMethodField(help_text=(
+        "The project the run is in, {id, name} (null: none, or one the caller does not see)."))
 
     class Meta:
         model = Run
@@ -46,7 +49,7 @@ class RunSerializer(serializers.ModelSerializer):
             "id", "name", "owner", "status", "queue_reason", "step", "total_steps", "latest_reward",
             "latest_metrics", "gpus", "dataset", "val_dataset", "model", "reward_model", "created", "started",
             "finished", "last_heartbeat", "error", "error_log", "checkpoint", "parent", "parent_kind", "tool_set",
-            "tags", "note", "visibility", "shared_with", "access",
+            "tags", "note", "visibility", "shared_with", "access", "project",
         ]
         read_only_fields = fields
 
@@ -71,6 +74,19 @@ class RunSerializer(serializers.ModelSerializer):
         if user is None or not can_manage(user=user, run=run):
             return []
         return sorted(u.get_username() for u in run.shared_with.all())
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "id": {"type": "integer"}, "name": {"type": "string"}}})
+    def get_project(self, run: Run) -> dict | None:
+        user = self._user()
+        if user is None:
+            return None
+        cache = self.context.setdefault("_shared_projects", {})  # read once per answer, not per run
+        if "ids" not in cache and run.project_id is not None and not can_manage(user=user, run=run):
+            from .selectors import project_ids_shared_with
+
+            cache["ids"] = project_ids_shared_with(user)
+        return run_project_for(user=user, run=run, shared_projects=cache.get("ids", set()))
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_latest_metrics(self, run: Run) -> dict | None:
@@ -151,6 +167,8 @@ class RunCreateSerializer(serializers.Serializer):
     gpus = serializers.IntegerField(min_value=0, max_value=1024, default=0)
     tool_set = serializers.CharField(max_length=64, required=False, allow_blank=True,
                                      help_text="An operator-registered tool set, by name (GET /api/v1/tool-sets/).")
+    project = _id_field(required=False, allow_null=True,
+                        help_text="One of the caller's projects to put the run in (GET /api/v1/projects/).")
 
     def validate_config(self, value):
         if value is not None and not isinstance(value, dict):
@@ -214,7 +232,7 @@ class RunLogsSerializer(serializers.Serializer):
 
 
 class RunUpdateSerializer(serializers.Serializer):
-    """PATCH /api/v1/runs/{id}/: the run's tags and note, nothing else (owner or staff)."""
+    """PATCH /api/v1/runs/{id}/: the run's tags, note and project, nothing else (owner or staff)."""
 
     # Lengths are checked by the service (runs/services/sharing.py), which names the tag at fault.
     tags = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False),
@@ -223,6 +241,8 @@ class RunUpdateSerializer(serializers.Serializer):
                                      f"to {MAX_TAG_LENGTH} letters, digits or _ . : + / -."))
     note = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
                                  help_text=f"Free text, at most {MAX_NOTE_LENGTH} characters.")
+    project = serializers.IntegerField(required=False, allow_null=True, min_value=1, help_text=(
+        "A project of the run's owner to move the run into (its id), or null to take it out of its project."))
 
 
 class RunSharingSerializer(serializers.Serializer):

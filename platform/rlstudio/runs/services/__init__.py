@@ -9,7 +9,7 @@
     lineage      new runs from a config, resume, clone, saved configs (the config gate runs here)
     deletion     deleting a finished run: its records (after the `on_run_delete` hooks), then its folder;
                  `runs_delete`, many runs at once, all or none
-    sharing      who controls a run (owner, staff), its tags and note, sharing it read-only
+    sharing      who controls a run (owner, staff), its tags and note, sharing it read-only, its project
     export       a succeeded run's exported policy registered in the catalog
     errors       RunRefused (409), RunInputInvalid (400 naming the field), RunNotPermitted (403),
                  RunsNotDeleted (a bulk delete refused: a DeleteRefusal per run in the way)
@@ -37,7 +37,15 @@ from .deletion import (
 )
 from .export import on_run_succeeded, run_register_export
 from .lineage import run_clone, run_config_save, run_launch_admit, run_new, run_resume
-from .sharing import check_can_manage, on_access_changed, run_annotate, run_share
+from .sharing import (
+    check_can_manage,
+    check_project_of,
+    on_access_changed,
+    run_annotate,
+    run_set_project,
+    run_share,
+    runs_access_changed,
+)
 from .stop import run_force_kill, run_output_dir, run_stop
 from .submission import (
     on_job_adopted,
@@ -63,7 +71,7 @@ __all__ = [
     "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "TransitionMade", "check_can_manage",
     "on_run_succeeded", "on_run_transition", "run_register_export",
     "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
-    "bulk_delete_refusals", "clean_run_ids", "DeleteRefusal", "RunsNotDeleted", "run_annotate", "run_share", "on_access_changed", "on_job_adopted",
+    "bulk_delete_refusals", "clean_run_ids", "DeleteRefusal", "RunsNotDeleted", "run_annotate", "run_share", "run_set_project", "runs_access_changed", "check_project_of", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
     "run_force_kill", "run_issue_ingest_token", "queue_admit_launched", "run_launch_admit", "run_launch_recorded", "run_queue_move", "run_mark_finished",
     "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",

@@ -37,6 +37,7 @@ def run_create(
     tool_set: str = "",
     resume_from: str = "",
     reward_model=None,
+    project_id: int | None = None,
 ) -> tuple[Run, str]:
     """Create a queued run with a fresh per-run ingest token.
 
@@ -63,6 +64,7 @@ def run_create(
             total_steps=total_steps,
             tool_set=tool_set,
             resume_from=resume_from,
+            project_id=project_id,
         )
         audit_record(actor=owner, action="run.create", obj=run, data={"name": name, "gpus": gpus})
     return run, token

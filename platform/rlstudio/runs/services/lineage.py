@@ -42,6 +42,7 @@ def run_new(
     tool_set: str = "",
     reward_model=None,
     admit: bool = True,
+    project: int | None = None,
 ) -> Run:
     """Validate the config (the gate, then the trainer's schema, before anything is queued), create
     the run, launch it.
@@ -52,9 +53,13 @@ def run_new(
     trainer would fail on it minutes later. `tool_set` names an operator-registered tool set. The
     model must be a policy and `reward_model` (optional) a reward model of the catalog (their kind).
     With `admit` False the run is only recorded, queued: a caller inside its own transaction (the run
-    form saves a config with it) commits, then calls `run_launch_admit`.
+    form saves a config with it) commits, then calls `run_launch_admit`. `project` (an id) puts the run
+    in a project of `owner`'s (another's, or none by that id: RunInputInvalid on `project`).
     """
+    from .sharing import check_project_of
+
     check_model_kinds(model=model, reward_model=reward_model)
+    check_project_of(owner=owner, project_id=project)
     status = getattr(dataset, "status", "ready")
     if status != "ready":
         raise RunInputInvalid(f"dataset {dataset.name!r} is {status}, not ready", field="dataset")
@@ -76,7 +81,7 @@ def run_new(
                               "actor_rollout_ref.rollout.multi_turn.enable=true", field="tool_set")
     return _create_and_launch(owner=owner, by=owner, name=name, dataset=dataset, model=model,
                               val_dataset=val_dataset, config=frozen, gpus=gpus, tool_set=tool_set,
-                              reward_model=reward_model, audit=("", {}), admit=admit)
+                              reward_model=reward_model, audit=("", {}), admit=admit, project_id=project)
 
 
 def check_model_kinds(*, model, reward_model) -> None:
@@ -118,7 +123,7 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
     new = _create_and_launch(
         owner=run.owner, by=by, name=f"{run.name} (resumed)"[:200], dataset=run.dataset, model=run.model,
         reward_model=run.reward_model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run, parent_kind="resume",
-        tool_set=run.tool_set, resume_from=str(ckpt),
+        tool_set=run.tool_set, resume_from=str(ckpt), project_id=run.project_id,
         audit=("run.resume", {"parent": run.pk, "from": str(ckpt)}))
     return new
 
@@ -138,7 +143,8 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
     return _create_and_launch(
         owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
         model=run.model, reward_model=run.reward_model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
-        parent_kind="clone", tool_set=run.tool_set, audit=("run.clone", {"parent": run.pk}))
+        parent_kind="clone", tool_set=run.tool_set, project_id=run.project_id,
+        audit=("run.clone", {"parent": run.pk}))
 
 
 def _check_gpus(*, owner: AbstractBaseUser, gpus: int, kind: str = "", by: AbstractBaseUser | None = None) -> None:
@@ -185,13 +191,16 @@ def _create_and_launch(*, owner, by, audit: tuple[str, dict[str, Any]], resume_f
                        tool_set: str = "", admit: bool = True, **fields) -> Run:
     """Create a queued run (refused past the owner's queued-runs cap) and record how it was made, in
     one transaction; once it commits, `run_launch_admit` (unless not `admit`: the caller calls it once
-    its own transaction commits)."""
+    its own transaction commits). A new, resumed or cloned run goes into the project given (the
+    source run's for a resume or clone), locked so that it cannot be deleted before the run commits."""
     from .. import launch
+    from .sharing import check_project_of
 
     policy = quota_policy()
     with transaction.atomic():
         # The lock order: the referenced rows', then the owner's.
         _lock_referenced(fields)
+        check_project_of(owner=owner, project_id=fields.get("project_id"), lock=True)
         policy.lock_owner(user=owner)
         refusal = policy.queue_refusal(user=owner)
         if refusal:

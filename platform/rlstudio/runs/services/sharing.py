@@ -46,6 +46,13 @@ def _access_changed(run_id: int) -> None:
             log.exception("run %s: access-changed hook %r failed", run_id, hook)
 
 
+def runs_access_changed(run_ids: Iterable[int]) -> None:
+    """Hand each of `run_ids` to the `on_access_changed` hooks once the current transaction commits
+    (now, outside one): for a change of who reads them made elsewhere (a project's share, its deletion)."""
+    ids = list(run_ids)
+    transaction.on_commit(lambda: [_access_changed(run_id) for run_id in ids])
+
+
 # A tag: letters, digits and _ . : + / - (no spaces, so a tag reads as one word in the list and a URL).
 TAG_RE = re.compile(r"^[\w.:+/-]+$")
 
@@ -164,4 +171,43 @@ def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
             run_id = locked.pk
             transaction.on_commit(lambda: _access_changed(run_id))
     run.visibility = locked.visibility
+    return run
+
+
+def check_project_of(*, owner: AbstractBaseUser, project_id, lock: bool = False) -> None:
+    """RunInputInvalid on `project` unless `project_id` is None or the id of a project `owner` owns
+    (one of another user's reads the same as none: its existence is not theirs to learn). With `lock`
+    (inside a transaction) the project's row is locked so that it stays until the run commits."""
+    if project_id is None:
+        return
+    if isinstance(project_id, bool) or not isinstance(project_id, int):
+        raise RunInputInvalid(f"project must be a project id or null, got {str(project_id)[:60]!r}", field="project")
+    projects = Run._meta.get_field("project").related_model.objects.filter(pk=project_id, owner_id=owner.pk)
+    if lock:
+        projects = projects.select_for_update()
+    if projects.values_list("pk", flat=True).first() is None:
+        raise RunInputInvalid(f"{owner.get_username()} has no project with id {project_id}", field="project")
+
+
+def run_set_project(*, run: Run, by: AbstractBaseUser, project_id: int | None) -> Run:
+    """Move `run` into the project `project_id` of the run's owner, or out of its project (None).
+
+    Only the run's owner or staff move it (RunNotPermitted otherwise), and only into a project the
+    run's owner owns (staff act for the owner): a project groups one user's runs, so that its share
+    never hands out another user's run. A project that does not exist or is someone else's is the same
+    RunInputInvalid on `project`. Audited as `run.project` (before and after) when it changed; the
+    run's open websockets are told (its readers through the old project may no longer read it)."""
+    check_can_manage(user=by, run=run, action="move")
+    check_project_of(owner=run.owner, project_id=project_id)
+    with transaction.atomic():
+        check_project_of(owner=run.owner, project_id=project_id, lock=True)
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        if locked.project_id != project_id:
+            before = locked.project_id
+            locked.project_id = project_id
+            locked.save(update_fields=["project"])
+            audit_record(actor=by, action="run.project", obj=locked, data={"from": before, "to": project_id})
+            run_id = locked.pk
+            transaction.on_commit(lambda: _access_changed(run_id))
+    run.project_id = locked.project_id
     return run

@@ -1,0 +1,84 @@
+"""Reads of the projects app, always narrowed to what the user may see.
+
+A project is seen by its owner, by staff and by the users it is shared with; anyone else gets a 404,
+exactly as for a project that does not exist. Seeing is reading: who may change a project (rename,
+describe, share, delete) is `can_manage_project`'s answer, the owner and staff. The runs of a project
+a user sees are `rlstudio.runs.selectors.run_list_for` narrowed to it (the project's share is one of
+the things `visible_runs` counts).
+"""
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404
+
+from .models import Project
+
+
+def visible_projects(queryset: QuerySet[Project], *, user: AbstractBaseUser) -> QuerySet[Project]:
+    """`queryset` narrowed to the projects `user` may read: their own and the ones shared with them;
+    every project for staff; none for an anonymous user."""
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    if user.is_staff:
+        return queryset
+    shared = Project.shared_with.through.objects.filter(user_id=user.pk).values("project_id")
+    return queryset.filter(Q(owner=user) | Q(pk__in=shared))
+
+
+def can_manage_project(*, user: AbstractBaseUser, project: Project) -> bool:
+    """True when `user` changes `project` (name, description, share, delete): its owner or staff."""
+    return bool(getattr(user, "is_authenticated", False) and (user.is_staff or project.owner_id == user.pk))
+
+
+def project_access(*, user: AbstractBaseUser, project: Project) -> str:
+    """Why `user` sees `project`: "owner", "staff" or "shared" (read-only)."""
+    if project.owner_id == getattr(user, "pk", None):
+        return "owner"
+    return "staff" if getattr(user, "is_staff", False) else "shared"
+
+
+def project_list_for(*, user: AbstractBaseUser, scope: str = "") -> QuerySet[Project]:
+    """Projects the user sees, newest first, each with `run_count` (every run in it: a project's runs
+    are its readers' to see). `scope` "mine" keeps their own, "shared" the ones shared with them."""
+    qs = visible_projects(Project.objects.select_related("owner"), user=user)
+    if scope == "mine":
+        qs = qs.filter(owner=user)
+    elif scope == "shared":
+        qs = qs.exclude(owner=user).filter(
+            pk__in=Project.shared_with.through.objects.filter(user_id=user.pk).values("project_id"))
+    return qs.annotate(run_count=Count("runs")).order_by("-created", "-id")
+
+
+PROJECT_SCOPES = ("", "mine", "shared")
+
+
+def project_get_for(*, user: AbstractBaseUser, project_id) -> Project:
+    """One visible project (with `run_count`), or Http404 (also for a malformed id)."""
+    try:
+        project = project_list_for(user=user).filter(pk=project_id).first()
+    except (TypeError, ValueError):
+        project = None
+    if project is None:
+        raise Http404("Not found")
+    return project
+
+
+def project_shared_users(*, project: Project) -> list[str]:
+    """Usernames the project is shared with, sorted."""
+    return sorted(project.shared_with.values_list("username", flat=True))
+
+
+def project_choices_for(*, owner: AbstractBaseUser) -> list[tuple[int, str]]:
+    """(id, name) of the projects `owner` owns, by name: where a run of theirs may go (the launch
+    form's picker, the run page's move control)."""
+    if owner is None or not getattr(owner, "pk", None):
+        return []
+    return list(Project.objects.filter(owner_id=owner.pk).order_by("name", "id").values_list("id", "name"))
+
+
+def project_filter_choices(*, user: AbstractBaseUser) -> list[tuple[int, str]]:
+    """(id, label) of the projects the user sees, for the runs list's project filter; another owner's
+    project is labelled "name (owner)"."""
+    qs = visible_projects(Project.objects.select_related("owner"), user=user).order_by("name", "id")
+    return [(p.pk, p.name if p.owner_id == user.pk else f"{p.name} ({p.owner.get_username()})") for p in qs]
