@@ -81,7 +81,7 @@
         // The step only moves on: a card fetched before the websocket brought a newer step (run_live.js
         // writes it here too) must not put an older one back, nor its progress bar.
         var stepA = now.querySelector(".run-progress [data-field=step]"), stepB = fresh.querySelector(".run-progress [data-field=step]");
-        if (stepA && stepB && Number(stepB.textContent) < Number(stepA.textContent)) { return; }
+        if (stepA && stepB && Number(stepB.textContent.replace(/,/g, "")) < Number(stepA.textContent.replace(/,/g, ""))) { return; }  // "1,234": thousands separators
         var progress = [".run-progress [data-field=step]", ".run-progress [data-field=total_steps]", ".run-progress progress"];
         progress.forEach(function (sel) {
           var a = now.querySelector(sel), b = fresh.querySelector(sel);

@@ -350,10 +350,12 @@
 
   function sampleRow(s) {
     const tr = document.createElement("tr");
-    cell(tr, s.step);
+    const num = (text) => { cell(tr, text).className = "num"; };  // right-aligned, tabular figures
+    num(typeof s.step === "number" ? s.step.toLocaleString("en-US") : s.step);
     promptCell(tr, s);
-    cell(tr, s.index); cell(tr, fmt(s.reward)); cell(tr, fmt(s.advantage));
-    cell(tr, s.response_length); cell(tr, s.num_turns); cell(tr, s.finish_reason); cell(tr, s.has_tool_call ? "yes" : "");
+    num(s.index); num(fmt(s.reward)); num(fmt(s.advantage));
+    num(typeof s.response_length === "number" ? s.response_length.toLocaleString("en-US") : s.response_length);
+    num(s.num_turns); cell(tr, s.finish_reason); cell(tr, s.has_tool_call ? "yes" : "");
     const actions = cell(tr, "");
     if (s.id || s.sample_id) actions.appendChild(link(`/runs/${runId}/samples/${s.id || s.sample_id}/`, "transcript"));
     actions.append(" · ");
@@ -485,8 +487,9 @@
     } else if (ev.type === "status") {
       const badge = document.querySelector("#live-badge .badge, #run-controls .badge");
       if (badge) badge.textContent = d.state;
+      if (typeof d.state === "string") { runState = d.state; showConn(); }
       document.dispatchEvent(new CustomEvent("rlstudio:status", { detail: { state: d.state } }));
-      if (d.total_steps && document.getElementById("live-total")) document.getElementById("live-total").textContent = d.total_steps;
+      if (d.total_steps && document.getElementById("live-total")) document.getElementById("live-total").textContent = Number(d.total_steps).toLocaleString("en-US");
     } else if (ev.type === "heartbeat") {
       setStep(d.step);
     } else if (ev.type === "log") {
@@ -537,17 +540,39 @@
     }
   }
 
+  // A count as the pages show it ("1,234": thousands separators, the template's intcomma) as a number.
+  function countOf(text) { return Number(String(text || "").replace(/,/g, "")); }
+
   // The step as the websocket brings it, in the page's details and in the controls card's header
   // (which run_controls.js otherwise refreshes only every 5 s), with both progress bars.
   function setStep(step) {
-    const total = Number((document.getElementById("live-total") || {}).textContent) || 0;
+    const total = countOf((document.getElementById("live-total") || {}).textContent) || 0;
     const shown = [[document.getElementById("live-step"), document.getElementById("live-progress")],
                    [document.querySelector("#run-controls .run-progress [data-field=step]"),
                     document.querySelector("#run-controls .run-progress progress")]];
     for (const [el, bar] of shown) {
-      if (!el || Number(el.textContent) >= step) continue;
-      el.textContent = step;
+      if (!el || countOf(el.textContent) >= step) continue;
+      el.textContent = step.toLocaleString("en-US");
       if (bar && total > 0) bar.value = Math.min(100, Math.round(100 * step / total));
+    }
+  }
+
+  // The connection indicator: "live" only while events can still arrive (the socket is open and the
+  // run has not ended); once the run is stopped, succeeded, failed or lost it says so, since no state
+  // leaves those. data-socket="open" is the readiness signal (the socket joined the run's group before
+  // it was accepted, so nothing published after it is missed): tests and tools wait on it, not the text.
+  const ENDED = new Set(["stopped", "succeeded", "failed", "lost"]);
+  let runState = live.status;
+  const conn = document.getElementById("live-conn");
+  function showConn(open) {
+    if (open !== undefined) conn.dataset.socket = open ? "open" : "closed";
+    conn.dataset.runState = runState;
+    if (ENDED.has(runState)) {
+      conn.textContent = `ended (${runState})`;
+      conn.title = "the run has ended: no more events will arrive";
+    } else if (conn.dataset.socket === "open") {
+      conn.textContent = "live";
+      conn.title = "new events appear as the run reports them";
     }
   }
 
@@ -559,8 +584,7 @@
     // ingest chunk, so a busy run costs a frame per chunk instead of one per event.
     const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?batch=1&resume_after=${lastSeq}`);
     socket = ws;
-    const conn = document.getElementById("live-conn");
-    ws.onopen = () => { if (ws === socket) { conn.textContent = "live"; retry = 500; } };
+    ws.onopen = () => { if (ws === socket) { showConn(true); retry = 500; } };
     ws.onmessage = (msg) => {
       if (ws !== socket) return;
       try { receive(JSON.parse(msg.data)); } catch (e) { console.error(e); }
@@ -568,10 +592,11 @@
     ws.onclose = (ev) => {
       if (ws !== socket) return;
       socket = null;
+      showConn(false);
       if (ev.code === 4401 || ev.code === 4403) { conn.textContent = "not allowed to watch this run"; return; }
       // 4503: the server lost its channel layer (Redis restart); like any other close, reconnect
       // with resume_after and the server replays what this page has not applied.
-      conn.textContent = "reconnecting…";
+      if (!ENDED.has(runState)) conn.textContent = "reconnecting…";
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 10000);
     };

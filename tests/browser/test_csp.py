@@ -79,7 +79,7 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
     assert ingest(run.pk, token, metrics)["accepted"] == 2
     page.goto(f"/runs/{run.pk}/")
     # Locator waits, not wait_for_function: its predicate is eval'd in the page, which the CSP refuses.
-    expect(page.locator("#live-conn")).to_have_text("live", timeout=20_000)
+    expect(page.locator("#live-conn")).to_have_attribute("data-socket", "open", timeout=20_000)
     page.wait_for_selector(".js-plotly-plot .main-svg", timeout=20_000)
     assert ingest(run.pk, token, [{"seq": 3, "type": "metrics", "time": T0 + 3,
                                    "data": {"step": 3, "metrics": {"critic/score/mean": 0.3}}}])["accepted"] == 1

@@ -41,7 +41,7 @@ def _watch_live(ctx, ui, base: str, run_id: int):
     page = ctx.new_page()
     ui.login(page, base, "alice")
     page.goto(f"/runs/{run_id}/")
-    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
     return page
 
 
@@ -97,7 +97,7 @@ def test_page_catches_up_with_no_gap_after_redis_restart(browser, daphne, redis,
         lines = page.locator("#live-log").inner_text().strip().splitlines()
         assert lines == [f"[info] event {s}" for s in range(1, 81)]  # in seq order, none missing or twice
         assert page.evaluate("window.__noReload") == 1, "the page reloaded"
-        page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+        page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
         # And the socket is live again, not only caught up: a new event arrives without a reconnect.
         ingest(81, 81)
         page.wait_for_function(f"{LAST_SEQ} === 81", timeout=20_000)

@@ -189,7 +189,7 @@ def test_share_a_run_read_only(page_as, make_user, catalog, ui):
     assert "alice" in row.inner_text() and "shared" in row.inner_text()
     reader.goto(f"/runs/{run.pk}/")
     assert "Shared with you by alice" in reader.locator("#shared-note").inner_text()
-    reader.wait_for_function("document.getElementById('live-conn').textContent === 'live'")  # the socket admits bob
+    reader.wait_for_selector("#live-conn[data-socket=open]", state="attached")  # the socket admits bob
     reader.wait_for_selector("#charts .main-svg")
     assert reader.locator("#run-controls button").count() == 0  # no stop, force stop, resume or clone
     assert reader.locator("#run-annotate, #run-sharing").count() == 0

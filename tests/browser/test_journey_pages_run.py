@@ -146,7 +146,7 @@ def test_samples_table_shows_prompt_text_newest_step_first(page_as, quiet_run, i
     shot(page, "pages-samples-table")
 
     # A sample reported while the page is open comes in at the top, and gets its prompt text.
-    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
     page.evaluate("window.__noReload = 1")
     assert ingest(run.pk, token, [_sample(5, step=4, uid="uid-live", prompt="A live one: 9*9?")])["accepted"] == 1
     page.wait_for_function("""() => {
@@ -187,7 +187,7 @@ def test_the_headers_step_follows_the_websocket_as_the_details_do(page_as, quiet
     page.route(f"**/runs/{run.pk}/controls/", answer_stale)
     header, details = "#run-controls .run-progress [data-field=step]", "#live-step"
     assert page.inner_text(header) == "1" and page.inner_text(details) == "1"
-    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
     assert ingest(run.pk, token, [_metrics(2, 2), _metrics(3, 3)])["accepted"] == 2
     page.wait_for_function("document.getElementById('live-step').textContent === '3'")
     assert page.inner_text(header) == "3"

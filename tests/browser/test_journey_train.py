@@ -97,7 +97,7 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     assert run.owner == alice and run.dataset_id == ds_id and run.total_steps == 2000
     assert run.config["trainer"]["total_training_steps"] == 2000
     assert run.config["data"]["max_prompt_length"] == 1024
-    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
     page.evaluate("window.__noReload = 1")
     try:
         page.wait_for_function("(" + REWARD_TRACE + ")() >= 2", timeout=180_000)
@@ -163,7 +163,7 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     child = Run.objects.get(pk=child_id)
     assert child.parent_id == run_id and child.config["trainer"]["resume_from_path"] == run.checkpoint_path
     assert page.locator(f"#run-controls a[href='/runs/{run_id}/']").count() == 1
-    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
     # The resumed run's first step is the one after the checkpoint, seen live on its page.
     page.wait_for_function(f"Number(document.getElementById('live-step').textContent) >= {done + 1}",
                            timeout=150_000)

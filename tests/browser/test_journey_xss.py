@@ -101,7 +101,7 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
                             config={"trainer": {"total_training_steps": 3}}, gpus=0)
     page.goto(f"/runs/{run.pk}/")
     run_title = f"Run #{run.pk} · {run.name} — RL Studio"
-    page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+    page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
     page.evaluate("window.__noReload = 1")
     assert page.locator("#samples-body tr.empty").count() == 1
     result = ingest(run.pk, token, [_sample(1, 0), _sample(2, 1)])

@@ -261,7 +261,7 @@ def click_the_demo_and_watch_it_learn(launched: "Launched") -> None:
                 page.click("#demo button[type=submit]")
             page.wait_for_url(re.compile(r".*/runs/\d+/$"))
             run_id = int(page.url.rstrip("/").rsplit("/", 1)[-1])
-            page.wait_for_function("document.getElementById('live-conn').textContent === 'live'")
+            page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
             page.evaluate("window.__noReload = 1")
             # The demo validates on its held-out prompts before its first step (its first point: the
             # held-out reward before GRPO). With the 4-step warm start of this test every answer runs to

@@ -2,10 +2,40 @@
 with everyone, or everything for staff. Another user's private object looks absent (Http404), so an
 id can never reach it. What a user may change is `rlstudio.catalog.sharing`'s business."""
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.http import Http404
 
+from rlstudio.sorting import SortColumn
+
 from .models import Dataset, ModelAsset, Visibility
+
+# The datasets and models list pages' columns that sort (rlstudio.sorting), in the tables' order; the
+# default is newest first ("-created"). Counts, sizes and dates sort descending at the first click.
+DATASET_SORTS = {
+    "name": SortColumn("Name", lambda: F("name")),
+    "owner": SortColumn("Owner", lambda: F("owner__username")),
+    "visibility": SortColumn("Visibility", lambda: F("visibility")),
+    "status": SortColumn("Status", lambda: F("status")),
+    "preset": SortColumn("Preset", lambda: F("preset")),
+    "split": SortColumn("Split", lambda: F("split")),
+    "format": SortColumn("Format", lambda: F("format")),
+    "rows": SortColumn("Rows", lambda: F("num_rows"), desc_first=True, num=True),
+    "size": SortColumn("Size", lambda: F("size_bytes"), desc_first=True, num=True),
+    "created": SortColumn("Created", lambda: F("created"), desc_first=True),
+}
+MODEL_SORTS = {
+    "name": SortColumn("Name", lambda: F("name")),
+    "kind": SortColumn("Kind", lambda: F("kind")),
+    "owner": SortColumn("Owner", lambda: F("owner__username")),
+    "visibility": SortColumn("Visibility", lambda: F("visibility")),
+    "path": SortColumn("Path", lambda: F("path")),
+    "source": SortColumn("Source", lambda: F("source")),
+    "chat": SortColumn("Chat format", lambda: F("chat_family")),
+    "parameters": SortColumn("Parameters", lambda: F("num_parameters"), desc_first=True, num=True),
+    "weights": SortColumn("Weights", lambda: F("architecture")),
+    "created": SortColumn("Created", lambda: F("created"), desc_first=True),
+}
+LIST_DEFAULT_SORT = "-created"
 
 
 def visible_to(queryset: QuerySet, *, user: AbstractBaseUser) -> QuerySet:

@@ -13,11 +13,12 @@ from django.views.decorators.http import require_POST
 
 from rlstudio.ownership import owned_by_or_staff
 from rlstudio.paging import paged
+from rlstudio.sorting import sort_headers, sort_param, sorted_by
 
 from .presets import PRESETS
 from .rewardcheck import CheckError, reward_check, reward_names
-from .selectors import (dataset_get_for, dataset_list_for, dataset_rows, model_asset_get_for,
-                        model_asset_list_for, row_view)
+from .selectors import (DATASET_SORTS, LIST_DEFAULT_SORT, MODEL_SORTS, dataset_get_for, dataset_list_for,
+                        dataset_rows, model_asset_get_for, model_asset_list_for, row_view)
 from .services import dataset_compute_stats, dataset_delete, model_delete, model_register
 from .errors import CatalogRefused, NotPermitted
 from .sharing import can_change, catalog_set_visibility, check_can_change
@@ -34,9 +35,11 @@ def _limits() -> dict:
 
 @login_required
 def dataset_list(request):
-    page = paged(dataset_list_for(user=request.user), request.GET)
-    return render(request, "catalog/dataset_list.html", {"datasets": list(page.rows), "paged": page,
-                                                         "storage": storage_summary(owner=request.user)})
+    sort = sort_param(request.GET.get("sort"), DATASET_SORTS, LIST_DEFAULT_SORT)
+    page = paged(sorted_by(dataset_list_for(user=request.user), DATASET_SORTS, sort), request.GET)
+    return render(request, "catalog/dataset_list.html", {
+        "datasets": list(page.rows), "paged": page, "storage": storage_summary(owner=request.user),
+        "headers": sort_headers(sort, DATASET_SORTS), "sort": sort})
 
 
 @login_required
@@ -130,9 +133,10 @@ def model_list(request):
             return redirect("catalog:model_list")
         except CatalogRefused as exc:
             error, field = exc.message, exc.field or ""
-    page = paged(model_asset_list_for(user=request.user), request.GET)
+    sort = sort_param(request.GET.get("sort"), MODEL_SORTS, LIST_DEFAULT_SORT)
+    page = paged(sorted_by(model_asset_list_for(user=request.user), MODEL_SORTS, sort), request.GET)
     return render(request, "catalog/model_list.html", {
-        "models": list(page.rows), "paged": page, "register_error": error, "register_field": field,
+        "models": list(page.rows), "paged": page, "headers": sort_headers(sort, MODEL_SORTS), "sort": sort, "register_error": error, "register_field": field,
         "model_roots": settings.RLSTUDIO_MODEL_ROOTS, "json": json,
     })
 

@@ -41,6 +41,7 @@ def _row(run) -> dict:
 SORT_COLUMNS = {"name": "Name", "owner": "Owner", "status": "State", "dataset": "Dataset", "model": "Model",
                 "step": "Step", "reward": "Latest reward", "started": "Started", "duration": "Duration"}
 _DESC_FIRST = {"step", "reward", "started", "duration", "created"}
+_NUM_COLUMNS = {"step", "reward", "duration"}  # right-aligned, tabular figures (their cells are td.num)
 
 
 def _sort_headers(sort: str, filters: dict) -> dict[str, dict]:
@@ -53,7 +54,8 @@ def _sort_headers(sort: str, filters: dict) -> dict[str, dict]:
                                                                      else "ascending")
         else:
             nxt, aria = (f"-{key}" if key in _DESC_FIRST else key), "none"
-        out[key] = {"query": urlencode({"sort": nxt, **filters}), "aria": aria, "label": SORT_COLUMNS[key]}
+        out[key] = {"query": urlencode({"sort": nxt, **filters}), "aria": aria, "label": SORT_COLUMNS[key],
+                    "num": key in _NUM_COLUMNS}
     return out
 
 

@@ -56,7 +56,7 @@ def test_sort_by_latest_reward_with_runs_without_one_last(alice, make_run):
     down = client.get("/runs/?sort=-reward").content.decode()
     assert _names(down)[:3] == ["high", "mid", "low"] and set(_names(down)[3:]) == {"none", "text"}
     assert _names(client.get("/runs/?sort=reward").content.decode())[:3] == ["low", "mid", "high"]
-    assert '<th aria-sort="descending"><a href="?sort=reward">Latest reward</a> ▼</th>' in down
+    assert '<th aria-sort="descending" class="num"><a href="?sort=reward">Latest reward</a> ▼</th>' in down
 
 
 def test_sort_by_duration_owner_dataset_and_model(alice, bob, make_user, make_run):

@@ -142,7 +142,7 @@ def test_page_shows_every_step_with_the_group_mean(alice_client, runs):
     ).content.decode()
     assert page.count('class="prompt-step') == 3
     assert page.index('data-step="1"') < page.index('data-step="2"') < page.index('data-step="3"')
-    assert [page.count(f'class="group-mean">{m}<') for m in ("0.000", "0.500", "1.000")] == [
+    assert [page.count(f'class="group-mean num">{m}<') for m in ("0.000", "0.500", "1.000")] == [
         1,
         1,
         1,

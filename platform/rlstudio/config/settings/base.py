@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
+    "django.contrib.humanize",  # intcomma: counts with thousands separators on the pages (never the API)
     "rest_framework",
     "drf_spectacular",
     "channels",
