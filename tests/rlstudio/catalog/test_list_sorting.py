@@ -92,3 +92,13 @@ def test_the_pager_keeps_the_sort(alice, make_dataset, settings, monkeypatch):
     assert _names(first, "datasets") == ["ds4", "ds3"]
     assert 'href="?sort=-rows&amp;page=2"' in first
     assert _names(c.get("/datasets/?sort=-rows&page=2").content.decode(), "datasets") == ["ds2", "ds1"]
+
+
+def test_dataset_page_token_lengths_and_rows_with_separators(alice, make_dataset):
+    ds = make_dataset(alice, "long-prompts", num_rows=25_000, status="ready", stats={"model": {"name": "tiny"}, "prompt_tokens": {
+        "count": 25_000, "min": 12, "mean": 1530.25, "p50": 1200, "p95": 4096, "max": 16_384,
+        "max_prompt_length": 2048, "over_max_prompt_length": 3_210}})
+    html = _client(alice).get(f"/datasets/{ds.pk}/").content.decode()
+    assert "<dt>Rows</dt><dd>25,000</dd>" in html
+    assert "min 12 · mean 1,530.25 · p50 1,200 ·" in html and "p95 4,096 · max 16,384" in html
+    assert "<strong>3,210</strong>" in html
