@@ -171,8 +171,9 @@ def test_header_and_details_follow_the_run(page_as, make_user, register_model, u
     # The details' progress bar follows the card's (step / total steps, copied on every refresh).
     bars = page.evaluate("""() => [document.getElementById('live-progress').value,
         document.querySelector('#run-controls .run-progress progress').value,
-        Number(document.querySelector('#run-controls .run-progress [data-field=step]').textContent),
-        Number(document.querySelector('#run-controls .run-progress [data-field=total_steps]').textContent)]""")
+        Number(document.querySelector('#run-controls .run-progress [data-field=step]').textContent.replace(/,/g, '')),
+        Number(document.querySelector('#run-controls .run-progress [data-field=total_steps]').textContent
+               .replace(/,/g, ''))]""")  # counts are shown with thousands separators ("2,000")
     assert bars[0] == bars[1] == min(100, round(100 * bars[2] / bars[3])) and bars[3] == STEPS, bars
     shot(page, "live-header-stopped")
 
