@@ -397,15 +397,18 @@ class Trainer:
 
     def maybe_resume(self) -> None:
         """Continue from the checkpoint trainer.resume_mode names, if any (trainer.resume.resume_run)."""
-        r = resume_run(self.out_dir, self.cfg.trainer, group=self.group, loader=self.loader, kl_coef=self.kl_ctrl.value)
+        r = resume_run(self.out_dir, self.cfg, group=self.group, loader=self.loader, kl_coef=self.kl_ctrl.value)
         if r is None:
             return
         self.global_step, self.epoch, self.kl_ctrl.value = r.global_step, r.epoch, r.kl_coef
         # Named without server paths: whoever reads the run reads its log events.
         where = (f"{Path(r.path).name} in the run's folder" if self.cfg.trainer.resume_mode == "auto"
                  else "trainer.resume_from_path")
-        self.emitter.log("info", f"resumed from the checkpoint of step {self.global_step} ({where}; epoch "
+        verb = "forked from" if r.forked else "resumed from"
+        self.emitter.log("info", f"{verb} the checkpoint of step {self.global_step} ({where}; epoch "
                          f"{self.epoch}, loader position {self.loader.position}/{self.loader.batches_per_epoch})")
+        if r.forked:
+            self.emitter.log("info", "changed from the checkpoint's config: " + (", ".join(r.changed) or "nothing"))
 
     # ------------------------------------------------------------------------------------- fit
     def fit(self) -> str:

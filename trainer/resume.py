@@ -8,17 +8,20 @@ trainer.disk_budget_gb (trainer.checkpoint.enforce_disk_budget: DiskBudgetExceed
 except after the checkpoint a run ends on anyway, a stop's or the last step's: kept, with a warning).
 `resume_run` finds the checkpoint trainer.resume_mode asks for and, when there is one, loads the actor
 (and the critic) into every worker, the loader position and the RNG states, and returns the driver's
-state for trainer.loop.Trainer to take over.
+state for trainer.loop.Trainer to take over. A fork (trainer.resume_fork) loads the same, then takes the
+config's fork-changeable values over the restored ones (trainer.config.fork): the optimizers' lr,
+weight decay and schedule in every worker, and a changed algorithm.kl_ctrl.kl_coef.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainer import checkpoint as ckpt
 from trainer.config import Config
-from trainer.config.schema import TrainerConfig
+from trainer.config.fork import FORK_CHANGEABLE, dotted
 
 
 @dataclass(frozen=True)
@@ -73,28 +76,46 @@ def save_run(out_dir: Path, step: int, *, group: Any, loader: Any, trainer_state
 
 @dataclass
 class Resumed:
-    """The driver's state read back from a checkpoint."""
+    """The driver's state read back from a checkpoint; `forked`: a fork's, with `changed` the
+    fork-changeable keys whose values differ from the checkpoint's config."""
 
     path: Path
     global_step: int
     epoch: int
     kl_coef: float
+    forked: bool = False
+    changed: tuple[str, ...] = ()
 
 
-def resume_run(out_dir: Path, tr: TrainerConfig, *, group: Any, loader: Any, kl_coef: float) -> Resumed | None:
+def fork_changes(saved: dict[str, Any], cfg: Config) -> tuple[str, ...]:
+    """The keys of trainer.config.fork.FORK_CHANGEABLE whose value in `cfg` differs from the checkpoint's
+    config `saved` (compared as JSON: a checkpoint's config.json holds lists where `cfg` may hold tuples)."""
+    now = json.loads(json.dumps(cfg.to_dict(), default=str))
+    return tuple(key for key in FORK_CHANGEABLE if dotted(saved, key) != dotted(now, key))
+
+
+def resume_run(out_dir: Path, cfg: Config, *, group: Any, loader: Any, kl_coef: float) -> Resumed | None:
     """Restore the checkpoint trainer.resume_mode / resume_from_path name (None: start fresh).
 
     Every rank loads its shards, then a weight sync; the loader and the RNG states are restored here.
-    `kl_coef` is the controller's value, kept when the checkpoint has none.
+    `kl_coef` is the controller's value, kept when the checkpoint has none. A fork (trainer.resume_fork)
+    then takes `cfg`'s lr, weight decay and schedule in every worker, and its kl_coef when it differs
+    from the checkpoint's config (else the controller's restored value, as a resume).
     """
+    tr = cfg.trainer
     path = ckpt.resolve_resume(out_dir, mode=tr.resume_mode, resume_from_path=tr.resume_from_path)
     if path is None:
         return None
     state = ckpt.load_checkpoint(path)
+    fork = bool(tr.resume_fork)
     # every rank its shards (the critic's too, with gae), then a weight sync
-    group.call("load", path=str(state["actor"]["dir"]), critic_path=str(Path(path) / "critic"))
+    group.call("load", path=str(state["actor"]["dir"]), critic_path=str(Path(path) / "critic"), fork=fork)
     loader.load_state_dict(state["loader"])
     ckpt.set_rng_state(state["rng"])
     ts = state["trainer_state"]
+    restored_kl = float(ts.get("kl_coef", kl_coef))
+    changed = fork_changes(state["config"], cfg) if fork else ()
+    if "algorithm.kl_ctrl.kl_coef" in changed:
+        restored_kl = float(cfg.algorithm.kl_ctrl.kl_coef)
     return Resumed(path=path, global_step=int(ts["global_step"]), epoch=int(ts.get("epoch", 0)),
-                   kl_coef=float(ts.get("kl_coef", kl_coef)))
+                   kl_coef=restored_kl, forked=fork, changed=changed)

@@ -271,6 +271,9 @@ def _check_trainer(tr: TrainerConfig) -> None:
             "trainer.resume_from_path",
             "resume_mode=resume_path needs a path containing global_step_<N>",
         )
+    if tr.resume_fork and tr.resume_mode != "resume_path":
+        raise ConfigError("trainer.resume_fork", "a fork starts from one checkpoint: it needs "
+                                                 "resume_mode=resume_path and resume_from_path")
     _positive("trainer.max_actor_ckpt_to_keep", tr.max_actor_ckpt_to_keep, allow_none=True)
     _positive("trainer.torch_threads", tr.torch_threads, allow_none=True)
     _positive("trainer.max_ckpt_to_keep_cap", tr.max_ckpt_to_keep_cap, allow_none=True)

@@ -248,6 +248,13 @@ class TrainerConfig:
     resume_from_path: Union[str, None] = option(
         None, "A global_step_N folder (resume_mode=resume_path)."
     )
+    resume_fork: bool = option(
+        False,
+        "RL Studio's own (verl has no fork): with resume_mode=resume_path, the checkpoint starts a fork. "
+        "Everything a resume restores is loaded, then this config's fork-changeable keys "
+        "(trainer.config.fork) are taken: the optimizer's lr and weight_decay, the LR schedule, a changed "
+        "algorithm.kl_ctrl.kl_coef.",
+    )
     max_actor_ckpt_to_keep: Union[int, None] = option(
         None,
         "Keep at most this many checkpoints (the newest, and always the committed one); None = all "

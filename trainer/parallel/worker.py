@@ -348,13 +348,20 @@ class RankWorker:
             Path(critic_path).mkdir(parents=True, exist_ok=True)
             self.critic.save_sharded(critic_path)
 
-    def load(self, path: str, critic_path: str | None = None) -> dict[str, float]:
+    def load(self, path: str, critic_path: str | None = None, fork: bool = False) -> dict[str, float]:
+        """This rank's shards of the actor (and the critic) from a checkpoint, then a weight sync. `fork`
+        (trainer.resume_fork): then the config's lr, weight decay and LR schedule over the loaded
+        optimizers (trainer.workers.actor.retune_optimizer)."""
         self.actor.load_sharded(path)
         if self.critic is not None:
             if critic_path is None or not Path(critic_path, ".metadata").exists():
                 raise FileNotFoundError(f"the checkpoint has no critic ({critic_path}): it was saved by a run "
                                         "without algorithm.adv_estimator=gae")
             self.critic.load_sharded(critic_path)
+        if fork:
+            self.actor.retune_optimizer()
+            if self.critic is not None:
+                self.critic.retune_optimizer()
         return self.sync_weights(step=self.step)
 
     def export_hf(self, out_dir: str) -> None:

@@ -188,6 +188,23 @@ def make_optimizer(params: list[torch.Tensor], optim: Any, total_steps: int):
     return optimizer, scheduler, fused
 
 
+def retune_optimizer(optimizer: torch.optim.Optimizer, scheduler: Any, optim: Any) -> float:
+    """After a checkpoint was loaded into `optimizer` and `scheduler` (a fork: trainer.config.fork), take
+    the config's lr and weight_decay: every param group's initial_lr, weight_decay and the scheduler's
+    base LRs become the config's, and the group's lr is the new base times the scheduler's own
+    multiplier at its restored step (the multiplier is the config's schedule: LambdaLR keeps the
+    function it was built with and restores only its step). Adam's moments and step count stay as
+    loaded. With the parent's own settings every value comes out as it was. Returns the new lr."""
+    base = float(optim.lr)
+    scheduler.base_lrs = [base for _ in optimizer.param_groups]
+    for group, fn in zip(optimizer.param_groups, scheduler.lr_lambdas):
+        group["initial_lr"] = base
+        group["weight_decay"] = float(optim.weight_decay)
+        group["lr"] = base * fn(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+    return float(optimizer.param_groups[0]["lr"])
+
+
 def micro_chunks(batch: ExperienceBatch, idx: list[int], micro: int | None, *, share_prompts: bool,
                  token_budget: int | None = None) -> list[list[int]]:
     """Rows `idx` of `batch` cut into micro-batches (lists of row indices): by token budget when given,
@@ -267,6 +284,7 @@ class ActorWorker:
             params = [p for p in self.model.parameters() if p.requires_grad]
             self.frozen_params = len(params) < sum(1 for _ in self.model.parameters())
             self.optimizer, self.scheduler, self._fused_optim = make_optimizer(params, optim, total_steps)
+            self.optim_cfg = optim
         else:
             for p in self.model.parameters():
                 p.requires_grad_(False)
@@ -493,6 +511,11 @@ class ActorWorker:
             self.optimizer.load_state_dict(state["optimizer"])
             self._keep_fused()
             self.scheduler.load_state_dict(state["scheduler"])
+
+    def retune_optimizer(self) -> float:
+        """The config's lr, weight decay and schedule over the loaded optimizer state (a fork:
+        `retune_optimizer`); the new lr."""
+        return retune_optimizer(self.optimizer, self.scheduler, self.optim_cfg)
 
     def _state_options(self) -> Any:
         """What a checkpoint holds: every parameter, or with frozen ones (LoRA's base) only those

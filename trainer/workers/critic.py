@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from trainer.workers.actor import (_all_reduce, _dist_world, _is_sharded, _local_tensor, _rank, _takes_cache,
-                                   _without_dropout, make_optimizer, micro_chunks)
+                                   _without_dropout, make_optimizer, micro_chunks,
+                                   retune_optimizer)
 from trainer.workers.experience import ExperienceBatch, pack_micro_batch
 from trainer.workers.prefix import SharedInput, group_prompts, pack_shared
 
@@ -206,6 +207,11 @@ class CriticWorker:
     def _keep_fused(self) -> None:
         for group in self.optimizer.param_groups:  # see ActorWorker._keep_fused
             group["fused"] = self._fused_optim or None
+
+    def retune_optimizer(self) -> float:
+        """The config's lr, weight decay and schedule over the loaded optimizer state (a fork:
+        trainer.workers.actor.retune_optimizer); the new lr."""
+        return retune_optimizer(self.optimizer, self.scheduler, self.cfg.optim)
 
     def save_sharded(self, path: str) -> None:
         """Model + optimizer through torch.distributed.checkpoint (every rank its shards), the LR

@@ -274,6 +274,7 @@ PLATFORM_KEYS: dict[str, str] = {
     "trainer.default_local_dir": "the run's own folder",
     "trainer.resume_mode": "the resume action (from a checkpoint the platform recorded)",
     "trainer.resume_from_path": "the resume action (from a checkpoint the platform recorded)",
+    "trainer.resume_fork": "the fork action (from a checkpoint step of a run, chosen by its step number)",
     "trainer.device": "the run's GPUs",
     "trainer.nnodes": "the run's GPUs",
     "trainer.n_gpus_per_node": "the run's GPUs",
