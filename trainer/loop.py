@@ -218,7 +218,7 @@ class Trainer:
         """Forward the workers' buffered memory samples as memory events, each stamped with the time
         the worker read it (not the time it is forwarded: the timeline's phase bands span the phases
         as they ran), rank kept where the event schema has a rank field."""
-        from trainer.events import MemoryData
+        from trainer.events.schema import MemoryData
 
         fields = set(MemoryData.__dataclass_fields__)
         for m in sorted(self.group.drain_memory(), key=lambda d: d.get("time", 0.0)):

@@ -87,7 +87,7 @@ class Emitter:
             event = {"seq": self.seq + 1, "type": type_, "time": time.time() if at is None else float(at),
                      "data": data}
             if self._validate:
-                from trainer.events import validate_event
+                from trainer.events.wire import validate_event
 
                 event = validate_event(event).to_dict()
             self.seq += 1

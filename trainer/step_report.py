@@ -102,7 +102,8 @@ def emit_samples(emitter: Any, tokenizer: Any, cfg: Config, step: int, exp: Expe
     set), else pick_groups' over this batch; training samples carry their group's size, mean and std of
     scores exactly as the advantage estimator computed them."""
     from trainer.algorithms.advantages import _group_stats
-    from trainer.events import SampleData, TokenView, fit_sample
+    from trainer.events.schema import SampleData, TokenView
+    from trainer.events.wire import fit_sample
 
     rep = cfg.report
     b = exp.batch

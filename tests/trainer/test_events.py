@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from trainer import events as ev
-from trainer.events import EventError, decode_event, encode_event, make_event, validate_event
+import trainer.events
+from trainer.events import schema as ev
+from trainer.events.schema import EventError
+from trainer.events.wire import decode_event, encode_event, fit_sample, make_event, validate_event
 
 T0 = 1_764_440_000.5
 
@@ -300,14 +302,14 @@ def test_fit_sample_shrinks_to_fit():
             advantages=[0.0] * 10,
         ),
     )
-    fitted = ev.fit_sample(raw)
+    fitted = fit_sample(raw)
     assert all(len(m["content"]) <= ev.MAX_MESSAGE_CHARS for m in fitted.messages)
     assert fitted.messages[0]["content"].endswith("[truncated]")
     event = make_event(4, fitted, time=T0)
     assert len(encode_event(event).encode()) <= ev.MAX_EVENT_BYTES
     assert len(fitted.messages) == ev.MAX_MESSAGES
     assert fitted.token_view is None  # 200 x 100k chars: the view had to go too
-    small = ev.fit_sample(
+    small = fit_sample(
         ev.SampleData(**{**raw.__dict__, "messages": [{"role": "user", "content": "hi"}]})
     )
     assert small.token_view is not None
@@ -323,3 +325,18 @@ def test_make_event_and_strict_json():
     with pytest.raises(EventError, match="not an event payload"):
         make_event(1, {"step": 1})  # type: ignore[arg-type]
     assert math.isnan(float("nan")) and ev.finite_or_none(1) == 1.0
+
+
+def test_public_path_names_the_schema():
+    """`trainer.events.<name>` is the documented path (and a user's sink's): it names every public class
+    and function of the package's modules, the very same objects."""
+    from trainer.events import checks, wire
+
+    modules = (ev, checks, wire)
+    for name in trainer.events.__all__:
+        owner = next(m for m in modules if hasattr(m, name))
+        assert getattr(trainer.events, name) is getattr(owner, name), name
+    # checks.py's Checker and PARSERS are the package's own machinery, not the schema.
+    defined = {name for m in (ev, wire) for name, obj in vars(m).items()
+               if not name.startswith("_") and getattr(obj, "__module__", None) == m.__name__}
+    assert defined <= set(trainer.events.__all__), defined - set(trainer.events.__all__)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from trainer.config import apply_overrides
-from trainer.events import SampleData, validate_event
+from trainer.events.schema import SampleData
+from trainer.events.wire import validate_event
 from trainer.loop import pick_groups
 from trainer.recipes import get_recipe
 from trainer.run import run

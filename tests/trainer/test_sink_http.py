@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.events import TERMINAL_STATES
+from trainer.events.schema import TERMINAL_STATES
 from trainer.sinks_http import SPOOL_FILE, HttpSink
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from trainer.events import EventError
+from trainer.events.schema import EventError
 from trainer.memory import MemoryMonitor, read_memory
 from trainer.sinks import ConsoleSink, Emitter, build_sinks, last_seq, register_sink, Sink
 

@@ -10,7 +10,7 @@ Rolling state: `{"h": {metric: [[step, value], ...]}, "on": [rule ids whose cond
 "vh": {rule id: [[step, held-out, train], ...]}}`. A metric's history holds only what the rules on
 it need (their window plus a few steps), so a batch costs a few operations per point and rule
 (engine.py walks it), never a query over the stored metrics. A non-finite metric value arrives as
-None (trainer/events.py).
+None (trainer/events/).
 
 Kinds (`CATALOGUE`; `threshold` / `window` / `metric` are each rule's own, defaults here):
 

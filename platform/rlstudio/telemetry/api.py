@@ -38,7 +38,7 @@ from rlstudio.api.pagination import CountResultsPagination
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage
 from rlstudio.runs.services import run_token_check
-from trainer.events import FINISH_REASONS, PROMPT_HASH_CHARS, PROMPT_SPLITS, is_prompt_hash
+from trainer.events.schema import FINISH_REASONS, PROMPT_HASH_CHARS, PROMPT_SPLITS, is_prompt_hash
 
 from . import codec
 from . import selectors as sel

@@ -45,7 +45,8 @@ from rlstudio.runs.failure import trainer_failure
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_reach
 from rlstudio.text import without_nul
-from trainer.events import SAMPLE_OPTIONAL_KEYS, Event, EventError, TokenView, validate_event
+from trainer.events.schema import SAMPLE_OPTIONAL_KEYS, EventError, TokenView
+from trainer.events.wire import Event, validate_event
 
 from . import codec
 from .broadcast import run_events_send

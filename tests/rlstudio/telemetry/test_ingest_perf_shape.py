@@ -14,7 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from rlstudio.runs.services import run_create
 from rlstudio.telemetry.models import MemoryPoint, MetricRow, RunEvent, RunIngestCount, Sample
 from rlstudio.telemetry.services import events_ingest, retention_set, wire_form
-from trainer.events import EventError, validate_event
+from trainer.events.schema import EventError
+from trainer.events.wire import validate_event
 
 pytestmark = pytest.mark.django_db
 T0 = 1_764_440_000.0

@@ -292,7 +292,8 @@ def test_offered_tool_missing_from_registry_is_a_config_error(tiny_tokenizer):
 def test_malformed_call_keeps_the_models_text(tiny_tokenizer):
     """A turn whose only content is a block that does not parse keeps its text (`raw`) and the reasons,
     and the sample event that carries it is valid (fit_sample cuts `raw` like content)."""
-    from trainer.events import MAX_MESSAGE_CHARS, SampleData, fit_sample, make_event
+    from trainer.events.schema import MAX_MESSAGE_CHARS, SampleData
+    from trainer.events.wire import fit_sample, make_event
 
     tok = tiny_tokenizer
     tools = build_tools(["calculator"])

@@ -244,7 +244,7 @@ LOGGING = {
 # --- Tunables (each overridable by the environment variable of the same name, read through
 # rlstudio.config.env so the web server, the Celery worker and the tests see the same values).
 from rlstudio.config.env import env_float, env_int, env_paths, env_str  # noqa: E402
-from trainer.events import MAX_EVENT_BYTES as _TRAINER_MAX_EVENT_BYTES  # noqa: E402
+from trainer.events.schema import MAX_EVENT_BYTES as _TRAINER_MAX_EVENT_BYTES  # noqa: E402
 
 # Catalog: upload and validation limits.
 RLSTUDIO_MAX_UPLOAD_BYTES = env_int("RLSTUDIO_MAX_UPLOAD_BYTES", 1 << 30)  # 1 GiB, the stored file
