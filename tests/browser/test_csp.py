@@ -119,8 +119,13 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
     page.locator("#eval-matrix details.eval-cell summary").first.click()
     expect(page.locator("#eval-matrix .eval-sample")).to_have_count(2, timeout=20_000)
 
+    from rlstudio.sweeps.models import Sweep
+
+    sweep = Sweep.objects.create(owner=alice, name="csp sweep", dataset=ds, model=model,
+                                 axes=[{"key": "actor_rollout_ref.rollout.n", "values": [2, 4]}])
     for path in ("/runs/new/", "/datasets/", "/models/", "/accounts/profile/", "/api/v1/docs/", "/admin/",
-                 "/admin/accounts/auditevent/", "/alerts/", "/runs/quota/", "/playground/", "/no-such-page/"):
+                 "/admin/accounts/auditevent/", "/alerts/", "/runs/quota/", "/playground/", "/no-such-page/",
+                 "/sweeps/", "/sweeps/new/", f"/sweeps/{sweep.pk}/", f"/admin/sweeps/sweep/{sweep.pk}/change/"):
         page.goto(path)
         page.wait_for_load_state("load")
     seen = _violations(page, console)

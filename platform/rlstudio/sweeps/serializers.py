@@ -9,7 +9,10 @@ from .models import Sweep
 
 
 class SweepCreateSerializer(RunCreateSerializer):
-    """POST /api/v1/sweeps/: a run launch's body (the base config every run starts from) plus `axes`."""
+    """POST /api/v1/sweeps/: a run launch's body (the base config every run starts from) plus `axes`;
+    a launch field the sweep service does not take is left out (None), never accepted and ignored."""
+
+    project = None
 
     name = serializers.CharField(max_length=100, help_text="Each run is named <name>/<key=value,...>.")
     axes = serializers.JSONField(help_text='[{"key": "actor_rollout_ref.actor.optim.lr", "values": [1e-6, 3e-6]}, ...]: '

@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 from rlstudio.paging import paged
 from rlstudio.runs.errors import RunInputInvalid, RunRefused
 
+from .grid import value_text
 from .selectors import metric_label, sweep_get_for, sweep_list_for, sweep_table
 
 
@@ -62,11 +63,12 @@ def sweep_detail(request, sweep_id: int):
     sweep = sweep_get_for(user=request.user, sweep_id=sweep_id)
     table = sweep_table(user=request.user, sweep=sweep, metric=request.GET.get("metric"))
     keys = [axis["key"] for axis in sweep.axes]
-    rows = [{"row": row, "values": [row.params.get(k) for k in keys], "metric_value": row.value_of(table.metric)}
-            for row in table.rows]
+    rows = [{"row": row, "values": [value_text(row.params.get(k)) for k in keys],
+             "metric_value": row.value_of(table.metric)} for row in table.rows]
+    axes = [(axis["key"], ", ".join(value_text(v) for v in axis["values"])) for axis in sweep.axes]
     live = any(not row.run.is_terminal for row in table.rows)
     return render(request, "sweeps/sweep_detail.html", {
-        "sweep": sweep, "table": table, "keys": keys, "rows": rows, "live": live,
+        "sweep": sweep, "table": table, "keys": keys, "rows": rows, "live": live, "axes": axes,
         "metric_choices": [(m, metric_label(m)) for m in table.metrics], "metric_label": metric_label(table.metric),
         "compare_ids": ",".join(str(i) for i in table.run_ids[:20]),
     })

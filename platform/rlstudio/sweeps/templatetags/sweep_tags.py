@@ -2,6 +2,7 @@
 owner and staff; a reader of the run sees nothing of it)."""
 from django import template
 
+from ..grid import value_text
 from ..models import SweepRun
 
 register = template.Library()
@@ -13,4 +14,5 @@ def run_sweep(context):
     link = SweepRun.objects.select_related("sweep").filter(run_id=run.pk).first()
     if link is None or not (user.is_staff or link.sweep.owner_id == user.pk):
         return {"link": None}
-    return {"link": link}
+    params = ", ".join(f"{key}={value_text(value)}" for key, value in link.params.items())
+    return {"link": link, "params": params}
