@@ -24,6 +24,7 @@ urlpatterns = [
     path("runs/", include("rlstudio.exports.urls")),  # a checkpoint's export, asked for from the run page
     path("", include("rlstudio.catalog.urls")),
     path("sweeps/", include("rlstudio.sweeps.urls")),  # grids of runs launched together
+    path("projects/", include("rlstudio.projects.urls")),  # named groups of runs, shared read-only
     path("quotas/", include("rlstudio.quotas.urls")),  # the staff quota page
     path("alerts/", include("rlstudio.alerts.urls")),  # rules, notifications, their settings
     path("playground/", include("rlstudio.playground.urls")),  # chat with a model or a checkpoint

@@ -67,18 +67,3 @@ def project_get_for(*, user: AbstractBaseUser, project_id) -> Project:
 def project_shared_users(*, project: Project) -> list[str]:
     """Usernames the project is shared with, sorted."""
     return sorted(project.shared_with.values_list("username", flat=True))
-
-
-def project_choices_for(*, owner: AbstractBaseUser) -> list[tuple[int, str]]:
-    """(id, name) of the projects `owner` owns, by name: where a run of theirs may go (the launch
-    form's picker, the run page's move control)."""
-    if owner is None or not getattr(owner, "pk", None):
-        return []
-    return list(Project.objects.filter(owner_id=owner.pk).order_by("name", "id").values_list("id", "name"))
-
-
-def project_filter_choices(*, user: AbstractBaseUser) -> list[tuple[int, str]]:
-    """(id, label) of the projects the user sees, for the runs list's project filter; another owner's
-    project is labelled "name (owner)"."""
-    qs = visible_projects(Project.objects.select_related("owner"), user=user).order_by("name", "id")
-    return [(p.pk, p.name if p.owner_id == user.pk else f"{p.name} ({p.owner.get_username()})") for p in qs]

@@ -63,9 +63,13 @@ class RunForm(forms.Form):
         help_text="A catalog reward model (sequence classification) scoring each trajectory; its weight "
                   "against the reward function: reward_model.rm_weight / rule_weight in the overrides.")
 
+    project = forms.TypedChoiceField(choices=(), required=False, coerce=int, empty_value=None,
+                                     help_text="One of your projects to put the run in (optional).")
+
     def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), rewards=(), reward_models=None,
-                 **kwargs):
+                 projects=(), **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["project"].choices = [("", "none")] + [(str(pk), name) for pk, name in projects]
         self.fields["tool_set"].choices = [("", "none")] + [(t, t) for t in tool_sets]
         self.fields["reward_name"].choices = [("", "the preset's")] + [(r, r) for r in rewards]
         self.fields["dataset"].queryset = datasets

@@ -78,6 +78,15 @@ def run_project_for(*, user: AbstractBaseUser, run: Run, shared_projects: set[in
     return {"id": run.project_id, "name": run.project.name}
 
 
+def project_choices_of(owner) -> list[tuple[int, str]]:
+    """(id, name) of the projects `owner` owns, by name: where a run of theirs may go (the launch
+    form's picker, the run page's move control)."""
+    if owner is None or not getattr(owner, "pk", None):
+        return []
+    projects = Run._meta.get_field("project").related_model.objects.filter(owner_id=owner.pk)
+    return list(projects.order_by("name", "id").values_list("id", "name"))
+
+
 def visible_runs(queryset: QuerySet[Run], *, user: AbstractBaseUser) -> QuerySet[Run]:
     """`queryset` narrowed to the runs `user` may read: their own, the ones shared with them (by name
     or through their project) or with everyone; every run for staff; none for an anonymous user."""
@@ -199,6 +208,7 @@ RUN_SORTS = {
     "created": lambda: F("created"),
     "name": lambda: F("name"),
     "status": lambda: F("status"),
+    "project": lambda: F("project__name"),
     "step": lambda: F("step"),
     "started": lambda: F("started"),
     "owner": lambda: F("owner__username"),
@@ -247,14 +257,24 @@ def run_tags_for(*, user: AbstractBaseUser) -> list[str]:
 
 def run_filter_choices(*, user: AbstractBaseUser) -> dict[str, list]:
     """What the runs list's filters offer: the tags, models and datasets of the runs the user sees
-    ({"tags": [...], "models": [(id, name)], "datasets": [(id, name)]}, sorted by name)."""
+    ({"tags": [...], "models": [(id, name)], "datasets": [(id, name)], "projects": [(id, label)]},
+    sorted by name; the projects are the ones the user sees: their own, shared with them, every one for
+    staff, another owner's labelled "name (owner)")."""
     runs = visible_runs(Run.objects.all(), user=user)
     models = set(runs.values_list("model_id", "model__name"))
     datasets = set(runs.values_list("dataset_id", "dataset__name"))
     datasets |= {d for d in runs.filter(val_dataset__isnull=False).values_list("val_dataset_id", "val_dataset__name")}
     by_name = lambda pair: (pair[1].lower(), pair[0])  # noqa: E731
     return {"tags": run_tags_for(user=user), "models": sorted(models, key=by_name),
-            "datasets": sorted(datasets, key=by_name)}
+            "datasets": sorted(datasets, key=by_name), "projects": _project_filter_choices(user)}
+
+
+def _project_filter_choices(user: AbstractBaseUser) -> list[tuple[int, str]]:
+    project_model = Run._meta.get_field("project").related_model
+    projects = project_model.objects.select_related("owner").order_by("name", "id")
+    if not getattr(user, "is_staff", False):
+        projects = projects.filter(Q(owner_id=user.pk) | Q(pk__in=project_ids_shared_with(user)))
+    return [(p.pk, p.name if p.owner_id == user.pk else f"{p.name} ({p.owner.get_username()})") for p in projects]
 
 
 def run_shared_users(*, run: Run) -> list[str]:
@@ -360,6 +380,8 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
         "queue_position": queue_position(run=run),
         "can_manage": manage,
         "access": run_access(user=user, run=run),
+        "project": run_project_for(user=user, run=run),
+        "project_choices": project_choices_of(run.owner) if manage else [],
         "can_stop": manage and status in ("queued", "running"),
         "can_force_stop": manage and status in ("running", "stopping"),
         "can_resume": (manage and status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path)

@@ -1,5 +1,5 @@
 """URLs of the runs pages: list, launch form, a run's control POSTs (stop, resume, clone, tags and note,
-sharing, delete), deleting many (the list's Delete selected: a confirm page, then its POST), the
+sharing, project, delete), deleting many (the list's Delete selected: a confirm page, then its POST), the
 quota page. The run page itself and /runs/compare/ are telemetry's."""
 from django.urls import path
 
@@ -19,5 +19,6 @@ urlpatterns = [
     path("<int:run_id>/clone/", views.run_clone_view, name="clone"),
     path("<int:run_id>/annotate/", views.run_annotate_view, name="annotate"),  # tags and note
     path("<int:run_id>/share/", views.run_share_view, name="share"),
+    path("<int:run_id>/project/", views.run_project_view, name="project"),  # move into / out of a project
     path("<int:run_id>/delete/", views.run_delete_view, name="delete"),
 ]

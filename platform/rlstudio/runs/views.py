@@ -38,7 +38,7 @@ def _row(run) -> dict:
 
 # The runs list's columns that sort (?sort=key, ?sort=-key descending), in the table's order; the
 # default is newest first. Dates, steps, rewards and durations sort descending at the first click.
-SORT_COLUMNS = {"name": "Name", "owner": "Owner", "status": "State", "dataset": "Dataset", "model": "Model",
+SORT_COLUMNS = {"name": "Name", "owner": "Owner", "project": "Project", "status": "State", "dataset": "Dataset", "model": "Model",
                 "step": "Step", "reward": "Latest reward", "started": "Started", "duration": "Duration"}
 _DESC_FIRST = {"step", "reward", "started", "duration", "created"}
 _NUM_COLUMNS = {"step", "reward", "duration"}  # right-aligned, tabular figures (their cells are td.num)
@@ -73,26 +73,40 @@ def _list_filter(get) -> RunFilter:
     status = get.get("status") or None
     scope = get.get("scope") or ""
     return RunFilter(status=status if status in RunStatus.values else None, tag=_text("tag"), model=_id("model"),
-                     dataset=_id("dataset"), q=_text("q"), scope=scope if scope in RUN_SCOPES else "")
+                     dataset=_id("dataset"), q=_text("q"), scope=scope if scope in RUN_SCOPES else "",
+                     project=_id("project"))
 
 
 @login_required
 def run_list(request):
-    """The runs the user sees, filtered by state, tag, model, dataset, scope and text (name or note),
-    sorted by a column; checkboxes pick runs for /runs/compare/ or, the user's own (all for staff),
-    for Delete selected (`run_bulk_delete_view`; static/js/run_list.js)."""
+    """The runs the user sees, filtered by state, tag, model, dataset, project, scope and text (name or
+    note), sorted by a column; checkboxes pick runs for /runs/compare/ or, the user's own (all for
+    staff), for Delete selected (`run_bulk_delete_view`; static/js/run_list.js)."""
+    return run_list_page(request)
+
+
+def run_list_page(request, *, project: int | None = None, extra: dict | None = None):
+    """The runs list's page; with `project` (an id the caller checked the user sees) only that
+    project's runs, the project filter fixed, and `extra` in the context (the project page's head)."""
+    import dataclasses
+
     flt = _list_filter(request.GET)
+    if project is not None:
+        flt = dataclasses.replace(flt, project=project)
     sort = request.GET.get("sort") or "-created"
     if sort.lstrip("-") not in RUN_SORTS:
         sort = "-created"
     filters = {k: v for k, v in (("status", flt.status), ("tag", flt.tag), ("model", flt.model),
-                                 ("dataset", flt.dataset), ("q", flt.q), ("scope", flt.scope)) if v}
+                                 ("dataset", flt.dataset), ("q", flt.q), ("scope", flt.scope),
+                                 ("project", flt.project if project is None else None)) if v}
     page = paged(runs_sorted(run_list_for(user=request.user, flt=flt), sort), request.GET)
     runs = list(page.rows)
+    choices = run_filter_choices(user=request.user)
     return render(
         request,
         "runs/run_list.html",
         {
+            **(extra or {}),
             "rows": [_row(r) for r in runs],
             "paged": page,
             "headers": _sort_headers(sort, filters),
@@ -101,7 +115,9 @@ def run_list(request):
             "flt": flt,
             "filtered": bool(filters),
             "filter_qs": urlencode(filters),
-            "choices": run_filter_choices(user=request.user),
+            "choices": choices,
+            # the project column links a run's project only for whoever sees that project
+            "visible_projects": {pk for pk, _label in choices["projects"]},
             "sort": sort,
             "has_datasets": dataset_list_for(user=request.user).exists(),
             "can_delete_any": any(request.user.is_staff or r.owner_id == request.user.pk for r in runs),
@@ -123,10 +139,17 @@ def _form(request, data=None):
 
     datasets = dataset_list_for(user=request.user).filter(status="ready")
     models = model_asset_list_for(user=request.user)
+    from .selectors import project_choices_of
+
+    projects = project_choices_of(request.user)
+    initial = {"preset": "cpu_smoke", "gpus": 0}
+    wanted = request.GET.get("project")  # the project page's "New run in this project"
+    if wanted and wanted in {str(pk) for pk, _name in projects}:
+        initial["project"] = wanted
     return RunForm(data, datasets=datasets, models=models.filter(kind="policy"),
                    reward_models=models.filter(kind="reward"),
                    configs=run_config_list_for(user=request.user), presets=list(REGISTRY),
-                   tool_sets=tool_set_names(), rewards=reward_names(), initial={"preset": "cpu_smoke", "gpus": 0})
+                   tool_sets=tool_set_names(), rewards=reward_names(), projects=projects, initial=initial)
 
 
 def _add_errors(form, errors, *, typed: set[str]) -> None:
@@ -216,7 +239,7 @@ def _save_and_launch(request, form, config):
             owner=request.user, name=d["name"], dataset=d["dataset"], val_dataset=d.get("val_dataset"),
             model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=inputs["base"],
             overrides=inputs["overrides"], tool_set=d.get("tool_set") or "",
-            reward_model=d.get("reward_model"), admit=False,
+            reward_model=d.get("reward_model"), admit=False, project=d.get("project"),
         )
     return run_launch_admit(run=run, by=request.user)
 
@@ -308,6 +331,29 @@ def run_annotate_view(request, run_id: int):
             request.session[ANNOTATE_DRAFT] = {"run": run.pk, **typed}
             raise
         messages.success(request, "Tags and note saved.")
+        return run
+
+    return _control(request, run_id, do)
+
+
+@login_required
+@require_POST
+def run_project_view(request, run_id: int):
+    """POST `project` (an id of one of the run owner's projects, or empty: out of its project): the run
+    page's "Move to project" control (owner or staff)."""
+    from django.contrib import messages
+
+    from .services import RunInputInvalid, run_set_project
+
+    raw = (request.POST.get("project") or "").strip()
+
+    def do(run):
+        try:
+            project_id = int(raw) if raw else None
+        except ValueError:
+            raise RunInputInvalid(f"project must be a project id, got {raw[:40]!r}", field="project") from None
+        run_set_project(run=run, by=request.user, project_id=project_id)
+        messages.success(request, "Moved into the project." if project_id else "Taken out of its project.")
         return run
 
     return _control(request, run_id, do)
