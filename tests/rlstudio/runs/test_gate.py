@@ -80,6 +80,7 @@ PLATFORM_PROBES = {
     "trainer.default_local_dir": "/srv/runs/1",
     "trainer.resume_mode": "resume_path",
     "trainer.resume_from_path": "/srv/runs/1/global_step_2",
+    "trainer.resume_fork": True,
     "trainer.device": "cuda",
     "trainer.nnodes": 2,
     "trainer.n_gpus_per_node": 2,
