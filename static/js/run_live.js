@@ -382,7 +382,9 @@
     const page = await resp.json();
     count = page.count;
     body.replaceChildren(...page.results.map(sampleRow));
-    document.getElementById("samples-count").textContent = count ? `${offset + 1}–${offset + page.results.length} of ${count}` : "no samples";
+    document.getElementById("samples-count").textContent = count  // "51–100 of 1,234": separators as the pages' intcomma
+      ? `${(offset + 1).toLocaleString("en-US")}–${(offset + page.results.length).toLocaleString("en-US")} of ${count.toLocaleString("en-US")}`
+      : "no samples";
     document.getElementById("samples-prev").disabled = offset === 0;
     document.getElementById("samples-next").disabled = offset + page.results.length >= count;
     const url = new URL(window.location);
