@@ -123,9 +123,15 @@ def test_pages_run_under_the_csp_without_violations(page_as, make_user, register
 
     sweep = Sweep.objects.create(owner=alice, name="csp sweep", dataset=ds, model=model,
                                  axes=[{"key": "actor_rollout_ref.rollout.n", "values": [2, 4]}])
+    from rlstudio.projects.services import project_create
+    from rlstudio.runs.services import run_set_project
+
+    project = project_create(owner=alice, name="csp project", description="its runs")
+    run_set_project(run=run, by=alice, project_id=project.pk)
     for path in ("/runs/new/", "/datasets/", "/models/", "/accounts/profile/", "/api/v1/docs/", "/admin/",
                  "/admin/accounts/auditevent/", "/alerts/", "/runs/quota/", "/playground/", "/no-such-page/",
-                 "/sweeps/", "/sweeps/new/", f"/sweeps/{sweep.pk}/", f"/admin/sweeps/sweep/{sweep.pk}/change/"):
+                 "/sweeps/", "/sweeps/new/", f"/sweeps/{sweep.pk}/", f"/admin/sweeps/sweep/{sweep.pk}/change/",
+                 "/projects/", f"/projects/{project.pk}/", f"/admin/projects/project/{project.pk}/change/"):
         page.goto(path)
         page.wait_for_load_state("load")
     seen = _violations(page, console)
