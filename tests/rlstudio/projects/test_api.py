@@ -182,3 +182,32 @@ def test_launch_into_a_project_and_not_into_anothers(alice, bob, make_dataset, m
     resp = api_client(alice).post("/api/v1/runs/", {**body, "project": mine.pk}, format="json")
     assert resp.status_code == 201, resp.content
     assert resp.json()["project"] == {"id": mine.pk, "name": "mine"}
+
+
+def test_the_list_as_documented_scope_paging_and_the_sharing_refusals(alice, bob, carol, staff):
+    """docs/api.md "Projects": `scope` mine / shared (400 on `scope` otherwise), limit / offset paging
+    newest first, and PUT sharing's 400 on `users` for an unknown, inactive or the owner's name."""
+    for i in range(3):
+        project_create(owner=alice, name=f"a{i}")
+    theirs = project_create(owner=bob, name="bobs")
+    project_share(project=theirs, by=bob, users=["alice"])
+    api = api_client(alice)
+    everything = api.get("/api/v1/projects/").json()
+    assert [p["name"] for p in everything["results"]] == ["bobs", "a2", "a1", "a0"] and everything["count"] == 4
+    assert [p["name"] for p in api.get("/api/v1/projects/?scope=mine").json()["results"]] == ["a2", "a1", "a0"]
+    shared = api.get("/api/v1/projects/?scope=shared").json()["results"]
+    assert [(p["name"], p["access"], p["shared_with"]) for p in shared] == [("bobs", "shared", [])]
+    page = api.get("/api/v1/projects/?limit=2&offset=1").json()
+    assert [p["name"] for p in page["results"]] == ["a2", "a1"] and page["count"] == 4
+    resp = api.get("/api/v1/projects/?scope=everyone")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "scope"
+    # staff see every project, with its share
+    got = api_client(staff).get(f"/api/v1/projects/{theirs.pk}/").json()
+    assert (got["access"], got["shared_with"]) == ("staff", ["alice"])
+    carol.is_active = False
+    carol.save()
+    mine = Project.objects.get(name="a0")
+    for users in (["carol"], ["nobody"], ["alice"]):
+        resp = api.put(f"/api/v1/projects/{mine.pk}/sharing/", {"users": users}, format="json")
+        assert resp.status_code == 400 and resp.json()["error"]["field"] == "users", (users, resp.content)
+    assert api.get(f"/api/v1/projects/{mine.pk}/sharing/").json() == {"users": []}
