@@ -1,6 +1,7 @@
-"""The group pages' counters ("n shown of size", a step's and a prompt's groups) carry thousands
-separators like every other count on the pages (intcomma); the API keeps the raw numbers. (The run
-page's samples counter is written by run_live.js: tests/browser/test_samples_counter.py.)"""
+"""The pages' "n of N" counters carry thousands separators like every other count on the pages
+(intcomma): the group pages' ("n shown of size", a step's and a prompt's groups) and the staff queue's
+"the first n of N queued jobs"; the API keeps the raw numbers. (The run page's samples counter is
+written by run_live.js: tests/browser/test_samples_counter.py.)"""
 import json
 
 import pytest
@@ -42,3 +43,19 @@ def test_group_counters_have_separators(alice, big_group_run):
     prompt = c.get(f"/runs/{run.pk}/prompts/?prompt_split=train&prompt_hash={KEY['prompt_hash']}").content.decode()
     assert '<td class="num">2 of 1,234</td>' in prompt
     assert c.get(f"/api/v1/runs/{run.pk}/groups/?step=1&uid=g").json()["size"] == 1234
+
+
+def test_the_staff_queue_counter_has_separators(staff, alice, make_run, settings, monkeypatch):
+    import dataclasses
+
+    from rlstudio.quotas import views
+
+    settings.RAY_ADDRESS = None
+    make_run(alice, "queued")
+    real = views.quota_admin_overview
+    # 1,234 queued jobs would take a while to make: the page is given the total the selector counts
+    monkeypatch.setattr(views, "quota_admin_overview", lambda: dataclasses.replace(real(), queue_total=1234))
+    c = Client()
+    c.force_login(staff)
+    body = c.get("/quotas/admin/").content.decode()
+    assert "The first 1 of 1,234 queued jobs;" in body
