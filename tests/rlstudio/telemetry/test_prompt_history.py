@@ -73,8 +73,8 @@ def runs(alice, make_dataset, make_model):
         [("d1", (0.0, 0.0), 0.0), ("d2", (0.0, 1.0), 0.5), ("d3", (1.0, 1.0), 1.0)], start=1
     ):
         events += [sample(10 * step + i, step, uid, i, r, mean=mean) for i, r in enumerate(rewards)]
-    events += [sample(50, 2, "o2", 0, 0.25, row=3, digest=OTHER)]
-    events += [sample(60, 2, "v2", 0, 0.75, split="val", row=0, validation=True)]
+    events += [sample(50, 2, "other-prompt-uid", 0, 0.25, row=3, digest=OTHER)]
+    events += [sample(60, 2, "val-prompt-uid", 0, 0.75, split="val", row=0, validation=True)]
     events += [sample(70, 1, "legacy", 0, 0.5, digest=None)]
     assert post(run, token, events)["accepted"] == len(events)
     other, other_token = run_create(name="other", **mk)
@@ -129,7 +129,7 @@ def test_selector_follows_the_prompt_over_three_steps(runs):
         [1.0, 1.0],
     ]
     # the same text in the validation set is another prompt; the other run's samples are never read
-    assert [d["uid"] for d in prompt_history(run=run, prompt_split="val", prompt_hash=H)] == ["v2"]
+    assert [d["uid"] for d in prompt_history(run=run, prompt_split="val", prompt_hash=H)] == ["val-prompt-uid"]
     assert [d["uid"] for d in prompt_history(run=other, prompt_split="train", prompt_hash=H)] == [
         "elsewhere"
     ]
@@ -151,7 +151,7 @@ def test_page_shows_every_step_with_the_group_mean(alice_client, runs):
     assert (
         'class="mean-line"' in page and page.count("<circle") == 6
     )  # the curve: 6 rewards, 3 means
-    assert "History unknown" not in page and "o2" not in page and "v2" not in page
+    assert "History unknown" not in page and "other-prompt-uid" not in page and "val-prompt-uid" not in page
 
 
 def test_links_and_old_uid_links_lead_to_the_prompts_history(alice_client, runs):
