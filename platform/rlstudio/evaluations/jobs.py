@@ -7,7 +7,7 @@ evaluation's record (plus settings for folders and the interpreter); the service
   outcome. Never from user input.
 - `build_spec`: the job's spec (trainer.evaluate_job) made from the run's config (`run_config`: made
   again from the run's record as a resume or clone's is, never the paths frozen at its submission), the step folders
-  found again in the run's folder (`selectors.checkpoint_steps`: never a path the user typed), the
+  found again in the run's folder (`rlstudio.runs.checkpoints.checkpoint_steps`: never a path the user typed), the
   dataset's own file, and the evaluation's bounded settings. A catalog model's evaluation has one
   column ("base", step 0: the model itself) and the config a new run from that model would get
   (`model_config`: the default preset, the model's path, trust_remote_code and tool-call parser from
@@ -98,7 +98,7 @@ def submission_id_for(ev) -> str:
 
 
 def build_spec(ev, *, steps: dict[int, Path]) -> dict[str, Any]:
-    """The job's spec. `steps`: the run's committed step folders (selectors.checkpoint_steps; empty for
+    """The job's spec. `steps`: the run's committed step folders (runs.checkpoints.checkpoint_steps; empty for
     a catalog model's evaluation); FileNotFoundError when a chosen step is no longer there."""
     gone = [s for s in ev.checkpoints if s not in steps]
     if gone:

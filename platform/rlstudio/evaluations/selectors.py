@@ -8,14 +8,10 @@ A failed evaluation's `error` (its reason, no server paths) is every reader's; i
 job log's tail, the error as it was) only its managers' (`can_manage_evaluation`)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from django.db.models import QuerySet
 from django.http import Http404
 
-from rlstudio.runs.launch import inside, run_folder
 from rlstudio.runs.selectors import can_manage
-from trainer.step_dirs import STEP_DIR  # not trainer.checkpoint: it loads torch
 
 from .models import Evaluation, EvaluationSample
 
@@ -89,17 +85,3 @@ def evaluation_samples_for(*, ev: Evaluation, prompt: int, column: str) -> Query
     """The samples of one cell (a prompt and a column) of an evaluation already read through
     `evaluation_get_for`, in sample order."""
     return EvaluationSample.objects.filter(evaluation=ev, prompt=prompt, column=column).order_by("sample")
-
-
-def checkpoint_steps(run) -> dict[int, Path]:
-    """The committed step folders of a run (global_step_N directly in its own folder, symlinks that
-    lead out of it ignored), by step. Only the platform's record of where the run writes is read."""
-    folder = run_folder(run)
-    if not folder.is_dir():
-        return {}
-    out = {}
-    for path in folder.iterdir():
-        m = STEP_DIR.match(path.name)
-        if m and path.is_dir() and inside(path, folder) and (path / "actor").is_dir():
-            out[int(m.group(1))] = path
-    return dict(sorted(out.items()))

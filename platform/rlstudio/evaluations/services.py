@@ -26,6 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.runs.checkpoints import checkpoint_steps
 from rlstudio.runs.dispatch import send_after_commit
 from rlstudio.runs.failure import stored_error
 from rlstudio.runs.launch import run_folder, write_spec
@@ -34,7 +35,7 @@ from rlstudio.text import without_nul
 
 from . import jobs
 from .models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationSample, EvaluationStatus
-from .selectors import can_manage_evaluation, checkpoint_steps
+from .selectors import can_manage_evaluation
 
 log = logging.getLogger(__name__)
 S = EvaluationStatus

@@ -1,7 +1,7 @@
 """Writes of exports: ask for one (the run's owner or staff), run one (the Celery task `exports.run_export`).
 
 An export turns checkpoint `step` of a run (a committed `global_step_<step>/` the platform finds in
-the run's own folder, `evaluations.selectors.checkpoint_steps`) into `exports/step_<step>/` inside
+the run's own folder, `runs.checkpoints.checkpoint_steps`) into `exports/step_<step>/` inside
 that folder with `trainer.export.export_checkpoint`: `huggingface/` (FSDP shards merged; LoRA: merged
 weights) and, for LoRA, `lora_adapter/`; a model card (`card.model_card`) is written into both as
 README.md; then `huggingface/` is registered in the catalog for the run's owner (checked as any model
@@ -27,7 +27,7 @@ from pathlib import Path
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from rlstudio.evaluations.selectors import checkpoint_steps
+from rlstudio.runs.checkpoints import checkpoint_steps
 from rlstudio.runs.failure import stored_error
 from rlstudio.runs.folders import remove_tree_inside
 from rlstudio.runs.launch import inside, run_folder

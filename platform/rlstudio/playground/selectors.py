@@ -53,7 +53,7 @@ def session_targets_visible(*, user, session: PlaygroundSession) -> bool:
 
 def checkpoint_steps(run) -> dict[int, Path]:
     """The run's committed step folders, by step (read from the run's own folder only)."""
-    from rlstudio.evaluations.selectors import checkpoint_steps as steps
+    from rlstudio.runs.checkpoints import checkpoint_steps as steps
 
     return steps(run)
 

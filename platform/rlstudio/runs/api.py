@@ -2,7 +2,7 @@
 
 /api/v1/runs/ (list with filters, create = launch), /runs/{id}/ (GET; PATCH: tags, note, project; DELETE: a
 finished run, its records and its folder), /runs/bulk-delete/ (POST: many finished runs, all or none),
-/runs/{id}/stop|resume|clone/ (POST), /runs/{id}/sharing/ (GET, PUT),
+/runs/{id}/stop|resume|clone|fork/ (POST), /runs/{id}/sharing/ (GET, PUT),
 /runs/{id}/job-log/?tail=&download= (Ray's driver log, owner and staff only; /logs/ is LIVE's event
 log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
 Views only translate HTTP to the services; refusals become the API's error shape (RunNotPermitted:
@@ -41,6 +41,7 @@ from .serializers import (
     RunCreatedSerializer,
     RunCreateSerializer,
     RunDetailSerializer,
+    RunForkSerializer,
     RunLogsSerializer,
     RunSerializer,
     RunSharingSerializer,
@@ -57,6 +58,7 @@ from .services import (
     run_clone,
     run_config_save,
     run_delete,
+    run_fork,
     check_project_of,
     run_new,
     run_resume,
@@ -316,6 +318,25 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             raise _invalid_all(exc, base=run.config, overrides=s.validated_data.get("overrides"),
                                dataset=run.dataset, val_dataset=run.val_dataset, model=run.model,
                                gpus=run.gpus, reward_model=run.reward_model) from None
+        except RunRefused as exc:
+            raise _refused(exc) from None
+        return self._answer(new)
+
+    @extend_schema(request=RunForkSerializer, responses={201: RunDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def fork(self, request, pk=None):
+        """A new run from one kept checkpoint of this finished run with fork-changeable keys changed
+        (`run_fork`; docs/runs.md "Fork from a checkpoint"): 201, or 400 naming the field (`step`, the
+        dotted key, `overrides`) with nothing created, 409 for a live run or one without a checkpoint."""
+        run = self._run(pk)
+        s = RunForkSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        try:
+            new = run_fork(run=run, by=request.user, step=d.get("step"), name=d.get("name") or None,
+                           overrides=d.get("overrides"))
+        except RunInputInvalid as exc:
+            raise _invalid(exc) from None
         except RunRefused as exc:
             raise _refused(exc) from None
         return self._answer(new)

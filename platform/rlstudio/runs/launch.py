@@ -114,12 +114,13 @@ _DEFAULT_PARSER = Config().actor_rollout_ref.rollout.multi_turn.format
 
 def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0, reward_name: str = "default",
                     out_dir: Path | None = None, resume_from: str = "", tool_config: Path | None = None,
-                    loggers: Sequence[str] = (), reward_model=None) -> dict[str, Any]:
+                    loggers: Sequence[str] = (), reward_model=None, fork: bool = False) -> dict[str, Any]:
     """The keys only the platform sets (gate.PLATFORM_KEYS), from catalog objects and the run's record.
 
     Paths come from the dataset and model records (the reward model's from the catalog reward model the
     run chose, which also turns reward_model.enable on), the run's folder and a checkpoint the platform
-    recorded; code from the operator's reward registry; resources from the run's GPUs and settings
+    recorded (a `fork` starts from it with the config's fork-changeable keys: trainer.resume_fork);
+    code from the operator's reward registry; resources from the run's GPUs and settings
     (more GPUs than one node has, RLSTUDIO_GPUS_PER_NODE: whole nodes, trainer.nnodes > 1); the run's
     disk from settings (the cap on checkpoints kept, the folder's budget).
     """
@@ -146,6 +147,7 @@ def platform_values(*, dataset=None, val_dataset=None, model=None, gpus: int = 0
         "trainer.default_local_dir": str(out_dir) if out_dir is not None else "outputs/run",
         "trainer.resume_mode": "resume_path" if resume_from else "auto",
         "trainer.resume_from_path": resume_from or None,
+        "trainer.resume_fork": bool(fork and resume_from),
         "trainer.device": "cuda" if gpus > 0 else "cpu",
         "trainer.nnodes": nnodes,
         "trainer.n_gpus_per_node": per_node,
@@ -323,7 +325,8 @@ def _allowed_loggers() -> tuple[str, ...]:
 def freeze_spec(*, run, out_dir: Path, tool_config: Path | None = None) -> dict[str, Any]:
     """The config the trainer runs, made again from the run's record: the user's keys of its stored
     config (re-checked against their bounds), then every platform key from the run's dataset, model,
-    GPUs, reward choice, tool set, resume source and its own folder, and the platform's sinks."""
+    GPUs, reward choice, tool set, resume source (a fork's: with trainer.resume_fork) and its own folder,
+    and the platform's sinks."""
     try:
         cfg = Config.from_dict(gate.user_view(run.config))
         gate.check_bounds(cfg.to_dict())
@@ -335,7 +338,8 @@ def freeze_spec(*, run, out_dir: Path, tool_config: Path | None = None) -> dict[
         cfg = apply_overrides(cfg, platform_values(
             dataset=run.dataset, val_dataset=run.val_dataset, model=run.model, gpus=run.gpus,
             reward_name=cfg.reward.name, out_dir=out_dir, resume_from=resume_source(run),
-            tool_config=tool_config, loggers=loggers, reward_model=run.reward_model))
+            tool_config=tool_config, loggers=loggers, reward_model=run.reward_model,
+            fork=run.parent_kind == "fork"))
         check_reward_model(cfg, run.reward_model, require=True)
         validate(cfg)
     except ConfigError as exc:
@@ -367,10 +371,14 @@ def run_folder(run) -> Path:
     return run_dir(run.pk)
 
 
+# The kinds of run that start from a checkpoint of their parent (`Run.resume_from`).
+FROM_CHECKPOINT_KINDS = ("resume", "fork")
+
+
 def resume_source(run) -> str:
-    """The checkpoint a resumed run starts from: the one recorded on it, and only when it lies in the
-    folder of its parent run of the same owner (the platform's own record, never user input)."""
-    if run.parent_kind != "resume" or not run.resume_from or run.parent is None:
+    """The checkpoint a resumed or forked run starts from: the one recorded on it, and only when it lies
+    in the folder of its parent run of the same owner (the platform's own record, never user input)."""
+    if run.parent_kind not in FROM_CHECKPOINT_KINDS or not run.resume_from or run.parent is None:
         return ""
     if run.parent.owner_id != run.owner_id:
         return ""

@@ -42,9 +42,14 @@ ACTIVE_STATUSES = frozenset({RunStatus.SUBMITTING, RunStatus.RUNNING, RunStatus.
 
 
 class RunParentKind(models.TextChoices):
+    """How a run was made from its parent: a resume continues from its last checkpoint with its config,
+    a clone starts afresh from the model with its config (changed), a fork starts from one of its
+    checkpoints with some settings changed (`trainer.config.fork.FORK_CHANGEABLE`)."""
+
     NONE = "", "none"
     RESUME = "resume", "resume"
     CLONE = "clone", "clone"
+    FORK = "fork", "fork"
 
 
 class RunVisibility(models.TextChoices):
@@ -116,7 +121,7 @@ class Run(models.Model):
     )
     resume_from = models.CharField(
         max_length=1024, blank=True,
-        help_text="The checkpoint a resumed run starts from, recorded by the platform in the parent's folder.",
+        help_text="The checkpoint a resumed or forked run starts from, recorded by the platform in the parent's folder.",
     )
     tags = ArrayField(models.CharField(max_length=MAX_TAG_LENGTH), default=list, blank=True,
                       help_text="Short labels the owner gives the run (the runs list filters by them).")

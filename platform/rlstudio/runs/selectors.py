@@ -352,11 +352,50 @@ def trained_to_the_end(*, run: Run, checkpoint: str | None) -> bool:
             and step >= run.total_steps)
 
 
+# The run page's Fork form: the fork-changeable keys it has an input for (input name, dotted key, label).
+FORK_FORM_FIELDS = (
+    ("lr", "actor_rollout_ref.actor.optim.lr", "learning rate"),
+    ("kl_coef", "algorithm.kl_ctrl.kl_coef", "KL coefficient"),
+    ("temperature", "actor_rollout_ref.rollout.temperature", "temperature"),
+    ("total_training_steps", "trainer.total_training_steps", "total training steps"),
+)
+
+
+def fork_origin(*, run: Run, user: AbstractBaseUser) -> dict | None:
+    """For a fork: {"step": the checkpoint's step (None when its record names no global_step_N),
+    "changes": [{"key", "old", "new"}] the user keys it changed from its parent's config (None when the
+    parent is gone or a config no longer reads), "parent_visible": whether `user` reads the parent (else
+    its old values are left out)}; None for any other run."""
+    from .config_diff import stored_changes
+
+    if run.parent_kind != Run.ParentKind.FORK:
+        return None
+    parent = run.parent
+    changes = stored_changes(before=parent.config, after=run.config) if parent is not None else None
+    visible = parent is not None and visible_runs(Run.objects.filter(pk=parent.pk), user=user).exists()
+    return {"step": checkpoint_step(run.resume_from), "parent_visible": visible,
+            "changes": None if changes is None else [{"key": c.key, "old": c.old, "new": c.new} for c in changes]}
+
+
+def fork_form_context(*, run: Run) -> dict:
+    """What the run page's Fork form offers: "steps", the run's kept checkpoint steps newest first, and
+    "fields", the inputs of FORK_FORM_FIELDS with the run's value of each (shown as the placeholder:
+    left empty, it is unchanged)."""
+    from trainer.config.fork import dotted
+
+    from .checkpoints import checkpoint_steps
+
+    return {"steps": sorted(checkpoint_steps(run), reverse=True),
+            "fields": [{"name": name, "key": key, "label": label, "current": dotted(run.config, key)}
+                       for name, key, label in FORK_FORM_FIELDS]}
+
+
 def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     """Context for templates/runs/_controls.html and _logs.html (LIVE merges it into the run page).
 
     `can_*` say which buttons make sense now (none for a user the run is only shared with:
-    `can_manage` false, `access` "shared"); `progress` is 0–100 when total steps are known;
+    `can_manage` false, `access` "shared"; `can_fork`: a finished run with a kept checkpoint, whose
+    steps and inputs `fork_form` holds); `fork_origin` is a fork's step and changes; `progress` is 0–100 when total steps are known;
     `duration` is run_duration's; `clock` holds unix seconds (server's now, started, finished, last
     heartbeat; "" when unset) from which run_controls.js keeps the duration and the heartbeat's age
     ticking between two refreshes of the card.
@@ -370,6 +409,7 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     manage = can_manage(user=user, run=run)
     now = timezone.now()
     clock = {"now": f"{now.timestamp():.3f}"}
+    fork_form = fork_form_context(run=run) if manage and run.is_terminal else {"steps": [], "fields": []}
     for key, value in (("started", run.started), ("finished", run.finished), ("heartbeat", run.last_heartbeat)):
         clock[key] = f"{value.timestamp():.3f}" if value is not None else ""
     return {
@@ -387,6 +427,9 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
         "can_resume": (manage and status in ("stopped", "failed", "lost", "succeeded") and bool(run.checkpoint_path)
                        and not trained_to_the_end(run=run, checkpoint=run.checkpoint_path)),
         "can_clone": manage,
+        "can_fork": bool(fork_form["steps"]),
+        "fork_form": fork_form,
+        "fork_origin": fork_origin(run=run, user=user),
         "can_delete": manage and status in ("stopped", "failed", "lost", "succeeded"),
         "is_live": status in ("queued", "submitting", "running", "stopping"),
     }

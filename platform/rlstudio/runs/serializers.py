@@ -210,6 +210,16 @@ class RunCloneSerializer(serializers.Serializer):
     overrides = serializers.JSONField(required=False, allow_null=True, validators=[check_overrides])
 
 
+class RunForkSerializer(serializers.Serializer):
+    """POST /api/v1/runs/{id}/fork/: which kept checkpoint, the new run's name, the changed keys."""
+
+    step = serializers.IntegerField(required=False, allow_null=True, min_value=0,
+                                    help_text="A kept checkpoint's step (global_step_N); null or absent: the newest.")
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    overrides = serializers.JSONField(required=False, allow_null=True, validators=[check_overrides],
+                                      help_text="Dotted keys a fork may change (trainer.config.fork), through the gate.")
+
+
 class RunConfigCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, default="", max_length=MAX_NOTE_LENGTH,

@@ -1,4 +1,4 @@
-"""URLs of the runs pages: list, launch form, a run's control POSTs (stop, resume, clone, tags and note,
+"""URLs of the runs pages: list, launch form, a run's control POSTs (stop, resume, clone, fork, tags and note,
 sharing, project, delete), deleting many (the list's Delete selected: a confirm page, then its POST), the
 quota page. The run page itself and /runs/compare/ are telemetry's."""
 from django.urls import path
@@ -17,6 +17,7 @@ urlpatterns = [
     path("<int:run_id>/stop/", views.run_stop_view, name="stop"),
     path("<int:run_id>/resume/", views.run_resume_view, name="resume"),
     path("<int:run_id>/clone/", views.run_clone_view, name="clone"),
+    path("<int:run_id>/fork/", views.run_fork_view, name="fork"),  # from a kept checkpoint, settings changed
     path("<int:run_id>/annotate/", views.run_annotate_view, name="annotate"),  # tags and note
     path("<int:run_id>/share/", views.run_share_view, name="share"),
     path("<int:run_id>/project/", views.run_project_view, name="project"),  # move into / out of a project

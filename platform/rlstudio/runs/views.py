@@ -1,5 +1,6 @@
 """Pages of the runs app: the runs list (home page: filters, sorting, runs picked to compare), the
-launch form, a run's controls, its tags and note, and whom it is shared with."""
+launch form, a run's controls (stop, resume, clone, fork, delete), its tags and note, and whom it is
+shared with."""
 from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
@@ -409,6 +410,54 @@ def run_clone_view(request, run_id: int):
     from .services import run_clone
 
     return _control(request, run_id, lambda run: run_clone(run=run, by=request.user))
+
+
+# The Fork form's "further changes" textarea: at most this many key=value lines.
+MAX_FORK_LINES = 100
+
+
+def fork_form_overrides(post) -> list[str]:
+    """The Fork form's changes as `key=value` overrides: each input of FORK_FORM_FIELDS that is not
+    empty, then each line of the `overrides` textarea (blank lines and `#` comments skipped); a line
+    without `=` is RunInputInvalid on `overrides`."""
+    from .selectors import FORK_FORM_FIELDS
+    from .services import RunInputInvalid
+
+    out = [f"{key}={post.get(name).strip()}" for name, key, _label in FORK_FORM_FIELDS
+           if (post.get(name) or "").strip()]
+    lines = [line.strip() for line in (post.get("overrides") or "").splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    if len(lines) > MAX_FORK_LINES:
+        raise RunInputInvalid(f"at most {MAX_FORK_LINES} key=value lines", field="overrides")
+    for line in lines:
+        if "=" not in line:
+            raise RunInputInvalid(f"{line[:80]!r} is not key=value", field="overrides")
+        out.append(line)
+    return out
+
+
+@login_required
+@require_POST
+def run_fork_view(request, run_id: int):
+    """POST the run page's Fork form: `step` (a kept checkpoint's), `name` (optional), the inputs of
+    FORK_FORM_FIELDS (empty: unchanged) and `overrides` (key=value lines). The new run's page, or back
+    to this run's with a message naming the key refused (owner or staff; a reader gets 403)."""
+    from django.contrib import messages
+
+    from .services import RunInputInvalid, run_fork
+
+    def do(run):
+        try:
+            new = run_fork(run=run, by=request.user, step=request.POST.get("step") or None,
+                           name=(request.POST.get("name") or "").strip()[:200] or None,
+                           overrides=fork_form_overrides(request.POST))
+        except RunInputInvalid as exc:
+            messages.error(request, f"Not forked: {exc.field}: {exc}")
+            return run
+        messages.success(request, f"Run “{new.name}” is {new.status}.")
+        return new
+
+    return _control(request, run_id, do)
 
 
 @login_required

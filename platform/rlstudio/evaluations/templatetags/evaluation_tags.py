@@ -11,11 +11,12 @@ from django import template
 
 from rlstudio.catalog.rewardcheck import reward_names
 from rlstudio.catalog.selectors import dataset_list_for
+from rlstudio.runs.checkpoints import checkpoint_steps
 from rlstudio.runs.selectors import can_manage
 
 from ..matrix import matrix_rows
 from ..models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
-from ..selectors import checkpoint_steps, evaluation_error_log_for, model_evaluations_of
+from ..selectors import evaluation_error_log_for, model_evaluations_of
 from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
 
 register = template.Library()

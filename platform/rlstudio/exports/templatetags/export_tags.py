@@ -4,7 +4,7 @@ checkpoints, each with a "Talk to it" link to the playground and, for whoever ma
 Export button)."""
 from django import template
 
-from rlstudio.evaluations.selectors import checkpoint_steps
+from rlstudio.runs.checkpoints import checkpoint_steps
 from rlstudio.runs.selectors import can_manage
 
 from ..models import Export

@@ -7,6 +7,7 @@
     submission   submit to Ray, re-send, adopt a job a lost task made, record progress
     stop         cancel, graceful stop, force kill
     lineage      new runs from a config, resume, clone, saved configs (the config gate runs here)
+    fork         a new run from one kept checkpoint of a finished run, with fork-changeable keys changed
     deletion     deleting a finished run: its records (after the `on_run_delete` hooks), then its folder;
                  `runs_delete`, many runs at once, all or none
     sharing      who controls a run (owner, staff), its tags and note, sharing it read-only, its project
@@ -36,6 +37,7 @@ from .deletion import (
     runs_delete,
 )
 from .export import on_run_succeeded, run_register_export
+from .fork import run_fork
 from .lineage import run_clone, run_config_save, run_launch_admit, run_new, run_resume
 from .sharing import (
     check_can_manage,
@@ -73,7 +75,7 @@ __all__ = [
     "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
     "bulk_delete_refusals", "clean_run_ids", "DeleteRefusal", "RunsNotDeleted", "run_annotate", "run_share", "run_set_project", "runs_access_changed", "check_project_of", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",
-    "run_force_kill", "run_issue_ingest_token", "queue_admit_launched", "run_launch_admit", "run_launch_recorded", "run_queue_move", "run_mark_finished",
+    "run_force_kill", "run_fork", "run_issue_ingest_token", "queue_admit_launched", "run_launch_admit", "run_launch_recorded", "run_queue_move", "run_mark_finished",
     "run_mark_running", "run_new", "run_output_dir", "run_reach", "run_record_progress",
     "run_requeue_unsent", "run_resubmit", "run_resume", "run_stop", "run_submit", "run_token_check",
     "run_transition", "token_hash", "transition_path",

@@ -5,7 +5,8 @@ with). When: only a finished run (stopped, succeeded, failed, lost); anything el
 (409) naming what to do first:
   * a queued, submitting, running or stopping run: stop it first (Stop cancels a queued run at once,
     and a queued run may be admitted and submitted at any moment: only a finished run is deleted);
-  * a run resumed from it that has not finished: it starts from a checkpoint in this run's folder;
+  * a run resumed or forked from it that has not finished: it starts from a checkpoint in this run's
+    folder;
   * an evaluation or an export of the run still queued or running, or what an `on_run_delete_refusal`
     check says (the playground's: a session on the run's checkpoints still queued or running);
   * a catalog model exported from it: its files are in the run's folder (delete that export first).
@@ -20,8 +21,9 @@ rolls the deletion back.
 What goes, in one transaction: the run's row and, by their foreign keys (on_delete CASCADE), its
 events, metric rows, samples, memory points, retention and ingest counts, alert rules, alert state,
 alert firings and notifications, evaluations (and their samples), exports, sharing rows; and its
-playground sessions, by the playground's hook. Runs cloned or resumed from it stay (their `parent` is set to NULL; a resumed
-run keeps `parent_kind` and `resume_from` as a record of where it started). The audit log keeps its
+playground sessions, by the playground's hook. Runs cloned, resumed or forked from it stay (their `parent`
+is set to NULL; a resumed or forked run keeps `parent_kind` and `resume_from` as a record of where it
+started). The audit log keeps its
 events, `run.delete` among them. After the commit, the run's folder (`launch.run_folder`, from the
 run's record, never user input) is removed only when it is a real folder inside the platform's
 RUNS_DIR, no link followed (`runs.folders.remove_tree_inside`); a folder that could not be removed
@@ -88,10 +90,11 @@ def delete_refusal(run: Run) -> str:
         what = "cancel it with Stop" if run.status == "queued" else "stop it"
         return (f"the run is {run.status}: {what} first; only a finished run (stopped, succeeded, failed or "
                 "lost) can be deleted")
-    child = (run.children.filter(parent_kind=Run.ParentKind.RESUME).exclude(status__in=TERMINAL_STATUSES)
-             .order_by("pk").first())
+    child = (run.children.filter(parent_kind__in=(Run.ParentKind.RESUME, Run.ParentKind.FORK))
+             .exclude(status__in=TERMINAL_STATUSES).order_by("pk").first())
     if child is not None:
-        return (f"run “{child.name}” (#{child.pk}) resumes from this run's checkpoint and is {child.status}: "
+        how = "is forked from" if child.parent_kind == Run.ParentKind.FORK else "resumes from"
+        return (f"run “{child.name}” (#{child.pk}) {how} this run's checkpoint and is {child.status}: "
                 "stop it or let it finish first")
     for related, what in ((run.evaluations, "evaluation"), (run.exports, "export")):
         job = related.filter(status__in=_ACTIVE_JOB_STATUSES).order_by("pk").first()
