@@ -1,12 +1,14 @@
 """What a model card says about a run (`card.CardFacts`), read from the platform's records: the run's
 model and datasets by their catalog names, its frozen config seen as its user owns it
-(`runs.gate.user_view`: every key the platform sets reset, so no server path), the held-out reward
+(`runs.gate.changes.user_view`: every key the platform sets reset, so no server path), the held-out reward
 from the stored metrics, and the finished evaluations that include the exported step."""
 from __future__ import annotations
 
 from typing import Any
 
-from rlstudio.runs.gate import USER_KEYS, changed_keys, flatten, user_view
+from rlstudio.runs.gate.changes import user_view
+from rlstudio.runs.gate.flat import changed_keys, flatten
+from rlstudio.runs.gate.keys import USER_KEYS
 
 from .card import CardFacts, EvalFigures, HeldOut
 
@@ -15,7 +17,7 @@ NOT_ABOUT_THE_MODEL = ("report.", "trainer.logger", "trainer.project_name", "tra
 
 
 def user_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """The user-settable keys (gate.USER_KEYS) whose values differ from the trainer's defaults, dotted.
+    """The user-settable keys (gate.keys.USER_KEYS) whose values differ from the trainer's defaults, dotted.
     A string value that looks like an absolute path is left out, whatever its key."""
     flat = flatten(user_view(config or {}))
     out = {}

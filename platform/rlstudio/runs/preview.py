@@ -24,8 +24,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from trainer.config import Config, ConfigError, apply_overrides, config_errors, config_warnings, describe_sections
 
-from . import gate, launch
+from . import launch
 from .adapt import Adaptation, adapt_preset, resources_label
+from .gate.bounds import GateRefused
+from .gate.changes import check, check_bounds, user_view
+from .gate.flat import flatten, unflatten
+from .gate.keys import PLATFORM_KEYS
 
 # The resource keys the platform writes from the run's GPUs (listed with the adaptations).
 RESOURCE_KEYS = ("trainer.device", "trainer.nnodes", "trainer.n_gpus_per_node", "trainer.launcher")
@@ -73,7 +77,7 @@ class _Gate:
         self.trackers = launch.tracker_refusals()
 
     def __call__(self, before: Config, after: Config) -> None:
-        gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=self.rewards, tool_names=self.tools,
+        check(before=before.to_dict(), after=after.to_dict(), reward_names=self.rewards, tool_names=self.tools,
                    trackers=self.trackers)
 
 
@@ -81,15 +85,15 @@ def _whole_config(config: Mapping[str, Any], check_gate: _Gate, errors: list[Fie
     """A config the user typed, key by key: the keys that pass (type and gate) make the start."""
     good: dict[str, Any] = {}
     defaults = Config()
-    for key, value in gate.flatten(config).items():
+    for key, value in flatten(config).items():
         try:
-            one = Config.from_dict(gate.unflatten({key: value}))
+            one = Config.from_dict(unflatten({key: value}))
             check_gate(defaults, one)
-        except (ConfigError, gate.GateRefused) as exc:
+        except (ConfigError, GateRefused) as exc:
             errors.append(_error(exc, "config"))
         else:
             good[key] = value
-    return Config.from_dict(gate.unflatten(good))
+    return Config.from_dict(unflatten(good))
 
 
 def _overrides(start: Config, overrides: Any, check_gate: _Gate, errors: list[FieldError]) -> tuple[Config, set[str]]:
@@ -107,7 +111,7 @@ def _overrides(start: Config, overrides: Any, check_gate: _Gate, errors: list[Fi
             keys.add(str(item[0]))
         try:
             check_gate(start, apply_overrides(start, one))
-        except (ConfigError, gate.GateRefused) as exc:
+        except (ConfigError, GateRefused) as exc:
             err = _error(exc, "overrides")
             if err.field == "overrides[0]":  # the item's own index in the whole list
                 err = FieldError(f"overrides[{i}]", err.message, "overrides")
@@ -120,7 +124,7 @@ def _overrides(start: Config, overrides: Any, check_gate: _Gate, errors: list[Fi
     try:
         cfg = apply_overrides(start, together)
         check_gate(start, cfg)
-    except (ConfigError, gate.GateRefused) as exc:  # each passed alone; together they do not
+    except (ConfigError, GateRefused) as exc:  # each passed alone; together they do not
         errors.append(_error(exc, "overrides"))
         return start, keys
     return cfg, keys
@@ -139,8 +143,8 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
         if base is not None:
             if not isinstance(base, Mapping):
                 raise launch.ConfigInvalid("config", "must be an object")
-            start = Config.from_dict(gate.user_view(base))
-            gate.check_bounds(start.to_dict())
+            start = Config.from_dict(user_view(base))
+            check_bounds(start.to_dict())
             checked.reference, checked.reference_label = start.to_dict(), "the saved config"
         elif config:
             if not isinstance(config, Mapping):
@@ -155,7 +159,7 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
             if adapt or (adapt is None and dataset is not None):
                 adapted = adapt_preset(start, gpus=gpus)
                 start, checked.adaptations = adapted.config, adapted.changes
-    except (ConfigError, gate.GateRefused, launch.ConfigInvalid) as exc:
+    except (ConfigError, GateRefused, launch.ConfigInvalid) as exc:
         errors.append(_error(exc, "config"))
         return checked
     cfg = start
@@ -183,7 +187,7 @@ def check_all(*, preset: str | None = None, config: Mapping[str, Any] | None = N
     if not errors:  # the operator's bounds on one step, one validation and checkpoints kept, over keys that each passed
         try:
             launch.check_sizes(checked.config, val_dataset, model, dataset=dataset)
-        except gate.GateRefused as exc:
+        except GateRefused as exc:
             errors.append(_error(exc))
     return checked
 
@@ -241,7 +245,7 @@ def yaml_lines(config: Mapping[str, Any], marks: Mapping[str, str] | None = None
 
 def _marks(checked: Checked) -> tuple[dict[str, str], dict[str, Any]]:
     """Each key whose effective value differs from the reference, and why: adapted, platform, yours."""
-    now, ref = gate.flatten(checked.config or {}), gate.flatten(checked.reference or {})
+    now, ref = flatten(checked.config or {}), flatten(checked.reference or {})
     adapted = {c.key: c.after for c in checked.adaptations}
     marks, before = {}, {}
     for key, value in now.items():
@@ -249,7 +253,7 @@ def _marks(checked: Checked) -> tuple[dict[str, str], dict[str, Any]]:
             continue
         if key in adapted and adapted[key] == value:
             marks[key] = "adapted"
-        elif key in gate.PLATFORM_KEYS:
+        elif key in PLATFORM_KEYS:
             marks[key] = "platform"
         else:
             marks[key] = "yours"
@@ -261,7 +265,7 @@ def adapted_summary(checked: Checked) -> list[dict[str, Any]]:
     """What was fitted to the resources: the preset's adapted keys, then the platform's resource keys
     that differ from where the config started (device, nodes, GPUs per node, launcher)."""
     out = [c.as_dict() for c in checked.adaptations]
-    now, ref = gate.flatten(checked.config or {}), gate.flatten(checked.reference or {})
+    now, ref = flatten(checked.config or {}), flatten(checked.reference or {})
     for key in RESOURCE_KEYS:
         if key in now and key in ref and now[key] != ref[key]:
             out.append({"key": key, "before": ref[key], "after": now[key],

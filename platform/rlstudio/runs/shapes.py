@@ -1,6 +1,6 @@
 """The shapes of a run's training step and validation batch, worked out from its config before it starts.
 
-One copy of the rules that both the launch gate (`gate.check_step_size`, `gate.check_validation_size`:
+One copy of the rules that both the launch gate (`gate.sizes.check_step_size`, `gate.sizes.check_validation_size`:
 the operator's bounds) and the memory estimate (`memory_estimate.estimate`) read, as the trainer
 applies them:
 

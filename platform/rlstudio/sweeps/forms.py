@@ -7,7 +7,7 @@ from __future__ import annotations
 from django import forms
 
 from rlstudio.runs.forms import ModelField
-from rlstudio.runs.gate import USER_KEYS
+from rlstudio.runs.gate.keys import USER_KEYS
 
 from .grid import MAX_AXES, AxesInvalid, parse_values_text
 from .models import MAX_SWEEP_NAME_LENGTH

@@ -19,7 +19,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
-from rlstudio.runs import gate, launch
+from rlstudio.runs import launch
+from rlstudio.runs.gate.changes import user_view
+from rlstudio.runs.gate.keys import PLATFORM_KEYS, USER_KEYS
 from rlstudio.runs.errors import ConfigInvalid, RunInputInvalid, RunRefused
 from rlstudio.runs.models import TERMINAL_STATUSES
 from rlstudio.runs.services import run_annotate, run_launch_admit, run_new, run_stop
@@ -56,10 +58,10 @@ def check_axes(raw: Any) -> list[Axis]:
     except AxesInvalid as exc:
         raise RunInputInvalid(str(exc), field=exc.field) from None
     for i, axis in enumerate(axes):
-        if axis.key in gate.PLATFORM_KEYS:
-            raise RunInputInvalid(f"{axis.key} is set by the platform from {gate.PLATFORM_KEYS[axis.key]}; "
+        if axis.key in PLATFORM_KEYS:
+            raise RunInputInvalid(f"{axis.key} is set by the platform from {PLATFORM_KEYS[axis.key]}; "
                                   "a sweep cannot vary it", field=f"axes[{i}].key")
-        if axis.key not in gate.USER_KEYS:
+        if axis.key not in USER_KEYS:
             raise RunInputInvalid(f"{axis.key} is not a key users may set (docs/security.md lists the ones "
                                   "they may)", field=f"axes[{i}].key")
     size, cap = grid_size(axes), max_sweep_runs()
@@ -115,7 +117,7 @@ def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: Sweep
     points = expand_grid(checked)
     common = dict(dataset=inputs.dataset, val_dataset=inputs.val_dataset, model=inputs.model, gpus=inputs.gpus,
                   reward_model=inputs.reward_model)
-    base = gate.user_view(launch.build_config(preset=inputs.preset, config=inputs.config, base=inputs.saved,
+    base = user_view(launch.build_config(preset=inputs.preset, config=inputs.config, base=inputs.saved,
                                               overrides=inputs.overrides, **common))
     for point in points:
         try:

@@ -34,7 +34,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Func
 from django.utils import timezone
 
-from rlstudio.runs.gate import flatten
+from rlstudio.runs.gate.flat import flatten
 from rlstudio.runs.selectors import latest_reward, run_configs_comparable_for, runs_get_for
 
 from .models import MetricRow

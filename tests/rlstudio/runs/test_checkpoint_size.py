@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from rlstudio.catalog.models import ModelAsset
-from rlstudio.runs import gate, launch, preview
+from rlstudio.runs import launch, preview
+from rlstudio.runs.gate.bounds import GateRefused
+from rlstudio.runs.gate.disk import check_checkpoint_size
 from rlstudio.runs.checkpoint_estimate import estimate, estimate_for
 from rlstudio.runs.memory_estimate import GIB, count_parameters, lora_parameters, shape_from_config
 from rlstudio.runs.models import Run
@@ -109,19 +111,19 @@ def test_the_estimate_matches_a_real_checkpoint(tiny, over):
 def test_the_gate_refuses_over_the_budget_only():
     shape = shape_from_config(SEVEN_B)
     full = estimate(shape, _cfg(), tied_embeddings=False)
-    gate.check_checkpoint_size(_cfg(), full, 200)  # 85 GiB fits 200
-    gate.check_checkpoint_size(_cfg(), full, None)  # no budget
-    gate.check_checkpoint_size(_cfg(), None, 1)  # no estimate
-    with pytest.raises(gate.GateRefused) as exc:
-        gate.check_checkpoint_size(_cfg(), full, 50)
+    check_checkpoint_size(_cfg(), full, 200)  # 85 GiB fits 200
+    check_checkpoint_size(_cfg(), full, None)  # no budget
+    check_checkpoint_size(_cfg(), None, 1)  # no estimate
+    with pytest.raises(GateRefused) as exc:
+        check_checkpoint_size(_cfg(), full, 50)
     assert exc.value.key == LORA
     assert exc.value.message.startswith(f"one checkpoint of this model is about {full.bytes / GIB:.2f} GB, over "
                                         "this deployment's per-run disk budget of 50 GB (RLSTUDIO_RUN_DISK_BUDGET_GB)")
     assert "train with LoRA" in exc.value.message and "trainer.save_freq" in exc.value.message
     # with LoRA the actor fits; gae's full critic does not: the critic's key is named
     cfg = _cfg(**{LORA: 16, "algorithm.adv_estimator": "gae"})
-    with pytest.raises(gate.GateRefused) as exc:
-        gate.check_checkpoint_size(cfg, estimate(shape, cfg, tied_embeddings=False), 50)
+    with pytest.raises(GateRefused) as exc:
+        check_checkpoint_size(cfg, estimate(shape, cfg, tied_embeddings=False), 50)
     assert exc.value.key == "algorithm.adv_estimator" and "the critic of gae" in exc.value.message
 
 
@@ -191,9 +193,9 @@ def test_a_resume_over_the_budget_is_refused_on_run_not_on_a_key_it_cannot_set()
     budget, and that a clone with the shrinking key changed is the alternative."""
     shape = shape_from_config(SEVEN_B)
     full = estimate(shape, _cfg(), tied_embeddings=False)
-    gate.check_checkpoint_size(_cfg(), full, 200, resume=True)  # fits: nothing refused
-    with pytest.raises(gate.GateRefused) as exc:
-        gate.check_checkpoint_size(_cfg(), full, 50, resume=True)
+    check_checkpoint_size(_cfg(), full, 200, resume=True)  # fits: nothing refused
+    with pytest.raises(GateRefused) as exc:
+        check_checkpoint_size(_cfg(), full, 50, resume=True)
     assert exc.value.key == "run"
     assert exc.value.message == (
         f"one checkpoint of this run is about {full.bytes / GIB:.2f} GB, over this deployment's per-run disk "
@@ -201,8 +203,8 @@ def test_a_resume_over_the_budget_is_refused_on_run_not_on_a_key_it_cannot_set()
         f"with LoRA ({LORA} > 0: a checkpoint then holds the adapter alone) writes a smaller checkpoint (the new-run "
         "form's preview says whether it fits)")
     cfg = _cfg(**{LORA: 16, "algorithm.adv_estimator": "gae"})
-    with pytest.raises(gate.GateRefused) as exc:
-        gate.check_checkpoint_size(cfg, estimate(shape, cfg, tied_embeddings=False), 50, resume=True)
+    with pytest.raises(GateRefused) as exc:
+        check_checkpoint_size(cfg, estimate(shape, cfg, tied_embeddings=False), 50, resume=True)
     assert exc.value.key == "run" and "an estimator without a critic (algorithm.adv_estimator" in exc.value.message
     assert exc.value.message.endswith("e.g. grpo) fits instead")  # the actor's part alone was checked to fit
 

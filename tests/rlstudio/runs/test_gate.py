@@ -4,7 +4,12 @@ import math
 
 import pytest
 
-from rlstudio.runs import gate
+from rlstudio.runs.gate import changes
+from rlstudio.runs.gate.bounds import Bound, GateRefused, check_value
+from rlstudio.runs.gate.changes import check, user_view
+from rlstudio.runs.gate.flat import flatten, unflatten
+from rlstudio.runs.gate.keys import PLATFORM_KEYS, USER_KEYS, markdown, unlisted_keys
+from rlstudio.runs.gate.sizes import StepLimits, check_step_size, check_validation_size
 from trainer.config import Config, ConfigError, apply_overrides, describe_config
 
 REWARDS = ["default", "gsm8k", "arith"]
@@ -14,20 +19,20 @@ TOOLS = ["calculator", "calc_gsm8k_reward"]
 def _check(overrides, before=None):
     before = before or Config()
     after = apply_overrides(before, overrides)
-    gate.check(before=before.to_dict(), after=after.to_dict(), reward_names=REWARDS, tool_names=TOOLS)
+    check(before=before.to_dict(), after=after.to_dict(), reward_names=REWARDS, tool_names=TOOLS)
 
 
 def test_every_schema_key_is_on_one_list():
     """A key added to trainer.config later is refused until someone puts it on a list."""
-    assert gate.unlisted_keys() == []
-    assert not set(gate.USER_KEYS) & set(gate.PLATFORM_KEYS)
+    assert unlisted_keys() == []
+    assert not set(USER_KEYS) & set(PLATFORM_KEYS)
     schema = {key for key, *_ in describe_config()}
-    assert set(gate.USER_KEYS) <= schema and set(gate.PLATFORM_KEYS) <= schema
+    assert set(USER_KEYS) <= schema and set(PLATFORM_KEYS) <= schema
 
 
 def test_a_key_on_no_list_is_refused(monkeypatch):
-    monkeypatch.setattr(gate, "USER_KEYS", {k: b for k, b in gate.USER_KEYS.items() if k != "trainer.project_name"})
-    with pytest.raises(gate.GateRefused) as exc:
+    monkeypatch.setattr(changes, "USER_KEYS", {k: b for k, b in USER_KEYS.items() if k != "trainer.project_name"})
+    with pytest.raises(GateRefused) as exc:
         _check({"trainer.project_name": "mine"})
     assert exc.value.key == "trainer.project_name"
     assert "not a key users may set" in exc.value.message
@@ -42,7 +47,7 @@ CHOICE_KEYS = [key for key, tp, *_ in describe_config() if tp.startswith('"')]
 def test_no_string_key_takes_a_path(key):
     """Every string-valued key of the schema: a server path is refused, naming the key."""
     value = ["/etc/passwd"] if key in ("tools.names", "trainer.logger") else "/etc/passwd"
-    with pytest.raises(gate.GateRefused) as exc:
+    with pytest.raises(GateRefused) as exc:
         _check({key: value})
     assert exc.value.key.startswith(key)
 
@@ -51,17 +56,17 @@ def test_no_string_key_takes_a_path(key):
 def test_no_choice_key_takes_a_path_and_unlisted_ones_take_no_choice(key):
     """Choice-valued string keys: a path is refused by the schema; one not on the users' list refuses
     even a valid choice (trainer.launcher=ray, trainer.device=cuda, a key added later)."""
-    with pytest.raises((gate.GateRefused, ConfigError)) as exc:
+    with pytest.raises((GateRefused, ConfigError)) as exc:
         _check({key: "/etc/passwd"})
     assert exc.value.key.startswith(key)
-    if key not in gate.USER_KEYS:
-        default = gate.flatten(Config().to_dict())[key]
+    if key not in USER_KEYS:
+        default = flatten(Config().to_dict())[key]
         tp = next(tp for k, tp, *_ in describe_config() if k == key)
         other = next(c.strip().strip('"') for c in tp.split("|") if c.strip().strip('"') not in (str(default), "None"))
-        with pytest.raises(gate.GateRefused) as exc:
+        with pytest.raises(GateRefused) as exc:
             _check({key: other})
         assert exc.value.key == key
-        assert ("set by the platform" if key in gate.PLATFORM_KEYS else "not a key users may set") in exc.value.message
+        assert ("set by the platform" if key in PLATFORM_KEYS else "not a key users may set") in exc.value.message
 
 
 PLATFORM_PROBES = {
@@ -92,12 +97,12 @@ PLATFORM_PROBES = {
 
 
 def test_every_platform_key_is_probed():
-    assert set(PLATFORM_PROBES) == set(gate.PLATFORM_KEYS)
+    assert set(PLATFORM_PROBES) == set(PLATFORM_KEYS)
 
 
 @pytest.mark.parametrize("key", sorted(PLATFORM_PROBES))
 def test_platform_keys_name_who_sets_them(key):
-    with pytest.raises(gate.GateRefused) as exc:
+    with pytest.raises(GateRefused) as exc:
         _check({key: PLATFORM_PROBES[key]})
     assert exc.value.key == key
     assert "set by the platform" in exc.value.message
@@ -119,7 +124,7 @@ def test_platform_keys_name_who_sets_them(key):
     ({"data.prompt_key": "a\x00"}, "data.prompt_key"),
 ])
 def test_user_keys_are_bounded(override, key):
-    with pytest.raises((gate.GateRefused, ConfigError)) as exc:  # NUL: the schema refuses it first
+    with pytest.raises((GateRefused, ConfigError)) as exc:  # NUL: the schema refuses it first
         _check(override)
     assert exc.value.key.startswith(key)
 
@@ -135,12 +140,12 @@ def test_unchanged_platform_keys_in_a_whole_config_pass():
     """A whole config that repeats the schema's defaults for platform keys is not setting them."""
     cfg = Config().to_dict()
     cfg["actor_rollout_ref"]["rollout"]["n"] = 4
-    gate.check(before=Config().to_dict(), after=cfg, reward_names=REWARDS, tool_names=TOOLS)
+    check(before=Config().to_dict(), after=cfg, reward_names=REWARDS, tool_names=TOOLS)
 
 
 def test_non_finite_numbers_are_refused_by_bounds():
-    with pytest.raises(gate.GateRefused) as exc:
-        gate.check_value("x", math.inf, gate.Bound(lo=0, hi=1))
+    with pytest.raises(GateRefused) as exc:
+        check_value("x", math.inf, Bound(lo=0, hi=1))
     assert "finite" in exc.value.message
 
 
@@ -149,19 +154,19 @@ def test_user_view_resets_the_platform_keys():
         "data.train_files": "/srv/other/secret.jsonl", "trainer.default_local_dir": "/srv/runs/9",
         "custom_reward_function.path": "/tmp/evil.py", "trainer.torch_threads": 4096,
         "actor_rollout_ref.rollout.n": 6, "trainer.logger": ["console", "jsonl", "http"]}).to_dict()
-    view = gate.user_view(stored)
+    view = user_view(stored)
     assert view["trainer"]["logger"] == ["console", "jsonl"]
-    flat = gate.flatten(view)
-    defaults = gate.flatten(Config().to_dict())
-    for key in gate.PLATFORM_KEYS:
+    flat = flatten(view)
+    defaults = flatten(Config().to_dict())
+    for key in PLATFORM_KEYS:
         assert flat[key] == defaults[key], key
     assert flat["actor_rollout_ref.rollout.n"] == 6
 
 
 def test_flatten_keeps_object_values_whole():
-    flat = gate.flatten(apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict())
+    flat = flatten(apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict())
     assert flat["reward.reward_kwargs"] == {"a": {"b": 1}}
-    assert gate.unflatten(flat) == apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict()
+    assert unflatten(flat) == apply_overrides(Config(), {"reward.reward_kwargs": {"a": {"b": 1}}}).to_dict()
 
 
 def test_docs_security_lists_the_gate_as_the_code_has_it():
@@ -169,19 +174,19 @@ def test_docs_security_lists_the_gate_as_the_code_has_it():
 
     page = (Path(__file__).resolve().parents[3] / "docs" / "security.md").read_text(encoding="utf-8")
     block = page.split("<!-- gate:begin -->\n", 1)[1].split("<!-- gate:end -->", 1)[0]
-    assert block == gate.markdown()
+    assert block == markdown()
 
 
 # --- the operator's bounds on one step as a whole (security review F2) ------------------------------------
-LIMITS = gate.StepLimits(trajectories=32_768, tokens=1024 * 1024 * 1024, reported_samples=1024)
+LIMITS = StepLimits(trajectories=32_768, tokens=1024 * 1024 * 1024, reported_samples=1024)
 
 
 def _step(overrides, limits=LIMITS):
-    gate.check_step_size(apply_overrides(Config(), overrides).to_dict(), limits)
+    check_step_size(apply_overrides(Config(), overrides).to_dict(), limits)
 
 
-def _refused(overrides, limits=LIMITS) -> gate.GateRefused:
-    with pytest.raises(gate.GateRefused) as err:
+def _refused(overrides, limits=LIMITS) -> GateRefused:
+    with pytest.raises(GateRefused) as err:
         _step(overrides, limits)
     return err.value
 
@@ -229,7 +234,7 @@ def test_tokens_per_step_are_refused_on_the_response_length_that_applies():
     err = _refused({**big, "actor_rollout_ref.rollout.response_length": 65536})
     assert err.key == "actor_rollout_ref.rollout.response_length"
     _step({**big, "data.max_response_length": 65536},
-          gate.StepLimits(trajectories=32_768, tokens=20480 * (512 + 65536), reported_samples=1024))
+          StepLimits(trajectories=32_768, tokens=20480 * (512 + 65536), reported_samples=1024))
 
 
 def test_reporting_every_sample_counts_as_the_trajectories_per_step():
@@ -238,7 +243,7 @@ def test_reporting_every_sample_counts_as_the_trajectories_per_step():
     _step({"data.train_batch_size": 64, "actor_rollout_ref.rollout.n": 16, "report.samples_per_step": -1})
     assert _refused({**GSM8K, "report.samples_per_step": 2048}).key == "report.samples_per_step"
     # whole groups, at least one: n = 1024 reports 1024 whatever the number asked
-    small = gate.StepLimits(trajectories=32_768, tokens=LIMITS.tokens, reported_samples=512)
+    small = StepLimits(trajectories=32_768, tokens=LIMITS.tokens, reported_samples=512)
     assert _refused({"data.train_batch_size": 2, "actor_rollout_ref.rollout.n": 1024,
                      "report.samples_per_step": 8}, small).key == "report.samples_per_step"
     _step({"data.train_batch_size": 2, "actor_rollout_ref.rollout.n": 1024, "report.samples_per_step": 0}, small)
@@ -249,7 +254,7 @@ def test_every_preset_passes_the_default_bounds():
 
     assert REGISTRY
     for name in REGISTRY:
-        gate.check_step_size(get_recipe(name).to_dict(), LIMITS)
+        check_step_size(get_recipe(name).to_dict(), LIMITS)
 
 
 # --- the same bounds on one validation: data.val_batch_size prompts at a time x val_kwargs.n ------------------
@@ -257,11 +262,11 @@ VAL = {"data.val_files": "/v.jsonl", "data.max_prompt_length": 512, "data.max_re
 
 
 def _val(overrides, val_rows, limits=LIMITS):
-    gate.check_validation_size(apply_overrides(Config(), overrides).to_dict(), limits, val_rows)
+    check_validation_size(apply_overrides(Config(), overrides).to_dict(), limits, val_rows)
 
 
-def _val_refused(overrides, val_rows, limits=LIMITS) -> gate.GateRefused:
-    with pytest.raises(gate.GateRefused) as err:
+def _val_refused(overrides, val_rows, limits=LIMITS) -> GateRefused:
+    with pytest.raises(GateRefused) as err:
         _val(overrides, val_rows, limits)
     return err.value
 
@@ -295,10 +300,10 @@ def test_reporting_every_validation_sample_counts_the_whole_set():
     # whole groups, at least one: val_kwargs.n = 2048 reports 2048 whatever the number asked
     assert _val_refused({**VAL, "actor_rollout_ref.rollout.val_kwargs.n": 1024, "report.val_samples": 8,
                          "data.val_batch_size": 4}, 100,
-                        gate.StepLimits(trajectories=32_768, tokens=LIMITS.tokens, reported_samples=512)
+                        StepLimits(trajectories=32_768, tokens=LIMITS.tokens, reported_samples=512)
                         ).key == "report.val_samples"
     _val({**VAL, "report.val_samples": 0, "actor_rollout_ref.rollout.val_kwargs.n": 1024,
-          "data.val_batch_size": 4}, 100, gate.StepLimits(trajectories=32_768, tokens=LIMITS.tokens,
+          "data.val_batch_size": 4}, 100, StepLimits(trajectories=32_768, tokens=LIMITS.tokens,
                                                            reported_samples=512))
 
 
@@ -308,4 +313,4 @@ def test_every_preset_passes_the_validation_bounds_with_gsm8ks_test_split():
     for name in REGISTRY:
         cfg = get_recipe(name).to_dict()
         cfg["data"]["val_files"] = "/v.jsonl"
-        gate.check_validation_size(cfg, LIMITS, 1319)
+        check_validation_size(cfg, LIMITS, 1319)

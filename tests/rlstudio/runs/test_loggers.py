@@ -1,12 +1,13 @@
 """The platform's loggers come from the trainer's one list (trainer.config.LOGGERS): the sinks a user
-may pick (gate.USER_LOGGERS, a policy subset) and the sinks the platform adds at submit."""
-from rlstudio.runs import gate, launch
+may pick (gate.keys.USER_LOGGERS, a policy subset) and the sinks the platform adds at submit."""
+from rlstudio.runs import launch
+from rlstudio.runs.gate.keys import USER_LOGGERS
 from trainer.config import LOGGERS
 
 
 def test_user_loggers_are_a_subset_of_the_trainers_list():
-    assert set(gate.USER_LOGGERS) <= set(LOGGERS)
-    assert "http" not in gate.USER_LOGGERS  # the platform adds it, with the run's own token
+    assert set(USER_LOGGERS) <= set(LOGGERS)
+    assert "http" not in USER_LOGGERS  # the platform adds it, with the run's own token
 
 
 def test_the_platform_adds_its_sinks_from_the_trainers_list():

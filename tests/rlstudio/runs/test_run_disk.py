@@ -6,7 +6,9 @@ Real PostgreSQL; no Ray or worker.
 """
 import pytest
 
-from rlstudio.runs import gate, launch, preview
+from rlstudio.runs import launch, preview
+from rlstudio.runs.gate.bounds import GateRefused
+from rlstudio.runs.gate.disk import check_checkpoints_kept
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_transition
 from trainer.config import Config, apply_overrides
@@ -27,11 +29,11 @@ def _with(keep):
 
 
 def test_check_checkpoints_kept_refuses_above_the_cap_only():
-    gate.check_checkpoints_kept(_with(None), 5)
-    gate.check_checkpoints_kept(_with(5), 5)
-    gate.check_checkpoints_kept(_with(1000), None)  # no cap
-    with pytest.raises(gate.GateRefused) as exc:
-        gate.check_checkpoints_kept(_with(6), 5)
+    check_checkpoints_kept(_with(None), 5)
+    check_checkpoints_kept(_with(5), 5)
+    check_checkpoints_kept(_with(1000), None)  # no cap
+    with pytest.raises(GateRefused) as exc:
+        check_checkpoints_kept(_with(6), 5)
     assert exc.value.key == KEEP
     assert "6 checkpoints kept, more than this platform's 5 per run (RLSTUDIO_MAX_CHECKPOINTS_PER_RUN)" \
         in exc.value.message

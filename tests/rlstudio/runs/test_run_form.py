@@ -156,12 +156,12 @@ def test_saving_a_gpu_preset_from_a_cpu_form_keeps_what_the_run_started_from(pag
 
 
 def test_the_api_checks_a_saved_config_on_the_gpus_it_names(alice):
-    from rlstudio.runs import gate
+    from rlstudio.runs.gate.changes import user_view
     from rlstudio.runs.launch import build_config
 
     api = APIClient()
     api.force_login(alice)
-    config = gate.user_view(build_config(preset="gsm8k_multiturn_grpo", gpus=8, adapt=True))
+    config = user_view(build_config(preset="gsm8k_multiturn_grpo", gpus=8, adapt=True))
     resp = api.post("/api/v1/configs/", {"name": "eight", "config": config}, format="json")
     assert resp.status_code == 400  # checked as a CPU run, its 8-GPU batch layout does not fit
     resp = api.post("/api/v1/configs/", {"name": "eight", "config": config, "gpus": 8}, format="json")

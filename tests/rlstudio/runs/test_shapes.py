@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from rlstudio.runs import gate
+from rlstudio.runs.gate.bounds import GateRefused
+from rlstudio.runs.gate.sizes import StepLimits, check_step_size, check_validation_size
 from rlstudio.runs.memory_estimate import GIB, estimate, shape_from_config
 from rlstudio.runs.shapes import ShapeUnknown, StepShapes, reported
 from trainer.config import Config, apply_overrides
@@ -77,9 +78,9 @@ def test_a_mistyped_batch_size_has_no_shape_and_the_gate_leaves_it_to_the_schema
     assert err.value.key == "data.train_batch_size"
     with pytest.raises(ShapeUnknown):
         StepShapes.of({"actor_rollout_ref": {"rollout": {"n": True}}})
-    tiny = gate.StepLimits(trajectories=1, tokens=1, reported_samples=1)
-    gate.check_step_size({"data": {"train_batch_size": "many"}}, tiny)
-    gate.check_validation_size({"data": {"train_batch_size": "many", "val_files": "/v"}}, tiny, 10)
+    tiny = StepLimits(trajectories=1, tokens=1, reported_samples=1)
+    check_step_size({"data": {"train_batch_size": "many"}}, tiny)
+    check_validation_size({"data": {"train_batch_size": "many", "val_files": "/v"}}, tiny, 10)
 
 
 # trainer.models.tiny's "smoke" preset (test_memory_estimate's SMOKE)
@@ -96,15 +97,15 @@ def test_the_gate_and_the_memory_estimate_read_the_same_shapes(monkeypatch):
                                      "actor_rollout_ref.model.dtype": "float32"}).to_dict()
     model = shape_from_config(SMOKE)
     kv_token = 2 * 2 * 2 * 16 * 4  # 2 (k, v) x layers x kv heads x head dim x 4 bytes (the shared float32 module)
-    limits = gate.StepLimits(trajectories=20, tokens=10**9, reported_samples=10**6)
+    limits = StepLimits(trajectories=20, tokens=10**9, reported_samples=10**6)
 
     def kv_lines():
         lines = {x.name: x.bytes for x in estimate(model, cfg, gpus=0, capacity_bytes=GIB, val_rows=300).lines}
         return lines["rollout KV cache"], lines["validation KV cache"]
 
     assert kv_lines() == (8 * 128 * kv_token, 8 * 128 * kv_token)
-    gate.check_step_size(cfg, limits)
-    gate.check_validation_size(cfg, limits, 300)
+    check_step_size(cfg, limits)
+    check_validation_size(cfg, limits, 300)
 
     real = StepShapes.of.__func__
 
@@ -113,9 +114,9 @@ def test_the_gate_and_the_memory_estimate_read_the_same_shapes(monkeypatch):
 
     monkeypatch.setattr(StepShapes, "of", classmethod(bigger))
     assert kv_lines() == (24 * 160 * kv_token, 12 * 160 * kv_token)
-    with pytest.raises(gate.GateRefused) as err:
-        gate.check_step_size(cfg, limits)
+    with pytest.raises(GateRefused) as err:
+        check_step_size(cfg, limits)
     assert "= 12 x 2 = 24 trajectories per step" in err.value.message
-    with pytest.raises(gate.GateRefused) as err:
-        gate.check_validation_size(cfg, dataclasses.replace(limits, tokens=12 * 160 - 1), 300)
+    with pytest.raises(GateRefused) as err:
+        check_validation_size(cfg, dataclasses.replace(limits, tokens=12 * 160 - 1), 300)
     assert "a validation batch of 12 trajectories x 160 tokens" in err.value.message

@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rlstudio.accounts.models import AuditEvent
-from rlstudio.runs import gate
+from rlstudio.runs.gate.keys import PLATFORM_KEYS
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.selectors import RunFilter, run_list_for
 from rlstudio.runs.services import RunInputInvalid, RunNotPermitted, run_annotate, run_share, run_stop
@@ -368,7 +368,7 @@ def test_compare_as_a_reader_diffs_only_the_keys_a_user_owns(shared_run, bob, st
     seen = diff(bob)
     assert seen["trainer.total_training_steps"] == [10, 20]
     mine.refresh_from_db()
-    assert not set(seen) & set(gate.PLATFORM_KEYS) and "trainer.logger" not in seen
+    assert not set(seen) & set(PLATFORM_KEYS) and "trainer.logger" not in seen
     assert "data.train_files" in full  # staff: both whole, the dataset files differ
     page = _page(bob).get(f"/runs/compare/?ids={ids}").content.decode()
     for what, path in paths.items():

@@ -2,7 +2,9 @@
 submission by the trainer's "fewer than one batch"; evaluations, which draw no training batches, are not."""
 import pytest
 
-from rlstudio.runs import gate, preview
+from rlstudio.runs import preview
+from rlstudio.runs.gate.bounds import GateRefused
+from rlstudio.runs.gate.sizes import check_train_size
 from rlstudio.runs.launch import build_config
 from rlstudio.runs.models import Run
 
@@ -57,8 +59,8 @@ def test_an_evaluation_config_is_not_held_to_a_training_batch(small):
 
 def test_check_train_size_unknown_rows_refuses_nothing():
     cfg = {"data": {"train_batch_size": 512}}
-    gate.check_train_size(cfg, None)
-    gate.check_train_size(cfg, 512)
-    with pytest.raises(gate.GateRefused) as info:
-        gate.check_train_size(cfg, 511)
+    check_train_size(cfg, None)
+    check_train_size(cfg, 512)
+    with pytest.raises(GateRefused) as info:
+        check_train_size(cfg, 511)
     assert info.value.key == "data.train_batch_size" and "511 rows" in str(info.value)

@@ -10,7 +10,8 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from rlstudio.runs import gate, launch
+from rlstudio.runs import launch
+from rlstudio.runs.gate.flat import flatten
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_issue_ingest_token, run_token_check, run_transition
 from trainer.config import Config, apply_overrides, describe_config
@@ -84,8 +85,8 @@ def test_a_planted_platform_key_never_reaches_a_resumed_or_cloned_run(api, ready
         return
     assert resp.status_code == 201, resp.content
     child = Run.objects.select_related("dataset", "model", "parent").get(pk=resp.json()["id"])
-    spec = gate.flatten(launch.freeze_spec(run=child, out_dir=launch.run_dir(child.pk)))
-    stored = gate.flatten(child.config)
+    spec = flatten(launch.freeze_spec(run=child, out_dir=launch.run_dir(child.pk)))
+    stored = flatten(child.config)
     expected = _platform_values_of(child)
     for key, value in planted.items():
         if key == "trainer.resume_mode" and action == "resume":

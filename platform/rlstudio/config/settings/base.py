@@ -342,7 +342,7 @@ RLSTUDIO_RUN_TORCH_THREADS = env_int("RLSTUDIO_RUN_TORCH_THREADS", 0)
 # GPUs of one node of the Ray cluster: a run with more GPUs spans whole nodes of this many
 # (trainer.nnodes = gpus / this, one placement bundle per node); fewer fit on one node.
 RLSTUDIO_GPUS_PER_NODE = env_int("RLSTUDIO_GPUS_PER_NODE", 8)
-# Bounds on one training step as a whole (runs.gate.check_step_size, when a run's config is built: new,
+# Bounds on one training step as a whole (runs.gate.sizes.check_step_size, when a run's config is built: new,
 # clone, resume, saved config): trajectories per generation batch (data.train_batch_size, or
 # data.gen_batch_size with dynamic sampling, x actor_rollout_ref.rollout.n), those x (prompt + response
 # length) tokens, and samples reported per step (report.samples_per_step; -1 = every trajectory). The
@@ -357,7 +357,7 @@ RLSTUDIO_MAX_REPORTED_SAMPLES_PER_STEP = env_int("RLSTUDIO_MAX_REPORTED_SAMPLES_
 # folder may hold after a checkpoint, written into trainer.disk_budget_gb (over it the trainer prunes
 # to the newest checkpoint, then, still over, fails the run, or keeps the checkpoint the run ends on (a
 # stop's or the last step's) with a warning and ends the run stopped or succeeded; a run one checkpoint
-# of which is estimated over it is refused at launch, runs.gate.check_checkpoint_size; 0 = no budget).
+# of which is estimated over it is refused at launch, runs.gate.disk.check_checkpoint_size; 0 = no budget).
 RLSTUDIO_MAX_CHECKPOINTS_PER_RUN = env_int("RLSTUDIO_MAX_CHECKPOINTS_PER_RUN", 5)
 RLSTUDIO_RUN_DISK_BUDGET_GB = env_float("RLSTUDIO_RUN_DISK_BUDGET_GB", 200)
 # GiB of one GPU, for the new-run form's memory estimate (runs/memory_estimate.py); the CPU's is the RAM.
