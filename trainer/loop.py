@@ -62,7 +62,7 @@ from trainer.scoring import Experience
 from trainer.step_report import emit_samples, pick_groups, step_metrics
 from trainer.types import PromptItem, Trajectory
 from trainer.val_metrics import sample_variables, validation_metrics
-from trainer.workers.actor import resolve_device
+from trainer.workers.model_setup import resolve_device
 
 __all__ = ["Experience", "Timer", "Trainer", "pick_groups", "seed_everything"]
 

@@ -17,7 +17,7 @@ from trainer import checkpoint as ckpt
 from trainer.config import ConfigError, apply_overrides, validate
 from trainer.config.fork import FORK_CHANGEABLE, not_changeable
 from trainer.run import run
-from trainer.workers.actor import lr_lambda_factory, retune_optimizer
+from trainer.workers.optim import lr_lambda_factory, retune_optimizer
 
 from trainer.recipes import get_recipe
 

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from trainer.workers.actor import ActorWorker, lr_lambda_factory
+from trainer.workers.actor import ActorWorker
+from trainer.workers.optim import lr_lambda_factory
 from trainer.workers.experience import make_batch, token_budget_chunks
 
 from tests.trainer.actor_probe import actor_cfg, update_grads

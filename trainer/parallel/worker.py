@@ -113,8 +113,9 @@ class RankWorker:
         from trainer.rollout.agent import MultiTurnRollout
         from trainer.rollout.base import build_engine, resolve_engine_name
         from trainer.tools import build_tools
-        from trainer.workers.actor import ActorWorker, resolve_device, resolve_dtype
+        from trainer.workers.actor import ActorWorker
         from trainer.workers.lora import enabled as lora_enabled
+        from trainer.workers.model_setup import resolve_device, resolve_dtype
 
         cfg = self.cfg
         arr, tr = cfg.actor_rollout_ref, cfg.trainer
@@ -351,7 +352,7 @@ class RankWorker:
     def load(self, path: str, critic_path: str | None = None, fork: bool = False) -> dict[str, float]:
         """This rank's shards of the actor (and the critic) from a checkpoint, then a weight sync. `fork`
         (trainer.resume_fork): then the config's lr, weight decay and LR schedule over the loaded
-        optimizers (trainer.workers.actor.retune_optimizer)."""
+        optimizers (trainer.workers.optim.retune_optimizer)."""
         self.actor.load_sharded(path)
         if self.critic is not None:
             if critic_path is None or not Path(critic_path, ".metadata").exists():

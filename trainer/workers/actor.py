@@ -15,7 +15,7 @@ Forward: rows of a micro-batch that share a prompt (GRPO's n samples of one prom
 shared-prompt forward of trainer.workers.prefix (each distinct prompt computed once, its keys/values
 handed to every sample; gradients flow back through them), the others one padded forward. With
 `use_torch_compile` (actor/ref.use_torch_compile) that forward is `torch.compile(model.forward,
-dynamic=True)` (see `compiled_forward`); the rollout engine keeps the eager module.
+dynamic=True)` (see `model_setup.compiled_forward`); the rollout engine keeps the eager module.
 
 Precision: weights stay float32 for the trainable actor (master weights); `model.dtype=bfloat16` runs
 forward/backward under bf16 autocast. The reference worker is loaded directly in the compute dtype.
@@ -44,193 +44,21 @@ averages gradients over ranks, so each rank scales its backward by the world siz
 and `actor/kl_loss` are reported per mini-batch as that global loss; clipfrac / ppo_kl per micro-batch
 (those the loss reports: gpg reports none, as verl's).
 Under FSDP every rank must run the same number of forwards: micro-batch counts are equalised
-(all-reduce max, then the largest chunks split).
+(all-reduce max, then the largest chunks split: trainer.workers.micro).
 """
 from __future__ import annotations
 
-import math
 import warnings
 from typing import Any, Iterable
 
 import torch
 
-from trainer.workers.experience import (ExperienceBatch, length_sorted_chunks, pack_micro_batch,
-                                        token_budget_chunks)
-from trainer.workers.prefix import group_prompts, pack_shared, prompt_sorted_chunks, shared_response_logits
-
-
-def _dist_world() -> int:
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _all_reduce(values: list[float], op: str = "sum") -> list[float]:
-    """All-reduce a few numbers across ranks (identity on one process). float64 on the CPU (gloo) or
-    on the current CUDA device (NCCL)."""
-    if _dist_world() == 1:
-        return list(values)
-    import torch.distributed as dist
-
-    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    t = torch.tensor(values, dtype=torch.float64, device=dev)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
-    return t.cpu().tolist()
-
-
-def equalize_chunks(chunks: list[list[int]], target: int) -> list[list[int]]:
-    """Split the largest chunks until there are `target` (>= len(chunks)) non-empty chunks."""
-    out = [list(c) for c in chunks if c]
-    while len(out) < target:
-        big = max(range(len(out)), key=lambda i: len(out[i]))
-        if len(out[big]) < 2:
-            raise ValueError(f"cannot make {target} micro-batches from {sum(map(len, out))} rows")
-        c = out.pop(big)
-        out[big:big] = [c[: len(c) // 2], c[len(c) // 2:]]
-    return out
-
-
-def fused_adamw_ok(params: list[torch.Tensor]) -> bool:
-    """Whether torch's fused AdamW kernel can update `params`: plain (not FSDP-sharded DTensor)
-    floating-point tensors on the CPU or a CUDA device. Same update rule as the per-tensor loop, one
-    kernel instead of ~10 small ops per tensor (bench/grpo_vs_trl.py: 3.3 ms vs 11.7 ms a step on the
-    demo model, one CPU thread)."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - every torch we support has it
-        DTensor = ()  # type: ignore[assignment]
-    return bool(params) and all(
-        not isinstance(p, DTensor) and p.device.type in ("cpu", "cuda")
-        and p.dtype in (torch.float32, torch.bfloat16, torch.float16) for p in params)
-
-
-def _is_sharded(model: Any) -> bool:
-    """Whether any parameter is an FSDP2 shard (DTensor)."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - every torch we support has it
-        return False
-    return any(isinstance(p, DTensor) for p in model.parameters())
-
-
-def _takes_cache(model: Any) -> bool:
-    import inspect
-
-    try:
-        return "cache" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - a builtin forward
-        return False
-
-
-def compiled_forward(model: Any) -> Any:
-    """`torch.compile(model.forward, dynamic=True)`: the log-prob / update forward as fused kernels.
-
-    The bound `forward` is compiled, not the module: the module, its parameter names (state_dict keys,
-    checkpoints) and every other caller (the rollout engine runs on the same module) are untouched, and
-    a checkpoint written with compile on loads with it off and back. Dynamic shapes: micro-batches of
-    any size and length reuse one graph per mode (grad / no grad; shared-prompt or plain forward).
-    Plain (not FSDP-sharded) modules only: calling `forward` directly would bypass FSDP2's hooks.
-    """
-    return torch.compile(model.forward, dynamic=True)
-
-
-def resolve_device(name: str) -> torch.device:
-    """trainer.device: auto -> cuda when available, else cpu."""
-    if name in (None, "", "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"trainer.device={name!r} but CUDA is not available on this machine")
-    return torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """model.dtype: auto -> bf16 on GPU, fp32 on CPU."""
-    if name in (None, "", "auto"):
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
-    if name not in table:
-        raise ValueError(f"actor_rollout_ref.model.dtype must be one of auto|{'|'.join(table)}, got {name!r}")
-    return table[name]
-
-
-def lr_lambda_factory(*, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float):
-    """Multiplier of the base LR at scheduler step s (0-based): linear warmup, then constant or cosine."""
-    if style not in ("constant", "cosine"):
-        raise ValueError(f"actor.optim.warmup_style must be constant|cosine, got {style!r}")
-
-    def fn(step: int) -> float:
-        if warmup_steps > 0 and step < warmup_steps:
-            return step / max(1, warmup_steps)
-        if style == "constant":
-            return 1.0
-        span = max(1, total_steps - warmup_steps)
-        progress = min(1.0, (step - warmup_steps) / span)
-        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return fn
-
-
-def make_optimizer(params: list[torch.Tensor], optim: Any, total_steps: int):
-    """(AdamW over `params`, its LR scheduler, whether AdamW is fused) from an optim section (the actor's
-    or the critic's: lr, betas, weight_decay, total_training_steps, lr_warmup_steps(_ratio),
-    warmup_style, min_lr_ratio); total_steps is the run's when total_training_steps is unset."""
-    fused = fused_adamw_ok(params)
-    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=tuple(optim.betas),
-                                  weight_decay=optim.weight_decay, fused=fused or None)
-    total = int(optim.total_training_steps) if optim.total_training_steps and optim.total_training_steps > 0 \
-        else int(total_steps)
-    warmup = int(optim.lr_warmup_steps) if optim.lr_warmup_steps is not None and optim.lr_warmup_steps >= 0 \
-        else int(float(optim.lr_warmup_steps_ratio) * total)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_lambda_factory(warmup_steps=warmup, total_steps=total, style=optim.warmup_style,
-                                     min_lr_ratio=float(optim.min_lr_ratio)))
-    return optimizer, scheduler, fused
-
-
-def retune_optimizer(optimizer: torch.optim.Optimizer, scheduler: Any, optim: Any) -> float:
-    """After a checkpoint was loaded into `optimizer` and `scheduler` (a fork: trainer.config.fork), take
-    the config's lr and weight_decay: every param group's initial_lr, weight_decay and the scheduler's
-    base LRs become the config's, and the group's lr is the new base times the scheduler's own
-    multiplier at its restored step (the multiplier is the config's schedule: LambdaLR keeps the
-    function it was built with and restores only its step). Adam's moments and step count stay as
-    loaded. With the parent's own settings every value comes out as it was. Returns the new lr."""
-    base = float(optim.lr)
-    scheduler.base_lrs = [base for _ in optimizer.param_groups]
-    for group, fn in zip(optimizer.param_groups, scheduler.lr_lambdas):
-        group["initial_lr"] = base
-        group["weight_decay"] = float(optim.weight_decay)
-        group["lr"] = base * fn(scheduler.last_epoch)
-    scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
-    return float(optimizer.param_groups[0]["lr"])
-
-
-def micro_chunks(batch: ExperienceBatch, idx: list[int], micro: int | None, *, share_prompts: bool,
-                 token_budget: int | None = None) -> list[list[int]]:
-    """Rows `idx` of `batch` cut into micro-batches (lists of row indices): by token budget when given,
-    keeping a prompt's rows together when prompts are shared, else by sorted length; under FSDP every
-    rank gets the same number of micro-batches (the same number of forwards)."""
-    lengths = [len(batch.prompt_ids[i]) + len(batch.response_ids[i]) for i in idx]
-    if token_budget is not None:
-        local = token_budget_chunks(lengths, token_budget)
-    elif share_prompts and micro and micro < len(idx):
-        local = prompt_sorted_chunks([batch.prompt_ids[i] for i in idx], lengths, micro)
-    else:
-        local = length_sorted_chunks(lengths, micro)
-    if _dist_world() > 1:
-        local = equalize_chunks(local, int(_all_reduce([float(len(local))], "max")[0]))
-    return [[idx[j] for j in chunk] for chunk in local]
-
-def _without_dropout(model: torch.nn.Module) -> None:
-    """Set every dropout probability of `model` to 0 (nn.Dropout modules and attention's own rate)."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
-        if isinstance(getattr(module, "attention_dropout", None), float):
-            module.attention_dropout = 0.0
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "attention_dropout"):
-        config.attention_dropout = 0.0
+from trainer.workers.collectives import all_reduce, dist_rank, dist_world, local_tensor
+from trainer.workers.experience import ExperienceBatch, pack_micro_batch
+from trainer.workers.micro import micro_chunks
+from trainer.workers.model_setup import compiled_forward, is_sharded, takes_cache, without_dropout
+from trainer.workers.optim import make_optimizer, retune_optimizer
+from trainer.workers.prefix import group_prompts, pack_shared, shared_response_logits
 
 
 class ActorWorker:
@@ -265,12 +93,12 @@ class ActorWorker:
             # transformers recomputes activations only in training mode (`self.gradient_checkpointing
             # and self.training`): in eval mode the option did nothing. Training mode with every
             # dropout probability at 0 is the same forward as eval mode, and checkpoints.
-            _without_dropout(self.model)
-        plain = not _is_sharded(self.model)
+            without_dropout(self.model)
+        plain = not is_sharded(self.model)
         # The shared-prompt forward (trainer.workers.prefix) needs plain weights, no checkpointing and
         # a module that takes transformers' `cache` argument.
         self.share_prompts = bool(share_prompts and plain and not self.checkpointing
-                                  and _takes_cache(self.model))
+                                  and takes_cache(self.model))
         self._call = compiled_forward(self.model) if use_torch_compile and plain else self.model
         self.compiled = self._call is not self.model
         self.optimizer = None
@@ -405,7 +233,7 @@ class ActorWorker:
             metrics.setdefault(name, []).append(float(value))
 
         gen = torch.Generator().manual_seed(int(seed))
-        world = _dist_world()
+        world = dist_world()
         self.model.train(self.checkpointing)  # eval, or train with no dropout when checkpointing
         for _epoch in range(int(cfg.ppo_epochs)):
             order = torch.randperm(B, generator=gen).tolist() if cfg.shuffle else list(range(B))
@@ -413,7 +241,7 @@ class ActorWorker:
                 mini = order[m0:m0 + mini_batch_size]
                 rows_mini = torch.as_tensor(mini)
                 mmask = batch.loss_mask[rows_mini]
-                g_tokens, g_rows, g_rows_tok = _all_reduce(
+                g_tokens, g_rows, g_rows_tok = all_reduce(
                     [float(mmask.sum()), float(len(mini)), float((mmask.sum(-1) > 0).sum())])
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_pg = mini_kl = 0.0
@@ -457,13 +285,13 @@ class ActorWorker:
                     mini_pg += pg.pg_loss.item() * pg_weight
                     for name, value in pg.metrics().items():  # the ones this loss reports (verl's)
                         add(name, value)
-                mini_pg, mini_kl = _all_reduce([mini_pg, mini_kl])
+                mini_pg, mini_kl = all_reduce([mini_pg, mini_kl])
                 add("actor/pg_loss", mini_pg)
                 if cfg.use_kl_loss:
                     add("actor/kl_loss", mini_kl)
                     add("actor/kl_coef", cfg.kl_loss_coef)
                 grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm=cfg.grad_clip)
-                grad_norm = _local_tensor(grad_norm)
+                grad_norm = local_tensor(grad_norm)
                 if torch.isfinite(grad_norm):
                     self.optimizer.step()
                 else:
@@ -551,7 +379,7 @@ class ActorWorker:
         with warnings.catch_warnings():  # one worker saves without a process group, as intended
             warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
             dcp.save(state, checkpoint_id=path)
-        if self.trainable and _rank() == 0:
+        if self.trainable and dist_rank() == 0:
             torch.save(self.scheduler.state_dict(), f"{path}/scheduler.pt")
 
     def load_sharded(self, path: str) -> None:
@@ -587,17 +415,3 @@ class ActorWorker:
 def _rows(t: torch.Tensor | None, rows: torch.Tensor, r: int, device: torch.device) -> torch.Tensor | None:
     """Rows `rows`, first `r` columns of a (B, R) batch tensor on `device` (None stays None)."""
     return None if t is None else t[rows, :r].to(device)
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """clip_grad_norm_ over FSDP2 (DTensor) gradients returns a DTensor holding the GLOBAL norm (FSDP
-    clips globally); take it as a plain tensor."""
-    from torch.distributed.tensor import DTensor
-
-    return t.full_tensor() if isinstance(t, DTensor) else t

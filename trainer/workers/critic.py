@@ -31,10 +31,11 @@ from typing import Any
 
 import torch
 
-from trainer.workers.actor import (_all_reduce, _dist_world, _is_sharded, _local_tensor, _rank, _takes_cache,
-                                   _without_dropout, make_optimizer, micro_chunks,
-                                   retune_optimizer)
+from trainer.workers.collectives import all_reduce, dist_rank, dist_world, local_tensor
 from trainer.workers.experience import ExperienceBatch, pack_micro_batch
+from trainer.workers.micro import micro_chunks
+from trainer.workers.model_setup import is_sharded, takes_cache, without_dropout
+from trainer.workers.optim import make_optimizer, retune_optimizer
 from trainer.workers.prefix import SharedInput, group_prompts, pack_shared
 
 
@@ -103,13 +104,13 @@ class CriticWorker:
         self.compute_dtype = dtype
         self.pad_token_id = int(pad_token_id)
         self.loss_scale_factor = loss_scale_factor
-        _without_dropout(self.model)
+        without_dropout(self.model)
         self.model.eval()
         # Rows sharing a prompt (GRPO's n samples) run it once, as the actor does: plain weights only
         # (under FSDP2 a second root forward per micro-batch would all-gather every parameter again).
         body = getattr(self.model, getattr(self.model, "base_model_prefix", ""), None)
-        self.share_prompts = bool(body is not None and hasattr(self.model, "score") and not _is_sharded(self.model)
-                                  and _takes_cache(body))
+        self.share_prompts = bool(body is not None and hasattr(self.model, "score") and not is_sharded(self.model)
+                                  and takes_cache(body))
         optim = cfg.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer, self.scheduler, self._fused_optim = make_optimizer(params, optim, total_steps)
@@ -167,13 +168,13 @@ class CriticWorker:
             metrics.setdefault(name, []).append(float(value))
 
         gen = torch.Generator().manual_seed(int(seed))
-        world = _dist_world()
+        world = dist_world()
         for _epoch in range(int(cfg.ppo_epochs)):
             order = torch.randperm(B, generator=gen).tolist() if cfg.shuffle else list(range(B))
             for m0 in range(0, B, mini_batch_size):
                 mini = order[m0:m0 + mini_batch_size]
                 mmask = batch.loss_mask[torch.as_tensor(mini)]
-                g_tokens, g_rows, g_rows_tok = _all_reduce(
+                g_tokens, g_rows, g_rows_tok = all_reduce(
                     [float(mmask.sum()), float(len(mini)), float((mmask.sum(-1) > 0).sum())])
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
@@ -189,8 +190,8 @@ class CriticWorker:
                     mini_loss += loss.item() * weight
                     add("critic/vf_clipfrac", clipfrac.item())
                     add("critic/vpred_mean", masked_mean(vpred.detach(), mask).item())
-                add("critic/vf_loss", _all_reduce([mini_loss])[0])
-                grad_norm = _local_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                add("critic/vf_loss", all_reduce([mini_loss])[0])
+                grad_norm = local_tensor(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                                          max_norm=cfg.grad_clip))
                 if torch.isfinite(grad_norm):
                     self.optimizer.step()
@@ -210,7 +211,7 @@ class CriticWorker:
 
     def retune_optimizer(self) -> float:
         """The config's lr, weight decay and schedule over the loaded optimizer state (a fork:
-        trainer.workers.actor.retune_optimizer); the new lr."""
+        trainer.workers.optim.retune_optimizer); the new lr."""
         return retune_optimizer(self.optimizer, self.scheduler, self.cfg.optim)
 
     def save_sharded(self, path: str) -> None:
@@ -223,7 +224,7 @@ class CriticWorker:
         with warnings.catch_warnings():  # one worker saves without a process group, as intended
             warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
             dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
-        if _rank() == 0:
+        if dist_rank() == 0:
             torch.save(self.scheduler.state_dict(), f"{path}/scheduler.pt")
 
     def load_sharded(self, path: str) -> None:
