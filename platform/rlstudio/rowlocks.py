@@ -9,7 +9,7 @@ passes both and fails at commit with a ForeignKeyViolation.
 
 The lock is FOR KEY SHARE: it conflicts with FOR UPDATE and DELETE only, so creates referencing one row
 never wait for each other, nor for an update of the row's other columns (a run's status). The delete
-paths (`catalog.services.dataset_delete` / `model_delete`, `runs.services.run_delete`) lock the row
+paths (`catalog.services.datasets.dataset_delete` / `model_assets.model_delete`, `runs.services.run_delete`) lock the row
 FOR UPDATE and then run their checks. The lock order is: these rows (sorted by table and id), then
 the owner's admission lock (`QuotaPolicy.lock_owner`): the deletions take the row's lock before any
 owner's (their hooks').

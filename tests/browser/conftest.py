@@ -166,7 +166,7 @@ def tiny_model_dir(model_root):
 @pytest.fixture
 def register_model(settings, model_root, tiny_model_dir):
     """register_model(owner) -> a ModelAsset made by the catalog service (its real folder checks)."""
-    from rlstudio.catalog.services import model_register
+    from rlstudio.catalog.services.model_assets import model_register
 
     settings.RLSTUDIO_MODEL_ROOTS = [str(model_root)]
     return lambda owner, name="tiny-smoke": model_register(owner=owner, name=name, path=str(tiny_model_dir))

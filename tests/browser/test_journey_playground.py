@@ -35,7 +35,7 @@ ALERT = "<img src=x onerror=\"alert('xss')\">"
 def test_two_models_answer_side_by_side_and_model_text_stays_text(page_as, make_user, register_model, model_root,
                                                                   shot, ui, tmp_path):
     from rlstudio.catalog.models import Dataset
-    from rlstudio.catalog.services import model_register
+    from rlstudio.catalog.services.model_assets import model_register
     from rlstudio.playground.models import PlaygroundSession
     from rlstudio.playground.runner import Pump
     from rlstudio.runs.models import Run

@@ -247,7 +247,7 @@ def test_an_upload_while_the_broker_is_down_answers_and_its_validation_is_sent_o
     print(f"upload with the broker down answered in {seconds:.2f}s")
 
     outage["redis"].start()
-    code = ("import json, django; django.setup(); from rlstudio.catalog.services import dataset_resend_stuck; "
+    code = ("import json, django; django.setup(); from rlstudio.catalog.services.validation import dataset_resend_stuck; "
             "print('RESULT ' + json.dumps(dataset_resend_stuck(older_than_s=0)))")
     env = _service_env(DATABASE_URL=outage["database_url"], REDIS_URL=outage["redis"].url,
                        RLSTUDIO_CELERY_QUEUE=outage["queue"])

@@ -16,7 +16,8 @@ from django.db import IntegrityError, connection, connections
 
 from rlstudio.catalog.errors import CatalogInUse
 from rlstudio.catalog.models import Dataset, ModelAsset
-from rlstudio.catalog.services import dataset_delete, model_delete
+from rlstudio.catalog.services.datasets import dataset_delete
+from rlstudio.catalog.services.model_assets import model_delete
 from rlstudio.evaluations.models import Evaluation
 from rlstudio.evaluations.services import EvaluationInvalid, evaluation_new
 from rlstudio.exports.models import Export

@@ -20,7 +20,8 @@ from .selectors import dataset_list_for, dataset_rows, model_asset_get_for, mode
 from .serializers import (CatalogUpdateSerializer, DatasetSerializer, DatasetUploadSerializer,
                           ModelAssetSerializer, ModelRegisterSerializer, RewardCheckSerializer)
 from .errors import CatalogConflict, CatalogRefused, CatalogTooLarge, NotPermitted
-from .services import dataset_delete, dataset_upload, model_delete, model_register
+from .services.datasets import dataset_delete, dataset_upload
+from .services.model_assets import model_delete, model_register
 from .sharing import catalog_update
 
 

@@ -1,5 +1,5 @@
 """Dataset storage: the bytes a user's datasets keep on disk, and the checks another app registers to
-limit them (the quotas app's per-user `dataset_storage_gb`), called by `services.dataset_upload`.
+limit them (the quotas app's per-user `dataset_storage_gb`), called by `services.datasets.dataset_upload`.
 
 What is counted (`dataset_bytes_used`), of the user's datasets that are not `invalid` (validation
 removes a refused file and its rows): their uploaded files, each distinct content once (the stored

@@ -3,7 +3,7 @@ re-send the validation of datasets whose task never reached the queue (Celery be
 from celery import shared_task
 
 from .models import Dataset
-from .services import dataset_resend_stuck, dataset_validate
+from .services.validation import dataset_resend_stuck, dataset_validate
 
 
 # ignore_result: nobody reads it, and publishing must not touch the result store (see runs.dispatch).

@@ -19,7 +19,9 @@ from .presets import PRESETS
 from .rewardcheck import CheckError, reward_check, reward_names
 from .selectors import (DATASET_SORTS, LIST_DEFAULT_SORT, MODEL_SORTS, dataset_get_for, dataset_list_for,
                         dataset_rows, model_asset_get_for, model_asset_list_for, row_view)
-from .services import dataset_compute_stats, dataset_delete, model_delete, model_register
+from .services.datasets import dataset_delete
+from .services.model_assets import model_delete, model_register
+from .services.validation import dataset_compute_stats
 from .errors import CatalogRefused, NotPermitted
 from .sharing import can_change, catalog_set_visibility, check_can_change
 from .storage import storage_summary

@@ -12,7 +12,7 @@ class PlaygroundConfig(AppConfig):
     def ready(self):
         # The catalog and the runs app know nothing of sessions (they name models and runs in JSON):
         # the playground tells them when one is in use, and deletes a deleted run's sessions with it.
-        from rlstudio.catalog.services import on_model_delete_refusal
+        from rlstudio.catalog.services.model_assets import on_model_delete_refusal
         from rlstudio.runs.services.deletion import on_run_delete, on_run_delete_refusal
 
         from .selectors import model_delete_refusal, run_delete_refusal

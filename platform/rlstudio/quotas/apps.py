@@ -9,7 +9,7 @@ class QuotasConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from rlstudio.catalog.services import on_model_delete
+        from rlstudio.catalog.services.model_assets import on_model_delete
         from rlstudio.catalog.storage import on_dataset_storage_allowance, on_dataset_storage_check
         from rlstudio.evaluations.services import on_evaluation_delete
         from rlstudio.runs.services import on_run_delete

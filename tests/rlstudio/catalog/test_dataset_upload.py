@@ -16,7 +16,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from rlstudio.catalog.models import Dataset
-from rlstudio.catalog.services import dataset_validate
+from rlstudio.catalog.services.validation import dataset_validate
 
 GSM8K_TEST = Path(__file__).resolve().parents[2] / "fixtures" / "gsm8k" / "test.jsonl"  # MIT; see its README
 GOOD = {"question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}

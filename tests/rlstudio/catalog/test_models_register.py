@@ -56,7 +56,7 @@ def test_paths_the_file_system_cannot_take_are_refused_on_path(api, alice, tmp_p
     """A name over the file system's limit (ENAMETOOLONG from is_dir) and a NUL (ValueError from the
     path calls) are refusals on `path`, from the API, the page and the service, never a 500."""
     from rlstudio.catalog.errors import CatalogRefused
-    from rlstudio.catalog.services import model_register
+    from rlstudio.catalog.services.model_assets import model_register
 
     resp = api.post("/api/v1/models/", {"name": "x", "path": str(tmp_path / ("a" * 300))}, format="json")
     assert resp.status_code == 400 and resp.json()["error"]["field"] == "path", resp.json()
@@ -78,7 +78,7 @@ def test_paths_the_file_system_cannot_take_are_refused_on_path(api, alice, tmp_p
 def test_token_stats_with_the_models_tokenizer(api, tiny, alice):
     from transformers import AutoTokenizer
 
-    from rlstudio.catalog.services import dataset_validate
+    from rlstudio.catalog.services.validation import dataset_validate
 
     api.post("/api/v1/models/", {"name": "tiny", "path": str(tiny)}, format="json")
     rows = [{"question": "q " * (i + 1), "answer": f"#### {i}"} for i in range(30)]
@@ -89,7 +89,7 @@ def test_token_stats_with_the_models_tokenizer(api, tiny, alice):
     ds = dataset_validate(dataset=Dataset.objects.get(pk=resp.json()["id"]))
     stats = ds.stats["prompt_tokens"]
     tok = AutoTokenizer.from_pretrained(tiny)
-    from rlstudio.catalog.services import tool_schemas
+    from rlstudio.catalog.services.validation import tool_schemas
     from rlstudio.catalog.conversion import iter_converted
 
     schemas = tool_schemas()

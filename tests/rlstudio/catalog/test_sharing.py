@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from rlstudio.accounts.models import AuditEvent
 from rlstudio.catalog.models import Dataset, ModelAsset
-from rlstudio.catalog.services import dataset_validate
+from rlstudio.catalog.services.validation import dataset_validate
 from rlstudio.catalog.sharing import catalog_set_visibility
 from rlstudio.runs.models import Run
 

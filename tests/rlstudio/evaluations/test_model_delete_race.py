@@ -9,7 +9,7 @@ from django.db import OperationalError, connections, transaction
 
 from rlstudio.catalog.errors import CatalogInUse
 from rlstudio.catalog.models import ModelAsset
-from rlstudio.catalog.services import model_delete
+from rlstudio.catalog.services.model_assets import model_delete
 from rlstudio.evaluations import services
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
 from rlstudio.quotas.services import Quotas
@@ -39,7 +39,7 @@ def test_an_evaluation_recorded_just_before_the_deletions_lock_is_seen_and_refus
                                                  max_prompts=1, status=S.QUEUED))
         return transaction.atomic(*args, **kwargs)
 
-    monkeypatch.setattr("rlstudio.catalog.services.transaction", SimpleNamespace(atomic=atomic))
+    monkeypatch.setattr("rlstudio.catalog.services.model_assets.transaction", SimpleNamespace(atomic=atomic))
     with pytest.raises(CatalogInUse, match="being evaluated"):
         model_delete(model=model, by=alice)
     assert ModelAsset.objects.filter(pk=model.pk).exists()

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.test import Client
 
 from rlstudio.catalog.errors import CatalogInUse
-from rlstudio.catalog.services import model_delete
+from rlstudio.catalog.services.model_assets import model_delete
 from rlstudio.evaluations import jobs, services
 from rlstudio.evaluations.models import Evaluation, EvaluationSample, EvaluationStatus
 from rlstudio.evaluations.reconcile import reconcile_evaluations

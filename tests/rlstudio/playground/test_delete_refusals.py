@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from rlstudio.accounts.models import AuditEvent
-from rlstudio.catalog import services as catalog
+from rlstudio.catalog.services import model_assets as catalog
 from rlstudio.catalog.errors import CatalogInUse
 from rlstudio.catalog.models import ModelAsset
 from rlstudio.playground import selectors, services

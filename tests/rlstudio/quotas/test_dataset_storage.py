@@ -15,7 +15,7 @@ from rlstudio.accounts.models import AuditEvent
 from rlstudio.catalog import storage
 from rlstudio.catalog.errors import CatalogTooLarge
 from rlstudio.catalog.models import Dataset
-from rlstudio.catalog.services import dataset_upload
+from rlstudio.catalog.services.datasets import dataset_upload
 from rlstudio.quotas.models import GpuQuota
 from rlstudio.quotas.selectors import default_quota
 from rlstudio.quotas.services import dataset_storage_allowance, dataset_storage_refusal
@@ -93,7 +93,7 @@ def test_used_bytes_count_each_stored_file_once_each_datasets_rows_and_skip_inva
 
 
 def test_validation_records_the_converted_rows_size_and_it_counts(alice, uploads):
-    from rlstudio.catalog.services import dataset_validate
+    from rlstudio.catalog.services.validation import dataset_validate
 
     resp = _upload(_api(alice), ROW * 3)
     assert resp.status_code == 201

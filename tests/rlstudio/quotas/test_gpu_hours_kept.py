@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from rlstudio.alerts.selectors import month_budget
-from rlstudio.catalog.services import model_delete
+from rlstudio.catalog.services.model_assets import model_delete
 from rlstudio.evaluations.models import Evaluation, EvaluationStatus
 from rlstudio.evaluations.services import evaluation_delete
 from rlstudio.quotas.models import GpuHoursSpent, GpuQuota

@@ -18,7 +18,7 @@ def run_register_export(*, run_id: int):
     """Register run `run_id`'s export (a ModelAsset), or None when the run wrote none. The folder comes
     from the run's record (launch.run_folder), never from a user; the model check runs inside it."""
     from rlstudio.catalog.models import ModelAsset
-    from rlstudio.catalog.services import model_register
+    from rlstudio.catalog.services.model_assets import model_register
 
     from .. import launch
 

@@ -35,7 +35,8 @@ from django.core.files import File
 from django.core.management.base import BaseCommand, CommandError
 
 from rlstudio.catalog.models import Dataset, Visibility
-from rlstudio.catalog.services import dataset_upload, model_register_demo
+from rlstudio.catalog.services.datasets import dataset_upload
+from rlstudio.catalog.services.model_assets import model_register_demo
 from rlstudio.catalog.sharing import catalog_set_visibility
 
 ARITH_TRAIN_ROWS, ARITH_VAL_ROWS = 4096, 128  # what bench/learning.py measured the demo with
