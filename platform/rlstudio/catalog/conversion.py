@@ -1,6 +1,6 @@
 """Validate-and-convert in one streaming pass, and the prompt token-length statistics.
 
-`convert_file` reads an upload row by row (catalog.formats), converts each row with its preset
+`convert_file` reads an upload row by row (catalog.rows), converts each row with its preset
 (catalog.presets) and appends it to a JSONL file in the trainer's row format, keeping a sparse
 byte-offset index (every `INDEX_EVERY` rows) so the rows API can page without scanning. Memory is
 one row (or one Arrow batch) whatever the file's size. `token_length_stats` reads the converted file
@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from .formats import Detected, Limits, RowError, iter_rows, unit_of
+from .formats import Detected, Limits, RowError
 from .presets import CONVERTERS, recognise
+from .rows import iter_rows, unit_of
 
 INDEX_EVERY = 100
 
