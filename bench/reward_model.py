@@ -9,7 +9,7 @@ Run: .venv/bin/python bench/reward_model.py [--warm DIR] [--rm-steps 600] [--ste
    one-label head, trained for --rm-steps on rule-labelled transcripts and matched pairs of train-split
    problems; its accuracy (the sign of its score against the rule's label) on transcripts of held-out
    problems, per kind, and how often it scores a right transcript above a wrong one, per way of
-   making the wrong one (demo_rm.ranking_by_way, 128 held-out problems).
+   making the wrong one (demo_rm_data.ranking_by_way, 128 held-out problems).
 3. `python -m trainer run --recipe demo_tool_arith` with `reward_model.enable=true`,
    `reward_model.model.path=<2>` and `reward_model.rule_weight=0` (the reward model replaces the rule,
    verl's behaviour), from the same warm start and data as bench/learning.py. Validation scores with the
@@ -57,7 +57,7 @@ def pairs_text(rm: dict) -> str:
 
 def way_table(ranking: dict) -> list[str]:
     """The share of held-out problems whose right transcript the reward model scores above a wrong one,
-    per way of making the wrong one (trainer.models.demo_rm.ranking_by_way)."""
+    per way of making the wrong one (trainer.models.demo_rm_data.ranking_by_way)."""
     if not ranking:
         return []
     return ["| wrong transcript made by | " + " | ".join(ranking) + " |", "|---|" + "---:|" * len(ranking),
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from trainer.models.demo import evaluate_sampled
-    from trainer.models.demo_rm import make_demo_reward_model, ranking_by_way
+    from trainer.models.demo_rm import make_demo_reward_model
+    from trainer.models.demo_rm_data import ranking_by_way
     from trainer.workers.reward_model import RewardModelWorker
     from trainer.tasks import arith
 

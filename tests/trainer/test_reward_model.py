@@ -177,7 +177,7 @@ def test_two_steps_with_the_reward_model_through_the_cli(tmp_path, tiny_model_di
 
 
 def test_demo_reward_model_data_is_labelled_by_the_rule():
-    from trainer.models.demo_rm import KINDS, conversation, label, labelled_conversations
+    from trainer.models.demo_rm_data import KINDS, conversation, label, labelled_conversations
     from trainer.rewards import compute_score
     from trainer.tasks import arith
 
@@ -197,7 +197,7 @@ def test_demo_reward_model_data_is_labelled_by_the_rule():
 
 
 def test_demo_reward_model_near_answers_are_wrong_and_of_every_way():
-    from trainer.models.demo_rm import NEAR_WAYS, near_answer
+    from trainer.models.demo_rm_data import NEAR_WAYS, near_answer
     from trainer.tasks import arith
 
     rng = __import__("random").Random(0)
@@ -217,7 +217,7 @@ def test_demo_reward_model_near_answers_are_wrong_and_of_every_way():
 
 
 def test_demo_reward_model_pairs_differ_only_where_their_kind_says():
-    from trainer.models.demo_rm import matched_pairs
+    from trainer.models.demo_rm_data import matched_pairs
     from trainer.tasks import arith
 
     pairs = matched_pairs(200, seed=3)
@@ -237,7 +237,7 @@ def test_demo_reward_model_pairs_differ_only_where_their_kind_says():
 
 
 def test_demo_reward_model_agreement_and_ranking_score_a_perfect_and_a_blind_model():
-    from trainer.models.demo_rm import KINDS, NEAR_WAYS, agreement_by_kind, label, ranking_by_way
+    from trainer.models.demo_rm_data import KINDS, NEAR_WAYS, agreement_by_kind, label, ranking_by_way
     from trainer.tasks import arith
 
     def truth(conv):  # "What is a op b?"
@@ -293,7 +293,8 @@ def test_demo_reward_model_token_scores_end_with_the_workers_score(tiny_rm_dir):
 
 
 def test_demo_reward_model_trains_from_a_policy_folder(tmp_path, tiny_model_dir):
-    from trainer.models.demo_rm import KINDS, make_demo_reward_model
+    from trainer.models.demo_rm import make_demo_reward_model
+    from trainer.models.demo_rm_data import KINDS
     from trainer.workers.reward_model import RewardModelWorker
 
     with pytest.raises(ValueError, match="pairs"):
