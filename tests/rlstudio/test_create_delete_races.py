@@ -44,7 +44,7 @@ def policy(alice, make_model):
 
 @pytest.fixture
 def cluster(monkeypatch):
-    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: 0.0)
+    monkeypatch.setattr("rlstudio.runs.services.cluster._cluster_free_gpus", lambda *, needed: 0.0)
 
 
 def _launch(owner, data, policy, name="race-run"):

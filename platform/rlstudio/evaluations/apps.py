@@ -13,7 +13,7 @@ class EvaluationsConfig(AppConfig):
 
     def ready(self) -> None:
         from rlstudio.runs.reconcile import on_reconcile_follow
-        from rlstudio.runs.services.admission import on_gpus_held, queued_kind_register
+        from rlstudio.runs.services.queue_registry import on_gpus_held, queued_kind_register
 
         from .queue import EvaluationQueue
         from .reconcile import gpus_held, reconcile_evaluations

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from rlstudio.runs.dispatch import broker_was_down
 from rlstudio.runs.queue import NEVER_PREFIX, Attempt, QueuedJob
-from rlstudio.runs.services.admission import QueuedKind, clip_reason, q_ahead
+from rlstudio.runs.services.admission import clip_reason
+from rlstudio.runs.services.queue_order import q_ahead
+from rlstudio.runs.services.queue_registry import QueuedKind
 
 from .models import Evaluation, EvaluationStatus
 from .services import QUEUE_KIND, evaluation_admit, evaluation_job

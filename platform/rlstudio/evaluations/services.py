@@ -4,7 +4,7 @@ whoever may see the model, who becomes its owner), admit it within the owner's q
 
 Where an evaluation runs: as a Ray job (`jobs.py`: `python -m trainer evaluate`), like a run, on
 `gpus` GPUs (0: the CPU; at most 1: the evaluation is one process). Admission is a run's
-(`rlstudio.runs.services.admission.QuotaPolicy.job_reason`, under the owner's lock): a running
+(`rlstudio.runs.services.queue_registry.QuotaPolicy.job_reason`, under the owner's lock): a running
 evaluation counts as one of the owner's concurrent runs and its GPUs against their GPUs and GPU-hours,
 so an evaluation on the CPU starts when the owner is under their concurrent-run cap. One evaluation per
 user is queued or running at a time; one that must wait stays `queued` with its reason, in the one
@@ -136,7 +136,7 @@ def clean_request(data: dict[str, Any], *, available: list[int]) -> EvaluationRe
 
 
 def _policy():
-    from rlstudio.runs.services.admission import quota_policy
+    from rlstudio.runs.services.queue_registry import quota_policy
 
     return quota_policy()
 
@@ -145,7 +145,7 @@ def _check_gpus(*, user, gpus: int) -> None:
     """EvaluationInvalid on `gpus` when an evaluation of `user` asking `gpus` could never be admitted:
     more than their quota allows at once (`gpus_refusal`; more than the cluster has in all now is
     accepted, and waits queued for GPUs to join)."""
-    from rlstudio.runs.services.admission import gpus_refusal
+    from rlstudio.runs.services.cluster import gpus_refusal
 
     why = gpus_refusal(user=user, gpus=gpus, what="evaluation")
     if why:
@@ -280,7 +280,8 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
     reason updated. It waits behind its owner's runs queued before it (the one queue's order, under
     the owner's lock that every admission takes). Returns admitted or not; None when the evaluation
     is gone or its row is locked by another transaction (skipped, never waited for: still queued)."""
-    from rlstudio.runs.services.admission import cluster_free_gpus as free_gpus, first_run_ahead
+    from rlstudio.runs.services.cluster import cluster_free_gpus as free_gpus
+    from rlstudio.runs.services.queue_order import first_run_ahead
 
     policy = _policy()
     with transaction.atomic():

@@ -126,7 +126,7 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
     from rlstudio.rowlocks import lock_for_use
     from rlstudio.runs.models import Run
     from rlstudio.runs.services import check_can_manage
-    from rlstudio.runs.services.admission import quota_policy
+    from rlstudio.runs.services.queue_registry import quota_policy
 
     check_can_manage(user=user, run=run, action="export")
     step = clean_step((data or {}).get("step"), available=checkpoint_steps(run))

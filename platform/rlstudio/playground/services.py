@@ -251,7 +251,7 @@ def _lock_targets(targets: list[dict[str, Any]]) -> None:
 def session_new(*, user, data: Any) -> PlaygroundSession:
     """Check the request, create the session within the user's quota and queue its task."""
     from rlstudio.quotas.selectors import quota_for
-    from rlstudio.runs.services.admission import quota_policy
+    from rlstudio.runs.services.queue_registry import quota_policy
 
     req = clean_request(user, data)
     with transaction.atomic():

@@ -13,7 +13,7 @@ class QuotasConfig(AppConfig):
         from rlstudio.catalog.storage import on_dataset_storage_allowance, on_dataset_storage_check
         from rlstudio.evaluations.services import on_evaluation_delete
         from rlstudio.runs.services import on_run_delete
-        from rlstudio.runs.services.admission import quota_policy_register
+        from rlstudio.runs.services.queue_registry import quota_policy_register
 
         from .services import (
             Quotas,

@@ -3,7 +3,7 @@
 one queue of runs and evaluations in admission order, with its length).
 
 Bounded work whatever the queue's length: a place in the queue is counted in the database
-(`rlstudio.runs.services.admission.queue_position_of`), and the staff overview loads only the first
+(`rlstudio.runs.services.queue_order.queue_position_of`), and the staff overview loads only the first
 QUEUE_SHOWN jobs of each kind (the first QUEUE_SHOWN of the queue are among them)."""
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from django.utils import timezone
 from rlstudio.catalog.storage import dataset_bytes_used, dataset_bytes_used_by_owner
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 from rlstudio.runs.queue import RUN, QueuedJob, queue_order
-from rlstudio.runs.services.admission import QUEUE_ORDER, other_jobs_gpus, queue_position_of, run_job
+from rlstudio.runs.services.queue_order import QUEUE_ORDER, queue_position_of, run_job
+from rlstudio.runs.services.queue_registry import other_jobs_gpus
 
 from .models import BYTES_PER_GB, SHIPPED_DEFAULT, US_PER_HOUR, GpuHoursSpent, GpuQuota
 

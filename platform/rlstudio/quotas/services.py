@@ -32,7 +32,7 @@ from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
 from rlstudio.runs.queue import QUOTA_REMEDY, gpus_over_quota, never_reason
 from rlstudio.runs.services import RunRefused, run_stop
-from rlstudio.runs.services.admission import QuotaPolicy
+from rlstudio.runs.services.queue_registry import QuotaPolicy
 
 from .models import BYTES_PER_GB, GpuHoursSpent, GpuQuota
 from .selectors import (

@@ -316,10 +316,10 @@ def run_logs(*, run: Run, tail: int = 200) -> dict:
 def queue_position(*, run: Run) -> int | None:
     """1-based place of a queued run in the one queue of runs and the other kinds' jobs (evaluations),
     in admission order (`rlstudio.runs.queue`), None when not queued: COUNT queries of the jobs ahead
-    (`services.admission.queue_position_of`), never the whole queue loaded."""
+    (`services.queue_order.queue_position_of`), never the whole queue loaded."""
     if run.status != "queued":
         return None
-    from .services.admission import queue_position_of, run_job
+    from .services.queue_order import queue_position_of, run_job
 
     return queue_position_of(run_job(run))
 

@@ -17,7 +17,7 @@ def free_gpus(monkeypatch):
     class Free:
         value = 0.0
 
-    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: Free.value)
+    monkeypatch.setattr("rlstudio.runs.services.cluster._cluster_free_gpus", lambda *, needed: Free.value)
     return Free
 
 

@@ -17,7 +17,7 @@ from rlstudio.quotas.selectors import queue_in_order, quota_admin_overview, quot
 from rlstudio.runs.models import Run
 from rlstudio.runs.queue import queue_order
 from rlstudio.runs.selectors import queue_position
-from rlstudio.runs.services.admission import run_job
+from rlstudio.runs.services.queue_order import run_job
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=dt_tz.utc)

@@ -235,7 +235,7 @@ def test_a_queued_run_bigger_than_the_cluster_holds_no_one_back(alice, bob, make
     _quota(alice, gpus=2)
     _quota(bob, gpus=2)
     cluster.value = 1.0  # a GPU node left: 1 GPU in all now
-    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: 1.0)
+    monkeypatch.setattr("rlstudio.runs.services.cluster._cluster_free_gpus", lambda *, needed: 1.0)
     big = make_run(bob, "big", gpus=2)
     bobs_cpu = make_run(bob, "bobs-cpu", gpus=0)
     small = make_run(alice, "small", gpus=1)

@@ -28,6 +28,7 @@ from rlstudio.runs.services.admission import (
     _hold_runs,
     queue_admit_jobs,
 )
+from rlstudio.runs.services.queue_registry import quota_policy
 from tests.rlstudio.conftest import api_client
 
 S, E = RunStatus, EvaluationStatus
@@ -135,7 +136,7 @@ def test_a_pass_failing_inside_a_transaction_raises_its_own_error_and_leaves_the
         with connections["default"].cursor() as cur:
             cur.execute("SELECT 1 / 0")
 
-    monkeypatch.setattr(admission, "_cluster_free_gpus", failing_sql)
+    monkeypatch.setattr("rlstudio.runs.services.cluster._cluster_free_gpus", failing_sql)
     with pytest.raises(DataError, match="division by zero"):  # the real error, not the unlock's
         queue_admit_jobs()
     assert _other_connection("SELECT pg_try_advisory_lock(%s, %s)") is True
@@ -562,7 +563,7 @@ def test_an_evaluation_deleted_mid_pass_leaves_the_queue_and_the_others_are_stil
     _quota(bob)
     ev = _evaluation(alice, make_dataset, make_model)
     run = make_run(bob, "after-the-evaluation")
-    policy = admission.quota_policy()
+    policy = quota_policy()
     original = policy.lock_owners
 
     def lock_then_delete(*, user_ids):

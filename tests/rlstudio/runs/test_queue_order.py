@@ -35,7 +35,7 @@ def test_queue_admit_all_hands_the_clusters_gpus_out_in_the_moved_order(alice, b
     for user in (alice, bob):
         GpuQuota.objects.create(user=user, max_gpus=1, gpu_hours_per_month=100, max_concurrent_runs=1)
     older, newer = make_run(alice, "alice-gpu", gpus=1), make_run(bob, "bob-gpu", gpus=1)
-    monkeypatch.setattr("rlstudio.runs.services.admission._cluster_free_gpus", lambda *, needed: 1.0)
+    monkeypatch.setattr("rlstudio.runs.services.cluster._cluster_free_gpus", lambda *, needed: 1.0)
     run_queue_move(run=newer, by=staff, to="front")
     assert queue_admit_all() == [newer.pk]
     older.refresh_from_db()
@@ -76,9 +76,9 @@ def test_runs_asks_quotas_through_the_registered_policy_never_none(monkeypatch):
     from django.core.exceptions import ImproperlyConfigured
 
     from rlstudio.quotas.services import Quotas
-    from rlstudio.runs.services import admission
+    from rlstudio.runs.services import queue_registry
 
-    assert isinstance(admission.quota_policy(), Quotas)  # registered by QuotasConfig.ready
-    monkeypatch.setattr(admission, "_QUOTA_POLICY", [])
+    assert isinstance(queue_registry.quota_policy(), Quotas)  # registered by QuotasConfig.ready
+    monkeypatch.setattr(queue_registry, "_QUOTA_POLICY", [])
     with pytest.raises(ImproperlyConfigured, match="no quota policy"):
-        admission.quota_policy()
+        queue_registry.quota_policy()

@@ -3,7 +3,9 @@
     transitions  THE run state machine (`run_transition`) and `run_reach`, the one rule for reaching
                  a state Ray or the trainer reports
     creation     a queued run's record and its ingest token
-    admission    quotas, the cluster and the fair queue (`run_admit`, `queue_admit_all`, `run_queue_move`)
+    admission    quotas, the cluster and the fair queue (`run_admit`, `queue_admit_all`, `run_queue_move`);
+                 what it asks is registered in queue_registry, the queue's order is queue_order's,
+                 the cluster's GPUs cluster's
     submission   submit to Ray, re-send, adopt a job a lost task made, record progress
     stop         cancel, graceful stop, force kill
     lineage      new runs from a config, resume, clone, saved configs (the config gate runs here)
@@ -16,7 +18,6 @@
                  RunsNotDeleted (a bulk delete refused: a DeleteRefusal per run in the way)
 """
 from .admission import (
-    QUEUE_ORDER,
     SUBMIT_UNSENT_REASON,
     queue_admit_all,
     queue_admit_launched,
@@ -25,6 +26,7 @@ from .admission import (
     run_queue_move,
     run_requeue_unsent,
 )
+from .queue_order import QUEUE_ORDER
 from .creation import INGEST_TOKEN_PREFIX, run_create, run_issue_ingest_token, run_token_check, token_hash
 from ..errors import DeleteRefusal, RunInputInvalid, RunNotPermitted, RunRefused, RunsNotDeleted
 from .deletion import (

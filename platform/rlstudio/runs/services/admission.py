@@ -34,12 +34,15 @@ owner's later jobs do not wait behind it.
 
 Quotas are asked through a `QuotaPolicy` that the quotas app registers at startup
 (`quota_policy_register`, from its AppConfig.ready), so that runs never imports quotas (quotas reads
-runs, not the other way round)."""
+runs, not the other way round).
+
+This module owns admission itself (`run_admit`, the queue's passes, staff moving a run in the queue);
+the registries it asks are `queue_registry`'s, the queue's order in the database `queue_order`'s, and
+the cluster's GPUs (and the launch's GPU checks, `gpus_refusal`) `cluster`'s."""
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -50,7 +53,6 @@ from ..models import Run, RunStatus
 from ..errors import RunRefused
 from ..queue import (
     CLUSTER_REMEDY,
-    NEVER_PREFIX,
     QUOTA_REMEDY,
     RUN,
     Attempt,
@@ -58,210 +60,20 @@ from ..queue import (
     admission_pass,
     gpus_over_cluster,
     gpus_over_quota,
-    kind_rank,
     never_reason,
 )
+from .cluster import cluster_free_gpus as free_gpus, cluster_total_gpus
+from .queue_order import first_run_ahead, run_job
+from .queue_registry import QueuedKind, queued_kinds, quota_policy
 from .transitions import run_transition
 
+# The public path `services.admission.X` of gpus_refusal and gpus_cluster_warning (owned by
+# `cluster`) and of quota_policy (owned by `queue_registry`): runs/views.py and runs/services/lineage.py
+# import them from here (their files are being edited elsewhere).
+from .cluster import gpus_cluster_warning, gpus_refusal  # noqa: F401
 
 S = RunStatus
 log = logging.getLogger(__name__)
-
-
-class QuotaPolicy:
-    """What admission and the launch path ask of the quotas. A subclass implements:
-
-        lock_owner(*, user)                       take the lock that serializes one user's admissions
-                                                  and launches (inside the caller's transaction)
-        lock_owners(*, user_ids)                  take several users' locks, in id order
-        queue_refusal(*, user) -> str             '' when the user may queue one more run, else why not
-        reason(*, run, cluster_free_gpus) -> str  '' when `run` may start now, else why it waits
-                                                  (`cluster_free_gpus`: None = not checked)
-        usage_for(*, user)                        the user's quota and usage (the "Your quota" page)
-        max_gpus(*, owner_id) -> int              the most GPUs the user's quota lets them hold at once
-    """
-
-    def lock_owner(self, *, user: AbstractBaseUser) -> None:
-        raise NotImplementedError
-
-    def lock_owners(self, *, user_ids) -> None:
-        raise NotImplementedError
-
-    def queue_refusal(self, *, user: AbstractBaseUser) -> str:
-        raise NotImplementedError
-
-    def reason(self, *, run: Run, cluster_free_gpus: float | None) -> str:
-        raise NotImplementedError
-
-    def usage_for(self, *, user: AbstractBaseUser):
-        raise NotImplementedError
-
-    def max_gpus(self, *, owner_id: int) -> int:
-        raise NotImplementedError
-
-    def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
-        """'' when another job of `user` (an evaluation) asking `gpus` may start now, else why it waits;
-        counted with the user's runs and other jobs (called after `lock_owner`)."""
-        raise NotImplementedError
-
-
-_QUOTA_POLICY: list[QuotaPolicy] = []
-
-
-def quota_policy_register(policy: QuotaPolicy) -> QuotaPolicy:
-    """Make `policy` the one admission asks (the last registered wins)."""
-    _QUOTA_POLICY[:] = [policy]
-    return policy
-
-
-def quota_policy() -> QuotaPolicy:
-    """The registered QuotaPolicy; ImproperlyConfigured when none is (never "no limits")."""
-    if not _QUOTA_POLICY:
-        from django.core.exceptions import ImproperlyConfigured
-
-        raise ImproperlyConfigured("no quota policy registered: rlstudio.quotas must be in INSTALLED_APPS")
-    return _QUOTA_POLICY[0]
-
-# The order in which queued runs are admitted (and numbered on the pages): a run staff moved to the
-# front (higher queue_priority) first, then oldest first, ties broken by id.
-QUEUE_ORDER = ("-queue_priority", "created", "id")
-
-
-class QueuedKind:
-    """A kind of job other than runs that waits in the one queue (the evaluations app registers its
-    evaluations). A subclass implements:
-
-        kind                                      its name ("evaluation")
-        queued() -> list[QueuedJob]               its queued jobs
-        earlier_of(*, job) -> str                 '' unless the owner of `job` (a run) has a job of this
-                                                  kind queued ahead of it; else a phrase naming it
-        try_admit(*, job_id, cluster_free_gpus) -> Attempt | None
-                                                  admit it if its owner's quota allows (under the
-                                                  owner's lock), else record why it waits; None when
-                                                  it is no longer queued
-        hold(*, job_ids, reason)                  record `reason` on those of these jobs still queued
-                                                  (ones the pass did not try: `HELD_BACK_REASON`)
-        count_ahead(*, job) -> int                how many of its queued jobs come before `job` (of
-                                                  any kind) in the queue: a COUNT query (`q_ahead`)
-                                                  for `queue_position_of`
-    """
-
-    kind = ""
-
-    def queued(self) -> list[QueuedJob]:
-        raise NotImplementedError
-
-    def earlier_of(self, *, job: QueuedJob) -> str:
-        raise NotImplementedError
-
-    def try_admit(self, *, job_id: int, cluster_free_gpus: float | None) -> Attempt | None:
-        raise NotImplementedError
-
-    def hold(self, *, job_ids: list[int], reason: str) -> None:
-        raise NotImplementedError
-
-    def count_ahead(self, *, job: QueuedJob) -> int:
-        raise NotImplementedError
-
-
-_QUEUED_KINDS: dict[str, QueuedKind] = {}
-
-
-def queued_kind_register(kind: QueuedKind) -> QueuedKind:
-    """Let `kind`'s queued jobs wait in the one queue (the last registered of a name wins)."""
-    _QUEUED_KINDS[kind.kind] = kind
-    return kind
-
-
-def queued_kinds() -> list[QueuedKind]:
-    return list(_QUEUED_KINDS.values())
-
-
-def run_job(run: Run) -> QueuedJob:
-    """A run as a job of the one queue."""
-    return QueuedJob(kind=RUN, id=run.pk, owner_id=run.owner_id, gpus=run.gpus, queued_at=run.created,
-                     priority=run.queue_priority)
-
-
-def first_run_ahead(*, job: QueuedJob) -> Run | None:
-    """The first queued run of `job`'s owner that comes before `job` (of any kind) in the queue
-    (None: none does), leaving out runs that can never be admitted as they are (their reason
-    `never_reason`'s): the owner's later jobs do not wait behind those. One query (`q_ahead`)."""
-    return (Run.objects.filter(owner=job.owner_id, status=S.QUEUED).exclude(queue_reason__startswith=NEVER_PREFIX)
-            .filter(q_ahead(job, kind=RUN, priority="queue_priority")).order_by(*QUEUE_ORDER).first())
-
-
-# Called with no arguments, each returns the GPUs held by the platform's other Ray jobs (the
-# evaluations app registers its running evaluations here, so that runs never imports it).
-_GPU_HOLDERS: list[Callable[[], int]] = []
-
-
-def on_gpus_held(hook: Callable[[], int]) -> Callable[[], int]:
-    """Register `hook() -> GPUs` held by jobs other than runs (idempotent per function)."""
-    if hook not in _GPU_HOLDERS:
-        _GPU_HOLDERS.append(hook)
-    return hook
-
-
-def other_jobs_gpus() -> int:
-    """GPUs the platform's other jobs hold now (the registered hooks' sum)."""
-    return sum(int(hook() or 0) for hook in _GPU_HOLDERS)
-
-
-def _cluster_total_gpus() -> float | None:
-    """The GPUs the cluster has in all (Ray's alive nodes; `ray_jobs.cluster_total_gpus`, cached a few
-    seconds per process); None when Ray does not answer."""
-    from ..ray_jobs import RayUnavailable, cluster_total_gpus
-
-    try:
-        return cluster_total_gpus()
-    except RayUnavailable:
-        return None
-
-
-def _held_gpus() -> float:
-    """GPUs our active runs and the other jobs (evaluations) hold now."""
-    from django.db.models import Sum
-
-    from ..models import ACTIVE_STATUSES
-
-    return (Run.objects.filter(status__in=ACTIVE_STATUSES).aggregate(n=Sum("gpus"))["n"] or 0) + other_jobs_gpus()
-
-
-def _cluster_free_gpus(*, needed: int) -> float | None:
-    """GPUs Ray has minus those our active runs and other jobs hold (0.0 when Ray does not answer);
-    None when the run needs none (not checked)."""
-    if needed <= 0:
-        return None
-    total = _cluster_total_gpus()
-    return 0.0 if total is None else max(total - _held_gpus(), 0.0)
-
-
-def cluster_free_gpus(*, needed: int) -> float | None:
-    """`_cluster_free_gpus` for other jobs' admission (0.0 when Ray does not answer)."""
-    return _cluster_free_gpus(needed=needed)
-
-
-def gpus_refusal(*, user: AbstractBaseUser, gpus: int, what: str = "run",
-                 by: AbstractBaseUser | None = None) -> str:
-    """'' unless a `what` ("run", "evaluation") of `user` asking `gpus` GPUs could never be admitted:
-    more than the user's quota allows at once (its `max_gpus`); else the sentence that says so. A
-    launch raises it as an input error on `gpus` before anything is recorded. Ray is not asked: a job
-    asking more than the cluster has in all now is accepted and waits, queued, for GPUs to join
-    (`gpus_cluster_warning` says so beforehand). `by`: who asks, when not `user` (staff acting on
-    another user's run read "its owner's quota")."""
-    if gpus <= 0:
-        return ""
-    whose = "your" if by is None or by.pk == user.pk else "its owner's"
-    return gpus_over_quota(what=what, gpus=gpus, most=quota_policy().max_gpus(owner_id=user.pk), whose=whose)
-
-
-def gpus_cluster_warning(*, gpus: int, what: str = "run") -> str:
-    """'' unless a `what` asking `gpus` GPUs asks more than the cluster has in all now (Ray's answer,
-    cached a few seconds; '' when Ray does not answer); else a sentence saying that it would be queued
-    and start only once enough GPUs join the cluster (the run form's preview shows it as a warning)."""
-    why = gpus_over_cluster(what=what, gpus=gpus, total=_cluster_total_gpus()) if gpus > 0 else ""
-    return f"{why}: it would wait, queued, until the cluster has {gpus} GPUs" if why else ""
 
 
 REASON_MAX = Run._meta.get_field("queue_reason").max_length
@@ -335,7 +147,7 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
         elif other:
             reason = f"waiting behind your earlier queued {other}"
         else:
-            free = cluster_free_gpus if cluster_free_gpus is not None else _cluster_free_gpus(needed=locked.gpus)
+            free = cluster_free_gpus if cluster_free_gpus is not None else free_gpus(needed=locked.gpus)
             reason = policy.reason(run=locked, cluster_free_gpus=free)
         reason = clip_reason(reason)
         if reason:
@@ -351,29 +163,6 @@ def run_admit(*, run: Run, by: AbstractBaseUser | None = None, cluster_free_gpus
     run.refresh_from_db(fields=["status", "queue_reason"])
     return run.status != S.QUEUED
 
-
-def q_ahead(job: QueuedJob, *, kind: str, priority: str | None = None):
-    """Q of the rows of `kind` (queued at `created`, their id `id`; their priority in the field named
-    `priority`, or 0 for a kind that staff cannot move) that come before `job`, of any kind, in the one
-    queue's order (`QueuedJob.key`), for a COUNT or a filter in the database; None when none can."""
-    from django.db.models import Q
-
-    theirs, mine = (kind_rank(kind), kind), (kind_rank(job.kind), job.kind)
-    older = Q(created__lt=job.queued_at)
-    if theirs < mine:  # theirs go first among jobs queued at the same instant
-        older |= Q(created=job.queued_at)
-    elif theirs == mine:
-        older |= Q(created=job.queued_at, id__lt=job.id)
-    if priority is None:
-        return None if job.priority > 0 else Q() if job.priority < 0 else older
-    return Q(**{f"{priority}__gt": job.priority}) | (Q(**{priority: job.priority}) & older)
-
-
-def queue_position_of(job: QueuedJob) -> int:
-    """`job`'s 1-based place in the one queue: one COUNT of the queued runs ahead of it and one per
-    registered kind (`QueuedKind.count_ahead`), whatever the queue's length."""
-    ahead = Run.objects.filter(status=S.QUEUED).filter(q_ahead(job, kind=RUN, priority="queue_priority")).count()
-    return ahead + sum(kind.count_ahead(job=job) for kind in queued_kinds()) + 1
 
 
 QUEUE_MOVES = ("front", "back")
@@ -472,7 +261,7 @@ def _hold_runs(run_ids: list[int], reason: str = HELD_BACK_REASON) -> None:
 
 class _Never:
     """The pass's `never` check (`admission_pass`): whether a GPU job can never be admitted as it is,
-    its owner's quota's `max_gpus` read once per owner and Ray's total GPUs (`_cluster_total_gpus`:
+    its owner's quota's `max_gpus` read once per owner and Ray's total GPUs (`cluster_total_gpus`:
     Ray's answer is cached, so a pass asks it at most once)
     (only for a job that does not fit in the free GPUs); the reason is recorded on the job (runs:
     `_hold_runs`; other kinds: `QueuedKind.hold`) before the pass goes on, so the owner's later jobs,
@@ -488,7 +277,7 @@ class _Never:
         why = gpus_over_quota(what=job.kind, gpus=job.gpus, most=self.most[job.owner_id])
         remedy = QUOTA_REMEDY
         if not why and (free is None or job.gpus > free):
-            why = gpus_over_cluster(what=job.kind, gpus=job.gpus, total=_cluster_total_gpus())
+            why = gpus_over_cluster(what=job.kind, gpus=job.gpus, total=cluster_total_gpus())
             remedy = CLUSTER_REMEDY
         if not why:
             return False
@@ -545,9 +334,9 @@ def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
             jobs.extend(kind.queued())
         if any(job.gpus > 0 for job in jobs):
             # Ask Ray now (5 s timeout; its answer or failure is cached CLUSTER_TOTAL_TTL_S, which the
-            # pass's `_cluster_free_gpus` then reads), not under the owners' locks: a launch, export or
+            # pass's `free_gpus` then reads), not under the owners' locks: a launch, export or
             # playground session of a queued job's owner never waits on Ray.
-            _cluster_total_gpus()
+            cluster_total_gpus()
         # Owners in id order (`lock_owners`), as every holder of several owners' locks takes them.
         quota_policy().lock_owners(user_ids={job.owner_id for job in jobs})
 
@@ -565,7 +354,7 @@ def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
                 return None
 
         held: dict[str, list[int]] = {}
-        admitted = admission_pass(jobs, free_gpus=lambda needed: _cluster_free_gpus(needed=needed),
+        admitted = admission_pass(jobs, free_gpus=lambda needed: free_gpus(needed=needed),
                                   try_admit=try_admit, never=_Never(kinds),
                                   held_back=lambda job, _blocker: held.setdefault(job.kind, []).append(job.id))
         for kind, ids in held.items():

@@ -238,7 +238,7 @@ def _lock_owners(run_ids: list[int]) -> None:
     the `on_run_delete` ledger hook keeps under their owner's lock). Each single delete orders the
     owners of its own run only, so without this a bulk delete would take them in the order the ids
     were given, and deadlock with a delete (or a launch) that takes them in id order."""
-    from .admission import quota_policy
+    from .queue_registry import quota_policy
 
     pairs = Run.objects.filter(pk__in=run_ids).values_list("owner_id", "evaluations__owner_id")
     quota_policy().lock_owners(user_ids={owner for pair in pairs for owner in pair if owner is not None})
