@@ -5,7 +5,7 @@ the run's own folder, `runs.checkpoints.checkpoint_steps`) into `exports/step_<s
 that folder with `trainer.export.export_checkpoint`: `huggingface/` (FSDP shards merged; LoRA: merged
 weights) and, for LoRA, `lora_adapter/`; a model card (`card.model_card`) is written into both as
 README.md; then `huggingface/` is registered in the catalog for the run's owner (checked as any model
-is, `catalog.services.model_register`, inside the run's folder only).
+is, `catalog.services.model_assets.model_register`, inside the run's folder only).
 
 Where it runs: in the Celery worker's process, on its CPU (about twice the model in float32 in
 memory). Bounds: one queued or running export per user at a time; an export left `running` by a
@@ -177,7 +177,7 @@ def export_execute(*, export_id: int) -> str:
     """Run a queued export here (the Celery worker): write the folder, its card, register it."""
     from rlstudio.catalog.errors import CatalogRefused
     from rlstudio.catalog.models import ModelAsset
-    from rlstudio.catalog.services import model_register
+    from rlstudio.catalog.services.model_assets import model_register
     from trainer.export import MODEL_DIR, export_checkpoint
 
     from rlstudio.archive import archive_size
@@ -222,7 +222,7 @@ def export_delete(*, user, export: Export) -> None:
     (CatalogInUse while runs use it: then nothing is deleted), the record, and its folder in the run's
     folder. ExportRefused while it is queued or running."""
     from rlstudio.accounts.services import audit_record
-    from rlstudio.catalog.services import model_delete
+    from rlstudio.catalog.services.model_assets import model_delete
     from rlstudio.runs.services import check_can_manage
 
     run = export.run

@@ -13,7 +13,8 @@ from typing import Any, Mapping
 
 from trainer.config import Config, ConfigError
 
-from . import gate
+from .gate.changes import user_view
+from .gate.flat import flatten
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class ConfigChange:
 def user_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """The user's keys of a stored config, dotted, over the whole schema (ConfigError when it no longer
     reads as a config)."""
-    return gate.flatten(Config.from_dict(gate.user_view(config)).to_dict())
+    return flatten(Config.from_dict(user_view(config)).to_dict())
 
 
 def config_changes(*, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[ConfigChange]:

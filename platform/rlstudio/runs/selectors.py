@@ -108,7 +108,7 @@ def run_config_for(*, user: AbstractBaseUser, run: Run) -> dict:
     model and reward paths, the run's folder, ...) reset to the schema's defaults."""
     if can_manage(user=user, run=run):
         return run.config
-    from .gate import user_view
+    from .gate.changes import user_view
 
     return user_view(run.config or {})
 
@@ -119,7 +119,7 @@ def run_configs_comparable_for(*, user: AbstractBaseUser, runs: Sequence[Run]) -
     run the user only reads) is never reported as differing from the user's own run."""
     if all(can_manage(user=user, run=r) for r in runs):
         return [r.config for r in runs]
-    from .gate import user_view
+    from .gate.changes import user_view
 
     return [user_view(r.config or {}) for r in runs]
 

@@ -9,8 +9,3 @@
 
 Who may change or share an object: `rlstudio.catalog.sharing`. New code imports from the owning module.
 """
-# The public path `rlstudio.catalog.services.X` of these two: rlstudio/exports/services.py imports
-# them from here (its file is being edited elsewhere); both are owned by `model_assets`.
-from .model_assets import model_delete, model_register
-
-__all__ = ["model_delete", "model_register"]

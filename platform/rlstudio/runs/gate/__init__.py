@@ -25,8 +25,8 @@ Its modules, each owning one thing:
 New code imports from the owning module.
 """
 # The public path `rlstudio.runs.gate.X`: docs/security.md, docs/runs.md and docs/api.md name these as
-# `gate.X`, and runs/launch.py, runs/services/lineage.py, runs/selectors.py and runs/config_diff.py
-# use them through `gate` (kept importable from here for them; each is owned by the module it comes from).
+# `gate.X`, and runs/launch.py and runs/services/lineage.py use them through `gate` (kept importable
+# from here for them; each is owned by the module it comes from).
 from .bounds import GateRefused
 from .changes import check, check_bounds, check_trackers, user_view
 from .disk import check_checkpoint_size, check_checkpoints_kept
