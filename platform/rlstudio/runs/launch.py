@@ -3,7 +3,7 @@
 Pure functions of their inputs (plus settings for folders and URLs); the services call them.
 
 - `build_config`: a preset, a whole config a user typed, or a stored config, then dotted overrides;
-  what the user changed goes through the config gate (`gate.py`), then the platform's own keys are
+  what the user changed goes through the config gate (the `gate` package), then the platform's own keys are
   written (`platform_values`: data and model paths, resources, the reward function's file); validated by
   the trainer's schema (`trainer.config.validate`), errors re-raised as `ConfigInvalid(key, message)`
   so that the API and the form name the key.

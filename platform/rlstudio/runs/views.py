@@ -258,7 +258,7 @@ def run_new_preview(request):
 
     from .launch import ConfigInvalid, parse_config_text
     from .preview import FieldError, preview
-    from .services.admission import gpus_cluster_warning, gpus_refusal
+    from .services.cluster import gpus_cluster_warning, gpus_refusal
 
     if request.method != "POST":
         return HttpResponseNotAllowed(["POST"])
@@ -563,6 +563,6 @@ def run_controls_view(request, run_id: int):
 @login_required
 def quota_page(request):
     """The caller's quota and usage, with their queued runs' positions and reasons."""
-    from .services.admission import quota_policy
+    from .services.queue_registry import quota_policy
 
     return render(request, "runs/quota.html", {"usage": quota_policy().usage_for(user=request.user)})

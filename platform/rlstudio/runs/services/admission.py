@@ -67,11 +67,6 @@ from .queue_order import first_run_ahead, run_job
 from .queue_registry import QueuedKind, queued_kinds, quota_policy
 from .transitions import run_transition
 
-# The public path `services.admission.X` of gpus_refusal and gpus_cluster_warning (owned by
-# `cluster`) and of quota_policy (owned by `queue_registry`): runs/views.py and runs/services/lineage.py
-# import them from here (their files are being edited elsewhere).
-from .cluster import gpus_cluster_warning, gpus_refusal  # noqa: F401
-
 S = RunStatus
 log = logging.getLogger(__name__)
 

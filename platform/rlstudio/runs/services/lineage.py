@@ -17,12 +17,9 @@ from rlstudio.accounts.services import audit_record
 
 from ..models import Run
 from ..selectors import trained_to_the_end
-from .admission import (
-    gpus_refusal,
-    queue_admit_launched,
-    quota_policy,
-    run_launch_recorded,
-)
+from .admission import queue_admit_launched, run_launch_recorded
+from .cluster import gpus_refusal
+from .queue_registry import quota_policy
 from .creation import run_create
 from ..errors import RunInputInvalid, RunRefused
 
@@ -149,7 +146,7 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
 
 def _check_gpus(*, owner: AbstractBaseUser, gpus: int, kind: str = "", by: AbstractBaseUser | None = None) -> None:
     """RunInputInvalid on `gpus` when a run of `owner` on `gpus` GPUs could never be admitted: more than
-    their quota allows at once (`admission.gpus_refusal`; more than the cluster has in all now is
+    their quota allows at once (`cluster.gpus_refusal`; more than the cluster has in all now is
     accepted, and waits queued for GPUs to join). `kind` ("resume", "clone"): the new run asks as many
     as its source did (the quota may have been lowered since); `by`, who asks (staff read "its
     owner's quota")."""
