@@ -424,8 +424,9 @@ def demo_eval_run(tmp_path_factory) -> dict:
     """The demo task's warm start (DEMO_WARM_STEPS SFT steps of `make_demo_model`, no copy gate), DEMO_PROMPTS
     held-out rows and DEMO_GRPO_STEPS steps of the demo recipe from it with a checkpoint at the last step:
     {"out", "warm", "config", "test", "step"} (`step`: the checkpoint's folder). Built once per session:
-    about 140 s of warm start and 45 s of GRPO on 2 shared cores. Fewer warm-start steps (150) leave a
-    model that never answers right and that GRPO cannot move in a few steps."""
+    about 65 s in all on 2 quiet cores (the warm start on both: it runs in the first band, when nothing
+    else does; on one thread it took 20 s more). Fewer warm-start steps (150) leave a model that never
+    answers right and that GRPO cannot move in a few steps."""
     import json
 
     from trainer.config import apply_overrides
@@ -435,7 +436,7 @@ def demo_eval_run(tmp_path_factory) -> dict:
     from trainer.tasks import arith
 
     out = tmp_path_factory.mktemp("demo_eval")
-    warm = make_demo_model(out / "warm", steps=DEMO_WARM_STEPS, seed=0, copy_check=0, threads=1)
+    warm = make_demo_model(out / "warm", steps=DEMO_WARM_STEPS, seed=0, copy_check=0, threads=2)
     for name, n, seed in (("train", 2000, 0), ("test", DEMO_PROMPTS, 1)):
         rows = arith.make_rl_rows(name, n, seed=seed)
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

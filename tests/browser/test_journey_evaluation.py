@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import DEMO_GRPO_STEPS, poll_until
 
-# demo_eval_run takes about 3 minutes on 2 quiet cores and over 10 at load 11: more than the default 600 s.
+# demo_eval_run takes about 65 s on 2 quiet cores and over 10 minutes at load 11: more than the default 600 s.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(1800)]
 
 HTML = "<img src=x onerror=\"document.title='pwned'\"> "
