@@ -1,11 +1,13 @@
-"""Journeys 1–3 in a real Chromium against the whole running platform, as one user's afternoon:
+"""Journeys 1–4 in a real Chromium against the whole running platform, as one user's afternoon:
 
 1. log in; upload GSM8K's test split with the gsm8k preset through the upload page; the worker makes it
    ready; see its preview; run the reward check on its page;
 2. launch a cpu_smoke run on a tiny model through /runs/new/; on the run page, without reloading, the
    reward chart gets points and the samples table gets rows; open a transcript, switch to tokens;
 3. stop the run with "save a checkpoint first" ticked, see it stopped with its checkpoint; resume it
-   and see the new run continue after that step.
+   and see the new run continue after that step;
+4. fork the stopped run from its checkpoint: a key a fork may not change is refused naming it; with a
+   new learning rate the fork's page says where it started and what it changed, and it runs.
 
 One test because each step needs the one before (the database is flushed between tests).
 """
@@ -52,6 +54,16 @@ def _reload_until(page, pred, *, timeout_s: float, what: str):
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not shown within {timeout_s:.0f}s (badge {_badge(page)!r})")
         page.wait_for_timeout(2000)
+
+
+def _poll(pred, *, timeout_s: float, what: str):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} after {timeout_s:.0f} s")
+        time.sleep(0.3)
 
 
 def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_model, ui, gsm8k_test_file):
@@ -161,6 +173,10 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     page.wait_for_url(lambda url: not url.rstrip("/").endswith(f"/runs/{run_id}"))
     child_id = int(page.url.rstrip("/").rsplit("/", 1)[-1])
     child = Run.objects.get(pk=child_id)
+    # The spec the trainer runs (resume_from_path in it) is frozen onto the run by its submit task, which
+    # may still be under way when its page opens.
+    _poll(lambda: Run.objects.get(pk=child_id).ray_submission_id, timeout_s=60, what="the resumed run submitted")
+    child.refresh_from_db()
     assert child.parent_id == run_id and child.config["trainer"]["resume_from_path"] == run.checkpoint_path
     assert page.locator(f"#run-controls a[href='/runs/{run_id}/']").count() == 1
     page.wait_for_selector("#live-conn[data-socket=open]", state="attached")
@@ -182,3 +198,34 @@ def test_upload_check_launch_watch_stop_resume(page_as, make_user, register_mode
     with page.expect_navigation():
         page.click("#run-controls button:text-is('Force stop')")
     _reload_until(page, lambda: _badge(page) == "stopped", timeout_s=60, what="force-stopped")
+
+    # --- 4. fork the stopped run from its checkpoint with a new learning rate
+    page.goto(f"/runs/{run_id}/")
+    page.click("#run-fork summary")
+    assert page.locator("#id_fork_step option").first.get_attribute("value") == str(done)  # newest first
+    # A key a fork may not change (the group size) is refused naming it, and nothing is made.
+    page.fill("#id_fork_more", "actor_rollout_ref.rollout.n=3")
+    with page.expect_navigation():
+        page.click("#run-fork button[type=submit]")
+    refusal = page.locator("ul.messages li.error").inner_text()
+    assert "Not forked" in refusal and "actor_rollout_ref.rollout.n" in refusal, refusal
+    assert not Run.objects.filter(parent_id=run_id, parent_kind="fork").exists()
+    page.click("#run-fork summary")
+    page.select_option("#id_fork_step", str(done))
+    page.fill("#id_fork_lr", "5e-06")
+    with page.expect_navigation():
+        page.click("#run-fork button[type=submit]")
+    fork_id = int(page.url.rstrip("/").rsplit("/", 1)[-1])
+    assert fork_id not in (run_id, child_id)
+    fork = Run.objects.get(pk=fork_id)
+    assert fork.parent_id == run_id and fork.parent_kind == "fork"
+    assert fork.resume_from.endswith(f"/global_step_{done}") and fork.config["actor_rollout_ref"]["actor"]["optim"]["lr"] == 5e-06
+    assert f"fork of #{run_id} at step {done}" in page.locator("#run-lineage").inner_text()
+    changes = page.locator("#fork-changes").inner_text()
+    assert "actor_rollout_ref.actor.optim.lr: 0.0001 → 0.000005" in changes, changes  # the owner reads both
+    ui.shot(page, "09-run-forked")
+    # The fork is a real run: it starts, then is force-stopped so that nothing outlives the journey.
+    _reload_until(page, lambda: _badge(page) == "running", timeout_s=150, what="the fork running")
+    with page.expect_navigation():
+        page.click("#run-controls button:text-is('Force stop')")
+    _reload_until(page, lambda: _badge(page) == "stopped", timeout_s=60, what="the fork force-stopped")
