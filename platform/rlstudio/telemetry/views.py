@@ -120,7 +120,7 @@ def samples_recorded(config: dict[str, Any]) -> dict[str, int] | None:
 
 def _annotate_draft(request, run) -> dict | None:
     """What was typed in this run's tags-and-note form when it was refused (shown once), else None."""
-    from rlstudio.runs.views import ANNOTATE_DRAFT
+    from rlstudio.runs.control_views import ANNOTATE_DRAFT
 
     draft = request.session.pop(ANNOTATE_DRAFT, None)
     return draft if isinstance(draft, dict) and draft.get("run") == run.pk else None
