@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from trainer.config import Config, ConfigError
 
 from .gate.changes import user_view
-from .gate.flat import flatten
+from .gate.flat import changed_keys, flatten
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def user_keys(config: Mapping[str, Any]) -> dict[str, Any]:
 def config_changes(*, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[ConfigChange]:
     """The user keys whose values differ from `before` to `after`, in the schema's order."""
     old, new = user_keys(before), user_keys(after)
-    return [ConfigChange(key, old.get(key), new.get(key)) for key in new if old.get(key) != new.get(key)]
+    return [ConfigChange(key, old.get(key), new[key]) for key in changed_keys(old, new)]
 
 
 def stored_changes(*, before: Mapping[str, Any], after: Mapping[str, Any]) -> list[ConfigChange] | None:

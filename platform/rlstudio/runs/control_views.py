@@ -143,13 +143,13 @@ def fork_form_overrides(post) -> list[str]:
     """The Fork form's changes as `key=value` overrides: each input of FORK_FORM_FIELDS that is not
     empty, then each line of the `overrides` textarea (blank lines and `#` comments skipped); a line
     without `=` is RunInputInvalid on `overrides`."""
+    from .forms import override_lines
     from .selectors import FORK_FORM_FIELDS
     from .services import RunInputInvalid
 
     out = [f"{key}={post.get(name).strip()}" for name, key, _label in FORK_FORM_FIELDS
            if (post.get(name) or "").strip()]
-    lines = [line.strip() for line in (post.get("overrides") or "").splitlines()]
-    lines = [line for line in lines if line and not line.startswith("#")]
+    lines = override_lines(post.get("overrides"))
     if len(lines) > MAX_FORK_LINES:
         raise RunInputInvalid(f"at most {MAX_FORK_LINES} key=value lines", field="overrides")
     for line in lines:

@@ -32,6 +32,13 @@ def model_label(model) -> str:
     return f"{model.name} ({'; '.join(parts)})"
 
 
+
+def override_lines(text: str | None) -> list[str]:
+    """The `key=value` lines of an overrides textarea, stripped, blank lines and `#` comments left out
+    (the launch form's, the sweep form's and the run page's Fork form's)."""
+    lines = (line.strip() for line in (text or "").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
 class ModelField(forms.ModelChoiceField):
     def label_from_instance(self, obj) -> str:
         return model_label(obj)
@@ -91,10 +98,7 @@ class RunForm(forms.Form):
             value = self.cleaned_data.get(name)
             if value is not None:
                 out.append(f"{key}={value}")
-        for line in (self.cleaned_data.get("overrides") or "").splitlines():
-            if line.strip() and not line.strip().startswith("#"):
-                out.append(line.strip())
-        return out
+        return out + override_lines(self.cleaned_data.get("overrides"))
 
     def config_inputs(self, *, config=None) -> dict | None:
         """The config's inputs from what cleaned (None without a valid preset and GPUs): the preset or a

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django import forms
 
-from rlstudio.runs.forms import ModelField
+from rlstudio.runs.forms import ModelField, override_lines
 from rlstudio.runs.gate.keys import USER_KEYS
 
 from .grid import MAX_AXES, AxesInvalid, parse_values_text
@@ -60,8 +60,7 @@ class SweepForm(forms.Form):
         return cleaned
 
     def override_list(self) -> list[str]:
-        return [line.strip() for line in (self.cleaned_data.get("overrides") or "").splitlines()
-                if line.strip() and not line.strip().startswith("#")]
+        return override_lines(self.cleaned_data.get("overrides"))
 
     def field_for_error(self, field: str) -> str | None:
         """The form field an error of the service belongs on (`axes[1]...` -> the 2nd axis row)."""
