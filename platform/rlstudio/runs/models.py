@@ -123,6 +123,11 @@ class Run(models.Model):
         max_length=1024, blank=True,
         help_text="The checkpoint a resumed or forked run starts from, recorded by the platform in the parent's folder.",
     )
+    fork_changes = models.JSONField(
+        null=True, blank=True,
+        help_text="A fork's user keys changed from its parent's config when it was made: [{key, old, new}] "
+                  "(null for any other run).",
+    )
     tags = ArrayField(models.CharField(max_length=MAX_TAG_LENGTH), default=list, blank=True,
                       help_text="Short labels the owner gives the run (the runs list filters by them).")
     note = models.TextField(blank=True, help_text="The owner's free-text note on the run.")

@@ -363,18 +363,26 @@ FORK_FORM_FIELDS = (
 
 def fork_origin(*, run: Run, user: AbstractBaseUser) -> dict | None:
     """For a fork: {"step": the checkpoint's step (None when its record names no global_step_N),
-    "changes": [{"key", "old", "new"}] the user keys it changed from its parent's config (None when the
-    parent is gone or a config no longer reads), "parent_visible": whether `user` reads the parent (else
-    its old values are left out)}; None for any other run."""
+    "changes": [{"key", "old", "new"}] the user keys it changed from its parent's config, as kept when it
+    was made (`Run.fork_changes`; a fork without them is compared with its parent's config now: None when
+    the parent is gone or a config no longer reads), "parent_visible": whether `user` reads the parent,
+    "old_visible": whether `user` sees the old values (the parent's reader, or the fork's owner and staff:
+    a fork is its parent's owner's; for anyone else each change's "old" is None)}; None for any other run."""
     from .config_diff import stored_changes
 
     if run.parent_kind != Run.ParentKind.FORK:
         return None
     parent = run.parent
-    changes = stored_changes(before=parent.config, after=run.config) if parent is not None else None
     visible = parent is not None and visible_runs(Run.objects.filter(pk=parent.pk), user=user).exists()
-    return {"step": checkpoint_step(run.resume_from), "parent_visible": visible,
-            "changes": None if changes is None else [{"key": c.key, "old": c.old, "new": c.new} for c in changes]}
+    old_visible = visible or can_manage(user=user, run=run)
+    changes = run.fork_changes
+    if changes is None and parent is not None:
+        found = stored_changes(before=parent.config, after=run.config)
+        changes = None if found is None else [{"key": c.key, "old": c.old, "new": c.new} for c in found]
+    if changes is not None and not old_visible:
+        changes = [{"key": c["key"], "old": None, "new": c["new"]} for c in changes]
+    return {"step": checkpoint_step(run.resume_from), "parent_visible": visible, "old_visible": old_visible,
+            "changes": changes}
 
 
 def fork_form_context(*, run: Run) -> dict:

@@ -6,6 +6,7 @@ from rest_framework import serializers
 from .models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunConfig, RunVisibility
 from .selectors import (
     can_manage,
+    fork_origin,
     latest_reward,
     run_access,
     run_checkpoint_for,
@@ -103,14 +104,25 @@ class RunDetailSerializer(RunSerializer):
 
     config = serializers.SerializerMethodField(
         help_text="The frozen config (for a reader: the platform's keys reset to the schema's defaults).")
+    fork = serializers.SerializerMethodField(help_text=(
+        "A fork's origin: {step, changes: [{key, old, new}]} (old null for a caller who reads neither the "
+        "parent nor the fork's controls); null for any other run."))
 
     class Meta(RunSerializer.Meta):
-        fields = RunSerializer.Meta.fields + ["config"]
+        fields = RunSerializer.Meta.fields + ["config", "fork"]
         read_only_fields = fields
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_config(self, run: Run) -> dict:
         return run_config_for(user=self._user(), run=run)
+
+    @extend_schema_field({"type": "object", "nullable": True, "properties": {
+        "step": {"type": "integer", "nullable": True},
+        "changes": {"type": "array", "nullable": True, "items": {"type": "object", "properties": {
+            "key": {"type": "string"}, "old": {}, "new": {}}}}}})
+    def get_fork(self, run: Run) -> dict | None:
+        origin = fork_origin(run=run, user=self._user())
+        return None if origin is None else {"step": origin["step"], "changes": origin["changes"]}
 
 
 class RunCreatedSerializer(RunDetailSerializer):

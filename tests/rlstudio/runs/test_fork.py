@@ -243,9 +243,28 @@ def test_a_forks_page_says_where_it_started_and_what_it_changed_escaped(parent, 
     assert "/fork/" not in body
 
 
-def test_a_forks_page_after_its_parent_was_deleted_says_only_the_step(parent, alice):
+def test_a_fork_keeps_what_it_changed_after_its_parent_was_deleted(parent, alice, bob):
     fork = run_fork(run=parent, by=alice, step=2, overrides={TOTAL: 3})
+    assert fork.fork_changes == [{"key": TOTAL, "old": 2, "new": 3}]
     Run.objects.filter(pk=fork.pk).update(status=S.SUCCEEDED)
     Run.objects.filter(pk=parent.pk).delete()
     body = _page(alice).get(f"/runs/{fork.pk}/").content.decode()
-    assert 'id="fork-changes"' not in body
+    assert '<span class="muted" id="run-lineage">fork of a deleted run at step 2</span>' in body
+    changes = body[body.index('id="fork-changes"'):]
+    changes = changes[:changes.index("</div>")]
+    assert f"<code>{TOTAL}</code>" in changes and '<span class="old">2</span>' in changes
+    assert '<span class="new">3</span>' in changes
+    # A reader of the fork alone sees the new values only.
+    run_share(run=fork, by=alice, add=["bob"])
+    body = _page(bob).get(f"/runs/{fork.pk}/").content.decode()
+    assert f"<code>{TOTAL}</code>" in body and 'class="old"' not in body
+
+
+def test_a_fork_made_before_its_changes_were_kept_reads_them_from_the_parent_while_it_exists(parent, alice):
+    fork = run_fork(run=parent, by=alice, step=2, overrides={TOTAL: 3})
+    Run.objects.filter(pk=fork.pk).update(status=S.SUCCEEDED, fork_changes=None)
+    body = _page(alice).get(f"/runs/{fork.pk}/").content.decode()
+    assert f"<code>{TOTAL}</code>" in body and '<span class="old">2</span>' in body
+    Run.objects.filter(pk=parent.pk).delete()
+    body = _page(alice).get(f"/runs/{fork.pk}/").content.decode()
+    assert "fork of a deleted run at step 2" in body and 'id="fork-changes"' not in body

@@ -36,7 +36,7 @@ def _error(resp, status: int, field: str | None = None) -> dict:
     return error
 
 
-def test_a_fork_is_a_201_with_the_new_run(api, parent, runs_dir):
+def test_a_fork_is_a_201_with_the_new_run(api, parent, runs_dir, bob):
     resp = api.post(f"/api/v1/runs/{parent.pk}/fork/",
                     {"step": 1, "name": "hotter", "overrides": {LR: 5e-4, "actor_rollout_ref.rollout.temperature": 1.2}},
                     format="json")
@@ -47,6 +47,13 @@ def test_a_fork_is_a_201_with_the_new_run(api, parent, runs_dir):
     assert fork.resume_from == str(runs_dir / str(parent.pk) / "global_step_1")
     assert body["config"]["actor_rollout_ref"]["actor"]["optim"]["lr"] == 5e-4
     assert set(AuditEvent.objects.get(action="run.fork").data["changed"]) == {LR, "actor_rollout_ref.rollout.temperature"}
+    old_lr = parent.config["actor_rollout_ref"]["actor"]["optim"]["lr"]
+    assert body["fork"]["step"] == 1 and {"key": LR, "old": old_lr, "new": 5e-4} in body["fork"]["changes"]
+    assert api.get(f"/api/v1/runs/{parent.pk}/").json()["fork"] is None
+    # A reader of the fork alone reads what it changed to, not the parent's values.
+    run_share(run=fork, by=parent.owner, add=["bob"])
+    seen = api_client(bob).get(f"/api/v1/runs/{fork.pk}/").json()["fork"]
+    assert {"key": LR, "old": None, "new": 5e-4} in seen["changes"]
     # No body: the newest checkpoint (step 2), which the 2-step run leaves nothing past: 400 on the total.
     _error(api.post(f"/api/v1/runs/{parent.pk}/fork/", {}, format="json"), 400, "trainer.total_training_steps")
     resp = api.post(f"/api/v1/runs/{parent.pk}/fork/", {"overrides": ["trainer.total_training_steps=3"]},

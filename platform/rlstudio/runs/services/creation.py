@@ -38,6 +38,7 @@ def run_create(
     resume_from: str = "",
     reward_model=None,
     project_id: int | None = None,
+    fork_changes: list[dict[str, Any]] | None = None,
 ) -> tuple[Run, str]:
     """Create a queued run with a fresh per-run ingest token.
 
@@ -65,6 +66,7 @@ def run_create(
             tool_set=tool_set,
             resume_from=resume_from,
             project_id=project_id,
+            fork_changes=fork_changes,
         )
         audit_record(actor=owner, action="run.create", obj=run, data={"name": name, "gpus": gpus})
     return run, token

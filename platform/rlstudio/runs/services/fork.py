@@ -16,7 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from trainer.config.fork import FORK_CHANGEABLE
 
 from ..checkpoints import checkpoint_steps
-from ..config_diff import config_changes
+from ..config_diff import ConfigChange, config_changes
 from ..errors import RunInputInvalid, RunRefused
 from ..models import Run
 from .lineage import _check_gpus, _check_still_visible, _config_or_invalid, _create_and_launch
@@ -34,7 +34,8 @@ def run_fork(*, run: Run, by: AbstractBaseUser, step: int | None = None, overrid
     overrides change must be fork-changeable (RunInputInvalid on that key: a clone changes it), and
     a known trainer.total_training_steps must leave a step to train past `step`. The fork keeps the
     run's dataset, model, reward model, tool set, GPUs and project; audited `run.fork` with the parent,
-    the step and the keys changed."""
+    the step and the keys changed. The changes, old and new values, are kept on the fork
+    (`Run.fork_changes`): its page lists them after the parent is gone."""
     from .sharing import check_can_manage
 
     check_can_manage(user=by, run=run, action="fork")
@@ -49,12 +50,13 @@ def run_fork(*, run: Run, by: AbstractBaseUser, step: int | None = None, overrid
     config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
                                 val_dataset=run.val_dataset, model=run.model, gpus=run.gpus,
                                 reward_model=run.reward_model, resume=True)
-    changed = check_fork_changes(parent=run.config, fork=config, step=step)
+    changes = check_fork_changes(parent=run.config, fork=config, step=step)
     return _create_and_launch(
         owner=run.owner, by=by, name=(name or f"{run.name} (fork @ {step})")[:200], dataset=run.dataset,
         model=run.model, reward_model=run.reward_model, val_dataset=run.val_dataset, config=config,
         gpus=run.gpus, parent=run, parent_kind="fork", tool_set=run.tool_set, resume_from=str(steps[step]),
-        project_id=run.project_id, audit=("run.fork", {"parent": run.pk, "step": step, "changed": changed}))
+        project_id=run.project_id, fork_changes=[{"key": c.key, "old": c.old, "new": c.new} for c in changes],
+        audit=("run.fork", {"parent": run.pk, "step": step, "changed": [c.key for c in changes]}))
 
 
 def _clean_step(step: Any, steps: dict) -> int:
@@ -73,12 +75,12 @@ def _clean_step(step: Any, steps: dict) -> int:
     return step
 
 
-def check_fork_changes(*, parent: dict[str, Any], fork: dict[str, Any], step: int) -> list[str]:
-    """The dotted user keys `fork` changes from `parent` (both stored configs), each one a fork may
+def check_fork_changes(*, parent: dict[str, Any], fork: dict[str, Any], step: int) -> list[ConfigChange]:
+    """The user keys `fork` changes from `parent` (both stored configs), each one a fork may
     change (RunInputInvalid on the first that is not), and a known total of steps past `step`
     (RunInputInvalid on trainer.total_training_steps: nothing left to train)."""
-    changed = [c.key for c in config_changes(before=parent, after=fork)]
-    for key in changed:
+    changes = config_changes(before=parent, after=fork)
+    for key in (c.key for c in changes):
         if key not in FORK_CHANGEABLE:
             raise RunInputInvalid(f"a fork cannot change {key}: the checkpoint was trained with the parent's "
                                   "value and holds state that depends on it; clone the run to change it "
@@ -87,4 +89,4 @@ def check_fork_changes(*, parent: dict[str, Any], fork: dict[str, Any], step: in
     if isinstance(total, int) and total <= step:
         raise RunInputInvalid(f"trainer.total_training_steps is {total}, not past the fork's step {step}: "
                               "nothing would be left to train; set it higher", field="trainer.total_training_steps")
-    return changed
+    return changes
