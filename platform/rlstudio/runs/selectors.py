@@ -335,11 +335,12 @@ def run_duration(run: Run, *, now=None) -> str:
 
 
 def checkpoint_step(path: str | None) -> int | None:
-    """N of a checkpoint folder named global_step_N (the trainer's), else None."""
-    import re
+    """N of a checkpoint folder named global_step_N (the trainer's `STEP_DIR`), else None."""
     from pathlib import PurePath
 
-    match = re.fullmatch(r"global_step_(\d+)", PurePath(path).name) if path else None
+    from trainer.step_dirs import STEP_DIR
+
+    match = STEP_DIR.match(PurePath(path).name) if path else None
     return int(match.group(1)) if match else None
 
 
