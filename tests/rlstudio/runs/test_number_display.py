@@ -61,3 +61,16 @@ def test_a_queued_run_says_nothing_until_its_socket_is_open(alice, make_run):
     run = make_run(alice, "queued")
     html = _client(alice).get(f"/runs/{run.pk}/").content.decode()
     assert re.search(r'<span id="live-conn"[^>]*>([^<]*)</span>', html).group(1) == ""
+
+
+def test_quota_amounts_carry_separators(alice, admin_user):
+    from rlstudio.quotas.models import GpuQuota
+
+    GpuQuota.objects.update_or_create(user=alice, defaults={"gpu_hours_per_month": 12_500.0,
+                                                             "dataset_storage_gb": 2_048.5})
+    html = _client(alice).get("/runs/quota/").content.decode()
+    assert "0.00 of 12,500</dd>" in html and "0.00 of 2,048.50 GB" in html
+    html = _client(alice).get("/datasets/").content.decode()
+    assert "of 2,048.50 GB of storage" in html
+    html = _client(admin_user).get("/quotas/admin/").content.decode()
+    assert "0.00 of 12,500</td>" in html and "0.00 of 2,048.50</td>" in html
