@@ -364,7 +364,7 @@ def test_a_lost_submit_task_is_sent_again_by_the_reconcile(world):
 
 def test_a_job_ray_already_runs_is_adopted_with_its_token(world, asgi_server):
     """The submit task reached Ray and died before its commit: the run knows nothing of the job."""
-    from rlstudio.runs import launch
+    from rlstudio.runs import launch, run_secrets
     from rlstudio.runs.services import run_token_check
     from rlstudio.telemetry.models import MetricRow
 
@@ -375,7 +375,7 @@ def test_a_job_ray_already_runs_is_adopted_with_its_token(world, asgi_server):
     spec = launch.freeze_spec(run=run, out_dir=out_dir)
     spec_path = launch.write_spec(spec, out_dir)
     token = "rit_" + "lost-with-the-rollback-" + str(run.pk)
-    env = {**launch.job_env(run_id=run.pk, token_file=launch.write_token(out_dir, token)),
+    env = {**launch.job_env(run_id=run.pk, token_file=run_secrets.write_token(out_dir, token)),
            "RLSTUDIO_INGEST_URL": f"{asgi_server}/api/v1/runs/{run.pk}/events/"}
     submission_id = launch.submission_id_for(run)
     assert ray_jobs.submit(submission_id=submission_id, entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),

@@ -114,7 +114,7 @@ def _config(**overrides):
 
 
 def _platform_job(monkeypatch, tmp_path, view):
-    """The environment a platform run's job gets (rlstudio.runs.launch.write_tracker_files)."""
+    """The environment a platform run's job gets (rlstudio.runs.run_secrets.write_tracker_files)."""
     key = tmp_path / "wandb_api_key"
     key.write_text("the-operators-key\n")
     view_file = tmp_path / "tracker_config.json"

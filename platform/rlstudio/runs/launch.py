@@ -10,10 +10,10 @@ Pure functions of their inputs (plus settings for folders and URLs); the service
 - `freeze_spec`: the exact config handed to the trainer, made again from the run's record: its
   folder under RLSTUDIO_STATE_DIR/runs/<id>/, the resume source the platform recorded, the tool set,
   the loggers (jsonl always: it is the heartbeat the reconcile falls back on).
-- `entrypoint` / `job_env` / `write_token`: `cd <repo> && exec <venv python> -m trainer run <spec>
-  --output <dir>` (exec: Ray's SIGTERM reaches the trainer itself, not a shell in between); the ingest
-  token travels in a file of the run folder, never in the job's environment, and so do the operator's
-  tracker secrets (`write_tracker_files`, for a run that lists wandb / mlflow).
+- `entrypoint` / `job_env`: `cd <repo> && exec <venv python> -m trainer run <spec> --output <dir>`
+  (exec: Ray's SIGTERM reaches the trainer itself, not a shell in between); the ingest token travels in
+  a file of the run folder, never in the job's environment, and so do the operator's tracker secrets
+  (`run_secrets`).
 """
 from __future__ import annotations
 
@@ -415,63 +415,6 @@ def entrypoint(*, spec_path: Path, out_dir: Path) -> str:
 
 def ingest_url(run_id: int) -> str:
     return f"{settings.RLSTUDIO_PUBLIC_URL.rstrip('/')}/api/v1/runs/{run_id}/events/"
-
-
-TOKEN_FILE = "ingest_token"
-
-
-def write_token(out_dir: Path, token: str) -> Path:
-    """The run's ingest token in its folder (owner-only permissions): the job reads it from there,
-    so that it never appears in Ray's job API (whose `runtime_env.env_vars` anyone on it can read)."""
-    return write_secret(out_dir, TOKEN_FILE, token)
-
-
-def write_secret(out_dir: Path, name: str, secret: str) -> Path:
-    """`secret` in the file `name` of the run folder `out_dir`, readable by its owner only (0600 from its
-    creation: written to a new temporary file, then renamed)."""
-    import os
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / name
-    tmp = path.with_name(name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(secret)
-    tmp.replace(path)
-    return path
-
-
-def write_tracker_files(*, run, spec: Mapping[str, Any], out_dir: Path) -> dict[str, str]:
-    """For the trackers the frozen `spec` lists: each operator secret in its owner-only file of the run
-    folder and the user's view of the config (`gate.user_view`: no server path) in `trackers.CONFIG_FILE`;
-    the job's environment that names them, with the non-secret settings and the run's lineage id, name
-    and tags (`trackers`). {} when the spec lists no tracker."""
-    loggers = (spec.get("trainer") or {}).get("logger") or []
-    if not trackers.listed(loggers):
-        return {}
-    env = {variable: str(write_secret(out_dir, file_name, secret))
-           for variable, (file_name, secret) in trackers.secret_files(loggers).items()}
-    view = out_dir / trackers.CONFIG_FILE
-    view.write_text(json.dumps(gate.user_view(spec), sort_keys=True), encoding="utf-8")
-    env["RLSTUDIO_TRACKER_CONFIG_FILE"] = str(view)
-    env.update(trackers.plain_env(loggers))
-    env.update(trackers.run_env(run, loggers))
-    return env
-
-
-def read_token(out_dir: Path) -> str:
-    """The token a job was given (its file in the run folder), or ''."""
-    try:
-        return (out_dir / TOKEN_FILE).read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
-
-
-def remove_token(out_dir: Path) -> None:
-    """The run's ingest token and its tracker secrets out of its folder (the run has ended)."""
-    for name in (TOKEN_FILE, *trackers.SECRET_FILES):
-        (out_dir / name).unlink(missing_ok=True)
 
 
 def job_env(*, run_id: int, token_file: Path) -> dict[str, str]:

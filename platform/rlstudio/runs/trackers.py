@@ -6,12 +6,12 @@ RLSTUDIO_WANDB_API_KEY, MLflow by RLSTUDIO_MLFLOW_TRACKING_URI); only then may a
 `trainer.logger` (the gate refuses it otherwise). The address and every secret come from the operator,
 never from a user: a user sets only names (`trainer.project_name`, `trainer.experiment_name`).
 
-How it reaches the job (`launch.write_tracker_files`): each secret in an owner-only file of the run's
+How it reaches the job (`run_secrets.write_tracker_files`): each secret in an owner-only file of the run's
 folder, whose path is in the job's environment (`secret_files`); the non-secret settings (W&B's server
 and entity, MLflow's URI without credentials, its user name) in the environment (`plain_env`), with the
 run's lineage id, display name and tags (`run_env`) and the user's view of the config in a file of the
 run folder. Ray's job API shows a job's `runtime_env.env_vars` to anyone who can reach it: no secret is
-ever put there. The files go when the run ends (`launch.remove_token`).
+ever put there. The files go when the run ends (`run_secrets.remove_token`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from rlstudio.accounts.models import AuditEvent
-from rlstudio.runs import launch
+from rlstudio.runs import launch, run_secrets
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.reconcile import ADOPT, FAIL, RESEND, WAIT, decide_unsubmitted, reconcile_run
 from rlstudio.runs.services import (
@@ -87,7 +87,7 @@ def test_adopting_a_job_takes_its_spec_and_its_ingest_token(submitting, settings
     # What the lost task froze and wrote before it submitted (run_submit writes spec.json first).
     spec = {"trainer": {"default_local_dir": str(tmp_path / str(submitting.pk)), "total_training_steps": 7}}
     launch.write_spec(spec, tmp_path / str(submitting.pk))
-    launch.write_token(tmp_path / str(submitting.pk), "rit_the-jobs-token")  # written for the job
+    run_secrets.write_token(tmp_path / str(submitting.pk), "rit_the-jobs-token")  # written for the job
     assert run_adopt_job(run_id=submitting.pk, submission_id="rlstudio-run-z")
     run = Run.objects.get(pk=submitting.pk)
     assert run.ray_submission_id == "rlstudio-run-z" and run.status == S.SUBMITTING

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from rlstudio.runs import launch, ray_jobs, trackers
+from rlstudio.runs import launch, ray_jobs, run_secrets, trackers
 from rlstudio.runs.models import Run
 from rlstudio.runs.models import RunStatus as S
 from rlstudio.runs.services import run_submit, run_transition
@@ -125,7 +125,7 @@ def test_wandb_key_travels_in_an_owner_only_file_and_nowhere_else(
     assert WANDB_KEY not in json.dumps(view)
     # the run ends: the secret goes with the ingest token
     run_transition(run=run, to=S.FAILED, error="for the test")
-    assert not key_file.exists() and not (out_dir / launch.TOKEN_FILE).exists()
+    assert not key_file.exists() and not (out_dir / run_secrets.TOKEN_FILE).exists()
 
 
 def test_mlflow_secrets_travel_in_files_and_the_uri_and_user_in_the_environment(

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from rlstudio.runs import launch
+from rlstudio.runs import launch, run_secrets
 from rlstudio.runs.models import Run, RunConfig, RunStatus
 from rlstudio.runs.services import run_record_progress, run_token_check, run_transition
 
@@ -262,12 +262,12 @@ def test_an_ingest_token_dies_with_its_run(make_run, alice, settings, tmp_path):
     settings.RUNS_DIR = tmp_path
     run = make_run(alice)
     token = run_issue_ingest_token(run=run)
-    launch.write_token(launch.run_dir(run.pk), token)
+    run_secrets.write_token(launch.run_dir(run.pk), token)
     assert run_token_check(run=run, token=token)
     run_transition(run=run, to=S.STOPPED)
     run.refresh_from_db()
     assert run.ingest_token_hash == "" and not run_token_check(run=run, token=token)
-    assert not (launch.run_dir(run.pk) / launch.TOKEN_FILE).exists()
+    assert not (launch.run_dir(run.pk) / run_secrets.TOKEN_FILE).exists()
     resp = APIClient().post(f"/api/v1/runs/{run.pk}/events/",
                             {"events": [{"seq": 1, "type": "heartbeat", "time": 1.0, "data": {"step": 99}}]},
                             format="json", HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -287,10 +287,10 @@ def test_a_checkpoint_path_outside_the_run_folder_is_not_recorded(make_run, alic
 
 
 def test_the_job_environment_holds_no_token(tmp_path):
-    path = launch.write_token(tmp_path, "rit_secret")
+    path = run_secrets.write_token(tmp_path, "rit_secret")
     env = launch.job_env(run_id=3, token_file=path)
     assert "rit_secret" not in repr(env) and env["RLSTUDIO_INGEST_TOKEN_FILE"] == str(path)
-    assert (path.stat().st_mode & 0o777) == 0o600 and launch.read_token(tmp_path) == "rit_secret"
+    assert (path.stat().st_mode & 0o777) == 0o600 and run_secrets.read_token(tmp_path) == "rit_secret"
 
 
 def test_a_submitted_runs_frozen_spec_clones_and_resumes_cleanly(api, ready, settings, tmp_path):

@@ -10,7 +10,7 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from rlstudio.runs import launch
+from rlstudio.runs import launch, run_secrets
 from rlstudio.runs.gate.flat import flatten
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_issue_ingest_token, run_token_check, run_transition
@@ -189,7 +189,7 @@ def test_the_submitted_job_gets_its_token_as_a_file_never_in_rays_job_api(api, r
     monkeypatch.setattr(ray_jobs, "job_info", lambda submission_id: None)
     monkeypatch.setattr(ray_jobs, "submit", lambda **kwargs: given.update(kwargs) or True)
     assert run_submit(run_id=run.pk) == "submitted"
-    token_file = launch.run_dir(run.pk) / launch.TOKEN_FILE
+    token_file = launch.run_dir(run.pk) / run_secrets.TOKEN_FILE
     token = token_file.read_text(encoding="utf-8")
     assert token and (token_file.stat().st_mode & 0o777) == 0o600
     assert run_token_check(run=Run.objects.get(pk=run.pk), token=token)

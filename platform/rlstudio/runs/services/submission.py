@@ -42,7 +42,7 @@ def run_submit(*, run_id: int) -> str:
     submission id set; the submission id is derived from the run, so even a task that lost its
     database commit finds Ray refusing a second job with that id.
     """
-    from .. import adapt, launch, ray_jobs
+    from .. import adapt, launch, ray_jobs, run_secrets
 
     with transaction.atomic():
         run = (Run.objects.select_for_update(of=("self",))
@@ -59,7 +59,7 @@ def run_submit(*, run_id: int) -> str:
             # A task that reached Ray and died before this commit (a killed worker; the task is
             # redelivered) left a job holding the token written then, whose hash was rolled back:
             # keep that one (from the job's token file), or every report of the job is refused.
-            carried = launch.read_token(out_dir)
+            carried = run_secrets.read_token(out_dir)
             if carried:
                 Run.objects.filter(pk=run.pk).update(ingest_token_hash=token_hash(carried))
             spec = _read_spec(out_dir) or run.config
@@ -76,9 +76,9 @@ def run_submit(*, run_id: int) -> str:
                 run_transition(run=run, to=S.FAILED, error=f"could not prepare the run: {exc}")
                 return "failed: config"
             token = run_issue_ingest_token(run=run)
-            token_file = launch.write_token(out_dir, token)
+            token_file = run_secrets.write_token(out_dir, token)
             # the trackers' secrets in files of the run folder; only their paths in the job's environment
-            tracker_env = launch.write_tracker_files(run=run, spec=spec, out_dir=out_dir)
+            tracker_env = run_secrets.write_tracker_files(run=run, spec=spec, out_dir=out_dir)
             created = ray_jobs.submit(
                 submission_id=submission_id,
                 entrypoint=launch.entrypoint(spec_path=spec_path, out_dir=out_dir),
@@ -148,7 +148,7 @@ def run_adopt_job(*, run_id: int, submission_id: str) -> bool:
     issued was rolled back with it), so that the job's reports are accepted. Returns whether it
     recorded it.
     """
-    from .. import launch
+    from .. import launch, run_secrets
 
     with transaction.atomic():
         locked = Run.objects.select_for_update().filter(pk=run_id).first()
@@ -160,7 +160,7 @@ def run_adopt_job(*, run_id: int, submission_id: str) -> bool:
         if isinstance(spec, dict):
             locked.config, locked.total_steps = spec, launch.total_steps_of(spec)
             fields += ["config", "total_steps"]
-        token = launch.read_token(launch.run_dir(locked.pk))
+        token = run_secrets.read_token(launch.run_dir(locked.pk))
         if token:
             locked.ingest_token_hash = token_hash(token)
             fields.append("ingest_token_hash")

@@ -152,9 +152,9 @@ def run_transition(
     for field in fields:
         setattr(run, field, getattr(locked, field))
     if to in TERMINAL_STATUSES:
-        from .. import launch
+        from .. import launch, run_secrets
 
-        launch.remove_token(launch.run_dir(run.pk))
+        run_secrets.remove_token(launch.run_dir(run.pk))
     return run
 
 
