@@ -1,6 +1,7 @@
 # RL Studio: the two commands of the README.
 #   make run    set up (virtualenv, requirements, the project) and run the whole platform
-#   make test   set up, lint (ruff), then run every test (CI runs exactly this through .ci/run)
+#   make test   set up, lint (ruff), then run every test, as two shards at once (tests/shards.py; CI runs
+#               exactly this through .ci/run)
 PYTHON ?= python3
 VENV   ?= .venv
 VPY    := $(VENV)/bin/python
@@ -21,7 +22,7 @@ run: install
 
 test: install
 	$(VENV)/bin/ruff check .
-	$(VPY) -m pytest
+	$(VPY) tests/shards.py
 
 check-deploy: install
 	DJANGO_SETTINGS_MODULE=rlstudio.config.settings.production $(VPY) manage.py check --deploy --fail-level WARNING

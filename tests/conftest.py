@@ -451,6 +451,34 @@ def demo_eval_run(tmp_path_factory) -> dict:
             "step": out / "run" / f"global_step_{DEMO_GRPO_STEPS}"}
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shard", choices=("all", "services", "plain"), default="all",
+        help="run one of the suite's two shards (tests/shards.py runs both at once): 'services', the tests "
+             "that start or use a Ray cluster (the session's services, the launcher, the trainer's own "
+             "Ray) and the browser tests; 'plain', all the others; 'all' (the default) both in this process")
+
+
+# What puts a test in the services shard besides its band: a Ray cluster of its own (`local_ray`), the
+# session's demo evaluation run (the browser journey of the evaluations shares it), the `own_ray` mark.
+SERVICES_FIXTURES = frozenset({"ray_head", "local_ray", "demo_eval_run"})
+
+
+def band(item) -> int:
+    """0: needs none of the session's long-lived services; 1: uses the session's Ray head (directly or
+    through the Celery worker / beat); 2: a browser test."""
+    if "tests/browser/" in item.nodeid.replace("\\", "/"):
+        return 2
+    return 1 if "ray_head" in getattr(item, "fixturenames", ()) else 0
+
+
+def shard(item) -> str:
+    """"services" for a test that starts or uses a Ray cluster, or drives a browser; else "plain"."""
+    if band(item) or item.get_closest_marker("own_ray") or SERVICES_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "services"
+    return "plain"
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     """Run the tests in three bands (stable within each, after pytest-django's own ordering):
@@ -461,10 +489,17 @@ def pytest_collection_modifyitems(session, config, items):
        (three Ray clusters on two cores starve each other's raylets);
     2. browser tests last: Playwright's sync API keeps an event loop running in the main thread,
        which no asyncio.run() after it may share.
-    """
-    def band(item) -> int:
-        if "tests/browser/" in item.nodeid.replace("\\", "/"):
-            return 2
-        return 1 if "ray_head" in getattr(item, "fixturenames", ()) else 0
 
+    With --shard, only that shard's tests (`shard`) are kept: the services shard keeps every Ray
+    cluster, so the two shards can run at once without a second cluster beside the session's head.
+    """
     items.sort(key=band)
+    wanted = config.getoption("--shard", default="all")
+    if wanted == "all":
+        return
+    kept, dropped = [], []
+    for item in items:
+        (kept if shard(item) == wanted else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
