@@ -453,15 +453,19 @@ def demo_eval_run(tmp_path_factory) -> dict:
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--shard", choices=("all", "services", "plain"), default="all",
-        help="run one of the suite's two shards (tests/shards.py runs both at once): 'services', the tests "
-             "that start or use a Ray cluster (the session's services, the launcher, the trainer's own "
-             "Ray) and the browser tests; 'plain', all the others; 'all' (the default) both in this process")
+        "--shard", choices=("all", *SHARDS), default="all",
+        help="run one shard of the suite (tests/shards.py runs them: cluster first, then services and "
+             "plain at once): 'cluster', the tests that start a Ray cluster of their own (the launcher's, "
+             "the trainer's); 'services', those that use the session's Ray head, Celery worker and Daphne, "
+             "and the browser tests; 'plain', all the others; 'all' (the default) every test in this process")
 
 
-# What puts a test in the services shard besides its band: a Ray cluster of its own (`local_ray`), the
-# session's demo evaluation run (the browser journey of the evaluations shares it), the `own_ray` mark.
-SERVICES_FIXTURES = frozenset({"ray_head", "local_ray", "demo_eval_run"})
+SHARDS = ("cluster", "services", "plain")
+# Fixtures that start a Ray cluster of the test's own (with the `own_ray` mark: the cluster shard), and
+# those that need the session's services (the services shard; the demo evaluation run is shared by its
+# browser journey, so its other user runs there too).
+CLUSTER_FIXTURES = frozenset({"local_ray"})
+SERVICES_FIXTURES = frozenset({"ray_head", "demo_eval_run"})
 
 
 def band(item) -> int:
@@ -473,9 +477,12 @@ def band(item) -> int:
 
 
 def shard(item) -> str:
-    """"services" for a test that starts or uses a Ray cluster, or drives a browser; else "plain"."""
-    if band(item) or item.get_closest_marker("own_ray") or SERVICES_FIXTURES & set(getattr(item, "fixturenames", ())):
+    """The shard of SHARDS a test belongs to (see pytest_addoption)."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if band(item) or SERVICES_FIXTURES & fixtures:
         return "services"
+    if item.get_closest_marker("own_ray") or CLUSTER_FIXTURES & fixtures:
+        return "cluster"
     return "plain"
 
 
@@ -490,8 +497,7 @@ def pytest_collection_modifyitems(session, config, items):
     2. browser tests last: Playwright's sync API keeps an event loop running in the main thread,
        which no asyncio.run() after it may share.
 
-    With --shard, only that shard's tests (`shard`) are kept: the services shard keeps every Ray
-    cluster, so the two shards can run at once without a second cluster beside the session's head.
+    With --shard, only that shard's tests (`shard`) are kept (tests/shards.py).
     """
     items.sort(key=band)
     wanted = config.getoption("--shard", default="all")

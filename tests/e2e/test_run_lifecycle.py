@@ -282,7 +282,10 @@ def test_twenty_concurrent_launches_against_a_quota_of_one(world):
     (first,) = Run.objects.filter(pk__in=[r.pk for r in runs]).exclude(status=S.QUEUED).values_list("pk", flat=True)
     assert sum(results.values()) <= 1
     assert [pk for pk, ok in results.items() if ok] == ([] if first in refused else [first]), (results, refused)
-    assert set(refused) <= {first} and all("not queued" in why for why in refused.values()), refused
+    # A thread whose run the reconcile's pass admitted found it not queued; one whose run that pass held
+    # locked at that moment (trying it) was told to try again (admission skips a locked row).
+    assert {pk for pk, why in refused.items() if "not queued" in why} <= {first}, refused
+    assert all("not queued" in why or "being changed by another request" in why for why in refused.values()), refused
     reasons = set(queued.values_list("queue_reason", flat=True))
     assert all(r for r in reasons), reasons
     # Which reason each racer wrote depends on the lock order ("waiting behind your earlier queued

@@ -3,6 +3,7 @@ connection (RLSTUDIO_DB_CONN_MAX_AGE), and the exactly-once storage holds there 
 import asyncio
 import gc
 import json
+import threading
 
 import pytest
 from django.conf import settings
@@ -39,10 +40,10 @@ def test_asgi_posts_reuse_one_connection_and_store_once(alice, make_dataset, mak
     assert settings.DATABASES["default"]["CONN_MAX_AGE"] > 0  # the default (60 s) is what is tested
     run, token = run_create(owner=alice, name="asgi-ingest", dataset=make_dataset(alice),
                             model=make_model(alice), config={}, gpus=0)
-    created: list[str] = []
+    created: list[tuple[str, int]] = []
 
     def on_created(sender, connection, **kwargs):
-        created.append(connection.alias)
+        created.append((connection.alias, threading.get_ident()))
 
     async def scenario():
         client = AsyncClient()
@@ -64,5 +65,9 @@ def test_asgi_posts_reuse_one_connection_and_store_once(alice, make_dataset, mak
     assert [status for status, _ in replies] == [200, 200, 200]
     assert [(body["accepted"], body["duplicates"]) for _, body in replies] == [(50, 0), (50, 0), (0, 100)]
     assert RunEvent.objects.filter(run=run).count() == 100 and MetricRow.objects.filter(run=run).count() == 100
-    # Three POSTs, one new connection: the pool thread kept it (with CONN_MAX_AGE = 0 it is three).
-    assert created == ["default"]
+    # Three POSTs, one new connection per pool thread: each kept its own (with CONN_MAX_AGE = 0 a thread
+    # opens one per POST). Usually one thread serves all three; on a loaded machine the loop may hand a
+    # POST to a second one before the first has marked itself idle (ThreadPoolExecutor's idle semaphore).
+    threads = [thread for _alias, thread in created]
+    assert {alias for alias, _thread in created} == {"default"}
+    assert len(threads) == len(set(threads)) and len(threads) < 3, created
