@@ -11,7 +11,7 @@
 Then services and plain run at once: most of the services shard's time is spent waiting on real
 services, most of the plain shard's on the CPU, so side by side they finish well before the two would
 one after the other (docs/contributing.md gives the figures). The plain shard runs at a lower priority
-(nice 5) so that the services' runs and pages keep the CPU they wait on. Each shard has its own test
+(nice 19) so that the services' runs and pages keep the CPU they wait on. Each shard has its own test
 database (RLSTUDIO_TEST_DATABASE_NAME, suffixed with the shard's name); its Celery queue and
 channel-layer prefix are its own already (settings/test.py), so the shards share the Redis server.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PHASES = (("cluster",), ("services", "plain"))  # the shards of a phase run at once, the phases in turn
-NICE = {"plain": 5}
+NICE = {"plain": 19}
 NO_TESTS = 5  # pytest's exit status when nothing was collected
 PROGRESS_EVERY_S = 60.0
 _PERCENT = re.compile(rb"\[\s*(\d+)%\]")
