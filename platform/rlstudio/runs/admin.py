@@ -19,4 +19,5 @@ class RunAdmin(admin.ModelAdmin):
     raw_id_fields = ["dataset", "val_dataset", "model", "parent"]
     readonly_fields = [
         "status", "ray_submission_id", "ingest_token_hash", "created", "started", "finished", "last_heartbeat",
+        "fork_changes",
     ]
