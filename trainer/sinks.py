@@ -265,7 +265,9 @@ def tracker_run(config: Any) -> dict[str, Any]:
     By hand: `trainer.project_name`, `trainer.experiment_name` and the whole config. A platform run (its
     job's environment, runs.trackers): the id of its resume chain (RLSTUDIO_TRACKER_RUN_ID: a resume
     continues the same tracker run), the platform run's name when experiment_name is left at its
-    default, its tags, and the user's view of the config (RLSTUDIO_TRACKER_CONFIG_FILE: no server path).
+    default, its tags, the user's view of the config (RLSTUDIO_TRACKER_CONFIG_FILE: no server path), and
+    for a fork the parent's tracker run id and the step it was forked at (RLSTUDIO_TRACKER_FORK_OF,
+    RLSTUDIO_TRACKER_FORK_STEP: a fork is a tracker run of its own, which records them).
     """
     tr = getattr(config, "trainer", None)
     name = getattr(tr, "experiment_name", "run")
@@ -280,8 +282,20 @@ def tracker_run(config: Any) -> dict[str, Any]:
     else:
         data = config.to_dict() if config is not None else None
     tags = json.loads(os.environ.get("RLSTUDIO_TRACKER_TAGS") or "[]")
+    fork_of = os.environ.get("RLSTUDIO_TRACKER_FORK_OF", "")
+    if fork_of and not _LINEAGE.fullmatch(fork_of):
+        raise RuntimeError("RLSTUDIO_TRACKER_FORK_OF: letters, digits, '_' and '-' only")
+    fork_step = os.environ.get("RLSTUDIO_TRACKER_FORK_STEP", "")
     return {"project": getattr(tr, "project_name", "rlstudio"), "name": name, "config": data,
-            "tags": [str(t) for t in tags] if isinstance(tags, list) else [], "id": run_id or None}
+            "tags": [str(t) for t in tags] if isinstance(tags, list) else [], "id": run_id or None,
+            "fork_of": fork_of or None, "fork_step": int(fork_step) if fork_step.isdigit() else None}
+
+
+def fork_note(run: dict[str, Any]) -> str:
+    """"fork of <parent's tracker run id> at step N" for a fork's tracker run, else ""."""
+    if not run["fork_of"]:
+        return ""
+    return f"fork of {run['fork_of']}" + (f" at step {run['fork_step']}" if run["fork_step"] is not None else "")
 
 
 @register_sink("wandb")
@@ -289,7 +303,8 @@ class WandbSink(Sink):
     """Scalar metrics to a W&B run (wandb.init): by hand, wandb's own login and settings; on the platform,
     the operator's key (RLSTUDIO_WANDB_API_KEY_FILE, given to wandb.Settings, never written to a
     .netrc), server (RLSTUDIO_WANDB_BASE_URL) and entity (RLSTUDIO_WANDB_ENTITY), with the run id
-    of its resume chain (resume="allow": a resumed run continues it)."""
+    of its resume chain (resume="allow": a resumed run continues it); a fork's run has the note "fork of
+    <parent's run id> at step N" (W&B's own fork_from is a preview feature that a server may lack)."""
 
     def __init__(self, *, out_dir: Path, config: Any = None):
         self.wandb = _require("wandb", "wandb")
@@ -300,6 +315,8 @@ class WandbSink(Sink):
             kwargs["tags"] = run["tags"]
         if run["id"]:
             kwargs.update(id=run["id"], resume="allow")
+        if fork_note(run):
+            kwargs["notes"] = fork_note(run)
         if os.environ.get("RLSTUDIO_WANDB_ENTITY"):
             kwargs["entity"] = os.environ["RLSTUDIO_WANDB_ENTITY"]
         chosen = {"api_key": _secret_from_file("RLSTUDIO_WANDB_API_KEY_FILE"),
@@ -324,7 +341,8 @@ class MlflowSink(Sink):
     config.json artifact. By hand, MLflow's own environment; on the platform, the operator's tracking
     URI (RLSTUDIO_MLFLOW_TRACKING_URI), user name, and token or password read from their files into this
     process's MLFLOW_TRACKING_* variables (MLflow reads credentials only from there). A platform run is
-    tagged `rlstudio.lineage` with its resume chain's id, and a resume continues the run so tagged."""
+    tagged `rlstudio.lineage` with its resume chain's id, and a resume continues the run so tagged; a
+    fork's new run is tagged `rlstudio.fork_of` (the parent's lineage id) and `rlstudio.fork_step`."""
 
     def __init__(self, *, out_dir: Path, config: Any = None):
         self.mlflow = _require("mlflow", "mlflow")
@@ -350,6 +368,10 @@ class MlflowSink(Sink):
             tags = {"rlstudio.lineage": run["id"]} if run["id"] else {}
             if run["tags"]:
                 tags["rlstudio.tags"] = ",".join(run["tags"])
+            if run["fork_of"]:
+                tags["rlstudio.fork_of"] = run["fork_of"]
+                if run["fork_step"] is not None:
+                    tags["rlstudio.fork_step"] = str(run["fork_step"])
             self.run = self.mlflow.start_run(run_name=run["name"], tags=tags or None)
             if run["config"] is not None:
                 self.mlflow.log_dict(run["config"], "config.json")

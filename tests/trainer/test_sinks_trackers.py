@@ -23,6 +23,8 @@ PLATFORM_VARIABLES = (
     "RLSTUDIO_TRACKER_RUN_NAME",
     "RLSTUDIO_TRACKER_TAGS",
     "RLSTUDIO_TRACKER_CONFIG_FILE",
+    "RLSTUDIO_TRACKER_FORK_OF",
+    "RLSTUDIO_TRACKER_FORK_STEP",
     "RLSTUDIO_MLFLOW_TRACKING_URI",
     "RLSTUDIO_MLFLOW_TRACKING_USERNAME",
     "RLSTUDIO_MLFLOW_TRACKING_TOKEN_FILE",
@@ -236,6 +238,32 @@ def test_mlflow_resume_continues_the_run_of_its_lineage(monkeypatch, tmp_path):
     build_sinks(["mlflow"], out_dir=tmp_path / "out", config=_config())
     assert ("start_run", {"run_id": "abc123"}) in fake.calls
     assert "log_dict" not in [c[0] for c in fake.calls]
+
+
+def test_a_forks_tracker_run_records_what_it_was_forked_from(monkeypatch, tmp_path):
+    wandb, mlflow = FakeWandb(), FakeMlflow()
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    monkeypatch.setitem(sys.modules, "mlflow", mlflow)
+    _platform_job(monkeypatch, tmp_path, {})
+    monkeypatch.setenv("RLSTUDIO_TRACKER_FORK_OF", "rlstudio-2-20261201")
+    monkeypatch.setenv("RLSTUDIO_TRACKER_FORK_STEP", "40")
+    build_sinks(["wandb", "mlflow"], out_dir=tmp_path / "out", config=_config())
+    (init,) = wandb.inits
+    assert init["notes"] == "fork of rlstudio-2-20261201 at step 40"
+    assert init["id"] == "rlstudio-4-20261206"  # a tracker run of its own, not the parent's
+    start = next(c[1] for c in mlflow.calls if c[0] == "start_run")
+    assert start["tags"]["rlstudio.fork_of"] == "rlstudio-2-20261201" and start["tags"]["rlstudio.fork_step"] == "40"
+    monkeypatch.setenv("RLSTUDIO_TRACKER_FORK_OF", "x'; drop")
+    with pytest.raises(RuntimeError, match="RLSTUDIO_TRACKER_FORK_OF"):
+        build_sinks(["wandb"], out_dir=tmp_path / "out2", config=_config())
+
+
+def test_a_run_that_is_no_fork_has_no_fork_note(monkeypatch, tmp_path):
+    wandb = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", wandb)
+    _platform_job(monkeypatch, tmp_path, {})
+    build_sinks(["wandb"], out_dir=tmp_path / "out", config=_config())
+    assert "notes" not in wandb.inits[0]
 
 
 # --- the real packages, where installed (the `trackers` extra; skipped otherwise) ---------------------

@@ -115,14 +115,32 @@ def lineage_id(run) -> str:
     return f"rlstudio-{root.pk}-{root.created.strftime('%Y%m%d%H%M%S%f')}"
 
 
+def fork_env(run) -> dict[str, str]:
+    """For the chain of a fork (its first run forked from a run still recorded): the tracker run id of
+    the parent's chain (RLSTUDIO_TRACKER_FORK_OF) and the checkpoint's step (RLSTUDIO_TRACKER_FORK_STEP,
+    "" when its folder names none), which the sinks record on the fork's new tracker run; else {}."""
+    from pathlib import PurePath
+
+    from trainer.step_dirs import STEP_DIR
+
+    root = lineage_root(run)
+    if root.parent_kind != "fork" or root.parent is None:
+        return {}
+    step = STEP_DIR.match(PurePath(root.resume_from).name) if root.resume_from else None
+    return {"RLSTUDIO_TRACKER_FORK_OF": lineage_id(root.parent),
+            "RLSTUDIO_TRACKER_FORK_STEP": step.group(1) if step else ""}
+
+
 def run_env(run, loggers: Iterable[str]) -> dict[str, str]:
-    """What the trainer's tracker sinks name the run by: the lineage id, the platform run's name, tags."""
+    """What the trainer's tracker sinks name the run by: the lineage id, the platform run's name, tags,
+    and for a fork what it was forked from (`fork_env`)."""
     if not listed(loggers):
         return {}
     return {
         "RLSTUDIO_TRACKER_RUN_ID": lineage_id(run),
         "RLSTUDIO_TRACKER_RUN_NAME": run.name or f"run-{run.pk}",
         "RLSTUDIO_TRACKER_TAGS": json.dumps(list(run.tags or [])),
+        **fork_env(run),
     }
 
 

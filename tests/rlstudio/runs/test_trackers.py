@@ -206,6 +206,17 @@ def test_a_resume_continues_the_tracker_run_of_its_chain(alice, ready):
     assert trackers.lineage_id(third) == trackers.lineage_id(second) == trackers.lineage_id(first)
     assert trackers.lineage_id(clone) != trackers.lineage_id(first)
     assert trackers.lineage_id(first).startswith(f"rlstudio-{first.pk}-")
+    assert "RLSTUDIO_TRACKER_FORK_OF" not in trackers.run_env(third, ["wandb"])
+    # A fork is a tracker run of its own that names its parent's chain and the step; a resume of the
+    # fork continues the fork's run and names the same.
+    fork = Run.objects.create(owner=alice, name="f", dataset=ready["dataset"], model=ready["model"], config={},
+                              parent=third, parent_kind="fork", resume_from="/srv/runs/3/global_step_40")
+    again = Run.objects.create(owner=alice, name="g", dataset=ready["dataset"], model=ready["model"], config={},
+                               parent=fork, parent_kind="resume")
+    env = trackers.run_env(again, ["mlflow"])
+    assert env["RLSTUDIO_TRACKER_RUN_ID"] == trackers.lineage_id(fork) != trackers.lineage_id(first)
+    assert (env["RLSTUDIO_TRACKER_FORK_OF"], env["RLSTUDIO_TRACKER_FORK_STEP"]) == (trackers.lineage_id(first), "40")
+    assert trackers.run_env(fork, []) == {}
 
 
 def test_the_system_check_names_a_missing_package_and_credentials_in_a_uri(settings, monkeypatch):
