@@ -38,6 +38,10 @@ tau_neg (``loss_mode_options`` picks them).
 
 Metrics are verl's: ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``, each loss
 reporting the ones verl's reports (gpg none; kl_cov's ppo_kl is the mean |log r|, as verl's). Formulas and parity notes: docs/design.md §4.5.
+
+One file of about 500 lines on purpose: the registry and its eight losses, each a screen, are read
+side by side against verl's one module; a loss kept elsewhere would have to import itself into the
+registry (an import circle) or be registered by whoever imports both.
 """
 
 from __future__ import annotations
