@@ -35,6 +35,7 @@ from .serializers import (
     PresetSerializer,
     RunBulkDeletedSerializer,
     RunBulkDeleteSerializer,
+    RunCheckpointsSerializer,
     RunCloneSerializer,
     RunConfigCreateSerializer,
     RunConfigSerializer,
@@ -340,6 +341,17 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
         except RunRefused as exc:
             raise _refused(exc) from None
         return self._answer(new)
+
+    @extend_schema(responses=RunCheckpointsSerializer)
+    @action(detail=True, methods=["get"])
+    def checkpoints(self, request, pk=None):
+        """The global steps of the run's kept checkpoints (`checkpoint_steps`: the committed
+        global_step_N folders of its own folder), for whoever reads the run: numbers, never paths."""
+        from .checkpoints import checkpoint_steps
+
+        run = self._run(pk)
+        steps = list(checkpoint_steps(run))
+        return Response({"run": run.pk, "steps": steps, "latest": max(steps) if steps else None})
 
     @extend_schema(
         parameters=[

@@ -247,6 +247,16 @@ class PresetSerializer(serializers.Serializer):
     config = serializers.JSONField()
 
 
+class RunCheckpointsSerializer(serializers.Serializer):
+    """GET /api/v1/runs/{id}/checkpoints/: the global steps of the run's kept checkpoints."""
+
+    run = serializers.IntegerField()
+    steps = serializers.ListField(child=serializers.IntegerField(), help_text=(
+        "The steps of the committed global_step_N folders in the run's own folder, oldest first: what an "
+        "evaluation's checkpoints, an export's step and a fork's step take."))
+    latest = serializers.IntegerField(allow_null=True, help_text="The newest of them (null: none kept).")
+
+
 class RunLogsSerializer(serializers.Serializer):
     lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
     source = serializers.CharField(help_text="ray (the job's driver log) or unavailable")

@@ -97,3 +97,16 @@ def test_a_live_run_or_one_without_a_checkpoint_is_a_409(api, parent, alice, mak
     error = _error(api.post(f"/api/v1/runs/{bare.pk}/fork/", {}, format="json"), 409)
     assert "no checkpoint" in error["message"]
     assert Run.objects.count() == 2
+
+
+def test_the_kept_checkpoints_are_listed_for_a_reader_by_step_and_never_as_paths(api, parent, alice, bob,
+                                                                                make_user, runs_dir):
+    (runs_dir / str(parent.pk) / "global_step_7.tmp" / "actor").mkdir(parents=True)  # being written
+    body = api.get(f"/api/v1/runs/{parent.pk}/checkpoints/").json()
+    assert body == {"run": parent.pk, "steps": [1, 2], "latest": 2}
+    run_share(run=parent, by=alice, add=["bob"])
+    seen = api_client(bob).get(f"/api/v1/runs/{parent.pk}/checkpoints/")
+    assert seen.status_code == 200 and seen.json()["steps"] == [1, 2] and str(runs_dir) not in seen.content.decode()
+    _error(api_client(make_user("carol")).get(f"/api/v1/runs/{parent.pk}/checkpoints/"), 404)
+    bare = Run.objects.create(owner=alice, name="bare", dataset=parent.dataset, model=parent.model, config={})
+    assert api.get(f"/api/v1/runs/{bare.pk}/checkpoints/").json() == {"run": bare.pk, "steps": [], "latest": None}
