@@ -268,3 +268,16 @@ def test_a_fork_made_before_its_changes_were_kept_reads_them_from_the_parent_whi
     Run.objects.filter(pk=parent.pk).delete()
     body = _page(alice).get(f"/runs/{fork.pk}/").content.decode()
     assert "fork of a deleted run at step 2" in body and 'id="fork-changes"' not in body
+
+
+def test_the_runs_list_says_what_each_run_was_made_from(parent, alice):
+    fork = run_fork(run=parent, by=alice, step=1)
+    body = _page(alice).get("/runs/").content.decode()
+    row = body[body.index(f'<tr data-run-id="{fork.pk}">'):]
+    row = row[:row.index("</tr>")]
+    assert f'fork of <a href="/runs/{parent.pk}/">#{parent.pk}</a>' in row
+    parent_row = body[body.index(f'<tr data-run-id="{parent.pk}">'):]
+    assert "run-lineage" not in parent_row[:parent_row.index("</tr>")]
+    Run.objects.filter(pk=fork.pk).update(status=S.STOPPED)
+    Run.objects.filter(pk=parent.pk).delete()
+    assert "fork of a deleted run" in _page(alice).get("/runs/").content.decode()
