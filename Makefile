@@ -1,7 +1,7 @@
 # RL Studio: the two commands of the README.
 #   make run    set up (virtualenv, requirements, the project) and run the whole platform
-#   make test   set up, lint (ruff), then run every test, as two shards at once (tests/shards.py; CI runs
-#               exactly this through .ci/run)
+#   make test   set up, lint (ruff), then run every test in three shards: cluster, then services and
+#               plain at once (tests/shards.py; CI runs exactly this through .ci/run)
 PYTHON ?= python3
 VENV   ?= .venv
 VPY    := $(VENV)/bin/python

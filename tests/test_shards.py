@@ -3,8 +3,10 @@ lands in, each shard's own test database, and the exit status from the shards' o
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -75,3 +77,50 @@ def test_the_exit_status_passes_only_when_every_shard_passes_and_a_failed_log_co
     assert out.rindex("1 failed") > out.rindex("plain log") and "[shards] services: FAILED (exit 1)" in out
     assert failed.progress() == "40%"
     assert shards.report([empty]) == shards.NO_TESTS
+
+
+def test_an_interrupted_run_fails_and_names_the_shards_it_never_started(tmp_path, capsys):
+    shards = _shards_module()
+    ok = _finished(shards, "cluster", 0, tmp_path, "cluster log\n")
+    assert shards.report([ok], not_run=("services", "plain"), interrupted=True) == shards.INTERRUPTED
+    out = capsys.readouterr().out
+    assert "[shards] services: not run" in out and "[shards] plain: not run" in out
+    assert shards.report([], interrupted=True) == shards.INTERRUPTED
+
+
+def test_a_shard_option_is_refused_rather_than_run_three_times(capsys):
+    shards = _shards_module()
+    assert shards.main(["--shard=plain", "tests/test_shards.py"]) == shards.USAGE
+    assert shards.main(["--shard", "plain"]) == shards.USAGE
+    assert "--shard picks one shard" in capsys.readouterr().err
+
+
+def test_a_shard_takes_its_priority_and_dies_with_the_runner(tmp_path):
+    import psutil
+
+    shards = _shards_module()
+    probe = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.nice(0))"], preexec_fn=shards._child_setup(7),
+        capture_output=True, text=True, check=True)
+    assert int(probe.stdout) == os.nice(0) + 7
+    # A runner that starts a shard (a sleeper here) and is gone without stopping it: the shard goes too.
+    runner = (f"import importlib.util, subprocess, sys\n"
+              f"spec = importlib.util.spec_from_file_location('s', {str(HERE / 'shards.py')!r})\n"
+              f"m = importlib.util.module_from_spec(spec); sys.modules['s'] = m; spec.loader.exec_module(m)\n"
+              f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], "
+              f"preexec_fn=m._child_setup(0), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, "
+              f"stderr=subprocess.DEVNULL)\n"
+              f"print(p.pid, flush=True)\n")
+    out = subprocess.run([sys.executable, "-c", runner], capture_output=True, text=True, check=True, timeout=60)
+    shard = int(out.stdout.strip())
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(shard).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.2)
+    else:
+        psutil.Process(shard).kill()
+        pytest.fail("the shard outlived its runner")

@@ -288,7 +288,7 @@ def tracker_run(config: Any) -> dict[str, Any]:
     fork_step = os.environ.get("RLSTUDIO_TRACKER_FORK_STEP", "")
     return {"project": getattr(tr, "project_name", "rlstudio"), "name": name, "config": data,
             "tags": [str(t) for t in tags] if isinstance(tags, list) else [], "id": run_id or None,
-            "fork_of": fork_of or None, "fork_step": int(fork_step) if fork_step.isdigit() else None}
+            "fork_of": fork_of or None, "fork_step": int(fork_step) if fork_step.isascii() and fork_step.isdigit() else None}
 
 
 def fork_note(run: dict[str, Any]) -> str:

@@ -32,7 +32,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 OWNER_ENV = "RLSTUDIO_LAUNCHER_OWNER"  # the mark the launcher puts on every child's environment
 ADMIN_PASSWORD = "e2e-launcher-pw-7391"
-pytestmark = pytest.mark.own_ray  # the launcher starts a Ray head of its own: the services shard
+pytestmark = pytest.mark.own_ray  # the launcher starts a Ray head of its own: the cluster shard
 
 
 # ---------------------------------------------------------------------------------------------

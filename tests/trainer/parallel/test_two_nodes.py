@@ -35,7 +35,7 @@ from trainer.recipes import get_recipe
 from trainer.run import run
 
 RAY = str(Path(sys.executable).with_name("ray"))
-pytestmark = pytest.mark.own_ray  # two Ray nodes of its own: the services shard
+pytestmark = pytest.mark.own_ray  # two Ray nodes of its own: the cluster shard
 REPO = Path(__file__).resolve().parents[3]
 REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
