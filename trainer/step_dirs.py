@@ -5,3 +5,11 @@ from __future__ import annotations
 import re
 
 STEP_DIR = re.compile(r"^global_step_(\d+)$")
+
+
+def step_of(path: str | None) -> int | None:
+    """N of a path whose last part is a step folder `global_step_N`, else None (also for no path)."""
+    from pathlib import PurePath
+
+    match = STEP_DIR.match(PurePath(path).name) if path else None
+    return int(match.group(1)) if match else None

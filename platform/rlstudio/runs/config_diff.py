@@ -25,6 +25,10 @@ class ConfigChange:
     old: Any
     new: Any
 
+    def as_dict(self) -> dict[str, Any]:
+        """{"key", "old", "new"}: as a fork keeps it (`Run.fork_changes`) and its page and API show it."""
+        return {"key": self.key, "old": self.old, "new": self.new}
+
 
 def user_keys(config: Mapping[str, Any]) -> dict[str, Any]:
     """The user's keys of a stored config, dotted, over the whole schema (ConfigError when it no longer

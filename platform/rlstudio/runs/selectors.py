@@ -336,12 +336,9 @@ def run_duration(run: Run, *, now=None) -> str:
 
 def checkpoint_step(path: str | None) -> int | None:
     """N of a checkpoint folder named global_step_N (the trainer's `STEP_DIR`), else None."""
-    from pathlib import PurePath
+    from trainer.step_dirs import step_of
 
-    from trainer.step_dirs import STEP_DIR
-
-    match = STEP_DIR.match(PurePath(path).name) if path else None
-    return int(match.group(1)) if match else None
+    return step_of(path)
 
 
 def trained_to_the_end(*, run: Run, checkpoint: str | None) -> bool:
@@ -379,7 +376,7 @@ def fork_origin(*, run: Run, user: AbstractBaseUser) -> dict | None:
     changes = run.fork_changes
     if changes is None and parent is not None:
         found = stored_changes(before=parent.config, after=run.config)
-        changes = None if found is None else [{"key": c.key, "old": c.old, "new": c.new} for c in found]
+        changes = None if found is None else [c.as_dict() for c in found]
     if changes is not None and not old_visible:
         changes = [{"key": c["key"], "old": None, "new": c["new"]} for c in changes]
     return {"step": checkpoint_step(run.resume_from), "parent_visible": visible, "old_visible": old_visible,

@@ -119,16 +119,14 @@ def fork_env(run) -> dict[str, str]:
     """For the chain of a fork (its first run forked from a run still recorded): the tracker run id of
     the parent's chain (RLSTUDIO_TRACKER_FORK_OF) and the checkpoint's step (RLSTUDIO_TRACKER_FORK_STEP,
     "" when its folder names none), which the sinks record on the fork's new tracker run; else {}."""
-    from pathlib import PurePath
-
-    from trainer.step_dirs import STEP_DIR
+    from trainer.step_dirs import step_of
 
     root = lineage_root(run)
     if root.parent_kind != "fork" or root.parent is None:
         return {}
-    step = STEP_DIR.match(PurePath(root.resume_from).name) if root.resume_from else None
+    step = step_of(root.resume_from)
     return {"RLSTUDIO_TRACKER_FORK_OF": lineage_id(root.parent),
-            "RLSTUDIO_TRACKER_FORK_STEP": step.group(1) if step else ""}
+            "RLSTUDIO_TRACKER_FORK_STEP": "" if step is None else str(step)}
 
 
 def run_env(run, loggers: Iterable[str]) -> dict[str, str]:

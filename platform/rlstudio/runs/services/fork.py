@@ -55,7 +55,7 @@ def run_fork(*, run: Run, by: AbstractBaseUser, step: int | None = None, overrid
         owner=run.owner, by=by, name=(name or f"{run.name} (fork @ {step})")[:200], dataset=run.dataset,
         model=run.model, reward_model=run.reward_model, val_dataset=run.val_dataset, config=config,
         gpus=run.gpus, parent=run, parent_kind="fork", tool_set=run.tool_set, resume_from=str(steps[step]),
-        project_id=run.project_id, fork_changes=[{"key": c.key, "old": c.old, "new": c.new} for c in changes],
+        project_id=run.project_id, fork_changes=[c.as_dict() for c in changes],
         audit=("run.fork", {"parent": run.pk, "step": step, "changed": [c.key for c in changes]}))
 
 
