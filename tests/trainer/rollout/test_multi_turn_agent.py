@@ -315,3 +315,26 @@ def test_malformed_call_keeps_the_models_text(tiny_tokenizer):
     assert len(fitted.messages[0]["raw"]) == MAX_MESSAGE_CHARS and fitted.messages[0]["raw"].endswith("[truncated]")
     with pytest.raises(ValueError, match=r"messages\[0\].raw"):
         make_event(1, SampleData(**{**sample.__dict__, "messages": [dict(turn, raw=7)]}))
+
+
+def test_a_prompts_samples_do_not_depend_on_its_batch(tiny_model, tiny_tokenizer):
+    """Split over two workers or rolled out together, a seeded prompt samples the same trajectories.
+
+    Seeds are keyed by dataset row, sample and turn, never by position in the batch, so the world size
+    does not change what is sampled (up to float reduction order in batched kernels).
+    """
+    from trainer.rollout.base import build_engine
+
+    tok = tiny_tokenizer
+    tools = build_tools(["calculator"])
+    engine = build_engine("hf", model=tiny_model, tokenizer=tok, config=None, device="cpu")
+    ro = rollout(tok, engine, tools, max_response_length=48)
+    prompts = [make_prompt(tok, tools, uid=f"p{i}", index=10 + i) for i in range(4)]
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=24, seed=11)
+    together = ro.run(prompts, n=2, sampling=sampling)
+    rank0 = ro.run(prompts[:2], n=2, sampling=sampling)
+    rank1 = ro.run(prompts[2:][::-1], n=2, sampling=sampling)  # another order on the other rank
+    split = {(t.uid, t.index): t.response_ids for t in rank0 + rank1}
+    assert len(split) == 8
+    assert {(t.uid, t.index): t.response_ids for t in together} == split
+    assert len({tuple(ids) for ids in split.values()}) > 1  # sampled, not one greedy answer
