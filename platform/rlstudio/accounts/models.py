@@ -1,5 +1,7 @@
-"""Records of the accounts app: personal API tokens and the audit log."""
+"""Records of the accounts app: personal API tokens, the audit log, and `Team`, Django's auth `Group`
+under the name the platform gives it (a proxy: no table of its own)."""
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.db import models
 
 
@@ -39,3 +41,14 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor or 'system'} {self.action} {self.object_type}#{self.object_id}"
+
+
+class Team(Group):
+    """A team is a Django auth `Group` (a proxy, the same rows): staff make teams and set their members
+    in the admin; an owner shares a run or a project with a team they are in (`Run.shared_with_teams`,
+    `Project.shared_with_teams`), and every member reads it for as long as they are one."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "team"
+        verbose_name_plural = "teams"

@@ -1,4 +1,4 @@
-"""Pages of the accounts app: the profile page with personal API tokens."""
+"""Pages of the accounts app: the profile page with personal API tokens and the user's teams."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
@@ -6,16 +6,18 @@ from django.views.decorators.http import require_POST
 
 from .selectors import api_token_get_for, api_token_list_for
 from .services import ApiTokenRefused, api_token_create, api_token_revoke
+from .teams import teams_of
 
 
 @login_required
 def profile(request):
-    """The user's profile: their API tokens; a token just created is shown once, from the session."""
+    """The user's profile: their API tokens (a token just created is shown once, from the session) and
+    their teams with each team's members."""
     new_key = request.session.pop("new_api_token_key", None)
     return render(
         request,
         "accounts/profile.html",
-        {"tokens": api_token_list_for(user=request.user), "new_key": new_key},
+        {"tokens": api_token_list_for(user=request.user), "new_key": new_key, "teams": teams_of(user=request.user)},
     )
 
 
@@ -29,6 +31,7 @@ def token_create(request):
     except ApiTokenRefused as exc:
         return render(request, "accounts/profile.html",
                       {"tokens": api_token_list_for(user=request.user), "new_key": None,
+                       "teams": teams_of(user=request.user),
                        "token_error": {"field": exc.field, "message": exc.message}}, status=400)
     # The key passes through the session for one page view only (popped by `profile`).
     request.session["new_api_token_key"] = created.key

@@ -21,7 +21,7 @@ class ProjectAdminForm(forms.ModelForm):
 
     class Meta:
         model = Project
-        fields = ["name", "description", "shared_with"]
+        fields = ["name", "description", "shared_with", "shared_with_teams"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -55,9 +55,9 @@ class ProjectAdmin(admin.ModelAdmin):
     list_display = ["id", "name", "owner", "created"]
     list_filter = ["created"]
     search_fields = ["name", "description", "owner__username"]
-    fields = ["owner", "name", "description", "shared_with", "created"]
+    fields = ["owner", "name", "description", "shared_with", "shared_with_teams", "created"]
     readonly_fields = ["owner", "created"]
-    filter_horizontal = ["shared_with"]
+    filter_horizontal = ["shared_with", "shared_with_teams"]
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -70,7 +70,10 @@ class ProjectAdmin(admin.ModelAdmin):
         project = form.instance
         before = set(project.shared_with.values_list("username", flat=True))
         after = {user.get_username() for user in form.cleaned_data["shared_with"]}
-        project_share(project=project, by=request.user, add=sorted(after - before), remove=sorted(before - after))
+        teams_before = set(project.shared_with_teams.values_list("name", flat=True))
+        teams_after = {team.name for team in form.cleaned_data["shared_with_teams"]}
+        project_share(project=project, by=request.user, add=sorted(after - before), remove=sorted(before - after),
+                      add_teams=sorted(teams_after - teams_before), remove_teams=sorted(teams_before - teams_after))
 
     def delete_model(self, request, obj):
         project_delete(project=obj, by=request.user)

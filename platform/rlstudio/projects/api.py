@@ -1,6 +1,6 @@
 """API views of projects (docs/api.md "Projects"): /api/v1/projects/ (list, create), /projects/{id}/
 (GET, PATCH name and description, DELETE: the runs stay, out of any project), /projects/{id}/sharing/
-(GET, PUT). Views only translate HTTP to the services: ProjectInputInvalid is a 400 naming the field,
+(GET, PUT: users and teams). Views only translate HTTP to the services: ProjectInputInvalid is a 400 naming the field,
 ProjectNotPermitted a 403 (a user the project is shared with reads it only); a project the caller
 does not see is a 404. A project's runs are GET /api/v1/runs/?project=<id>."""
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rlstudio.api.errors import ApiError
 
 from .errors import ProjectInputInvalid, ProjectNotPermitted
-from .selectors import PROJECT_SCOPES, project_get_for, project_list_for, project_shared_users
+from .selectors import PROJECT_SCOPES, project_get_for, project_list_for, project_shared_teams, project_shared_users
 from .serializers import ProjectSerializer, ProjectSharingSerializer, ProjectWriteSerializer
 from .services import check_can_manage_project, project_create, project_delete, project_share, project_update
 
@@ -50,7 +50,7 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
         scope = self.request.query_params.get("scope") or "" if self.action == "list" else ""
         if scope not in PROJECT_SCOPES:
             raise ApiError(f"unknown scope {scope!r}; one of: mine, shared (or empty: all)", field="scope")
-        return project_list_for(user=self.request.user, scope=scope).prefetch_related("shared_with")
+        return project_list_for(user=self.request.user, scope=scope).prefetch_related("shared_with", "shared_with_teams")
 
     def _project(self, pk):
         return project_get_for(user=self.request.user, project_id=pk)
@@ -93,15 +93,21 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["PUT"], request=ProjectSharingSerializer, responses={200: ProjectSharingSerializer})
     @action(detail=True, methods=["get", "put"])
     def sharing(self, request, pk=None):
-        """Whom the project, and every run in it, is shared with read-only (owner or staff only; PUT
-        replaces the list, audited)."""
+        """Whom the project, and every run in it, is shared with read-only: users and teams (owner or
+        staff only; PUT replaces the lists it names, audited; a team the caller is not in, or none of
+        that name, is a 400 on `teams`)."""
         project = self._project(pk)
         check_can_manage_project(user=request.user, project=project, action="see or change the sharing of")
         if request.method == "PUT":
             s = ProjectSharingSerializer(data=request.data)
             s.is_valid(raise_exception=True)
-            project_share(project=project, by=request.user, users=s.validated_data["users"])
-        return Response({"users": project_shared_users(project=project)})
+            if "users" not in s.validated_data and "teams" not in s.validated_data:
+                raise ApiError("users is required (the whole list of usernames; or teams, of team names)",
+                               field="users")
+            project_share(project=project, by=request.user, users=s.validated_data.get("users"),
+                          teams=s.validated_data.get("teams"))
+        return Response({"users": project_shared_users(project=project),
+                         "teams": project_shared_teams(project=project)})
 
 
 __all__ = ["ProjectViewSet"]

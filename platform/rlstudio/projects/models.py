@@ -1,5 +1,6 @@
 """Records of the projects app: a project is a named group of one user's runs (`Run.project`), which
-its owner may share read-only with named users (who then read every run in it, added later too)."""
+its owner may share read-only with named users and teams (whose members then read every run in it, added
+later too)."""
 from django.conf import settings
 from django.db import models
 
@@ -19,6 +20,11 @@ class Project(models.Model):
         settings.AUTH_USER_MODEL, blank=True, related_name="projects_shared_with_me",
         help_text="Users who read every run of the project (read-only, as a run share); only the owner "
                   "and staff change it.",
+    )
+    shared_with_teams = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="projects_shared_with_team",
+        help_text="Teams whose members read every run of the project (as the users above), for as long "
+                  "as they are members; only the owner and staff change it.",
     )
 
     class Meta:

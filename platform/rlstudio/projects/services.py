@@ -2,7 +2,7 @@
 a run into or out of one.
 
 The rule: only a project's owner or staff change it (`ProjectNotPermitted` for a user it is shared
-with, who reads it and its runs, nothing more). Its runs are one owner's: a run goes only into a
+with, by name or through a team, who reads it and its runs, nothing more). Its runs are one owner's: a run goes only into a
 project of its own owner (`rlstudio.runs.services.run_set_project` decides, the runs app owning the
 run). Deleting a project leaves its runs, out of any project. An owner keeps at most
 RLSTUDIO_MAX_PROJECTS_PER_USER projects (staff included). Every change is audited (`project.*`); a
@@ -20,11 +20,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.accounts.teams import TeamNotNamed, teams_for_sharing
 from rlstudio.runs.services import runs_access_changed
 
 from .errors import ProjectInputInvalid, ProjectNotPermitted
 from .models import MAX_PROJECT_DESCRIPTION_LENGTH, MAX_PROJECT_NAME_LENGTH, Project
-from .selectors import can_manage_project, project_shared_users
+from .selectors import can_manage_project, project_shared_teams, project_shared_users
 
 # pg_advisory_xact_lock key space of "one owner's project creations" (the cap is counted under it).
 _PROJECT_CREATE_LOCK_SPACE = 7301
@@ -137,28 +138,53 @@ def _users_named(names: Iterable, *, project: Project, field: str = "users") -> 
     return [found[name] for name in wanted]
 
 
+def _teams_named(names: Iterable, *, by: AbstractBaseUser, project: Project) -> list:
+    """The teams called `names` that `by` may share `project` with (theirs, any for staff, or one it is
+    shared with already); ProjectInputInvalid (field `teams`) otherwise."""
+    try:
+        return teams_for_sharing(by=by, names=names, already=project.shared_with_teams.all())
+    except TeamNotNamed as exc:
+        raise ProjectInputInvalid(str(exc), field="teams") from None
+
+
 def project_share(*, project: Project, by: AbstractBaseUser, users: Iterable | None = None,
-                  add: Iterable = (), remove: Iterable = ()) -> Project:
+                  add: Iterable = (), remove: Iterable = (), teams: Iterable | None = None,
+                  add_teams: Iterable = (), remove_teams: Iterable = ()) -> Project:
     """Change who reads `project` and every run in it (owner or staff only): `users` (the whole list of
-    usernames), or `add` / `remove` usernames; None and empty mean unchanged. Audited as
-    `project.share` (before and after) when it changed; the project's runs' open websockets are told."""
+    usernames), or `add` / `remove` usernames; `teams`, `add_teams`, `remove_teams` the same for team
+    names (a team `by` is in, any team for staff; ProjectInputInvalid on `teams`, "no such team of
+    yours", otherwise); None and empty mean unchanged. Audited as `project.share` (the usernames
+    `from` / `to`, the team names `teams_from` / `teams_to`) when it changed; the project's runs' open
+    websockets are told."""
     check_can_manage_project(user=by, project=project, action="share")
     target = _users_named(users, project=project) if users is not None else None
     to_add = _users_named(add, project=project) if add else []
     to_remove = [str(name).strip() for name in remove or () if "\x00" not in str(name)]
+    target_teams = _teams_named(teams, by=by, project=project) if teams is not None else None
+    teams_to_add = _teams_named(add_teams, by=by, project=project) if add_teams else []
+    teams_to_remove = [str(name).strip() for name in remove_teams or () if "\x00" not in str(name)]
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
         before = project_shared_users(project=locked)
+        teams_before = project_shared_teams(project=locked)
         if target is not None:
             locked.shared_with.set(target)
         if to_add:
             locked.shared_with.add(*to_add)
         if to_remove:
             locked.shared_with.remove(*locked.shared_with.filter(username__in=to_remove))
+        if target_teams is not None:
+            locked.shared_with_teams.set(target_teams)
+        if teams_to_add:
+            locked.shared_with_teams.add(*teams_to_add)
+        if teams_to_remove:
+            locked.shared_with_teams.remove(*locked.shared_with_teams.filter(name__in=teams_to_remove))
         after = project_shared_users(project=locked)
-        if after != before:
+        teams_after = project_shared_teams(project=locked)
+        if (after, teams_after) != (before, teams_before):
             audit_record(actor=by, action="project.share", obj=locked,
-                         data={"owner": locked.owner.get_username(), "from": before, "to": after})
+                         data={"owner": locked.owner.get_username(), "from": before, "to": after,
+                               "teams_from": teams_before, "teams_to": teams_after})
             runs_access_changed(locked.runs.values_list("pk", flat=True))
     return project
 

@@ -8,6 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from rlstudio.accounts.teams import team_names_for_sharing
 from rlstudio.paging import paged
 from rlstudio.runs.selectors import RunFilter, run_list_for
 from rlstudio.runs.views import run_list_page
@@ -19,6 +20,7 @@ from .selectors import (
     project_access,
     project_get_for,
     project_list_for,
+    project_shared_teams,
     project_shared_users,
 )
 from .services import project_create, project_delete, project_share, project_update
@@ -60,6 +62,8 @@ def project_detail(request, project_id: int):
         "project_can_manage": manage,
         "project_access": project_access(user=request.user, project=project),
         "project_shared_users": project_shared_users(project=project) if manage else [],
+        "project_shared_teams": project_shared_teams(project=project) if manage else [],
+        "team_choices": team_names_for_sharing(user=request.user) if manage else [],
         "compare_ids": ",".join(str(pk) for pk in newest),
         "compare_max": MAX_RUNS,
     })
@@ -94,16 +98,25 @@ def project_edit_view(request, project_id: int):
 @login_required
 @require_POST
 def project_share_view(request, project_id: int):
-    """POST `add` (a username to share with) and/or `remove` (one to stop sharing with)."""
+    """POST `add` (a username to share with) and/or `remove` (one to stop sharing with); `add_team` /
+    `remove_team` the same for a team's name (one the user is in, any for staff)."""
     add = [n for n in [request.POST.get("add", "").strip()] if n]
     remove = [n for n in [request.POST.get("remove", "").strip()] if n]
+    add_team = [n for n in [request.POST.get("add_team", "").strip()] if n]
+    remove_team = [n for n in [request.POST.get("remove_team", "").strip()] if n]
 
     def do(project):
-        project_share(project=project, by=request.user, add=add, remove=remove)
+        project_share(project=project, by=request.user, add=add, remove=remove, add_teams=add_team,
+                      remove_teams=remove_team)
         if add:
             messages.success(request, f"Shared with {add[0]} (read-only: the project and every run in it).")
         elif remove:
             messages.success(request, f"No longer shared with {remove[0]}.")
+        elif add_team:
+            messages.success(request, f"Shared with the team {add_team[0]} (read-only, for its members: the "
+                                      "project and every run in it).")
+        elif remove_team:
+            messages.success(request, f"No longer shared with the team {remove_team[0]}.")
         return project
 
     return _control(request, project_id, do)

@@ -29,6 +29,7 @@ from .selectors import (
     run_get_for,
     run_list_for,
     run_logs,
+    run_shared_teams,
     run_shared_users,
 )
 from .serializers import (
@@ -164,7 +165,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self):
         flt = run_filter_from(self.request.query_params) if self.action == "list" else RunFilter()
-        return run_list_for(user=self.request.user, flt=flt).prefetch_related("shared_with")
+        return run_list_for(user=self.request.user, flt=flt).prefetch_related("shared_with", "shared_with_teams")
 
     def _run(self, pk):
         return run_get_for(user=self.request.user, run_id=pk)
@@ -233,7 +234,8 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["PUT"], request=RunSharingSerializer, responses={200: RunSharingSerializer})
     @action(detail=True, methods=["get", "put"])
     def sharing(self, request, pk=None):
-        """Who reads the run besides its owner and staff (owner or staff only; PUT audited)."""
+        """Who reads the run besides its owner and staff: its visibility, users and teams (owner or staff
+        only; PUT audited; a team the caller is not in, or none of that name, is a 400 on `teams`)."""
         run = self._run(pk)
         check_can_manage(user=request.user, run=run, action="see or change the sharing of")
         if request.method == "PUT":
@@ -241,11 +243,12 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet):
             s.is_valid(raise_exception=True)
             try:
                 run_share(run=run, by=request.user, visibility=s.validated_data.get("visibility"),
-                          users=s.validated_data.get("users"))
+                          users=s.validated_data.get("users"), teams=s.validated_data.get("teams"))
             except RunInputInvalid as exc:
                 raise _invalid(exc) from None
             run.refresh_from_db()
-        return Response({"visibility": run.visibility, "users": run_shared_users(run=run)})
+        return Response({"visibility": run.visibility, "users": run_shared_users(run=run),
+                         "teams": run_shared_teams(run=run)})
 
     @extend_schema(request=RunCreateSerializer, responses={201: RunCreatedSerializer})
     def create(self, request):

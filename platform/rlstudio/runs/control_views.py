@@ -87,7 +87,8 @@ def run_project_view(request, run_id: int):
 @require_POST
 def run_share_view(request, run_id: int):
     """POST the run page's sharing forms: `visibility` (private | everyone), `add` (a username to
-    share with) and/or `remove` (a username to stop sharing with)."""
+    share with) and/or `remove` (a username to stop sharing with), `add_team` / `remove_team` (a team's
+    name: one the user is in, any for staff)."""
     from django.contrib import messages
 
     from .services import run_share
@@ -95,13 +96,20 @@ def run_share_view(request, run_id: int):
     visibility = request.POST.get("visibility") or None
     add = [request.POST["add"].strip()] if request.POST.get("add", "").strip() else []
     remove = [request.POST["remove"]] if request.POST.get("remove") else []
+    add_team = [request.POST["add_team"].strip()] if request.POST.get("add_team", "").strip() else []
+    remove_team = [request.POST["remove_team"]] if request.POST.get("remove_team") else []
 
     def do(run):
-        run_share(run=run, by=request.user, visibility=visibility, add=add, remove=remove)
+        run_share(run=run, by=request.user, visibility=visibility, add=add, remove=remove,
+                  add_teams=add_team, remove_teams=remove_team)
         if add:
             messages.success(request, f"Shared with {add[0]} (read-only).")
         elif remove:
             messages.success(request, f"No longer shared with {remove[0]}.")
+        elif add_team:
+            messages.success(request, f"Shared with the team {add_team[0]} (read-only, for its members).")
+        elif remove_team:
+            messages.success(request, f"No longer shared with the team {remove_team[0]}.")
         elif visibility:
             messages.success(request, "Shared with everyone (read-only)." if visibility == "everyone"
                              else "No longer shared with everyone.")

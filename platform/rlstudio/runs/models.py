@@ -139,6 +139,11 @@ class Run(models.Model):
         settings.AUTH_USER_MODEL, blank=True, related_name="runs_shared_with_me",
         help_text="Users who read the run (its page, samples, transcripts); only the owner and staff control it.",
     )
+    shared_with_teams = models.ManyToManyField(
+        "auth.Group", blank=True, related_name="runs_shared_with_team",
+        help_text="Teams whose members read the run as a user it is shared with does, for as long as "
+                  "they are members; only the owner and staff control it.",
+    )
     project = models.ForeignKey(
         "projects.Project", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs",
         help_text="The owner's project the run is in; the project's share lets its users read the run.",

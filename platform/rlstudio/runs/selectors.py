@@ -1,7 +1,8 @@
 """Reads of the runs app, always narrowed to what the user may see.
 
 A run is seen by its owner, by staff, by the users it is shared with, by the users its project is
-shared with and, when its visibility is `everyone`, by every signed-in user (`visible_runs`); anyone
+shared with, by the members of a team it or its project is shared with (members at the time of the
+request) and, when its visibility is `everyone`, by every signed-in user (`visible_runs`); anyone
 else gets a 404, exactly as for a run that does not exist. Seeing is reading only: who may control a run (stop, resume, clone, edit its
 tags and note, share it) is `can_manage`'s answer, the owner and staff.
 """
@@ -31,6 +32,7 @@ from django.db.models.functions import Cast, Coalesce, Now
 from django.db.models.lookups import Exact
 from django.http import Http404
 
+from rlstudio.accounts.teams import team_ids_subquery
 from rlstudio.ownership import get_visible_or_404, owned_by_or_staff
 
 from .models import Run, RunConfig, RunVisibility
@@ -47,21 +49,30 @@ def _with_latest_metrics(queryset: QuerySet[Run]) -> QuerySet[Run]:
 
 
 def _shared_with(user: AbstractBaseUser) -> Q:
-    """The runs shared with `user` by name: the run itself, or the project it is in. (The projects
-    app's share rows are reached through `Run.project`'s model, so that runs does not import projects;
-    both are read as subqueries, so no run comes twice.)"""
+    """The runs shared with `user` by name or with a team they are in (read when the query runs:
+    joining a team gives its shares, leaving takes them away): the run itself, or the project it is in.
+    (The projects app's share rows are reached through `Run.project`'s model, so that runs does not
+    import projects; all are read as subqueries, so no run comes twice.)"""
+    teams = team_ids_subquery(user)
     shared = Run.shared_with.through.objects.filter(user_id=user.pk).values("run_id")
-    project_shares = Run._meta.get_field("project").related_model.shared_with.through.objects
-    projects = project_shares.filter(user_id=user.pk).values("project_id")
-    return Q(pk__in=shared) | Q(project_id__in=projects)
+    team_shared = Run.shared_with_teams.through.objects.filter(group_id__in=teams).values("run_id")
+    return Q(pk__in=shared) | Q(pk__in=team_shared) | Q(project_id__in=_project_ids_shared_with_q(user))
+
+
+def _project_ids_shared_with_q(user: AbstractBaseUser) -> QuerySet:
+    """A subquery of the ids of the projects shared with `user`, by name or with a team they are in."""
+    project_model = Run._meta.get_field("project").related_model
+    by_name = project_model.shared_with.through.objects.filter(user_id=user.pk).values("project_id")
+    by_team = project_model.shared_with_teams.through.objects.filter(group_id__in=team_ids_subquery(user))
+    return project_model.objects.filter(Q(pk__in=by_name) | Q(pk__in=by_team.values("project_id"))).values("pk")
 
 
 def project_ids_shared_with(user: AbstractBaseUser) -> set[int]:
-    """The ids of the projects shared with `user` by name (whose name they may read on a run)."""
+    """The ids of the projects shared with `user`, by name or with one of their teams (whose name they
+    may read on a run)."""
     if not getattr(user, "is_authenticated", False):
         return set()
-    project_shares = Run._meta.get_field("project").related_model.shared_with.through.objects
-    return set(project_shares.filter(user_id=user.pk).values_list("project_id", flat=True))
+    return set(_project_ids_shared_with_q(user).values_list("pk", flat=True))
 
 
 def run_project_for(*, user: AbstractBaseUser, run: Run, shared_projects: set[int] | None = None) -> dict | None:
@@ -88,8 +99,9 @@ def project_choices_of(owner) -> list[tuple[int, str]]:
 
 
 def visible_runs(queryset: QuerySet[Run], *, user: AbstractBaseUser) -> QuerySet[Run]:
-    """`queryset` narrowed to the runs `user` may read: their own, the ones shared with them (by name
-    or through their project) or with everyone; every run for staff; none for an anonymous user."""
+    """`queryset` narrowed to the runs `user` may read: their own, the ones shared with them (by name, with
+    a team they are in, or through their project's share) or with everyone; every run for staff; none
+    for an anonymous user."""
     if not getattr(user, "is_authenticated", False):
         return queryset.none()
     if user.is_staff:
@@ -137,14 +149,14 @@ def run_error_log_for(*, user: AbstractBaseUser, run: Run) -> str:
 
 def run_access(*, user: AbstractBaseUser, run: Run) -> str:
     """Why `user` sees `run`: "owner", "staff" (another user's run, with its controls) or "shared"
-    (read-only: shared with them, through its project, or with everyone)."""
+    (read-only: shared with them, with their team, through its project, or with everyone)."""
     if run.owner_id == getattr(user, "pk", None):
         return "owner"
     return "staff" if getattr(user, "is_staff", False) else "shared"
 
 
 # What the runs list's `scope` filter keeps: every run the user sees, only their own, or only the
-# ones others shared with them (with them by name or with everyone).
+# ones others shared with them (with them by name, with their team, or with everyone).
 RUN_SCOPES = ("", "mine", "shared")
 
 
@@ -280,6 +292,11 @@ def _project_filter_choices(user: AbstractBaseUser) -> list[tuple[int, str]]:
 def run_shared_users(*, run: Run) -> list[str]:
     """Usernames the run is shared with by name, sorted."""
     return sorted(run.shared_with.values_list("username", flat=True))
+
+
+def run_shared_teams(*, run: Run) -> list[str]:
+    """Names of the teams the run is shared with, sorted."""
+    return sorted(run.shared_with_teams.values_list("name", flat=True))
 
 
 def run_config_list_for(*, user: AbstractBaseUser) -> QuerySet[RunConfig]:

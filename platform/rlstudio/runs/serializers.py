@@ -41,6 +41,8 @@ class RunSerializer(serializers.ModelSerializer):
         help_text="Why the caller sees the run: owner, staff, or shared (read-only: no controls).")
     shared_with = serializers.SerializerMethodField(
         help_text="Usernames the run is shared with (shown to its owner and staff; empty for others).")
+    shared_with_teams = serializers.SerializerMethodField(
+        help_text="Names of the teams the run is shared with (shown to its owner and staff; empty for others).")
     project = serializers.SerializerMethodField(help_text=(
         "The project the run is in, {id, name} (null: none, or one the caller does not see)."))
 
@@ -50,7 +52,7 @@ class RunSerializer(serializers.ModelSerializer):
             "id", "name", "owner", "status", "queue_reason", "step", "total_steps", "latest_reward",
             "latest_metrics", "gpus", "dataset", "val_dataset", "model", "reward_model", "created", "started",
             "finished", "last_heartbeat", "error", "error_log", "checkpoint", "parent", "parent_kind", "tool_set",
-            "tags", "note", "visibility", "shared_with", "access", "project",
+            "tags", "note", "visibility", "shared_with", "shared_with_teams", "access", "project",
         ]
         read_only_fields = fields
 
@@ -75,6 +77,13 @@ class RunSerializer(serializers.ModelSerializer):
         if user is None or not can_manage(user=user, run=run):
             return []
         return sorted(u.get_username() for u in run.shared_with.all())
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_shared_with_teams(self, run: Run) -> list[str]:
+        user = self._user()
+        if user is None or not can_manage(user=user, run=run):
+            return []
+        return sorted(team.name for team in run.shared_with_teams.all())
 
     @extend_schema_field({"type": "object", "nullable": True, "properties": {
         "id": {"type": "integer"}, "name": {"type": "string"}}})
@@ -284,3 +293,6 @@ class RunSharingSerializer(serializers.Serializer):
                                          help_text="private (the owner, staff and `users`) or everyone.")
     users = serializers.ListField(child=serializers.CharField(), required=False,
                                   help_text="The whole list of usernames the run is shared with (replaces it).")
+    teams = serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False, help_text=(
+        "The whole list of team names the run is shared with (replaces it): each a team the caller is in "
+        "(staff: any team) or one it is shared with already; any other is a 400 on `teams`."))

@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from rlstudio.accounts.teams import team_names_for_sharing
 from rlstudio.api.errors import ApiError
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.preview import memory as memory_estimate
@@ -26,6 +27,7 @@ from rlstudio.runs.selectors import (
     run_config_for,
     run_get_for,
     run_header_context,
+    run_shared_teams,
     run_shared_users,
     visible_runs,
 )
@@ -79,6 +81,8 @@ def run_detail(request, run_id: int):
     ctx.update({
         "run": run,
         "shared_users": run_shared_users(run=run) if ctx["can_manage"] else [],
+        "shared_teams": run_shared_teams(run=run) if ctx["can_manage"] else [],
+        "team_choices": team_names_for_sharing(user=request.user) if ctx["can_manage"] else [],
         # The run it was cloned or resumed from is named only to whoever may read it (else its id).
         "parent_visible": run.parent_id is not None and visible_runs(
             Run.objects.filter(pk=run.parent_id), user=request.user).exists(),

@@ -143,7 +143,7 @@ def test_unsharing_and_moving_out_remove_access(project_run, alice, bob):
     assert resp.json()["project"]["name"] == "math"
     assert api_client(bob).get(f"/api/v1/runs/{pk}/").status_code == 200
     resp = api.put(f"/api/v1/projects/{project_run.project_id}/sharing/", {"users": []}, format="json")
-    assert resp.status_code == 200 and resp.json() == {"users": []}
+    assert resp.status_code == 200 and resp.json() == {"users": [], "teams": []}
     assert api_client(bob).get(f"/api/v1/runs/{pk}/").status_code == 404
     assert api_client(bob).get(f"/api/v1/projects/{project_run.project_id}/").status_code == 404
 
@@ -210,4 +210,4 @@ def test_the_list_as_documented_scope_paging_and_the_sharing_refusals(alice, bob
     for users in (["carol"], ["nobody"], ["alice"]):
         resp = api.put(f"/api/v1/projects/{mine.pk}/sharing/", {"users": users}, format="json")
         assert resp.status_code == 400 and resp.json()["error"]["field"] == "users", (users, resp.content)
-    assert api.get(f"/api/v1/projects/{mine.pk}/sharing/").json() == {"users": []}
+    assert api.get(f"/api/v1/projects/{mine.pk}/sharing/").json() == {"users": [], "teams": []}

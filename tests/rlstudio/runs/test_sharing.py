@@ -118,16 +118,17 @@ def test_a_run_not_shared_with_a_user_is_404_for_them(shared_run, carol):
 def test_sharing_with_everyone_then_unsharing(shared_run, alice, bob, carol):
     api = _api(alice)
     resp = api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"visibility": "everyone"}, format="json")
-    assert resp.status_code == 200 and resp.json() == {"visibility": "everyone", "users": ["bob"]}
+    assert resp.status_code == 200 and resp.json() == {"visibility": "everyone", "users": ["bob"], "teams": []}
     assert _page(carol).get(f"/runs/{shared_run.pk}/").status_code == 200
     assert _api(carol).post(f"/api/v1/runs/{shared_run.pk}/stop/", {}, format="json").status_code == 403
     resp = api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"visibility": "private", "users": []}, format="json")
-    assert resp.json() == {"visibility": "private", "users": []}
+    assert resp.json() == {"visibility": "private", "users": [], "teams": []}
     for user in (bob, carol):
         assert _page(user).get(f"/runs/{shared_run.pk}/").status_code == 404
     changes = [e.data["to"] for e in AuditEvent.objects.filter(action="run.share").order_by("id")]
-    assert changes == [{"visibility": "private", "users": ["bob"]}, {"visibility": "everyone", "users": ["bob"]},
-                       {"visibility": "private", "users": []}]
+    assert changes == [{"visibility": "private", "users": ["bob"], "teams": []},
+                       {"visibility": "everyone", "users": ["bob"], "teams": []},
+                       {"visibility": "private", "users": [], "teams": []}]
 
 
 def test_sharing_refuses_unknown_users_and_the_owner(shared_run, alice):
@@ -138,7 +139,8 @@ def test_sharing_refuses_unknown_users_and_the_owner(shared_run, alice):
         assert message in resp.json()["error"]["message"]
     assert api.put(f"/api/v1/runs/{shared_run.pk}/sharing/", {"visibility": "world"},
                    format="json").json()["error"]["field"] == "visibility"
-    assert api.get(f"/api/v1/runs/{shared_run.pk}/sharing/").json() == {"visibility": "private", "users": ["bob"]}
+    assert api.get(f"/api/v1/runs/{shared_run.pk}/sharing/").json() == {"visibility": "private", "users": ["bob"],
+                                                                             "teams": []}
 
 
 def test_the_run_page_shares_and_unshares(shared_run, alice, carol):

@@ -2,9 +2,10 @@
 
 The rule: only a run's owner or staff control it: stop, resume, clone, edit its tags and note, share
 it or stop sharing it (`check_can_manage`, which the stop / resume / clone services call too). A user
-the run is shared with, by name or with everyone, reads its page, samples, transcripts and groups and
-nothing more; their attempts are refused with `RunNotPermitted` (403). Every change is audited:
-`run.annotate` (tags / note, before and after) and `run.share` (visibility and users, before and after).
+the run is shared with, by name, as a member of a team it is shared with, or with everyone, reads its
+page, samples, transcripts and groups and nothing more; their attempts are refused with
+`RunNotPermitted` (403). Every change is audited: `run.annotate` (tags / note, before and after) and
+`run.share` (visibility, users and teams, before and after).
 
 A sharing change that commits is handed to the `on_access_changed` hooks (the telemetry app registers
 one that tells the run's open websockets, which check their user again and close with 4403 for whoever
@@ -21,10 +22,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.accounts.teams import TeamNotNamed, teams_for_sharing
 
 from ..errors import RunInputInvalid, RunNotPermitted
 from ..models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunVisibility
-from ..selectors import can_manage, run_shared_users
+from ..selectors import can_manage, run_shared_teams, run_shared_users
 
 log = logging.getLogger(__name__)
 _ACCESS_HOOKS: list[Callable[[int], None]] = []
@@ -139,12 +141,30 @@ def _users_named(names: Iterable, *, run: Run) -> list:
     return [found[name] for name in wanted]
 
 
+def _teams_named(names: Iterable, *, by: AbstractBaseUser, run: Run) -> list:
+    """The teams called `names` that `by` may share `run` with (theirs, any for staff, or one it is
+    shared with already); RunInputInvalid (field `teams`) otherwise."""
+    try:
+        return teams_for_sharing(by=by, names=names, already=run.shared_with_teams.all())
+    except TeamNotNamed as exc:
+        raise RunInputInvalid(str(exc), field="teams") from None
+
+
+def _readers(run: Run) -> dict:
+    """Who reads `run` besides its owner and staff, as the audit records it."""
+    return {"visibility": run.visibility, "users": run_shared_users(run=run), "teams": run_shared_teams(run=run)}
+
+
 def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
-              users: Iterable | None = None, add: Iterable = (), remove: Iterable = ()) -> Run:
+              users: Iterable | None = None, add: Iterable = (), remove: Iterable = (),
+              teams: Iterable | None = None, add_teams: Iterable = (), remove_teams: Iterable = ()) -> Run:
     """Change who reads `run` (owner or staff only): `visibility` (`private` | `everyone`), `users`
     (the whole list of usernames it is shared with), or `add` / `remove` usernames to / from that list;
-    None and empty mean unchanged. Audited as `run.share` with the before and after when it changed.
-    Whoever it is shared with reads it only: its controls stay the owner's and staff's."""
+    `teams`, `add_teams`, `remove_teams` the same for team names (a team `by` is in, any team for staff:
+    `accounts.teams.teams_for_sharing`; RunInputInvalid on `teams` naming "no such team of yours"
+    otherwise); None and empty mean unchanged. Audited as `run.share` with the before and after when it
+    changed. Whoever it is shared with, a team's members included, reads it only: its controls stay the
+    owner's and staff's."""
     check_can_manage(user=by, run=run, action="share")
     if visibility is not None and visibility not in RunVisibility.values:
         raise RunInputInvalid(f"unknown visibility {visibility!r} (allowed: {', '.join(RunVisibility.values)})",
@@ -152,9 +172,12 @@ def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
     target_users = _users_named(users, run=run) if users is not None else None
     to_add = _users_named(add, run=run) if add else []
     to_remove = [str(name).strip() for name in remove or () if "\x00" not in str(name)]
+    target_teams = _teams_named(teams, by=by, run=run) if teams is not None else None
+    teams_to_add = _teams_named(add_teams, by=by, run=run) if add_teams else []
+    teams_to_remove = [str(name).strip() for name in remove_teams or () if "\x00" not in str(name)]
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
-        before = {"visibility": locked.visibility, "users": run_shared_users(run=locked)}
+        before = _readers(locked)
         if visibility is not None and visibility != locked.visibility:
             locked.visibility = visibility
             locked.save(update_fields=["visibility"])
@@ -164,7 +187,13 @@ def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
             locked.shared_with.add(*to_add)
         if to_remove:
             locked.shared_with.remove(*locked.shared_with.filter(username__in=to_remove))
-        after = {"visibility": locked.visibility, "users": run_shared_users(run=locked)}
+        if target_teams is not None:
+            locked.shared_with_teams.set(target_teams)
+        if teams_to_add:
+            locked.shared_with_teams.add(*teams_to_add)
+        if teams_to_remove:
+            locked.shared_with_teams.remove(*locked.shared_with_teams.filter(name__in=teams_to_remove))
+        after = _readers(locked)
         if after != before:
             audit_record(actor=by, action="run.share", obj=locked,
                          data={"owner": locked.owner.get_username(), "from": before, "to": after})
