@@ -5,7 +5,10 @@ tools or rewards (that is `trainer.rollout.agent`). Backends (one per file) regi
 
     hf      trainer.rollout.hf      own batched KV-cache sampling loop over a transformers module
     sglang  trainer.rollout.sglang  `sglang.Engine` (optional extra, GPU only, imported lazily)
-    auto    sglang when it is importable and CUDA is available, else hf
+    vllm    trainer.rollout.vllm    vLLM's offline `vllm.LLM` (optional extra, GPU only, imported lazily)
+    auto    sglang when it is importable and CUDA is available, else hf (never vllm: name it)
+
+`sglang` and `vllm` need a GPU: with trainer.device=cpu they are refused (`resolve_engine_name`).
 
 A backend subclass must implement `generate`, `update_weights`, `release_memory`, `resume_memory`
 and `flush_cache`, and a classmethod `from_config(*, model, tokenizer, config, device)`.
@@ -101,7 +104,9 @@ class RolloutEngine(abc.ABC):
 
 _REGISTRY: dict[str, type[RolloutEngine]] = {}
 # Backends living in their own module register on import; importing lazily keeps sglang optional.
-_BUILTIN_MODULES = {"hf": "trainer.rollout.hf", "sglang": "trainer.rollout.sglang"}
+_BUILTIN_MODULES = {"hf": "trainer.rollout.hf", "sglang": "trainer.rollout.sglang", "vllm": "trainer.rollout.vllm"}
+# Backends that run only on a GPU (an engine of their own on CUDA).
+GPU_ONLY_ENGINES = ("sglang", "vllm")
 
 
 def register_engine(name: str) -> Callable[[type[RolloutEngine]], type[RolloutEngine]]:
@@ -135,14 +140,16 @@ def _device_type(device: Any) -> str | None:
 def resolve_engine_name(name: str, device: Any = None) -> str:
     """Map "auto" to a concrete backend for `device` (trainer.device, resolved or not).
 
-    On the CPU auto is always hf, and sglang is refused: CUDA is not even asked about, so a CPU run
-    never starts an engine on a GPU it was not given. Otherwise (a GPU or an unknown device) auto is
-    sglang when sglang is installed and CUDA is usable, else hf.
+    On the CPU auto is always hf, and sglang and vllm are refused: CUDA is not even asked about, so a
+    CPU run never starts an engine on a GPU it was not given. Otherwise (a GPU or an unknown device)
+    auto is sglang when sglang is installed and CUDA is usable, else hf. auto never picks vllm, even
+    where vllm is installed and sglang is not: the vllm backend has not run against a live vLLM yet
+    (trainer/rollout/vllm.py), so it runs only when rollout.name=vllm asks for it.
     """
     kind = _device_type(device)
     if kind == "cpu":
-        if name == "sglang":
-            raise ValueError("rollout engine 'sglang' needs a GPU; use hf with trainer.device=cpu")
+        if name in GPU_ONLY_ENGINES:
+            raise ValueError(f"rollout engine {name!r} needs a GPU; use hf with trainer.device=cpu")
         return "hf" if name == "auto" else name
     if name != "auto":
         return name
@@ -170,6 +177,6 @@ def build_engine(name: str, *, model: Any, tokenizer: Any, config: Any, device: 
     """Build the backend `name` ("auto" resolves first). `config` is the rollout config section.
 
     For `hf`, `model` is the live torch module (the actor's, colocated: no copy is made). For
-    `sglang`, `model` is the HF model folder path (or a module whose `name_or_path` gives it).
+    `sglang` and `vllm`, `model` is the HF model folder path (or a module whose `name_or_path` gives it).
     """
     return get_engine_class(name, device).from_config(model=model, tokenizer=tokenizer, config=config, device=device)

@@ -39,28 +39,14 @@ never needs it.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from trainer.rollout.base import GenerationOutput, GenerationRequest, RolloutEngine, register_engine
+from trainer.rollout.common import bucket_named_tensors, config_value, gpu_index, model_folder, tensor_bytes
 
 # The GPU memory regions an Engine releases and resumes (SGLang's GPU_MEMORY_ALL_TYPES, checked
 # against the pinned release by the conformance test).
 SGLANG_MEMORY_TAGS = ("kv_cache", "weights", "cuda_graph")
-
-
-def bucket_named_tensors(named_tensors: Iterable[tuple[str, Any]], bucket_bytes: int) -> Iterator[list[tuple[str, Any]]]:
-    """Group (name, tensor) pairs into lists of at most `bucket_bytes` (a larger tensor goes alone)."""
-    bucket: list[tuple[str, Any]] = []
-    size = 0
-    for name, tensor in named_tensors:
-        nbytes = int(tensor.numel()) * int(tensor.element_size())
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((name, tensor))
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 def sampling_to_sglang(req: GenerationRequest) -> dict[str, Any]:
@@ -123,13 +109,10 @@ class SGLangRolloutEngine(RolloutEngine):
     @classmethod
     def from_config(cls, *, model: Any, tokenizer: Any, config: Any, device: Any,
                     engine_factory: Callable[..., Any] | None = None) -> "SGLangRolloutEngine":
-        path = model if isinstance(model, str) else getattr(model, "name_or_path", None)
-        if not path:
-            raise ValueError("the sglang engine needs the model folder path (or a module with name_or_path)")
+        path = model_folder(model, "sglang")
 
         def get(key: str, default: Any) -> Any:
-            value = config.get(key, default) if isinstance(config, dict) else getattr(config, key, default)
-            return default if value is None else value
+            return config_value(config, key, default)
 
         if engine_factory is None:
             try:
@@ -138,9 +121,7 @@ class SGLangRolloutEngine(RolloutEngine):
                 raise RuntimeError("rollout.name=sglang needs the optional sglang package "
                                    "(pip install 'rlstudio[sglang]' on a CUDA machine)") from exc
             engine_factory = sglang.Engine
-        gpu = 0
-        if device is not None and str(device).startswith("cuda:"):
-            gpu = int(str(device).split(":", 1)[1])
+        gpu = gpu_index(device)
         kwargs: dict[str, Any] = {
             "model_path": str(path),
             "dtype": "bfloat16" if str(get("dtype", "bfloat16")) in ("auto", "bfloat16") else str(get("dtype", "")),
@@ -193,7 +174,7 @@ class SGLangRolloutEngine(RolloutEngine):
                 self._send(pending, flush_cache=False)
                 buckets += 1
             pending = bucket
-            total += sum(int(t.numel()) * int(t.element_size()) for _, t in bucket)
+            total += sum(tensor_bytes(t) for _, t in bucket)
         if pending is not None:
             self._send(pending, flush_cache=True)
             buckets += 1

@@ -16,7 +16,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.fixtures.sglang_source import ClassRef, PackageSource, Signature, signature
+from tests.fixtures.wheel_source import ClassRef, PackageSource, Signature, signature
 
 REPO = Path(__file__).resolve().parents[3]
 BACKEND = REPO / "trainer" / "rollout" / "sglang.py"

@@ -2,7 +2,7 @@
 
 The wheel of the `sglang` extra's version is fetched once with `pip download --no-deps` into the
 fixture cache (about 39 MB, about 2 s from the registry; a cached wheel is reused) and read with
-`ast` (tests/fixtures/sglang_source.py). What the backend uses is read from trainer/rollout/sglang.py
+`ast` (tests/fixtures/wheel_source.py). What the backend uses is read from trainer/rollout/sglang.py
 the same way (tests/trainer/rollout/sglang_conformance.py), so a call added there is checked here
 without editing this file. The test skips only when pip cannot reach the registry.
 
@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.fixtures.sglang_source import PackageSource, RegistryUnreachable, fetch_wheel, pinned_requirement
+from tests.fixtures.wheel_source import PackageSource, RegistryUnreachable, fetch_wheel, pinned_requirement
 from tests.trainer.rollout.sglang_conformance import BACKEND, STAND_IN, backend_usage, check, stand_in
 
 ENGINE = "sglang/srt/entrypoints/engine.py"
