@@ -321,6 +321,17 @@ def test_auto_passes_and_sglang_is_refused_on_the_cpu():
         validate(apply_overrides(_runnable(), ["trainer.device=cpu", "actor_rollout_ref.rollout.name=sglang"]))
 
 
+def test_vllm_is_a_gpu_engine():
+    """verl's default rollout name validates on a GPU and is refused on the CPU, naming the key."""
+    validate(apply_overrides(_runnable(), ["trainer.device=cuda", "actor_rollout_ref.rollout.name=vllm"]))
+    with pytest.raises(ConfigError, match=r"^actor_rollout_ref\.rollout\.name: vllm needs a GPU; use hf"):
+        validate(apply_overrides(_runnable(), ["trainer.device=cpu", "actor_rollout_ref.rollout.name=vllm"]))
+    with pytest.raises(ConfigError, match=r"actor_rollout_ref\.rollout\.name"):
+        apply_overrides(_runnable(), ["actor_rollout_ref.rollout.name=vllm2"])
+    assert resolve(apply_overrides(Config(), ["trainer.device=cpu", "actor_rollout_ref.rollout.name=auto"])
+                   ).actor_rollout_ref.rollout.name == "hf"
+
+
 def test_recipes_all_validate_and_need_paths():
     assert set(REGISTRY) == {"cpu_smoke", "dapo", "demo_tool_arith", "gsm8k_multiturn_grpo"}
     for name in REGISTRY:

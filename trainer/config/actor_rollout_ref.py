@@ -84,10 +84,11 @@ class ValKwargsConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    name: Literal["auto", "hf", "sglang"] = option(
+    name: Literal["auto", "hf", "sglang", "vllm"] = option(
         "auto",
-        "Rollout engine: hf (transformers, anywhere), sglang (GPU), auto = sglang where usable "
-        "(a GPU device with sglang installed), always hf with trainer.device=cpu.",
+        "Rollout engine: hf (transformers, anywhere), sglang (GPU), vllm (GPU; not yet run on a "
+        "live vLLM), auto = sglang where usable (a GPU device with sglang installed), else hf; "
+        "auto never picks vllm; always hf with trainer.device=cpu.",
     )
     n: int = option(1, "Samples per prompt (the GRPO group size).")
     temperature: Union[float, None] = option(
@@ -108,7 +109,7 @@ class RolloutConfig:
     )
     enforce_eager: bool = option(
         False,
-        "hf engine on a GPU: decode without CUDA graphs (verl's rollout.enforce_eager).",
+        "hf and vllm engines on a GPU: decode without CUDA graphs (verl's rollout.enforce_eager).",
     )
     response_length: Union[int, None] = option(
         None, "Response token limit; None = data.max_response_length."
@@ -117,9 +118,11 @@ class RolloutConfig:
         None, "Engine context length; None = prompt + response length."
     )
     gpu_memory_utilization: float = option(
-        0.5, "Fraction of GPU memory the engine may take (sglang)."
+        0.5, "Fraction of GPU memory the engine may take (sglang, vllm)."
     )
-    free_cache_engine: bool = option(True, "Release the engine's KV cache after each rollout.")
+    free_cache_engine: bool = option(
+        True, "Release the engine's KV cache after each rollout (sglang and vllm: its weights too)."
+    )
     log_prob_micro_batch_size_per_gpu: Union[int, None] = option(
         None, "Sequences per forward when recomputing old log-probs; None = all at once."
     )

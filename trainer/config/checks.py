@@ -118,8 +118,9 @@ def _check_multi_turn(cfg: Config) -> None:
         )
     if len(set(names)) != len(names):
         raise ConfigError("tools.names", "a tool is listed twice")
-    if cfg.actor_rollout_ref.rollout.name == "sglang" and cfg.trainer.device == "cpu":
-        raise ConfigError(f"{ROLLOUT}.name", "sglang needs a GPU; use hf with trainer.device=cpu")
+    engine = cfg.actor_rollout_ref.rollout.name
+    if engine in ("sglang", "vllm") and cfg.trainer.device == "cpu":
+        raise ConfigError(f"{ROLLOUT}.name", f"{engine} needs a GPU; use hf with trainer.device=cpu")
 
 
 def _check_batches(cfg: Config) -> None:

@@ -5,7 +5,8 @@ CPU). The platform writes the resource keys themselves (device, nodes, GPUs per 
 the run's `gpus` (`launch.platform_values`); this module fits the preset's keys that depend on them,
 so that a preset validates on whatever the user picked:
 
-- on the CPU, `rollout.name=sglang` becomes `hf` (SGLang needs a GPU; `hf` runs anywhere);
+- on the CPU, `rollout.name=sglang` or `vllm` becomes `hf` (SGLang and vLLM need a GPU; `hf` runs
+  anywhere);
 - with W workers (W = the GPUs, 1 on the CPU), `data.train_batch_size * rollout.n` and
   `actor.ppo_mini_batch_size * rollout.n` must split evenly over W: both batch sizes are raised to the
   next multiple of W / gcd(W, n) (the mini batch still dividing the train batch), and a preset's
@@ -25,6 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.config import Config, apply_overrides
+
+# Rollout engines that need a GPU, by the name a change's reason gives them.
+GPU_ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,10 @@ def adapt_preset(cfg: Config, *, gpus: int) -> Adapted:
     changes: list[Adaptation] = []
     where = resources_label(gpus)
 
-    if gpus <= 0 and arr.rollout.name == "sglang":
-        changes.append(Adaptation("actor_rollout_ref.rollout.name", "sglang", "hf",
-                                  "SGLang needs a GPU; the hf engine runs on the CPU"))
+    engine = arr.rollout.name
+    if gpus <= 0 and engine in GPU_ENGINES:
+        changes.append(Adaptation("actor_rollout_ref.rollout.name", engine, "hf",
+                                  f"{GPU_ENGINES[engine]} needs a GPU; the hf engine runs on the CPU"))
 
     n = arr.rollout.n
     train, mini = cfg.data.train_batch_size, arr.actor.ppo_mini_batch_size

@@ -13,8 +13,8 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   ref.fsdp_config.param_offload; nothing with LoRA (the actor's base with the adapter disabled);
 - rollout engine: `hf` on one worker runs on the actor's own float32 module (no copy, a float32 KV
   cache); `hf` under FSDP, or with LoRA (it generates with merged weights), holds a full copy in the
-  compute dtype; `sglang` reserves gpu_memory_utilization of the device (its weights and KV pool)
-  while it generates;
+  compute dtype; `sglang` and `vllm` reserve gpu_memory_utilization of the device (their weights
+  and KV pool) while they generate (auto is never vllm: trainer/rollout/base.py);
 - rollout KV cache (hf): every trajectory of the worker's share of a generation batch at once
   (train_batch_size, or gen_batch_size with dynamic sampling when larger, x n / W rows) x (max prompt
   + response) tokens x 2 x layers x kv heads x head dim;
@@ -47,6 +47,8 @@ from .shapes import StepShapes
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Rollout engines that reserve gpu_memory_utilization of the device as their own pool, by label.
+POOL_ENGINES = {"sglang": "SGLang", "vllm": "vLLM"}
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB
 
 
@@ -278,15 +280,17 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
 
     kv_per_token = 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim
     pool = 0
-    if engine == "sglang":
+    pooled = engine in POOL_ENGINES  # an engine with a memory pool of its own
+    if pooled:
+        label = POOL_ENGINES[engine]
         pool = int(float(rollout.get("gpu_memory_utilization") or 0.5) * capacity_bytes)
         engine_bytes, kv_bytes = pool, 0
-        lines.append(MemoryLine("rollout engine (SGLang)", pool,
+        lines.append(MemoryLine(f"rollout engine ({label})", pool,
                                 "gpu_memory_utilization x the device: its weights and KV cache pool"))
         kv_need = gen_rows * seq * kv_per_token * cb
         lines.append(MemoryLine("rollout KV cache", 0,
-                                f"inside SGLang's pool (the step's batch would need {kv_need / GIB:.2f} GiB; "
-                                "SGLang queues what does not fit)"))
+                                f"inside {label}'s pool (the step's batch would need {kv_need / GIB:.2f} GiB; "
+                                f"{label} queues what does not fit)"))
         val_kv_bytes = 0
     else:
         shared = not sharded and not lora
@@ -339,9 +343,9 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
 
     resident = weights + optim + ref_bytes + critic_bytes + (engine_bytes if engine == "hf" else 0)
     free_cache = rollout.get("free_cache_engine", True)
-    held_pool = 0 if (engine != "sglang" or free_cache) else pool
+    held_pool = 0 if (not pooled or free_cache) else pool
     phases = {
-        "rollout": resident + (pool if engine == "sglang" else kv_bytes),
+        "rollout": resident + (pool if pooled else kv_bytes),
         "log-prob": resident + held_pool + lp_logits,
         "update": resident + held_pool + grads + act + logits,
     }

@@ -21,6 +21,16 @@ def test_gsm8k_preset_on_the_cpu_swaps_sglang_for_hf_and_nothing_else():
     assert adapted.config.data.train_batch_size == 256  # the experiment itself is the user's
 
 
+def test_a_vllm_preset_on_the_cpu_becomes_hf_and_stays_vllm_on_a_gpu():
+    from trainer.config import apply_overrides
+
+    preset = apply_overrides(launch.preset_config("gsm8k_multiturn_grpo"), ["actor_rollout_ref.rollout.name=vllm"])
+    cpu = adapt_preset(preset, gpus=0)
+    assert _keys(cpu) == {"actor_rollout_ref.rollout.name": ("vllm", "hf")}
+    assert cpu.changes[0].reason == "vLLM needs a GPU; the hf engine runs on the CPU"
+    assert "actor_rollout_ref.rollout.name" not in _keys(adapt_preset(preset, gpus=1))
+
+
 @pytest.mark.parametrize("gpus", [1, 2, 3, 5, 6, 7, 8, 12, 24])
 @pytest.mark.parametrize("preset", ["gsm8k_multiturn_grpo", "cpu_smoke", "demo_tool_arith", "dapo"])
 def test_every_preset_validates_on_any_number_of_gpus(preset, gpus, settings):

@@ -131,6 +131,26 @@ def test_qwen_3b_gsm8k_fits_on_8_gpus_not_on_one():
     assert eight.fits and eight.workers == 8
 
 
+def test_vllm_reserves_its_pool_as_sglang_does():
+    shape = shape_from_config(QWEN25_3B)
+    sglang = estimate(shape, _cfg(**QWEN_GSM8K), gpus=1, capacity_bytes=80 * GIB)
+    vllm = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.rollout.name": "vllm",
+                                   "actor_rollout_ref.rollout.gpu_memory_utilization": 0.25}),
+                    gpus=1, capacity_bytes=80 * GIB)
+    lines = {x.name: x.bytes for x in vllm.lines}
+    assert lines["rollout engine (vLLM)"] == 20 * GIB and lines["rollout KV cache"] == 0
+    assert "rollout engine (SGLang)" not in lines and vllm.engine == "vllm"
+    assert vllm.phases["rollout"] == sglang.phases["rollout"] - 20 * GIB
+    held = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.rollout.name": "vllm",
+                                   "actor_rollout_ref.rollout.free_cache_engine": False}),
+                    gpus=1, capacity_bytes=80 * GIB)
+    assert held.phases["update"] == sglang.phases["update"] + 40 * GIB  # the pool stays through the update
+    # auto never resolves to vllm, installed or not
+    auto = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.rollout.name": "auto"}), gpus=1,
+                    capacity_bytes=80 * GIB, sglang_available=False)
+    assert auto.engine == "hf"
+
+
 def test_read_model_config_refuses_what_it_cannot_use(tmp_path):
     with pytest.raises(ModelConfigUnreadable, match="no readable config.json"):
         read_model_config(tmp_path)
