@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from trainer.rollout.base import GenerationRequest, SamplingParams, build_engine, resolve_engine_name
-from trainer.rollout.sglang import SGLANG_MEMORY_TAGS, SGLangRolloutEngine, bucket_named_tensors
+from trainer.rollout.common import bucket_named_tensors
+from trainer.rollout.sglang import SGLANG_MEMORY_TAGS, SGLangRolloutEngine
 
 
 class FakeSGLangEngine:

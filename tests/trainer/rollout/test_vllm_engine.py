@@ -366,3 +366,71 @@ def test_hybrid_cycle_through_the_agent(tiny_tokenizer):
                      "wake_up", "start", "update", "update", "update", "finish", "reset", "wake_up", "generate",
                      "sleep"]
     assert [c[1] for c in eng.llm.calls if c[0] == "wake_up"] == [["weights"], ["kv_cache"]]
+
+
+def test_a_training_step_through_the_real_worker(tmp_path, monkeypatch, tiny_model_dir):
+    """The trainer with rollout.name=vllm on the CPU (the GPU checks patched out for this dry run
+    only) over FakeLLM: RankWorker builds the engine from the config, syncs the actor's weights in
+    the worker's buckets, rolls out through the agent, sleeps, and syncs again after the update;
+    the stand-in ends up with the actor's weights under their HF names."""
+    import sys
+
+    from trainer.config import apply_overrides, checks
+    from trainer.loop import Trainer
+    from trainer.recipes import get_recipe
+    from trainer.rollout import base
+    from trainer.rollout import vllm as backend
+    from trainer.sinks import Emitter, build_sinks
+    from trainer.tasks import arith
+
+    built = []
+
+    class LLM(FakeLLM):
+        def __init__(self, model, **kwargs):
+            super().__init__(model, **kwargs)
+            built.append(self)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM, SamplingParams=SamplingParams))
+    monkeypatch.setattr(backend, "cuda_ipc_handle", lambda t, dtype=None: (t.detach().clone(), {UUID: (t.detach().clone(),)}))
+    original_check, resolve = checks._check_multi_turn, base.resolve_engine_name
+
+    def allow_vllm_on_cpu(cfg):
+        try:
+            original_check(cfg)
+        except checks.ConfigError as exc:
+            if "vllm needs a GPU" not in str(exc):
+                raise
+
+    monkeypatch.setattr(checks, "_check_multi_turn", allow_vllm_on_cpu)
+    monkeypatch.setattr(base, "resolve_engine_name", lambda name, device=None: name if name == "vllm"
+                        else resolve(name, device))
+    arith.main([str(tmp_path / "data"), "--train", "64", "--test", "4", "--sft", "0"])
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "actor_rollout_ref.model.path": str(tiny_model_dir), "data.train_files": str(tmp_path / "data" / "train.jsonl"),
+        "data.train_batch_size": 2, "actor_rollout_ref.rollout.n": 2, "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+        "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.response_length": 8,
+        "data.max_response_length": 8, "actor_rollout_ref.rollout.update_weights_bucket_megabytes": 1,
+        "trainer.device": "cpu", "trainer.launcher": "local", "trainer.total_training_steps": 1,
+        "trainer.save_freq": -1, "trainer.default_local_dir": str(tmp_path / "run"), "trainer.logger": ["jsonl"]})
+    (tmp_path / "run").mkdir()
+    emitter = Emitter(build_sinks(["jsonl"], out_dir=tmp_path / "run", config=cfg))
+    trainer = Trainer(cfg, emitter=emitter)
+    try:
+        trainer.setup()
+        worker = trainer.group.worker
+        assert worker.engine_name == "vllm" and isinstance(worker.engine, VLLMRolloutEngine)
+        metrics = trainer.train_step(1)
+        (llm,) = built
+        actor = {n: p.detach() for n, p in worker.actor.model.named_parameters()}
+        assert set(llm.weights) == set(actor)
+        assert all(torch.equal(llm.weights[n].to(actor[n].dtype), actor[n]) for n in actor)
+    finally:
+        trainer.close()
+        emitter.close()
+    kinds = [c[0] for c in llm.calls]
+    first_generate = kinds.index("generate")
+    assert kinds[:first_generate] == ["start", *["update"] * kinds[:first_generate].count("update"), "finish", "reset"]
+    assert kinds[first_generate:first_generate + 3] == ["generate", "sleep", "wake_up"]
+    assert kinds[-2:] == ["finish", "reset"] and llm.calls[first_generate + 2] == ("wake_up", ["weights"])
+    assert metrics["perf/weight_sync_buckets"] >= 1 and llm.kwargs["gpu_memory_utilization"] == 0.5
+    assert worker.engine is None or worker.engine.llm is None  # trainer.close() shut the engine down
