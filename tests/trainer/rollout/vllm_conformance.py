@@ -17,6 +17,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.fixtures.source_types import ITEM, attribute_annotation, classes_in, has_attribute, literal_values, walk_path
 from tests.fixtures.wheel_source import ClassRef, PackageSource, signature
 from tests.trainer.rollout.sglang_conformance import _first_difference, _forward_targets, _returned_keys, dict_keys
 
@@ -34,7 +35,6 @@ REQUESTS = {"init_weight_transfer_engine": ("WeightTransferInitRequest", "init_i
 REQUEST_MODULE = "vllm.distributed.weight_transfer.base"
 BACKEND_TAGS = "VLLM_SLEEP_TAGS"
 BACKEND_TRANSFER = "WEIGHT_TRANSFER_BACKEND"
-ITEM = "[]"  # a subscript or an iteration step in a result path
 
 
 @dataclass
@@ -254,74 +254,6 @@ def stand_in(source: str | None = None) -> StandIn:
     return StandIn(methods, results)
 
 
-# ------------------------------------------------------------------------------------ types
-def _has_attribute(src: PackageSource, cls: ClassRef, name: str) -> bool:
-    if name in src.fields(cls) or src.class_attribute(cls, name) is not None or src.method(cls, name):
-        return True
-    return any(isinstance(t, ast.Attribute) and t.attr == name and ast.unparse(t.value) == "self"
-               for c in src.mro(cls) for n in ast.walk(c.node) if isinstance(n, (ast.Assign, ast.AnnAssign))
-               for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-
-
-def _attribute_annotation(src: PackageSource, cls: ClassRef, name: str) -> tuple[str, ast.expr] | None:
-    """(module, annotation) of a field, or of the __init__ parameter that `self.name = param` stores."""
-    for c in src.mro(cls):
-        for stmt in c.node.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == name:
-                return c.module, stmt.annotation
-        init = next((s for s in c.node.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"), None)
-        if init is None:
-            continue
-        params = {a.arg: a.annotation for a in [*init.args.args, *init.args.kwonlyargs] if a.annotation is not None}
-        for node in ast.walk(init):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == name
-                                                    and ast.unparse(t.value) == "self" for t in node.targets):
-                if isinstance(node.value, ast.Name) and node.value.id in params:
-                    return c.module, params[node.value.id]
-    return None
-
-
-def classes_in(src: PackageSource, module: str, expr: ast.expr, depth: int = 0) -> list[ClassRef]:
-    """Classes of the package an annotation names, through unions, subscripts and type aliases."""
-    out: list[ClassRef] = []
-    if depth > 8:
-        return out
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a forward reference
-            try:
-                out += classes_in(src, module, ast.parse(node.value, mode="eval").body, depth + 1)
-            except SyntaxError:
-                pass
-        if not isinstance(node, ast.Name):
-            continue
-        ref = src.resolve(module, node.id)
-        if isinstance(ref, ClassRef):
-            out.append(ref)
-        elif isinstance(ref, tuple) and isinstance(ref[1], ast.expr):  # an alias: X = A | list[B]
-            out += classes_in(src, ref[0], ref[1], depth + 1)
-    return out
-
-
-def _walk_path(src: PackageSource, start: list[ClassRef], path: tuple[str, ...]) -> str | None:
-    """None when every attribute of `path` exists on a class the previous step's annotation names;
-    else what is missing."""
-    candidates = start
-    for i, step in enumerate(path):
-        if step == ITEM:
-            continue
-        owners = [c for c in candidates if _has_attribute(src, c, step)]
-        if not owners:
-            names = ", ".join(sorted({c.name for c in candidates})) or "nothing the check could resolve"
-            return f"{'.'.join(path[:i + 1])}: no attribute {step!r} on {names}"
-        nxt: list[ClassRef] = []
-        for owner in owners:
-            found = _attribute_annotation(src, owner, step)
-            if found is not None:
-                nxt += classes_in(src, *found)
-        candidates = nxt
-    return None
-
-
 def _sleep_tags(src: PackageSource) -> tuple[str, ...]:
     ref = src.resolve(*SLEEP_TAGS)
     if not isinstance(ref, tuple):
@@ -330,19 +262,6 @@ def _sleep_tags(src: PackageSource) -> tuple[str, ...]:
     if isinstance(value, ast.Call) and value.args:  # frozenset(("weights", "kv_cache"))
         value = value.args[0]
     return tuple(ast.literal_eval(value))
-
-
-def _literal_values(src: PackageSource, module: str, expr: ast.expr, depth: int = 0) -> set[str]:
-    """The strings a Literal[...] annotation (through aliases) allows; empty when it is no Literal."""
-    out: set[str] = set()
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("Literal"):
-            out |= {c.value for c in ast.walk(node.slice) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-        elif isinstance(node, ast.Name) and depth < 5:
-            ref = src.resolve(module, node.id)
-            if isinstance(ref, tuple) and isinstance(ref[1], ast.expr):
-                out |= _literal_values(src, ref[0], ref[1], depth + 1)
-    return out
 
 
 def _transfer_engine(src: PackageSource, backend: str) -> ClassRef | None:
@@ -386,7 +305,7 @@ def check(src: PackageSource, usage: BackendUsage, fake: StandIn, version: str =
                 continue
             value = usage.constructor_strings.get(kw)
             annotation = _init_annotation(owner.module, fn, kw) or _field_annotation(src, fields.get(kw, (None,))[0], kw)
-            allowed = _literal_values(src, *annotation) if annotation else set()
+            allowed = literal_values(src, *annotation) if annotation else set()
             if value is not None and allowed and value not in allowed:
                 problems.append(f"{tag}: vllm.LLM(...) {kw}={value!r} (backend line {line}) is not one of "
                                 f"{sorted(allowed)}")
@@ -415,7 +334,7 @@ def check(src: PackageSource, usage: BackendUsage, fake: StandIn, version: str =
         if call.request:
             _check_request(src, usage, call, problems, tag)
     for attr, line in usage.attributes.items():
-        if not _has_attribute(src, llm, attr):
+        if not has_attribute(src, llm, attr):
             problems.append(f"{tag}: the backend reads vllm.LLM.{attr} (line {line}); LLM has no such attribute")
 
     # SamplingParams, the prompt, the results, finish reasons, sleep tags.
@@ -435,7 +354,7 @@ def check(src: PackageSource, usage: BackendUsage, fake: StandIn, version: str =
     generate = src.method(llm, "generate")
     results = classes_in(src, generate[0].module, generate[1].returns) if generate and generate[1].returns else []
     for path, line in usage.result_paths.items():
-        missing = _walk_path(src, results, path)
+        missing = walk_path(src, results, path)
         if missing:
             problems.append(f"{tag}: vllm.LLM.generate result {missing} (read at backend line {line})")
     try:
@@ -475,7 +394,7 @@ def check(src: PackageSource, usage: BackendUsage, fake: StandIn, version: str =
             problems.append(f"stand-in: {name} is not a class of vLLM")
             continue
         for attr in sorted(attrs):
-            if not _has_attribute(src, real, attr):
+            if not has_attribute(src, real, attr):
                 problems.append(f"stand-in: {name}.{attr} is not an attribute of vLLM's {name}")
     return problems
 
@@ -486,7 +405,7 @@ def _init_annotation(module: str, fn: ast.FunctionDef, name: str) -> tuple[str, 
 
 
 def _field_annotation(src: PackageSource, cls: ClassRef | None, name: str) -> tuple[str, ast.expr] | None:
-    return _attribute_annotation(src, cls, name) if cls is not None else None
+    return attribute_annotation(src, cls, name) if cls is not None else None
 
 
 def _check_transfer_config(src: PackageSource, usage: BackendUsage, fields: dict, problems: list[str], tag: str) -> None:
