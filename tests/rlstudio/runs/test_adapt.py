@@ -29,6 +29,14 @@ def test_a_vllm_preset_on_the_cpu_becomes_hf_and_stays_vllm_on_a_gpu():
     assert _keys(cpu) == {"actor_rollout_ref.rollout.name": ("vllm", "hf")}
     assert cpu.changes[0].reason == "vLLM needs a GPU; the hf engine runs on the CPU"
     assert "actor_rollout_ref.rollout.name" not in _keys(adapt_preset(preset, gpus=1))
+    model = type("M", (), {"path": "/models/m", "trust_remote_code": False})()
+    with pytest.raises(launch.ConfigInvalid) as err:  # typed by the user: refused on the CPU, naming the key
+        launch.build_config(preset="cpu_smoke", gpus=0, model=model, adapt=True,
+                            overrides=["actor_rollout_ref.rollout.name=vllm"])
+    assert err.value.key == "actor_rollout_ref.rollout.name" and "vllm needs a GPU" in str(err.value)
+    config = launch.build_config(preset="cpu_smoke", gpus=1, model=model, adapt=True,
+                                 overrides=["actor_rollout_ref.rollout.name=vllm"])
+    assert config["actor_rollout_ref"]["rollout"]["name"] == "vllm"
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 3, 5, 6, 7, 8, 12, 24])
