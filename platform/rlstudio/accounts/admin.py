@@ -101,11 +101,24 @@ class TeamAdmin(GroupAdmin):
 admin.site.unregister(get_user_model())
 
 
+class TeamListFilter(admin.RelatedFieldListFilter):
+    """The user list's filter on Django's `groups` field, titled by the platform's name for them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.title = "teams"
+
+
 @admin.register(get_user_model())
 class TeamAwareUserAdmin(UserAdmin):
-    """Django's user admin, whose groups are called teams and are set through `user_set_teams`."""
+    """Django's user admin, whose groups are called teams (the form's field, its picker, the list's
+    filter) and are set through `user_set_teams`."""
+
+    list_filter = [("groups", TeamListFilter) if name == "groups" else name for name in UserAdmin.list_filter]
 
     def formfield_for_manytomany(self, db_field, request, **kwargs):
+        if db_field.name == "groups":
+            kwargs.setdefault("widget", FilteredSelectMultiple("teams", is_stacked=False))
         field = super().formfield_for_manytomany(db_field, request, **kwargs)
         if db_field.name == "groups" and field is not None:
             field.label = "Teams"

@@ -16,7 +16,8 @@ ANNOTATE_DRAFT = "run_annotate_draft"
 
 def _control(request, run_id: int, do):
     """POST-only handler shell: the run must be visible (else 404) and the user its owner or staff
-    (else 403: a run shared with them is read-only); refusals become messages."""
+    (else 403: a run shared with them is read-only); refusals become messages, wrong input's naming
+    its field ("teams: no such team of yours: ...")."""
     from django.contrib import messages
     from django.http import HttpResponseNotAllowed
     from django.shortcuts import redirect
@@ -30,7 +31,10 @@ def _control(request, run_id: int, do):
         target = do(run)
     except RunNotPermitted as exc:
         raise PermissionDenied(exc.message) from None
-    except (RunRefused, RunInputInvalid) as exc:
+    except RunInputInvalid as exc:  # named by its field, as the project page's and the API's errors are
+        messages.error(request, f"{exc.field}: {exc}" if exc.field else str(exc))
+        target = run
+    except RunRefused as exc:
         messages.error(request, str(exc))
         target = run
     return redirect("telemetry:run", run_id=target.pk)

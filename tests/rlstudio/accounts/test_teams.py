@@ -164,6 +164,18 @@ def test_the_user_page_calls_groups_teams_and_saves_them_audited(staff, alice):
     assert event.actor_id == staff.pk and event.data == {"user": "alice", "from": [], "to": ["lab"]}
 
 
+def test_the_user_list_filters_by_team_under_that_name(staff, alice, bob):
+    lab = _team("lab", alice)
+    admin = _as(staff)
+    page = admin.get("/admin/auth/user/").content.decode()
+    assert 'data-filter-title="teams"' in page and 'data-filter-title="groups"' not in page
+    assert "By teams" in page and "By groups" not in page
+    page = admin.get(f"/admin/auth/user/?groups__id__exact={lab.pk}").content.decode()
+    assert ">alice<" in page and ">bob<" not in page  # the filter still filters
+    picker = admin.get(f"/admin/auth/user/{alice.pk}/change/").content.decode()
+    assert 'data-field-name="teams"' in picker and 'data-field-name="groups"' not in picker
+
+
 def test_users_who_are_not_staff_cannot_open_the_teams_page(alice, make_user):
     team = _team("lab", alice)
     for url in (TEAMS, f"{TEAMS}{team.pk}/change/"):

@@ -151,7 +151,7 @@ def test_the_run_page_shares_and_unshares(shared_run, alice, carol):
     page.post(f"/runs/{shared_run.pk}/share/", {"remove": "carol"})
     assert _page(carol).get(f"/runs/{shared_run.pk}/").status_code == 404
     resp = page.post(f"/runs/{shared_run.pk}/share/", {"add": "nobody"}, follow=True)
-    assert "no user named &#x27;nobody&#x27;" in resp.content.decode()
+    assert "users: no user named &#x27;nobody&#x27;" in resp.content.decode()  # naming the field
 
 
 def test_websocket_admits_a_user_the_run_is_shared_with_and_nobody_else(shared_run, bob, carol, transactional_db):

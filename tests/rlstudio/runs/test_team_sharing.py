@@ -228,7 +228,7 @@ def test_the_run_page_shares_with_a_team_and_escapes_its_name(alice, bob, carol,
     assert 'value="&lt;b id=&quot;x&quot;&gt;lab&lt;/b&gt;"' in body  # the remove form
     assert _sees(carol, run) and not _sees(bob, run)
     resp = page.post(f"/runs/{run.pk}/share/", {"add_team": "nowhere"}, follow=True)
-    assert "no such team of yours: &#x27;nowhere&#x27;" in resp.content.decode()
+    assert "teams: no such team of yours: &#x27;nowhere&#x27;" in resp.content.decode()  # naming the field
     page.post(f"/runs/{run.pk}/share/", {"remove_team": HOSTILE})
     assert not _sees(carol, run) and hostile.runs_shared_with_team.count() == 0
 
