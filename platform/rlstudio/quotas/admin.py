@@ -3,6 +3,10 @@
 The GPU-hours kept of deleted jobs (`GpuHoursSpent`) are listed read-only: the platform writes them
 when it deletes a run, and nobody adds, changes or deletes them by hand.
 
+Team GPU quotas (`TeamQuota`) have their own page: a team picked by name (fixed once created), its
+limits, and what its members hold and used this month; every save and deletion goes through
+`services.team_quota_set` / `team_quota_delete` (staff only, checked and audited as `team_quota.*`).
+
 The staff quota page (`rlstudio.quotas.views`, /quotas/admin/) is the place built for the job; the
 admin's index links to it (its index template is set here).
 """
@@ -10,7 +14,9 @@ from django.contrib import admin
 
 from rlstudio.accounts.services import audit_record
 
-from .models import GpuHoursSpent, GpuQuota
+from .models import GpuHoursSpent, GpuQuota, TeamQuota
+from .services import team_quota_delete, team_quota_set
+from .team_quotas import members_of, team_usages
 
 
 admin.site.index_template = "quotas/admin_index.html"
@@ -60,6 +66,55 @@ class GpuQuotaAdmin(admin.ModelAdmin):
             obj=obj,
             data={f: form.cleaned_data.get(f) for f in form.changed_data if f != "user"},
         )
+
+
+@admin.register(TeamQuota)
+class TeamQuotaAdmin(admin.ModelAdmin):
+    list_display = ["team_name", "max_gpus", "gpu_hours_per_month", "members", "held_now", "hours_this_month",
+                    "updated"]
+    search_fields = ["team__name"]
+    fields = ["team", "max_gpus", "gpu_hours_per_month"]
+    ordering = ["team__name"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["team"] if obj is not None else []  # a row is one team's: make another for another team
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "team" and field is not None:
+            field.queryset = field.queryset.order_by("name")
+        return field
+
+    def _usage(self, obj):
+        return team_usages([obj], members_of([obj.team_id]))[0]
+
+    @admin.display(description="team", ordering="team__name")
+    def team_name(self, obj) -> str:
+        return obj.team.name
+
+    @admin.display(description="members")
+    def members(self, obj) -> int:
+        return self._usage(obj).members
+
+    @admin.display(description="GPUs held now")
+    def held_now(self, obj) -> str:
+        return f"{self._usage(obj).gpus_held} of {obj.max_gpus}"
+
+    @admin.display(description="GPU-hours this month")
+    def hours_this_month(self, obj) -> str:
+        return f"{self._usage(obj).gpu_hours_this_month:.2f} of {obj.gpu_hours_per_month:g}"
+
+    def save_model(self, request, obj, form, change):
+        saved = team_quota_set(team=obj.team, by=request.user, max_gpus=obj.max_gpus,
+                               gpu_hours_per_month=obj.gpu_hours_per_month)
+        obj.pk, obj.updated = saved.pk, saved.updated
+
+    def delete_model(self, request, obj):
+        team_quota_delete(quota=obj, by=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for quota in queryset:
+            team_quota_delete(quota=quota, by=request.user)
 
 
 @admin.register(GpuHoursSpent)

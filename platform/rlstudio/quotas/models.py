@@ -112,3 +112,28 @@ class GpuHoursSpent(models.Model):
     def __str__(self) -> str:
         return f"{self.user}: {self.gpu_hours:.2f} GPU-h in {self.month:%Y-%m} ({self.job})"
 
+
+
+class TeamQuota(models.Model):
+    """The GPU limits a team's members share (one row per team; a team without one has no team limit):
+    the GPUs its members hold at once, all their active runs and running evaluations together, and the
+    GPU-hours they use in a calendar month together. Admission checks it next to each member's own
+    quota (`rlstudio.quotas.team_quotas`); staff set it in the admin (`team_quota_set`, audited)."""
+
+    team = models.OneToOneField("auth.Group", on_delete=models.CASCADE, related_name="team_quota",
+                                help_text="The team (Django's auth group) whose members share these limits.")
+    max_gpus = models.IntegerField(default=8, help_text="GPUs the team's members hold at once, together.")
+    gpu_hours_per_month = models.FloatField(
+        default=1000.0, help_text="GPU-hours the team's current members use in a calendar month (UTC), together.")
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "team GPU quota"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(max_gpus__gte=0), name="teamquota_max_gpus_nonneg"),
+            models.CheckConstraint(condition=models.Q(gpu_hours_per_month__gte=0), name="teamquota_gpu_hours_nonneg"),
+        ]
+
+    def __str__(self) -> str:
+        gpus = f"{self.max_gpus} GPU" + ("" if self.max_gpus == 1 else "s")
+        return f"team {self.team.name}: {gpus}, {self.gpu_hours_per_month:g} GPU-h/month"

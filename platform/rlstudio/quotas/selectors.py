@@ -7,6 +7,7 @@ Bounded work whatever the queue's length: a place in the queue is counted in the
 QUEUE_SHOWN jobs of each kind (the first QUEUE_SHOWN of the queue are among them)."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -70,7 +71,8 @@ def gpu_microseconds(*, gpus: int, started: datetime, finished: datetime | None,
     return gpus * max(overlap // timedelta(microseconds=1), 0)
 
 
-def _job_gpu_us_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseUser | None) -> dict[int, int]:
+def _job_gpu_us_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseUser | None,
+                         owner_ids: Iterable[int] | None = None) -> dict[int, int]:
     from rlstudio.evaluations.models import Evaluation
 
     held: dict[int, int] = {}
@@ -80,6 +82,8 @@ def _job_gpu_us_by_owner(*, start: datetime, end: datetime, owner: AbstractBaseU
         )
         if owner is not None:
             jobs = jobs.filter(owner=owner)
+        if owner_ids is not None:
+            jobs = jobs.filter(owner_id__in=owner_ids)
         for owner_id, gpus, started, finished in jobs.values_list("owner_id", "gpus", "started", "finished"):
             us = gpu_microseconds(gpus=gpus, started=started, finished=finished, start=start, end=end)
             held[owner_id] = held.get(owner_id, 0) + us
@@ -94,16 +98,23 @@ def gpu_hours_between(*, user: AbstractBaseUser, start: datetime, end: datetime)
 
 
 def month_gpu_hours_by_owner(*, now: datetime, month: datetime | None = None,
-                             owner: AbstractBaseUser | None = None) -> dict[int, float]:
-    """{owner id: GPU-hours} of every user (or one `owner`) in the calendar month of `month` (default:
+                             owner: AbstractBaseUser | None = None,
+                             owner_ids: Iterable[int] | None = None) -> dict[int, float]:
+    """{owner id: GPU-hours} of every user (or one `owner`, or those of `owner_ids`: a team's members)
+    in the calendar month of `month` (default:
     `now`'s month) up to `now`: what their runs and evaluations held in it (an evaluation holds its GPUs
     from its admission, `started`, to its end), plus what deleted jobs held in it (GpuHoursSpent). This
     is the figure the monthly budget (`gpu_hours_per_month`) is checked against."""
     start = month_start(month or now)
-    held = _job_gpu_us_by_owner(start=start, end=min(next_month_start(start), now), owner=owner)
+    if owner_ids is not None:
+        owner_ids = sorted(set(owner_ids))
+    held = _job_gpu_us_by_owner(start=start, end=min(next_month_start(start), now), owner=owner,
+                                owner_ids=owner_ids)
     kept = GpuHoursSpent.objects.filter(month=start.date())
     if owner is not None:
         kept = kept.filter(user=owner)
+    if owner_ids is not None:
+        kept = kept.filter(user_id__in=owner_ids)
     for user_id, us in kept.order_by().values("user").annotate(us=Sum("gpu_microseconds")).values_list("user", "us"):
         held[user_id] = held.get(user_id, 0) + us
     return {owner_id: us / US_PER_HOUR for owner_id, us in held.items()}
@@ -171,6 +182,8 @@ class QuotaUsage:
     dataset_storage_used_bytes: int = 0
     queued: list[QueuedRun] = field(default_factory=list)
     queued_evaluations: list[QueuedEvaluation] = field(default_factory=list)
+    # The user's quota'd teams' `team_quotas.TeamUsage`s (filled by `team_quotas.quota_usage_with_teams`).
+    teams: list = field(default_factory=list)
 
     @property
     def dataset_storage_used_gb(self) -> float:

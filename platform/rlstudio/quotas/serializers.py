@@ -18,6 +18,16 @@ class QueuedEvaluationSerializer(serializers.Serializer):
     model = serializers.IntegerField(allow_null=True, help_text="The catalog model evaluated (null: a run's).")
 
 
+class TeamUsageSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The team's name.")
+    members = serializers.IntegerField(help_text="Its members now, whose jobs count toward its limits.")
+    max_gpus = serializers.IntegerField(help_text="GPUs the team's members may hold at once, together.")
+    gpus_held = serializers.IntegerField(help_text="GPUs its members' active runs and running evaluations hold.")
+    gpu_hours_per_month = serializers.FloatField(help_text="GPU-hours its members may use a month, together.")
+    gpu_hours_this_month = serializers.FloatField(
+        help_text="GPU-hours its current members used since the 1st (UTC), deleted jobs' included.")
+
+
 class QuotaUsageSerializer(serializers.Serializer):
     max_gpus = serializers.IntegerField()
     gpus_held = serializers.IntegerField()
@@ -37,3 +47,5 @@ class QuotaUsageSerializer(serializers.Serializer):
     queued = QueuedRunSerializer(many=True)
     queued_evaluations = QueuedEvaluationSerializer(
         many=True, help_text="The caller's queued evaluation (at most one), in the same queue as the runs.")
+    teams = TeamUsageSerializer(
+        many=True, help_text="The caller's teams that have a team quota, by name: limits their members share.")

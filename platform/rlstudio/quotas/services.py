@@ -34,7 +34,7 @@ from rlstudio.runs.queue import QUOTA_REMEDY, gpus_over_quota, never_reason
 from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.queue_registry import QuotaPolicy
 
-from .models import BYTES_PER_GB, GpuHoursSpent, GpuQuota
+from .models import BYTES_PER_GB, GpuHoursSpent, GpuQuota, TeamQuota
 from .selectors import (
     QuotaUsage,
     gpu_microseconds,
@@ -42,29 +42,48 @@ from .selectors import (
     month_start,
     next_month_start,
     quota_for,
-    quota_usage_for,
     running_evaluations,
+)
+from .team_quotas import (
+    TEAM_QUOTA_REMEDY,
+    members_of,
+    quota_teams_of,
+    team_gpus_reason,
+    team_hours_reason,
+    team_usages,
+    quota_usage_with_teams,
+    teammate_ids,
 )
 
 
 def lock_owners(*, user_ids) -> None:
-    """Take the row lock that serializes one user's admissions, of every user in `user_ids`, in id
-    order (one query: PostgreSQL locks the rows as the sorted scan returns them), until the caller's
-    transaction ends. Every holder of several owners' locks takes them through here, so no two can
-    deadlock on the order.
+    """Take the row lock that serializes one user's admissions, of every user in `user_ids` and of
+    every member of their quota'd teams (`team_quotas.teammate_ids`, read first), in id order (one
+    query: PostgreSQL locks the rows as the sorted scan returns them), until the caller's transaction
+    ends. Every holder of several owners' locks takes them through here, so no two can deadlock on the
+    order; and an admission holds the locks of everyone whose jobs its team limits count, so two
+    members of a team cannot both take its last GPU.
 
     FOR NO KEY UPDATE: it excludes another admission of the same user, but not the FOR KEY SHARE lock
     PostgreSQL takes on the user row when a row referencing it is written (an audit event, a run's
     transition). A plain FOR UPDATE here deadlocks with a stop that holds the run's row and audits.
     """
-    ids = sorted({int(pk) for pk in user_ids})
+    ids = {int(pk) for pk in user_ids}
+    if ids:
+        ids |= teammate_ids(user_ids=ids)
+    _lock_ids(ids)
+
+
+def _lock_ids(user_ids: set[int]) -> None:
+    """`lock_owners`' lock of exactly `user_ids` (no teammates added), in id order, in one query."""
+    ids = sorted(user_ids)
     if ids:
         list(get_user_model().objects.select_for_update(no_key=True).filter(pk__in=ids).order_by("pk")
              .values_list("pk", flat=True))
 
 
 def lock_owner(*, user: AbstractBaseUser) -> None:
-    """`lock_owners` of one user."""
+    """`lock_owners` of one user (and so of the members of their quota'd teams)."""
     lock_owners(user_ids=[user.pk])
 
 
@@ -106,6 +125,11 @@ def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | No
     over = gpus_over_quota(what=what, gpus=gpus, most=quota.max_gpus)
     if over:  # no wait will do: more than the quota allows at once (lowered since the launch)
         return never_reason(over, remedy=QUOTA_REMEDY)
+    teams = quota_teams_of(user_ids=[owner.pk]) if gpus > 0 else []
+    for team in teams:  # nor more than a team of theirs allows at once
+        over = gpus_over_quota(what=what, gpus=gpus, most=team.max_gpus, whose=f"your team {team.team.name}'s")
+        if over:
+            return never_reason(over, remedy=TEAM_QUOTA_REMEDY)
     active = Run.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)
     if exclude_run is not None:
         active = active.exclude(pk=exclude_run)
@@ -119,12 +143,31 @@ def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | No
         held = (active.aggregate(n=Sum("gpus"))["n"] or 0) + eval_gpus
         if held + gpus > quota.max_gpus:
             return f"you hold {held} of your {_plural(quota.max_gpus, 'GPU')} and this {what} needs {gpus}"
-        used = month_gpu_hours(user=owner, now=timezone.now())
+        now = timezone.now()
+        usages = _team_usages_locked(teams, now=now, exclude_run=exclude_run, exclude_evaluation=exclude_evaluation)
+        if why := team_gpus_reason(usages, gpus=gpus, what=what):
+            return why
+        used = month_gpu_hours(user=owner, now=now)
         if used >= quota.gpu_hours_per_month:
             return (f"you used {used:.1f} of your {quota.gpu_hours_per_month:g} GPU-hours this month")
+        if why := team_hours_reason(usages):
+            return why
         if cluster_free_gpus is not None and gpus > cluster_free_gpus:
             return f"the cluster has {cluster_free_gpus:g} free GPUs and this {what} needs {gpus}"
     return ""
+
+
+def _team_usages_locked(teams, *, now, exclude_run: int | None, exclude_evaluation: int | None):
+    """The usage of the owner's quota'd `teams`, their members read now and locked first (`_lock_ids`):
+    the owner's lock (`lock_owners`) took the members it read then, so this is a no-op unless someone
+    joined a team since; one who did is locked before their jobs are counted, so what is counted
+    cannot change under the check (a lock taken out of the usual order could deadlock with that
+    member's own admission: PostgreSQL then fails one of them, and the pass tries it again)."""
+    if not teams:
+        return []
+    members = members_of(team.team_id for team in teams)
+    _lock_ids(set().union(*members.values()))
+    return team_usages(teams, members, now=now, exclude_run=exclude_run, exclude_evaluation=exclude_evaluation)
 
 
 def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:
@@ -134,6 +177,9 @@ def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:
     evaluation counts as one run, its GPUs as a run's). GPU runs are limited by GPUs held at once,
     GPU-hours this month and concurrent runs; CPU-only runs by concurrent runs only. A run asking more
     GPUs than the quota's max_gpus can never start: its reason says so (`never_reason`).
+    A GPU run is also limited by each of its owner's quota'd teams (`team_quotas`): the GPUs the team's
+    members hold at once and their GPU-hours this month, together; one asking more than a team's
+    max_gpus can never start either. The reason names the team.
     `cluster_free_gpus` is what the cluster can still give (None = not checked).
     """
     return _reason(owner=run.owner, gpus=run.gpus, cluster_free_gpus=cluster_free_gpus, what="run",
@@ -168,7 +214,7 @@ class Quotas(QuotaPolicy):
         return admission_reason(run=run, cluster_free_gpus=cluster_free_gpus)
 
     def usage_for(self, *, user: AbstractBaseUser) -> QuotaUsage:
-        return quota_usage_for(user=user)
+        return quota_usage_with_teams(user=user)
 
     def max_gpus(self, *, owner_id: int) -> int:
         return quota_for(user_id=owner_id).max_gpus
@@ -326,6 +372,52 @@ def quota_set(*, user: AbstractBaseUser, by: AbstractBaseUser, max_gpus: int, gp
         audit_record(actor=by, action="quota.create" if created else "quota.change", obj=quota,
                      data={"user": user.get_username(), "changed": changed})
     return quota
+
+
+TEAM_QUOTA_FIELDS = ("max_gpus", "gpu_hours_per_month")
+
+
+def team_quota_set(*, team, by: AbstractBaseUser, max_gpus: int, gpu_hours_per_month: float) -> TeamQuota:
+    """Give `team` (a Django auth group) these shared limits (its TeamQuota created, or changed).
+
+    Staff only (`check_staff`); each value >= 0 and max_gpus at most QUOTA_MAX_COUNT (QuotaInvalid
+    naming the field). Audited as `team_quota.create` / `team_quota.change` with the team's name and
+    each changed value (before → after). Queued jobs the new limits allow start at the next pass."""
+    check_staff(user=by)
+    values = {"max_gpus": max_gpus, "gpu_hours_per_month": gpu_hours_per_month}
+    for name, value in values.items():
+        if value is None or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise QuotaInvalid(name, "must be a number, 0 or more")
+    if max_gpus > QUOTA_MAX_COUNT or max_gpus != int(max_gpus):
+        raise QuotaInvalid("max_gpus", f"must be a whole number, at most {QUOTA_MAX_COUNT}")
+    values["max_gpus"] = int(max_gpus)
+    with transaction.atomic():
+        quota = TeamQuota.objects.select_for_update().filter(team_id=team.pk).first()
+        created = quota is None
+        before = {f: None for f in TEAM_QUOTA_FIELDS} if created else {f: getattr(quota, f) for f in TEAM_QUOTA_FIELDS}
+        if created:
+            quota = TeamQuota.objects.create(team_id=team.pk, **values)
+        else:
+            for name, value in values.items():
+                setattr(quota, name, value)
+            quota.save()
+        changed = {f: [before[f], values[f]] for f in TEAM_QUOTA_FIELDS if before[f] != values[f]}
+        audit_record(actor=by, action="team_quota.create" if created else "team_quota.change", obj=quota,
+                     data={"team": team.name, "changed": changed})
+    return quota
+
+
+def team_quota_delete(*, quota: TeamQuota, by: AbstractBaseUser) -> None:
+    """Take a team's shared limits away (its members are held to their own quotas only). Staff only;
+    audited as `team_quota.delete` with the team's name and the limits it had."""
+    check_staff(user=by)
+    with transaction.atomic():
+        locked = TeamQuota.objects.select_for_update().select_related("team").filter(pk=quota.pk).first()
+        if locked is None:
+            return
+        audit_record(actor=by, action="team_quota.delete", obj=locked,
+                     data={"team": locked.team.name, **{f: getattr(locked, f) for f in TEAM_QUOTA_FIELDS}})
+        locked.delete()
 
 
 def queue_cancel(*, run: Run, by: AbstractBaseUser) -> Run:

@@ -1,4 +1,5 @@
-"""The staff quota page (/quotas/admin/): the cluster, each user's usage against their quota, the queue,
+"""The staff quota page (/quotas/admin/): the cluster, each user's usage against their quota, each
+quota'd team's usage against its shared limits, the queue,
 and the admin's actions (set a quota, move or cancel a queued run). Staff only; actions are POSTs
 (CSRF) handed to the services, which check staff again and audit."""
 from __future__ import annotations
@@ -20,13 +21,14 @@ from rlstudio.runs.services.admission import QUEUE_MOVES
 from .forms import QuotaForm
 from .selectors import quota_admin_overview
 from .services import QUOTA_FIELDS, QuotaInvalid, queue_cancel, quota_set
+from .team_quotas import team_usages_all
 
 
 def _page(request, form: QuotaForm, *, status: int = 200):
     overview = quota_admin_overview()
     chart = {"users": [asdict(u) for u in overview.users]}
-    return render(request, "quotas/admin.html", {"overview": overview, "form": form, "chart": chart},
-                  status=status)
+    return render(request, "quotas/admin.html", {"overview": overview, "teams": team_usages_all(), "form": form,
+                                                 "chart": chart}, status=status)
 
 
 @staff_member_required

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.models import Team
 from rlstudio.accounts.services import api_token_create
-from rlstudio.quotas.models import GpuHoursSpent
+from rlstudio.quotas.models import GpuHoursSpent, TeamQuota
 from rlstudio.runs.models import RunConfig
 from rlstudio.registry.models import RewardFunction, ToolSet
 from rlstudio.telemetry.models import MemoryPoint, MetricRow, RunEvent, RunIngestCount, RunRetention, Sample
@@ -31,11 +31,13 @@ def test_every_model_is_registered_and_renders(staff, alice, make_run):
     RewardFunction.objects.create(name="a_reward", kind="module", module="trainer.rewards.arith", status="ready")
     ToolSet.objects.create(name="a_tools", config_yaml="tools: []\n", status="ready")
     GpuHoursSpent.objects.create(user=alice, month=now.date().replace(day=1), gpu_microseconds=1, job="run #1 “a”")
-    Team.objects.create(name="a-team").user_set.add(alice)
+    team = Team.objects.create(name="a-team")
+    team.user_set.add(alice)
+    TeamQuota.objects.create(team=team, max_gpus=2, gpu_hours_per_month=10)
     client = Client()
     client.force_login(staff)
     models = [m for m in apps.get_models() if m._meta.app_label in OUR_APPS]
-    assert len(models) == 17  # accounts.Team included (a proxy of auth.Group)
+    assert len(models) == 18  # accounts.Team included (a proxy of auth.Group), and quotas.TeamQuota
     for model in models:
         assert admin.site.is_registered(model), model
         info = (model._meta.app_label, model._meta.model_name)
