@@ -1,0 +1,176 @@
+"""Team quotas under concurrency (real PostgreSQL, threads on their own connections): an admission
+holds the admission locks of every member of its owner's quota'd teams, taken in the one sorted query
+(`lock_owners`), so two members racing for their team's last GPU cannot both start; a member who
+joined after those locks were taken is locked before their jobs are counted; a queue pass admits
+only what the team has room for."""
+import threading
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import OperationalError, connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from rlstudio.quotas import services as quota_services
+from rlstudio.quotas.models import GpuQuota, TeamQuota
+from rlstudio.quotas.services import admission_reason, lock_owner
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.services import admission, run_admit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+S = RunStatus
+FREE = 64
+
+
+@pytest.fixture
+def nlp(alice, bob):
+    """Team "nlp" (alice, bob): 2 GPUs at once together; each member's own quota allows 4."""
+    for user in (alice, bob):
+        GpuQuota.objects.create(user=user, max_gpus=4, gpu_hours_per_month=1000, max_concurrent_runs=5)
+    team = Group.objects.create(name="nlp")
+    team.user_set.set([alice, bob])
+    TeamQuota.objects.create(team=team, max_gpus=2, gpu_hours_per_month=1000)
+    return team
+
+
+def _running(run, gpus):
+    Run.objects.filter(pk=run.pk).update(status=S.RUNNING, gpus=gpus, started=timezone.now())
+
+
+def _thread(fn, results: list, errors: list):
+    def body():
+        try:
+            results.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread
+
+
+def test_two_members_racing_for_the_last_team_gpu_only_one_starts(alice, bob, nlp, make_run, published):
+    _running(make_run(bob, "bobs-held"), 1)
+    alices, bobs = make_run(alice, "alices", gpus=1), make_run(bob, "bobs", gpus=1)
+    admitted, done = threading.Event(), threading.Event()
+    a_results, b_results, errors = [], [], []
+
+    def alice_admits_and_waits():
+        with transaction.atomic():
+            ok = run_admit(run=alices, cluster_free_gpus=FREE)  # the last team GPU, not committed yet
+            admitted.set()
+            done.wait(30)
+        return ok
+
+    a = _thread(alice_admits_and_waits, a_results, errors)
+    assert admitted.wait(30) and not errors
+    b = _thread(lambda: run_admit(run=bobs, cluster_free_gpus=FREE), b_results, errors)
+    b.join(1.0)
+    bob_waited = b.is_alive()  # for alice's admission lock, a teammate's
+    done.set()
+    a.join(30)
+    b.join(30)
+    assert not errors, errors
+    assert a_results == [True] and b_results == [False], "both took the team's last GPU"
+    assert bob_waited
+    assert Run.objects.get(pk=alices.pk).status == S.SUBMITTING
+    bobs.refresh_from_db()
+    assert bobs.status == S.QUEUED
+    assert bobs.queue_reason == "your team nlp holds 2 of its 2 GPUs and this run needs 1"
+
+
+def test_an_owners_lock_takes_its_quotad_teammates_in_one_sorted_query(alice, bob, make_user, nlp):
+    carol = make_user("carol")
+    Group.objects.create(name="no-quota").user_set.set([alice, carol])  # no TeamQuota: not locked
+    table = get_user_model()._meta.db_table
+    with CaptureQueriesContext(connection) as queries, transaction.atomic():
+        lock_owner(user=alice)
+    locks = [q["sql"] for q in queries.captured_queries if f'FROM "{table}"' in q["sql"] and "FOR NO KEY UPDATE" in q["sql"]]
+    ids = sorted([alice.pk, bob.pk])
+    assert len(locks) == 1 and f"IN ({ids[0]}, {ids[1]}) ORDER BY 1 ASC FOR NO KEY UPDATE" in locks[0]
+
+
+def _hold_lock(user, *, hold: threading.Event, done: threading.Event, errors: list):
+    def body():
+        try:
+            with transaction.atomic():
+                lock_owner(user=user)
+                hold.set()
+                done.wait(30)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            hold.set()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread
+
+
+def _alice_waits_for_bobs_lock(alice, bob) -> bool:
+    """Whether alice's admission lock waits while bob's admission (another connection) holds his."""
+    hold, done, errors = threading.Event(), threading.Event(), []
+    thread = _hold_lock(bob, hold=hold, done=done, errors=errors)
+    try:
+        assert hold.wait(30) and not errors
+        try:
+            with transaction.atomic():
+                with connection.cursor() as cur:
+                    cur.execute("SET LOCAL lock_timeout = '500ms'")
+                lock_owner(user=alice)
+        except OperationalError as exc:
+            assert "lock timeout" in str(exc)
+            return True
+        return False
+    finally:
+        done.set()
+        thread.join(30)
+        assert not errors
+
+
+def test_a_teammates_admission_lock_excludes_the_owners_but_a_team_without_quota_does_not(alice, bob, nlp):
+    assert _alice_waits_for_bobs_lock(alice, bob)
+    TeamQuota.objects.filter(team=nlp).delete()
+    assert not _alice_waits_for_bobs_lock(alice, bob)  # no team limit: bob's admissions are not alice's
+
+
+def test_a_member_who_joined_after_the_lock_is_locked_before_their_jobs_are_counted(
+        alice, bob, make_user, nlp, make_run, monkeypatch):
+    carol = make_user("carol")
+    _running(make_run(carol, "carols"), 2)
+    waiting = make_run(alice, "w", gpus=1)
+    hold, done, errors = threading.Event(), threading.Event(), []
+    thread = _hold_lock(carol, hold=hold, done=done, errors=errors)  # carol's own admission, say
+    try:
+        assert hold.wait(30) and not errors
+        nlp.user_set.add(carol)  # she joins between an owner's lock and its check
+        monkeypatch.setattr(quota_services, "teammate_ids", lambda user_ids: set())  # the lock read before
+        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = '500ms'")
+            lock_owner(user=alice)
+            admission_reason(run=waiting, cluster_free_gpus=FREE)  # waits for carol's lock
+    finally:
+        done.set()
+        thread.join(30)
+    assert not errors
+    with transaction.atomic():
+        assert admission_reason(run=waiting, cluster_free_gpus=FREE) == (
+            "your team nlp holds 2 of its 2 GPUs and this run needs 1")  # carol's GPU counts now
+
+
+def test_a_queue_pass_admits_only_what_the_team_has_room_for(alice, bob, nlp, make_run, published, monkeypatch):
+    monkeypatch.setattr(admission, "free_gpus", lambda needed: float(FREE))
+    monkeypatch.setattr(admission, "cluster_total_gpus", lambda: float(FREE))
+    _running(make_run(bob, "bobs-held"), 1)
+    first = make_run(bob, "first", gpus=1)
+    second = make_run(alice, "second", gpus=1)
+    assert admission.queue_admit_all() == [first.pk]
+    second.refresh_from_db()
+    assert second.status == S.QUEUED
+    assert second.queue_reason == "your team nlp holds 2 of its 2 GPUs and this run needs 1"
+    assert [args for task, *args in published if task == "runs.submit_run"] == [[first.pk]]
