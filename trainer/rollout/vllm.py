@@ -14,8 +14,9 @@ hybrid engine does; its engine core runs in a child process, vLLM's default):
                    logprobs_mode="processed_logprobs", weight_transfer_config={"backend": "ipc"})
     llm.init_weight_transfer_engine({"init_info": {"packed": False}})              once, when built
     llm.generate([{"prompt_token_ids": [...]}, ...], [vllm.SamplingParams(...), ...], use_tqdm=False)
-        -> [RequestOutput], each .outputs[0] a CompletionOutput: .token_ids, .logprobs (one
-           {token_id: Logprob} per position; Logprob.logprob), .finish_reason, .stop_reason
+        -> [RequestOutput], each .outputs[0] a CompletionOutput: .token_ids (a stop token
+           included), .logprobs (one {token_id: Logprob} per position, a list or vLLM's FlatLogprobs;
+           Logprob.logprob), .finish_reason, .stop_reason
     llm.sleep(level=1)  /  llm.wake_up(tags=["weights"]), then llm.wake_up(tags=["kv_cache"])
     llm.start_weight_update(); llm.update_weights({"update_info": {names, dtype_names, shapes,
         ipc_handles}}) per bucket; llm.finish_weight_update(); llm.reset_prefix_cache()
@@ -39,6 +40,13 @@ wakes the KV cache first and refuses to generate without the weights; `wake_up` 
 not asleep logs a warning and wakes nothing (the backend keeps the sleeping tags and wakes only
 those); `update_weights` needs `start_weight_update` first and a second start needs a finish.
 
+A failed sync: a chunk the worker fails to load ends vLLM's session there (gpu_worker.update_weights);
+a failure on this side (a tensor not gathered, cast or shared) leaves it open, so the backend finishes
+it. Either way vLLM's weights are left partly loaded (its layerwise reload has put the layers not yet
+loaded on the meta device), and `generate` refuses until a whole sync (update_weights, flush_cache)
+finishes; the trainer stops the run on the error anyway. A missing log-prob or a stop token missing
+from token_ids is an error, never a made-up 0.0 (the trainer may use these log-probs as the old ones).
+
 Sampling params sent per request: temperature (0 = greedy), top_p, top_k (0 = off), max_tokens,
 stop_token_ids, ignore_eos, seed (when the request is seeded), logprobs=0 (the sampled token's own
 log-prob; `processed_logprobs`: of the distribution after temperature and top-k/top-p, which is the
@@ -47,11 +55,14 @@ detokenize=False, n=1 (the agent expands n). `import vllm` happens only when an 
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable, Iterable
 
 from trainer.rollout.base import GenerationOutput, GenerationRequest, RolloutEngine, register_engine
 from trainer.rollout.common import bucket_named_tensors, config_value, gpu_index, model_folder, tensor_bytes
+
+log = logging.getLogger(__name__)
 
 # vLLM's sleep tags (SLEEP_TAGS of vllm/v1/executor/abstract.py, checked against the pinned release
 # by the conformance test), in the order they wake: the weights first, then the KV cache.
@@ -94,14 +105,24 @@ def output_from_vllm(req: GenerationRequest, result: Any) -> GenerationOutput:
     if reason not in ("stop", "length"):  # abort, error, repetition, or None (unfinished)
         raise RuntimeError(f"vllm ended request {req.request_id!r} with finish_reason={reason!r}")
     ids = [int(t) for t in completion.token_ids]
-    positions = completion.logprobs or []
-    logprobs = [float(step[tok].logprob) if step and tok in step else 0.0 for step, tok in zip(positions, ids)]
-    logprobs += [0.0] * (len(ids) - len(logprobs))
     matched = completion.stop_reason
     if reason == "stop" and isinstance(matched, int) and (not ids or ids[-1] != matched):
-        # Keep the stop token in the trajectory, as the hf backend does (it was generated).
-        ids.append(matched)
-        logprobs.append(0.0)
+        # vLLM 0.34 keeps a stop token in token_ids (v1/engine/detokenizer.py puts it back after
+        # detokenizing): without it the trajectory would lack a token it sampled, and its log-prob.
+        raise RuntimeError(f"vllm stopped request {req.request_id!r} on token {matched} but its token_ids end "
+                           f"with {ids[-1:]}: not vLLM 0.34's output")
+    # One {token id: Logprob} per position (a list, or vLLM's FlatLogprobs, which reads the same), the
+    # sampled token's always among them with logprobs=0. A missing one is an error, not 0.0: the
+    # trainer may take these as the old log-probs (rollout correction's bypass mode).
+    positions = completion.logprobs or []
+    if len(positions) != len(ids):
+        raise RuntimeError(f"vllm returned {len(positions)} log-prob positions for the {len(ids)} tokens of "
+                           f"request {req.request_id!r}")
+    found = [step[tok].logprob if step and tok in step else None for step, tok in zip(positions, ids)]
+    if None in found:
+        k = found.index(None)
+        raise RuntimeError(f"vllm returned no log-prob for token {k} ({ids[k]}) of request {req.request_id!r}")
+    logprobs = [float(lp) for lp in found]
     if len(ids) > req.sampling.max_new_tokens:
         raise RuntimeError(f"vllm returned {len(ids)} tokens for max_new_tokens={req.sampling.max_new_tokens}")
     return GenerationOutput(req.request_id, ids, logprobs, reason)
@@ -136,6 +157,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self.asleep: set[str] = set()  # sleep tags not woken yet
         self.kv_cache_deferred = False  # resume_memory left the KV cache for the next generate
         self.updating = False  # a weight update session is open (start_weight_update sent)
+        self.weights_incomplete = False  # a sync started and did not finish: vLLM's weights are partly loaded
         self._sent: list[Any] = []  # tensors whose IPC handles vLLM may still read
         self.last_stats: dict[str, float] = {}
         self.llm.init_weight_transfer_engine({"init_info": {"packed": False}})
@@ -186,6 +208,9 @@ class VLLMRolloutEngine(RolloutEngine):
             return []
         if self.updating:
             raise RuntimeError("a vllm weight update is open: flush_cache() finishes it before generating")
+        if self.weights_incomplete:
+            raise RuntimeError("the last vllm weight sync failed, leaving vLLM's weights partly loaded: a whole "
+                               "sync (update_weights, then flush_cache) must finish before generating")
         if "weights" in self.asleep:
             raise RuntimeError("vllm weights are released: resume_memory() before generating")
         self._wake([t for t in VLLM_SLEEP_TAGS if t in self.asleep])  # the KV cache resume_memory deferred
@@ -205,25 +230,42 @@ class VLLMRolloutEngine(RolloutEngine):
         if not self.updating:
             self.llm.start_weight_update()
             self.updating = True
+            self.weights_incomplete = True  # until finish_weight_update returns (flush_cache)
             self.last_stats = {"weight_buckets": 0.0, "weight_bytes": 0.0}
         try:
             for bucket in bucket_named_tensors(named_tensors, self.bucket_bytes):
                 kept, handles = zip(*(self.ipc_handle(t) for _, t in bucket))
                 self._sent.extend(kept)
-                self.llm.update_weights({"update_info": ipc_update_info(bucket, kept, handles)})
+                try:
+                    self.llm.update_weights({"update_info": ipc_update_info(bucket, kept, handles)})
+                except BaseException:
+                    self.updating = False  # vLLM's worker ends the session when it fails to load a chunk
+                    raise
                 self.last_stats["weight_buckets"] += 1.0
                 self.last_stats["weight_bytes"] += float(sum(tensor_bytes(t) for t in kept))
         except BaseException:
-            # vLLM's worker ends the session when a chunk fails; a new sync starts a new one.
-            self.updating = False
-            self._sent.clear()
+            self._abandon_update()
             raise
+
+    def _abandon_update(self) -> None:
+        """After a failed sync: when the failure was on this side (a tensor not gathered, cast or
+        shared), vLLM's session is still open, so it is finished here (else the next sync's
+        start_weight_update is refused); then the shared tensors go. vLLM's weights stay partly loaded
+        (`weights_incomplete`): generate refuses until a whole sync finishes."""
+        if self.updating:
+            self.updating = False
+            try:
+                self.llm.finish_weight_update()
+            except Exception as exc:  # the sync's own error is the one raised
+                log.warning("vllm: finishing the weight update abandoned after an error failed too: %r", exc)
+        self._release_sent()
 
     def flush_cache(self) -> None:
         """Finish an open weight update, then drop the prefix cache computed with the old weights."""
         if self.updating:
             try:
                 self.llm.finish_weight_update()
+                self.weights_incomplete = False
             finally:
                 self.updating = False
                 self._release_sent()

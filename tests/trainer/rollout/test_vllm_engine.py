@@ -11,8 +11,10 @@ distributed/weight_transfer/ipc_engine.py):
 - wake_up of a tag that is not asleep logs a warning and wakes nothing: the stand-in raises;
 - weight transfer needs weight_transfer_config and init_weight_transfer_engine; update_weights needs
   start_weight_update; a second start needs finish_weight_update; update_info must carry names,
-  dtype_names, shapes and one IPC handle per name (IPCWeightTransferUpdateInfo's checks); generating
-  while an update is incomplete is refused (the engine is not inference-ready).
+  dtype_names, shapes and one IPC handle per name (IPCWeightTransferUpdateInfo's checks), a handle
+  for this GPU (IPCWeightTransferEngine.receive_weights); a chunk that fails to load ends the session
+  (gpu_worker's _end_weight_update); generating during an update, or after one that did not finish
+  (layers left on the meta device by the layerwise reload), is refused: vLLM would run on them.
 """
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ class FakeLLM:
         self.sleeping_tags = set()
         self.transfer_ready = False
         self.updating = False
+        self.incomplete = False  # an update started and did not finish: the weights are partly loaded
 
     def _asleep_check(self, what):
         if self.sleeping_tags:
@@ -92,6 +95,8 @@ class FakeLLM:
         self._asleep_check("generate")
         if self.updating:
             raise RuntimeError("generate during an incomplete weight update: the engine is not inference-ready")
+        if self.incomplete:
+            raise RuntimeError("generate on partly loaded weights (an update that did not finish)")
         assert len(prompts) == len(sampling_params)
         self.calls.append(("generate", [p["prompt_token_ids"] for p in prompts], list(sampling_params), use_tqdm))
         out = []
@@ -141,25 +146,31 @@ class FakeLLM:
             raise RuntimeError("start_weight_update called while a weight update is already active")
         if "weights" in self.sleeping_tags:
             raise RuntimeError("weight update into sleeping weights")
-        self.updating = True
+        self.updating = self.incomplete = True
         self.calls.append(("start",))
 
     def update_weights(self, request):
         if not self.updating:
             raise RuntimeError("start_weight_update must be called before update_weights")
-        info = request["update_info"]
-        names = info["names"]
-        assert len(info["dtype_names"]) == len(names) == len(info["shapes"]) == len(info["ipc_handles"]), info
-        for name, dtype, shape, handle in zip(names, info["dtype_names"], info["shapes"], info["ipc_handles"]):
-            tensor = handle[UUID][0]  # the stand-in's "rebuild": the tensor itself
-            assert str(tensor.dtype).endswith(dtype) and list(tensor.shape) == shape
-            self.weights[name] = tensor
+        try:
+            info = request["update_info"]
+            names = info["names"]
+            assert len(info["dtype_names"]) == len(names) == len(info["shapes"]) == len(info["ipc_handles"]), info
+            for name, dtype, shape, handle in zip(names, info["dtype_names"], info["shapes"], info["ipc_handles"]):
+                if UUID not in handle:
+                    raise ValueError(f"IPC handle not found for GPU UUID {UUID}. Available UUIDs: {list(handle)}")
+                tensor = handle[UUID][0]  # the stand-in's "rebuild": the tensor itself
+                assert str(tensor.dtype).endswith(dtype) and list(tensor.shape) == shape
+                self.weights[name] = tensor
+        except BaseException:
+            self.updating = False  # vLLM's worker: _end_weight_update(refresh=False); the weights stay incomplete
+            raise
         self.calls.append(("update", list(names)))
 
     def finish_weight_update(self, weight_version=None):
         if not self.updating:
             raise RuntimeError("finish_weight_update called without a matching start_weight_update")
-        self.updating = False
+        self.updating = self.incomplete = False
         self.calls.append(("finish",))
 
     def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
@@ -210,11 +221,24 @@ def test_outputs_abort_and_stop_token():
     res = RequestOutput("0", [1], [CompletionOutput(0, "", [5], None, None, "abort", None)], True)
     with pytest.raises(RuntimeError, match="finish_reason='abort'"):
         output_from_vllm(req, res)
-    res.outputs = [CompletionOutput(0, "", [5], None, None, "stop", 2)]  # stop token not in token_ids
-    out = output_from_vllm(req, res)
-    assert out.output_ids == [5, 2] and out.logprobs == [0.0, 0.0]
+    res.outputs = [CompletionOutput(0, "", [5, 2], None, [{5: Logprob(-1.0)}, {2: Logprob(-0.5)}], "stop", 2)]
+    out = output_from_vllm(req, res)  # vLLM keeps the stop token in token_ids, with its log-prob
+    assert (out.output_ids, out.logprobs, out.finish_reason) == ([5, 2], [-1.0, -0.5], "stop")
+
+
+def test_a_missing_log_prob_or_stop_token_is_an_error_not_a_made_up_zero():
+    """The trainer may take these log-probs as the old ones (rollout correction's bypass mode): a
+    made-up 0.0 would say the sampled token had probability 1."""
+    req = GenerationRequest("a", [1], Sampling(max_new_tokens=4))
+    res = RequestOutput("0", [1], [CompletionOutput(0, "", [5], None, [{5: Logprob(-1.0)}], "stop", 2)], True)
+    with pytest.raises(RuntimeError, match="stopped request 'a' on token 2 but its token_ids end with \\[5\\]"):
+        output_from_vllm(req, res)
     res.outputs = [CompletionOutput(0, "", [5, 6], None, [{5: Logprob(-1.0)}, {7: Logprob(-2.0)}], "length")]
-    assert output_from_vllm(req, res).logprobs == [-1.0, 0.0]  # no entry for the sampled token: 0
+    with pytest.raises(RuntimeError, match="no log-prob for token 1 \\(6\\) of request 'a'"):
+        output_from_vllm(req, res)
+    res.outputs = [CompletionOutput(0, "", [5, 6], None, None, "length")]
+    with pytest.raises(RuntimeError, match="0 log-prob positions for the 2 tokens"):
+        output_from_vllm(req, res)
 
 
 def test_weight_sync_is_one_session_in_buckets():
@@ -242,16 +266,49 @@ def test_update_info_matches_the_tensors():
                     "ipc_handles": [{UUID: 1}, {UUID: 2}]}
 
 
-def test_failed_chunk_ends_the_session():
+def _generate(eng):
+    return eng.generate([GenerationRequest("a", [1], Sampling(max_new_tokens=1))])
+
+
+def test_a_chunk_vllm_fails_to_load_ends_the_session_and_generating_waits_for_a_whole_sync():
     eng = make()
-
-    def broken(request):
-        raise ValueError("Invalid update_info")
-
-    eng.llm.update_weights = broken
-    with pytest.raises(ValueError):
+    eng.ipc_handle = lambda t: (t, {"GPU-other": (t,)})  # no handle for vLLM's GPU: its worker refuses it
+    with pytest.raises(ValueError, match="IPC handle not found"):
         eng.update_weights([("w", torch.zeros(2))])
-    assert not eng.updating and eng._sent == []
+    assert not eng.updating and not eng.llm.updating and eng._sent == []  # both sides ended the session
+    with pytest.raises(RuntimeError, match="partly loaded"):
+        _generate(eng)  # vLLM's layers not loaded yet would be used
+    eng.ipc_handle = lambda t: (t, {UUID: (t,)})
+    eng.update_weights([("w", torch.zeros(2))])
+    with pytest.raises(RuntimeError, match="flush_cache"):
+        _generate(eng)  # a sync that has not finished yet
+    eng.flush_cache()
+    assert len(_generate(eng)) == 1 and not eng.weights_incomplete
+
+
+def test_a_failure_on_this_side_finishes_the_session_vllm_still_holds():
+    """A tensor that cannot be shared (here: the second one) fails before vLLM sees its chunk: vLLM's
+    session is still open, so the backend finishes it, or the next sync's start would be refused."""
+    eng = make({"update_weights_bucket_megabytes": 1 / 1024})
+    shared = []
+
+    def flaky(t):
+        if shared:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (cast to the engine's dtype)")
+        shared.append(t)
+        return t, {UUID: (t,)}
+
+    eng.ipc_handle = flaky
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        eng.update_weights([(f"w{i}", torch.zeros(256)) for i in range(3)])
+    assert not eng.updating and not eng.llm.updating and eng._sent == []
+    assert [c[0] for c in eng.llm.calls] == ["start", "update", "finish"]
+    with pytest.raises(RuntimeError, match="partly loaded"):
+        _generate(eng)
+    eng.ipc_handle = lambda t: (t, {UUID: (t,)})
+    eng.update_weights([(f"w{i}", torch.zeros(256)) for i in range(3)])  # a new session starts
+    eng.flush_cache()
+    assert len(_generate(eng)) == 1 and [c[0] for c in eng.llm.calls][3:5] == ["start", "update"]
 
 
 def test_memory_calls_weights_first_kv_cache_at_generate():
