@@ -3,8 +3,9 @@
 
 Teams replace Django's "Groups" page with "Teams" (`Team`, the Group proxy): a team's page sets its
 name and members (and, folded away, Django's admin permissions, which a group has always given its
-members); the user's page lists their teams. Every change of who is in a team, and a team's deletion,
-goes through `accounts.teams` (audited; the sockets of whoever joined or left check their access again).
+members); the user's page lists their teams. A team's creation and renaming, every change of who is in
+it, and its deletion go through `accounts.teams` (audited; the sockets of whoever joined or left check
+their access again).
 """
 from django import forms
 from django.contrib import admin
@@ -15,7 +16,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Count
 
 from .models import ApiToken, AuditEvent, Team
-from .teams import clean_team_name, team_delete, team_set_members, user_set_teams
+from .teams import clean_team_name, team_delete, team_save, team_set_members, user_set_teams
 
 
 @admin.register(ApiToken)
@@ -85,6 +86,9 @@ class TeamAdmin(GroupAdmin):
     @admin.display(description="members", ordering="member_count")
     def member_count(self, team) -> int:
         return team.member_count
+
+    def save_model(self, request, obj, form, change):
+        team_save(team=obj, by=request.user)
 
     def save_related(self, request, form, formsets, change):
         super().save_related(request, form, formsets, change)

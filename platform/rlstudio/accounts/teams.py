@@ -1,9 +1,11 @@
 """Teams: Django's auth `Group`, which the platform calls a team (`models.Team` is its proxy for the
 admin). Reads and writes of teams live here, beside the users they group.
 
-Staff make teams and set their members in the admin (the team's page or the user's); every change of
-a team's members goes through `team_set_members` / `user_set_teams` / `team_delete`, which audit it
-(`team.members`, `user.teams`, `team.delete`) and, after the commit, tell the open websockets of every
+Staff make teams and set their members in the admin (the team's page or the user's); a team's creation
+and a change of its name go through `team_save` (audited `team.create`, `team.rename`: the shares and
+the audit log name teams by name), every change of a team's members through `team_set_members` /
+`user_set_teams` / `team_delete`, which audit it (`team.members`, `user.teams`, `team.delete`) and,
+after the commit, tell the open websockets of every
 user who joined or left (`sockets.user_changed_send`): each checks its user again, so leaving a team
 ends the socket of a run the team was the only way to read. Who reads what through a team is the
 runs' and projects' selectors' business (`team_ids_subquery`); which team an owner may name when
@@ -128,6 +130,23 @@ def _send_user_changed(user_id: int) -> None:
 
 def _usernames(users: Iterable) -> list[str]:
     return sorted(u.get_username() for u in users)
+
+
+def team_save(*, team: Group, by: AbstractBaseUser | None) -> Group:
+    """Save `team` (a new one, or one whose name may have changed). Audited as `team.create` (its name)
+    or `team.rename` (the name before and after) when the name is new; its members are
+    `team_set_members`'s."""
+    with transaction.atomic():
+        before = None
+        if team.pk is not None:
+            before = Group.objects.select_for_update().filter(pk=team.pk).values_list("name", flat=True).first()
+        team.save()
+        row = Group.objects.get(pk=team.pk)  # audited as the auth group, as the other team.* events
+        if before is None:
+            audit_record(actor=by, action="team.create", obj=row, data={"name": row.name})
+        elif before != row.name:
+            audit_record(actor=by, action="team.rename", obj=row, data={"from": before, "to": row.name})
+    return team
 
 
 def team_set_members(*, team: Group, members: Iterable, by: AbstractBaseUser | None) -> Group:

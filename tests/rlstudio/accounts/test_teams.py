@@ -122,6 +122,9 @@ def test_the_admin_calls_groups_teams_and_sets_members_through_the_service(staff
     assert resp.status_code == 302, resp.content.decode()[-2000:]
     team = Team.objects.get(name=HOSTILE)
     assert sorted(team.user_set.values_list("username", flat=True)) == ["alice", "bob"]
+    created = AuditEvent.objects.get(action="team.create")
+    assert (created.actor_id, created.object_type, created.object_id) == (staff.pk, "auth.group", str(team.pk))
+    assert created.data == {"name": HOSTILE}
     event = AuditEvent.objects.get(action="team.members")
     assert event.actor_id == staff.pk and event.data == {"team": HOSTILE, "from": [], "to": ["alice", "bob"]}
     listing = admin.get(TEAMS).content.decode()
@@ -132,6 +135,10 @@ def test_the_admin_calls_groups_teams_and_sets_members_through_the_service(staff
     assert resp.status_code == 302
     assert list(Group.objects.get(pk=team.pk).user_set.values_list("username", flat=True)) == ["carol"]
     assert AuditEvent.objects.filter(action="team.members").count() == 2
+    renamed = AuditEvent.objects.get(action="team.rename")  # shares and the audit log name teams by name
+    assert renamed.actor_id == staff.pk and renamed.data == {"from": HOSTILE, "to": "lab"}
+    admin.post(f"{TEAMS}{team.pk}/change/", {"name": "lab", "members": [carol.pk]})  # unchanged: no event
+    assert AuditEvent.objects.filter(action__in=["team.create", "team.rename", "team.members"]).count() == 4
     for name, message in [("a\nb", "control characters"), ("lab", "already exists")]:
         resp = admin.post(f"{TEAMS}add/", {"name": name, "members": []})
         assert resp.status_code == 200 and message in resp.content.decode(), name
