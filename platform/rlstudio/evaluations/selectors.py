@@ -81,6 +81,15 @@ def evaluation_error_log_for(*, user, ev: Evaluation) -> str:
     return ev.error_log if can_manage_evaluation(user=user, ev=ev) else ""
 
 
+def evaluation_queue_reason_for(*, user, ev: Evaluation) -> str:
+    """Why queued `ev` waits, as `user` may read it: as stored for its managers; for a reader of the
+    run, one naming the owner's team says only that a team quota of the owner's holds it
+    (`runs.queue.reason_for_reader`)."""
+    from rlstudio.runs.queue import reason_for_reader
+
+    return ev.queue_reason if can_manage_evaluation(user=user, ev=ev) else reason_for_reader(ev.queue_reason)
+
+
 def evaluation_samples_for(*, ev: Evaluation, prompt: int, column: str) -> QuerySet[EvaluationSample]:
     """The samples of one cell (a prompt and a column) of an evaluation already read through
     `evaluation_get_for`, in sample order."""

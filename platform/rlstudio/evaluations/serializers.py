@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from .models import Evaluation, EvaluationSample
-from .selectors import evaluation_error_log_for
+from .selectors import evaluation_error_log_for, evaluation_queue_reason_for
 
 
 class SamplingSerializer(serializers.Serializer):
@@ -63,6 +63,9 @@ class EvaluationSerializer(serializers.ModelSerializer):
     error_log = serializers.SerializerMethodField(help_text=(
         "A failed evaluation's job log tail (the traceback) and the error as it was, which name server paths "
         "(its managers: the run's owner and staff, a model evaluation's owner and staff; empty for a reader)."))
+    queue_reason = serializers.SerializerMethodField(help_text=(
+        "Why a queued evaluation waits ('' when it does not); a reason naming its owner's team reads, for a "
+        "reader of the run, \"waiting for a team quota of its owner's\"."))
     reward = serializers.CharField(read_only=True,
                                    help_text="a model's evaluation: the reward it is scored with ('': the default "
                                              "reward); a run's: '' (the run's own config scores it)")
@@ -80,6 +83,11 @@ class EvaluationSerializer(serializers.ModelSerializer):
     def get_error_log(self, obj) -> str:
         request = self.context.get("request")
         return evaluation_error_log_for(user=getattr(request, "user", None), ev=obj)
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_queue_reason(self, obj) -> str:
+        request = self.context.get("request")
+        return evaluation_queue_reason_for(user=getattr(request, "user", None), ev=obj)
 
     def get_figures(self, obj) -> list[dict]:
         """Per column: key ("base" or the step), step (0 for the base model), base, mean_at_k, pass_at_k,

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
-from rlstudio.runs.queue import QUOTA_REMEDY, gpus_over_quota, never_reason
+from rlstudio.runs.queue import QUOTA_REMEDY, TEAM_REASON_MARK, gpus_over_quota, never_reason
 from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.queue_registry import QuotaPolicy
 
@@ -127,7 +127,7 @@ def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | No
         return never_reason(over, remedy=QUOTA_REMEDY)
     teams = quota_teams_of(user_ids=[owner.pk]) if gpus > 0 else []
     for team in teams:  # nor more than a team of theirs allows at once
-        over = gpus_over_quota(what=what, gpus=gpus, most=team.max_gpus, whose=f"your team {team.team.name}'s")
+        over = gpus_over_quota(what=what, gpus=gpus, most=team.max_gpus, whose=f"{TEAM_REASON_MARK}{team.team.name}'s")
         if over:
             return never_reason(over, remedy=TEAM_QUOTA_REMEDY)
     active = Run.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)

@@ -1,6 +1,8 @@
 """Reads of team GPU quotas (`TeamQuota`): which of a user's teams have limits, what each team's
 members hold and use together, and the sentences admission gives when a team is at its limit
-(`rlstudio.quotas.services._reason` asks them, after the user's own quota).
+(`rlstudio.quotas.services._reason` asks them, after the user's own quota). Each such sentence names
+the team after `runs.queue.TEAM_REASON_MARK`, so that a reader of the job who does not manage it sees
+`runs.queue.reason_for_reader`'s sentence instead (the team is its members' and staff's business).
 
 A user's *quota'd teams* are the teams (Django auth groups) they are in that have a TeamQuota row; a
 team without one has no team limit. Membership counts when it is read, at each admission and each
@@ -23,6 +25,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from rlstudio.runs.models import ACTIVE_STATUSES, Run
+from rlstudio.runs.queue import TEAM_REASON_MARK
 
 from .models import TeamQuota
 from .selectors import QuotaUsage, month_gpu_hours_by_owner, quota_usage_for
@@ -134,7 +137,7 @@ def team_gpus_reason(usages: list[TeamUsage], *, gpus: int, what: str) -> str:
     for u in usages:
         if u.gpus_held + gpus > u.max_gpus:
             gpu_word = "GPU" if u.max_gpus == 1 else "GPUs"
-            return (f"your team {u.name} holds {_count(u.gpus_held)} of its {_count(u.max_gpus)} {gpu_word} "
+            return (f"{TEAM_REASON_MARK}{u.name} holds {_count(u.gpus_held)} of its {_count(u.max_gpus)} {gpu_word} "
                     f"and this {what} needs {gpus}")
     return ""
 
@@ -143,7 +146,7 @@ def team_hours_reason(usages: list[TeamUsage]) -> str:
     """'' unless one of these teams used its GPU-hours this month: then the sentence that names it."""
     for u in usages:
         if u.gpu_hours_this_month >= u.gpu_hours_per_month:
-            return (f"your team {u.name} used {u.gpu_hours_this_month:,.1f} of its "
+            return (f"{TEAM_REASON_MARK}{u.name} used {u.gpu_hours_this_month:,.1f} of its "
                     f"{_count(u.gpu_hours_per_month)} GPU-hours this month")
     return ""
 

@@ -92,6 +92,24 @@ def never_reason(why: str, *, remedy: str) -> str:
             f"{remedy}")
 
 
+# How a queue reason about one of the owner's team quotas names the team (the quotas app writes "your
+# team nlp holds 7 of its 8 GPUs …"): the team's name and usage are for its members and staff, so
+# whoever reads a job without managing it sees `reason_for_reader`'s sentence instead.
+TEAM_REASON_MARK = "your team "
+TEAM_READER_REASON = "waiting for a team quota of its owner's"
+
+
+def reason_for_reader(reason: str) -> str:
+    """`reason` as someone who reads a job but does not manage it (not its owner, not staff) sees it:
+    one naming the owner's team (`TEAM_REASON_MARK`) says only that a team quota of the owner's holds
+    it (or, a `never_reason`, that one never will let it start); any other reason as it is."""
+    if TEAM_REASON_MARK not in reason:
+        return reason
+    if reason.startswith(NEVER_PREFIX):
+        return f"{NEVER_PREFIX}it asks more GPUs than a team quota of its owner's allows at a time"
+    return TEAM_READER_REASON
+
+
 def queue_order(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
     """`jobs` in admission order (see the module docstring)."""
     return sorted(jobs, key=lambda j: j.key)

@@ -147,6 +147,15 @@ def run_error_log_for(*, user: AbstractBaseUser, run: Run) -> str:
     return run.error_log if can_manage(user=user, run=run) else ""
 
 
+def run_queue_reason_for(*, user: AbstractBaseUser, run: Run) -> str:
+    """Why queued `run` waits, as `user` may read it: as stored for its owner and staff; for a reader,
+    one that names the owner's team says only that a team quota of the owner's holds it
+    (`queue.reason_for_reader`)."""
+    from .queue import reason_for_reader
+
+    return run.queue_reason if can_manage(user=user, run=run) else reason_for_reader(run.queue_reason)
+
+
 def run_access(*, user: AbstractBaseUser, run: Run) -> str:
     """Why `user` sees `run`: "owner", "staff" (another user's run, with its controls) or "shared"
     (read-only: shared with them, with their team, through its project, or with everyone)."""

@@ -13,6 +13,7 @@ from .selectors import (
     run_config_for,
     run_error_log_for,
     run_project_for,
+    run_queue_reason_for,
 )
 
 
@@ -34,6 +35,9 @@ class RunSerializer(serializers.ModelSerializer):
         "staff; empty for a reader)."))
     checkpoint = serializers.SerializerMethodField(
         help_text="The last checkpoint's path (the owner and staff; empty for a reader).")
+    queue_reason = serializers.SerializerMethodField(help_text=(
+        "Why a queued run waits ('' when it does not); a reason naming its owner's team reads, for a reader "
+        "(not the owner or staff), \"waiting for a team quota of its owner's\"."))
     latest_metrics = serializers.SerializerMethodField()
     latest_reward = serializers.SerializerMethodField()
     tags = serializers.ListField(child=serializers.CharField(), read_only=True)
@@ -70,6 +74,10 @@ class RunSerializer(serializers.ModelSerializer):
     @extend_schema_field(OpenApiTypes.STR)
     def get_error_log(self, run: Run) -> str:
         return run_error_log_for(user=self._user(), run=run)
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_queue_reason(self, run: Run) -> str:
+        return run_queue_reason_for(user=self._user(), run=run)
 
     @extend_schema_field({"type": "array", "items": {"type": "string"}})
     def get_shared_with(self, run: Run) -> list[str]:

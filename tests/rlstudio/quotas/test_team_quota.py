@@ -277,3 +277,39 @@ def test_a_members_running_job_counts_in_the_teams_gpus_and_month(alice, bob, nl
     usage = team_usages_of(user=alice)[0]
     expected = 2 * (timezone.now() - started).total_seconds() / 3600
     assert usage.gpus_held == 2 and usage.gpu_hours_this_month == pytest.approx(expected, rel=1e-3)
+
+
+def test_a_reader_of_a_shared_run_sees_no_team_in_why_it_waits(alice, bob, make_user, staff, nlp, make_run,
+                                                                make_dataset):
+    from rlstudio.runs.services import run_share
+
+    carol = make_user("carol")  # reads alice's run, is in none of her teams
+    _active(make_run(bob, "bobs"), 8)
+    big = make_run(alice, "big", gpus=9)  # first: it never holds "waiting" back
+    waiting = make_run(alice, "waiting", gpus=1)
+    for run in (big, waiting):
+        run_admit(run=run, cluster_free_gpus=FREE)
+        run_share(run=run, by=alice, users=["carol"])
+    ev = Evaluation.objects.create(owner=alice, run=waiting, dataset=make_dataset(alice, "ev-data"), gpus=1, k=1,
+                                   max_prompts=3, queue_reason="your team nlp holds 8 of its 8 GPUs and this "
+                                                               "evaluation needs 1")
+    stored = Run.objects.get(pk=waiting.pk).queue_reason
+    assert stored == "your team nlp holds 8 of its 8 GPUs and this run needs 1"
+    for user in (alice, staff):  # the owner and staff: as stored
+        assert _api(user).get(f"/api/v1/runs/{waiting.pk}/").json()["queue_reason"] == stored
+        assert _api(user).get(f"/api/v1/runs/{waiting.pk}/evaluations/").json()[0]["queue_reason"] == (
+            ev.queue_reason)
+    reader = _api(carol)
+    assert reader.get(f"/api/v1/runs/{waiting.pk}/").json()["queue_reason"] == "waiting for a team quota of its owner's"
+    assert reader.get(f"/api/v1/runs/{big.pk}/").json()["queue_reason"] == (
+        NEVER_PREFIX + "it asks more GPUs than a team quota of its owner's allows at a time")
+    listed = {r["id"]: r["queue_reason"] for r in reader.get("/api/v1/runs/").json()["results"]}
+    assert listed[waiting.pk] == "waiting for a team quota of its owner's"
+    assert reader.get(f"/api/v1/runs/{waiting.pk}/evaluations/").json()[0]["queue_reason"] == (
+        "waiting for a team quota of its owner's")
+    page = Client()
+    page.force_login(carol)
+    body = page.get(f"/runs/{waiting.pk}/").content.decode()
+    assert "nlp" not in body and "waiting for a team quota of its owner&#x27;s" in body
+    page.force_login(alice)
+    assert "your team nlp holds 8 of its 8 GPUs and this run needs 1" in page.get(f"/runs/{waiting.pk}/").content.decode()

@@ -16,7 +16,7 @@ from rlstudio.runs.selectors import can_manage
 
 from ..matrix import matrix_rows
 from ..models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
-from ..selectors import evaluation_error_log_for, model_evaluations_of
+from ..selectors import evaluation_error_log_for, evaluation_queue_reason_for, model_evaluations_of
 from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
 
 register = template.Library()
@@ -37,6 +37,7 @@ def run_evaluations(context):
     for e in evaluations:
         e.active = e.status in ACTIVE_EVALUATION_STATUSES
         e.error_detail = evaluation_error_log_for(user=user, ev=e)  # "" for a reader
+        e.shown_reason = evaluation_queue_reason_for(user=user, ev=e)  # no team of the owner's for a reader
     return {"run": run, "can_manage": manage, "evaluations": evaluations, "latest": done, "eval_data": data,
             "steps": list(checkpoint_steps(run)) if manage else [],
             "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if manage else [],
@@ -60,6 +61,7 @@ def model_evaluations(context):
     for e in evaluations:
         e.active = e.status in ACTIVE_EVALUATION_STATUSES
         e.error_detail = evaluation_error_log_for(user=user, ev=e)
+        e.shown_reason = evaluation_queue_reason_for(user=user, ev=e)
         figures = (e.results or {}).get("checkpoints") or []
         e.figure = figures[0] if figures and isinstance(figures[0], dict) else None
         e.n_prompts = len((e.results or {}).get("prompts") or []) if e.results else None
