@@ -6,7 +6,11 @@ runs app's QuotaPolicy (registered in apps.py): runs asks quotas through it and 
 
 `admission_reason` is called by `rlstudio.runs.services` (through `Quotas`) inside a transaction
 that holds the owner's row lock (`lock_owner`), so that two launches by the same user are serialized:
-the usage it counts cannot change under it, and concurrent launches can never exceed a quota. `check_queue_cap` is
+the usage it counts cannot change under it, and concurrent launches can never exceed a quota. The
+owner's lock includes those of the members of their quota'd teams (`lock_owners`), so the team
+limits (`team_quotas`: a team's GPUs at once and GPU-hours a month, its members together) hold under
+concurrent admissions of different members too; staff set them with `team_quota_set` /
+`team_quota_delete` (the admin's Team GPU quotas page), audited as `team_quota.*`. `check_queue_cap` is
 meant for the same place (after `lock_owner`, before the new run is created): under that lock two
 launches by one user cannot both see room for one more queued run.
 

@@ -257,6 +257,10 @@ def test_staff_set_a_team_quota_in_the_admin_checked_and_audited(staff, alice, n
         "max_gpus": [4, 6], "gpu_hours_per_month": [10.0, 12.0]}
     listing = client.get("/admin/quotas/teamquota/").content.decode()
     assert "vision" in listing and "0 of 6" in listing
+    nlp.name = "<b>nlp</b>"
+    nlp.save()
+    listing = client.get("/admin/quotas/teamquota/").content.decode()
+    assert "&lt;b&gt;nlp&lt;/b&gt;" in listing and "<b>nlp</b>" not in listing
     assert client.post(f"/admin/quotas/teamquota/{row.pk}/delete/", {"post": "yes"}).status_code == 302
     assert not TeamQuota.objects.filter(pk=row.pk).exists()
     assert AuditEvent.objects.get(action="team_quota.delete").data == {
