@@ -13,6 +13,7 @@ version or a careless edit would, and check that the conformance check names wha
 from __future__ import annotations
 
 import time
+import zipfile
 
 import pytest
 
@@ -65,6 +66,38 @@ def test_the_backend_usage_is_read_from_its_source():
     update = next(c for c in usage.calls if c.method == "update_weights")
     assert set(update.request["update_info"]) == {"names", "dtype_names", "shapes", "ipc_handles"}
     assert usage.sleep_tags == ("weights", "kv_cache")
+
+
+def test_the_install_guide_names_each_pin_the_extra_moves(release):
+    """vLLM's own requirements (its METADATA) replace some of the trainer's pins (requirements.txt)
+    where the extra is installed; docs/install.md's vLLM section names each, with vLLM's specifiers."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    root = BACKEND.parents[2]
+    with zipfile.ZipFile(release.files.wheel) as wheel:  # the one non-.py member read
+        meta = wheel.read(f"vllm-{VERSION.removeprefix('==')}.dist-info/METADATA").decode()
+    needs = {}
+    for line in meta.splitlines():
+        if line.startswith("Requires-Dist: "):
+            req = Requirement(line.removeprefix("Requires-Dist: "))
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                needs[canonicalize_name(req.name)] = req
+    pins = {}
+    for line in (root / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            req = Requirement(line)
+            pins[canonicalize_name(req.name)] = (line, next(iter(req.specifier)).version)
+    moved = {name: (pin, needs[name]) for name, (pin, version) in pins.items()
+             if name in needs and not needs[name].specifier.contains(version, prereleases=True)}
+    assert {"torch", "transformers"} <= set(moved)  # vllm==0.34.0: torch==2.14.0, transformers<5.23
+    guide = (root / "docs" / "install.md").read_text()
+    section = guide.split("## vLLM", 1)[1].split("\n## ", 1)[0]
+    for name, (pin, req) in moved.items():
+        assert f"`{pin}`" in section, f"install.md's vLLM section does not name the pin {pin} the extra replaces"
+        for spec in req.specifier:
+            assert f"{spec}" in section, f"install.md's vLLM section does not give vLLM's {name}{spec}"
 
 
 def test_a_renamed_llm_method_is_named(release):
