@@ -166,3 +166,35 @@ def test_the_admin_shares_a_project_with_any_team_through_the_service(alice, car
     assert AuditEvent.objects.get(action="project.share").data["teams_to"] == ["outside"]
     admin.post(change, dict(data, shared_with_teams=[]))
     assert not _sees_run(carol, run) and AuditEvent.objects.filter(action="project.share").count() == 2
+
+
+def test_project_pages_query_counts_do_not_grow_with_teams_and_each_project_is_listed_once(
+        team_project, alice, bob, make_run):
+    """A member in many teams, each sharing a project also shared by name and through another team:
+    the project list, a project's page and the runs list read the same number of queries, and every
+    project and run comes once, with the right counts (no join multiplies rows)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    project, _run = team_project
+    urls = ["/projects/", "/projects/?scope=shared", f"/projects/{project.pk}/", "/", "/api/v1/projects/"]
+
+    def queries() -> dict[str, int]:
+        counts = {}
+        for url in urls:
+            with CaptureQueriesContext(connection) as ctx:
+                assert _page(bob).get(url).status_code == 200, url
+            counts[url] = len(ctx.captured_queries)
+        return counts
+
+    few = queries()
+    for i in range(6):
+        _team(f"t{i}", alice, bob)
+        extra = project_create(owner=alice, name=f"p{i}")
+        project_share(project=extra, by=alice, users=["bob"], teams=[f"t{i}", "lab"])
+        run_set_project(run=make_run(alice, f"r{i}"), by=alice, project_id=extra.pk)
+    assert queries() == few
+    listed = api_client(bob).get("/api/v1/projects/?scope=shared").json()
+    assert listed["count"] == 7 and len({p["id"] for p in listed["results"]}) == 7
+    assert {p["run_count"] for p in listed["results"]} == {1}
+    assert api_client(bob).get("/api/v1/runs/?scope=shared").json()["count"] == 7
