@@ -5,7 +5,9 @@ Every websocket of a signed-in user (a run's `/ws/runs/<id>/`, `/ws/playground/<
 operator deactivates the user or takes staff away; any save but a login's `last_login`, and not the
 creation), one `{"type": "user.changed"}` message goes to that group: its handler
 (`RecheckedSocket.user_changed`, every such consumer's) reads the user from the database again and
-closes with 4403 a socket its user may no longer have (every socket of a deactivated user). One
+closes with 4403 a socket its user may no longer have (every socket of a deactivated user). A user who
+joins or leaves a team gets the same message (`accounts.teams`: a team's shares are theirs to read for as
+long as they are a member). One
 receiver here, in the app that owns the user, so that the apps whose consumers listen (telemetry,
 playground, alerts) import accounts and never each other.
 A failed send is logged: the change stands, and those sockets see it at their next re-check.

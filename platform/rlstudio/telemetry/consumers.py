@@ -1,16 +1,18 @@
 """`RunConsumer`: the websocket `/ws/runs/<id>/` that streams a run's events to its viewers.
 
-Only the run's owner, staff and the users the run is shared with (by name or with everyone; the
+Only the run's owner, staff and the users the run is shared with (by name, as members of a team it or
+its project is shared with, through its project, or with everyone: `runs.selectors.visible_runs`; the
 stream only ever reads) get the stream: anonymous connections are closed with 4401, everyone else
 (including for a run that does not exist) with 4403. The socket is accepted before closing so the
-browser receives the code (a close before accept becomes a bare HTTP 403). The check is made again
-when who may read the run changes (a `run.access_changed` group message, sent after the change
-commits, to the run's group when its sharing changed: telemetry.access; and a `user.changed` to the
-user's own sockets group when their record was saved: accounts.sockets), and every
-RLSTUDIO_SOCKET_RECHECK_S seconds whatever happened (accounts.sockets.RecheckedSocket: a change that
-sent no message, such as a bulk update, is seen then): a socket whose user may no longer read the run
-(unshared, the run made private, the user deactivated or no longer staff) leaves its groups, forwards
-nothing more and is closed with 4403; the owner's, staff's and the remaining readers' sockets stay open.
+browser receives the code (a close before accept becomes a bare HTTP 403). The check is made again when
+who may read the run changes (a `run.access_changed` group message, sent after the change commits, to
+the run's group when its sharing changed: telemetry.access; and a `user.changed` to the user's own
+sockets group when their record was saved or they joined or left a team: accounts.sockets,
+accounts.teams), and every RLSTUDIO_SOCKET_RECHECK_S seconds whatever happened
+(accounts.sockets.RecheckedSocket: a change that sent no message, such as a bulk update, is seen then):
+a socket whose user may no longer read the run (unshared, the run made private, the user out of the
+team it was shared with, deactivated or no longer staff) leaves its groups, forwards nothing more and
+is closed with 4403; the owner's, staff's and the remaining readers' sockets stay open.
 
 A reader (shared with, not the owner nor staff) gets every event without the platform's server paths
 (`redact.event_for_viewer`: a checkpoint's path blank, status and log messages scrubbed), applied here to
@@ -84,7 +86,8 @@ MANAGE, READ = "manage", "read"  # how a socket's user may watch the run (`_may_
 
 @database_sync_to_async
 def _may_watch(user, run_id: int) -> str | None:
-    """The run selectors' one visibility rule (owner, staff, or a user the run is shared with), and how:
+    """The run selectors' one visibility rule (owner, staff, or a user the run is shared with, by name,
+    through a team or its project, or with everyone), and how:
     MANAGE for the owner and staff (`can_manage`: events as stored), READ for a reader (events without
     server paths), None when the user may not read the run."""
     run = visible_runs(Run.objects.filter(pk=run_id), user=user).only("id", "owner_id").first()
