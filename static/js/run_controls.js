@@ -15,7 +15,8 @@
   // is the server's own template, escaped there. The card is replaced only when the run's state
   // changed (its forms carry fresh CSRF tokens on every fetch, and a button must not move under a
   // click); otherwise only the step and progress are copied over. The checkpoint box keeps its tick.
-  // Either way the run's times (started, finished, duration, last heartbeat: elements marked
+  // Either way the run's times (started, finished, duration, last heartbeat) and, for its owner and
+  // staff, its checkpoint (a stop saves one as the run ends; elements marked
   // data-run-field, in the card and in the page's details) and the status named by the launch's flash
   // message are copied from the fresh card, and the duration and the heartbeat's age tick every second
   // from the card's clock (server seconds; the skew to this browser's clock is taken at each refresh).

@@ -98,3 +98,27 @@ def test_controls_fragment_follows_the_run_for_its_owner_only(client_alice, alic
     assert other.get(url).status_code == 404
     assert Client().get(url).status_code == 302  # to the login page
     assert client_alice.post(url).status_code == 405
+
+
+def test_checkpoint_follows_the_open_page_for_the_owner_only(client_alice, alice, bob, make_run):
+    """The details' Checkpoint is there before any checkpoint, and the controls card (fetched again
+    while the page is open) carries the current one under the same data-run-field, so a stop that
+    saves one shows it without a reload; a reader sees neither (a server path)."""
+    from rlstudio.runs.services.sharing import run_share
+
+    run = make_run(alice, "ckpt-run")
+    page = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert '<code data-run-field="checkpoint">—</code>' in page
+    run.checkpoint_path = "/srv/runs/7/global_step_10"
+    run.save(update_fields=["checkpoint_path"])
+    card = client_alice.get(f"/runs/{run.pk}/controls/").content.decode()
+    assert '<span hidden data-run-field="checkpoint">/srv/runs/7/global_step_10</span>' in card
+    page = client_alice.get(f"/runs/{run.pk}/").content.decode()
+    assert '<code data-run-field="checkpoint">/srv/runs/7/global_step_10</code>' in page
+
+    run_share(run=run, by=alice, add=["bob"])
+    reader = Client()
+    reader.force_login(bob)
+    for url in (f"/runs/{run.pk}/", f"/runs/{run.pk}/controls/"):
+        body = reader.get(url).content.decode()
+        assert 'data-run-field="checkpoint"' not in body and "global_step_10" not in body
