@@ -17,6 +17,7 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created"]
+        verbose_name = "API token"  # the admin's list says "API tokens", not Django's "Api tokens"
 
     def __str__(self) -> str:
         return f"{self.user} · {self.name or self.key_prefix}"

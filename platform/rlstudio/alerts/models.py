@@ -190,4 +190,5 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "webhook deliveries"  # Django's default adds an s: "deliverys"
         constraints = [models.UniqueConstraint(fields=["endpoint", "notification"], name="one_delivery_per_endpoint")]
