@@ -2,7 +2,7 @@
 members (audited), the admin's Teams page and the user page's teams, and the profile page's list.
 """
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
 from rlstudio.accounts.models import AuditEvent, Team
@@ -192,5 +192,11 @@ def test_users_who_are_not_staff_cannot_open_the_teams_page(alice, make_user):
     ops.is_staff = True
     ops.save()
     assert _as(ops).get(TEAMS).status_code == 403  # staff without the team permissions
+    ops.user_permissions.set(Permission.objects.filter(content_type__app_label="auth",
+                                                       content_type__model="group"))
+    assert _as(ops).get(TEAMS).status_code == 403  # auth.group's permissions are not the Team proxy's
+    ops.user_permissions.set(Permission.objects.filter(content_type__app_label="accounts",
+                                                       content_type__model="team"))
+    assert _as(ops).get(TEAMS).status_code == 200  # accounts | team's are (security.md)
     resp = _as(alice).post(f"{TEAMS}{team.pk}/change/", {"name": "mine", "members": [alice.pk]})
     assert resp.status_code == 302 and Group.objects.get(pk=team.pk).name == "lab"
