@@ -258,3 +258,29 @@ def test_the_websocket_admits_a_member_and_closes_when_they_leave_the_team(
     assert carol_close == {"type": "websocket.close", "code": 4403}
     assert bob_msg["seq"] == 9
     assert bob_close == {"type": "websocket.close", "code": 4403}
+
+
+def test_pages_of_a_run_list_shared_many_ways_hold_each_run_once_in_every_sort(alice, bob, lab, make_run):
+    """Runs shared with bob by name, with two of his teams, through a project shared by name and with a
+    team, and with everyone: paged 3 at a time in every sort of the runs list, each run comes once and
+    the count is the runs' (the visibility rule is subqueries, no join to repeat a row)."""
+    from django.http import QueryDict
+
+    from rlstudio.paging import paged
+    from rlstudio.runs.selectors import RUN_SORTS, RunFilter, runs_sorted
+
+    _team("lab2", alice, bob)
+    project = project_create(owner=alice, name="p")
+    project_share(project=project, by=alice, users=["bob"], teams=["lab", "lab2"])
+    runs = [make_run(alice, f"r{i}") for i in range(7)]
+    for run in runs:
+        run_share(run=run, by=alice, visibility="everyone", users=["bob"], teams=["lab", "lab2"])
+        run_set_project(run=run, by=alice, project_id=project.pk)
+    for scope in ("", "shared"):
+        for key in RUN_SORTS:
+            for sort in (key, f"-{key}"):
+                qs = runs_sorted(run_list_for(user=bob, flt=RunFilter(scope=scope)), sort)
+                first = paged(qs, QueryDict(""), per_page=3)
+                assert first.page.paginator.count == 7, (scope, sort)
+                seen = [r.pk for n in range(1, 4) for r in paged(qs, QueryDict(f"page={n}"), per_page=3).rows]
+                assert sorted(seen) == sorted(r.pk for r in runs), (scope, sort)
