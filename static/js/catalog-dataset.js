@@ -10,6 +10,7 @@
   var widths = h.counts.map(function (_, i) { return h.edges[i + 1] - h.edges[i]; });
   Plotly.newPlot(target, [{ type: "bar", x: centers, y: h.counts, width: widths }], {
     margin: { t: 10, r: 10, b: 40, l: 50 }, height: 260,
+    template: window.rlstudioChartTemplate ? window.rlstudioChartTemplate() : undefined,  // the colour scheme's (chart_theme.js)
     xaxis: { title: { text: "prompt tokens" } }, yaxis: { title: { text: "rows" } }
   }, { displayModeBar: false, responsive: true });
 })();

@@ -70,6 +70,7 @@
       margin: { t: 8, r: 10, b: 40, l: 52 }, height: 300, hovermode: "x unified",
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: dark ? "#ddd" : "#222", size: 11 }, showlegend: true,
+      template: window.rlstudioChartTemplate ? window.rlstudioChartTemplate() : undefined,  // grid lines for the colour scheme (chart_theme.js)
       legend: { orientation: "h", y: -0.22 },
       xaxis: { title: { text: xMode === "step" ? "step" : "minutes since the run started" } },
     };

@@ -35,6 +35,7 @@
       name: key.replace("_at_k", "@" + latest.k),
     }));
     Plotly.newPlot(div, traces, { height: 280, margin: { t: 20, r: 10, b: 40, l: 50 },
+      template: window.rlstudioChartTemplate ? window.rlstudioChartTemplate() : undefined,  // the colour scheme's (chart_theme.js)
       xaxis: { title: { text: "step" } }, yaxis: { range: [0, 1.05] } }, { displaylogo: false, responsive: true });
   }
 

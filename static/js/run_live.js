@@ -87,6 +87,7 @@
       margin: { t: 10, r: 10, b: 40, l: 50 }, height: 280, hovermode: "x unified",
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
       font: { color: dark ? "#ddd" : "#222", size: 11 }, legend: { orientation: "h", y: -0.25 },
+      template: window.rlstudioChartTemplate ? window.rlstudioChartTemplate() : undefined,  // grid lines for the colour scheme (chart_theme.js)
       xaxis: { title: { text: xMode === "step" ? "step" : "time" }, type: xMode === "step" ? "linear" : "date" },
     }, extra || {});
   }
