@@ -22,7 +22,7 @@ from rlstudio.accounts.models import AuditEvent
 from rlstudio.catalog.models import Dataset, ModelAsset
 from rlstudio.catalog.sharing import catalog_set_visibility
 from rlstudio.quotas.models import GpuQuota
-from rlstudio.demo.services import DEMO_CONFIG_NAME, demo_state, read_status, write_status
+from rlstudio.demo.services import DEMO_CONFIG_NAME, demo_state, read_status, seconds_left, write_status
 from rlstudio.runs.models import Run, RunConfig
 from trainer.recipes import get_recipe
 
@@ -54,6 +54,8 @@ def _counts():
 def test_demo_command_registers_the_kit_and_one_click_launches_it(celery_worker, demo_settings, staff, alice):
     printed = _run_command(staff)
     assert read_status()["state"] == "ready", read_status()
+    st = read_status()  # the first step reported, which the time left is paced from
+    assert 0 < st["first_step"] <= st["steps_done"] and st["warm_started"] <= st["first_step_at"] <= st["updated"]
 
     # The datasets: uploaded, validated and converted by the worker, the calculator in each row.
     train = Dataset.objects.get(owner=staff, name="demo-arith-train")
@@ -183,3 +185,16 @@ def test_stalled_or_absent_demo_is_reported(demo_settings, alice):
     page = client.get("/runs/").content.decode()
     assert "The demo could not be prepared: RuntimeError: boom" in page
     assert client.get("/runs/demo/launch/").status_code == 405  # POST only
+
+
+def test_time_left_is_paced_from_the_first_step_not_the_model_loading():
+    """Loading the model before the first step took 30 s here; the steps take 1 s each after it. The
+    estimate counts steps at 1 s (the first one made it 30 s / 3 steps = 10 s a step: 5,970 s for a
+    warm start that has 597 s left), and before a second report it falls back to the whole pace."""
+    now = time.time()
+    status = {"warm_started": now - 40, "steps_done": 13, "steps_total": 610, "updated": now,
+              "first_step": 3, "first_step_at": now - 10}
+    assert seconds_left(status, now) == 597
+    only_first = {**status, "steps_done": 3, "updated": now - 10}
+    assert seconds_left(only_first, now - 10) == round(30 / 3 * 607)
+    assert seconds_left({k: v for k, v in status.items() if not k.startswith("first_")}, now) == round(40 / 13 * 597)

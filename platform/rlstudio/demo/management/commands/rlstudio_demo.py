@@ -162,7 +162,9 @@ class Command(BaseCommand):
             now = time.monotonic()
             if now - last[0] >= 2.0 or done == total:
                 last[0] = now
-                self._stage("warm-start", steps_done=done, steps_total=total)
+                # The first step reported: the pace is measured from it (demo.services.seconds_left).
+                first = {} if "first_step_at" in self.status else {"first_step": done, "first_step_at": time.time()}
+                self._stage("warm-start", steps_done=done, steps_total=total, **first)
 
         t0 = time.monotonic()
         model = self._share(model_register_demo(owner=user, warm_start=True, warm_start_steps=steps,
