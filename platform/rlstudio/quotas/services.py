@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
-from rlstudio.runs.queue import QUOTA_REMEDY, TEAM_REASON_MARK, gpus_over_quota, never_reason
+from rlstudio.runs.queue import QUOTA_REMEDY, TEAM_QUOTA_REMEDY, gpus_over_quota, never_reason
 from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.queue_registry import QuotaPolicy
 
@@ -49,7 +49,6 @@ from .selectors import (
     running_evaluations,
 )
 from .team_quotas import (
-    TEAM_QUOTA_REMEDY,
     members_of,
     quota_teams_of,
     team_gpus_reason,
@@ -130,8 +129,8 @@ def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | No
     if over:  # no wait will do: more than the quota allows at once (lowered since the launch)
         return never_reason(over, remedy=QUOTA_REMEDY)
     teams = quota_teams_of(user_ids=[owner.pk]) if gpus > 0 else []
-    for team in teams:  # nor more than a team of theirs allows at once
-        over = gpus_over_quota(what=what, gpus=gpus, most=team.max_gpus, whose=f"{TEAM_REASON_MARK}{team.team.name}'s")
+    for team in teams:  # nor more than a team of theirs allows at once (lowered since the launch)
+        over = gpus_over_quota(what=what, gpus=gpus, most=team.max_gpus, team=team.team.name)
         if over:
             return never_reason(over, remedy=TEAM_QUOTA_REMEDY)
     active = Run.objects.filter(owner=owner, status__in=ACTIVE_STATUSES)
@@ -222,6 +221,9 @@ class Quotas(QuotaPolicy):
 
     def max_gpus(self, *, owner_id: int) -> int:
         return quota_for(user_id=owner_id).max_gpus
+
+    def team_max_gpus(self, *, owner_id: int) -> list[tuple[str, int]]:
+        return [(quota.team.name, quota.max_gpus) for quota in quota_teams_of(user_ids=[owner_id])]
 
     def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
         return job_reason(user=user, gpus=gpus, cluster_free_gpus=cluster_free_gpus)

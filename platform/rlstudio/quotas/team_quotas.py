@@ -30,8 +30,6 @@ from rlstudio.runs.queue import TEAM_REASON_MARK
 from .models import TeamQuota
 from .selectors import QuotaUsage, month_gpu_hours_by_owner, quota_usage_for
 
-TEAM_QUOTA_REMEDY = "raise your team's quota"
-
 
 def _memberships():
     """The user ↔ team rows (Django's `User.groups` table)."""

@@ -60,11 +60,15 @@ def _gpus(n: float) -> str:
     return f"{n:g} GPU" + ("" if n == 1 else "s")
 
 
-def gpus_over_quota(*, what: str, gpus: int, most: int, whose: str = "your") -> str:
+def gpus_over_quota(*, what: str, gpus: int, most: int, whose: str = "your", team: str = "") -> str:
     """Why a `what` ("run", "evaluation") asking `gpus` GPUs cannot start under a quota of `most` at a
-    time ('' when it can); `whose` quota it is as the reader sees it ("your", "its owner's")."""
+    time ('' when it can); `whose` quota it is as the reader sees it ("your", "its owner's"). `team`:
+    the quota is that team's (a team quota of the owner's): the sentence names it ("your team nlp's
+    quota allows at most 8 GPUs at a time", so that `reason_for_reader` finds TEAM_REASON_MARK in it)."""
     if gpus <= most:
         return ""
+    if team:
+        return f"this {what} asks {_gpus(gpus)}; {whose} team {team}'s quota allows at most {_gpus(most)} at a time"
     return f"this {what} asks {_gpus(gpus)}; {whose} quota allows at most {most:g} at a time"
 
 
@@ -77,6 +81,7 @@ def gpus_over_cluster(*, what: str, gpus: int, total: float | None) -> str:
 
 
 QUOTA_REMEDY = "raise your quota"
+TEAM_QUOTA_REMEDY = "raise your team's quota"
 CLUSTER_REMEDY = "add GPUs to the cluster"
 
 

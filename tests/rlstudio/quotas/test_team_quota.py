@@ -131,7 +131,7 @@ def test_every_quotad_team_is_checked_and_the_one_over_is_named(alice, bob, make
 def test_more_than_a_teams_max_gpus_can_never_start_and_holds_no_later_job_back(alice, nlp, make_run):
     big = make_run(alice, "big", gpus=9)
     reason = admission_reason(run=big, cluster_free_gpus=FREE)
-    assert reason.startswith(NEVER_PREFIX + "this run asks 9 GPUs; your team nlp's quota allows at most 8 at a time")
+    assert reason.startswith(NEVER_PREFIX + "this run asks 9 GPUs; your team nlp's quota allows at most 8 GPUs at a time")
     assert reason.endswith("ask an admin to raise your team's quota")
     assert run_admit(run=big, cluster_free_gpus=FREE) is False
     later = make_run(alice, "later", gpus=1)

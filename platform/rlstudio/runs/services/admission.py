@@ -25,10 +25,10 @@ answer at this process's last try a pass admits one run only, whose submission t
 is cached a few seconds per process (`ray_jobs.cluster_total_gpus`), so a launch and its pass ask Ray
 at most once.
 
-A job asking more GPUs than its owner's quota's `max_gpus` is refused at launch (`gpus_refusal`, a 400
-on `gpus`). One asking more than the cluster has in all now is accepted and queued: a GPU node may be
+A job asking more GPUs than its owner's quota's `max_gpus`, or than one of their team quotas'
+`max_gpus`, is refused at launch (`gpus_refusal`, a 400 on `gpus`). One asking more than the cluster has in all now is accepted and queued: a GPU node may be
 restarting, or an autoscaler may add one. A queued job that can never be admitted as it is (more than
-the quota allows: an admin lowered it; more than the cluster has now) stays queued with a reason that
+the quota or a team quota allows: an admin lowered it; more than the cluster has now) stays queued with a reason that
 says so (`rlstudio.runs.queue.never_reason`), is not tried, holds none of the others back, and its
 owner's later jobs do not wait behind it.
 
@@ -53,16 +53,14 @@ from ..models import Run, RunStatus
 from ..errors import RunRefused
 from ..queue import (
     CLUSTER_REMEDY,
-    QUOTA_REMEDY,
     RUN,
     Attempt,
     QueuedJob,
     admission_pass,
     gpus_over_cluster,
-    gpus_over_quota,
     never_reason,
 )
-from .cluster import cluster_free_gpus as free_gpus, cluster_total_gpus
+from .cluster import cluster_free_gpus as free_gpus, cluster_total_gpus, gpus_over_limits, quota_gpu_limits
 from .queue_order import first_run_ahead, run_job
 from .queue_registry import QueuedKind, queued_kinds, quota_policy
 from .transitions import run_transition
@@ -256,21 +254,20 @@ def _hold_runs(run_ids: list[int], reason: str = HELD_BACK_REASON) -> None:
 
 class _Never:
     """The pass's `never` check (`admission_pass`): whether a GPU job can never be admitted as it is,
-    its owner's quota's `max_gpus` read once per owner and Ray's total GPUs (`cluster_total_gpus`:
-    Ray's answer is cached, so a pass asks it at most once)
+    its owner's quota's `max_gpus` and their quota'd teams' (`quota_gpu_limits`) read once per owner,
+    and Ray's total GPUs (`cluster_total_gpus`: Ray's answer is cached, so a pass asks it at most once)
     (only for a job that does not fit in the free GPUs); the reason is recorded on the job (runs:
     `_hold_runs`; other kinds: `QueuedKind.hold`) before the pass goes on, so the owner's later jobs,
-    tried after it, see it and do not wait behind it."""
+    tried after it, see it and do not wait behind it (nor does a job over a team's max_gpus get the
+    held-back reason behind one waiting for the cluster)."""
 
     def __init__(self, kinds: dict[str, QueuedKind]):
-        self.kinds, self.most = kinds, {}
-        self.policy = quota_policy()
+        self.kinds, self.limits = kinds, {}
 
     def __call__(self, job: QueuedJob, free: float | None) -> bool:
-        if job.owner_id not in self.most:
-            self.most[job.owner_id] = self.policy.max_gpus(owner_id=job.owner_id)
-        why = gpus_over_quota(what=job.kind, gpus=job.gpus, most=self.most[job.owner_id])
-        remedy = QUOTA_REMEDY
+        if job.owner_id not in self.limits:
+            self.limits[job.owner_id] = quota_gpu_limits(owner_id=job.owner_id)
+        why, remedy = gpus_over_limits(self.limits[job.owner_id], what=job.kind, gpus=job.gpus)
         if not why and (free is None or job.gpus > free):
             why = gpus_over_cluster(what=job.kind, gpus=job.gpus, total=cluster_total_gpus())
             remedy = CLUSTER_REMEDY

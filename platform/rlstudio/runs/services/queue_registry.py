@@ -23,6 +23,9 @@ class QuotaPolicy:
                                                   (`cluster_free_gpus`: None = not checked)
         usage_for(*, user)                        the user's quota and usage (the "Your quota" page)
         max_gpus(*, owner_id) -> int              the most GPUs the user's quota lets them hold at once
+        team_max_gpus(*, owner_id) -> [(name, n)] the most GPUs each of the user's teams with a team
+                                                  quota lets its members hold at once, by name
+                                                  (none here: no team limits)
     """
 
     def lock_owner(self, *, user: AbstractBaseUser) -> None:
@@ -42,6 +45,9 @@ class QuotaPolicy:
 
     def max_gpus(self, *, owner_id: int) -> int:
         raise NotImplementedError
+
+    def team_max_gpus(self, *, owner_id: int) -> list[tuple[str, int]]:
+        return []
 
     def job_reason(self, *, user: AbstractBaseUser, gpus: int, cluster_free_gpus: float | None) -> str:
         """'' when another job of `user` (an evaluation) asking `gpus` may start now, else why it waits;
