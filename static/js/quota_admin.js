@@ -56,7 +56,7 @@
     select.addEventListener("change", function () {
       var u = users.filter(function (x) { return x.username === select.value; })[0];
       if (!u) return;
-      ["max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "max_queued_runs"].forEach(function (f) {
+      ["max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "max_queued_runs", "dataset_storage_gb"].forEach(function (f) {
         var input = document.getElementById("id_" + f);
         if (input) input.value = u[f];
       });
