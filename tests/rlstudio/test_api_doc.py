@@ -153,3 +153,10 @@ def test_websocket_routes_and_error_envelope_are_documented(doc):
         assert f"`{key}`" in doc, f"error envelope key {key!r} not explained in docs/api.md"
     for key in body["error"]:
         assert f'"{key}"' in doc, f"error key {key!r} not in docs/api.md's example"
+
+
+def test_every_operation_says_what_it_does(operations):
+    """The schema, and /api/v1/docs/ rendered from it, describe every operation (a view method's
+    docstring, else its view's): 27 of 96 had an empty summary there."""
+    bare = sorted(f"{m} {p}" for (m, p), op in operations.items() if not (op.get("summary") or op.get("description")))
+    assert bare == []

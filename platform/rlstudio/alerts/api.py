@@ -80,11 +80,13 @@ class AlertRuleListView(APIView):
 class AlertRuleDetailView(APIView):
     @extend_schema(responses=AlertRuleSerializer, operation_id="alerts_rules_retrieve")
     def get(self, request, rule_id: int):
+        """One of your alert rules."""
         return Response(AlertRuleSerializer(sel.rule_get_for(user=request.user, rule_id=rule_id)).data)
 
     @extend_schema(request=AlertRuleWriteSerializer, responses=AlertRuleSerializer,
                    operation_id="alerts_rules_partial_update")
     def patch(self, request, rule_id: int):
+        """Change one of your alert rules: its threshold, window, actions, or whether it is on."""
         rule = sel.rule_get_for(user=request.user, rule_id=rule_id)
         data = _body(request)
         if "run" in data:
@@ -97,6 +99,7 @@ class AlertRuleDetailView(APIView):
 
     @extend_schema(responses={204: None}, operation_id="alerts_rules_destroy")
     def delete(self, request, rule_id: int):
+        """Delete one of your alert rules."""
         rule_delete(rule=sel.rule_get_for(user=request.user, rule_id=rule_id), by=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -116,6 +119,7 @@ class NotificationListView(APIView):
         OpenApiParameter("limit", int, required=False, description="At most this many, newest first (1-500, default 50)."),
     ], responses=NotificationSerializer(many=True))
     def get(self, request):
+        """Your notifications, newest first, with how many are unread."""
         try:
             limit = int(request.query_params.get("limit", 50))
         except ValueError:
@@ -131,6 +135,7 @@ class NotificationListView(APIView):
 class NotificationReadView(APIView):
     @extend_schema(request=NotificationReadSerializer, responses={200: OpenApiTypes.OBJECT})
     def post(self, request):
+        """Mark some of your notifications read (ids), or all of them; answers how many are left unread."""
         data = _body(request)
         try:
             changed = notifications_mark_read(user=request.user, ids=data.get("ids"))
@@ -148,10 +153,12 @@ def _settings_json(user) -> dict:
 class NotificationSettingsView(APIView):
     @extend_schema(responses=SettingsSerializer, operation_id="alerts_settings_retrieve")
     def get(self, request):
+        """Where each run event reaches you: the page, e-mail, a registered webhook."""
         return Response(_settings_json(request.user))
 
     @extend_schema(request=SettingsSerializer, responses=SettingsSerializer, operation_id="alerts_settings_update")
     def put(self, request):
+        """Change where each run event reaches you (routes) and the webhook chosen."""
         data = _body(request)
         try:
             settings_update(user=request.user, routes=data.get("routes"),

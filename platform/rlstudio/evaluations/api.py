@@ -127,12 +127,14 @@ def _samples(request, ev) -> Response:
 class RunEvaluationsView(APIView):
     @extend_schema(responses=EvaluationSerializer(many=True), operation_id="runs_evaluations_list")
     def get(self, request, run_id: int):
+        """The evaluations of a run's checkpoints, newest first."""
         _run, qs = evaluation_list_for(user=request.user, run_id=run_id)
         return Response(EvaluationSerializer(qs[:100], many=True, context={"request": request}).data)
 
     @extend_schema(request=EvaluationCreateSerializer, responses={202: EvaluationSerializer},
                    operation_id="runs_evaluations_create")
     def post(self, request, run_id: int):
+        """Evaluate some of a run's checkpoints (and the base model) on a dataset: a job within your quota."""
         from rlstudio.runs.services import RunNotPermitted, check_can_manage
 
         run, _qs = evaluation_list_for(user=request.user, run_id=run_id)
@@ -148,16 +150,19 @@ class RunEvaluationDetailView(APIView):
     @extend_schema(parameters=[CHANGE_PARAM], responses=EvaluationDetailSerializer,
                    operation_id="runs_evaluations_retrieve")
     def get(self, request, run_id: int, evaluation_id: int):
+        """One evaluation of a run: its figures and the prompts × checkpoints matrix (change: filter it)."""
         return _detail(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
     @extend_schema(responses={204: None}, operation_id="runs_evaluations_destroy")
     def delete(self, request, run_id: int, evaluation_id: int):
+        """Delete a finished evaluation of a run with its transcripts."""
         return _delete(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
 
 class RunEvaluationStopView(APIView):
     @extend_schema(request=None, responses={202: EvaluationSerializer}, operation_id="runs_evaluations_stop")
     def post(self, request, run_id: int, evaluation_id: int):
+        """Stop an evaluation of a run: a queued one at once, a running one's job."""
         return _stop(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
 
@@ -165,18 +170,21 @@ class RunEvaluationSamplesView(APIView):
     @extend_schema(parameters=CELL_PARAMS, responses=EvaluationSampleSerializer(many=True),
                    operation_id="runs_evaluations_samples")
     def get(self, request, run_id: int, evaluation_id: int):
+        """The k transcripts of one cell of a run's evaluation (prompt, column)."""
         return _samples(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
 
 class ModelEvaluationsView(APIView):
     @extend_schema(responses=EvaluationSerializer(many=True), operation_id="models_evaluations_list")
     def get(self, request, model_id: int):
+        """Your evaluations of a registered model, newest first (staff: everyone's)."""
         _model, qs = model_evaluation_list_for(user=request.user, model_id=model_id)
         return Response(EvaluationSerializer(qs[:100], many=True, context={"request": request}).data)
 
     @extend_schema(request=ModelEvaluationCreateSerializer, responses={202: EvaluationSerializer},
                    operation_id="models_evaluations_create")
     def post(self, request, model_id: int):
+        """Evaluate a registered model on a dataset with a reward: a job within your quota."""
         model, _qs = model_evaluation_list_for(user=request.user, model_id=model_id)
         return _create(request, lambda data, dataset: evaluation_new_for_model(user=request.user, model=model,
                                                                                dataset=dataset, data=data))
@@ -186,11 +194,13 @@ class ModelEvaluationDetailView(APIView):
     @extend_schema(parameters=[CHANGE_PARAM], responses=EvaluationDetailSerializer,
                    operation_id="models_evaluations_retrieve")
     def get(self, request, model_id: int, evaluation_id: int):
+        """One evaluation of a model: its figures and its prompts (change: filter them)."""
         return _detail(request, model_evaluation_get_for(user=request.user, model_id=model_id,
                                                          evaluation_id=evaluation_id))
 
     @extend_schema(responses={204: None}, operation_id="models_evaluations_destroy")
     def delete(self, request, model_id: int, evaluation_id: int):
+        """Delete a finished evaluation of a model with its transcripts."""
         return _delete(request, model_evaluation_get_for(user=request.user, model_id=model_id,
                                                          evaluation_id=evaluation_id))
 
@@ -198,6 +208,7 @@ class ModelEvaluationDetailView(APIView):
 class ModelEvaluationStopView(APIView):
     @extend_schema(request=None, responses={202: EvaluationSerializer}, operation_id="models_evaluations_stop")
     def post(self, request, model_id: int, evaluation_id: int):
+        """Stop an evaluation of a model: a queued one at once, a running one's job."""
         return _stop(request, model_evaluation_get_for(user=request.user, model_id=model_id,
                                                        evaluation_id=evaluation_id))
 
@@ -206,5 +217,6 @@ class ModelEvaluationSamplesView(APIView):
     @extend_schema(parameters=CELL_PARAMS, responses=EvaluationSampleSerializer(many=True),
                    operation_id="models_evaluations_samples")
     def get(self, request, model_id: int, evaluation_id: int):
+        """The k transcripts of one prompt of a model's evaluation."""
         return _samples(request, model_evaluation_get_for(user=request.user, model_id=model_id,
                                                           evaluation_id=evaluation_id))

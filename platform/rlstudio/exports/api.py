@@ -24,12 +24,14 @@ def _not_permitted(exc) -> ApiError:
 class RunExportsView(APIView):
     @extend_schema(responses=ExportSerializer(many=True), operation_id="runs_exports_list")
     def get(self, request, run_id: int):
+        """A run's exports (Hugging Face folders made from its checkpoints), newest first."""
         _run, qs = export_list_for(user=request.user, run_id=run_id)
         return Response(ExportSerializer(qs[:100], many=True, context={"request": request}).data)
 
     @extend_schema(request=ExportCreateSerializer, responses={202: ExportSerializer, 200: ExportSerializer},
                    operation_id="runs_exports_create")
     def post(self, request, run_id: int):
+        """Export one of a run's checkpoints (step) as a Hugging Face folder, registered as a model."""
         from rlstudio.runs.services import RunNotPermitted, check_can_manage
 
         run, _qs = export_list_for(user=request.user, run_id=run_id)
@@ -50,11 +52,13 @@ class RunExportsView(APIView):
 class RunExportDetailView(APIView):
     @extend_schema(responses=ExportSerializer, operation_id="runs_exports_retrieve")
     def get(self, request, run_id: int, export_id: int):
+        """One export of a run: its state, files, size and the catalog model it became."""
         export = export_get_for(user=request.user, run_id=run_id, export_id=export_id)
         return Response(ExportSerializer(export, context={"request": request}).data)
 
     @extend_schema(responses={204: None}, operation_id="runs_exports_destroy")
     def delete(self, request, run_id: int, export_id: int):
+        """Delete an export: its folder and its catalog model (not while a run uses that model)."""
         from rlstudio.catalog.errors import CatalogRefused
         from rlstudio.runs.services import RunNotPermitted
 
@@ -75,6 +79,7 @@ class RunExportArchiveView(APIView):
                                                                           description="the export as a .tar.gz")},
                    operation_id="runs_exports_archive")
     def get(self, request, run_id: int, export_id: int):
+        """A succeeded export's folder as a .tar.gz, made while it downloads."""
         export = export_get_for(user=request.user, run_id=run_id, export_id=export_id)
         if export.status != "succeeded":
             raise ApiError(f"export {export.pk} is {export.status}: only a succeeded export has an archive",

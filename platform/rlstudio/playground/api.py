@@ -17,6 +17,7 @@ class SessionsView(APIView):
     @extend_schema(request=SessionCreateSerializer, responses={202: SessionSerializer},
                    operation_id="playground_sessions_create")
     def post(self, request):
+        """Send a message to one or two targets (a model or a checkpoint); the answer streams over the session's websocket."""
         try:
             session = session_new(user=request.user, data=request.data)
         except TargetNotFound as exc:
@@ -31,12 +32,14 @@ class SessionsView(APIView):
 class SessionDetailView(APIView):
     @extend_schema(responses=SessionSerializer, operation_id="playground_sessions_retrieve")
     def get(self, request, session_id: int):
+        """One playground session of yours: its targets, messages, settings, state and each target's answer."""
         return Response(SessionSerializer(session_get_for(user=request.user, session_id=session_id)).data)
 
 
 class SessionStopView(APIView):
     @extend_schema(request=None, responses={202: SessionSerializer}, operation_id="playground_sessions_stop")
     def post(self, request, session_id: int):
+        """Stop a playground session's answer."""
         session = session_get_for(user=request.user, session_id=session_id)
         try:
             session = session_stop(user=request.user, session=session)
