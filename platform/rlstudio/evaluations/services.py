@@ -28,6 +28,7 @@ from django.utils import timezone
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.checkpoints import checkpoint_steps
 from rlstudio.runs.dispatch import send_after_commit
+from rlstudio.runs.errors import RunRefused
 from rlstudio.runs.failure import stored_error
 from rlstudio.runs.launch import run_folder, write_spec
 from rlstudio.runs.queue import QueuedJob
@@ -288,7 +289,10 @@ def evaluation_admit(*, evaluation_id: int, cluster_free_gpus: float | None = No
         ev = Evaluation.objects.select_related("owner").filter(pk=evaluation_id).first()
         if ev is None:
             return None  # deleted since the pass loaded it: it left the queue
-        policy.lock_owner(user=ev.owner)
+        try:
+            policy.lock_owner(user=ev.owner)
+        except RunRefused:  # in a pass, a lock it did not take up front is busy: the next pass tries it
+            return None
         # Never waiting for the row (the pass holds owners' locks; a delete locks rows, then owners):
         # one locked elsewhere is skipped, as one deleted, and stays queued for the next pass.
         ev = (Evaluation.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import Sum
@@ -34,7 +33,7 @@ from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
 from rlstudio.runs.models import ACTIVE_STATUSES, Run, RunStatus
-from rlstudio.runs.queue import QUOTA_REMEDY, TEAM_QUOTA_REMEDY, gpus_over_quota, never_reason
+from rlstudio.runs.queue import QUOTA_REMEDY, TEAM_QUOTA_REMEDY, TEAM_REASON_MARK, gpus_over_quota, never_reason
 from rlstudio.runs.services import RunRefused, run_stop
 from rlstudio.runs.services.queue_registry import QuotaPolicy
 
@@ -48,6 +47,7 @@ from .selectors import (
     quota_for,
     running_evaluations,
 )
+from .owner_locks import lock_ids_if_free, lock_owner, lock_owners, owners_locked
 from .team_quotas import (
     members_of,
     quota_teams_of,
@@ -55,39 +55,7 @@ from .team_quotas import (
     team_hours_reason,
     team_usages,
     quota_usage_with_teams,
-    teammate_ids,
 )
-
-
-def lock_owners(*, user_ids) -> None:
-    """Take the row lock that serializes one user's admissions, of every user in `user_ids` and of
-    every member of their quota'd teams (`team_quotas.teammate_ids`, read first), in id order (one
-    query: PostgreSQL locks the rows as the sorted scan returns them), until the caller's transaction
-    ends. Every holder of several owners' locks takes them through here, so no two can deadlock on the
-    order; and an admission holds the locks of everyone whose jobs its team limits count, so two
-    members of a team cannot both take its last GPU.
-
-    FOR NO KEY UPDATE: it excludes another admission of the same user, but not the FOR KEY SHARE lock
-    PostgreSQL takes on the user row when a row referencing it is written (an audit event, a run's
-    transition). A plain FOR UPDATE here deadlocks with a stop that holds the run's row and audits.
-    """
-    ids = {int(pk) for pk in user_ids}
-    if ids:
-        ids |= teammate_ids(user_ids=ids)
-    _lock_ids(ids)
-
-
-def _lock_ids(user_ids: set[int]) -> None:
-    """`lock_owners`' lock of exactly `user_ids` (no teammates added), in id order, in one query."""
-    ids = sorted(user_ids)
-    if ids:
-        list(get_user_model().objects.select_for_update(no_key=True).filter(pk__in=ids).order_by("pk")
-             .values_list("pk", flat=True))
-
-
-def lock_owner(*, user: AbstractBaseUser) -> None:
-    """`lock_owners` of one user (and so of the members of their quota'd teams)."""
-    lock_owners(user_ids=[user.pk])
 
 
 def _plural(n: float, word: str) -> str:
@@ -147,8 +115,9 @@ def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | No
         if held + gpus > quota.max_gpus:
             return f"you hold {held} of your {_plural(quota.max_gpus, 'GPU')} and this {what} needs {gpus}"
         now = timezone.now()
-        usages = _team_usages_locked(teams, now=now, exclude_run=exclude_run, exclude_evaluation=exclude_evaluation)
-        if why := team_gpus_reason(usages, gpus=gpus, what=what):
+        usages, why = _team_usages_locked(teams, now=now, exclude_run=exclude_run,
+                                          exclude_evaluation=exclude_evaluation)
+        if why or (why := team_gpus_reason(usages, gpus=gpus, what=what)):
             return why
         used = month_gpu_hours(user=owner, now=now)
         if used >= quota.gpu_hours_per_month:
@@ -160,17 +129,31 @@ def _reason(*, owner: AbstractBaseUser, gpus: int, cluster_free_gpus: float | No
     return ""
 
 
-def _team_usages_locked(teams, *, now, exclude_run: int | None, exclude_evaluation: int | None):
-    """The usage of the owner's quota'd `teams`, their members read now and locked first (`_lock_ids`):
-    the owner's lock (`lock_owners`) took the members it read then, so this is a no-op unless someone
-    joined a team since; one who did is locked before their jobs are counted, so what is counted
-    cannot change under the check (a lock taken out of the usual order could deadlock with that
-    member's own admission: PostgreSQL then fails one of them, and the pass tries it again)."""
+# Why a job waits when a member who joined one of its owner's teams after the owner's lock was taken is
+# locked by another transaction (their own admission or launch, say) at the check.
+TEAM_JOINED_REASON = ("{mark}{team} has a new member whose own admission or launch is under way: tried again "
+                      "at the next queue pass")
+
+
+def _team_usages_locked(teams, *, now, exclude_run: int | None,
+                        exclude_evaluation: int | None) -> tuple[list, str]:
+    """(the usage of the owner's quota'd `teams`, '') with their members read now and locked first;
+    the owner's lock (`lock_owners`) took the members it read then, so the lock is a no-op unless
+    someone joined a team since. One who did is locked (out of the id order) before their jobs are
+    counted, so what is counted cannot change under the check; but never waited for: their lock held
+    by another transaction gives ([], TEAM_JOINED_REASON naming the team) and the job is tried again at
+    the next pass. Waiting there could deadlock: the joiner's own launch or admission takes the
+    owner's lock (now a teammate's) after the joiner's, in id order, and a launch PostgreSQL failed for
+    a deadlock would answer an error."""
     if not teams:
-        return []
+        return [], ""
     members = members_of(team.team_id for team in teams)
-    _lock_ids(set().union(*members.values()))
-    return team_usages(teams, members, now=now, exclude_run=exclude_run, exclude_evaluation=exclude_evaluation)
+    wanted = set().union(*members.values())
+    missing = wanted - lock_ids_if_free(wanted)
+    if missing:
+        team = next(t for t in teams if members[t.team_id] & missing)
+        return [], TEAM_JOINED_REASON.format(mark=TEAM_REASON_MARK, team=team.team.name)
+    return team_usages(teams, members, now=now, exclude_run=exclude_run, exclude_evaluation=exclude_evaluation), ""
 
 
 def admission_reason(*, run: Run, cluster_free_gpus: float | None) -> str:
@@ -205,6 +188,9 @@ class Quotas(QuotaPolicy):
 
     def lock_owners(self, *, user_ids) -> None:
         lock_owners(user_ids=user_ids)
+
+    def owners_locked(self, *, user_ids):
+        return owners_locked(user_ids=user_ids)
 
     def queue_refusal(self, *, user: AbstractBaseUser) -> str:
         try:

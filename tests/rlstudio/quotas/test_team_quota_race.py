@@ -3,6 +3,7 @@ holds the admission locks of every member of its owner's quota'd teams, taken in
 (`lock_owners`), so two members racing for their team's last GPU cannot both start; a member who
 joined after those locks were taken is locked before their jobs are counted; a queue pass admits
 only what the team has room for."""
+import logging
 import threading
 
 import pytest
@@ -12,7 +13,7 @@ from django.db import OperationalError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from rlstudio.quotas import services as quota_services
+from rlstudio.quotas import owner_locks
 from rlstudio.quotas.models import GpuQuota, TeamQuota
 from rlstudio.quotas.services import admission_reason, lock_owner
 from rlstudio.runs.models import Run, RunStatus
@@ -138,6 +139,10 @@ def test_a_teammates_admission_lock_excludes_the_owners_but_a_team_without_quota
     assert not _alice_waits_for_bobs_lock(alice, bob)  # no team limit: bob's admissions are not alice's
 
 
+JOINED = ("your team {} has a new member whose own admission or launch is under way: tried again at the next "
+          "queue pass")
+
+
 def test_a_member_who_joined_after_the_lock_is_locked_before_their_jobs_are_counted(
         alice, bob, make_user, nlp, make_run, monkeypatch):
     carol = make_user("carol")
@@ -148,12 +153,13 @@ def test_a_member_who_joined_after_the_lock_is_locked_before_their_jobs_are_coun
     try:
         assert hold.wait(30) and not errors
         nlp.user_set.add(carol)  # she joins between an owner's lock and its check
-        monkeypatch.setattr(quota_services, "teammate_ids", lambda user_ids: set())  # the lock read before
-        with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+        with monkeypatch.context() as patched, transaction.atomic():
+            patched.setattr(owner_locks, "teammate_ids", lambda user_ids: set())  # the lock read before
             with connection.cursor() as cur:
                 cur.execute("SET LOCAL lock_timeout = '500ms'")
             lock_owner(user=alice)
-            admission_reason(run=waiting, cluster_free_gpus=FREE)  # waits for carol's lock
+            # Her lock is held elsewhere: not waited for (that could deadlock), tried at the next pass.
+            assert admission_reason(run=waiting, cluster_free_gpus=FREE) == JOINED.format("nlp")
     finally:
         done.set()
         thread.join(30)
@@ -161,6 +167,49 @@ def test_a_member_who_joined_after_the_lock_is_locked_before_their_jobs_are_coun
     with transaction.atomic():
         assert admission_reason(run=waiting, cluster_free_gpus=FREE) == (
             "your team nlp holds 2 of its 2 GPUs and this run needs 1")  # carol's GPU counts now
+
+
+def _launch_lock(user) -> bool:
+    """A launch's lock of `user` (theirs and their quota'd teammates', in id order), held a moment."""
+    with transaction.atomic():
+        lock_owner(user=user)
+    return True
+
+
+def _waiting_for_a_lock() -> bool:
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'")
+        return cur.fetchone()[0] > 0
+
+
+def test_a_member_joining_during_an_admission_never_deadlocks_with_their_own_launch(make_user, make_run):
+    """dave's admission locked him (his team then: dave alone); carol (a lower id) joins, and her launch
+    locks her, then waits for dave's lock (a teammate's now, in id order). dave's check must not then
+    wait for carol's lock: PostgreSQL would fail one of them for a deadlock (her launch: an error)."""
+    carol, dave = make_user("carol"), make_user("dave")
+    for user in (carol, dave):
+        GpuQuota.objects.create(user=user, max_gpus=4, gpu_hours_per_month=1000, max_concurrent_runs=5)
+    cv = Group.objects.create(name="cv")
+    cv.user_set.set([dave])
+    TeamQuota.objects.create(team=cv, max_gpus=2, gpu_hours_per_month=1000)
+    waiting = make_run(dave, "w", gpus=1)
+    results, errors = [], []
+    cv.user_set.add(carol)  # committed: staff add her while dave's admission is under way
+    with transaction.atomic():
+        with connection.cursor() as cur:
+            cur.execute("SET LOCAL lock_timeout = '10s'")
+        owner_locks.lock_ids({dave.pk})  # his admission's lock, as read before carol joined
+        thread = _thread(lambda: _launch_lock(carol), results, errors)
+        for _ in range(200):
+            if _waiting_for_a_lock() or errors:
+                break
+            thread.join(0.05)
+        assert not errors and thread.is_alive()  # carol's launch holds her lock and waits for dave's
+        assert admission_reason(run=waiting, cluster_free_gpus=FREE) == JOINED.format("cv")
+    thread.join(30)
+    assert not errors, errors  # no deadlock: her launch went on once dave's admission committed
+    assert results == [True]
 
 
 def test_a_queue_pass_admits_only_what_the_team_has_room_for(alice, bob, nlp, make_run, published, monkeypatch):
@@ -174,3 +223,41 @@ def test_a_queue_pass_admits_only_what_the_team_has_room_for(alice, bob, nlp, ma
     assert second.status == S.QUEUED
     assert second.queue_reason == "your team nlp holds 2 of its 2 GPUs and this run needs 1"
     assert [args for task, *args in published if task == "runs.submit_run"] == [[first.pk]]
+
+
+def test_a_member_joining_during_a_queue_pass_never_deadlocks_with_their_own_launch(
+        make_user, make_run, published, monkeypatch, caplog):
+    """The pass locked dave (his team then: dave alone); carol (a lower id) joins and her launch locks
+    her, then waits for dave's. dave's admission in the pass must not wait for carol's lock (out of
+    the id order: a deadlock, PostgreSQL failing her launch): his run is left to the next pass."""
+    monkeypatch.setattr(admission, "free_gpus", lambda needed: float(FREE))
+    monkeypatch.setattr(admission, "cluster_total_gpus", lambda: float(FREE))
+    carol, dave = make_user("carol"), make_user("dave")
+    for user in (carol, dave):
+        GpuQuota.objects.create(user=user, max_gpus=4, gpu_hours_per_month=1000, max_concurrent_runs=5)
+    cv = Group.objects.create(name="cv")
+    cv.user_set.set([dave])
+    TeamQuota.objects.create(team=cv, max_gpus=2, gpu_hours_per_month=1000)
+    waiting = make_run(dave, "w", gpus=1)
+    results, errors, launch = [], [], []
+    admit_locked = admission._admit_locked
+
+    def carol_joins_and_launches(*args):
+        joined = _thread(lambda: cv.user_set.add(carol), [], errors)  # staff, on their own connection
+        joined.join(30)
+        launch.append(_thread(lambda: _launch_lock(carol), results, errors))
+        for _ in range(200):
+            if _waiting_for_a_lock() or errors:
+                break
+            launch[0].join(0.05)
+        assert not errors and launch[0].is_alive()  # her launch holds her lock and waits for dave's
+        return admit_locked(*args)
+
+    monkeypatch.setattr(admission, "_admit_locked", carol_joins_and_launches)
+    assert admission.queue_admit_all() == []  # dave's run: not tried in this pass
+    launch[0].join(30)
+    assert not errors, errors  # no deadlock: her launch went on once the pass committed
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]  # nor the pass's admission
+    assert results == [True]
+    monkeypatch.setattr(admission, "_admit_locked", admit_locked)
+    assert admission.queue_admit_all() == [waiting.pk]  # the next pass admits it

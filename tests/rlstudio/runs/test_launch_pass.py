@@ -564,13 +564,15 @@ def test_an_evaluation_deleted_mid_pass_leaves_the_queue_and_the_others_are_stil
     ev = _evaluation(alice, make_dataset, make_model)
     run = make_run(bob, "after-the-evaluation")
     policy = quota_policy()
-    original = policy.lock_owners
+    original = policy.owners_locked
 
+    @contextlib.contextmanager
     def lock_then_delete(*, user_ids):
-        original(user_ids=user_ids)
-        Evaluation.objects.filter(pk=ev.pk).delete()  # after the pass loaded it, before its try
+        with original(user_ids=user_ids):
+            Evaluation.objects.filter(pk=ev.pk).delete()  # after the pass loaded it, before its try
+            yield
 
-    monkeypatch.setattr(policy, "lock_owners", lock_then_delete)
+    monkeypatch.setattr(policy, "owners_locked", lock_then_delete)
     assert [j.label for j in queue_admit_jobs()] == [f"run #{run.pk}"]
     run.refresh_from_db()
     assert run.status == S.SUBMITTING

@@ -329,31 +329,38 @@ def _queue_pass(*, wait_s: float) -> list[QueuedJob] | None:
             # pass's `free_gpus` then reads), not under the owners' locks: a launch, export or
             # playground session of a queued job's owner never waits on Ray.
             cluster_total_gpus()
-        # Owners in id order (`lock_owners`), as every holder of several owners' locks takes them.
-        quota_policy().lock_owners(user_ids={job.owner_id for job in jobs})
+        # Owners in id order (`lock_owners`), as every holder of several owners' locks takes them, up
+        # front: inside the block an admission's own `lock_owner` never waits for a lock not taken here
+        # (a member who joined an owner's team since: that job is RunRefused, tried by the next pass).
+        with quota_policy().owners_locked(user_ids={job.owner_id for job in jobs}):
+            return _admit_locked(jobs, runs, kinds)
 
-        def try_admit(job: QueuedJob, free: float | None) -> Attempt | None:
-            # Each admission in its own savepoint: one job's error (a bug, a database error) rolls back
-            # that job's changes only (and drops the submit it registered), logged; the pass goes on
-            # and the job, treated as left the queue this pass, is tried again by the next one.
-            try:
-                with transaction.atomic():
-                    if job.kind == RUN:  # run_admit locks the row and checks it is still queued
-                        return _try_admit_run(runs[job.id], free)
-                    return kinds[job.kind].try_admit(job_id=job.id, cluster_free_gpus=free)
-            except Exception:  # noqa: BLE001 - any one job's failure never undoes the others' admissions
-                log.exception("queue pass: admitting %s failed; the next pass tries it again", job.label)
-                return None
 
-        held: dict[str, list[int]] = {}
-        admitted = admission_pass(jobs, free_gpus=lambda needed: free_gpus(needed=needed),
-                                  try_admit=try_admit, never=_Never(kinds),
-                                  held_back=lambda job, _blocker: held.setdefault(job.kind, []).append(job.id))
-        for kind, ids in held.items():
-            if kind == RUN:
-                _hold_runs(ids)
-            else:
-                kinds[kind].hold(job_ids=ids, reason=HELD_BACK_REASON)
+def _admit_locked(jobs: list[QueuedJob], runs: dict[int, Run], kinds: dict[str, QueuedKind]) -> list[QueuedJob]:
+    """`_queue_pass`'s admissions, its owners' locks held: each job tried in the queue's order; the GPU
+    jobs held back behind one waiting for the cluster get HELD_BACK_REASON."""
+    def try_admit(job: QueuedJob, free: float | None) -> Attempt | None:
+        # Each admission in its own savepoint: one job's error (a bug, a database error) rolls back
+        # that job's changes only (and drops the submit it registered), logged; the pass goes on
+        # and the job, treated as left the queue this pass, is tried again by the next one.
+        try:
+            with transaction.atomic():
+                if job.kind == RUN:  # run_admit locks the row and checks it is still queued
+                    return _try_admit_run(runs[job.id], free)
+                return kinds[job.kind].try_admit(job_id=job.id, cluster_free_gpus=free)
+        except Exception:  # noqa: BLE001 - any one job's failure never undoes the others' admissions
+            log.exception("queue pass: admitting %s failed; the next pass tries it again", job.label)
+            return None
+
+    held: dict[str, list[int]] = {}
+    admitted = admission_pass(jobs, free_gpus=lambda needed: free_gpus(needed=needed),
+                              try_admit=try_admit, never=_Never(kinds),
+                              held_back=lambda job, _blocker: held.setdefault(job.kind, []).append(job.id))
+    for kind, ids in held.items():
+        if kind == RUN:
+            _hold_runs(ids)
+        else:
+            kinds[kind].hold(job_ids=ids, reason=HELD_BACK_REASON)
     return admitted
 
 

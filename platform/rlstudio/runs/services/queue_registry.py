@@ -4,6 +4,8 @@ jobs (`QueuedKind`, the evaluations app's, `queued_kind_register`), and the GPUs
 Ray jobs hold (`on_gpus_held`)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Callable
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -18,6 +20,9 @@ class QuotaPolicy:
         lock_owner(*, user)                       take the lock that serializes one user's admissions
                                                   and launches (inside the caller's transaction)
         lock_owners(*, user_ids)                  take several users' locks, in id order
+        owners_locked(*, user_ids)                a context manager: `lock_owners` for a queue pass,
+                                                  inside which a lock it did not take up front is
+                                                  never waited for (here: only `lock_owners`)
         queue_refusal(*, user) -> str             '' when the user may queue one more run, else why not
         reason(*, run, cluster_free_gpus) -> str  '' when `run` may start now, else why it waits
                                                   (`cluster_free_gpus`: None = not checked)
@@ -33,6 +38,11 @@ class QuotaPolicy:
 
     def lock_owners(self, *, user_ids) -> None:
         raise NotImplementedError
+
+    @contextmanager
+    def owners_locked(self, *, user_ids) -> Iterator[None]:
+        self.lock_owners(user_ids=user_ids)
+        yield
 
     def queue_refusal(self, *, user: AbstractBaseUser) -> str:
         raise NotImplementedError
