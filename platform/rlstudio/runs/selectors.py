@@ -425,7 +425,8 @@ def fork_form_context(*, run: Run) -> dict:
 def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     """Context for templates/runs/_controls.html and _logs.html (LIVE merges it into the run page).
 
-    `can_*` say which buttons make sense now (none for a user the run is only shared with:
+    `queue_reason` is a queued run's reason as `user` may read it (`run_queue_reason_for`); `can_*` say
+    which buttons make sense now (none for a user the run is only shared with:
     `can_manage` false, `access` "shared"; `can_fork`: a finished run with a kept checkpoint, whose
     steps and inputs `fork_form` holds); `fork_origin` is a fork's step and changes; `progress` is 0–100 when total steps are known;
     `duration` is run_duration's; `clock` holds unix seconds (server's now, started, finished, last
@@ -450,6 +451,9 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
         "duration": run_duration(run, now=now),
         "clock": clock,
         "queue_position": queue_position(run=run),
+        # Why it waits, as this user may read it (a reader: no team of the owner's): the run page and
+        # the controls card it refreshes on each status event both show it.
+        "queue_reason": run_queue_reason_for(user=user, run=run) if status == "queued" else "",
         "can_manage": manage,
         "access": run_access(user=user, run=run),
         "project": run_project_for(user=user, run=run),

@@ -27,7 +27,6 @@ from rlstudio.runs.selectors import (
     run_config_for,
     run_get_for,
     run_header_context,
-    run_queue_reason_for,
     run_shared_teams,
     run_shared_users,
     visible_runs,
@@ -81,8 +80,6 @@ def run_detail(request, run_id: int):
     metrics, metrics_next = sel.metrics_page(run=run, limit=sel.METRICS_PAGE_DEFAULT)
     ctx.update({
         "run": run,
-        # A reader sees no team of the owner's in why it waits.
-        "queue_reason": run_queue_reason_for(user=request.user, run=run),
         "shared_users": run_shared_users(run=run) if ctx["can_manage"] else [],
         "shared_teams": run_shared_teams(run=run) if ctx["can_manage"] else [],
         "team_choices": team_names_for_sharing(user=request.user) if ctx["can_manage"] else [],

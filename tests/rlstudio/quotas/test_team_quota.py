@@ -315,5 +315,15 @@ def test_a_reader_of_a_shared_run_sees_no_team_in_why_it_waits(alice, bob, make_
     page.force_login(carol)
     body = page.get(f"/runs/{waiting.pk}/").content.decode()
     assert "nlp" not in body and "waiting for a team quota of its owner&#x27;s" in body
+    # Nor anywhere else a reader reads the run: the runs list, compare (page and API), their own quota page.
+    for url in ("/runs/", f"/runs/compare/?ids={big.pk},{waiting.pk}", f"/api/v1/runs/compare/?ids={big.pk},{waiting.pk}",
+                "/runs/quota/", "/api/v1/quota/"):
+        resp = page.get(url)
+        assert resp.status_code == 200 and "nlp" not in resp.content.decode(), url
+    # The controls card the run page refreshes on each status event (the websocket's) says the same.
+    controls = page.get(f"/runs/{waiting.pk}/controls/").content.decode()
+    assert "nlp" not in controls and "waiting for a team quota of its owner&#x27;s" in controls
     page.force_login(alice)
     assert "your team nlp holds 8 of its 8 GPUs and this run needs 1" in page.get(f"/runs/{waiting.pk}/").content.decode()
+    assert "your team nlp holds 8 of its 8 GPUs and this run needs 1" in page.get(
+        f"/runs/{waiting.pk}/controls/").content.decode()
