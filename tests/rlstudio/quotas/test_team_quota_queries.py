@@ -1,10 +1,12 @@
 """A queue pass's work does not grow with teams or their members: the same queued jobs tried against
 their owners' team quotas cost as many queries whether the owners are in one quota'd team of two or in
 many teams of many members (each job's team check reads every team of its owner's in a fixed number of
-queries; the owners' locks, teammates included, are one query). Real PostgreSQL, no Ray."""
+queries; the owners' locks, teammates included, are one query); nor does the admin's Team GPU quotas
+list. Real PostgreSQL, no Ray."""
 import pytest
 from django.contrib.auth.models import Group
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -50,3 +52,28 @@ def test_a_pass_reads_as_many_queries_with_many_teams_and_members(alice, bob, ma
     many = _pass_queries()
     assert {r.pk: r.queue_reason for r in Run.objects.filter(pk__in=reasons)} == reasons
     assert many == few, (few, many)
+
+
+def test_the_admins_team_quota_list_reads_as_many_queries_with_many_teams(staff, alice, bob, make_user, make_run):
+    client = Client()
+    client.force_login(staff)
+
+    def listing_queries(teams: int) -> int:
+        with CaptureQueriesContext(connection) as ctx:
+            body = client.get("/admin/quotas/teamquota/").content.decode()
+        assert body.count("of 500") == teams  # each team's GPUs held, "1 of 500"
+        return len(ctx.captured_queries)
+
+    members = [alice, bob]
+    Run.objects.filter(pk=make_run(alice, "a", gpus=1).pk).update(status=S.RUNNING, started=timezone.now())
+    for i in range(2):
+        team = Group.objects.create(name=f"team-{i}")
+        team.user_set.set(members)
+        TeamQuota.objects.create(team=team, max_gpus=500, gpu_hours_per_month=10_000)
+    few = listing_queries(2)
+    members += [make_user(f"m{i}") for i in range(10)]
+    for i in range(2, 8):
+        team = Group.objects.create(name=f"team-{i}")
+        team.user_set.set(members)
+        TeamQuota.objects.create(team=team, max_gpus=500, gpu_hours_per_month=10_000)
+    assert listing_queries(8) == few
