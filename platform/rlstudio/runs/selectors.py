@@ -466,6 +466,9 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
         "can_fork": bool(fork_form["steps"]),
         "fork_form": fork_form,
         "fork_origin": fork_origin(run=run, user=user),
+        # The run it was made from is linked only for whoever reads it (else its id, as a dead link is no use).
+        "parent_visible": run.parent_id is not None and visible_runs(
+            Run.objects.filter(pk=run.parent_id), user=user).exists(),
         "can_delete": manage and status in ("stopped", "failed", "lost", "succeeded"),
         "is_live": status in ("queued", "submitting", "running", "stopping"),
     }

@@ -22,6 +22,15 @@ from .selectors import (
 )
 
 
+def _visible_parents(runs, *, user) -> set[int]:
+    """Ids of the runs `runs` were resumed, cloned or forked from that `user` reads (one query)."""
+    from .models import Run
+    from .selectors import visible_runs
+
+    ids = {r.parent_id for r in runs if r.parent_id}
+    return set(visible_runs(Run.objects.filter(pk__in=ids), user=user).values_list("pk", flat=True)) if ids else set()
+
+
 def _row(run) -> dict:
     progress = None
     if run.total_steps:
@@ -101,6 +110,8 @@ def run_list_page(request, *, project: int | None = None, extra: dict | None = N
         {
             **(extra or {}),
             "rows": [_row(r) for r in runs],
+            # the runs they were made from that the user reads: linked; the others named by id only
+            "visible_parents": _visible_parents(runs, user=request.user),
             "paged": page,
             "headers": _sort_headers(sort, filters),
             "status": flt.status,

@@ -19,7 +19,7 @@ from django.utils.http import urlencode
 
 from rlstudio.accounts.teams import team_names_for_sharing
 from rlstudio.api.errors import ApiError
-from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.models import RunStatus
 from rlstudio.runs.preview import memory as memory_estimate
 from rlstudio.runs.shapes import ShapeUnknown, StepShapes
 from rlstudio.runs.selectors import (
@@ -29,7 +29,6 @@ from rlstudio.runs.selectors import (
     run_header_context,
     run_shared_teams,
     run_shared_users,
-    visible_runs,
 )
 
 from . import selectors as sel
@@ -83,9 +82,6 @@ def run_detail(request, run_id: int):
         "shared_users": run_shared_users(run=run) if ctx["can_manage"] else [],
         "shared_teams": run_shared_teams(run=run) if ctx["can_manage"] else [],
         "team_choices": team_names_for_sharing(user=request.user) if ctx["can_manage"] else [],
-        # The run it was cloned or resumed from is named only to whoever may read it (else its id).
-        "parent_visible": run.parent_id is not None and visible_runs(
-            Run.objects.filter(pk=run.parent_id), user=request.user).exists(),
         # A reader (not the owner or staff) sees the config without the platform's keys (server paths).
         "config_json": json.dumps(run_config_for(user=request.user, run=run), indent=2, sort_keys=True),
         "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
