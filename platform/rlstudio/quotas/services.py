@@ -47,7 +47,7 @@ from .selectors import (
     quota_for,
     running_evaluations,
 )
-from .owner_locks import lock_ids_if_free, lock_owner, lock_owners, owners_locked
+from .owner_locks import lock_ids, lock_ids_if_free, lock_owner, lock_owners, owners_locked
 from .team_quotas import (
     members_of,
     quota_teams_of,
@@ -239,12 +239,15 @@ def _evaluation_job(ev) -> tuple:
 
 def _keep(jobs: list[tuple], now) -> list[GpuHoursSpent]:
     """Write the GpuHoursSpent rows of `jobs` ((owner id, job name, gpus, started, finished) each), after
-    taking each owner's admission lock (`lock_owners`, in id order), so an admission never counts
-    the month between the rows' writing and the records' deletion. A CPU job, or one never started,
-    keeps nothing."""
+    taking each owner's own admission lock (`owner_locks.lock_ids`, in id order), so an admission never
+    counts the month between the rows' writing and the records' deletion. Their own locks only, not
+    their quota'd teammates': an admission that counts a user's month for a team (a teammate's) holds
+    that user's lock too; and a bulk delete, which took the owners' locks with their teammates'
+    first, would otherwise take a teammate who joined since out of the id order here, waiting for
+    them (a deadlock with that member's own launch). A CPU job, or one never started, keeps nothing."""
     rows = [row for user_id, job, gpus, started, finished in jobs
             for row in _kept_rows(user_id=user_id, job=job, gpus=gpus, started=started, finished=finished, now=now)]
-    lock_owners(user_ids={row.user_id for row in rows})
+    lock_ids({row.user_id for row in rows})
     return GpuHoursSpent.objects.bulk_create(rows)
 
 

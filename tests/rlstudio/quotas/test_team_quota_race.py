@@ -261,3 +261,45 @@ def test_a_member_joining_during_a_queue_pass_never_deadlocks_with_their_own_lau
     assert results == [True]
     monkeypatch.setattr(admission, "_admit_locked", admit_locked)
     assert admission.queue_admit_all() == [waiting.pk]  # the next pass admits it
+
+
+def test_keeping_a_deleted_jobs_gpu_time_takes_its_owners_lock_only(alice, bob, nlp, make_run):
+    """`_keep` (a run's deletion) locks the owner alone, not their quota'd teammates: a teammate's
+    admission counts the owner's month under the owner's lock anyway, and a bulk delete that took the
+    owners' and teammates' locks first would take a member who joined since out of the id order here."""
+    from datetime import timedelta
+
+    from rlstudio.quotas.services import gpu_time_keep
+
+    now = timezone.now()
+    run = make_run(alice, "done", gpus=1)
+    Run.objects.filter(pk=run.pk).update(status=S.SUCCEEDED, started=now - timedelta(hours=1), finished=now)
+    run.refresh_from_db()
+    hold, done, errors = threading.Event(), threading.Event(), []
+
+    def bob_holds_his_own():
+        try:
+            with transaction.atomic():
+                owner_locks.lock_ids({bob.pk})
+                hold.set()
+                done.wait(30)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            hold.set()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=bob_holds_his_own)
+    thread.start()
+    try:
+        assert hold.wait(30) and not errors
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = '500ms'")
+            assert len(gpu_time_keep(run, now=now)) == 1  # never waits for bob's lock
+            with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+                lock_owner(user=alice)  # an admission of alice's does wait for her teammate's
+    finally:
+        done.set()
+        thread.join(30)
+    assert not errors
