@@ -115,6 +115,26 @@ def test_membership_counts_at_admission_a_past_members_hours_stay_theirs(alice, 
         "your team nlp holds 8 of its 8 GPUs and this run needs 1")
 
 
+def test_a_members_deleted_run_and_evaluation_stay_in_the_teams_month_counted_once(alice, bob, nlp, make_run,
+                                                                                   make_dataset):
+    from rlstudio.quotas.services import gpu_time_keep
+
+    now = timezone.now()
+    start = max(month_start(now), now - timedelta(hours=2))
+    run = make_run(bob, "done", gpus=2)
+    Run.objects.filter(pk=run.pk).update(status=S.SUCCEEDED, started=start, finished=now)
+    run.refresh_from_db()
+    Evaluation.objects.create(owner=alice, run=run, dataset=make_dataset(alice, "ev"), gpus=1, k=1, max_prompts=1,
+                              status=EvaluationStatus.SUCCEEDED, started=start, finished=now)
+    expected = 3 * (now - start).total_seconds() / 3600  # the run's 2 GPUs (bob's) and the evaluation's 1 (alice's)
+    before = team_usages_of(user=alice, now=now)[0].gpu_hours_this_month
+    assert before == pytest.approx(expected)
+    with transaction.atomic():
+        assert len(gpu_time_keep(run, now=now)) == 2  # one row each, each for its own owner
+        run.delete()  # its evaluation with it
+    assert team_usages_of(user=alice, now=now)[0].gpu_hours_this_month == before
+
+
 def test_every_quotad_team_is_checked_and_the_one_over_is_named(alice, bob, make_user, nlp, make_run):
     carol = make_user("carol")
     GpuQuota.objects.create(user=carol, max_gpus=16, gpu_hours_per_month=10_000, max_concurrent_runs=10)
