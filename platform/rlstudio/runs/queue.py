@@ -7,8 +7,8 @@ order for the same capacity (their owner's quota, the cluster's GPUs), so an old
 admitted before a newer queued run when both want the same slot, and the other way round.
 
 `admission_pass` walks the queue in that order and asks `try_admit` (the services' quota check under
-the owner's lock) for each job, after `never` (can it ever be admitted: its owner's quota's `max_gpus`,
-the cluster's GPUs in all) for each GPU job: nothing here reads the database, so the pass is tested by hand. It is
+the owner's lock) for each job, after `never` (can it ever be admitted: its owner's quota's `max_gpus`
+and their team quotas', the cluster's GPUs in all) for each GPU job: nothing here reads the database, so the pass is tested by hand. It is
 the only way a job is admitted: the reconcile runs it every few seconds and each launch runs it once
 its job is recorded queued (`services.admission.queue_admit_launched`), so a job launched now never
 overtakes an older one the pass would try first.
@@ -146,7 +146,7 @@ def admission_pass(jobs: Iterable[QueuedJob], *, free_gpus: Callable[[int], floa
     submission could not be sent (the task queue is down), or one admitted while it was down at the last
     try (its submission tries it again), ends the pass. `never(job, free)` is asked
     first for each GPU job: True when it can never be admitted as it is (more GPUs than its owner's
-    quota allows at once, or than the cluster has in all; the callee records why): it is not tried,
+    quota or one of their team quotas allows at once, or than the cluster has in all; the callee records why): it is not tried,
     and holds no one back.
     """
     admitted: list[QueuedJob] = []
