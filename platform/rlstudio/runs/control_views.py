@@ -187,7 +187,9 @@ def run_fork_view(request, run_id: int):
                            name=(request.POST.get("name") or "").strip()[:200] or None,
                            overrides=fork_form_overrides(request.POST))
         except RunInputInvalid as exc:
-            messages.error(request, f"Not forked: {exc.field}: {exc}")
+            # The field leads unless the message names it already ("a fork cannot change <key>: ...").
+            named = not exc.field or exc.field in str(exc)
+            messages.error(request, f"Not forked: {exc}" if named else f"Not forked: {exc.field}: {exc}")
             return run
         messages.success(request, f"Run “{new.name}” is {new.status}.")
         return new

@@ -210,7 +210,21 @@ def test_a_refused_fork_form_says_the_key_and_makes_nothing(parent, alice, post,
     resp = page.post(f"/runs/{parent.pk}/fork/", post, follow=True)
     assert resp.redirect_chain[-1][0] == f"/runs/{parent.pk}/"
     messages = [str(m) for m in resp.context["messages"]]
-    assert any(m.startswith(f"Not forked: {names}: ") for m in messages), messages
+    assert any(m.startswith("Not forked: ") and names in m for m in messages), messages
+    assert Run.objects.count() == 1
+
+
+def test_a_refused_fork_names_its_key_once(parent, alice):
+    """A message that names its key is not prefixed with it again ("Not forked: <key>: a fork cannot
+    change <key>: ..." read the key twice); one that does not name it is ("overrides: not a pair")."""
+    n = "actor_rollout_ref.rollout.n"
+    for post, key in (({"step": "1", "overrides": f"{n}=4"}, n),
+                      ({"step": "1", "total_training_steps": "1"}, TOTAL)):
+        resp = _page(alice).post(f"/runs/{parent.pk}/fork/", post, follow=True)
+        [message] = [str(m) for m in resp.context["messages"]]
+        assert message.startswith("Not forked: ") and message.count(key) == 1, message
+    resp = _page(alice).post(f"/runs/{parent.pk}/fork/", {"step": "1", "overrides": "not a pair"}, follow=True)
+    assert [str(m) for m in resp.context["messages"]][0].startswith("Not forked: overrides: ")
     assert Run.objects.count() == 1
 
 
