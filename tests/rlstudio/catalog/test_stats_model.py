@@ -1,6 +1,7 @@
-"""A dataset page's token statistics name the model whose tokenizer counted them, and the form to
+"""A dataset page: its token statistics name the model whose tokenizer counted them, and the form to
 count again has that model picked (it showed the newest model instead, a tokenizer the figures above
-were not counted with), whatever models came since; with no statistics, the newest is picked."""
+were not counted with), whatever models came since; with no statistics, the newest is picked. The
+preview names a rows request to copy."""
 import re
 
 import pytest
@@ -30,3 +31,13 @@ def test_the_stats_form_picks_the_model_the_stats_were_counted_with(alice, make_
 
     fresh = make_dataset(alice, "no-stats", status="ready")
     assert _picked(client.get(f"/datasets/{fresh.pk}/").content.decode()) == []  # the first: the newest
+
+
+def test_the_preview_names_a_rows_request_that_works(alice, make_dataset):
+    """"All rows: GET .../rows/?offset=&limit=" named empty parameters; the page gives ones to copy."""
+    dataset = make_dataset(alice, "d", status="ready")
+    client = Client()
+    client.force_login(alice)
+    html = client.get(f"/datasets/{dataset.pk}/").content.decode()
+    assert f"GET /api/v1/datasets/{dataset.pk}/rows/?offset=0&amp;limit=50</code>" in html
+    assert "?offset=&amp;limit=<" not in html
