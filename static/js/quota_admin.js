@@ -22,6 +22,7 @@
     var layout = {
       height: 120 + 28 * users.length, margin: { t: 30, r: 20, b: 50, l: 110 }, bargap: 0.35,
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)", font: { color: ink, size: 11 },
+      template: window.rlstudioChartTemplate ? window.rlstudioChartTemplate() : undefined,  // grid lines (chart_theme.js)
       legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom" },
       yaxis: { autorange: "reversed", automargin: true }
     };

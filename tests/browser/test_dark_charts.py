@@ -1,6 +1,7 @@
 """The charts follow the dark theme (static/js/chart_theme.js): in a browser that asks for dark, the
-dataset page's histogram is not a white plot, and the run page's metric charts draw dim grid lines,
-not plotly's light grey ones that glare over a dark page. The light theme keeps light grid lines."""
+dataset page's histogram is not a white plot, and the run page's metric charts and the staff quota
+page's usage chart draw dim grid lines, not plotly's light grey ones that glare over a dark page.
+The light theme keeps light grid lines."""
 from __future__ import annotations
 
 import pytest
@@ -47,7 +48,7 @@ def charted(make_user):
     return alice, dataset, run
 
 
-def test_charts_are_drawn_for_the_dark_theme(page_as, charted, shot):
+def test_charts_are_drawn_for_the_dark_theme(page_as, make_user, charted, shot):
     alice, dataset, run = charted
     page = page_as(alice)
     page.emulate_media(color_scheme="dark")
@@ -62,6 +63,14 @@ def test_charts_are_drawn_for_the_dark_theme(page_as, charted, shot):
     drawn = page.evaluate(DRAWN, ".js-plotly-plot")
     assert drawn["grid"] and all(_brightness(c) < 100 for c in drawn["grid"]), drawn
     shot(page, "dark-run-charts")
+
+    # The staff quota page's usage chart (three x axes: the template's axis colours reach each).
+    staff = page_as(make_user("root", staff=True))
+    staff.emulate_media(color_scheme="dark")
+    staff.goto("/quotas/admin/")
+    staff.wait_for_selector("#usage-chart .gridlayer path", state="attached")
+    drawn = staff.evaluate(DRAWN, "#usage-chart")
+    assert drawn["grid"] and all(_brightness(c) < 100 for c in drawn["grid"]), drawn
 
     page.emulate_media(color_scheme="light")
     page.goto(f"/datasets/{dataset.pk}/")
