@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -387,12 +387,9 @@ def team_quota_set(*, team, by: AbstractBaseUser, max_gpus: int, gpu_hours_per_m
         raise QuotaInvalid("max_gpus", f"must be a whole number, at most {QUOTA_MAX_COUNT}")
     values["max_gpus"] = int(max_gpus)
     with transaction.atomic():
-        quota = TeamQuota.objects.select_for_update().filter(team_id=team.pk).first()
-        created = quota is None
+        quota, created = _team_quota_row(team_id=team.pk, values=values)
         before = {f: None for f in TEAM_QUOTA_FIELDS} if created else {f: getattr(quota, f) for f in TEAM_QUOTA_FIELDS}
-        if created:
-            quota = TeamQuota.objects.create(team_id=team.pk, **values)
-        else:
+        if not created:
             for name, value in values.items():
                 setattr(quota, name, value)
             quota.save()
@@ -400,6 +397,21 @@ def team_quota_set(*, team, by: AbstractBaseUser, max_gpus: int, gpu_hours_per_m
         audit_record(actor=by, action="team_quota.create" if created else "team_quota.change", obj=quota,
                      data={"team": team.name, "changed": changed})
     return quota
+
+
+def _team_quota_row(*, team_id: int, values: dict) -> tuple[TeamQuota, bool]:
+    """(the team's TeamQuota locked, False), or (one created with `values`, True) when it has none.
+    Two saves of a new team's quota at once (two staff, a double submit) both find none; the second
+    one's insert waits for the first and meets the one-row-per-team constraint: it then changes that
+    row (IntegrityError caught in a savepoint) instead of failing."""
+    quota = TeamQuota.objects.select_for_update().filter(team_id=team_id).first()
+    if quota is not None:
+        return quota, False
+    try:
+        with transaction.atomic():
+            return TeamQuota.objects.create(team_id=team_id, **values), True
+    except IntegrityError:
+        return TeamQuota.objects.select_for_update().get(team_id=team_id), False
 
 
 def team_quota_delete(*, quota: TeamQuota, by: AbstractBaseUser) -> None:

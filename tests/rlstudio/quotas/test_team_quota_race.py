@@ -303,3 +303,39 @@ def test_keeping_a_deleted_jobs_gpu_time_takes_its_owners_lock_only(alice, bob, 
         done.set()
         thread.join(30)
     assert not errors
+
+
+def test_two_saves_of_a_new_teams_quota_at_once_leave_one_row_changed(staff):
+    """Another save (a second staff member, a double submit) inserts the team's first quota row while
+    this one's insert waits for it: this save then changes that row, audited, instead of failing."""
+    from rlstudio.accounts.models import AuditEvent
+    from rlstudio.quotas.services import team_quota_set
+
+    cv = Group.objects.create(name="cv")
+    hold, errors = threading.Event(), []
+
+    def other_save_inserts_first():
+        try:
+            with transaction.atomic():
+                TeamQuota.objects.create(team=cv, max_gpus=1, gpu_hours_per_month=5)
+                hold.set()
+                for _ in range(200):  # commit once the other insert waits for this one
+                    if _waiting_for_a_lock():
+                        break
+                    threading.Event().wait(0.05)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            hold.set()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other_save_inserts_first)
+    thread.start()
+    assert hold.wait(30) and not errors
+    quota = team_quota_set(team=cv, by=staff, max_gpus=4, gpu_hours_per_month=10)
+    thread.join(30)
+    assert not errors
+    assert list(TeamQuota.objects.filter(team=cv).values_list("pk", "max_gpus", "gpu_hours_per_month")) == [
+        (quota.pk, 4, 10.0)]
+    assert AuditEvent.objects.get(action="team_quota.change").data == {
+        "team": "cv", "changed": {"max_gpus": [1, 4], "gpu_hours_per_month": [5.0, 10.0]}}
