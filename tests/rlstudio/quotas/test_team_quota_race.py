@@ -225,11 +225,13 @@ def test_a_queue_pass_admits_only_what_the_team_has_room_for(alice, bob, nlp, ma
     assert [args for task, *args in published if task == "runs.submit_run"] == [[first.pk]]
 
 
+@pytest.mark.parametrize("kind", ["run", "evaluation"])
 def test_a_member_joining_during_a_queue_pass_never_deadlocks_with_their_own_launch(
-        make_user, make_run, published, monkeypatch, caplog):
+        kind, make_user, make_run, make_model, make_dataset, published, monkeypatch, caplog):
     """The pass locked dave (his team then: dave alone); carol (a lower id) joins and her launch locks
-    her, then waits for dave's. dave's admission in the pass must not wait for carol's lock (out of
-    the id order: a deadlock, PostgreSQL failing her launch): his run is left to the next pass."""
+    her, then waits for dave's. dave's admission in the pass (of his run, or of his evaluation) must not
+    wait for carol's lock (out of the id order: a deadlock, PostgreSQL failing her launch): his job is
+    left to the next pass."""
     monkeypatch.setattr(admission, "free_gpus", lambda needed: float(FREE))
     monkeypatch.setattr(admission, "cluster_total_gpus", lambda: float(FREE))
     carol, dave = make_user("carol"), make_user("dave")
@@ -238,7 +240,13 @@ def test_a_member_joining_during_a_queue_pass_never_deadlocks_with_their_own_lau
     cv = Group.objects.create(name="cv")
     cv.user_set.set([dave])
     TeamQuota.objects.create(team=cv, max_gpus=2, gpu_hours_per_month=1000)
-    waiting = make_run(dave, "w", gpus=1)
+    if kind == "run":
+        waiting = make_run(dave, "w", gpus=1)
+    else:
+        from rlstudio.evaluations.models import Evaluation
+
+        waiting = Evaluation.objects.create(owner=dave, model=make_model(dave, "m"), include_base=True, k=1,
+                                            dataset=make_dataset(dave, "d", status="ready"), max_prompts=1, gpus=1)
     results, errors, launch = [], [], []
     admit_locked = admission._admit_locked
 
@@ -254,13 +262,13 @@ def test_a_member_joining_during_a_queue_pass_never_deadlocks_with_their_own_lau
         return admit_locked(*args)
 
     monkeypatch.setattr(admission, "_admit_locked", carol_joins_and_launches)
-    assert admission.queue_admit_all() == []  # dave's run: not tried in this pass
+    assert admission.queue_admit_jobs() == []  # dave's job: not tried in this pass
     launch[0].join(30)
     assert not errors, errors  # no deadlock: her launch went on once the pass committed
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]  # nor the pass's admission
     assert results == [True]
     monkeypatch.setattr(admission, "_admit_locked", admit_locked)
-    assert admission.queue_admit_all() == [waiting.pk]  # the next pass admits it
+    assert [(job.kind, job.id) for job in admission.queue_admit_jobs()] == [(kind, waiting.pk)]  # the next pass
 
 
 def test_keeping_a_deleted_jobs_gpu_time_takes_its_owners_lock_only(alice, bob, nlp, make_run):
