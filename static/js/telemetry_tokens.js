@@ -12,8 +12,11 @@
   const select = document.getElementById("token-colour");
   if (!select) return;
   const tokens = [...document.querySelectorAll("#tokens .tok")];
+  const legend = document.getElementById("token-legend");
   function colour() {
     const key = select.value;
+    const picked = select.options[select.selectedIndex];
+    if (legend && picked) legend.textContent = picked.dataset.legend || "";  // the colouring's key
     const values = tokens.map((t) => (t.dataset[key] === "" ? null : Number(t.dataset[key])));
     const finite = values.filter((v) => v !== null && isFinite(v));
     const lo = Math.min(...finite), hi = Math.max(...finite);
@@ -30,7 +33,7 @@
         const a = Math.min(Math.abs(v) / span, 1) * 0.7;
         t.style.backgroundColor = v >= 0 ? `rgba(40,90,220,${a})` : `rgba(170,40,170,${a})`;
       } else {
-        // log-probs: 0 (certain) transparent, the lowest in view fully red
+        // log-probs: the highest in view transparent, the lowest the deepest orange
         const a = hi === lo ? 0 : Math.min((hi - v) / (hi - lo), 1) * 0.7;
         t.style.backgroundColor = `rgba(230,120,30,${a})`;
       }

@@ -77,7 +77,9 @@ def test_ingest_checks_the_rollout_log_probs(alice, make_dataset, make_model):
 def test_sample_page_offers_the_rollout_gap(alice_client, run_with_mismatch):
     s = Sample.objects.get(run=run_with_mismatch, seq=10)
     page = alice_client.get(f"/runs/{run_with_mismatch.pk}/samples/{s.pk}/").content.decode()
-    assert '<option value="rollout">rollout log-prob</option>' in page and '<option value="gap">' in page
+    assert '">rollout log-prob</option>' in page and '<option value="gap" data-legend="blue: ' in page
+    # the colourings' key beside the select: the log-prob's first (the one selected), as text
+    assert '<span id="token-legend" class="small">orange: less likely' in page
     # gap = rollout − actor per sampled token; none on the token the engine did not sample
     assert page.count('data-gap="0.25"') == 1 and page.count('data-gap="0.0"') == 1
     assert page.count('data-gap="-0.3"') == 1 and page.count('data-gap=""') == 1
@@ -148,7 +150,10 @@ def test_chromium_draws_the_mismatch_group_and_colours_tokens_by_the_gap(alice_c
 
             page.goto(f"http://testserver/runs/{run.pk}/samples/{sample.pk}/")
             page.click("button[data-tab=tokens]")
+            legend = page.locator("#token-legend")
+            assert legend.inner_text().startswith("orange: less likely")  # log-prob's key
             page.select_option("#token-colour", "gap")
+            assert legend.inner_text().startswith("blue: the rollout engine more sure")  # follows the select
             colours = page.locator("#tokens .tok").evaluate_all("els => els.map((e) => e.style.backgroundColor)")
             assert colours[0].startswith("rgba(40, 90, 220")  # the engine surer than the actor: blue
             assert colours[1] in ("rgba(40, 90, 220, 0)", "rgba(170, 40, 170, 0)")  # no gap: transparent
