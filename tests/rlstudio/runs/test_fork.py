@@ -19,6 +19,7 @@ from rlstudio.runs.services import (
     RunNotPermitted,
     RunRefused,
     delete_refusal,
+    run_clone,
     run_fork,
     run_resume,
     run_share,
@@ -295,3 +296,16 @@ def test_the_runs_list_says_what_each_run_was_made_from(parent, alice):
     Run.objects.filter(pk=fork.pk).update(status=S.STOPPED)
     Run.objects.filter(pk=parent.pk).delete()
     assert "fork of a deleted run" in _page(alice).get("/runs/").content.decode()
+
+
+def test_a_resume_and_a_fork_start_at_their_checkpoints_step(parent, alice, runs_dir):
+    """While it waits and starts, a resumed or forked run reads "step 1 / N" (it goes on from its
+    checkpoint's step), not "0 / N" as a run from scratch; a clone starts at 0."""
+    fork = run_fork(run=parent, by=alice, step=1)
+    assert fork.step == 1 and Run.objects.get(pk=fork.pk).step == 1
+    Run.objects.filter(pk=parent.pk).update(status=S.STOPPED, checkpoint_path=str(runs_dir / str(parent.pk) / "global_step_1"))
+    (runs_dir / str(parent.pk) / "latest_checkpointed_iteration.txt").write_text("1")
+    parent.refresh_from_db()
+    assert run_resume(run=parent, by=alice).step == 1
+    assert run_clone(run=parent, by=alice).step == 0
+    assert '<span id="live-step">1</span>' in _page(alice).get(f"/runs/{fork.pk}/").content.decode()

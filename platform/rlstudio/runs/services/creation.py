@@ -48,6 +48,11 @@ def run_create(
     if gpus < 0:
         raise ValueError(f"gpus must be >= 0, got {gpus}")
     token = INGEST_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    # A resume or a fork starts at its checkpoint's step (its first step is the next one), so the lists
+    # and its page say where it goes on from, not 0, while it waits and starts (step never goes back).
+    from trainer.step_dirs import step_of
+
+    start_step = (step_of(resume_from) or 0) if resume_from else 0
     with transaction.atomic():
         run = Run.objects.create(
             owner=owner,
@@ -65,6 +70,7 @@ def run_create(
             total_steps=total_steps,
             tool_set=tool_set,
             resume_from=resume_from,
+            step=start_step,
             project_id=project_id,
             fork_changes=fork_changes,
         )
