@@ -158,11 +158,15 @@ class JsonlSink(Sink):
 
 @register_sink("console")
 class ConsoleSink(Sink):
-    """A compact line per step with a progress bar; status, log and checkpoint events as lines."""
+    """A compact line per step with a progress bar; status, log and checkpoint events as lines.
+
+    `num_turns/mean` is printed under its own name: it counts as verl's agent loop does (the prompt,
+    the generations and the rounds of tool replies: 2 for one answer), while a sample's own turns (the
+    samples page) are its assistant turns (1 for one answer); a bare "turns" read as the latter."""
 
     KEYS = [("critic/score/mean", "score"), ("actor/pg_loss", "pg"), ("actor/kl_loss", "kl"),
             ("actor/entropy", "ent"), ("actor/grad_norm", "gnorm"), ("response_length/mean", "len"),
-            ("num_turns/mean", "turns"), ("timing_s/step", "s/step")]
+            ("num_turns/mean", "num_turns/mean"), ("timing_s/step", "s/step")]
 
     def __init__(self, *, out_dir: Path | None = None, config: Any = None, stream: TextIO | None = None):
         self.stream = stream or sys.stdout

@@ -53,6 +53,18 @@ def test_console_progress_line():
     assert "val-core/arith/reward/mean@1 1" in out[1]
 
 
+def test_console_names_verls_turn_count_as_the_metric():
+    """num_turns/mean is verl's count (prompt + generations + tool rounds: 2 for one answer); the
+    samples page counts assistant turns (1). The line names the metric, not a bare "turns"."""
+    buf = io.StringIO()
+    em = Emitter([ConsoleSink(stream=buf)])
+    em.status("running", step=0, total_steps=2)
+    em.metrics(1, {"num_turns/mean": 2.0})
+    line = buf.getvalue().splitlines()[1]
+    assert "num_turns/mean 2" in line
+    assert " turns 2" not in line.replace("num_turns/mean", "")
+
+
 def test_registry_unknown_and_missing_tracker(tmp_path):
     with pytest.raises(ValueError, match="unknown sink 'nope'"):
         build_sinks(["nope"], out_dir=tmp_path)
