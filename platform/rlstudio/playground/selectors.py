@@ -88,8 +88,17 @@ def checkpoint_target(run_id: int, step: int) -> str:
     return f"run:{int(run_id)}:{int(step)}"
 
 
-def _model_option(m) -> TargetOption:
-    return TargetOption(model_target(m.pk), m.name)
+def _model_option(m, *, exported: bool = False) -> TargetOption:
+    """A catalog model's option; an export of a run's checkpoint says so, as its name ("<run> (run N,
+    step S)") reads much like that checkpoint's own option in the other group."""
+    return TargetOption(model_target(m.pk), f"{m.name} (exported)" if exported else m.name)
+
+
+def _exported_ids(ids: list[int]) -> set[int]:
+    """Which of these catalog models were registered by an export of a run's checkpoint."""
+    from rlstudio.exports.models import Export
+
+    return set(Export.objects.filter(model_id__in=ids).values_list("model_id", flat=True)) if ids else set()
 
 
 def _checkpoint_option(run, step: int) -> TargetOption:
@@ -103,8 +112,10 @@ def target_options_for(*, user) -> dict[str, list[TargetOption]]:
     from rlstudio.runs.selectors import visible_runs
     from rlstudio.runs.models import Run
 
-    models = [_model_option(m) for m in model_asset_list_for(user=user)[:100]
+    assets = [m for m in model_asset_list_for(user=user)[:100]
               if getattr(m, "kind", "policy") != "reward"]  # a reward model scores, it does not chat
+    exported = _exported_ids([m.pk for m in assets])
+    models = [_model_option(m, exported=m.pk in exported) for m in assets]
     checkpoints = []
     runs = visible_runs(Run.objects.select_related("owner"), user=user).order_by("-created", "-id")[:PAGE_RUNS]
     for run in runs:
@@ -129,7 +140,7 @@ def target_option_for(*, user, value: str) -> tuple[str, TargetOption] | None:
             model = visible_model(user=user, model_id=int(m.group(1)))
             if getattr(model, "kind", "policy") == "reward":
                 return None
-            return "models", _model_option(model)
+            return "models", _model_option(model, exported=bool(_exported_ids([model.pk])))
         run, step = visible_run(user=user, run_id=int(m.group(2))), int(m.group(3))
     except Http404:
         return None

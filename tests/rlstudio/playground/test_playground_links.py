@@ -111,3 +111,22 @@ def test_with_nothing_to_talk_to_send_is_off_and_the_models_page_is_linked(make_
     html = _client(make_user("nobody-yet")).get("/playground/").content.decode()
     assert 'id="pg-nothing"' in html and 'href="/models/"' in html
     assert re.search(r'<button type="submit" id="pg-send-button" disabled>', html)
+
+
+def test_the_picker_tells_an_exported_model_from_the_checkpoint_it_came_from(alice, make_model, run_with_ckpts):
+    """An export's catalog model is named "<run> (run N, step S)", much like that checkpoint's own
+    option; the picker groups them ("Catalog models" / "Checkpoints of runs you can read") and marks
+    the export as one. A model registered by hand keeps its bare name."""
+    from rlstudio.exports.models import Export, ExportStatus
+
+    run = run_with_ckpts
+    exported = make_model(alice, f"{run.name} (run {run.pk}, step 1)")
+    Export.objects.create(run=run, owner=alice, step=1, status=ExportStatus.SUCCEEDED, model=exported)
+    plain = make_model(alice, "hand-registered")
+    html = _playground(alice, f"model:{exported.pk}")
+    models_group = html.split('<optgroup label="Catalog models">')[1].split("</optgroup>")[0]
+    ckpt_group = html.split('<optgroup label="Checkpoints of runs you can read">')[1].split("</optgroup>")[0]
+    assert f'<option value="model:{exported.pk}" selected>{run.name} (run {run.pk}, step 1) (exported)</option>' in models_group
+    assert f'<option value="model:{plain.pk}">hand-registered</option>' in models_group
+    assert f'<option value="run:{run.pk}:1">{run.name} (#{run.pk}) step 1</option>' in ckpt_group
+    assert "(exported)" not in ckpt_group
