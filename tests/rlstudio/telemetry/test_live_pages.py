@@ -278,3 +278,28 @@ def test_the_samples_card_says_how_much_of_a_step_is_recorded(alice, alice_clien
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     card = page[page.index('id="samples-card"'):]
     assert said in card[:card.index("<form")]
+
+
+def test_run_page_writes_a_tiny_estimate_as_the_form_does(alice, alice_client, make_dataset, tmp_path):
+    """A line of the smoke model's estimate under 0.01 GiB reads '< 0.01 GiB' on the run page, as the new-run
+    form's gib() writes it, never '0.00 GiB'."""
+    from rlstudio.catalog.models import ModelAsset
+    from rlstudio.runs import launch, preview
+    from rlstudio.runs.templatetags.run_format import gib
+    from trainer.models.tiny import make_tiny_model
+
+    folder = make_tiny_model(tmp_path / "tiny", preset="smoke", seed=0)
+    model = ModelAsset.objects.create(owner=alice, name="m", path=str(folder))
+    config = launch.build_config(preset="cpu_smoke", gpus=0, model=model)
+    run, _token = run_create(owner=alice, name="tiny", dataset=make_dataset(alice), model=model, config=config, gpus=0)
+    mem = preview.memory(model=model, config=config, gpus=0)
+    tiny = [line for line in mem["lines"] if 0 < line["gib"] < 0.01]
+    assert tiny, mem["lines"]  # 177 k parameters: their weights are well under 0.01 GiB
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    table = page[page.index('id="memory-estimate-table"'):].split("</table>")[0]
+    for line in mem["lines"]:  # 0.00 only for a line that is 0 at the form's precision (the form says so too)
+        said = "&lt; 0.01 GiB" if line in tiny else f'{line["gib"]:.2f} GiB'
+        assert f'{line["name"]}</td><td class="num">{said}</td>' in table
+    assert " 0.00 GiB" not in page[page.index('id="checkpoint-size"'):].split("</p>")[0]
+    assert [gib(0), gib(0.004), gib(0.01), gib(2.345), gib(-0.5, "abs"), gib(-0.004, "abs")] == [
+        "0.00 GiB", "< 0.01 GiB", "0.01 GiB", "2.35 GiB", "0.50 GiB", "< 0.01 GiB"]
