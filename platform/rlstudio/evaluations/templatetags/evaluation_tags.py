@@ -17,9 +17,23 @@ from rlstudio.runs.selectors import can_manage
 from ..matrix import matrix_rows
 from ..models import ACTIVE_EVALUATION_STATUSES, Evaluation, EvaluationStatus
 from ..selectors import evaluation_error_log_for, evaluation_queue_reason_for, model_evaluations_of
-from ..services import DEFAULT_SAMPLING, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
+from ..services import DEFAULT_SAMPLING, MAX_GPUS, MAX_K, MAX_NEW_TOKENS, MAX_PROMPTS
 
 register = template.Library()
+
+
+def gpu_choices(user) -> tuple[list[int], str]:
+    """The GPU counts the evaluation form offers `user` (0, the CPU, always; then each up to MAX_GPUS their
+    quotas allow at once: the rule a submitted evaluation is refused by, `gpus_refusal`), and the sentence
+    of the first count left out ('' when none is)."""
+    from rlstudio.runs.services.cluster import gpus_refusal
+
+    choices = [0]
+    for n in range(1, MAX_GPUS + 1):
+        if why := gpus_refusal(user=user, gpus=n, what="evaluation"):
+            return choices, why
+        choices.append(n)
+    return choices, ""
 
 
 @register.inclusion_tag("evaluations/run_section.html", takes_context=True)
@@ -41,8 +55,14 @@ def run_evaluations(context):
     return {"run": run, "can_manage": manage, "evaluations": evaluations, "latest": done, "eval_data": data,
             "steps": list(checkpoint_steps(run)) if manage else [],
             "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if manage else [],
-            "defaults": DEFAULT_SAMPLING, "max_k": MAX_K, "max_prompts": MAX_PROMPTS,
+            **_gpu_context(user, manage), "defaults": DEFAULT_SAMPLING, "max_k": MAX_K, "max_prompts": MAX_PROMPTS,
             "max_new_tokens": MAX_NEW_TOKENS, "csrf_token": context.get("csrf_token")}
+
+
+def _gpu_context(user, shown: bool) -> dict:
+    """The form's `gpu_choices` and `gpu_note` (`gpu_choices`), read only when the form is shown."""
+    choices, note = gpu_choices(user) if shown else ([0], "")
+    return {"gpu_choices": choices, "gpu_note": note}
 
 
 def reward_choices() -> list[str]:
@@ -75,5 +95,6 @@ def model_evaluations(context):
             "evaluations": evaluations, "latest": done, "eval_data": data,
             "datasets": list(dataset_list_for(user=user).filter(status="ready")[:100]) if can_evaluate else [],
             "rewards": reward_choices() if can_evaluate else [],
+            **_gpu_context(user, can_evaluate),
             "defaults": DEFAULT_SAMPLING, "max_k": MAX_K, "max_prompts": MAX_PROMPTS,
             "max_new_tokens": MAX_NEW_TOKENS, "csrf_token": context.get("csrf_token")}
