@@ -1,15 +1,32 @@
 """The run page's export buttons: POST /runs/{id}/exports/ with `step`, POST
 /runs/{id}/exports/{eid}/delete/ (owner or staff; a reader 403, anyone else 404), then back to the run
-page, where the Exports card shows the state."""
+page, where the Exports card shows the state; GET /runs/{id}/exports/card/, that card as it is now (an
+HTML fragment the open page refreshes from)."""
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from rlstudio.runs.selectors import run_get_for
 from rlstudio.text import ascii_uint
+
+
+@login_required
+@require_GET
+def export_card_view(request, run_id: int):
+    """The run page's Exports card as it is now, for whoever may read the run (404 otherwise): the page
+    fetches it again while the run is live or an export is under way, and on each status event, so a
+    checkpoint saved since it loaded (a stop with a checkpoint) is offered without a reload."""
+    from django.middleware.csrf import get_token
+
+    from .templatetags.export_tags import run_exports
+
+    run = run_get_for(user=request.user, run_id=run_id)
+    context = run_exports({"run": run, "request": request, "csrf_token": get_token(request)})
+    return render(request, "exports/run_section.html", context)
 
 
 @login_required

@@ -7,7 +7,7 @@ from django import template
 from rlstudio.runs.checkpoints import checkpoint_steps
 from rlstudio.runs.selectors import can_manage
 
-from ..models import Export
+from ..models import ACTIVE_EXPORT_STATUSES, Export
 
 register = template.Library()
 
@@ -22,5 +22,6 @@ def run_exports(context):
         e.error_detail = e.error_log if manage else ""  # export_error_log_for's rule, the run known
     done = {e.step: e for e in exports}
     steps = [{"step": s, "export": done.get(s)} for s in checkpoint_steps(run)]  # "Talk to it" for every reader
-    return {"run": run, "can_manage": manage, "exports": exports, "steps": steps,
+    active = any(e.status in ACTIVE_EXPORT_STATUSES for e in exports)
+    return {"run": run, "can_manage": manage, "exports": exports, "steps": steps, "exports_active": active,
             "csrf_token": context.get("csrf_token")}
