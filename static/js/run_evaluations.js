@@ -4,6 +4,12 @@
 // the base model at step 0) and a table, and fills the prompts x columns matrix with its better / worse
 // filter; opening a cell loads its k transcripts from the API. Prompts, responses and model names are
 // model and user text: they go into the page as textContent only, never as markup.
+// On the run page the card is kept current from its own fragment (the card's data-url, the server's
+// template, escaped there): every 5 s while an evaluation is queued or running (a row's data-active),
+// every 10 s while the run is live (the controls card's data-live: it may save a checkpoint), at once
+// after an evaluation is asked for and on a status event (run_live.js's "rlstudio:status"); polling
+// stops when none of these holds. The list, the checkpoints offered (ticks kept) and, when a newer
+// evaluation finished, its curve, figures and matrix are taken from it.
 (function () {
   "use strict";
   function fmt(v) { return (v === null || v === undefined) ? "–" : Number(v).toFixed(3); }
@@ -155,7 +161,9 @@
       const answer = await resp.json().catch(() => ({}));
       if (resp.ok) {
         msg.textContent = "evaluation #" + answer.id + " " + answer.status +
-          (answer.queue_reason ? " (" + answer.queue_reason + ")" : "") + "; reload the page to see it finish";
+          (answer.queue_reason ? " (" + answer.queue_reason + ")" : "") +
+          (live() ? "; the list below follows it" : "; reload the page to see it finish");
+        refresh(data);
       } else {
         const err = answer.error || {};
         msg.textContent = (err.field ? err.field + ": " : "") + (err.message || resp.statusText);
@@ -163,9 +171,12 @@
     });
   }
 
+  // Delegated: the list is replaced while the page is open, its buttons with it.
   function wireStops(data) {
-    document.querySelectorAll("#eval-list button.eval-stop").forEach((btn) => {
-      btn.addEventListener("click", async () => {
+    document.addEventListener("click", async (ev) => {
+      const btn = ev.target.closest && ev.target.closest("#eval-list button.eval-stop, #eval-list button.eval-delete");
+      if (!btn || btn.disabled) return;
+      if (btn.classList.contains("eval-stop")) {
         btn.disabled = true;
         const resp = await fetch(data.api + btn.dataset.id + "/stop/", {
           method: "POST", credentials: "same-origin",
@@ -174,26 +185,89 @@
         const answer = await resp.json().catch(() => ({}));
         btn.textContent = resp.ok ? (answer.status === "stopped" ? "stopped" : "stopping…")
           : ((answer.error || {}).message || resp.statusText);
+        if (resp.ok) refresh(data);
+        return;
+      }
+      if (!window.confirm("Delete evaluation #" + btn.dataset.id + " with its transcripts?")) return;
+      btn.disabled = true;
+      const resp = await fetch(data.api + btn.dataset.id + "/", {
+        method: "DELETE", credentials: "same-origin",
+        headers: { Accept: "application/json", "X-CSRFToken": csrf() },
       });
+      if (resp.ok) {
+        // The card's figures and matrix are the deleted one's: the page shows the next newest instead.
+        if (data.latest && String(data.latest.id) === btn.dataset.id) { window.location.reload(); return; }
+        btn.closest("tr").remove();
+        return;
+      }
+      const answer = await resp.json().catch(() => ({}));
+      btn.textContent = (answer.error || {}).message || resp.statusText;
     });
-    document.querySelectorAll("#eval-list button.eval-delete").forEach((btn) => {
-      btn.addEventListener("click", async () => {
-        if (!window.confirm("Delete evaluation #" + btn.dataset.id + " with its transcripts?")) return;
-        btn.disabled = true;
-        const resp = await fetch(data.api + btn.dataset.id + "/", {
-          method: "DELETE", credentials: "same-origin",
-          headers: { Accept: "application/json", "X-CSRFToken": csrf() },
-        });
-        if (resp.ok) {
-          // The card's figures and matrix are the deleted one's: the page shows the next newest instead.
-          if (data.latest && String(data.latest.id) === btn.dataset.id) { window.location.reload(); return; }
-          btn.closest("tr").remove();
-          return;
+  }
+
+  function showLatest(data) {
+    if (!data.latest) return;
+    drawCurve(data.latest);
+    fillFigures(data.latest);
+    fillMatrix(data, "");
+    const pick = document.getElementById("eval-change");
+    if (pick) pick.addEventListener("change", () => fillMatrix(data, pick.value));
+  }
+
+  // The live refresh (run page only: the model page's card has no data-url).
+  let timer = null;
+  let busy = false;
+  let again = false;  // asked for while a fetch was under way (it may predate what was asked): fetch once more
+  function card() { return document.getElementById("evaluations-card"); }
+  function live() { const c = card(); return !!(c && c.getAttribute("data-url")); }
+  function every() {
+    if (document.querySelector("#eval-list tr[data-active='1']")) return 5000;
+    const controls = document.getElementById("run-controls");
+    return controls && controls.getAttribute("data-live") === "1" ? 10000 : 0;
+  }
+  function schedule(data) {
+    const ms = every();
+    if (timer === null && ms && live()) {
+      timer = window.setTimeout(() => { timer = null; refresh(data); }, ms);
+    }
+  }
+  function swapSteps(fresh) {
+    const now = document.getElementById("eval-steps");
+    if (!now || !fresh) return;
+    const values = (el) => Array.from(el.querySelectorAll("input[name=checkpoints]")).map((i) => i.value).join(",");
+    if (values(now) === values(fresh)) return;
+    now.querySelectorAll("input:checked").forEach((box) => {  // the user's ticks stay
+      const same = fresh.querySelector("input[name='" + box.name + "'][value='" + box.value + "']");
+      if (same) same.checked = true;
+    });
+    now.replaceWith(fresh);
+  }
+  function refresh(data) {
+    if (!live()) return;
+    if (busy) { again = true; return; }
+    busy = true;
+    fetch(card().getAttribute("data-url"), { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then((r) => r.ok ? r.text() : null)
+      .then((html) => {
+        if (!html) return;
+        const holder = document.createElement("div");
+        holder.innerHTML = html.trim();
+        const list = holder.querySelector("#eval-list-box"), nowList = document.getElementById("eval-list-box");
+        if (list && nowList && list.textContent.trim() !== nowList.textContent.trim()) nowList.replaceWith(list);
+        swapSteps(holder.querySelector("#eval-steps"));
+        const latest = holder.querySelector("#eval-latest"), nowLatest = document.getElementById("eval-latest");
+        const freshData = holder.querySelector("#eval-data");
+        if (latest && nowLatest && freshData && latest.getAttribute("data-id") !== nowLatest.getAttribute("data-id")) {
+          nowLatest.replaceWith(latest);
+          data.latest = JSON.parse(freshData.textContent).latest;
+          showLatest(data);
         }
-        const answer = await resp.json().catch(() => ({}));
-        btn.textContent = (answer.error || {}).message || resp.statusText;
+      })
+      .catch(() => { /* the next tick tries again */ })
+      .finally(() => {
+        busy = false;
+        if (again) { again = false; refresh(data); } else schedule(data);
       });
-    });
   }
 
   function start() {
@@ -203,12 +277,9 @@
     labels = data.labels || {};
     wireForm(data);
     wireStops(data);
-    if (!data.latest) return;
-    drawCurve(data.latest);
-    fillFigures(data.latest);
-    fillMatrix(data, "");
-    const pick = document.getElementById("eval-change");
-    if (pick) pick.addEventListener("change", () => fillMatrix(data, pick.value));
+    showLatest(data);
+    document.addEventListener("rlstudio:status", () => refresh(data));
+    schedule(data);
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
