@@ -17,3 +17,21 @@ def bool_param(params, name: str) -> bool | None:
     if answer is None:
         raise ApiError(f"{name} must be one of {', '.join(YES_WORDS + NO_WORDS)}, got {raw!r}"[:300], field=name)
     return answer
+
+
+# Taken by every list the rule below applies to: the pager's two, and DRF's response format override.
+LIST_PARAMS = ("limit", "offset")
+ALWAYS_KNOWN = ("format",)
+
+
+def refuse_unknown_params(params, known) -> None:
+    """An ApiError (400, code `unknown_parameter`) naming the first query parameter of `params` that is
+    not in `known` (a filtered list's filters; the pager's `limit` and `offset` are added), with the
+    ones it takes: a misspelt filter (`?state=running` for `?status=`) would otherwise be ignored and
+    the whole list answered."""
+    names = sorted({*known, *LIST_PARAMS})
+    for name in params.keys():
+        if name not in names and name not in ALWAYS_KNOWN:
+            shown = name.replace("\x00", "")[:100]
+            raise ApiError(f"unknown query parameter {shown!r}; this list takes: {', '.join(names)}",
+                           code="unknown_parameter", field=shown)

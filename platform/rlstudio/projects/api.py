@@ -10,6 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import refuse_unknown_params
 
 from .errors import ProjectInputInvalid, ProjectNotPermitted
 from .selectors import PROJECT_SCOPES, project_get_for, project_list_for, project_shared_teams, project_shared_users
@@ -47,6 +48,8 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
         return super().handle_exception(exc)
 
     def get_queryset(self):
+        if self.action == "list":
+            refuse_unknown_params(self.request.query_params, ["scope"])
         scope = self.request.query_params.get("scope") or "" if self.action == "list" else ""
         if scope not in PROJECT_SCOPES:
             raise ApiError(f"unknown scope {scope!r}; one of: mine, shared (or empty: all)", field="scope")

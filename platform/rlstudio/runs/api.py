@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import bool_param
+from rlstudio.api.params import bool_param, refuse_unknown_params
 from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 
 from . import ray_jobs
@@ -112,7 +112,9 @@ def _id_param(params, name: str) -> int | None:
 
 
 def run_filter_from(params) -> RunFilter:
-    """The runs list's filters from query parameters (400 naming the one that is wrong)."""
+    """The runs list's filters from query parameters (400 naming the one that is wrong, or one it does not
+    take: `refuse_unknown_params`)."""
+    refuse_unknown_params(params, [p.name for p in RUN_LIST_PARAMETERS])
     status = params.get("status") or None
     if status and status not in RunStatus.values:
         raise ApiError(f"unknown status {status!r}; one of: {', '.join(RunStatus.values)}", field="status")
@@ -133,21 +135,20 @@ def _not_permitted(exc: RunNotPermitted) -> ApiError:
     return ApiError(exc.message, code="permission_denied", field=exc.field, status_code=http.HTTP_403_FORBIDDEN)
 
 
-@extend_schema_view(
-    list=extend_schema(
-        parameters=[
-            OpenApiParameter("status", str, enum=[s.value for s in RunStatus], required=False),
-            OpenApiParameter("tag", str, required=False, description="Runs carrying this tag."),
-            OpenApiParameter("model", int, required=False, description="Runs of this model (id)."),
-            OpenApiParameter("dataset", int, required=False,
-                             description="Runs on this dataset (id; training or validation)."),
-            OpenApiParameter("q", str, required=False, description="Text in the run's name or note."),
-            OpenApiParameter("scope", str, enum=["mine", "shared"], required=False,
-                             description="Only the caller's own runs, or only those shared with them."),
-            OpenApiParameter("project", int, required=False, description="Runs in this project (id)."),
-        ]
-    )
-)
+RUN_LIST_PARAMETERS = [
+    OpenApiParameter("status", str, enum=[s.value for s in RunStatus], required=False),
+    OpenApiParameter("tag", str, required=False, description="Runs carrying this tag."),
+    OpenApiParameter("model", int, required=False, description="Runs of this model (id)."),
+    OpenApiParameter("dataset", int, required=False,
+                     description="Runs on this dataset (id; training or validation)."),
+    OpenApiParameter("q", str, required=False, description="Text in the run's name or note."),
+    OpenApiParameter("scope", str, enum=["mine", "shared"], required=False,
+                     description="Only the caller's own runs, or only those shared with them."),
+    OpenApiParameter("project", int, required=False, description="Runs in this project (id)."),
+]
+
+
+@extend_schema_view(list=extend_schema(parameters=RUN_LIST_PARAMETERS))
 class RunViewSet(viewsets.ReadOnlyModelViewSet):
     """The runs the caller sees (their own, those shared with them; staff: everyone's), newest first,
     filtered by the query; POST launches one, PATCH edits a run's tags and note."""

@@ -33,7 +33,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import bool_param
+from rlstudio.api.params import bool_param, refuse_unknown_params
 from rlstudio.api.pagination import CountResultsPagination
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage
@@ -263,12 +263,15 @@ class RunMetricsView(_RunReadView):
         return Response({"steps": steps, "next_after_step": next_after, "next": next_url})
 
 
+SAMPLE_LIST_PARAMS = ("step", "uid", "prompt_split", "prompt_hash", "min_reward", "max_reward", "finish_reason",
+                      "has_tool_call", "order", "limit", "offset")
+
+
 class RunSamplesView(_RunReadView):
-    @extend_schema(parameters=[OpenApiParameter(n, str, required=False) for n in (
-        "step", "uid", "prompt_split", "prompt_hash", "min_reward", "max_reward", "finish_reason", "has_tool_call",
-        "order", "limit", "offset")],
-        responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(parameters=[OpenApiParameter(n, str, required=False) for n in SAMPLE_LIST_PARAMS],
+                   responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
+        refuse_unknown_params(request.query_params, SAMPLE_LIST_PARAMS)
         qs = sel.samples_for(run=self.run, flt=sample_filter_from(request.query_params))
         paginator = CountResultsPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
