@@ -184,20 +184,19 @@ def backend_usage(source: str | None = None) -> BackendUsage:
     return usage
 
 
-def _follow_results(usage: BackendUsage, tree: ast.Module, functions: dict, target: ast.expr) -> None:
-    """From `results = await engine.async_generate(...)` to the function each result is passed to."""
-    if not isinstance(target, ast.Name):
-        return
+def result_consumers(tree: ast.Module, functions: dict, target: str):
+    """(function, parameter) for each call `f(x)` inside a comprehension over the list `target` (or over
+    `zip(..., target, ...)`) whose `f` is one of the module's `functions`: where each result goes."""
     for comp in ast.walk(tree):
         if not isinstance(comp, (ast.ListComp, ast.GeneratorExp)):
             continue
         for gen in comp.generators:
             it, element = gen.iter, None
-            if isinstance(it, ast.Name) and it.id == target.id and isinstance(gen.target, ast.Name):
+            if isinstance(it, ast.Name) and it.id == target and isinstance(gen.target, ast.Name):
                 element = gen.target.id
             elif isinstance(it, ast.Call) and ast.unparse(it.func) == "zip" and isinstance(gen.target, ast.Tuple):
                 for arg, elt in zip(it.args, gen.target.elts):
-                    if isinstance(arg, ast.Name) and arg.id == target.id and isinstance(elt, ast.Name):
+                    if isinstance(arg, ast.Name) and arg.id == target and isinstance(elt, ast.Name):
                         element = elt.id
             if element is None:
                 continue
@@ -206,9 +205,17 @@ def _follow_results(usage: BackendUsage, tree: ast.Module, functions: dict, targ
                     for pos, arg in enumerate(call.args):
                         if isinstance(arg, ast.Name) and arg.id == element:
                             fn = functions[call.func.id]
-                            reads, compared = _reads_from(fn, fn.args.args[pos].arg)
-                            usage.result_paths.update(reads)
-                            usage.finish_types.update(compared)
+                            yield fn, fn.args.args[pos].arg
+
+
+def _follow_results(usage: BackendUsage, tree: ast.Module, functions: dict, target: ast.expr) -> None:
+    """From `results = await engine.async_generate(...)` to the function each result is passed to."""
+    if not isinstance(target, ast.Name):
+        return
+    for fn, root in result_consumers(tree, functions, target.id):
+        reads, compared = _reads_from(fn, root)
+        usage.result_paths.update(reads)
+        usage.finish_types.update(compared)
 
 
 # ------------------------------------------------------------------------------------ the stand-in

@@ -19,7 +19,13 @@ from pathlib import Path
 
 from tests.fixtures.source_types import ITEM, attribute_annotation, classes_in, has_attribute, literal_values, walk_path
 from tests.fixtures.wheel_source import ClassRef, PackageSource, signature
-from tests.trainer.rollout.sglang_conformance import _first_difference, _forward_targets, _returned_keys, dict_keys
+from tests.trainer.rollout.sglang_conformance import (
+    _first_difference,
+    _forward_targets,
+    _returned_keys,
+    dict_keys,
+    result_consumers,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 BACKEND = REPO / "trainer" / "rollout" / "vllm.py"
@@ -207,27 +213,10 @@ def _reads_from(fn: ast.FunctionDef, root: str) -> tuple[dict[tuple[str, ...], i
 
 def _follow_results(usage: BackendUsage, tree: ast.Module, functions: dict, target: str) -> None:
     """From `results = self.llm.generate(...)` to the function each result is passed to."""
-    for comp in ast.walk(tree):
-        if not isinstance(comp, (ast.ListComp, ast.GeneratorExp)):
-            continue
-        for gen in comp.generators:
-            it, element = gen.iter, None
-            if isinstance(it, ast.Name) and it.id == target and isinstance(gen.target, ast.Name):
-                element = gen.target.id
-            elif isinstance(it, ast.Call) and ast.unparse(it.func) == "zip" and isinstance(gen.target, ast.Tuple):
-                for arg, elt in zip(it.args, gen.target.elts):
-                    if isinstance(arg, ast.Name) and arg.id == target and isinstance(elt, ast.Name):
-                        element = elt.id
-            if element is None:
-                continue
-            for call in ast.walk(comp.elt):
-                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in functions:
-                    for pos, arg in enumerate(call.args):
-                        if isinstance(arg, ast.Name) and arg.id == element:
-                            fn = functions[call.func.id]
-                            reads, compared = _reads_from(fn, fn.args.args[pos].arg)
-                            usage.result_paths.update(reads)
-                            usage.finish_reasons.update(compared)
+    for fn, root in result_consumers(tree, functions, target):
+        reads, compared = _reads_from(fn, root)
+        usage.result_paths.update(reads)
+        usage.finish_reasons.update(compared)
 
 
 # ------------------------------------------------------------------------------------ the stand-in
