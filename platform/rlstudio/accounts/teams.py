@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import unicodedata
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
@@ -111,6 +112,35 @@ def teams_for_sharing(*, by: AbstractBaseUser, names, already: Iterable[Group] =
             raise TeamNotNamed(f"no such team of yours: {name[:MAX_TEAM_NAME_LENGTH]!r}")
         found[name] = team
     return list(found.values())
+
+
+@dataclass(frozen=True)
+class TeamShareChange:
+    """A change of the teams a run or a project is shared with, checked before its row is locked:
+    `target` the whole new list (None: unchanged), `add` teams to add, `remove` names to take away."""
+
+    target: list[Group] | None
+    add: list[Group]
+    remove: list[str]
+
+    def apply(self, shared_with_teams) -> None:
+        """Make the change on a locked row's `shared_with_teams` manager."""
+        if self.target is not None:
+            shared_with_teams.set(self.target)
+        if self.add:
+            shared_with_teams.add(*self.add)
+        if self.remove:
+            shared_with_teams.remove(*shared_with_teams.filter(name__in=self.remove))
+
+
+def team_share_change(*, by: AbstractBaseUser, teams: Iterable | None, add: Iterable, remove: Iterable,
+                      already: Iterable[Group]) -> TeamShareChange:
+    """The sharing forms' and API's `teams` / `add_teams` / `remove_teams` as a TeamShareChange
+    (`teams_for_sharing` checks each name; TeamNotNamed otherwise)."""
+    return TeamShareChange(
+        target=teams_for_sharing(by=by, names=teams, already=already) if teams is not None else None,
+        add=teams_for_sharing(by=by, names=add, already=already) if add else [],
+        remove=[str(name).strip() for name in remove or () if "\x00" not in str(name)])
 
 
 def _tell_sockets(user_ids: Iterable[int]) -> None:

@@ -20,7 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 
 from rlstudio.accounts.services import audit_record
-from rlstudio.accounts.teams import TeamNotNamed, teams_for_sharing
+from rlstudio.accounts.teams import TeamNotNamed, team_share_change
 from rlstudio.runs.services import runs_access_changed
 
 from .errors import ProjectInputInvalid, ProjectNotPermitted
@@ -138,15 +138,6 @@ def _users_named(names: Iterable, *, project: Project, field: str = "users") -> 
     return [found[name] for name in wanted]
 
 
-def _teams_named(names: Iterable, *, by: AbstractBaseUser, project: Project) -> list:
-    """The teams called `names` that `by` may share `project` with (theirs, any for staff, or one it is
-    shared with already); ProjectInputInvalid (field `teams`) otherwise."""
-    try:
-        return teams_for_sharing(by=by, names=names, already=project.shared_with_teams.all())
-    except TeamNotNamed as exc:
-        raise ProjectInputInvalid(str(exc), field="teams") from None
-
-
 def project_share(*, project: Project, by: AbstractBaseUser, users: Iterable | None = None,
                   add: Iterable = (), remove: Iterable = (), teams: Iterable | None = None,
                   add_teams: Iterable = (), remove_teams: Iterable = ()) -> Project:
@@ -160,9 +151,11 @@ def project_share(*, project: Project, by: AbstractBaseUser, users: Iterable | N
     target = _users_named(users, project=project) if users is not None else None
     to_add = _users_named(add, project=project) if add else []
     to_remove = [str(name).strip() for name in remove or () if "\x00" not in str(name)]
-    target_teams = _teams_named(teams, by=by, project=project) if teams is not None else None
-    teams_to_add = _teams_named(add_teams, by=by, project=project) if add_teams else []
-    teams_to_remove = [str(name).strip() for name in remove_teams or () if "\x00" not in str(name)]
+    try:
+        team_change = team_share_change(by=by, teams=teams, add=add_teams, remove=remove_teams,
+                                        already=project.shared_with_teams.all())
+    except TeamNotNamed as exc:
+        raise ProjectInputInvalid(str(exc), field="teams") from None
     with transaction.atomic():
         locked = Project.objects.select_for_update().get(pk=project.pk)
         before = project_shared_users(project=locked)
@@ -173,12 +166,7 @@ def project_share(*, project: Project, by: AbstractBaseUser, users: Iterable | N
             locked.shared_with.add(*to_add)
         if to_remove:
             locked.shared_with.remove(*locked.shared_with.filter(username__in=to_remove))
-        if target_teams is not None:
-            locked.shared_with_teams.set(target_teams)
-        if teams_to_add:
-            locked.shared_with_teams.add(*teams_to_add)
-        if teams_to_remove:
-            locked.shared_with_teams.remove(*locked.shared_with_teams.filter(name__in=teams_to_remove))
+        team_change.apply(locked.shared_with_teams)
         after = project_shared_users(project=locked)
         teams_after = project_shared_teams(project=locked)
         if (after, teams_after) != (before, teams_before):

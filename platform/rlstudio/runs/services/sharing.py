@@ -22,7 +22,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
-from rlstudio.accounts.teams import TeamNotNamed, teams_for_sharing
+from rlstudio.accounts.teams import TeamNotNamed, team_share_change
 
 from ..errors import RunInputInvalid, RunNotPermitted
 from ..models import MAX_NOTE_LENGTH, MAX_TAG_LENGTH, MAX_TAGS, Run, RunVisibility
@@ -141,15 +141,6 @@ def _users_named(names: Iterable, *, run: Run) -> list:
     return [found[name] for name in wanted]
 
 
-def _teams_named(names: Iterable, *, by: AbstractBaseUser, run: Run) -> list:
-    """The teams called `names` that `by` may share `run` with (theirs, any for staff, or one it is
-    shared with already); RunInputInvalid (field `teams`) otherwise."""
-    try:
-        return teams_for_sharing(by=by, names=names, already=run.shared_with_teams.all())
-    except TeamNotNamed as exc:
-        raise RunInputInvalid(str(exc), field="teams") from None
-
-
 def _readers(run: Run) -> dict:
     """Who reads `run` besides its owner and staff, as the audit records it."""
     return {"visibility": run.visibility, "users": run_shared_users(run=run), "teams": run_shared_teams(run=run)}
@@ -172,9 +163,11 @@ def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
     target_users = _users_named(users, run=run) if users is not None else None
     to_add = _users_named(add, run=run) if add else []
     to_remove = [str(name).strip() for name in remove or () if "\x00" not in str(name)]
-    target_teams = _teams_named(teams, by=by, run=run) if teams is not None else None
-    teams_to_add = _teams_named(add_teams, by=by, run=run) if add_teams else []
-    teams_to_remove = [str(name).strip() for name in remove_teams or () if "\x00" not in str(name)]
+    try:
+        team_change = team_share_change(by=by, teams=teams, add=add_teams, remove=remove_teams,
+                                        already=run.shared_with_teams.all())
+    except TeamNotNamed as exc:
+        raise RunInputInvalid(str(exc), field="teams") from None
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         before = _readers(locked)
@@ -187,12 +180,7 @@ def run_share(*, run: Run, by: AbstractBaseUser, visibility: str | None = None,
             locked.shared_with.add(*to_add)
         if to_remove:
             locked.shared_with.remove(*locked.shared_with.filter(username__in=to_remove))
-        if target_teams is not None:
-            locked.shared_with_teams.set(target_teams)
-        if teams_to_add:
-            locked.shared_with_teams.add(*teams_to_add)
-        if teams_to_remove:
-            locked.shared_with_teams.remove(*locked.shared_with_teams.filter(name__in=teams_to_remove))
+        team_change.apply(locked.shared_with_teams)
         after = _readers(locked)
         if after != before:
             audit_record(actor=by, action="run.share", obj=locked,
