@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import bool_param
+from rlstudio.api.params import bool_param, list_params
 from rlstudio.runs.selectors import can_manage
 from rlstudio.text import nul_path
 
@@ -45,10 +45,10 @@ def _body(request) -> dict:
 class AlertRuleListView(APIView):
     """Your alert rules: defaults (run null) and per-run ones."""
 
-    @extend_schema(parameters=[
-        OpenApiParameter("run", int, required=False, description="Only this run's own rules."),
-        OpenApiParameter("defaults", bool, required=False, description="Only your defaults (rules without a run)."),
-    ], responses=AlertRuleSerializer(many=True), operation_id="alerts_rules_list")
+    @list_params(OpenApiParameter("run", int, required=False, description="Only this run's own rules."),
+                 OpenApiParameter("defaults", bool, required=False,
+                                  description="Only your defaults (rules without a run)."),
+                 paged=False, responses=AlertRuleSerializer(many=True), operation_id="alerts_rules_list")
     def get(self, request):
         run = None
         if request.query_params.get("run"):
@@ -107,17 +107,17 @@ class AlertRuleDetailView(APIView):
 class AlertCatalogueView(APIView):
     """The rule kinds, what each watches and their recommended thresholds."""
 
-    @extend_schema(responses=CatalogueEntrySerializer(many=True))
+    @list_params(paged=False, responses=CatalogueEntrySerializer(many=True))
     def get(self, request):
         rows = [{**asdict(k), "recommended": k.kind in R.RECOMMENDED} for k in R.CATALOGUE.values()]
         return Response(CatalogueEntrySerializer(rows, many=True).data)
 
 
 class NotificationListView(APIView):
-    @extend_schema(parameters=[
+    @list_params(  # no offset: the newest `limit`
         OpenApiParameter("unread", bool, required=False, description="Only the unread ones."),
         OpenApiParameter("limit", int, required=False, description="At most this many, newest first (1-500, default 50)."),
-    ], responses=NotificationSerializer(many=True))
+        paged=False, responses=NotificationSerializer(many=True))
     def get(self, request):
         """Your notifications, newest first, with how many are unread."""
         try:
@@ -171,7 +171,7 @@ class NotificationSettingsView(APIView):
 class WebhookListView(APIView):
     """The webhooks the operators registered, by name (users choose one; they never see its address)."""
 
-    @extend_schema(responses=WebhookSerializer(many=True))
+    @list_params(paged=False, responses=WebhookSerializer(many=True))
     def get(self, request):
         return Response(WebhookSerializer(sel.webhooks_available(), many=True).data)
 

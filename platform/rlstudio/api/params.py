@@ -1,6 +1,12 @@
 """Query-string parameters read alike by every API view: a bad value is a 400 naming the parameter,
-never a silent default."""
+never a silent default; and a list's parameters, declared once for its schema and for the check that
+refuses any other (ListParamsMixin for a viewset's `list`, list_params for any other list's GET)."""
 from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 
 from rlstudio.text import NO_WORDS, YES_WORDS, yes_no
 
@@ -19,19 +25,66 @@ def bool_param(params, name: str) -> bool | None:
     return answer
 
 
-# Taken by every list the rule below applies to: the pager's two, and DRF's response format override.
+# Taken by every list: the pager's two where it is paged, and DRF's response format override.
 LIST_PARAMS = ("limit", "offset")
 ALWAYS_KNOWN = ("format",)
+# The pager's two in the schema of a list paged by hand (an APIView's, an @action's: the pagination class
+# declares them for a viewset's own `list`).
+PAGER_PARAMETERS = (
+    OpenApiParameter("limit", int, required=False, description="At most this many (default 50, at most 500)."),
+    OpenApiParameter("offset", int, required=False, description="Skip this many first (default 0)."),
+)
 
 
-def refuse_unknown_params(params, known) -> None:
+def _names(known) -> list[str]:
+    return [getattr(p, "name", p) for p in known]
+
+
+def refuse_unknown_params(params, known, *, paged: bool = True) -> None:
     """An ApiError (400, code `unknown_parameter`) naming the first query parameter of `params` that is
-    not in `known` (a filtered list's filters; the pager's `limit` and `offset` are added), with the
-    ones it takes: a misspelt filter (`?state=running` for `?status=`) would otherwise be ignored and
-    the whole list answered."""
-    names = sorted({*known, *LIST_PARAMS})
+    not in `known` (a list's filters: names or the OpenApiParameters its schema declares; the pager's
+    `limit` and `offset` are added when `paged`; `format` is always taken), with the ones it takes: a
+    misspelt filter (`?state=running` for `?status=`) would otherwise be ignored and the whole list
+    answered."""
+    names = sorted({*_names(known), *(LIST_PARAMS if paged else ())})
+    takes = f"this list takes: {', '.join(names)}" if names else "this list takes none"
     for name in params.keys():
         if name not in names and name not in ALWAYS_KNOWN:
             shown = name.replace("\x00", "")[:100]
-            raise ApiError(f"unknown query parameter {shown!r}; this list takes: {', '.join(names)}",
-                           code="unknown_parameter", field=shown)
+            raise ApiError(f"unknown query parameter {shown!r}; {takes}", code="unknown_parameter", field=shown)
+
+
+def list_params(*parameters: OpenApiParameter, paged: bool, **schema):
+    """Decorator of the GET method of a list other than a viewset's `list` (an APIView's `get`; a viewset's
+    @action, put above `@action`): the query parameters it takes, declared once for its OpenAPI schema
+    (with PAGER_PARAMETERS when `paged`) and for the check that refuses any other
+    (`refuse_unknown_params`) before the method runs. `schema` goes to extend_schema (responses, ...)."""
+    declared = [*parameters, *(PAGER_PARAMETERS if paged else ())]
+
+    def decorate(method):
+        @functools.wraps(method)
+        def checked(self, request, *args, **kwargs):
+            refuse_unknown_params(request.query_params, parameters, paged=paged)
+            return method(self, request, *args, **kwargs)
+
+        return extend_schema(parameters=declared, **schema)(checked)
+
+    return decorate
+
+
+class ListParamsMixin:
+    """A viewset (before its ListModelMixin) whose `list` takes exactly `list_parameters` (OpenApiParameters),
+    `format`, and `limit` and `offset` when it is paged (a pagination class: it declares those two in the
+    schema): anything else is refused (`refuse_unknown_params`). A subclass that sets `list_parameters`
+    gets them as its list's schema parameters too, so the schema and the check read one list."""
+
+    list_parameters: Sequence[OpenApiParameter] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("list_parameters"):
+            extend_schema_view(list=extend_schema(parameters=list(cls.list_parameters)))(cls)
+
+    def list(self, request, *args, **kwargs):
+        refuse_unknown_params(request.query_params, self.list_parameters, paged=self.paginator is not None)
+        return super().list(request, *args, **kwargs)

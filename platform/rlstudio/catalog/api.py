@@ -13,6 +13,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import ListParamsMixin, list_params
 from rlstudio.api.parsers import JSONParser
 
 from .rewardcheck import CheckError, reward_check
@@ -82,7 +83,7 @@ def _int_param(request, name: str, default: int, *, lo: int, hi: int) -> int:
     return max(lo, min(hi, value))
 
 
-class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.ListModelMixin,
+class DatasetViewSet(ListParamsMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.ListModelMixin,
                      mixins.RetrieveModelMixin, CatalogViewSet):
     """The caller's datasets and the shared ones (staff: everyone's); another user's private one answers
     404, a shared one is read-only to non-owners (403 on PATCH / DELETE)."""
@@ -122,6 +123,7 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.L
     def perform_destroy(self, instance):
         dataset_delete(dataset=instance, by=self.request.user)
 
+    @list_params(paged=True)
     @action(detail=True, methods=["get"])
     def rows(self, request, pk=None):
         """The converted rows (prompt messages, ground truth, tools), paginated."""
@@ -155,7 +157,7 @@ class DatasetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.L
         return Response({"results": [asdict(r) for r in results]})
 
 
-class ModelAssetViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.ListModelMixin,
+class ModelAssetViewSet(ListParamsMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.ListModelMixin,
                        mixins.RetrieveModelMixin, CatalogViewSet):
     """The caller's model assets and the shared ones (staff: everyone's); POST registers a checkpoint
     folder (201; 200 with the shared model when the folder is already shared); PATCH / DELETE owner or

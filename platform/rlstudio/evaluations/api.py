@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import list_params
 from rlstudio.catalog.selectors import dataset_get_for
 from rlstudio.text import ascii_uint
 
@@ -125,7 +126,7 @@ def _samples(request, ev) -> Response:
 
 
 class RunEvaluationsView(APIView):
-    @extend_schema(responses=EvaluationSerializer(many=True), operation_id="runs_evaluations_list")
+    @list_params(paged=False, responses=EvaluationSerializer(many=True), operation_id="runs_evaluations_list")
     def get(self, request, run_id: int):
         """The evaluations of a run's checkpoints, newest first."""
         _run, qs = evaluation_list_for(user=request.user, run_id=run_id)
@@ -167,15 +168,15 @@ class RunEvaluationStopView(APIView):
 
 
 class RunEvaluationSamplesView(APIView):
-    @extend_schema(parameters=CELL_PARAMS, responses=EvaluationSampleSerializer(many=True),
-                   operation_id="runs_evaluations_samples")
+    @list_params(*CELL_PARAMS, paged=False, responses=EvaluationSampleSerializer(many=True),
+                 operation_id="runs_evaluations_samples")
     def get(self, request, run_id: int, evaluation_id: int):
         """The k transcripts of one cell of a run's evaluation (prompt, column)."""
         return _samples(request, evaluation_get_for(user=request.user, run_id=run_id, evaluation_id=evaluation_id))
 
 
 class ModelEvaluationsView(APIView):
-    @extend_schema(responses=EvaluationSerializer(many=True), operation_id="models_evaluations_list")
+    @list_params(paged=False, responses=EvaluationSerializer(many=True), operation_id="models_evaluations_list")
     def get(self, request, model_id: int):
         """Your evaluations of a registered model, newest first (staff: everyone's)."""
         _model, qs = model_evaluation_list_for(user=request.user, model_id=model_id)
@@ -214,8 +215,8 @@ class ModelEvaluationStopView(APIView):
 
 
 class ModelEvaluationSamplesView(APIView):
-    @extend_schema(parameters=CELL_PARAMS, responses=EvaluationSampleSerializer(many=True),
-                   operation_id="models_evaluations_samples")
+    @list_params(*CELL_PARAMS, paged=False, responses=EvaluationSampleSerializer(many=True),
+                 operation_id="models_evaluations_samples")
     def get(self, request, model_id: int, evaluation_id: int):
         """The k transcripts of one prompt of a model's evaluation."""
         return _samples(request, model_evaluation_get_for(user=request.user, model_id=model_id,

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import list_params
 from rlstudio.archive import archive_size, tar_gz_response
 from rlstudio.runs.launch import inside, run_folder
 
@@ -22,7 +23,7 @@ def _not_permitted(exc) -> ApiError:
 
 
 class RunExportsView(APIView):
-    @extend_schema(responses=ExportSerializer(many=True), operation_id="runs_exports_list")
+    @list_params(paged=False, responses=ExportSerializer(many=True), operation_id="runs_exports_list")
     def get(self, request, run_id: int):
         """A run's exports (Hugging Face folders made from its checkpoints), newest first."""
         _run, qs = export_list_for(user=request.user, run_id=run_id)

@@ -3,14 +3,14 @@
 (GET, PUT: users and teams). Views only translate HTTP to the services: ProjectInputInvalid is a 400 naming the field,
 ProjectNotPermitted a 403 (a user the project is shared with reads it only); a project the caller
 does not see is a 404. A project's runs are GET /api/v1/runs/?project=<id>."""
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status as http
 from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import refuse_unknown_params
+from rlstudio.api.params import ListParamsMixin
 
 from .errors import ProjectInputInvalid, ProjectNotPermitted
 from .selectors import PROJECT_SCOPES, project_get_for, project_list_for, project_shared_teams, project_shared_users
@@ -29,12 +29,12 @@ def _only(data, allowed: set[str]) -> None:
                        field=extra[0])
 
 
-@extend_schema_view(list=extend_schema(parameters=[
-    OpenApiParameter("scope", str, enum=["mine", "shared"], required=False,
-                     description="Only the caller's own projects, or only those shared with them.")]))
-class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
+class ProjectViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
     """The projects the caller sees (their own, those shared with them; staff: everyone's), newest
     first; POST creates one, PATCH renames or describes, DELETE deletes it (its runs stay)."""
+
+    list_parameters = [OpenApiParameter("scope", str, enum=["mine", "shared"], required=False,
+                                        description="Only the caller's own projects, or only those shared with them.")]
 
     serializer_class = ProjectSerializer
     lookup_value_regex = r"\d+"
@@ -48,8 +48,6 @@ class ProjectViewSet(viewsets.ReadOnlyModelViewSet):
         return super().handle_exception(exc)
 
     def get_queryset(self):
-        if self.action == "list":
-            refuse_unknown_params(self.request.query_params, ["scope"])
         scope = self.request.query_params.get("scope") or "" if self.action == "list" else ""
         if scope not in PROJECT_SCOPES:
             raise ApiError(f"unknown scope {scope!r}; one of: mine, shared (or empty: all)", field="scope")

@@ -9,6 +9,7 @@ from rest_framework.permissions import IsAdminUser, IsAuthenticated
 from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import ListParamsMixin
 
 from .inputs import RegistryNotPermitted, RegistryRefused
 from .models import NAME_PATTERN
@@ -25,7 +26,8 @@ def _http(exc: Exception) -> ApiError:
     return ApiError(exc.message, code=exc.code, field=exc.field)
 
 
-class _RegistryViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+class _RegistryViewSet(ListParamsMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+                       viewsets.ReadOnlyModelViewSet):
     lookup_field = "name"
     lookup_value_regex = NAME_PATTERN
     pagination_class = None  # an operator's short list

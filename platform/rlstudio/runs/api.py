@@ -8,7 +8,7 @@ log) ; /api/v1/configs/ (list, create, retrieve); /api/v1/presets/.
 Views only translate HTTP to the services; refusals become the API's error shape (RunNotPermitted:
 403 for a user a run is shared with, read-only).
 """
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status as http
 from rest_framework import viewsets
 from rest_framework.decorators import action
@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import bool_param, refuse_unknown_params
+from rlstudio.api.params import ListParamsMixin, bool_param, list_params
 from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 
 from . import ray_jobs
@@ -112,9 +112,8 @@ def _id_param(params, name: str) -> int | None:
 
 
 def run_filter_from(params) -> RunFilter:
-    """The runs list's filters from query parameters (400 naming the one that is wrong, or one it does not
-    take: `refuse_unknown_params`)."""
-    refuse_unknown_params(params, [p.name for p in RUN_LIST_PARAMETERS])
+    """The runs list's filters from query parameters (400 naming the one that is wrong; one it does not
+    take is refused before, by RunViewSet's ListParamsMixin)."""
     status = params.get("status") or None
     if status and status not in RunStatus.values:
         raise ApiError(f"unknown status {status!r}; one of: {', '.join(RunStatus.values)}", field="status")
@@ -148,10 +147,11 @@ RUN_LIST_PARAMETERS = [
 ]
 
 
-@extend_schema_view(list=extend_schema(parameters=RUN_LIST_PARAMETERS))
-class RunViewSet(viewsets.ReadOnlyModelViewSet):
+class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
     """The runs the caller sees (their own, those shared with them; staff: everyone's), newest first,
     filtered by the query; POST launches one, PATCH edits a run's tags and note."""
+
+    list_parameters = RUN_LIST_PARAMETERS
 
     lookup_value_regex = r"\d+"
     http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
@@ -424,7 +424,7 @@ def _download(run):
     return resp
 
 
-class RunConfigViewSet(viewsets.ReadOnlyModelViewSet):
+class RunConfigViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
     """The caller's saved configs (staff: everyone's); POST saves one (checked by the trainer's schema)."""
 
     serializer_class = RunConfigSerializer
@@ -452,7 +452,7 @@ class RunConfigViewSet(viewsets.ReadOnlyModelViewSet):
 class PresetListView(APIView):
     """GET /api/v1/presets/: the trainer's recipes (name, description, config)."""
 
-    @extend_schema(responses=PresetSerializer(many=True))
+    @list_params(paged=False, responses=PresetSerializer(many=True))
     def get(self, request):
         from trainer.recipes import REGISTRY
 

@@ -10,6 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import ListParamsMixin
 from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 from rlstudio.runs.errors import RunInputInvalid, RunRefused
 from rlstudio.runs.selectors import run_config_get_for
@@ -29,7 +30,7 @@ def _lookup(getter, *, user, field: str, value, kind: str):
         raise ApiError(f"no {kind} with id {value}", code="invalid", field=field) from None
 
 
-class SweepViewSet(viewsets.ReadOnlyModelViewSet):
+class SweepViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
     """The caller's sweeps (staff: everyone's), newest first; POST launches one."""
 
     lookup_value_regex = r"\d+"

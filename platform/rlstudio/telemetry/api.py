@@ -33,7 +33,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import bool_param, refuse_unknown_params
+from rlstudio.api.params import bool_param, list_params
 from rlstudio.api.pagination import CountResultsPagination
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage
@@ -232,21 +232,22 @@ _METRICS_PAGE = inline_serializer("MetricsPage", {
 })
 
 
+# The metrics page is keyed by step (after_step + limit), not by offset.
+METRICS_LIST_PARAMETERS = (
+    OpenApiParameter("after_step", int, required=False, description=(
+        "Only steps greater than this (-1 or absent: from the first). Use the previous page's "
+        "next_after_step.")),
+    OpenApiParameter("limit", int, required=False, description=(
+        f"Rows per page, 1 to {sel.METRICS_PAGE_MAX} (default {sel.METRICS_PAGE_DEFAULT}).")),
+    OpenApiParameter("since_step", int, required=False, deprecated=True,
+                     description="The older name of after_step (not both)."),
+)
+
+
 class RunMetricsView(_RunReadView):
     """A page of the run's metric rows in step order (`after_step` + `limit`, keyed by step)."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter("after_step", int, required=False, description=(
-                "Only steps greater than this (-1 or absent: from the first). Use the previous page's "
-                "next_after_step.")),
-            OpenApiParameter("limit", int, required=False, description=(
-                f"Rows per page, 1 to {sel.METRICS_PAGE_MAX} (default {sel.METRICS_PAGE_DEFAULT}).")),
-            OpenApiParameter("since_step", int, required=False, deprecated=True,
-                             description="The older name of after_step (not both)."),
-        ],
-        responses={200: _METRICS_PAGE},
-    )
+    @list_params(*METRICS_LIST_PARAMETERS, paged=False, responses={200: _METRICS_PAGE})
     def get(self, request, run_id: int):
         params = request.query_params
         after = _int_param(params, "after_step", minimum=-1, maximum=_STEP_MAX)
@@ -263,15 +264,15 @@ class RunMetricsView(_RunReadView):
         return Response({"steps": steps, "next_after_step": next_after, "next": next_url})
 
 
+# The samples list's filters (sample_filter_from reads them; the pager adds limit and offset).
 SAMPLE_LIST_PARAMS = ("step", "uid", "prompt_split", "prompt_hash", "min_reward", "max_reward", "finish_reason",
-                      "has_tool_call", "order", "limit", "offset")
+                      "has_tool_call", "order")
 
 
 class RunSamplesView(_RunReadView):
-    @extend_schema(parameters=[OpenApiParameter(n, str, required=False) for n in SAMPLE_LIST_PARAMS],
-                   responses={200: OpenApiTypes.OBJECT})
+    @list_params(*(OpenApiParameter(n, str, required=False) for n in SAMPLE_LIST_PARAMS), paged=True,
+                 responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
-        refuse_unknown_params(request.query_params, SAMPLE_LIST_PARAMS)
         qs = sel.samples_for(run=self.run, flt=sample_filter_from(request.query_params))
         paginator = CountResultsPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
