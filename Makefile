@@ -12,7 +12,8 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --upgrade --quiet pip
 	$(VPY) -m pip install --quiet -r requirements.txt
-	$(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# setuptools warns that a folder named like a package may shadow it: the packages are under platform/ and trainer/ by design
+	PYTHONWARNINGS="ignore:Editable installation" $(VPY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $@
 
 install: $(VENV)/.installed
