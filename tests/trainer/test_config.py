@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -172,7 +173,7 @@ def test_override_errors_name_the_key_as_typed():
     with pytest.raises(ConfigError) as info:
         apply_overrides(Config(), ["actor_rollout_ref.actor.optim.lr_scheduler_type=wsd"])
     assert info.value.key == "actor_rollout_ref.actor.optim.lr_scheduler_type"
-    assert "'wsd' is not allowed" in str(info.value) and "actor_rollout_ref.actor.optim.warmup_style" in str(info.value)
+    assert '"wsd" is not allowed' in str(info.value) and "actor_rollout_ref.actor.optim.warmup_style" in str(info.value)
     # Hydra's "+" adds a key there; here the schema is fixed, and the error says so.
     with pytest.raises(ConfigError) as info:
         apply_overrides(Config(), ["+some.new_key=3"])
@@ -454,3 +455,22 @@ def test_policy_loss_is_verls_section_and_old_specs_still_load():
     assert Config.from_dict(old) == Config()
     with pytest.raises(ConfigError, match="loss_mode"):
         Config.from_dict({"actor_rollout_ref": {"actor": {"policy_loss": "nope"}}})
+
+
+@pytest.mark.parametrize("tp, value, message", [
+    (int | None, "ten", 'k: expected an integer or null, got "ten"'),
+    (list[str], 3, "k: expected a list of strings, got 3"),
+    (list[int] | None, {"a": True}, 'k: expected a list of integers or null, got {"a": true}'),
+    (bool, "yes", 'k: expected true or false, got "yes"'),
+    (float, None, "k: expected a number, got null"),
+    (Literal["a", "b"], "c", 'k: "c" is not allowed; allowed values: a, b'),
+    (int, "x" * 300, 'k: expected an integer, got "' + "x" * 118 + "…"),
+])
+def test_type_errors_read_in_the_configs_own_terms(tp, value, message):
+    """A wrong value's error names the type in words and the value as JSON (true, null, "text"), not
+    Python's `int | None` and repr (True, None, 'text'), and cuts a long value short."""
+    from trainer.config.fields import ConfigError, coerce
+
+    with pytest.raises(ConfigError) as info:
+        coerce(tp, value, "k")
+    assert str(info.value) == message

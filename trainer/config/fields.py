@@ -3,8 +3,9 @@
 Owns ``ConfigError``, ``option`` / ``section`` (a field with its help text), checking a value against
 a field's annotation (``coerce``: ints widen to float, Literal choices, lists, JSON objects, unions;
 NaN, infinities and NUL characters refused), building a section from a nested dict (``build``:
-unknown keys refused naming the known ones) and naming a type for errors and the reference doc
-(``type_name``). Knows no section of the schema: it works on any frozen dataclass.
+unknown keys refused naming the known ones) and naming a type for the reference doc (``type_name``:
+``int | None``) and in words for errors (``type_words``: "an integer or null"; ``shown``: the value
+as JSON). Knows no section of the schema: it works on any frozen dataclass.
 """
 
 from __future__ import annotations
@@ -65,6 +66,39 @@ def type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+_WORDS = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool: ("true or false", "booleans"),
+          str: ("a string", "strings")}
+
+
+def type_words(tp: Any, *, plural: bool = False) -> str:
+    """How a field's type reads in an error, in the config's own (JSON) terms: ``int | None`` is "an
+    integer or null", ``list[str]`` "a list of strings", a Literal 'one of "grpo", "gae"'."""
+    if tp is type(None):
+        return "null"
+    if tp is Any:
+        return "any values" if plural else "any value"
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(json.dumps(a) for a in typing.get_args(tp))
+    if is_union(tp):
+        return " or ".join(type_words(a, plural=plural) for a in typing.get_args(tp))
+    if origin is list:
+        return ("lists" if plural else "a list") + " of " + type_words(typing.get_args(tp)[0], plural=True)
+    if origin is dict or dataclasses.is_dataclass(tp):
+        return "objects" if plural else "an object"
+    one, many = _WORDS.get(tp, (getattr(tp, "__name__", str(tp)),) * 2)
+    return many if plural else one
+
+
+def shown(value: Any, limit: int = 120) -> str:
+    """A value as it reads in the config (JSON: true, null, "text"), cut to `limit` characters."""
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def choices(tp: Any) -> tuple[Any, ...] | None:
     """The allowed values of a Literal type; None for any other type."""
     if typing.get_origin(tp) is Literal:
@@ -77,7 +111,7 @@ def _coerce_union(tp: Any, value: Any, key: str) -> Any:
     if value is None:
         if type(None) in args:
             return None
-        raise ConfigError(key, f"must not be null (expected {type_name(tp)})")
+        raise ConfigError(key, f"must not be null (expected {type_words(tp)})")
     for arg in args:  # the first member type that accepts the value wins
         if arg is type(None):
             continue
@@ -85,19 +119,19 @@ def _coerce_union(tp: Any, value: Any, key: str) -> Any:
             return coerce(arg, value, key)
         except ConfigError:
             continue
-    raise ConfigError(key, f"expected {type_name(tp)}, got {value!r}")
+    raise ConfigError(key, f"expected {type_words(tp)}, got {shown(value)}")
 
 
 def _coerce_container(tp: Any, value: Any, key: str) -> Any:
     if typing.get_origin(tp) is list:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(
-                key, f"expected a list of {type_name(typing.get_args(tp)[0])}, got {value!r}"
+                key, f"expected {type_words(tp)}, got {shown(value)}"
             )
         (item_tp,) = typing.get_args(tp)
         return [coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
     if not isinstance(value, Mapping):
-        raise ConfigError(key, f"expected an object, got {value!r}")
+        raise ConfigError(key, f"expected an object, got {shown(value)}")
     try:
         text = json.dumps(dict(value), allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -110,23 +144,23 @@ def _coerce_container(tp: Any, value: Any, key: str) -> Any:
 def _coerce_scalar(tp: Any, value: Any, key: str) -> Any:
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {value!r}")
+            raise ConfigError(key, f"expected true or false, got {shown(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(key, f"expected an integer, got {value!r}")
+            raise ConfigError(key, f"expected an integer, got {shown(value)}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(key, f"expected a number, got {value!r}")
+            raise ConfigError(key, f"expected a number, got {shown(value)}")
         if not math.isfinite(value):
-            raise ConfigError(key, f"expected a finite number, got {value!r}")
+            raise ConfigError(key, f"expected a finite number, got {shown(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(key, f"expected a string, got {value!r}")
+            raise ConfigError(key, f"expected a string, got {shown(value)}")
         if "\x00" in value:
             raise ConfigError(key, "must not contain NUL characters")
         return value
@@ -143,7 +177,7 @@ def coerce(tp: Any, value: Any, key: str) -> Any:
     if allowed is not None:
         if value not in allowed:
             raise ConfigError(
-                key, f"{value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}"
+                key, f"{shown(value)} is not allowed; allowed values: {', '.join(map(str, allowed))}"
             )
         return value
     if typing.get_origin(tp) in (list, dict):
@@ -156,7 +190,7 @@ def build(cls: type, d: Mapping[str, Any], prefix: str) -> Any:
     naming the key (``prefix`` is the section's dotted key plus a dot, or "" at the top)."""
     if not isinstance(d, Mapping):
         raise ConfigError(
-            prefix.rstrip(".") or "<root>", f"expected an object (section), got {d!r}"
+            prefix.rstrip(".") or "<root>", f"expected an object (section), got {shown(d)}"
         )
     annotations = hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]

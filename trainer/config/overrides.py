@@ -14,7 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .fields import ConfigError, build, choices, coerce, hints, is_union, type_name
+from .fields import ConfigError, build, choices, coerce, hints, is_union, type_words
 from .schema import Config
 
 # verl key names that live elsewhere here, accepted in overrides so verl command lines work as typed
@@ -85,7 +85,7 @@ def _parse_union(tp: Any, text: str, key: str) -> Any:
             return coerce(arg, parse_value(arg, text, key), key)
         except (ConfigError, ValueError):
             continue
-    raise ConfigError(key, f"cannot parse {text!r} as {type_name(tp)}")
+    raise ConfigError(key, f"cannot read {text!r} as {type_words(tp)}")
 
 
 def _parse_container(tp: Any, text: str, key: str) -> Any:
@@ -150,7 +150,7 @@ def parse_value(tp: Any, text: str, key: str) -> Any:
     if is_union(tp):
         return _parse_union(tp, text, key)
     if tp is not str and stripped.lower() in _NULLS:
-        raise ConfigError(key, f"must not be null (expected {type_name(tp)})")
+        raise ConfigError(key, f"must not be null (expected {type_words(tp)})")
     if choices(tp) is not None:
         return _unquote(stripped)
     if typing.get_origin(tp) in (list, dict):
