@@ -4,12 +4,14 @@
 // the base model at step 0) and a table, and fills the prompts x columns matrix with its better / worse
 // filter; opening a cell loads its k transcripts from the API. Prompts, responses and model names are
 // model and user text: they go into the page as textContent only, never as markup.
-// On the run page the card is kept current from its own fragment (the card's data-url, the server's
-// template, escaped there): every 5 s while an evaluation is queued or running (a row's data-active),
-// every 10 s while the run is live (the controls card's data-live: it may save a checkpoint), at once
-// after an evaluation is asked for and on a status event (run_live.js's "rlstudio:status"); polling
-// stops when none of these holds. The list, the checkpoints offered (ticks kept) and, when a newer
-// evaluation finished, its curve, figures and matrix are taken from it.
+// Both cards are kept current from their own fragment (the card's data-url, the server's template,
+// escaped there: /runs/<id>/evaluations/card/, /models/<id>/evaluations/card/) by the shared loop of
+// fragment_poller.js: every 5 s while an evaluation is queued or running (a row's data-active), on the
+// run page also every 10 s while the run is live (the controls card's data-live: it may save a
+// checkpoint) and on a status event (run_live.js's "rlstudio:status"), and at once after an evaluation
+// is asked for or stopped; polling stops when none of these holds. The list, the checkpoints offered
+// (a run's; ticks kept) and, when a newer evaluation finished, its curve, figures and matrix are
+// taken from it.
 (function () {
   "use strict";
   function fmt(v) { return (v === null || v === undefined) ? "–" : Number(v).toFixed(3); }
@@ -163,7 +165,7 @@
         msg.textContent = "evaluation #" + answer.id + " " + answer.status +
           (answer.queue_reason ? " (" + answer.queue_reason + ")" : "") +
           (live() ? "; the list below follows it" : "; reload the page to see it finish");
-        refresh(data);
+        refresh();
       } else {
         const err = answer.error || {};
         msg.textContent = (err.field ? err.field + ": " : "") + (err.message || resp.statusText);
@@ -185,7 +187,7 @@
         const answer = await resp.json().catch(() => ({}));
         btn.textContent = resp.ok ? (answer.status === "stopped" ? "stopped" : "stopping…")
           : ((answer.error || {}).message || resp.statusText);
-        if (resp.ok) refresh(data);
+        if (resp.ok) refresh();
         return;
       }
       if (!window.confirm("Delete evaluation #" + btn.dataset.id + " with its transcripts?")) return;
@@ -214,22 +216,15 @@
     if (pick) pick.addEventListener("change", () => fillMatrix(data, pick.value));
   }
 
-  // The live refresh (run page only: the model page's card has no data-url).
-  let timer = null;
-  let busy = false;
-  let again = false;  // asked for while a fetch was under way (it may predate what was asked): fetch once more
+  // The live refresh: the card's data-url (the run page's and a model page's card), fetched by the
+  // shared loop (fragment_poller.js, loaded before this file).
+  let poller = null;
   function card() { return document.getElementById("evaluations-card"); }
   function live() { const c = card(); return !!(c && c.getAttribute("data-url")); }
   function every() {
     if (document.querySelector("#eval-list tr[data-active='1']")) return 5000;
-    const controls = document.getElementById("run-controls");
+    const controls = document.getElementById("run-controls");  // the run page's only
     return controls && controls.getAttribute("data-live") === "1" ? 10000 : 0;
-  }
-  function schedule(data) {
-    const ms = every();
-    if (timer === null && ms && live()) {
-      timer = window.setTimeout(() => { timer = null; refresh(data); }, ms);
-    }
   }
   function swapSteps(fresh) {
     const now = document.getElementById("eval-steps");
@@ -242,33 +237,19 @@
     });
     now.replaceWith(fresh);
   }
-  function refresh(data) {
-    if (!live()) return;
-    if (busy) { again = true; return; }
-    busy = true;
-    fetch(card().getAttribute("data-url"), { credentials: "same-origin", headers: { Accept: "text/html" } })
-      .then((r) => r.ok ? r.text() : null)
-      .then((html) => {
-        if (!html) return;
-        const holder = document.createElement("div");
-        holder.innerHTML = html.trim();
-        const list = holder.querySelector("#eval-list-box"), nowList = document.getElementById("eval-list-box");
-        if (list && nowList && list.textContent.trim() !== nowList.textContent.trim()) nowList.replaceWith(list);
-        swapSteps(holder.querySelector("#eval-steps"));
-        const latest = holder.querySelector("#eval-latest"), nowLatest = document.getElementById("eval-latest");
-        const freshData = holder.querySelector("#eval-data");
-        if (latest && nowLatest && freshData && latest.getAttribute("data-id") !== nowLatest.getAttribute("data-id")) {
-          nowLatest.replaceWith(latest);
-          data.latest = JSON.parse(freshData.textContent).latest;
-          showLatest(data);
-        }
-      })
-      .catch(() => { /* the next tick tries again */ })
-      .finally(() => {
-        busy = false;
-        if (again) { again = false; refresh(data); } else schedule(data);
-      });
+  function apply(data, holder) {
+    const list = holder.querySelector("#eval-list-box"), nowList = document.getElementById("eval-list-box");
+    if (list && nowList && list.textContent.trim() !== nowList.textContent.trim()) nowList.replaceWith(list);
+    swapSteps(holder.querySelector("#eval-steps"));
+    const latest = holder.querySelector("#eval-latest"), nowLatest = document.getElementById("eval-latest");
+    const freshData = holder.querySelector("#eval-data");
+    if (latest && nowLatest && freshData && latest.getAttribute("data-id") !== nowLatest.getAttribute("data-id")) {
+      nowLatest.replaceWith(latest);
+      data.latest = JSON.parse(freshData.textContent).latest;
+      showLatest(data);
+    }
   }
+  function refresh() { if (poller) poller.refresh(); }
 
   function start() {
     const el = document.getElementById("eval-data");
@@ -278,8 +259,12 @@
     wireForm(data);
     wireStops(data);
     showLatest(data);
-    document.addEventListener("rlstudio:status", () => refresh(data));
-    schedule(data);
+    poller = window.rlstudioFragmentPoller({
+      url: () => { const c = card(); return c ? c.getAttribute("data-url") : null; },
+      every: every, apply: (holder) => apply(data, holder),
+    });
+    document.addEventListener("rlstudio:status", refresh);
+    poller.schedule();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);

@@ -2,7 +2,11 @@
 left empty is left out of the request, so the server's default applies (temperature 1.0, 32 prompts,
 256 new tokens) or the server names the missing field. It once sent 0 for an empty box: an empty
 temperature evaluated greedily (k identical samples) without a word, an empty k or prompts count was
-refused as "got 0"."""
+refused as "got 0".
+
+The model page's card also follows an evaluation that is running: it finishes while the page is open
+and the row's status, its figures and the prompts matrix show without a reload (the card's fragment,
+/models/{id}/evaluations/card/, polled by the shared fragment_poller.js)."""
 from __future__ import annotations
 
 import json
@@ -79,3 +83,40 @@ def test_deleting_the_shown_evaluation_takes_its_figures_off_the_card(page_as, m
     page.wait_for_function("!document.getElementById('eval-matrix')")
     assert not Evaluation.objects.filter(pk=ev.pk).exists()
     assert page.locator("#eval-list").count() == 0 and "What is 3 + 4?" not in page.inner_text("#evaluations-card")
+
+
+def test_the_model_pages_card_shows_a_running_evaluation_finish_without_a_reload(page_as, make_user, tmp_path):
+    from django.utils import timezone
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.evaluations.models import Evaluation, EvaluationStatus
+    from rlstudio.evaluations.services import DEFAULT_SAMPLING
+
+    alice = make_user("alice")
+    data = Dataset.objects.create(owner=alice, name="held-out", file_path=str(tmp_path / "rows.jsonl"),
+                                  sha256="f2" * 32, status="ready")
+    model = ModelAsset.objects.create(owner=alice, name="tiny", path=str(tmp_path / "tiny"))
+    # Admitted just now, its job not submitted yet: the reconcile leaves it be for RLSTUDIO_SUBMIT_TIMEOUT_S.
+    ev = Evaluation.objects.create(model=model, owner=alice, dataset=data, include_base=True, k=2, max_prompts=4,
+                                   sampling=DEFAULT_SAMPLING, status=EvaluationStatus.RUNNING,
+                                   started=timezone.now())
+    page = page_as(alice)
+    page.goto(f"/models/{model.pk}/")
+    row = f"#eval-list tr[data-evaluation-id='{ev.pk}']"
+    assert page.get_attribute(row, "data-active") == "1" and "running" in page.inner_text(row)
+    assert page.locator("#eval-matrix").count() == 0
+    page.evaluate("window.__noReload = 1")  # gone if the page reloads
+
+    figures = [{"key": "base", "step": 0, "base": True, "mean_at_k": 0.625, "pass_at_k": 0.875, "maj_at_k": 0.5,
+                "samples": 8, "seconds": 2.0, "samples_per_s": 4.0}]
+    prompts = [{"index": 0, "prompt": "What is 3 + 4?", "ground_truth": "7",
+                "cells": {"base": {"n": 2, "correct": 1, "mean_at_k": 0.5, "pass_at_k": 1.0, "maj_at_k": 0.0,
+                                   "sample": "#### 7"}}}]
+    Evaluation.objects.filter(pk=ev.pk).update(status=EvaluationStatus.SUCCEEDED, finished=timezone.now(),
+                                               results={"checkpoints": figures, "prompts": prompts})
+    page.wait_for_function(f"(document.querySelector(\"{row}\") || {{}}).dataset?.active === '0'", timeout=30_000)
+    assert "succeeded" in page.inner_text(row) and "0.625" in page.inner_text(row)
+    page.wait_for_selector("#eval-matrix tbody tr")
+    assert "What is 3 + 4?" in page.inner_text("#eval-matrix")
+    assert page.inner_text("#eval-matrix thead").startswith("prompt")
+    assert page.evaluate("window.__noReload") == 1, "the page reloaded"

@@ -22,7 +22,7 @@ urlpatterns = [
     path("runs/", include("rlstudio.demo.urls")),  # the one-click demo's launch
     path("runs/", include("rlstudio.telemetry.urls")),  # samples, groups, prompts of a run (LIVE)
     path("runs/", include("rlstudio.exports.urls")),  # a checkpoint's export, asked for from the run page
-    path("runs/", include("rlstudio.evaluations.urls")),  # the run page's Evaluations card, refreshed live
+    path("", include("rlstudio.evaluations.urls")),  # a run's and a model's Evaluations card, refreshed live
     path("", include("rlstudio.catalog.urls")),
     path("sweeps/", include("rlstudio.sweeps.urls")),  # grids of runs launched together
     path("projects/", include("rlstudio.projects.urls")),  # named groups of runs, shared read-only

@@ -1,10 +1,11 @@
-"""Page routes of evaluations (under /runs/): the run page's card as a fragment."""
+"""Page routes of evaluations: the run page's and a catalog model's Evaluations card as a fragment."""
 from django.urls import path
 
 from . import views
 
 app_name = "evaluations"
 
-urlpatterns = [
-    path("<int:run_id>/evaluations/card/", views.evaluation_card_view, name="card"),  # fragment, refreshed live
+urlpatterns = [  # fragments, refreshed live
+    path("runs/<int:run_id>/evaluations/card/", views.evaluation_card_view, name="card"),
+    path("models/<int:model_id>/evaluations/card/", views.model_evaluation_card_view, name="model_card"),
 ]
