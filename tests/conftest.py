@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures import demo_eval
+
 REPO = Path(__file__).resolve().parent.parent
 # Ray turns token auth on by itself once ~/.ray/auth_token exists (a local ray.init() writes
 # it); the test heads are loopback-only, so pin the mode for every Ray this session starts.
@@ -416,39 +418,36 @@ def celery_beat(celery_worker, test_database_url, ray_head, tmp_path_factory):
 
 
 # The demo's evaluation fixture (tests/trainer/test_evaluate_demo.py, the evaluation browser journey).
-DEMO_WARM_STEPS, DEMO_GRPO_STEPS, DEMO_PROMPTS = 240, 10, 32
+DEMO_WARM_STEPS, DEMO_GRPO_STEPS, DEMO_PROMPTS = demo_eval.WARM_STEPS, demo_eval.GRPO_STEPS, demo_eval.PROMPTS
+_DEMO_BUILD = pytest.StashKey["demo_eval.BackgroundBuild"]()
 
 
 @pytest.fixture(scope="session")
-def demo_eval_run(tmp_path_factory) -> dict:
-    """The demo task's warm start (DEMO_WARM_STEPS SFT steps of `make_demo_model`, no copy gate), DEMO_PROMPTS
-    held-out rows and DEMO_GRPO_STEPS steps of the demo recipe from it with a checkpoint at the last step:
-    {"out", "warm", "config", "test", "step"} (`step`: the checkpoint's folder). Built once per session:
-    about 65 s in all on 2 quiet cores (the warm start on both: it runs in the first band, when nothing
-    else does; on one thread it took 20 s more). Fewer warm-start steps (150) leave a model that never
-    answers right and that GRPO cannot move in a few steps."""
-    import json
+def demo_eval_run(request, tmp_path_factory) -> dict:
+    """The demo task's evaluation run (tests/fixtures/demo_eval.py): {"out", "warm", "config", "test",
+    "step"} (`step`: the checkpoint's folder). Started in the background when the session's tests were
+    collected (`_start_demo_build`), so this waits only for what is left of its build (about 65 s on 2
+    quiet cores); built here when nothing started it."""
+    started = request.config.stash.get(_DEMO_BUILD, None)
+    if started is not None:
+        return started.result(timeout=1500)
+    return demo_eval.as_paths(demo_eval.build(tmp_path_factory.mktemp("demo_eval")))
 
-    from trainer.config import apply_overrides
-    from trainer.models.demo import make_demo_model
-    from trainer.recipes import get_recipe
-    from trainer.run import run as train
-    from trainer.tasks import arith
 
-    out = tmp_path_factory.mktemp("demo_eval")
-    warm = make_demo_model(out / "warm", steps=DEMO_WARM_STEPS, seed=0, copy_check=0, threads=2)
-    for name, n, seed in (("train", 2000, 0), ("test", DEMO_PROMPTS, 1)):
-        rows = arith.make_rl_rows(name, n, seed=seed)
-        (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = apply_overrides(get_recipe("demo_tool_arith"), {
-        "data.train_files": str(out / "train.jsonl"), "data.val_files": None,
-        "actor_rollout_ref.model.path": str(warm), "trainer.default_local_dir": str(out / "run"),
-        "trainer.total_training_steps": DEMO_GRPO_STEPS, "trainer.save_freq": DEMO_GRPO_STEPS,
-        "trainer.test_freq": -1, "trainer.logger": ["jsonl"], "trainer.resume_mode": "disable",
-        "trainer.torch_threads": 1, "trainer.export_hf": False})
-    assert train(cfg) == 0
-    return {"out": out, "warm": warm, "config": cfg.to_dict(), "test": out / "test.jsonl",
-            "step": out / "run" / f"global_step_{DEMO_GRPO_STEPS}"}
+def _start_demo_build(config, items) -> None:
+    """Start `demo_eval_run`'s build now, in a process of its own, if a collected test will want it (its
+    users run after the tests that need only the Ray head, `band`, so the build goes on beside those)."""
+    if config.option.collectonly or not any("demo_eval_run" in getattr(i, "fixturenames", ()) for i in items):
+        return
+    out = Path(tempfile.mkdtemp(prefix="rls-demo-eval-"))
+    config.stash[_DEMO_BUILD] = demo_eval.BackgroundBuild(out)
+
+
+def pytest_unconfigure(config):
+    build = config.stash.get(_DEMO_BUILD, None)
+    if build is not None:
+        build.stop()
+        shutil.rmtree(build.out, ignore_errors=True)
 
 
 def pytest_addoption(parser):
@@ -470,10 +469,14 @@ SERVICES_FIXTURES = frozenset({"ray_head", "demo_eval_run"})
 
 def band(item) -> int:
     """0: needs none of the session's long-lived services; 1: uses the session's Ray head (directly or
-    through the Celery worker / beat); 2: a browser test."""
+    through the Celery worker / beat); 2: uses the demo evaluation run (built in the background during
+    the bands before); 3: a browser test."""
     if "tests/browser/" in item.nodeid.replace("\\", "/"):
+        return 3
+    fixtures = getattr(item, "fixturenames", ())
+    if "demo_eval_run" in fixtures:
         return 2
-    return 1 if "ray_head" in getattr(item, "fixturenames", ()) else 0
+    return 1 if "ray_head" in fixtures else 0
 
 
 def shard(item) -> str:
@@ -488,24 +491,26 @@ def shard(item) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """Run the tests in three bands (stable within each, after pytest-django's own ordering):
+    """Run the tests in four bands (stable within each, after pytest-django's own ordering):
 
     0. everything that needs none of the session's long-lived services;
     1. tests that use the session's Ray head (directly or through the Celery worker / beat), so that
        the head is started only once the launcher's and the trainer's own Ray clusters are gone
        (three Ray clusters on two cores starve each other's raylets);
-    2. browser tests last: Playwright's sync API keeps an event loop running in the main thread,
+    2. the demo evaluation run's users, once its background build has had the bands before;
+    3. browser tests last: Playwright's sync API keeps an event loop running in the main thread,
        which no asyncio.run() after it may share.
 
-    With --shard, only that shard's tests (`shard`) are kept (tests/shards.py).
+    With --shard, only that shard's tests (`shard`) are kept (tests/shards.py). Then the demo
+    evaluation run's build starts if a kept test wants it (`_start_demo_build`).
     """
     items.sort(key=band)
     wanted = config.getoption("--shard", default="all")
-    if wanted == "all":
-        return
-    kept, dropped = [], []
-    for item in items:
-        (kept if shard(item) == wanted else dropped).append(item)
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    if wanted != "all":
+        kept, dropped = [], []
+        for item in items:
+            (kept if shard(item) == wanted else dropped).append(item)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+    _start_demo_build(config, items)

@@ -206,6 +206,10 @@ def _stop_leftover_runs(request):
     from rlstudio.runs.models import TERMINAL_STATUSES, Run, RunStatus
     from rlstudio.runs.services import RunRefused, run_stop
 
+    # A row a test set running without ever submitting it has no job to stop: ended at once
+    # (force-stopped, it would wait out the reconcile's grace: 90 s).
+    Run.objects.filter(status__in=[RunStatus.RUNNING, RunStatus.STOPPING],
+                       ray_submission_id__isnull=True).update(status=RunStatus.STOPPED)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         live = list(Run.objects.exclude(status__in=TERMINAL_STATUSES).select_related("owner"))

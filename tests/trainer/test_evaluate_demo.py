@@ -2,9 +2,9 @@
 a spec of the platform's shape): the warm-started demo model (the base, "step 0") against the
 checkpoint of GRPO_STEPS GRPO steps of the demo recipe from it; the later one is better on pass@k.
 
-Cost: the session fixture `demo_eval_run` (tests/conftest.py: the warm start, 240 SFT steps on two
-threads, and 10 GRPO steps, about 65 s in all on 2 quiet cores; shared with the evaluation browser
-journey) and the evaluation (2 x 32 prompts x 4 samples, about 15 s). Measured there: base
+Cost: the session fixture `demo_eval_run` (tests/fixtures/demo_eval.py: the warm start, 240 SFT steps on
+two threads, and 10 GRPO steps, about 65 s in all on 2 quiet cores, built in the background from the
+session's start; shared with the evaluation browser journey) and the evaluation (2 x 32 prompts x 4 samples, about 15 s). Measured there: base
 pass@4 0.125, step 10 pass@4 0.719 (mean@4 0.031 -> 0.477).
 """
 from __future__ import annotations
