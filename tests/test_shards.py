@@ -46,7 +46,10 @@ def test_each_test_has_one_shard(item, expected):
 def test_bands_order_the_session_head_after_own_clusters_and_browsers_last():
     assert band(_item("tests/e2e/test_launcher.py::t", marks=("own_ray",))) == 0
     assert band(_item("tests/e2e/test_fork.py::t", "ray_head")) == 1
-    assert band(_item("tests/browser/test_csp.py::t", "ray_head")) == 2
+    # the demo evaluation run's users after the Ray-head tests its background build runs beside
+    assert band(_item("tests/trainer/test_evaluate_demo.py::t", "demo_eval_run")) == 2
+    assert band(_item("tests/browser/test_journey_evaluation.py::t", "demo_eval_run", "ray_head")) == 3
+    assert band(_item("tests/browser/test_csp.py::t", "ray_head")) == 3
 
 
 def test_each_shard_has_a_test_database_of_its_own():
