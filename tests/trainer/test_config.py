@@ -465,6 +465,12 @@ def test_policy_loss_is_verls_section_and_old_specs_still_load():
     (float, None, "k: expected a number, got null"),
     (Literal["a", "b"], "c", 'k: "c" is not allowed; allowed values: a, b'),
     (int, "x" * 300, 'k: expected an integer, got "' + "x" * 118 + "…"),
+    # nested shapes: the list's items, not the list, may be null; a Literal's choices are the items'
+    (list[int | None], "x", 'k: expected a list whose items are each an integer or null, got "x"'),
+    (list[Literal["a", "b"]], 3, 'k: expected a list whose items are each one of "a", "b", got 3'),
+    (list[list[int | None]], [3], 'k[0]: expected a list whose items are each an integer or null, got 3'),
+    (bool | None, 3, "k: expected true or false, or null, got 3"),
+    (list[int | None] | None, 3, "k: expected a list whose items are each an integer or null, or null, got 3"),
 ])
 def test_type_errors_read_in_the_configs_own_terms(tp, value, message):
     """A wrong value's error names the type in words and the value as JSON (true, null, "text"), not

@@ -72,7 +72,8 @@ _WORDS = {int: ("an integer", "integers"), float: ("a number", "numbers"), bool:
 
 def type_words(tp: Any, *, plural: bool = False) -> str:
     """How a field's type reads in an error, in the config's own (JSON) terms: ``int | None`` is "an
-    integer or null", ``list[str]`` "a list of strings", a Literal 'one of "grpo", "gae"'."""
+    integer or null", ``list[str]`` "a list of strings", a Literal 'one of "grpo", "gae"', ``list[int | None]``
+    "a list whose items are each an integer or null", ``bool | None`` "true or false, or null"."""
     if tp is type(None):
         return "null"
     if tp is Any:
@@ -81,9 +82,16 @@ def type_words(tp: Any, *, plural: bool = False) -> str:
     if origin is Literal:
         return "one of " + ", ".join(json.dumps(a) for a in typing.get_args(tp))
     if is_union(tp):
-        return " or ".join(type_words(a, plural=plural) for a in typing.get_args(tp))
+        words = [type_words(a, plural=plural) for a in typing.get_args(tp)]
+        # a member that is itself an "or" ("true or false", a list of unions) is set off by commas
+        return (", or " if any(" or " in w for w in words) else " or ").join(words)
     if origin is list:
-        return ("lists" if plural else "a list") + " of " + type_words(typing.get_args(tp)[0], plural=True)
+        (item,) = typing.get_args(tp)
+        head = "lists" if plural else "a list"
+        if is_union(item) or typing.get_origin(item) is Literal:
+            # not "a list of integers or null" (read as the list or null), nor "a list of one of ..."
+            return f"{head} whose items are each {type_words(item)}"
+        return f"{head} of {type_words(item, plural=True)}"
     if origin is dict or dataclasses.is_dataclass(tp):
         return "objects" if plural else "an object"
     one, many = _WORDS.get(tp, (getattr(tp, "__name__", str(tp)),) * 2)
