@@ -439,7 +439,8 @@ def _start_demo_build(config, items) -> None:
     users run after the tests that need only the Ray head, `band`, so the build goes on beside those)."""
     if config.option.collectonly or not any("demo_eval_run" in getattr(i, "fixturenames", ()) for i in items):
         return
-    out = Path(tempfile.mkdtemp(prefix="rls-demo-eval-"))
+    # under the session's base temp folder, which pytest prunes whatever way the session ends
+    out = config._tmp_path_factory.mktemp("demo_eval")
     config.stash[_DEMO_BUILD] = demo_eval.BackgroundBuild(out)
 
 
@@ -447,7 +448,6 @@ def pytest_unconfigure(config):
     build = config.stash.get(_DEMO_BUILD, None)
     if build is not None:
         build.stop()
-        shutil.rmtree(build.out, ignore_errors=True)
 
 
 def pytest_addoption(parser):

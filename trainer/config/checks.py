@@ -16,7 +16,7 @@ from typing import Any
 
 from .actor_rollout_ref import ActorConfig, ActorRolloutRefConfig, RolloutConfig
 from .critic import check_critic
-from .fields import ConfigError, coerce, hints
+from .fields import ConfigError, coerce, hints, shown
 from .lora import check_lora, lora_warnings
 from .reward_model import check_reward_model
 from .rollout_correction import check_rollout_correction, rollout_correction_warnings
@@ -41,7 +41,7 @@ def _positive(key: str, value: Any, *, allow_none: bool = False, minimum: int | 
     if value is None and allow_none:
         return
     if value is None or value < minimum:
-        raise ConfigError(key, f"must be >= {minimum}, got {value!r}")
+        raise ConfigError(key, f"must be >= {minimum}, got {shown(value)}")
 
 
 def _freq(key: str, value: int) -> None:
@@ -279,12 +279,12 @@ def _check_trainer(tr: TrainerConfig) -> None:
     _positive("trainer.torch_threads", tr.torch_threads, allow_none=True)
     _positive("trainer.max_ckpt_to_keep_cap", tr.max_ckpt_to_keep_cap, allow_none=True)
     if tr.disk_budget_gb is not None and not tr.disk_budget_gb > 0:
-        raise ConfigError("trainer.disk_budget_gb", f"must be > 0 (None: no budget), got {tr.disk_budget_gb!r}")
+        raise ConfigError("trainer.disk_budget_gb", f"must be > 0 (null: no budget), got {shown(tr.disk_budget_gb)}")
     for item in tr.logger:
         if item not in LOGGERS:
             raise ConfigError(
                 "trainer.logger",
-                f"{item!r} is not allowed; allowed values: {', '.join(LOGGERS)}",
+                f"{shown(item)} is not allowed; allowed values: {', '.join(LOGGERS)}",
             )
     if tr.critic_warmup < 0:
         raise ConfigError("trainer.critic_warmup", "must be >= 0")
