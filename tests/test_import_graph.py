@@ -119,3 +119,58 @@ def test_no_import_circle_between_apps():
 
 def test_the_checker_finds_a_circle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The command-line client (platform/rlstudio_cli/, docs/cli.md) runs wherever a script or a CI job does:
+# the standard library only (PyYAML optional, imported where a .yaml config is read), never Django, DRF,
+# the platform's web apps (`rlstudio.*`) or the trainer.
+CLI_ROOT = REPO / "platform" / "rlstudio_cli"
+CLI_OPTIONAL = {"yaml"}
+
+
+def foreign_imports(source: str) -> list[str]:
+    """The absolute imports of `source` that are neither the standard library, the client itself nor
+    CLI_OPTIONAL (relative imports stay inside the client's package)."""
+    import sys
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            names = [] if node.level else [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top not in sys.stdlib_module_names and top != "rlstudio_cli" and top not in CLI_OPTIONAL:
+                found.append(name)
+    return found
+
+
+def test_the_cli_imports_the_standard_library_only():
+    paths = sorted(CLI_ROOT.rglob("*.py"))
+    assert len(paths) >= 3, "platform/rlstudio_cli/ moved: update CLI_ROOT"
+    bad = {str(p.relative_to(REPO)): foreign_imports(p.read_text(encoding="utf-8")) for p in paths}
+    assert not {p: names for p, names in bad.items() if names}, bad
+
+
+def test_the_cli_import_check_finds_django_and_the_web_apps():
+    source = ("import json\nfrom . import output\nimport django.conf\nfrom rlstudio.runs import services\n"
+              "def f():\n    from rest_framework import status\n    import trainer.cli\n")
+    assert foreign_imports(source) == ["django.conf", "rlstudio.runs", "rest_framework", "trainer.cli"]
+
+
+def test_importing_the_cli_loads_no_django():
+    """At run time too (a transitive import the source check cannot see): a fresh interpreter that runs
+    the client's --help has loaded neither Django nor any module of the platform or the trainer."""
+    import subprocess
+    import sys
+
+    code = ("import sys, rlstudio_cli.main as m\n"
+            "try:\n    m.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "bad = [n for n in sys.modules if n.split('.')[0] in ('django', 'rest_framework', 'rlstudio', 'trainer')]\n"
+            "print('LOADED', bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={"PYTHONPATH": str(REPO / "platform"), "PATH": "/usr/bin:/bin"}, check=True)
+    assert "LOADED []" in out.stdout, out.stdout + out.stderr
