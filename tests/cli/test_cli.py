@@ -1,0 +1,240 @@
+"""The `rlstudio` command-line client end to end: its main() in this process, Django's real server
+(`live_server`) on the test database, real API tokens, runs made by the runs' services and metrics
+reported through the real ingest. Nothing trains: a launch is checked by the run it creates."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import stat
+
+import pytest
+
+from rlstudio.catalog.models import Dataset
+from rlstudio.runs.models import Run, RunConfig, RunStatus
+from rlstudio_cli import client as cli_client
+from rlstudio_cli import main as cli_main
+from tests.cli.conftest import metric_events
+
+
+def test_login_checks_the_token_and_saves_it_readable_by_its_owner_only(server, alice, token_of, cli,
+                                                                        _isolated_config):
+    key = token_of(alice)
+    refused = cli("login", "--url", server, "--token", key + "x")
+    assert refused.code == 2, refused
+    assert "refused this token" in refused.err and "nothing was saved" in refused.err
+    assert not _isolated_config.exists()
+
+    done = cli("login", "--url", server + "/api/v1/", "--token", key)
+    assert done.code == 0, done
+    assert key not in done.out + done.err
+    assert stat.S_IMODE(os.stat(_isolated_config).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(_isolated_config.parent).st_mode) == 0o700
+    assert json.loads(_isolated_config.read_text()) == {"url": server, "token": key}  # /api/v1/ dropped
+
+    # Later commands need no flag: the saved URL and token are used.
+    listed = cli("runs", "list")
+    assert listed.code == 0 and listed.out.split()[:3] == ["ID", "NAME", "STATUS"], listed
+
+
+def test_a_token_from_the_environment_and_a_bad_one_say_how_to_log_in(server, alice, token_of, cli,
+                                                                      monkeypatch):
+    monkeypatch.setenv("RLSTUDIO_URL", server)
+    monkeypatch.setenv("RLSTUDIO_TOKEN", token_of(alice))
+    assert cli("runs", "list").code == 0
+
+    bad = cli("--token", "rls_not-a-token", "runs", "list")  # the flag wins over the environment
+    assert bad.code == 2 and bad.out == ""
+    assert bad.err.startswith("error: ") and "rlstudio login" in bad.err and "rls_not-a-token" not in bad.err
+
+
+def test_no_server_is_exit_1(cli, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli("--url", f"http://127.0.0.1:{port}", "--token", "rls_x", "runs", "list")
+    assert r.code == 1 and r.err.startswith(f"error: cannot reach http://127.0.0.1:{port}"), r
+
+
+def test_runs_list_and_show(as_alice, alice, bob, make_run):
+    first, _ = make_run(alice, "first")
+    second, _ = make_run(alice, "second")
+    make_run(bob, "bobs")  # not alice's: never listed
+
+    r = as_alice("runs", "list")
+    assert r.code == 0, r
+    lines = r.out.splitlines()
+    assert lines[0].split() == ["ID", "NAME", "STATUS", "STEP", "REWARD", "GPUS", "PROJECT", "CREATED"]
+    assert [ln.split()[:3] for ln in lines[1:]] == [[str(second.pk), "second", "queued"],
+                                                    [str(first.pk), "first", "queued"]]  # newest first
+    assert len({ln.index("queued") for ln in lines[1:]}) == 1  # aligned columns
+
+    as_json = as_alice("runs", "list", "--json", "--status", "queued")
+    body = json.loads(as_json.out)
+    assert body["count"] == 2 and [run["name"] for run in body["results"]] == ["second", "first"]
+    assert json.loads(as_alice("runs", "list", "--json", "--status", "running").out)["count"] == 0
+
+    bad_status = as_alice("runs", "list", "--status", "sleeping")
+    assert bad_status.code == 2 and bad_status.err.startswith("error: status: unknown status 'sleeping'")
+
+    shown = as_alice("runs", "show", first.pk)
+    assert shown.code == 0 and "name:" in shown.out and "first" in shown.out and "queued" in shown.out
+    detail = json.loads(as_alice("runs", "show", first.pk, "--json").out)
+    assert detail["id"] == first.pk and "config" in detail
+
+
+def test_another_users_run_is_not_found(as_alice, bob, make_run):
+    theirs, _ = make_run(bob, "bobs")
+    for argv in (("runs", "show", theirs.pk), ("runs", "stop", theirs.pk), ("runs", "metrics", theirs.pk)):
+        r = as_alice(*argv)
+        assert r.code == 2 and r.out == "", (argv, r)
+        assert r.err.strip() == "error: Not found.", (argv, r)
+    assert Run.objects.get(pk=theirs.pk).status == RunStatus.QUEUED
+
+
+def test_launch_creates_a_run_and_a_bad_key_is_refused_naming_it(as_alice, alice, make_assets, tmp_path):
+    dataset, model = make_assets(alice)
+    bad = as_alice("runs", "launch", "--name", "bad", "--dataset", dataset.pk, "--model", model.pk,
+                   "--set", "actor_rollout_ref.rollout.nn=4")
+    assert bad.code == 2 and bad.out == ""
+    assert bad.err.startswith("error: actor_rollout_ref.rollout.nn: "), bad.err
+    assert not Run.objects.exists()
+
+    config = tmp_path / "cfg.yaml"
+    config.write_text("trainer:\n  bogus: 1\n")
+    bad_file = as_alice("runs", "launch", "--name", "bad", "--dataset", dataset.pk, "--model", model.pk,
+                        "--config", config)
+    assert bad_file.code == 2 and bad_file.err.startswith("error: trainer.bogus: "), bad_file.err
+
+    not_kv = as_alice("runs", "launch", "--name", "x", "--dataset", dataset.pk, "--model", model.pk, "--set", "n")
+    assert not_kv.code == 2 and not_kv.err.startswith("error: --set: expected key=value"), not_kv
+
+    ok = as_alice("runs", "launch", "--name", "lr", "--dataset", dataset.pk, "--model", model.pk,
+                  "--preset", "cpu_smoke", "--set", "actor_rollout_ref.rollout.n=4", "--json")
+    assert ok.code == 0, ok
+    body = json.loads(ok.out)
+    run = Run.objects.get(pk=body["id"])
+    assert run.owner == alice and run.name == "lr" and run.dataset == dataset and run.model == model
+    assert run.status in (RunStatus.QUEUED, RunStatus.SUBMITTING)  # admitted or waiting; nothing trains here
+    assert run.config["actor_rollout_ref"]["rollout"]["n"] == 4
+
+
+def test_stop_a_queued_run(as_alice, alice, make_run):
+    run, _ = make_run(alice, "to-stop")
+    r = as_alice("runs", "stop", run.pk)
+    assert r.code == 0 and r.out.strip() == f"run {run.pk} to-stop: stopped", r
+    assert Run.objects.get(pk=run.pk).status == RunStatus.STOPPED
+    again = as_alice("runs", "stop", run.pk)  # already final: the API's 409
+    assert again.code == 2 and again.err.startswith("error: "), again
+
+
+STEPS = [0, 1, 2, 5, 6, 9, 10, 11, 17, 40]  # gaps: the pages are keyed by step
+
+
+def test_metrics_follow_the_pages_to_the_end(as_alice, alice, make_run, report, monkeypatch):
+    run, token = make_run(alice, "metrics")
+    assert report(run, token, metric_events(STEPS))["accepted"] == len(STEPS)
+    monkeypatch.setattr(cli_main, "METRICS_PAGE", 4)  # 4 + 4 + 2 rows
+    pages = []
+    request = cli_client.Client.request
+
+    def counting(self, method, path, **kw):
+        if "/metrics/" in path:
+            pages.append(kw.get("params", {}).get("after_step"))
+        return request(self, method, path, **kw)
+
+    monkeypatch.setattr(cli_client.Client, "request", counting)
+
+    r = as_alice("runs", "metrics", run.pk, "--csv")
+    assert r.code == 0, r
+    rows = list(csv.reader(io.StringIO(r.out)))
+    assert rows[0] == ["step", "time", "actor/entropy", "critic/score/mean"]
+    assert [int(row[0]) for row in rows[1:]] == STEPS  # every row once, in step order
+    assert [float(row[3]) for row in rows[1:]] == [s / 10 for s in STEPS]
+    assert pages == [None, 5, 11]  # from the first step, then each page's next_after_step
+
+    table = as_alice("runs", "metrics", run.pk, "-m", "critic/score/mean")
+    assert table.out.splitlines()[0].split() == ["STEP", "TIME", "critic/score/mean"]
+    assert len(table.out.splitlines()) == 1 + len(STEPS)
+    assert [r["step"] for r in json.loads(as_alice("runs", "metrics", run.pk, "--json").out)] == STEPS
+
+
+def test_watch_prints_each_step_and_exits_by_how_the_run_ended(as_alice, alice, make_run, report):
+    ok, ok_token = make_run(alice, "ok")
+    report(ok, ok_token, metric_events([1, 2, 3]))
+    Run.objects.filter(pk=ok.pk).update(status=RunStatus.SUCCEEDED, step=3, total_steps=3)
+    r = as_alice("runs", "watch", ok.pk, "--interval", "0.1")
+    assert r.code == 0, r
+    lines = r.out.splitlines()
+    assert [ln.split()[:2] for ln in lines] == [["step", "1/3"], ["step", "2/3"], ["step", "3/3"]]
+    assert "critic/score/mean=0.2" in lines[1] and "actor/entropy=3" in lines[1]
+    assert "succeeded" in r.err
+
+    bad, _ = make_run(alice, "bad")
+    Run.objects.filter(pk=bad.pk).update(status=RunStatus.FAILED, error="CUDA out of memory")
+    failed = as_alice("runs", "watch", bad.pk)
+    assert failed.code == 1 and "failed" in failed.err and "error: CUDA out of memory" in failed.err
+
+
+def test_datasets_upload_a_small_jsonl_and_list_it(as_alice, alice, tmp_path, _no_broker):
+    content = b"".join(json.dumps({"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"}).encode() + b"\n"
+                       for i in range(3))
+    path = tmp_path / "tiny.jsonl"
+    path.write_bytes(content)
+    r = as_alice("datasets", "upload", path, "--name", "tiny", "--preset", "gsm8k")
+    assert r.code == 0, r
+    ds = Dataset.objects.get(owner=alice)
+    assert r.out.strip() == f"dataset {ds.pk} tiny: validating"
+    assert ds.name == "tiny" and ds.preset == "gsm8k" and ds.size_bytes == len(content)
+    assert any(ds.pk in task for task in _no_broker)  # its validation was handed to the worker
+
+    again = as_alice("datasets", "upload", path, "--name", "tiny", "--preset", "gsm8k", "--json")
+    assert again.code == 0 and json.loads(again.out)["duplicate"] is True
+
+    listed = as_alice("datasets", "list")
+    assert listed.code == 0 and [ln.split()[:3] for ln in listed.out.splitlines()[1:]] == [
+        [str(ds.pk), "tiny", "validating"]]
+
+    bad_split = as_alice("datasets", "upload", path, "--name", "x", "--split", "test")
+    assert bad_split.code == 2 and "invalid choice" in bad_split.err  # argparse's own usage error
+
+
+def test_models_and_configs_lists(as_alice, alice, bob, make_assets):
+    _, model = make_assets(alice, "mine")
+    make_assets(bob, "theirs")
+    RunConfig.objects.create(owner=alice, name="lr-small", description="lower lr", config={})
+    models = as_alice("models", "list")
+    assert models.code == 0 and [ln.split()[:2] for ln in models.out.splitlines()[1:]] == [
+        [str(model.pk), "mine-model"]]
+    configs = as_alice("configs", "list")
+    assert configs.code == 0 and configs.out.splitlines()[1].split()[1:3] == ["lr-small", "lower"]
+    assert json.loads(as_alice("configs", "list", "--json").out)["results"][0]["name"] == "lr-small"
+
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\rover\u202eevil\x9b31m"
+
+
+def test_server_text_cannot_drive_the_terminal(as_alice, alice, make_run, report):
+    run, token = make_run(alice, "name" + HOSTILE)
+    report(run, token, [{"seq": 1, "type": "log", "time": 1_764_440_000.0,
+                         "data": {"level": "info", "message": "model said: " + HOSTILE + "\nnext line"}}])
+    outputs = [as_alice("runs", "list"), as_alice("runs", "show", run.pk), as_alice("runs", "logs", run.pk)]
+    for r in outputs:
+        assert r.code == 0, r
+        assert not any(ch in r.out for ch in "\x1b\x07\r\x9b\u202e"), repr(r.out)
+    assert "namered overevil31m" in outputs[0].out  # a table cell: one line, the \r a space
+    log = outputs[2].out
+    assert "model said: redoverevil31m" in log and log.rstrip().endswith("next line")  # newlines kept in logs
+
+    # --json keeps the data exact, the dangerous characters as JSON escapes.
+    raw = as_alice("runs", "show", run.pk, "--json").out
+    assert not any(ch in raw for ch in "\x1b\x07\r\x9b\u202e")
+    assert json.loads(raw)["name"] == "name" + HOSTILE
+
+
+@pytest.mark.parametrize("argv", [("runs",), ("runs", "show", "abc"), ("runs", "show", "0"), ("nope",)])
+def test_usage_errors_are_exit_2(cli, argv):
+    assert cli(*argv).code == 2
