@@ -30,6 +30,7 @@ FINAL_BAD = ("failed", "stopped", "lost")
 # What `runs watch` and `runs metrics` show by default (verl's names), those the run reports.
 DEFAULT_METRICS = ("critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/kl_loss",
                    "response_length/mean", "timing_s/step")
+METRICS_PAGE = 5000  # rows a metrics page asks for (the API's most)
 LOGIN_HINT = ("run `rlstudio login --url URL --token KEY` with a token from your profile page "
               "(/accounts/profile/), or set RLSTUDIO_URL and RLSTUDIO_TOKEN")
 
@@ -117,7 +118,7 @@ def _all_metric_rows(client: Client, run_id: int, *, after: int | None = None) -
     """Every metric row of the run after step `after`, page after page (`next_after_step` until null)."""
     rows: list[dict] = []
     while True:
-        page = client.get(f"runs/{run_id}/metrics/", limit=5000, after_step=after)
+        page = client.get(f"runs/{run_id}/metrics/", limit=METRICS_PAGE, after_step=after)
         rows += page.get("steps") or []
         after = page.get("next_after_step")
         if after is None:
