@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import __version__
 from .client import ApiError, Client, ClientError, config_path, normalize_url, resolve, write_config_file
@@ -323,16 +323,34 @@ def _watch_line(row: dict, names: list[str], total: Any) -> str:
     return "  ".join([step] + shown)
 
 
-def cmd_runs_watch(client: Client, args, *, sleep: Callable[[float], None] = time.sleep) -> int:
+def _sleep(seconds: float) -> None:
+    time.sleep(seconds)  # one name for the tests to replace (the server thread keeps time.sleep)
+
+
+WATCH_RETRIES = 5  # consecutive failed polls (connection, 5xx) `runs watch` rides out
+
+
+def cmd_runs_watch(client: Client, args) -> int:
     """New steps as they come, one line each; 0 when the run succeeds, 1 when it fails, is stopped or
-    is lost."""
+    is lost. A poll the platform fails (unreachable, a 5xx: a restart) is tried again, up to
+    WATCH_RETRIES times in a row; a refusal (4xx: the run is gone, the token revoked) ends the watch."""
     wanted = _split_metrics(args.metric)
     after: int | None = None
     status = None
     names: list[str] | None = wanted
+    failures = 0
     while True:
-        run = client.get(f"runs/{args.id}/")
-        rows = _all_metric_rows(client, args.id, after=after)
+        try:  # the run before its metrics: once it reads final, every row it reported is stored
+            run = client.get(f"runs/{args.id}/")
+            rows = _all_metric_rows(client, args.id, after=after)
+        except ClientError as exc:
+            if exc.exit_code == 2 or failures >= WATCH_RETRIES:
+                raise
+            failures += 1
+            _err(f"warning: {clean(exc.message)}; trying again ({failures} of {WATCH_RETRIES})")
+            _sleep(args.interval)
+            continue
+        failures = 0
         if rows:
             if names is None:
                 names = _metric_names(rows, None)
@@ -349,7 +367,7 @@ def cmd_runs_watch(client: Client, args, *, sleep: Callable[[float], None] = tim
             if run.get("error"):
                 _err(f"error: {clean(run.get('error'))}")
             return 1
-        sleep(args.interval)
+        _sleep(args.interval)
 
 
 DATASET_COLUMNS = ("ID", "NAME", "STATUS", "FORMAT", "ROWS", "SPLIT", "OWNER", "VISIBILITY", "CREATED")
@@ -370,7 +388,7 @@ def cmd_datasets_list(client: Client, args) -> int:
     return 0
 
 
-def cmd_datasets_upload(client: Client, args, *, sleep: Callable[[float], None] = time.sleep) -> int:
+def cmd_datasets_upload(client: Client, args) -> int:
     path = Path(args.file)
     try:
         content = path.read_bytes()
@@ -381,7 +399,7 @@ def cmd_datasets_upload(client: Client, args, *, sleep: Callable[[float], None] 
         fields["stats_model"] = str(args.stats_model)
     dataset = client.upload("datasets/", fields=fields, file_field="file", filename=path.name, content=content)
     while args.wait and dataset.get("status") == "validating":
-        sleep(2.0)
+        _sleep(2.0)
         dataset = client.get(f"datasets/{dataset['id']}/")
     if args.json:
         _json(dataset)

@@ -238,3 +238,40 @@ def test_server_text_cannot_drive_the_terminal(as_alice, alice, make_run, report
 @pytest.mark.parametrize("argv", [("runs",), ("runs", "show", "abc"), ("runs", "show", "0"), ("nope",)])
 def test_usage_errors_are_exit_2(cli, argv):
     assert cli(*argv).code == 2
+
+
+def test_watch_prints_new_steps_once_across_polls(as_alice, alice, make_run, report, monkeypatch):
+    run, token = make_run(alice, "live")
+    Run.objects.filter(pk=run.pk).update(total_steps=4)
+    report(run, token, metric_events([1, 2]))
+    polls = []
+
+    def between_polls(seconds):  # what the trainer does while the client waits
+        polls.append(seconds)
+        if len(polls) == 1:
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)
+        elif len(polls) == 2:
+            report(run, token, metric_events([3, 4], first_seq=3))
+        else:
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=4)
+
+    monkeypatch.setattr(cli_main, "_sleep", between_polls)
+    r = as_alice("runs", "watch", run.pk, "--interval", "7", "-m", "critic/score/mean")
+    assert r.code == 0, r
+    assert r.out.splitlines() == [f"step {s}/4  critic/score/mean={s / 10:g}" for s in (1, 2, 3, 4)]
+    assert polls == [7.0, 7.0, 7.0]
+    assert [ln.split(": ")[-1] for ln in r.err.splitlines()] == ["queued", "running", "succeeded"]
+
+
+def test_runs_list_by_project(as_alice, alice, make_assets):
+    from rlstudio.projects.models import Project
+    from rlstudio.runs.services import run_create
+
+    project = Project.objects.create(owner=alice, name="grid")
+    dataset, model = make_assets(alice)
+    inside, _ = run_create(owner=alice, name="inside", dataset=dataset, model=model, config={}, gpus=0,
+                           project_id=project.pk)
+    run_create(owner=alice, name="outside", dataset=dataset, model=model, config={}, gpus=0)
+    r = as_alice("runs", "list", "--project", project.pk)
+    assert r.code == 0 and [ln.split()[:2] + ln.split()[-3:-2] for ln in r.out.splitlines()[1:]] == [
+        [str(inside.pk), "inside", "grid"]]
