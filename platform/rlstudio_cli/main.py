@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .client import ApiError, Client, ClientError, config_path, normalize_url, resolve, write_config_file
+from .client import ApiError, Client, ClientError, Settings, config_path, normalize_url, resolve, write_config_file
 from .output import cell, clean, fmt_number, pairs, table, to_json
 
 FINAL_OK = ("succeeded",)
@@ -154,7 +154,9 @@ def _load_config_file(path: str) -> dict:
 
 
 def cmd_login(args) -> int:
-    url = normalize_url(args.url or os.environ.get("RLSTUDIO_URL") or "")
+    if not (args.url or os.environ.get("RLSTUDIO_URL")):
+        raise ClientError("give the platform's address: --url https://...", field="url", exit_code=2)
+    url = normalize_url(args.url or os.environ["RLSTUDIO_URL"])
     token = args.token or os.environ.get("RLSTUDIO_TOKEN")
     if token in (None, "-"):
         if sys.stdin.isatty() and token is None:
@@ -164,8 +166,6 @@ def cmd_login(args) -> int:
     token = (token or "").strip()
     if not token:
         raise ClientError("no token given: --token KEY, or type it when asked", field="token", exit_code=2)
-    from .client import Settings
-
     client = Client(Settings(url=url, token=token))
     try:
         client.get("runs/", limit=1)
