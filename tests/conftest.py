@@ -56,6 +56,9 @@ def _fresh_process_state():
     _forget_process_state()
 
 
+EPHEMERAL_FLOOR = 32768  # Linux's default ip_local_port_range starts here: ports below it are only bound
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -258,8 +261,9 @@ def _ray_head_started():
 
     temp_dir = Path(tempfile.mkdtemp(prefix="rls-t-", dir="/tmp"))
     log = temp_dir / "ray.log"
-    # A base away from the launcher tests' ports; ~60 consecutive ports are taken.
-    ports = rh.RayPorts.allocate(PortAllocator(40000 + (os.getpid() % 150) * 80))
+    # ~60 consecutive ports from a base below Linux's ephemeral range (32768-60999): a free port there
+    # can be taken by any outgoing connection (the plain shard's, beside this one) before Ray binds it.
+    ports = rh.RayPorts.allocate(PortAllocator(EPHEMERAL_FLOOR - 80 - (os.getpid() % 150) * 80))
     args = [a for a in rh.argv(ports=ports, temp_dir=temp_dir, num_cpus=4,
                                object_store_bytes=300 * 1024 * 1024) if a]
     # No drain on SIGTERM: a test head has nothing to hand over (Ray's default waits up to 30 s).

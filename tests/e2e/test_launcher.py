@@ -52,7 +52,8 @@ def _free(port: int) -> bool:
 def free_port_block(size: int = 100) -> int:
     """A port P such that P .. P+size are all free now (the launcher derives its ports from P+1)."""
     for _ in range(200):
-        base = random.randrange(20000, 55000, 100)
+        # below the session Ray heads' ports (20768-32767, tests/conftest.py) and Linux's ephemeral range
+        base = random.randrange(10000, 20000, 100)
         if all(_free(p) for p in range(base, base + size)):
             return base
     raise RuntimeError("no free block of ports")
