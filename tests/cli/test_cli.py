@@ -14,7 +14,8 @@ import pytest
 from rlstudio.catalog.models import Dataset
 from rlstudio.runs.models import Run, RunConfig, RunStatus
 from rlstudio_cli import client as cli_client
-from rlstudio_cli import main as cli_main
+from rlstudio_cli import common as cli_common
+from rlstudio_cli import runs as cli_runs
 from tests.cli.conftest import metric_events
 
 
@@ -137,7 +138,7 @@ STEPS = [0, 1, 2, 5, 6, 9, 10, 11, 17, 40]  # gaps: the pages are keyed by step
 def test_metrics_follow_the_pages_to_the_end(as_alice, alice, make_run, report, monkeypatch):
     run, token = make_run(alice, "metrics")
     assert report(run, token, metric_events(STEPS))["accepted"] == len(STEPS)
-    monkeypatch.setattr(cli_main, "METRICS_PAGE", 4)  # 4 + 4 + 2 rows
+    monkeypatch.setattr(cli_runs, "METRICS_PAGE", 4)  # 4 + 4 + 2 rows
     pages = []
     request = cli_client.Client.request
 
@@ -255,7 +256,7 @@ def test_watch_prints_new_steps_once_across_polls(as_alice, alice, make_run, rep
         else:
             Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=4)
 
-    monkeypatch.setattr(cli_main, "_sleep", between_polls)
+    monkeypatch.setattr(cli_common, "sleep", between_polls)
     r = as_alice("runs", "watch", run.pk, "--interval", "7", "-m", "critic/score/mean")
     assert r.code == 0, r
     assert r.out.splitlines() == [f"step {s}/4  critic/score/mean={s / 10:g}" for s in (1, 2, 3, 4)]

@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from rlstudio_cli import main as cli_main
+from rlstudio_cli import common as cli_common
+from rlstudio_cli import runs as cli_runs
 
 
 class _Server:
@@ -82,9 +83,9 @@ def test_an_answer_that_is_not_json_is_exit_1(serve, cli):
 def test_watch_rides_out_a_few_failed_polls_then_gives_up(serve, cli, monkeypatch):
     """A restart (502s) mid-watch: each failed poll is tried again, up to WATCH_RETRIES in a row."""
     down = serve(lambda path: (502, {"Content-Type": "text/plain"}, b"restarting"))
-    monkeypatch.setattr(cli_main, "_sleep", lambda s: None)
+    monkeypatch.setattr(cli_common, "sleep", lambda s: None)
     r = cli("--url", down.url, "--token", "rls_x", "runs", "watch", "5")
     assert r.code == 1, r
-    assert r.err.count("trying again") == cli_main.WATCH_RETRIES
+    assert r.err.count("trying again") == cli_runs.WATCH_RETRIES
     assert r.err.splitlines()[-1] == "error: restarting"
-    assert len(down.requests) == cli_main.WATCH_RETRIES + 1
+    assert len(down.requests) == cli_runs.WATCH_RETRIES + 1

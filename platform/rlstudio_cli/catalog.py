@@ -1,0 +1,78 @@
+"""The catalog's commands: `rlstudio datasets list` and `datasets upload` (a multipart POST of the
+file, optionally waiting while the platform validates it; exit 1 when it is invalid), `models list`
+and `configs list` (the saved trainer configs): the lists of what a run is launched from.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import common
+from .client import Client, ClientError
+from .common import emit_json, err, error_line, footer, out, paged, when
+from .output import clean, table
+
+DATASET_COLUMNS = ("ID", "NAME", "STATUS", "FORMAT", "ROWS", "SPLIT", "OWNER", "VISIBILITY", "CREATED")
+
+
+def _dataset_row(d: dict) -> list:
+    return [d.get("id"), d.get("name"), d.get("status"), d.get("format"), d.get("num_rows"), d.get("split"),
+            d.get("owner"), d.get("visibility"), when(d.get("created"))]
+
+
+def cmd_datasets_list(client: Client, args) -> int:
+    rows, count = paged(client, "datasets/", args)
+    if args.json:
+        emit_json({"count": count, "results": rows})
+        return 0
+    table(DATASET_COLUMNS, [_dataset_row(d) for d in rows])
+    footer(len(rows), count, args)
+    return 0
+
+
+def cmd_datasets_upload(client: Client, args) -> int:
+    path = Path(args.file)
+    try:
+        content = path.read_bytes()
+    except OSError as exc:
+        raise ClientError(f"cannot read {path}: {exc.strerror}", field="file", exit_code=2) from None
+    fields = {"name": args.name or "", "preset": args.preset, "split": args.split}
+    if args.stats_model is not None:
+        fields["stats_model"] = str(args.stats_model)
+    dataset = client.upload("datasets/", fields=fields, file_field="file", filename=path.name, content=content)
+    while args.wait and dataset.get("status") == "validating":
+        common.sleep(2.0)
+        dataset = client.get(f"datasets/{dataset['id']}/")
+    if args.json:
+        emit_json(dataset)
+    else:
+        line = f"dataset {dataset.get('id')} {clean(dataset.get('name'))}: {clean(dataset.get('status'))}"
+        if dataset.get("duplicate"):
+            line += " (the same file was uploaded before: this is that dataset)"
+        out(line)
+        if dataset.get("status") == "invalid":
+            where = f" (line {dataset.get('error_line')})" if dataset.get("error_line") else ""
+            err(error_line(dataset.get("error_field"), f"{dataset.get('error')}{where}"))
+    return 1 if dataset.get("status") == "invalid" else 0
+
+
+def cmd_models_list(client: Client, args) -> int:
+    rows, count = paged(client, "models/", args)
+    if args.json:
+        emit_json({"count": count, "results": rows})
+        return 0
+    table(("ID", "NAME", "KIND", "PARAMS", "CHAT", "OWNER", "VISIBILITY", "PATH"),
+          [(m.get("id"), m.get("name"), m.get("kind"), m.get("num_parameters"), m.get("chat_family"),
+            m.get("owner"), m.get("visibility"), m.get("path")) for m in rows], max_width=80)
+    footer(len(rows), count, args)
+    return 0
+
+
+def cmd_configs_list(client: Client, args) -> int:
+    rows, count = paged(client, "configs/", args)
+    if args.json:
+        emit_json({"count": count, "results": rows})
+        return 0
+    table(("ID", "NAME", "DESCRIPTION", "CREATED"),
+          [(c.get("id"), c.get("name"), c.get("description"), when(c.get("created"))) for c in rows])
+    footer(len(rows), count, args)
+    return 0
