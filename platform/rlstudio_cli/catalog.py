@@ -29,6 +29,9 @@ def cmd_datasets_list(client: Client, args) -> int:
     return 0
 
 
+WAIT_POLL_S = 2.0  # between two looks at a dataset being validated (`upload --wait`)
+
+
 def cmd_datasets_upload(client: Client, args) -> int:
     path = Path(args.file)
     try:
@@ -39,8 +42,13 @@ def cmd_datasets_upload(client: Client, args) -> int:
     if args.stats_model is not None:
         fields["stats_model"] = str(args.stats_model)
     dataset = client.upload("datasets/", fields=fields, file_field="file", filename=path.name, content=content)
+    waited = 0.0
     while args.wait and dataset.get("status") == "validating":
-        common.sleep(2.0)
+        if waited >= args.timeout:
+            raise ClientError(f"dataset {dataset.get('id')} is still validating after {args.timeout:g} s; "
+                              f"`rlstudio datasets list` shows when it is done", exit_code=1)
+        common.sleep(WAIT_POLL_S)
+        waited += WAIT_POLL_S
         dataset = client.get(f"datasets/{dataset['id']}/")
     if args.json:
         emit_json(dataset)

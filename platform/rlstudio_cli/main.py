@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="train", choices=("train", "val"))
     p.add_argument("--stats-model", type=id_arg, help="a model whose tokenizer counts the prompts' tokens")
     p.add_argument("--wait", action="store_true", help="wait until validated; exit 1 when it is invalid")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="with --wait: give up (exit 1) after this long (default 600)")
     p.add_argument("--json", action="store_true")
 
     models = sub.add_parser("models", help="list models").add_subparsers(dest="command", metavar="COMMAND",

@@ -203,6 +203,18 @@ def test_datasets_upload_a_small_jsonl_and_list_it(as_alice, alice, tmp_path, _n
     assert bad_split.code == 2 and "invalid choice" in bad_split.err  # argparse's own usage error
 
 
+def test_datasets_upload_wait_gives_up_after_its_timeout(as_alice, tmp_path, _no_broker, monkeypatch):
+    """Nothing validates here (the broker is recorded): --wait polls until --timeout, then exits 1."""
+    polls: list[float] = []
+    monkeypatch.setattr(cli_common, "sleep", polls.append)
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"question": "What is 1 + 1?", "answer": "#### 2"}) + "\n")
+    r = as_alice("datasets", "upload", path, "--name", "w", "--preset", "gsm8k", "--wait", "--timeout", "5")
+    assert r.code == 1, r
+    assert "still validating after 5 s" in r.err
+    assert polls == [2.0, 2.0, 2.0]  # 0, 2, 4 s waited: a third look, then 6 >= 5
+
+
 def test_models_and_configs_lists(as_alice, alice, bob, make_assets):
     _, model = make_assets(alice, "mine")
     make_assets(bob, "theirs")
