@@ -2,6 +2,7 @@
 file), and JSON and multipart requests with the API's error envelope read into `ApiError`."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ from . import __version__
 
 API_PREFIX = "/api/v1/"
 TIMEOUT_S = 60.0
+DOWNLOAD_CHUNK = 1 << 20  # bytes a download reads and writes at a time
 
 
 class ClientError(Exception):
@@ -196,6 +198,36 @@ class Client:
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params or None)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def download(self, path: str, write, *, chunk_size: int = DOWNLOAD_CHUNK) -> int:
+        """GET `path` and hand its body to `write` `chunk_size` bytes at a time, never holding the whole
+        of it (an export's archive can be many GiB); the bytes written. An HTTP error is an `ApiError`
+        as for `request`; the connection failing midway is a `ClientError` (exit 1)."""
+        url = self.url_for(path)
+        self._check_same_origin(url)
+        headers = {"Authorization": f"Token {self.settings.token}", "Accept": "*/*",
+                   "User-Agent": f"rlstudio-cli/{__version__}"}
+        req = urllib.request.Request(url, method="GET", headers=headers)
+        total = 0
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                while True:
+                    chunk = resp.read(chunk_size)
+                    if not chunk:
+                        return total
+                    write(chunk)
+                    total += len(chunk)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", "")) from None
+        except ClientError:
+            raise
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ClientError(f"the download from {self.settings.url} failed after {total} bytes: {reason}") from None
 
     def post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, body=body if body is not None else {})

@@ -8,7 +8,8 @@
 This module owns the command line and nothing behind it: the argument parser (every command, its
 flags and which function runs it), the dispatch (login, or a `Client` from the resolved URL and token
 handed to the command) and `main()`, which turns a `ClientError` into `error: ...` lines and an exit
-status. The commands live in `runs`, `catalog` and `login`; HTTP and settings in `client`.
+status. The commands live in `runs`, `runs_actions`, `catalog`, `projects`, `evaluations`, `exports` and
+`login`; HTTP and settings in `client`.
 
 Exit status: 0 done; 1 the platform could not be reached or failed (5xx), or a watched run did not
 succeed; 2 the request was refused (a 4xx, the API's error printed as `error: <field>: <message>`) or
@@ -24,9 +25,13 @@ from . import __version__
 from .catalog import cmd_configs_list, cmd_datasets_list, cmd_datasets_upload, cmd_models_list
 from .client import Client, ClientError, config_path, resolve
 from .common import err, error_line, id_arg
+from .evaluations import SAMPLING, cmd_evaluations_list, cmd_evaluations_show, cmd_evaluations_start, steps_arg
+from .exports import cmd_exports_download, cmd_exports_list, cmd_exports_start
 from .login import LOGIN_HINT, cmd_login
+from .projects import cmd_projects_create, cmd_projects_list
 from .runs import (cmd_runs_launch, cmd_runs_list, cmd_runs_logs, cmd_runs_metrics, cmd_runs_resume,
                    cmd_runs_show, cmd_runs_stop, cmd_runs_watch)
+from .runs_actions import cmd_runs_clone, cmd_runs_delete, cmd_runs_fork
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -108,6 +113,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=id_arg)
     p.add_argument("--json", action="store_true")
 
+    p = command(runs, "clone", "a new run with this run's dataset, model and config (POST .../clone/)",
+                cmd_runs_clone)
+    p.add_argument("id", type=id_arg)
+    p.add_argument("--name", help="the new run's name (default: derived from the original)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a dotted config key (repeat it)")
+    p.add_argument("--json", action="store_true")
+
+    p = command(runs, "fork", "a new run from one kept checkpoint of this finished run (POST .../fork/)",
+                cmd_runs_fork)
+    p.add_argument("id", type=id_arg)
+    p.add_argument("--step", type=int, help="a kept checkpoint's step (default: the newest)")
+    p.add_argument("--name", help="the new run's name (default: '<name> (fork @ N)')")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="change a key a fork may change, e.g. actor_rollout_ref.actor.optim.lr=1e-6 (repeat it)")
+    p.add_argument("--json", action="store_true")
+
+    p = command(runs, "delete", "delete a finished run and everything of it, for good", cmd_runs_delete)
+    p.add_argument("id", type=id_arg)
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when stdin is not a terminal)")
+
     p = command(runs, "metrics", "every metric row of a run", cmd_runs_metrics)
     p.add_argument("id", type=id_arg)
     fmt = p.add_mutually_exclusive_group()
@@ -146,6 +171,58 @@ def build_parser() -> argparse.ArgumentParser:
     configs = sub.add_parser("configs", help="list saved configs").add_subparsers(dest="command", metavar="COMMAND",
                                                                                    required=True)
     _list_flags(command(configs, "list", "your saved configs", cmd_configs_list))
+
+    projects = sub.add_parser("projects", help="list and create projects").add_subparsers(
+        dest="command", metavar="COMMAND", required=True)
+    p = command(projects, "list", "the projects you see, newest first", cmd_projects_list)
+    p.add_argument("--scope", choices=("mine", "shared"))
+    _list_flags(p)
+    p = command(projects, "create", "a new project of yours", cmd_projects_create)
+    p.add_argument("name")
+    p.add_argument("--description")
+    p.add_argument("--json", action="store_true")
+
+    evaluations = sub.add_parser("evaluations", help="list, start and show evaluations of a run's checkpoints"
+                                 ).add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = command(evaluations, "list", "a run's evaluations, newest first", cmd_evaluations_list)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("--json", action="store_true")
+    p = command(evaluations, "start", "evaluate checkpoints of a run on a dataset (a job within your quota)",
+                cmd_evaluations_start)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("--steps", type=steps_arg, action="append", metavar="S[,S...]",
+                   help="checkpoint steps to evaluate (the API's `checkpoints`; repeat it or separate with commas)")
+    p.add_argument("--include-base", action="store_true", help="evaluate the run's base model too (column base)")
+    p.add_argument("--dataset", type=id_arg, required=True, help="a ready dataset's id")
+    p.add_argument("--k", type=int, required=True, help="samples per prompt (1 to 16)")
+    p.add_argument("--max-prompts", type=int, help="the dataset's first N rows (1 to 64; default 32)")
+    p.add_argument("--gpus", type=int, help="0 (the default: the CPU) or 1")
+    for key, kind in zip(SAMPLING, (float, float, int, int, int)):
+        p.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key, help=f"sampling.{key}")
+    p.add_argument("--json", action="store_true")
+    p = command(evaluations, "show", "one evaluation: its figures per column, --prompts its matrix",
+                cmd_evaluations_show)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("id", type=id_arg, metavar="EVAL_ID")
+    p.add_argument("--prompts", action="store_true", help="also each prompt's mean@k per column")
+    p.add_argument("--change", choices=("better", "worse", "same"), help="only the prompts that changed so")
+    p.add_argument("--json", action="store_true")
+
+    exports = sub.add_parser("exports", help="list, start and download exports of a run's checkpoints"
+                             ).add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = command(exports, "list", "a run's exports, newest first", cmd_exports_list)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("--json", action="store_true")
+    p = command(exports, "start", "export a checkpoint as a Hugging Face folder (registered as a model)",
+                cmd_exports_start)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("--step", type=int, required=True, help="a checkpoint's global step")
+    p.add_argument("--json", action="store_true")
+    p = command(exports, "download", "a succeeded export's folder as a .tar.gz", cmd_exports_download)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("id", type=id_arg, metavar="EXPORT_ID")
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="where to write the .tar.gz")
+    p.add_argument("--force", action="store_true", help="overwrite FILE when it exists")
     return parser
 
 

@@ -80,6 +80,14 @@ def _load_config_file(path: str) -> dict:
     return data
 
 
+def overrides(items: list[str]) -> list[str]:
+    """`--set key=value` items as the API's `overrides` list, each checked for a key and an `=`."""
+    for item in items:
+        if "=" not in item or not item.split("=", 1)[0].strip():
+            raise ClientError(f"expected key=value, got {item!r}", field="--set", exit_code=2)
+    return list(items)
+
+
 RUN_COLUMNS = ("ID", "NAME", "STATUS", "STEP", "REWARD", "GPUS", "PROJECT", "CREATED")
 
 
@@ -140,10 +148,7 @@ def cmd_runs_launch(client: Client, args) -> int:
     if args.config:
         body["config"] = _load_config_file(args.config)
     if args.set:
-        for item in args.set:
-            if "=" not in item or not item.split("=", 1)[0].strip():
-                raise ClientError(f"expected key=value, got {item!r}", field="--set", exit_code=2)
-        body["overrides"] = list(args.set)
+        body["overrides"] = overrides(args.set)
     run = client.post("runs/", body)
     for warning in run.get("warnings") or []:
         err(f"warning: {clean(warning.get('field'))}: {clean(warning.get('message'))}")
