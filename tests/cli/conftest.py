@@ -123,6 +123,25 @@ def make_run(make_assets):
 
 
 @pytest.fixture
+def finished_run(alice, make_assets, server, settings):
+    """alice's succeeded run with a whole config (the default preset's, as a real run's is) and kept
+    checkpoints at steps 1 and 2 in its folder."""
+    from pathlib import Path
+
+    from rlstudio.runs import launch
+    from rlstudio.runs.models import Run, RunStatus
+
+    dataset, model = make_assets(alice, "done")
+    run, _ = run_create(owner=alice, name="done", dataset=dataset, model=model,
+                        config=launch.build_config(preset=launch.DEFAULT_PRESET), gpus=0)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
+    for step in (1, 2):
+        (Path(settings.RUNS_DIR) / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
+    run.refresh_from_db()
+    return run
+
+
+@pytest.fixture
 def report(server):
     """report(run, token, events): the trainer's ingest over HTTP (POST /api/v1/runs/{id}/events/ with
     the run's ingest token), as the trainer's HTTP sink sends them; the answer's body."""
