@@ -202,10 +202,11 @@ class Client:
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
-    def download(self, path: str, write, *, chunk_size: int = DOWNLOAD_CHUNK) -> int:
+    def download(self, path: str, write, *, chunk_size: int | None = None) -> int:
         """GET `path` and hand its body to `write` `chunk_size` bytes at a time, never holding the whole
         of it (an export's archive can be many GiB); the bytes written. An HTTP error is an `ApiError`
         as for `request`; the connection failing midway is a `ClientError` (exit 1)."""
+        chunk_size = chunk_size or DOWNLOAD_CHUNK
         url = self.url_for(path)
         self._check_same_origin(url)
         headers = {"Authorization": f"Token {self.settings.token}", "Accept": "*/*",
