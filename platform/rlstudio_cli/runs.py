@@ -228,13 +228,17 @@ def _watch_line(row: dict, names: list[str], total: Any) -> str:
 def cmd_runs_watch(client: Client, args) -> int:
     """New steps as they come, one line each; 0 when the run succeeds, 1 when it fails, is stopped or
     is lost. A poll the platform fails (unreachable, a 5xx: a restart) is tried again, up to
-    WATCH_RETRIES times in a row; a refusal (4xx: the run is gone, the token revoked) ends the watch."""
+    WATCH_RETRIES times in a row; a refusal (4xx: the run is gone, the token revoked) ends the watch, and
+    so does `--timeout` (exit 1; the time counted is the waits between polls)."""
     wanted = _split_metrics(args.metric)
     after: int | None = None
     status = None
     names: list[str] | None = wanted
     failures = 0
+    waited = 0.0
     while True:
+        if args.timeout is not None and waited >= args.timeout:
+            raise ClientError(f"run {args.id} is still {status} after {args.timeout:g} s (--timeout)", exit_code=1)
         try:  # the run before its metrics: once it reads final, every row it reported is stored
             run = client.get(f"runs/{args.id}/")
             rows = _all_metric_rows(client, args.id, after=after)
@@ -244,6 +248,7 @@ def cmd_runs_watch(client: Client, args) -> int:
             failures += 1
             err(f"warning: {clean(exc.message)}; trying again ({failures} of {WATCH_RETRIES})")
             common.sleep(args.interval)
+            waited += args.interval
             continue
         failures = 0
         if rows:
@@ -263,3 +268,4 @@ def cmd_runs_watch(client: Client, args) -> int:
                 err(f"error: {clean(run.get('error'))}")
             return 1
         common.sleep(args.interval)
+        waited += args.interval

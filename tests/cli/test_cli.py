@@ -276,6 +276,17 @@ def test_watch_prints_new_steps_once_across_polls(as_alice, alice, make_run, rep
     assert [ln.split(": ")[-1] for ln in r.err.splitlines()] == ["queued", "running", "succeeded"]
 
 
+def test_watch_gives_up_after_its_timeout(as_alice, alice, make_run, monkeypatch):
+    """A run that never ends: --timeout 10 at --interval 4 looks three times (0, 4, 8 s), then exit 1."""
+    run, _token = make_run(alice, "stuck")
+    polls: list[float] = []
+    monkeypatch.setattr(cli_common, "sleep", polls.append)
+    r = as_alice("runs", "watch", run.pk, "--interval", "4", "--timeout", "10")
+    assert r.code == 1, r
+    assert polls == [4.0, 4.0, 4.0]
+    assert f"run {run.pk} is still queued after 10 s (--timeout)" in r.err
+
+
 def test_runs_list_by_project(as_alice, alice, make_assets):
     from rlstudio.projects.models import Project
     from rlstudio.runs.services import run_create
