@@ -141,3 +141,91 @@ def test_a_pager_or_filter_a_list_does_not_have_is_refused(alice, ids, name, que
 def test_what_the_pages_send_is_taken(alice, ids, name, query):
     r = api_client(alice).get(_url(name, ids, query.format(**ids)))
     assert r.status_code == 200, (name, r.content)
+
+
+# A bad `limit` or `offset` is a 400 naming it (docs/api.md "Lists", api/params.int_param), where DRF's
+# pager fell back to the default page (`limit=x`, `offset=-1`), gave 50 rows for `limit=0` and clamped
+# `limit=501` to 500, and a dataset's rows did the same by hand. Tried on the viewsets' pager (runs,
+# datasets), the lists paged by hand (a dataset's rows, a run's samples), the notifications' lone
+# `limit` and a run's metrics with their own bounds; every other paged list by the schema's bounds below.
+PAGED = ("runs", "datasets", "dataset rows", "samples", "notifications", "metrics")
+NO_OFFSET = ("notifications", "metrics")  # an offset there is an unknown parameter (above)
+BAD_PAGER_VALUES = (("limit", "x"), ("limit", "0"), ("limit", "{over}"), ("limit", "-1"), ("limit", "1.5"),
+                    ("limit", " 5"), ("offset", "-1"), ("offset", "x"), ("offset", "1e3"))
+
+
+def _pager(schema_paths, name: str) -> dict[str, dict]:
+    """{"limit" / "offset": its schema} of a list, as the OpenAPI schema declares them."""
+    op = schema_paths[LISTS[name][1]]["get"]
+    return {p["name"]: p["schema"] for p in op.get("parameters", [])
+            if p["in"] == "query" and p["name"] in ("limit", "offset")}
+
+
+@pytest.mark.parametrize("name, param, value", [
+    (name, param, value) for name in PAGED for param, value in BAD_PAGER_VALUES
+    if not (param == "offset" and name in NO_OFFSET)])
+def test_a_bad_limit_or_offset_is_a_400_naming_it(alice, ids, schema_paths, name, param, value):
+    value = value.format(over=_pager(schema_paths, name)["limit"]["maximum"] + 1)
+    r = api_client(alice).get(_url(name, ids, f"{param}={value}"))
+    assert r.status_code == 400, (name, param, value, r.content)
+    err = r.json()["error"]
+    assert err["code"] == "invalid" and err["field"] == param, err
+    assert err["message"].startswith(f"{param} must be an integer ") and err["message"].endswith(f", got {value!r}"), err
+
+
+@pytest.mark.parametrize("name", PAGED)
+def test_a_good_limit_and_offset_are_taken(alice, ids, schema_paths, make_run, name):
+    """The bounds themselves, an empty value (the default) and an offset past the end (no rows) answer 200."""
+    make_run(alice, "second")
+    pager = _pager(schema_paths, name)
+    client = api_client(alice)
+    queries = ["limit=1", f"limit={pager['limit']['maximum']}", "limit="]
+    if name not in NO_OFFSET:
+        queries += ["offset=0", "offset=", "limit=1&offset=1", "offset=1000000"]
+    for query in queries:
+        assert client.get(_url(name, ids, query)).status_code == 200, (name, query)
+    if name == "runs":
+        page = client.get(_url(name, ids, "limit=1&offset=1")).json()
+        assert page["count"] == 2 and len(page["results"]) == 1 and page["results"][0]["name"] == "listed"
+        assert client.get(_url(name, ids, "offset=1000000")).json() == {"count": 2, "results": []}
+
+
+def test_every_paged_list_states_its_bounds_and_holds_them(alice, ids, schema_paths):
+    """Every list whose schema takes `limit` says from 1 to what (and `offset` from 0), and answers the
+    largest `limit` and refuses one more, and `offset=-1`, naming the parameter."""
+    client = api_client(alice)
+    paged = {name: _pager(schema_paths, name) for name in LISTS}
+    paged = {name: pager for name, pager in paged.items() if "limit" in pager}
+    assert set(PAGED) <= set(paged) and len(paged) > len(PAGED), sorted(paged)
+    for name, pager in paged.items():
+        top = pager["limit"]["maximum"]
+        assert pager["limit"]["minimum"] == 1 and top >= 1, (name, pager)
+        assert client.get(_url(name, ids, f"limit={top}")).status_code == 200, name
+        over = client.get(_url(name, ids, f"limit={top + 1}"))
+        assert over.status_code == 400 and over.json()["error"]["field"] == "limit", (name, over.content)
+        if "offset" in pager:
+            assert pager["offset"]["minimum"] == 0, (name, pager)
+            below = client.get(_url(name, ids, "offset=-1"))
+            assert below.status_code == 400 and below.json()["error"]["field"] == "offset", (name, below.content)
+        else:
+            assert name in NO_OFFSET, name
+
+
+@pytest.mark.parametrize("raw, bounds, result", [
+    (None, {"default": 7}, 7), ("", {"default": 7}, 7), ("+5", {}, 5), ("-3", {"minimum": -3}, -3),
+    ("x", {}, "n must be an integer, got 'x'"),
+    ("1_000", {"minimum": 0}, "n must be an integer >= 0, got '1_000'"),
+    ("\u0665", {"maximum": 9}, "n must be an integer <= 9, got '\u0665'"),  # an Arabic-Indic five: int() takes it
+    ("10", {"minimum": 1, "maximum": 9}, "n must be an integer from 1 to 9, got '10'"),
+])
+def test_int_param_takes_plain_integers_in_bounds_and_names_the_rest(raw, bounds, result):
+    from rlstudio.api.errors import ApiError
+    from rlstudio.api.params import int_param
+
+    params = {} if raw is None else {"n": raw}
+    if isinstance(result, int):
+        assert int_param(params, "n", **bounds) == result
+        return
+    with pytest.raises(ApiError) as refused:
+        int_param(params, "n", **bounds)
+    assert str(refused.value.detail) == result and refused.value.field == "n"

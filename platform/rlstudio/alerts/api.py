@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import bool_param, list_params
+from rlstudio.api.params import DEFAULT_LIMIT, LIMIT_SCHEMA, MAX_LIMIT, bool_param, int_param, list_params
 from rlstudio.runs.selectors import can_manage
 from rlstudio.text import nul_path
 
@@ -116,16 +116,13 @@ class AlertCatalogueView(APIView):
 class NotificationListView(APIView):
     @list_params(  # no offset: the newest `limit`
         OpenApiParameter("unread", bool, required=False, description="Only the unread ones."),
-        OpenApiParameter("limit", int, required=False, description="At most this many, newest first (1-500, default 50)."),
+        OpenApiParameter("limit", LIMIT_SCHEMA, required=False,
+                         description=f"At most this many, newest first, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT}); "
+                                     "another value is a 400 naming limit."),
         paged=False, responses=NotificationSerializer(many=True))
     def get(self, request):
         """Your notifications, newest first, with how many are unread."""
-        try:
-            limit = int(request.query_params.get("limit", 50))
-        except ValueError:
-            raise ApiError("limit must be an integer", code="invalid", field="limit") from None
-        if not 1 <= limit <= 500:
-            raise ApiError("limit must be from 1 to 500", code="invalid", field="limit")
+        limit = int_param(request.query_params, "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
         unread = bool(bool_param(request.query_params, "unread"))
         rows = sel.notifications_for(user=request.user, unread=unread)[:limit]
         return Response({"unread": sel.unread_count(user=request.user),

@@ -1,9 +1,12 @@
 """Query-string parameters read alike by every API view: a bad value is a 400 naming the parameter,
-never a silent default; and a list's parameters, declared once for its schema and for the check that
-refuses any other (ListParamsMixin for a viewset's `list`, list_params for any other list's GET)."""
+never a silent default (int_param, bool_param; a list's limit and offset: pager_params here, and
+CountResultsPagination, read them alike); and a list's parameters, declared once for its schema and
+for the check that refuses any other (ListParamsMixin for a viewset's `list`, list_params for any
+other list's GET)."""
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -25,15 +28,58 @@ def bool_param(params, name: str) -> bool | None:
     return answer
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only: no "1_000", " 5", "٥" or "1e3"
+
+
+def int_param(params, name: str, *, default: int | None = None, minimum: int | None = None,
+              maximum: int | None = None) -> int | None:
+    """An integer query parameter: `default` when absent or empty; an ApiError (400, code `invalid`,
+    field `name`) for anything else that is not an integer from `minimum` to `maximum` (either bound
+    optional), saying the range and what it got ("limit must be an integer from 1 to 500, got 'x'")."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    value = int(raw) if _INTEGER.fullmatch(raw) else None
+    if value is None or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        if minimum is not None and maximum is not None:
+            bounds = f" from {minimum} to {maximum}"
+        elif minimum is not None:
+            bounds = f" >= {minimum}"
+        elif maximum is not None:
+            bounds = f" <= {maximum}"
+        else:
+            bounds = ""
+        raise ApiError(f"{name} must be an integer{bounds}, got {raw[:40]!r}", field=name)
+    return value
+
+
 # Taken by every list: the pager's two where it is paged, and DRF's response format override.
 LIST_PARAMS = ("limit", "offset")
 ALWAYS_KNOWN = ("format",)
+# The pager's bounds, for every list paged by limit and offset (CountResultsPagination, and the lists
+# paged by hand with `pager_params`); a run's metrics page has its own (telemetry.selectors).
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+LIMIT_DESCRIPTION = (f"At most this many, 1 to {MAX_LIMIT} (default {DEFAULT_LIMIT}); another value is a 400 "
+                     "naming limit.")
+OFFSET_DESCRIPTION = "Skip this many first, 0 or more (default 0); another value is a 400 naming offset."
+LIMIT_SCHEMA = {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
+OFFSET_SCHEMA = {"type": "integer", "minimum": 0, "default": 0}
 # The pager's two in the schema of a list paged by hand (an APIView's, an @action's: the pagination class
 # declares them for a viewset's own `list`).
 PAGER_PARAMETERS = (
-    OpenApiParameter("limit", int, required=False, description="At most this many (default 50, at most 500)."),
-    OpenApiParameter("offset", int, required=False, description="Skip this many first (default 0)."),
+    OpenApiParameter("limit", LIMIT_SCHEMA, required=False, description=LIMIT_DESCRIPTION),
+    OpenApiParameter("offset", OFFSET_SCHEMA, required=False, description=OFFSET_DESCRIPTION),
 )
+
+
+def pager_params(params) -> tuple[int, int]:
+    """(offset, limit) of a list paged by hand, read as CountResultsPagination reads them: `offset` an
+    integer >= 0 (default 0), `limit` one from 1 to MAX_LIMIT (default DEFAULT_LIMIT); anything else is
+    a 400 naming it."""
+    offset = int_param(params, "offset", default=0, minimum=0)
+    limit = int_param(params, "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
+    return offset, limit
 
 
 def _names(known) -> list[str]:

@@ -13,7 +13,7 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import ListParamsMixin, list_params
+from rlstudio.api.params import ListParamsMixin, list_params, pager_params
 from rlstudio.api.parsers import JSONParser
 
 from .rewardcheck import CheckError, reward_check
@@ -75,14 +75,6 @@ def check_request_size(request) -> None:
                        code="too_large", field="file", status_code=413)
 
 
-def _int_param(request, name: str, default: int, *, lo: int, hi: int) -> int:
-    try:
-        value = int(request.query_params.get(name, default))
-    except (TypeError, ValueError):
-        return default
-    return max(lo, min(hi, value))
-
-
 class DatasetViewSet(ListParamsMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin, mixins.ListModelMixin,
                      mixins.RetrieveModelMixin, CatalogViewSet):
     """The caller's datasets and the shared ones (staff: everyone's); another user's private one answers
@@ -128,8 +120,7 @@ class DatasetViewSet(ListParamsMixin, mixins.CreateModelMixin, mixins.DestroyMod
     def rows(self, request, pk=None):
         """The converted rows (prompt messages, ground truth, tools), paginated."""
         dataset = self.get_object()
-        offset = _int_param(request, "offset", 0, lo=0, hi=10**9)
-        limit = _int_param(request, "limit", 50, lo=1, hi=500)
+        offset, limit = pager_params(request.query_params)
         rows = dataset_rows(dataset=dataset, offset=offset, limit=limit)
         return Response({"count": dataset.num_rows or 0,
                          "results": [dict(row_view(r), index=offset + i) for i, r in enumerate(rows)]})

@@ -33,7 +33,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import bool_param, list_params
+from rlstudio.api.params import bool_param, int_param, list_params
 from rlstudio.api.pagination import CountResultsPagination
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage
@@ -44,22 +44,6 @@ from . import codec
 from . import selectors as sel
 from .models import RetentionMode, RunRetention
 from .services import events_ingest, retention_set
-
-
-
-def _int_param(params, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
-    raw = params.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(f"{name} must be an integer, got {raw!r}", field=name) from None
-    if minimum is not None and value < minimum:
-        raise ApiError(f"{name} must be >= {minimum}", field=name)
-    if maximum is not None and value > maximum:
-        raise ApiError(f"{name} must be <= {maximum}", field=name)
-    return value
 
 
 def _float_param(params, name: str) -> float | None:
@@ -97,7 +81,7 @@ def sample_filter_from(params) -> sel.SampleFilter:
         raise ApiError(f"order must be one of {', '.join(sel.SAMPLE_ORDERS)}", field="order")
     split, digest = prompt_key_from(params)
     return sel.SampleFilter(
-        step=_int_param(params, "step", minimum=0), uid=params.get("uid") or None,
+        step=int_param(params, "step", minimum=0), uid=params.get("uid") or None,
         prompt_split=split, prompt_hash=digest,
         min_reward=_float_param(params, "min_reward"), max_reward=_float_param(params, "max_reward"),
         finish_reason=finish, has_tool_call=bool_param(params, "has_tool_call"), order=order,
@@ -237,8 +221,10 @@ METRICS_LIST_PARAMETERS = (
     OpenApiParameter("after_step", int, required=False, description=(
         "Only steps greater than this (-1 or absent: from the first). Use the previous page's "
         "next_after_step.")),
-    OpenApiParameter("limit", int, required=False, description=(
-        f"Rows per page, 1 to {sel.METRICS_PAGE_MAX} (default {sel.METRICS_PAGE_DEFAULT}).")),
+    OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": sel.METRICS_PAGE_MAX,
+                               "default": sel.METRICS_PAGE_DEFAULT}, required=False, description=(
+        f"Rows per page, 1 to {sel.METRICS_PAGE_MAX} (default {sel.METRICS_PAGE_DEFAULT}); another value is a "
+        "400 naming limit.")),
     OpenApiParameter("since_step", int, required=False, deprecated=True,
                      description="The older name of after_step (not both)."),
 )
@@ -250,12 +236,13 @@ class RunMetricsView(_RunReadView):
     @list_params(*METRICS_LIST_PARAMETERS, paged=False, responses={200: _METRICS_PAGE})
     def get(self, request, run_id: int):
         params = request.query_params
-        after = _int_param(params, "after_step", minimum=-1, maximum=_STEP_MAX)
-        since = _int_param(params, "since_step", minimum=-1, maximum=_STEP_MAX)
+        after = int_param(params, "after_step", minimum=-1, maximum=_STEP_MAX)
+        since = int_param(params, "since_step", minimum=-1, maximum=_STEP_MAX)
         if after is not None and since is not None:
             raise ApiError("give after_step or its older name since_step, not both", field="since_step")
         after = after if after is not None else since
-        limit = _int_param(params, "limit", minimum=1, maximum=sel.METRICS_PAGE_MAX) or sel.METRICS_PAGE_DEFAULT
+        limit = int_param(params, "limit", default=sel.METRICS_PAGE_DEFAULT, minimum=1,
+                          maximum=sel.METRICS_PAGE_MAX)
         steps, next_after = sel.metrics_page(run=self.run, after_step=after, limit=limit)
         next_url = None
         if next_after is not None:
@@ -289,7 +276,7 @@ class RunGroupView(_RunReadView):
     @extend_schema(parameters=[OpenApiParameter("step", int), OpenApiParameter("uid", str)],
                    responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
-        step = _int_param(request.query_params, "step", minimum=0)
+        step = int_param(request.query_params, "step", minimum=0)
         uid = request.query_params.get("uid")
         if step is None:
             raise ApiError("step is required", field="step")
@@ -326,7 +313,7 @@ class RunLogsView(_RunReadView):
     @extend_schema(parameters=[OpenApiParameter("tail", int, required=False)],
                    responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
-        tail = _int_param(request.query_params, "tail", minimum=1) or 500
+        tail = int_param(request.query_params, "tail", default=500, minimum=1)
         return Response({"lines": sel.logs_tail(run=self.run, user=request.user, tail=min(tail, 10000))})
 
 
@@ -370,8 +357,8 @@ def compare_params(params) -> tuple[list[int], list[str] | None, int]:
         metrics = list(dict.fromkeys(raw))
         if len(metrics) > compare.MAX_METRICS:
             raise ApiError(f"at most {compare.MAX_METRICS} metrics at once, got {len(metrics)}", field="metrics")
-    max_points = _int_param(params, "max_points", minimum=compare.MAX_POINTS_MIN,
-                            maximum=compare.MAX_POINTS_MAX) or compare.MAX_POINTS_DEFAULT
+    max_points = int_param(params, "max_points", default=compare.MAX_POINTS_DEFAULT, minimum=compare.MAX_POINTS_MIN,
+                           maximum=compare.MAX_POINTS_MAX)
     return ids, metrics, max_points
 
 

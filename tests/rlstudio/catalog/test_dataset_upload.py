@@ -306,7 +306,10 @@ def test_rows_api_pages_with_the_sparse_index(api, uploads):
     assert page["count"] == 250
     assert [r["ground_truth"] for r in page["results"]] == [str(i) for i in range(195, 205)]
     assert api.get(f"/api/v1/datasets/{body['id']}/rows/?offset=9999").json()["results"] == []
-    assert api.get(f"/api/v1/datasets/{body['id']}/rows/?offset=abc&limit=x").status_code == 200
+    bad = api.get(f"/api/v1/datasets/{body['id']}/rows/?offset=abc&limit=x")  # a 400, not the first page
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "offset", bad.content
+    too_many = api.get(f"/api/v1/datasets/{body['id']}/rows/?limit=501")  # a 400, not clamped to 500
+    assert too_many.status_code == 400 and too_many.json()["error"]["field"] == "limit", too_many.content
 
 
 @pytest.mark.django_db

@@ -22,7 +22,8 @@ def test_limit_offset_pagination(client, alice, make_run):
     for field in ["id", "name", "owner", "status", "step", "total_steps", "gpus", "created", "started", "error"]:
         assert field in run
     assert run["owner"] == "alice" and run["status"] == "queued"
-    assert client.get("/api/v1/runs/?limit=abc&offset=-3").status_code == 200
+    bad = client.get("/api/v1/runs/?limit=abc&offset=-3")  # a 400 naming limit, not the default page
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "limit", bad.content
 
 
 def test_error_shape_and_no_500(client):
