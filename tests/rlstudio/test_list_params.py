@@ -229,3 +229,17 @@ def test_int_param_takes_plain_integers_in_bounds_and_names_the_rest(raw, bounds
     with pytest.raises(ApiError) as refused:
         int_param(params, "n", **bounds)
     assert str(refused.value.detail) == result and refused.value.field == "n"
+
+
+@pytest.mark.parametrize("path, value", [
+    ("job-log", "0"), ("job-log", "5001"), ("job-log", "x"), ("logs", "0"), ("logs", "10001"), ("logs", "1e3")])
+def test_a_log_tail_out_of_its_bounds_is_a_400_naming_it(alice, ids, path, value):
+    """A run's job log (at most 5,000 lines) and its log events (at most 10,000) took any tail and
+    clamped it; now a tail outside the bounds is a 400 on `tail`, and the bounds themselves are taken."""
+    client = api_client(alice)
+    r = client.get(f"/api/v1/runs/{ids['run']}/{path}/?tail={value}")
+    assert r.status_code == 400, (path, value, r.content)
+    assert r.json()["error"]["field"] == "tail", r.json()
+    top = {"job-log": 5000, "logs": 10000}[path]
+    for good in ("1", str(top)):
+        assert client.get(f"/api/v1/runs/{ids['run']}/{path}/?tail={good}").status_code == 200, (path, good)

@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rlstudio.api.errors import ApiError
-from rlstudio.api.params import ListParamsMixin, bool_param, list_params
+from rlstudio.api.params import ListParamsMixin, bool_param, int_param, list_params
 from rlstudio.catalog.selectors import dataset_get_for, model_asset_get_for
 
 from . import ray_jobs
@@ -133,6 +133,8 @@ def _text_param(params, name: str) -> str | None:
 def _not_permitted(exc: RunNotPermitted) -> ApiError:
     return ApiError(exc.message, code="permission_denied", field=exc.field, status_code=http.HTTP_403_FORBIDDEN)
 
+
+JOB_LOG_TAIL_MAX = 5000  # the most driver-log lines one job-log read answers
 
 RUN_LIST_PARAMETERS = [
     OpenApiParameter("status", str, enum=[s.value for s in RunStatus], required=False),
@@ -359,7 +361,8 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("tail", int, required=False, description="Last N lines (default 200)."),
+            OpenApiParameter("tail", int, required=False,
+                             description=f"Last N lines (default 200, 1 to {JOB_LOG_TAIL_MAX}; else a 400)."),
             OpenApiParameter("download", bool, required=False,
                              description="The log as a text file, cut after RLSTUDIO_JOB_LOG_DOWNLOAD_MAX_BYTES."),
         ],
@@ -374,11 +377,7 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
         check_can_manage(user=request.user, run=run, action="read the job log of")
         if bool_param(request.query_params, "download"):
             return _download(run)
-        try:
-            tail = int(request.query_params.get("tail", 200))
-        except ValueError:
-            raise ApiError("tail must be an integer", field="tail") from None
-        tail = min(max(tail, 1), 5000)
+        tail = int_param(request.query_params, "tail", default=200, minimum=1, maximum=JOB_LOG_TAIL_MAX)
         return Response(run_logs(run=run, tail=tail))
 
 

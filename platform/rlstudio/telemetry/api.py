@@ -309,12 +309,16 @@ class RunMemoryView(_RunReadView):
         return Response({"points": sel.memory_for(run=self.run, since=_since_param(request.query_params))})
 
 
+LOGS_TAIL_MAX = 10_000  # the most log events one read answers
+
+
 class RunLogsView(_RunReadView):
-    @extend_schema(parameters=[OpenApiParameter("tail", int, required=False)],
+    @extend_schema(parameters=[OpenApiParameter("tail", int, required=False, description=(
+                       f"The last N log events (default 500, 1 to {LOGS_TAIL_MAX}; else a 400)."))],
                    responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
-        tail = int_param(request.query_params, "tail", default=500, minimum=1)
-        return Response({"lines": sel.logs_tail(run=self.run, user=request.user, tail=min(tail, 10000))})
+        tail = int_param(request.query_params, "tail", default=500, minimum=1, maximum=LOGS_TAIL_MAX)
+        return Response({"lines": sel.logs_tail(run=self.run, user=request.user, tail=tail)})
 
 
 class RunRetentionView(_RunReadView):
