@@ -20,8 +20,8 @@
     apply: function (holder) {
       var fresh = holder.querySelector("#exports-card"), current = card();
       if (!fresh || !current) { return; }
-      var script = fresh.querySelector("script");
-      if (script) { script.remove(); }  // this file runs once; the copy from the fragment is inert anyway
+      // the card's own script tags (the poller's and this file's): these run once; the copies are inert anyway
+      fresh.querySelectorAll("script").forEach(function (s) { s.remove(); });
       if (fresh.textContent.trim() !== current.textContent.trim()) { current.replaceWith(fresh); }
       else { current.setAttribute("data-active", fresh.getAttribute("data-active") || "0"); }
     },
