@@ -181,20 +181,23 @@ def _blocked_on_a_lock(thread: threading.Thread, out: dict) -> bool:
 
 @pytest.fixture
 def delete_at_owner_lock(monkeypatch):
-    """`start(delete)`: at the create's owner lock (taken just after its row locks) run `delete` from
-    another connection; returns {"waited": whether its backend was seen waiting on a lock (the rows
-    the create holds) before it ended (`_blocked_on_a_lock`), "thread", "out"}."""
+    """`start(delete)`: at the create's owner lock (taken just after its row locks: `lock_owner`, or
+    `lock_user` for an export or a playground session) run `delete` from another connection; returns
+    {"waited": whether its backend was seen waiting on a lock (the rows the create holds) before it
+    ended (`_blocked_on_a_lock`), "thread", "out"}."""
     state: dict = {}
-    original = Quotas.lock_owner
 
     def start(delete):
-        def lock_owner(self, *, user):
-            if "thread" not in state:
-                state["thread"], state["out"] = _in_thread(delete)
-                state["waited"] = _blocked_on_a_lock(state["thread"], state["out"])
-            original(self, user=user)
+        for name in ("lock_owner", "lock_user"):
+            original = getattr(Quotas, name)
 
-        monkeypatch.setattr(Quotas, "lock_owner", lock_owner)
+            def lock(self, *, user, original=original):
+                if "thread" not in state:
+                    state["thread"], state["out"] = _in_thread(delete)
+                    state["waited"] = _blocked_on_a_lock(state["thread"], state["out"])
+                original(self, user=user)
+
+            monkeypatch.setattr(Quotas, name, lock)
         return state
 
     yield start

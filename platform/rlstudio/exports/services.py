@@ -118,8 +118,9 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
 
     In one transaction, in the lock order the run's deletion takes (the run's row, then owners'): the
     run's row FOR KEY SHARE (`rowlocks.lock_for_use`; a run deleted meanwhile is ExportInvalid on
-    `run`), then the user's admission lock (`QuotaPolicy.lock_owner`, the one evaluations and playground
-    sessions take), so one user's requests check "one queued or running export" one at a time. The
+    `run`), then the user's own admission lock (`QuotaPolicy.lock_user`: theirs alone, not their
+    quota'd teammates', as no team limit counts exports), so one user's requests check "one queued or
+    running export" one at a time. The
     same run and step asked for at once by two users (the owner and staff) gives both the one export."""
     from rlstudio.accounts.services import audit_record
     from rlstudio.config.celery import publish
@@ -133,7 +134,7 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
     with transaction.atomic():
         if lock_for_use([("run", Run, run.pk)]) is not None:
             raise ExportInvalid(f"the run {run.name!r} (#{run.pk}) was deleted", field="run")
-        quota_policy().lock_owner(user=user)
+        quota_policy().lock_user(user=user)
         Export.objects.filter(owner=user, status=ExportStatus.RUNNING,
                               started__lt=timezone.now() - STALE_AFTER).update(
             status=ExportStatus.FAILED, finished=timezone.now(),

@@ -256,7 +256,7 @@ def session_new(*, user, data: Any) -> PlaygroundSession:
     req = clean_request(user, data)
     with transaction.atomic():
         _lock_targets(req.targets)
-        quota_policy().lock_owner(user=user)
+        quota_policy().lock_user(user=user)
         _expire_stale(user=user)
         if quota_for(user=user).max_concurrent_runs <= 0:
             raise PlaygroundRefused("your quota allows no concurrent job, so no playground session")

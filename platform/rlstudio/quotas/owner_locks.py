@@ -89,6 +89,14 @@ def lock_owner(*, user: AbstractBaseUser) -> None:
     lock_owners(user_ids=[user.pk])
 
 
+def lock_user(*, user: AbstractBaseUser) -> None:
+    """The same row lock of `user` alone, none of their teammates': for a request that checks only the
+    user's own limits (one export, one playground session at a time), which no team limit counts, so it
+    need not wait for a teammate's admission. A transaction that takes it takes no other owner's lock
+    after it (that would be out of the id order `lock_owners` keeps)."""
+    lock_ids({user.pk})
+
+
 def lock_ids_if_free(user_ids: set[int]) -> set[int]:
     """`lock_ids` of those of `user_ids` whose lock no other transaction holds (SKIP LOCKED: one query,
     never waiting; this transaction's own locks are no obstacle); the ids it locked."""

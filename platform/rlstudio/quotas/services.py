@@ -47,7 +47,7 @@ from .selectors import (
     quota_for,
     running_evaluations,
 )
-from .owner_locks import lock_ids, lock_ids_if_free, lock_owner, lock_owners, owners_locked
+from .owner_locks import lock_ids, lock_ids_if_free, lock_owner, lock_owners, lock_user, owners_locked
 from .team_quotas import (
     members_of,
     quota_teams_of,
@@ -185,6 +185,9 @@ class Quotas(QuotaPolicy):
 
     def lock_owner(self, *, user: AbstractBaseUser) -> None:
         lock_owner(user=user)
+
+    def lock_user(self, *, user: AbstractBaseUser) -> None:
+        lock_user(user=user)
 
     def lock_owners(self, *, user_ids) -> None:
         lock_owners(user_ids=user_ids)

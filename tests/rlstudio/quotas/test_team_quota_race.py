@@ -347,3 +347,48 @@ def test_two_saves_of_a_new_teams_quota_at_once_leave_one_row_changed(staff):
         (quota.pk, 4, 10.0)]
     assert AuditEvent.objects.get(action="team_quota.change").data == {
         "team": "cv", "changed": {"max_gpus": [1, 4], "gpu_hours_per_month": [5.0, 10.0]}}
+
+
+@pytest.mark.parametrize("request_kind", ["export", "playground"])
+def test_an_export_or_playground_session_takes_the_users_lock_alone(alice, bob, nlp, run_with_ckpts, make_model,
+                                                                    published, request_kind):
+    """No team limit counts exports or playground sessions: asking for one takes alice's own lock
+    (`lock_user`) and never waits for her teammate bob's, which an admission of hers does."""
+    from rlstudio.exports.services import export_new
+    from rlstudio.playground.services import session_new
+
+    hold, done, errors = threading.Event(), threading.Event(), []
+
+    def bob_holds_his_own():
+        try:
+            with transaction.atomic():
+                owner_locks.lock_ids({bob.pk})
+                hold.set()
+                done.wait(30)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            hold.set()
+        finally:
+            connections.close_all()
+
+    policy = make_model(alice, "lock-policy", tokenizer_ok=True)
+    thread = threading.Thread(target=bob_holds_his_own)
+    thread.start()
+    try:
+        assert hold.wait(30) and not errors
+        with transaction.atomic():
+            with connection.cursor() as cur:
+                cur.execute("SET LOCAL lock_timeout = '500ms'")
+            if request_kind == "export":
+                export, queued = export_new(user=alice, run=run_with_ckpts, data={"step": 1})
+                assert queued and export.step == 1
+            else:
+                session = session_new(user=alice, data={"targets": [{"model": policy.pk}],
+                                                         "messages": [{"role": "user", "content": "hi"}]})
+                assert session.owner_id == alice.pk
+            with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
+                lock_owner(user=alice)  # while an admission of hers does wait for her teammate's
+    finally:
+        done.set()
+        thread.join(30)
+    assert not errors

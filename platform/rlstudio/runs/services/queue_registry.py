@@ -20,6 +20,8 @@ class QuotaPolicy:
         lock_owner(*, user)                       take the lock that serializes one user's admissions
                                                   and launches (inside the caller's transaction)
         lock_owners(*, user_ids)                  take several users' locks, in id order
+        lock_user(*, user)                        the user's lock alone, for a request no team limit
+                                                  counts (an export, a playground session)
         owners_locked(*, user_ids)                a context manager: `lock_owners` for a queue pass,
                                                   inside which a lock it did not take up front is
                                                   never waited for (here: only `lock_owners`)
@@ -38,6 +40,9 @@ class QuotaPolicy:
 
     def lock_owners(self, *, user_ids) -> None:
         raise NotImplementedError
+
+    def lock_user(self, *, user: AbstractBaseUser) -> None:
+        self.lock_owner(user=user)
 
     @contextmanager
     def owners_locked(self, *, user_ids) -> Iterator[None]:
