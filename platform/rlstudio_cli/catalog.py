@@ -58,9 +58,17 @@ def cmd_datasets_upload(client: Client, args) -> int:
             line += " (the same file was uploaded before: this is that dataset)"
         out(line)
         if dataset.get("status") == "invalid":
-            where = f" (line {dataset.get('error_line')})" if dataset.get("error_line") else ""
-            err(error_line(dataset.get("error_field"), f"{dataset.get('error')}{where}"))
+            err(error_line(dataset.get("error_field"), _invalid_message(dataset)))
     return 1 if dataset.get("status") == "invalid" else 0
+
+
+def _invalid_message(dataset: dict) -> str:
+    """An invalid dataset's error, with its line when the message does not already start by naming it
+    (the validator's messages read "line 3, field 'answer': ...")."""
+    message, line = str(dataset.get("error") or "invalid"), dataset.get("error_line")
+    if line and not message.startswith(f"line {line}"):
+        message += f" (line {line})"
+    return message
 
 
 def cmd_models_list(client: Client, args) -> int:

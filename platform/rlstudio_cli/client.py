@@ -118,7 +118,9 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(_NoRedirect())
 
 
-def _error_from(status: int, body: bytes, content_type: str) -> ApiError:
+def _error_from(status: int, body: bytes, content_type: str, *, where: str = "") -> ApiError:
+    """The API's error envelope as an `ApiError`. A 404 names the request (`where`: "GET /api/v1/runs/9/"):
+    the API's "Not found." alone does not say which id it was (`evaluations show RUN EVAL` has two)."""
     exit_code = 2 if 400 <= status < 500 else 1
     data: Any = None
     if "json" in content_type:
@@ -127,14 +129,15 @@ def _error_from(status: int, body: bytes, content_type: str) -> ApiError:
         except (ValueError, UnicodeDecodeError):
             data = None
     err = data.get("error") if isinstance(data, dict) else None
+    suffix = f" ({where})" if status == 404 and where else ""
     if isinstance(err, dict):
         errors = [e for e in data.get("errors") or [] if isinstance(e, dict)]
-        return ApiError(str(err.get("message") or f"HTTP {status}"), field=err.get("field"), exit_code=exit_code,
-                        status=status, code=err.get("code"), errors=errors)
+        return ApiError(str(err.get("message") or f"HTTP {status}") + suffix, field=err.get("field"),
+                        exit_code=exit_code, status=status, code=err.get("code"), errors=errors)
     text = body.decode("utf-8", "replace").strip()
     if not text or "html" in content_type:
         text = f"the server answered HTTP {status}"
-    return ApiError(text[:500], exit_code=exit_code, status=status)
+    return ApiError(text[:500] + suffix, exit_code=exit_code, status=status)
 
 
 class Client:
@@ -178,7 +181,8 @@ class Client:
                 ctype = resp.headers.get("Content-Type", "")
         except urllib.error.HTTPError as exc:
             with exc:
-                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", "")) from None
+                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", ""),
+                                  where=f"{method} {urllib.parse.urlsplit(url).path}") from None
         except ClientError:
             raise
         except (urllib.error.URLError, OSError) as exc:
@@ -223,7 +227,8 @@ class Client:
                     total += len(chunk)
         except urllib.error.HTTPError as exc:
             with exc:
-                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", "")) from None
+                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", ""),
+                                  where=f"GET {urllib.parse.urlsplit(url).path}") from None
         except ClientError:
             raise
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:

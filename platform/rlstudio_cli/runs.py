@@ -103,7 +103,7 @@ def cmd_runs_list(client: Client, args) -> int:
     return 0
 
 
-def _show_run(run: dict) -> None:
+def _show_run(run: dict, checkpoints: list | None = None) -> None:
     items = [("id", run.get("id")), ("name", run.get("name")), ("owner", run.get("owner")),
              ("status", run.get("status"))]
     if run.get("queue_reason"):
@@ -112,6 +112,10 @@ def _show_run(run: dict) -> None:
               ("dataset", run.get("dataset")), ("model", run.get("model")), ("project", run.get("project")),
               ("created", when(run.get("created"))), ("started", when(run.get("started"))),
               ("finished", when(run.get("finished")))]
+    if run.get("val_dataset"):
+        items.insert(items.index(("model", run.get("model"))), ("val dataset", run.get("val_dataset")))
+    if checkpoints is not None:  # the steps `evaluations start --steps`, `exports start --step` and `fork --step` take
+        items.append(("checkpoints", checkpoints or "-"))
     if run.get("parent"):
         items.append(("parent", f"{run.get('parent')} ({clean(run.get('parent_kind'))})"))
     if run.get("tags"):
@@ -134,7 +138,7 @@ def cmd_runs_show(client: Client, args) -> int:
     if args.json:
         emit_json(run)
     else:
-        _show_run(run)
+        _show_run(run, (client.get(f"runs/{args.id}/checkpoints/") or {}).get("steps") or [])
     return 0
 
 

@@ -89,10 +89,12 @@ def test_runs_list_and_show(as_alice, alice, bob, make_run):
 
 def test_another_users_run_is_not_found(as_alice, bob, make_run):
     theirs, _ = make_run(bob, "bobs")
-    for argv in (("runs", "show", theirs.pk), ("runs", "stop", theirs.pk), ("runs", "metrics", theirs.pk)):
+    for argv, where in ((("runs", "show", theirs.pk), f"GET /api/v1/runs/{theirs.pk}/"),
+                        (("runs", "stop", theirs.pk), f"POST /api/v1/runs/{theirs.pk}/stop/"),
+                        (("runs", "metrics", theirs.pk), f"GET /api/v1/runs/{theirs.pk}/metrics/")):
         r = as_alice(*argv)
         assert r.code == 2 and r.out == "", (argv, r)
-        assert r.err.strip() == "error: Not found.", (argv, r)
+        assert r.err.strip() == f"error: Not found. ({where})", (argv, r)  # which request, so which id
     assert Run.objects.get(pk=theirs.pk).status == RunStatus.QUEUED
 
 
@@ -299,3 +301,32 @@ def test_runs_list_by_project(as_alice, alice, make_assets):
     r = as_alice("runs", "list", "--project", project.pk)
     assert r.code == 0 and [ln.split()[:2] + ln.split()[-3:-2] for ln in r.out.splitlines()[1:]] == [
         [str(inside.pk), "inside", "grid"]]
+
+
+def test_show_lists_the_kept_checkpoints(as_alice, finished_run, make_run, alice):
+    """The steps `evaluations start --steps`, `exports start --step` and `runs fork --step` take."""
+    shown = as_alice("runs", "show", finished_run.pk)
+    assert shown.code == 0, shown
+    assert "checkpoints: 1,2" in shown.out.splitlines()
+    queued, _ = make_run(alice, "fresh")
+    assert "checkpoints: -" in as_alice("runs", "show", queued.pk).out.splitlines()
+    assert "checkpoints" not in json.loads(as_alice("runs", "show", finished_run.pk, "--json").out)
+
+
+@pytest.mark.parametrize("message, line, shown", [
+    ("line 1, field 'answer': missing", 1, "error: answer: line 1, field 'answer': missing"),  # said once
+    ("a row has no answer", 7, "error: answer: a row has no answer (line 7)"),
+])
+def test_datasets_upload_wait_on_an_invalid_file_names_its_line_once(as_alice, tmp_path, _no_broker, monkeypatch,
+                                                                     message, line, shown):
+    """The validator (a worker, not running here) marks the dataset invalid while --wait polls."""
+    def validated(seconds):
+        Dataset.objects.filter(status="validating").update(status="invalid", error=message, error_line=line,
+                                                           error_field="answer")
+
+    monkeypatch.setattr(cli_common, "sleep", validated)
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"question": "What is 1 + 1?"}) + "\n")
+    r = as_alice("datasets", "upload", path, "--name", "bad", "--preset", "gsm8k", "--wait")
+    assert r.code == 1, r
+    assert r.out.strip().endswith("bad: invalid") and r.err.strip() == shown, r

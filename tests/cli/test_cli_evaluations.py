@@ -98,7 +98,9 @@ def test_another_users_run_and_evaluation_are_not_found(as_alice, bob, make_run,
     for argv in (("evaluations", "list", theirs.pk), ("evaluations", "show", theirs.pk, done.pk),
                  ("evaluations", "start", theirs.pk, "--steps", "1", "--dataset", data.pk, "--k", 2)):
         r = as_alice(*argv)
-        assert r.code == 2 and r.out == "" and r.err.strip() == "error: Not found.", (argv, r)
+        assert r.code == 2 and r.out == "" and r.err.startswith("error: Not found. ("), (argv, r)
+        assert f" /api/v1/runs/{theirs.pk}/" in r.err, (argv, r)
     as_bob = cli("--url", server, "--token", token_of(bob), "evaluations", "show", finished_run.pk, done.pk)
-    assert as_bob.code == 2 and as_bob.err.strip() == "error: Not found.", as_bob
+    assert as_bob.code == 2, as_bob
+    assert as_bob.err.strip() == f"error: Not found. (GET /api/v1/runs/{finished_run.pk}/evaluations/{done.pk}/)"
     assert Evaluation.objects.count() == 1

@@ -103,9 +103,12 @@ def test_an_unfinished_export_and_another_users_run_write_nothing(as_alice, bob,
     for argv in (("exports", "list", theirs.pk), ("exports", "start", theirs.pk, "--step", 1),
                  ("exports", "download", theirs.pk, exported.pk, "-o", dest)):
         r = as_alice(*argv)
-        assert r.code == 2 and r.out == "" and r.err.strip() == "error: Not found.", (argv, r)
+        assert r.code == 2 and r.out == "" and r.err.startswith("error: Not found. ("), (argv, r)
+        assert f" /api/v1/runs/{theirs.pk}/" in r.err, (argv, r)
     as_bob = cli("--url", server, "--token", token_of(bob), "exports", "download", finished_run.pk, exported.pk,
                  "-o", dest)
-    assert as_bob.code == 2 and as_bob.err.strip() == "error: Not found.", as_bob
+    assert as_bob.code == 2, as_bob
+    assert as_bob.err.strip() == (f"error: Not found. "
+                                  f"(GET /api/v1/runs/{finished_run.pk}/exports/{exported.pk}/archive/)")
     assert not dest.exists() and not any(p.endswith(".part") for p in os.listdir(tmp_path))
     assert Export.objects.count() == 1

@@ -49,7 +49,8 @@ def test_another_users_run_is_not_found(as_alice, bob, make_run):
     Run.objects.filter(pk=theirs.pk).update(status=RunStatus.STOPPED)
     for argv in (("runs", "clone", theirs.pk), ("runs", "fork", theirs.pk), ("runs", "delete", theirs.pk, "--yes")):
         r = as_alice(*argv)
-        assert r.code == 2 and r.out == "" and r.err.strip() == "error: Not found.", (argv, r)
+        assert r.code == 2 and r.out == "" and r.err.startswith("error: Not found. ("), (argv, r)
+        assert f" /api/v1/runs/{theirs.pk}/" in r.err, (argv, r)
     assert Run.objects.filter(pk=theirs.pk).count() == 1 and Run.objects.count() == 1
 
 
