@@ -21,6 +21,7 @@ FINAL_BAD = ("failed", "stopped", "lost")
 # What `runs watch` and `runs metrics` show by default (verl's names), those the run reports.
 DEFAULT_METRICS = ("critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/kl_loss",
                    "response_length/mean", "timing_s/step")
+VAL_CORE = "val-core/"  # verl's held-out metrics, reported on validation steps only (step 0 and every test_freq)
 METRICS_PAGE = 5000  # rows a metrics page asks for (the API's most)
 WATCH_RETRIES = 5  # consecutive failed polls (connection, 5xx) `runs watch` rides out
 
@@ -31,10 +32,12 @@ def _steps(run: dict) -> str:
 
 
 def _metric_names(rows: list[dict], wanted: list[str] | None) -> list[str]:
+    """`wanted`, else the headline metrics the rows report and their held-out ones (`val-core/...`, the
+    validation steps' rewards: the curve a run is judged by), else the first six they report."""
     present = sorted({k for r in rows for k in (r.get("metrics") or {})})
     if wanted:
         return wanted
-    chosen = [m for m in DEFAULT_METRICS if m in present]
+    chosen = [m for m in DEFAULT_METRICS if m in present] + [m for m in present if m.startswith(VAL_CORE)]
     return chosen or present[:6]
 
 
@@ -222,8 +225,11 @@ def cmd_runs_logs(client: Client, args) -> int:
     return 0
 
 
-def _watch_line(row: dict, names: list[str], total: Any) -> str:
+def _watch_line(row: dict, wanted: list[str] | None, total: Any) -> str:
+    """One step: the metrics named with -m, else this row's headline and held-out ones (a validation
+    step, step 0 before training included, has its val-core metrics; a training step its own)."""
     metrics = row.get("metrics") or {}
+    names = _metric_names([row], wanted)
     step = f"step {row.get('step')}" + (f"/{total}" if total else "")
     shown = [f"{clean(n)}={fmt_number(metrics[n])}" for n in names if n in metrics]
     return "  ".join([step] + shown)
@@ -237,7 +243,6 @@ def cmd_runs_watch(client: Client, args) -> int:
     wanted = _split_metrics(args.metric)
     after: int | None = None
     status = None
-    names: list[str] | None = wanted
     failures = 0
     waited = 0.0
     while True:
@@ -256,10 +261,8 @@ def cmd_runs_watch(client: Client, args) -> int:
             continue
         failures = 0
         if rows:
-            if names is None:
-                names = _metric_names(rows, None)
             for row in rows:
-                out(_watch_line(row, names, run.get("total_steps")))
+                out(_watch_line(row, wanted, run.get("total_steps")))
             after = rows[-1].get("step")
         if run.get("status") != status:
             status = run.get("status")

@@ -16,7 +16,7 @@ from rlstudio.runs.models import Run, RunConfig, RunStatus
 from rlstudio_cli import client as cli_client
 from rlstudio_cli import common as cli_common
 from rlstudio_cli import runs as cli_runs
-from tests.cli.conftest import metric_events
+from tests.cli.conftest import T0, metric_events
 
 
 def test_login_checks_the_token_and_saves_it_readable_by_its_owner_only(server, alice, token_of, cli,
@@ -330,3 +330,21 @@ def test_datasets_upload_wait_on_an_invalid_file_names_its_line_once(as_alice, t
     r = as_alice("datasets", "upload", path, "--name", "bad", "--preset", "gsm8k", "--wait")
     assert r.code == 1, r
     assert r.out.strip().endswith("bad: invalid") and r.err.strip() == shown, r
+
+
+def test_watch_and_metrics_show_the_held_out_reward_of_validation_steps(as_alice, alice, make_run, report):
+    """verl validates before the first step (step 0: val-core metrics only) and every test_freq steps:
+    the held-out reward is shown on those lines; step 0 was a bare "step 0/3"."""
+    run, token = make_run(alice, "val")
+    val = "val-core/arith/reward/mean@1"
+    data = {0: {val: 0.25}, 1: {"critic/score/mean": 0.5}, 2: {"critic/score/mean": 0.75, val: 0.625}}
+    report(run, token, [{"seq": s + 1, "type": "metrics", "time": T0 + s, "data": {"step": s, "metrics": m}}
+                        for s, m in data.items()])
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2, total_steps=3)
+    r = as_alice("runs", "watch", run.pk)
+    assert r.code == 0, r
+    assert r.out.splitlines() == [f"step 0/3  {val}=0.25", "step 1/3  critic/score/mean=0.5",
+                                  f"step 2/3  critic/score/mean=0.75  {val}=0.625"]
+    table = as_alice("runs", "metrics", run.pk).out.splitlines()
+    assert table[0].split() == ["STEP", "TIME", "critic/score/mean", val]
+    assert table[1].split()[-2:] == ["-", "0.25"] and table[3].split()[-2:] == ["0.75", "0.625"]
