@@ -38,6 +38,10 @@ def cmd_login(args) -> int:
         if exc.status in (401, 403):
             raise ClientError(f"the platform refused this token ({clean(exc.message)}); nothing was saved",
                               field="token", exit_code=2) from None
+        if exc.status == 404:  # another server, or a page's address rather than the site's
+            raise ClientError(f"{url} has no RL Studio API ({clean(exc.message)}); nothing was saved: give the "
+                              "address the platform's pages are on, e.g. https://rl.example.org",
+                              field="url", exit_code=2) from None
         raise
     host = urllib.parse.urlsplit(url).hostname or ""
     if url.startswith("http://") and host not in ("localhost", "127.0.0.1", "::1"):

@@ -34,6 +34,11 @@ def test_login_checks_the_token_and_saves_it_readable_by_its_owner_only(server, 
     assert stat.S_IMODE(os.stat(_isolated_config.parent).st_mode) == 0o700
     assert json.loads(_isolated_config.read_text()) == {"url": server, "token": key}  # /api/v1/ dropped
 
+    elsewhere = cli("login", "--url", server + "/accounts/", "--token", key)  # a page's address, not the site's
+    assert elsewhere.code == 2 and elsewhere.err.startswith(f"error: url: {server}/accounts has no RL Studio API ("), \
+        elsewhere
+    assert "nothing was saved" in elsewhere.err and json.loads(_isolated_config.read_text())["url"] == server
+
     # Later commands need no flag: the saved URL and token are used.
     listed = cli("runs", "list")
     assert listed.code == 0 and listed.out.split()[:3] == ["ID", "NAME", "STATUS"], listed
