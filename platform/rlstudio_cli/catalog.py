@@ -34,14 +34,17 @@ WAIT_POLL_S = 2.0  # between two looks at a dataset being validated (`upload --w
 
 def cmd_datasets_upload(client: Client, args) -> int:
     path = Path(args.file)
-    try:
-        content = path.read_bytes()
+    try:  # readable, and a file: the upload streams it from the disk
+        with open(path, "rb"):
+            pass
+        if not path.is_file():
+            raise IsADirectoryError(21, "not a file")
     except OSError as exc:
         raise ClientError(f"cannot read {path}: {exc.strerror}", field="file", exit_code=2) from None
     fields = {"name": args.name or "", "preset": args.preset, "split": args.split}
     if args.stats_model is not None:
         fields["stats_model"] = str(args.stats_model)
-    dataset = client.upload("datasets/", fields=fields, file_field="file", filename=path.name, content=content)
+    dataset = client.upload("datasets/", fields=fields, file_field="file", file=path)
     waited = 0.0
     while args.wait and dataset.get("status") == "validating":
         if waited >= args.timeout:

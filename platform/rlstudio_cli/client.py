@@ -170,6 +170,8 @@ class Client:
                    "User-Agent": f"rlstudio-cli/{__version__}"}
         if body is not None:
             data, content_type = json.dumps(body).encode("utf-8"), "application/json"
+        if isinstance(data, _Body):  # streamed (an upload): its length is known, so no chunked encoding
+            headers["Content-Length"] = str(data.length)
         if data is not None:
             headers["Content-Type"] = content_type or "application/octet-stream"
         elif method in ("POST", "PUT", "PATCH"):
@@ -238,14 +240,37 @@ class Client:
     def post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, body=body if body is not None else {})
 
-    def upload(self, path: str, *, fields: dict[str, str], file_field: str, filename: str, content: bytes) -> Any:
-        data, ctype = multipart(fields=fields, file_field=file_field, filename=filename, content=content)
+    def upload(self, path: str, *, fields: dict[str, str], file_field: str, file: Path) -> Any:
+        """POST `file` as multipart/form-data, streamed from the disk DOWNLOAD_CHUNK bytes at a time (a
+        dataset may be GiBs: it is never read into memory whole)."""
+        data, ctype = multipart(fields=fields, file_field=file_field, file=file)
         return self.request("POST", path, data=data, content_type=ctype)
 
 
-def multipart(*, fields: dict[str, str], file_field: str, filename: str, content: bytes) -> tuple[bytes, str]:
-    """A multipart/form-data body (RFC 7578) and its Content-Type."""
+class _Body:
+    """A request body sent piece by piece (http.client iterates it), with its length known beforehand."""
+
+    def __init__(self, head: bytes, file: Path, size: int, tail: bytes):
+        self.head, self.file, self.size, self.tail = head, file, size, tail
+        self.length = len(head) + size + len(tail)
+
+    def __iter__(self):
+        yield self.head
+        left = self.size
+        with open(self.file, "rb") as f:
+            while left > 0:
+                chunk = f.read(min(DOWNLOAD_CHUNK, left))
+                if not chunk:
+                    raise ClientError(f"{self.file} got shorter while it was being uploaded", exit_code=1)
+                left -= len(chunk)
+                yield chunk
+        yield self.tail
+
+
+def multipart(*, fields: dict[str, str], file_field: str, file: Path) -> tuple[_Body, str]:
+    """A multipart/form-data body (RFC 7578) streaming `file` as `file_field`, and its Content-Type."""
     boundary = "rlstudio-" + secrets.token_hex(16)
+    filename = file.name
 
     def quote(text: str) -> str:
         return text.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
@@ -255,7 +280,7 @@ def multipart(*, fields: dict[str, str], file_field: str, filename: str, content
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{quote(name)}"\r\n\r\n'.encode()
                      + value.encode("utf-8") + b"\r\n")
     parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{quote(file_field)}"; '
-                 f'filename="{quote(filename)}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode()
-                 + content + b"\r\n")
-    parts.append(f"--{boundary}--\r\n".encode())
-    return b"".join(parts), f"multipart/form-data; boundary={boundary}"
+                 f'filename="{quote(filename)}"\r\nContent-Type: application/octet-stream\r\n\r\n'.encode())
+    size = file.stat().st_size
+    return _Body(b"".join(parts), file, size, f"\r\n--{boundary}--\r\n".encode()), \
+        f"multipart/form-data; boundary={boundary}"

@@ -210,6 +210,39 @@ def test_datasets_upload_a_small_jsonl_and_list_it(as_alice, alice, tmp_path, _n
     assert bad_split.code == 2 and "invalid choice" in bad_split.err  # argparse's own usage error
 
 
+def test_datasets_upload_streams_the_file_from_the_disk(as_alice, alice, tmp_path, _no_broker, monkeypatch):
+    """The file is sent piece by piece (a dataset can be GiBs), never read whole: with 7-byte pieces the
+    stored upload is the same bytes, and read_bytes (the old way) is never called."""
+    import hashlib
+    from pathlib import Path
+
+    rows = [{"question": f"What is {i} * 3?", "answer": f"#### {i * 3}"} for i in range(50)]
+    content = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    path = tmp_path / "streamed.jsonl"
+    path.write_bytes(content)
+    reads: list[int] = []
+
+    class Counted(io.BufferedReader):
+        def read(self, n=-1):
+            reads.append(n)
+            return super().read(n)
+
+    monkeypatch.setattr(cli_client, "DOWNLOAD_CHUNK", 7)
+    monkeypatch.setattr(cli_client, "open", lambda file, mode: Counted(io.FileIO(file, mode.replace("b", ""))),
+                        raising=False)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("the upload read the whole file"))
+    r = as_alice("datasets", "upload", path, "--name", "streamed", "--preset", "gsm8k")
+    assert r.code == 0, r
+    ds = Dataset.objects.get(owner=alice, name="streamed")
+    assert ds.size_bytes == len(content) and ds.sha256 == hashlib.sha256(content).hexdigest()
+    assert reads and max(reads) == 7 and len(reads) == -(-len(content) // 7)
+
+    missing = as_alice("datasets", "upload", tmp_path / "nope.jsonl")
+    assert missing.code == 2 and missing.err.startswith("error: file: cannot read "), missing
+    folder = as_alice("datasets", "upload", tmp_path)
+    assert folder.code == 2 and folder.err.startswith("error: file: cannot read "), folder
+
+
 def test_datasets_upload_wait_gives_up_after_its_timeout(as_alice, tmp_path, _no_broker, monkeypatch):
     """Nothing validates here (the broker is recorded): --wait polls until --timeout, then exits 1."""
     polls: list[float] = []
