@@ -29,6 +29,7 @@ from rlstudio.config.env import state_dir_from_env
 REPO = Path(__file__).resolve().parents[3]
 DEFAULT_SETTINGS = "rlstudio.config.settings.local"
 PLAYGROUND_QUEUE = "playground"  # the Celery queue of playground sessions (their own worker)
+DATASETS_QUEUE = "datasets"  # the Celery queue of dataset validations (their own worker)
 
 
 def debug_flag(environ: dict[str, str]) -> str:
@@ -118,6 +119,9 @@ class Launcher:
         # Playground sessions go to a queue of their own, served by the celery-playground worker: a
         # session answering for up to RLSTUDIO_PLAYGROUND_MAX_S never holds up the main worker's tasks.
         env["RLSTUDIO_PLAYGROUND_QUEUE"] = env.get("RLSTUDIO_PLAYGROUND_QUEUE") or PLAYGROUND_QUEUE
+        # Dataset validations likewise (celery-datasets): a large upload's minute of validation never
+        # holds up run submissions, stops and the reconcile on the main worker.
+        env["RLSTUDIO_DATASETS_QUEUE"] = env.get("RLSTUDIO_DATASETS_QUEUE") or DATASETS_QUEUE
         for key in ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS"):
             env.pop(key, None)
             if urls.get(key):
@@ -209,6 +213,10 @@ class Launcher:
                                                           "-Q", env["RLSTUDIO_PLAYGROUND_QUEUE"],
                                                           "-n", f"rlstudio-playground-{tag}@%h"],
                            env=env, cwd=REPO, grace=10.0)
+            self.sup.spawn("celery-datasets", celery + ["worker", "--pool=solo", "--loglevel=INFO",
+                                                        "-Q", env["RLSTUDIO_DATASETS_QUEUE"],
+                                                        "-n", f"rlstudio-datasets-{tag}@%h"],
+                           env=env, cwd=REPO, grace=20.0)
             self.sup.spawn("celery-beat", celery + ["beat", "--loglevel=INFO",
                                                     "--schedule", str(L.run / "celerybeat-schedule")],
                            env=env, cwd=REPO, grace=10.0)

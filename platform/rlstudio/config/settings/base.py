@@ -379,5 +379,10 @@ RLSTUDIO_PLAYGROUND_MAX_S = env_int("RLSTUDIO_PLAYGROUND_MAX_S", 120)
 RLSTUDIO_PLAYGROUND_MAX_ACTIVE = env_int("RLSTUDIO_PLAYGROUND_MAX_ACTIVE", 4)
 RLSTUDIO_PLAYGROUND_MAX_PARAMS = env_int("RLSTUDIO_PLAYGROUND_MAX_PARAMS", 2_000_000_000)
 RLSTUDIO_PLAYGROUND_QUEUE = env_str("RLSTUDIO_PLAYGROUND_QUEUE", "")
-if RLSTUDIO_PLAYGROUND_QUEUE:
-    CELERY_TASK_ROUTES = {"playground.run_session": {"queue": RLSTUDIO_PLAYGROUND_QUEUE}}
+# The Celery queue of dataset validations ("" = the default queue: then a large upload's validation, a
+# minute or more, holds up run submissions behind it; give it a worker of its own with
+# `celery -A rlstudio worker -Q <queue>`, as `make run` does).
+RLSTUDIO_DATASETS_QUEUE = env_str("RLSTUDIO_DATASETS_QUEUE", "")
+CELERY_TASK_ROUTES = {name: {"queue": queue} for name, queue in (
+    ("playground.run_session", RLSTUDIO_PLAYGROUND_QUEUE), ("catalog.validate_dataset", RLSTUDIO_DATASETS_QUEUE))
+    if queue}
