@@ -89,3 +89,11 @@ def test_watch_rides_out_a_few_failed_polls_then_gives_up(serve, cli, monkeypatc
     assert r.err.count("trying again") == cli_runs.WATCH_RETRIES
     assert r.err.splitlines()[-1] == "error: restarting"
     assert len(down.requests) == cli_runs.WATCH_RETRIES + 1
+
+
+def test_a_bare_rlstudio_prints_its_help(cli):
+    """`rlstudio` alone lists its commands (exit 0), where argparse answered a usage error."""
+    r = cli()
+    assert r.code == 0, r
+    assert r.out.startswith("usage: rlstudio") and "runs" in r.out and "datasets" in r.out
+    assert r.err == ""

@@ -46,7 +46,7 @@ def run_stop(*, run: Run, by: AbstractBaseUser, checkpoint: bool = True, force: 
         elif status == S.STOPPING:
             raise RunRefused("the run is already stopping; use force to kill it now")
         else:
-            raise RunRefused(f"the run is {status}: there is nothing to stop")
+            raise RunRefused(f"the run has already ended ({status}): there is nothing to stop")
     run.refresh_from_db()
     return run
 
