@@ -5,6 +5,7 @@ joined after those locks were taken is locked before their jobs are counted; a q
 only what the team has room for."""
 import logging
 import threading
+from contextlib import contextmanager
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -271,6 +272,34 @@ def test_a_member_joining_during_a_queue_pass_never_deadlocks_with_their_own_lau
     assert [(job.kind, job.id) for job in admission.queue_admit_jobs()] == [(kind, waiting.pk)]  # the next pass
 
 
+@contextmanager
+def _holding_his_own_lock(user):
+    """While the block runs, another connection holds `user`'s own admission lock (theirs alone)."""
+    hold, done, errors = threading.Event(), threading.Event(), []
+
+    def holds():
+        try:
+            with transaction.atomic():
+                owner_locks.lock_ids({user.pk})
+                hold.set()
+                done.wait(30)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            hold.set()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=holds)
+    thread.start()
+    try:
+        assert hold.wait(30) and not errors
+        yield
+    finally:
+        done.set()
+        thread.join(30)
+    assert not errors
+
+
 def test_keeping_a_deleted_jobs_gpu_time_takes_its_owners_lock_only(alice, bob, nlp, make_run):
     """`_keep` (a run's deletion) locks the owner alone, not their quota'd teammates: a teammate's
     admission counts the owner's month under the owner's lock anyway, and a bulk delete that took the
@@ -283,34 +312,13 @@ def test_keeping_a_deleted_jobs_gpu_time_takes_its_owners_lock_only(alice, bob, 
     run = make_run(alice, "done", gpus=1)
     Run.objects.filter(pk=run.pk).update(status=S.SUCCEEDED, started=now - timedelta(hours=1), finished=now)
     run.refresh_from_db()
-    hold, done, errors = threading.Event(), threading.Event(), []
-
-    def bob_holds_his_own():
-        try:
-            with transaction.atomic():
-                owner_locks.lock_ids({bob.pk})
-                hold.set()
-                done.wait(30)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            hold.set()
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=bob_holds_his_own)
-    thread.start()
-    try:
-        assert hold.wait(30) and not errors
+    with _holding_his_own_lock(bob):
         with transaction.atomic():
             with connection.cursor() as cur:
                 cur.execute("SET LOCAL lock_timeout = '500ms'")
             assert len(gpu_time_keep(run, now=now)) == 1  # never waits for bob's lock
             with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
                 lock_owner(user=alice)  # an admission of alice's does wait for her teammate's
-    finally:
-        done.set()
-        thread.join(30)
-    assert not errors
 
 
 def test_two_saves_of_a_new_teams_quota_at_once_leave_one_row_changed(staff):
@@ -357,25 +365,8 @@ def test_an_export_or_playground_session_takes_the_users_lock_alone(alice, bob, 
     from rlstudio.exports.services import export_new
     from rlstudio.playground.services import session_new
 
-    hold, done, errors = threading.Event(), threading.Event(), []
-
-    def bob_holds_his_own():
-        try:
-            with transaction.atomic():
-                owner_locks.lock_ids({bob.pk})
-                hold.set()
-                done.wait(30)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            hold.set()
-        finally:
-            connections.close_all()
-
     policy = make_model(alice, "lock-policy", tokenizer_ok=True)
-    thread = threading.Thread(target=bob_holds_his_own)
-    thread.start()
-    try:
-        assert hold.wait(30) and not errors
+    with _holding_his_own_lock(bob):
         with transaction.atomic():
             with connection.cursor() as cur:
                 cur.execute("SET LOCAL lock_timeout = '500ms'")
@@ -388,7 +379,3 @@ def test_an_export_or_playground_session_takes_the_users_lock_alone(alice, bob, 
                 assert session.owner_id == alice.pk
             with pytest.raises(OperationalError, match="lock timeout"), transaction.atomic():
                 lock_owner(user=alice)  # while an admission of hers does wait for her teammate's
-    finally:
-        done.set()
-        thread.join(30)
-    assert not errors
