@@ -64,7 +64,7 @@ def services(celery_worker, celery_beat, ray_head):
     old = settings.RAY_ADDRESS, settings.RAY_DASHBOARD_URL
     settings.RAY_ADDRESS = settings.RAY_DASHBOARD_URL = ray_head  # the test process talks to Ray too
     try:
-        yield {"worker": celery_worker, "ray": ray_head, "beat_log": celery_beat["log"]}
+        yield {"worker": celery_worker, "ray": ray_head, "beat_log": celery_beat["log"], "beat": celery_beat["process"]}
     finally:
         settings.RAY_ADDRESS, settings.RAY_DASHBOARD_URL = old
 
@@ -86,7 +86,7 @@ def world(services, assets, make_user):
     api = APIClient()
     api.force_authenticate(user)
     return {"user": user, "dataset": dataset, "model": model, "api": api,
-            "worker_state": services["worker"]["state_dir"]}
+            "worker_state": services["worker"]["state_dir"], "beat": services["beat"]}
 
 
 def _launch(world, name: str, **overrides) -> dict:
@@ -410,7 +410,12 @@ def test_a_run_whose_submits_never_reach_ray_fails_saying_so(world):
 
 def test_a_launch_during_a_broker_outage_runs_once_the_reconcile_admits_it(world, test_database_url, tmp_path):
     """The web's broker is down (a Daphne on a Redis of this test's own, killed): the launch answers
-    201 with the run queued; the reconcile (the session's beat and worker) admits it and it runs."""
+    201 with the run queued; the reconcile (the session's beat and worker) admits it and it runs.
+
+    The session's beat is paused while the launch is made: its reconcile (every second here) could
+    otherwise admit the new run before the launch's own pass does (runs.md says either may come
+    first), and then no submit would ever meet the broker outage."""
+    import signal
     import urllib.request
 
     from rlstudio.accounts.services import api_token_create
@@ -421,7 +426,10 @@ def test_a_launch_during_a_broker_outage_runs_once_the_reconcile_admits_it(world
     redis.start()
     web = DaphneServer(folder=tmp_path / "web", env={"DATABASE_URL": test_database_url, "REDIS_URL": redis.url})
     web.start()
+    beat = world["beat"]
+    beat.send_signal(signal.SIGSTOP)
     try:
+        time.sleep(3)  # a reconcile the beat sent just before expires or ends (its interval: 1 s)
         redis.kill()
         key = api_token_create(user=world["user"], name="outage").key
         body = {"name": "outage", "dataset": world["dataset"].pk, "model": world["model"].pk,
@@ -431,7 +439,10 @@ def test_a_launch_during_a_broker_outage_runs_once_the_reconcile_admits_it(world
         with urllib.request.urlopen(req, timeout=60) as resp:
             assert resp.status == 201
             run_id = json.loads(resp.read())["id"]
+        _wait(run_id, lambda r: r.status == S.QUEUED and AuditEvent.objects.filter(
+            action="run.submit_unsent", object_id=str(r.pk)).exists(), timeout=30, what="the unsent submit")
     finally:
+        beat.send_signal(signal.SIGCONT)
         web.stop()
         redis.kill()
     run = _wait(run_id, lambda r: r.is_terminal, timeout=150, what="a terminal state")
