@@ -9,6 +9,7 @@ import secrets
 import urllib.error
 import urllib.parse
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,12 +163,30 @@ class Client:
             raise ClientError(f"the server pointed to {got.scheme}://{got.netloc}, not {self.settings.url}: "
                               "not sending the token there (is the platform's public URL set right?)")
 
+    def _headers(self, accept: str) -> dict[str, str]:
+        return {"Authorization": f"Token {self.settings.token}", "Accept": accept,
+                "User-Agent": f"rlstudio-cli/{__version__}"}
+
+    @contextmanager
+    def _answer_or_error(self, method: str, url: str, failed, unreachable: tuple[type[BaseException], ...]):
+        """Around one request: an HTTP error answer is an `ApiError` naming the request; a failure in
+        `unreachable` (no answer, a connection broken midway) is a ClientError saying `failed(reason)`."""
+        try:
+            yield
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", ""),
+                                  where=f"{method} {urllib.parse.urlsplit(url).path}") from None
+        except ClientError:
+            raise
+        except unreachable as exc:
+            raise ClientError(failed(getattr(exc, "reason", exc))) from None
+
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
                 data: bytes | None = None, content_type: str | None = None, raw: bool = False) -> Any:
         url = self.url_for(path, params)
         self._check_same_origin(url)
-        headers = {"Authorization": f"Token {self.settings.token}", "Accept": "application/json",
-                   "User-Agent": f"rlstudio-cli/{__version__}"}
+        headers = self._headers("application/json")
         if body is not None:
             data, content_type = json.dumps(body).encode("utf-8"), "application/json"
         if isinstance(data, _Body):  # streamed (an upload): its length is known, so no chunked encoding
@@ -177,19 +196,11 @@ class Client:
         elif method in ("POST", "PUT", "PATCH"):
             data = b""
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
+        with self._answer_or_error(method, url, lambda reason: f"cannot reach {self.settings.url}: {reason}",
+                                   (urllib.error.URLError, OSError)):
             with self._opener.open(req, timeout=self.timeout) as resp:
                 payload = resp.read()
                 ctype = resp.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as exc:
-            with exc:
-                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", ""),
-                                  where=f"{method} {urllib.parse.urlsplit(url).path}") from None
-        except ClientError:
-            raise
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ClientError(f"cannot reach {self.settings.url}: {reason}") from None
         if raw:
             return payload
         if not payload:
@@ -215,11 +226,11 @@ class Client:
         chunk_size = chunk_size or DOWNLOAD_CHUNK
         url = self.url_for(path)
         self._check_same_origin(url)
-        headers = {"Authorization": f"Token {self.settings.token}", "Accept": "*/*",
-                   "User-Agent": f"rlstudio-cli/{__version__}"}
-        req = urllib.request.Request(url, method="GET", headers=headers)
+        req = urllib.request.Request(url, method="GET", headers=self._headers("*/*"))
         total = 0
-        try:
+        with self._answer_or_error("GET", url, lambda reason: f"the download from {self.settings.url} failed "
+                                   f"after {total} bytes: {reason}",
+                                   (urllib.error.URLError, OSError, http.client.HTTPException)):
             with self._opener.open(req, timeout=self.timeout) as resp:
                 while True:
                     chunk = resp.read(chunk_size)
@@ -227,15 +238,6 @@ class Client:
                         return total
                     write(chunk)
                     total += len(chunk)
-        except urllib.error.HTTPError as exc:
-            with exc:
-                raise _error_from(exc.code, exc.read(), exc.headers.get("Content-Type", ""),
-                                  where=f"GET {urllib.parse.urlsplit(url).path}") from None
-        except ClientError:
-            raise
-        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ClientError(f"the download from {self.settings.url} failed after {total} bytes: {reason}") from None
 
     def post(self, path: str, body: Any = None) -> Any:
         return self.request("POST", path, body=body if body is not None else {})
