@@ -20,7 +20,8 @@ DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 REQUIRED_ENV = {"SECRET_KEY": "s" * 60, "ALLOWED_HOSTS": "studio.example.com", "POSTGRES_PASSWORD": "pw",
                 "RLSTUDIO_PUBLIC_URL": "https://studio.example.com"}
-APP_SERVICES = {"web", "worker", "beat", "migrate", "ray-head", "ray-gpu-worker"}
+APP_SERVICES = {"web", "worker", "worker-datasets", "worker-playground", "beat", "migrate", "ray-head",
+                "ray-gpu-worker"}
 
 
 def _compose() -> dict:
@@ -92,6 +93,34 @@ def test_compose_points_the_app_at_the_ray_head_service_not_at_itself():
             if value.startswith("${"):  # PyYAML: the compose default, as docker-compose would render it
                 value = value.split(":-", 1)[1].rstrip("}")
             assert value == f"http://ray-head:{head_port}", (name, var, value)
+
+
+def _value(text: str) -> str:
+    """A compose value as docker-compose renders it with the variable unset: `${VAR:-default}` -> default
+    (PyYAML leaves the interpolation in place; docker-compose has already done it)."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", text)
+
+
+def test_compose_gives_dataset_validations_and_playground_sessions_workers_of_their_own():
+    """As `make run` does (launcher: celery-datasets, celery-playground): every app container routes the two
+    tasks to the same named queues (the sender picks the queue), one worker consumes each with -Q, and the
+    main worker consumes neither, so a validation or a session never holds up run submissions."""
+    from rlstudio.launcher.cli import DATASETS_QUEUE, PLAYGROUND_QUEUE
+
+    services = _resolved()["services"]
+    queues = {"RLSTUDIO_DATASETS_QUEUE": ("worker-datasets", DATASETS_QUEUE),
+              "RLSTUDIO_PLAYGROUND_QUEUE": ("worker-playground", PLAYGROUND_QUEUE)}
+    for var, (worker, queue) in queues.items():
+        for name in APP_SERVICES:
+            assert _value(services[name]["environment"][var]) == queue, (name, var)
+        argv = [_value(a) for a in services[worker]["command"]]
+        assert argv[:4] == ["celery", "-A", "rlstudio.config.celery:app", "worker"], worker
+        assert argv[argv.index("-Q") + 1] == queue, worker
+        assert argv.count("-Q") == 1, worker
+        assert services[worker]["build"]["target"] == "worker" and "healthcheck" in services[worker], worker
+        assert services[worker]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    main = services["worker"]["command"]
+    assert main[3] == "worker" and "-Q" not in main  # the default queue: runs, stops, the reconcile
 
 
 def test_only_the_tls_proxy_listens_beyond_loopback():
