@@ -25,5 +25,12 @@ test: install
 	$(VENV)/bin/ruff check .
 	$(VPY) tests/shards.py
 
+# Django's deployment checks on the production settings, with the deployment's own SECRET_KEY and
+# ALLOWED_HOSTS from the environment (production refuses to load without them; docs/deploy.md).
 check-deploy: install
+	@test -n "$$SECRET_KEY" -a -n "$$ALLOWED_HOSTS" || { \
+	  echo "make check-deploy checks the production settings as the deployment will run them: set SECRET_KEY" \
+	       "(50+ random characters) and ALLOWED_HOSTS first, e.g." >&2; \
+	  echo "  SECRET_KEY=\$$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+	       "ALLOWED_HOSTS=studio.example.com make check-deploy" >&2; exit 2; }
 	DJANGO_SETTINGS_MODULE=rlstudio.config.settings.production $(VPY) manage.py check --deploy --fail-level WARNING
