@@ -25,10 +25,12 @@ from . import __version__
 from .catalog import cmd_configs_list, cmd_datasets_list, cmd_datasets_upload, cmd_models_list
 from .client import Client, ClientError, config_path, resolve
 from .common import err, error_line, id_arg
-from .evaluations import SAMPLING, cmd_evaluations_list, cmd_evaluations_show, cmd_evaluations_start, steps_arg
-from .exports import cmd_exports_download, cmd_exports_list, cmd_exports_start
+from .evaluations import (SAMPLING, cmd_evaluations_delete, cmd_evaluations_list, cmd_evaluations_show,
+                          cmd_evaluations_start, cmd_evaluations_stop, steps_arg)
+from .exports import cmd_exports_delete, cmd_exports_download, cmd_exports_list, cmd_exports_show, cmd_exports_start
 from .login import LOGIN_HINT, cmd_login
-from .projects import cmd_projects_create, cmd_projects_list
+from .projects import (cmd_projects_create, cmd_projects_delete, cmd_projects_edit, cmd_projects_list,
+                       cmd_projects_share, cmd_projects_show)
 from .runs import (cmd_runs_launch, cmd_runs_list, cmd_runs_logs, cmd_runs_metrics, cmd_runs_resume,
                    cmd_runs_show, cmd_runs_stop, cmd_runs_watch)
 from .runs_actions import cmd_runs_clone, cmd_runs_delete, cmd_runs_fork
@@ -51,14 +53,18 @@ def _list_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="every row, page after page")
 
 
+def _yes_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when stdin is not a terminal)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlstudio", description="RL Studio's command-line client (docs/cli.md).")
     parser.add_argument("--version", action="version", version=f"rlstudio {__version__}")
     _connection_flags(parser, top=True)
     sub = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
 
-    def command(group_parsers, name: str, help: str, func) -> argparse.ArgumentParser:
-        p = group_parsers.add_parser(name, help=help, description=help)
+    def command(group_parsers, name: str, help: str, func, **kw) -> argparse.ArgumentParser:
+        p = group_parsers.add_parser(name, help=help, description=help, **kw)
         _connection_flags(p, top=False)
         p.set_defaults(func=func)
         return p
@@ -84,12 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(runs, "show", "one run", cmd_runs_show)
     p.add_argument("id", type=id_arg)
+    p.add_argument("--all-metrics", action="store_true",
+                   help="every metric of the last step (default: verl's headline ones it reported)")
     p.add_argument("--json", action="store_true")
 
     p = command(runs, "launch", "launch a run (POST /api/v1/runs/)", cmd_runs_launch)
     p.add_argument("--name", required=True)
-    p.add_argument("--dataset", type=id_arg, required=True, help="a ready dataset's id")
-    p.add_argument("--model", type=id_arg, required=True, help="a model's id")
+    p.add_argument("--dataset", type=id_arg, help="a ready dataset's id (required: a saved config holds none)")
+    p.add_argument("--model", type=id_arg, help="a model's id (required: a saved config holds none)")
     p.add_argument("--val-dataset", type=id_arg)
     p.add_argument("--reward-model", type=id_arg, help="a catalog reward model's id")
     config = p.add_mutually_exclusive_group()
@@ -129,9 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="change a key a fork may change, e.g. actor_rollout_ref.actor.optim.lr=1e-6 (repeat it)")
     p.add_argument("--json", action="store_true")
 
-    p = command(runs, "delete", "delete a finished run and everything of it, for good", cmd_runs_delete)
-    p.add_argument("id", type=id_arg)
-    p.add_argument("--yes", "-y", action="store_true", help="do not ask (needed when stdin is not a terminal)")
+    p = command(runs, "delete", "delete finished runs and everything of them, for good (several: all or none)",
+                cmd_runs_delete)
+    p.add_argument("ids", type=id_arg, nargs="+", metavar="ID")
+    _yes_flag(p)
 
     p = command(runs, "metrics", "every metric row of a run", cmd_runs_metrics)
     p.add_argument("id", type=id_arg)
@@ -174,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                                    required=True)
     _list_flags(command(configs, "list", "your saved configs", cmd_configs_list))
 
-    projects = sub.add_parser("projects", help="list and create projects").add_subparsers(
+    projects = sub.add_parser("projects", help="list, create, show, edit, share and delete projects").add_subparsers(
         dest="command", metavar="COMMAND", required=True)
     p = command(projects, "list", "the projects you see, newest first", cmd_projects_list)
     p.add_argument("--scope", choices=("mine", "shared"))
@@ -183,15 +192,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--description")
     p.add_argument("--json", action="store_true")
-
-    evaluations = sub.add_parser("evaluations", help="list, start and show evaluations of a run's checkpoints"
-                                 ).add_subparsers(dest="command", metavar="COMMAND", required=True)
-    p = command(evaluations, "list", "a run's evaluations, newest first", cmd_evaluations_list)
-    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p = command(projects, "show", "one project (and whom it is shared with, for its owner)", cmd_projects_show)
+    p.add_argument("id", type=id_arg)
     p.add_argument("--json", action="store_true")
-    p = command(evaluations, "start", "evaluate checkpoints of a run on a dataset (a job within your quota)",
-                cmd_evaluations_start)
-    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p = command(projects, "edit", "rename a project or change its description", cmd_projects_edit)
+    p.add_argument("id", type=id_arg)
+    p.add_argument("--name", help="the new name")
+    p.add_argument("--description", help="the new description ('' clears it)")
+    p.add_argument("--json", action="store_true")
+    p = command(projects, "delete", "delete a project (its runs stay, in no project)", cmd_projects_delete)
+    p.add_argument("id", type=id_arg)
+    _yes_flag(p)
+    p = command(projects, "share", "whom a project and its runs are shared with (read-only); change it with the "
+                "flags", cmd_projects_share)
+    p.add_argument("id", type=id_arg)
+    for verb in ("add", "remove"):
+        p.add_argument(f"--{verb}-user", action="append", metavar="USER[,USER...]",
+                       help=f"{verb} a username (repeat it, or separate with commas)")
+        p.add_argument(f"--{verb}-team", action="append", metavar="TEAM[,TEAM...]",
+                       help=f"{verb} a team by name (one you are in)")
+    p.add_argument("--json", action="store_true")
+
+    evaluations = sub.add_parser("evaluations", help="list, start, show, stop and delete evaluations of a run's "
+                                 "checkpoints or of a catalog model").add_subparsers(dest="command", metavar="COMMAND",
+                                                                                     required=True)
+    model_flag = "a catalog model's evaluations, in place of RUN_ID"
+    p = command(evaluations, "list", "a run's (or with --model a model's) evaluations, newest first",
+                cmd_evaluations_list, usage="rlstudio evaluations list (RUN_ID | --model MODEL_ID) [--json]")
+    p.add_argument("run", type=id_arg, nargs="?", metavar="RUN_ID")
+    p.add_argument("--model", type=id_arg, metavar="MODEL_ID", help=model_flag)
+    p.add_argument("--json", action="store_true")
+    p = command(evaluations, "start", "evaluate checkpoints of a run (or with --model a catalog model) on a dataset "
+                "(a job within your quota)", cmd_evaluations_start,
+                usage="rlstudio evaluations start (RUN_ID | --model MODEL_ID) --dataset ID --k K [options]")
+    p.add_argument("run", type=id_arg, nargs="?", metavar="RUN_ID")
+    p.add_argument("--model", type=id_arg, metavar="MODEL_ID", help=model_flag)
     p.add_argument("--steps", type=steps_arg, action="append", metavar="S[,S...]",
                    help="checkpoint steps to evaluate (the API's `checkpoints`; repeat it or separate with commas)")
     p.add_argument("--include-base", action="store_true", help="evaluate the run's base model too (column base)")
@@ -201,16 +236,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, help="0 (the default: the CPU) or 1")
     for key, kind in zip(SAMPLING, (float, float, int, int, int)):
         p.add_argument(f"--{key.replace('_', '-')}", type=kind, dest=key, help=f"sampling.{key}")
+    p.add_argument("--reward", help="with --model: the reward to score with (a built-in or registered name; "
+                   "default: `default`, by each row's data_source)")
     p.add_argument("--json", action="store_true")
+    one = "(RUN_ID | --model MODEL_ID) EVAL_ID"
+    ids_help = "RUN_ID EVAL_ID, or with --model the EVAL_ID alone"
     p = command(evaluations, "show", "one evaluation: its figures per column, --prompts its matrix",
-                cmd_evaluations_show)
-    p.add_argument("run", type=id_arg, metavar="RUN_ID")
-    p.add_argument("id", type=id_arg, metavar="EVAL_ID")
+                cmd_evaluations_show, usage=f"rlstudio evaluations show {one} [--prompts] [--change C] [--json]")
+    p.add_argument("ids", type=id_arg, nargs="+", metavar="ID", help=ids_help)
+    p.add_argument("--model", type=id_arg, metavar="MODEL_ID", help=model_flag)
     p.add_argument("--prompts", action="store_true", help="also each prompt's mean@k per column")
     p.add_argument("--change", choices=("better", "worse", "same"), help="only the prompts that changed so")
     p.add_argument("--json", action="store_true")
+    p = command(evaluations, "stop", "stop a queued or running evaluation", cmd_evaluations_stop,
+                usage=f"rlstudio evaluations stop {one} [--json]")
+    p.add_argument("ids", type=id_arg, nargs="+", metavar="ID", help=ids_help)
+    p.add_argument("--model", type=id_arg, metavar="MODEL_ID", help=model_flag)
+    p.add_argument("--json", action="store_true")
+    p = command(evaluations, "delete", "delete a finished evaluation, its figures and transcripts, for good",
+                cmd_evaluations_delete, usage=f"rlstudio evaluations delete {one} [--yes]")
+    p.add_argument("ids", type=id_arg, nargs="+", metavar="ID", help=ids_help)
+    p.add_argument("--model", type=id_arg, metavar="MODEL_ID", help=model_flag)
+    _yes_flag(p)
 
-    exports = sub.add_parser("exports", help="list, start and download exports of a run's checkpoints"
+    exports = sub.add_parser("exports", help="list, start, show, download and delete exports of a run's checkpoints"
                              ).add_subparsers(dest="command", metavar="COMMAND", required=True)
     p = command(exports, "list", "a run's exports, newest first", cmd_exports_list)
     p.add_argument("run", type=id_arg, metavar="RUN_ID")
@@ -220,11 +269,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", type=id_arg, metavar="RUN_ID")
     p.add_argument("--step", type=int, required=True, help="a checkpoint's global step")
     p.add_argument("--json", action="store_true")
+    p = command(exports, "show", "one export: its state, files and catalog model", cmd_exports_show)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("id", type=id_arg, metavar="EXPORT_ID")
+    p.add_argument("--json", action="store_true")
     p = command(exports, "download", "a succeeded export's folder as a .tar.gz", cmd_exports_download)
     p.add_argument("run", type=id_arg, metavar="RUN_ID")
     p.add_argument("id", type=id_arg, metavar="EXPORT_ID")
-    p.add_argument("--output", "-o", required=True, metavar="FILE", help="where to write the .tar.gz")
+    p.add_argument("--output", "-o", required=True, metavar="FILE",
+                   help="where to write the .tar.gz; '-': to stdout (nothing else is written there)")
     p.add_argument("--force", action="store_true", help="overwrite FILE when it exists")
+    p = command(exports, "delete", "delete an export: its catalog model, record and folder (the checkpoint stays)",
+                cmd_exports_delete)
+    p.add_argument("run", type=id_arg, metavar="RUN_ID")
+    p.add_argument("id", type=id_arg, metavar="EXPORT_ID")
+    _yes_flag(p)
     return parser
 
 

@@ -1,5 +1,6 @@
-"""The `rlstudio runs ...` commands: list, show, launch (a `--config` file read as JSON or YAML, `--set`
-overrides checked for `key=value`), stop, resume, logs, metrics (every step-keyed page of
+"""The `rlstudio runs ...` commands: list, show (the last step's headline metrics, or every one),
+launch (a `--config` file read as JSON or YAML, `--set` overrides checked for `key=value`, the
+dataset and model asked for by name when missing), stop, resume, logs, metrics (every step-keyed page of
 /api/v1/runs/<id>/metrics/, as a table, CSV or JSON) and watch (new steps until the run ends, riding
 out up to WATCH_RETRIES failed polls in a row). Also which metrics they show by default and which
 statuses end a watch.
@@ -21,6 +22,12 @@ FINAL_BAD = ("failed", "stopped", "lost")
 # What `runs watch` and `runs metrics` show by default (verl's names), those the run reports.
 DEFAULT_METRICS = ("critic/score/mean", "actor/entropy", "actor/pg_loss", "actor/kl_loss",
                    "response_length/mean", "timing_s/step")
+# What `runs show` prints of the last step's metrics (`--all-metrics`: every one): verl's headline
+# names, reward first, then the held-out `val-core/...` ones it reported.
+SHOW_METRICS = ("critic/score/mean", "critic/rewards/mean", "response_length/mean", "response_length/clip_ratio",
+                "actor/pg_loss", "actor/kl_loss", "actor/entropy", "actor/grad_norm", "actor/lr", "critic/vf_loss",
+                "perf/throughput", "timing_s/step")
+SHOW_FALLBACK = 12  # names shown when the step reported none of SHOW_METRICS
 VAL_CORE = "val-core/"  # verl's held-out metrics, reported on validation steps only (step 0 and every test_freq)
 METRICS_PAGE = 5000  # rows a metrics page asks for (the API's most)
 WATCH_RETRIES = 5  # consecutive failed polls (connection, 5xx) `runs watch` rides out
@@ -106,7 +113,7 @@ def cmd_runs_list(client: Client, args) -> int:
     return 0
 
 
-def _show_run(run: dict, checkpoints: list | None = None) -> None:
+def _show_run(run: dict, checkpoints: list | None = None, *, all_metrics: bool = False) -> None:
     items = [("id", run.get("id")), ("name", run.get("name")), ("owner", run.get("owner")),
              ("status", run.get("status"))]
     if run.get("queue_reason"):
@@ -129,11 +136,22 @@ def _show_run(run: dict, checkpoints: list | None = None) -> None:
         items.append(("error", run.get("error")))
     pairs(items)
     metrics = run.get("latest_metrics") or {}
-    if metrics:
-        out("\nlatest metrics:")
-        width = max(len(clean(k)) for k in metrics)
-        for key in sorted(metrics):
-            out(f"  {clean(key):<{width}}  {fmt_number(metrics[key])}")
+    if not metrics:
+        return
+    names = sorted(metrics) if all_metrics else summary_metrics(metrics)
+    out("\nlatest metrics:" if all_metrics or len(names) == len(metrics) else
+        f"latest metrics ({len(names)} of {len(metrics)}; --all-metrics for every one):")
+    width = max(len(clean(k)) for k in names)
+    for key in names:
+        out(f"  {clean(key):<{width}}  {fmt_number(metrics[key])}")
+
+
+def summary_metrics(metrics: dict) -> list[str]:
+    """The names `runs show` prints of a step's metrics: SHOW_METRICS in that order and the held-out
+    `val-core/...` ones, those the step reported; else (a trainer reporting none of verl's headline
+    names) the first SHOW_FALLBACK in name order."""
+    chosen = [m for m in SHOW_METRICS if m in metrics] + sorted(m for m in metrics if m.startswith(VAL_CORE))
+    return chosen or sorted(metrics)[:SHOW_FALLBACK]
 
 
 def cmd_runs_show(client: Client, args) -> int:
@@ -141,11 +159,18 @@ def cmd_runs_show(client: Client, args) -> int:
     if args.json:
         emit_json(run)
     else:
-        _show_run(run, (client.get(f"runs/{args.id}/checkpoints/") or {}).get("steps") or [])
+        _show_run(run, (client.get(f"runs/{args.id}/checkpoints/") or {}).get("steps") or [],
+                  all_metrics=args.all_metrics)
     return 0
 
 
 def cmd_runs_launch(client: Client, args) -> int:
+    for flag, value, kind in (("--dataset", args.dataset, "dataset"), ("--model", args.model, "model")):
+        if value is None:  # asked here: the API would only say the field is required
+            saved = " (a saved config, --config-id, holds the trainer's settings only, not its dataset or model)" \
+                if args.config_id is not None else ""
+            raise ClientError(f"a run needs a {kind}: give {flag} ID (`rlstudio {kind}s list`){saved}",
+                              field=flag, exit_code=2)
     body: dict[str, Any] = {"name": args.name, "dataset": args.dataset, "model": args.model, "gpus": args.gpus}
     for key, value in (("val_dataset", args.val_dataset), ("reward_model_id", args.reward_model),
                        ("preset", args.preset), ("config_id", args.config_id), ("project", args.project),

@@ -1,15 +1,15 @@
 """`rlstudio runs clone`, `runs fork` and `runs delete`: a new run from a run (POST
 /api/v1/runs/{id}/clone/ with `name` and `overrides`; POST .../fork/ with `step`, `name` and
-`overrides`), and a finished run deleted for good (DELETE /api/v1/runs/{id}/), asked for on a
-terminal unless `--yes` is given and refused without it when nobody can answer.
+`overrides`), and finished runs deleted for good (one: DELETE /api/v1/runs/{id}/; several: POST
+/api/v1/runs/bulk-delete/, all or none), asked for on a terminal unless `--yes` is given and refused
+without it when nobody can answer.
 """
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from .client import Client, ClientError
-from .common import emit_json, err, out
+from .client import Client
+from .common import confirmed, emit_json, err, out
 from .output import clean
 from .runs import overrides
 
@@ -45,25 +45,29 @@ def cmd_runs_fork(client: Client, args) -> int:
     return 0
 
 
-def _confirmed(client: Client, run_id: int) -> bool:
-    """Asks on the terminal (the prompt on stderr, the answer from stdin) whether to delete the run,
-    named as the API shows it; only `y` or `yes` deletes."""
-    run = client.get(f"runs/{run_id}/")
-    sys.stderr.write(f"delete run {run_id} {clean(run.get('name'))} ({clean(run.get('status'))}) with its "
-                     "metrics, samples, evaluations, exports and folder? This cannot be undone. [y/N] ")
-    sys.stderr.flush()
-    answer = sys.stdin.readline()
-    return answer.strip().lower() in ("y", "yes")
+def _question(client: Client, run_ids: list[int]) -> str:
+    """The question asked before deleting: each run named as the API shows it."""
+    named = []
+    for run_id in run_ids:
+        run = client.get(f"runs/{run_id}/")
+        named.append(f"run {run_id} {clean(run.get('name'))} ({clean(run.get('status'))})")
+    what = named[0] if len(named) == 1 else f"{len(named)} runs, " + ", ".join(named) + ","
+    return f"delete {what} with {'its' if len(named) == 1 else 'their'} metrics, samples, evaluations, exports " \
+           "and folder?"
 
 
 def cmd_runs_delete(client: Client, args) -> int:
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise ClientError("deleting a run cannot be undone: pass --yes to delete it without being asked",
-                              field="--yes", exit_code=2)
-        if not _confirmed(client, args.id):
-            err(f"run {args.id} not deleted")
-            return 1
-    client.delete(f"runs/{args.id}/")
-    out(f"run {args.id} deleted")
+    """One run: DELETE /api/v1/runs/{id}/. Several: POST /api/v1/runs/bulk-delete/, all or none (the
+    API names every run it cannot delete, and then deletes none)."""
+    ids = list(dict.fromkeys(args.ids))  # the API refuses a repeated id; the same run twice is once
+    what = "a run" if len(ids) == 1 else "runs"
+    if not confirmed(args, lambda: _question(client, ids), what=what):
+        err(f"{'run' if len(ids) == 1 else 'runs'} {', '.join(map(str, ids))} not deleted")
+        return 1
+    if len(ids) == 1:
+        client.delete(f"runs/{ids[0]}/")
+        out(f"run {ids[0]} deleted")
+        return 0
+    deleted = (client.post("runs/bulk-delete/", {"ids": ids}) or {}).get("deleted") or []
+    out(f"runs {', '.join(str(i) for i in deleted)} deleted")
     return 0

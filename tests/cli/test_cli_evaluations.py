@@ -62,7 +62,8 @@ def test_start_sends_the_apis_body_and_a_refused_field_is_named(as_alice, finish
     listed = as_alice("evaluations", "list", run)
     assert listed.code == 0, listed
     lines = listed.out.splitlines()
-    assert lines[0].split() == ["ID", "STATUS", "COLUMNS", "K", "PROMPTS", "GPUS", "DATASET", "OWNER", "CREATED"]
+    assert lines[0].split() == ["ID", "STATUS", "COLUMNS", "K", "PROMPTS", "GPUS", "DATASET", "REWARD", "OWNER",
+                                "CREATED"]
     assert lines[1].split()[:7] == [str(ev.pk), ev.status, "base,1,2", "4", "8", "0", str(data.pk)]
     assert [e["id"] for e in json.loads(as_alice("evaluations", "list", run, "--json").out)] == [ev.pk]
 

@@ -1,22 +1,31 @@
-"""`rlstudio exports list / start / download` against the real server (tests/cli/conftest.py): start
-sends the API's `step` (a step the run does not keep is named), download streams the archive the API
-serves into the file a chunk at a time and refuses to overwrite a file without --force, and another
-user's run is a 404 (exit 2). No export job runs: the succeeded export's folder is written here, as
+"""`rlstudio exports list / start / show / download / delete` against the real server
+(tests/cli/conftest.py): start sends the API's `step` (a step the run does not keep is named),
+download streams the archive the API serves into the file a chunk at a time and refuses to overwrite
+a file without --force, `-o -` writes exactly the archive's bytes to stdout (the client run as its own
+process, so stdout is a real file descriptor; a terminal is refused), delete takes the export, its
+catalog model and folder (needing --yes; a running export is the API's 409), and another user's run
+is a 404 (exit 2). No export job runs: the succeeded export's folder is written here, as
 tests/rlstudio/exports does."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 import tarfile
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+from rlstudio.catalog.models import ModelAsset
 from rlstudio.exports.models import Export, ExportStatus
 from rlstudio.exports.services import export_folder
 from rlstudio_cli import client as cli_client
 
 WEIGHTS = os.urandom(3 * 2**20 + 123)
+PLATFORM = Path(__file__).resolve().parents[2] / "platform"
 
 
 @pytest.fixture
@@ -112,3 +121,88 @@ def test_an_unfinished_export_and_another_users_run_write_nothing(as_alice, bob,
                                   f"(GET /api/v1/runs/{finished_run.pk}/exports/{exported.pk}/archive/)")
     assert not dest.exists() and not any(p.endswith(".part") for p in os.listdir(tmp_path))
     assert Export.objects.count() == 1
+
+
+def test_show_prints_one_export_and_its_files(as_alice, finished_run, exported):
+    r = as_alice("exports", "show", finished_run.pk, exported.pk)
+    assert r.code == 0, r
+    lines = r.out.splitlines()
+    assert lines[:4] == [f"id:       {exported.pk}", f"run:      {finished_run.pk}", "step:     2", "status:   succeeded"]
+    assert f"size:     {len(WEIGHTS) + 22} (3.0 MiB)" in lines
+    assert f"download: rlstudio exports download {finished_run.pk} {exported.pk} -o FILE" in lines
+    assert lines[-3:] == ["files (2):", "  huggingface/config.json", "  huggingface/model.safetensors"]
+    body = json.loads(as_alice("exports", "show", finished_run.pk, exported.pk, "--json").out)
+    assert body["id"] == exported.pk and body["files"] == exported.files
+    missing = as_alice("exports", "show", finished_run.pk, exported.pk + 1)
+    assert missing.code == 2 and missing.err.strip() == (
+        f"error: Not found. (GET /api/v1/runs/{finished_run.pk}/exports/{exported.pk + 1}/)"), missing
+
+
+def test_delete_takes_the_export_its_model_and_folder(as_alice, alice, bob, finished_run, exported, server, token_of,
+                                                      cli, monkeypatch):
+    model = ModelAsset.objects.create(owner=alice, name="done-step2", path=str(export_folder(finished_run, 2)))
+    Export.objects.filter(pk=exported.pk).update(model=model)
+    run, eid = finished_run.pk, exported.pk
+    as_bob = cli("--url", server, "--token", token_of(bob), "exports", "delete", run, eid, "--yes")
+    assert as_bob.code == 2 and as_bob.err.strip() == f"error: Not found. (DELETE /api/v1/runs/{run}/exports/{eid}/)"
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))  # not a terminal: refused, never read
+    refused = as_alice("exports", "delete", run, eid)
+    assert refused.code == 2 and refused.err.startswith("error: --yes: deleting an export cannot be undone")
+    Export.objects.filter(pk=eid).update(status=ExportStatus.RUNNING)
+    busy = as_alice("exports", "delete", run, eid, "-y")
+    assert busy.code == 2 and busy.err.strip() == f"error: export {eid} is running: delete it once it has finished"
+    Export.objects.filter(pk=eid).update(status=ExportStatus.SUCCEEDED)
+    assert Export.objects.filter(pk=eid).exists() and export_folder(finished_run, 2).is_dir()
+
+    done = as_alice("exports", "delete", run, eid, "-y")
+    assert done.code == 0 and done.out.strip() == f"export {eid} of run {run} deleted", done
+    assert not Export.objects.exists() and not ModelAsset.objects.filter(pk=model.pk).exists()
+    assert not export_folder(finished_run, 2).exists()
+
+
+def _cli_process(server: str, key: str, tmp_path, *argv, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
+    """The client as its own process (`python -m rlstudio_cli`), its stdout a real file descriptor."""
+    env = {**os.environ, "PYTHONPATH": str(PLATFORM), "XDG_CONFIG_HOME": str(tmp_path / "xdg-proc")}
+    env.pop("RLSTUDIO_URL", None)
+    env.pop("RLSTUDIO_TOKEN", None)
+    return subprocess.run([sys.executable, "-m", "rlstudio_cli", "--url", server, "--token", key, *map(str, argv)],
+                          stdout=stdout, stderr=subprocess.PIPE, env=env, timeout=120)
+
+
+def test_download_to_stdout_writes_the_archive_and_nothing_else(alice, finished_run, exported, server, token_of,
+                                                                tmp_path):
+    key = token_of(alice)
+    req = urllib.request.Request(f"{server}/api/v1/runs/{finished_run.pk}/exports/{exported.pk}/archive/",
+                                 headers={"Authorization": f"Token {key}"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        served = resp.read()
+
+    proc = _cli_process(server, key, tmp_path, "exports", "download", finished_run.pk, exported.pk, "-o", "-")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == served  # byte for byte: the archive and nothing else
+    assert proc.stderr.decode().strip() == (f"export {exported.pk} of run {finished_run.pk}: {len(served)} bytes "
+                                            "written to stdout")
+    with tarfile.open(fileobj=io.BytesIO(proc.stdout), mode="r:gz") as tar:
+        assert tar.extractfile(f"run{finished_run.pk}-step2/huggingface/model.safetensors").read() == WEIGHTS
+    assert not os.path.exists("-")  # no file named '-' in the working folder
+
+    primary, secondary = os.openpty()  # stdout a terminal: refused, nothing written to it
+    try:
+        tty = _cli_process(server, key, tmp_path, "exports", "download", finished_run.pk, exported.pk, "-o", "-",
+                           stdout=secondary)
+    finally:
+        os.close(secondary)
+    os.set_blocking(primary, False)
+    try:
+        written = os.read(primary, 1 << 16)
+    except (BlockingIOError, OSError):
+        written = b""
+    os.close(primary)
+    assert tty.returncode == 2 and written == b"", tty
+    assert tty.stderr.decode().startswith("error: --output: stdout is a terminal: redirect it"), tty.stderr
+
+    Export.objects.filter(pk=exported.pk).update(status=ExportStatus.RUNNING)
+    refused = _cli_process(server, key, tmp_path, "exports", "download", finished_run.pk, exported.pk, "-o", "-")
+    assert refused.returncode == 2 and refused.stdout == b"", refused
+    assert refused.stderr.decode().startswith(f"error: export {exported.pk} is running"), refused.stderr
