@@ -11,8 +11,8 @@ handed to the command) and `main()`, which turns a `ClientError` into `error: ..
 status. The commands live in `runs`, `runs_actions`, `catalog`, `projects`, `evaluations`, `exports` and
 `login`; HTTP and settings in `client`.
 
-Exit status: 0 done; 1 the platform could not be reached or failed (5xx), or a watched run did not
-succeed; 2 the request was refused (a 4xx, the API's error printed as `error: <field>: <message>`) or
+Exit status: 0 done; 1 the platform could not be reached or failed (5xx), a watched run did not
+succeed, or a deletion was not answered yes; 2 the request was refused (a 4xx, the API's error printed as `error: <field>: <message>`) or
 the command line is wrong; 130 interrupted.
 """
 from __future__ import annotations

@@ -206,3 +206,18 @@ def test_download_to_stdout_writes_the_archive_and_nothing_else(alice, finished_
     refused = _cli_process(server, key, tmp_path, "exports", "download", finished_run.pk, exported.pk, "-o", "-")
     assert refused.returncode == 2 and refused.stdout == b"", refused
     assert refused.stderr.decode().startswith(f"error: export {exported.pk} is running"), refused.stderr
+
+
+def test_download_to_stdout_ends_quietly_when_the_reader_goes_away(alice, finished_run, exported, server, token_of,
+                                                                   tmp_path):
+    """`rlstudio exports download R E -o - | head -c 100`: the pipe closes midway; exit 0, no traceback."""
+    env = {**os.environ, "PYTHONPATH": str(PLATFORM), "XDG_CONFIG_HOME": str(tmp_path / "xdg-proc")}
+    proc = subprocess.Popen([sys.executable, "-m", "rlstudio_cli", "--url", server, "--token", token_of(alice),
+                             "exports", "download", str(finished_run.pk), str(exported.pk), "-o", "-"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    head = proc.stdout.read(100)
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert head[:2] == b"\x1f\x8b" and len(head) == 100  # gzip's magic: the archive's first bytes
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
