@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import endpoints, postgres, ray_head, redis_server
 from .credentials import admin_credentials
+from .exposure import allowed_hosts_for_children, exposure_warnings
 from .layout import Layout, PortAllocator, layout_for, port_is_free
 from .supervisor import Supervisor, recover, total_rss
 from rlstudio.config.env import state_dir_from_env
@@ -112,6 +113,11 @@ class Launcher:
         env["PORT"] = str(self.args.port)
         env["PYTHONUNBUFFERED"] = "1"
         env["DEBUG"] = debug_flag(self.environ)
+        # The operator's ALLOWED_HOSTS (HOST=0.0.0.0 for a team) plus the loopback names, which the
+        # health probe and the banner's URL use (exposure.py).
+        allowed = allowed_hosts_for_children(self.environ)
+        if allowed is not None:
+            env["ALLOWED_HOSTS"] = allowed
         # Ray >= 2.5x turns token auth on by itself once ~/.ray/auth_token exists (any local
         # ray.init() writes it), which would make our loopback-only head answer 401 to the
         # platform's plain HTTP calls. Pin the mode; RAY_AUTH_MODE=token in the environment wins.
@@ -242,6 +248,10 @@ class Launcher:
         say("=" * 66)
         say(f"RL Studio is up at http://{url_host}:{a.port}/   (ready in {self.ready_s:.1f} s)")
         say(f"  log in as {user!r} with password {password!r} (from {source})")
+        say(f"  admin: http://{url_host}:{a.port}/admin/ (users, teams, quotas), "
+            f"quotas and the queue: http://{url_host}:{a.port}/quotas/admin/")
+        for warning in exposure_warnings(a.host, a.port, self.environ, socket.gethostname()):
+            say(f"  {warning}")
         debug_on = env["DEBUG"].strip().lower() in ("1", "true", "yes", "on")
         say("  DEBUG on (development: error pages show tracebacks)" if debug_on
             else "  DEBUG off (DEBUG=1 make run turns it on for development)")
