@@ -6,10 +6,13 @@ use only KubeRay's field names.
 Run: .venv/bin/python -m pytest tests/e2e/test_deploy_files.py -q
 No container engine runs on these machines: this is everything checkable without building an image.
 """
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +124,56 @@ def test_compose_gives_dataset_validations_and_playground_sessions_workers_of_th
         assert services[worker]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     main = services["worker"]["command"]
     assert main[3] == "worker" and "-Q" not in main  # the default queue: runs, stops, the reconcile
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _healthcheck_shell(port: int) -> str:
+    """The web service's healthcheck as the container's shell runs it: compose's `$$` is one `$`."""
+    kind, command = _compose()["services"]["web"]["healthcheck"]["test"]
+    assert kind == "CMD-SHELL"
+    assert "http://127.0.0.1:8000/healthz" in command
+    return command.replace("$$", "$").replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="curl not installed (the web image has it)")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("allowed_hosts", ["studio.example.com,other.example.com", ".example.com"])
+def test_the_web_healthcheck_passes_against_the_production_settings(settings, tmp_path, allowed_hosts):
+    """`proxy` starts only once `web` is healthy. The production settings answer a Host outside
+    ALLOWED_HOSTS with 400, 127.0.0.1 included: a probe without the site's name never passed (shown
+    below with the same curl, no Host). A real Daphne on the production settings and the test database."""
+    db = settings.DATABASES["default"]
+    port = _free_port()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "rlstudio.config.settings.production",
+           "SECRET_KEY": "k" * 60, "ALLOWED_HOSTS": allowed_hosts, "RLSTUDIO_BEHIND_TLS_PROXY": "1",
+           "RLSTUDIO_STATE_DIR": str(tmp_path), "PYTHONPATH": os.pathsep.join([str(ROOT / "platform"), str(ROOT)]),
+           "DATABASE_URL": f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"}
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "--proxy-headers",
+                             "rlstudio.config.asgi:application"], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        probe = _healthcheck_shell(port)
+        deadline = time.monotonic() + 60
+        while True:
+            out = subprocess.run(["sh", "-c", probe], env=env, capture_output=True, text=True, timeout=30)
+            if out.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["db"] == "ok"
+        bare = subprocess.run(["curl", "-fsS", f"http://127.0.0.1:{port}/healthz"], capture_output=True,
+                              text=True, timeout=30)
+        assert bare.returncode != 0  # the old probe: Host 127.0.0.1 is not the site's
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 def test_only_the_tls_proxy_listens_beyond_loopback():
