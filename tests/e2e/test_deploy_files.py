@@ -134,19 +134,24 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _healthcheck_shell(port: int) -> str:
-    """The web service's healthcheck as the container's shell runs it: compose's `$$` is one `$`."""
+def _healthcheck_shells(port: int) -> dict[str, str]:
+    """The web healthchecks as the container's shell runs them, aimed at `port`: compose's service
+    (its `$$` is one `$`) and the web image's HEALTHCHECK (a continued line; PORT from the env)."""
     kind, command = _compose()["services"]["web"]["healthcheck"]["test"]
     assert kind == "CMD-SHELL"
     assert "http://127.0.0.1:8000/healthz" in command
-    return command.replace("$$", "$").replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+    image = re.search(r"^HEALTHCHECK .*? CMD (.*?[^\\])$", _dockerfile().replace("\\\n", ""), flags=re.M).group(1)
+    assert "http://127.0.0.1:${PORT}/healthz" in image
+    return {"compose": command.replace("$$", "$").replace("127.0.0.1:8000", f"127.0.0.1:{port}"),
+            "Dockerfile": image}
 
 
 @pytest.mark.skipif(not shutil.which("curl"), reason="curl not installed (the web image has it)")
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("allowed_hosts", ["studio.example.com,other.example.com", ".example.com"])
 def test_the_web_healthcheck_passes_against_the_production_settings(settings, tmp_path, allowed_hosts):
-    """`proxy` starts only once `web` is healthy. The production settings answer a Host outside
+    """`proxy` starts only once `web` is healthy (compose), and the image's own HEALTHCHECK says whether
+    a `docker run` web is. The production settings answer a Host outside
     ALLOWED_HOSTS with 400, 127.0.0.1 included: a probe without the site's name never passed (shown
     below with the same curl, no Host). A real Daphne on the production settings and the test database."""
     db = settings.DATABASES["default"]
@@ -159,15 +164,16 @@ def test_the_web_healthcheck_passes_against_the_production_settings(settings, tm
                              "rlstudio.config.asgi:application"], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        probe = _healthcheck_shell(port)
         deadline = time.monotonic() + 60
-        while True:
-            out = subprocess.run(["sh", "-c", probe], env=env, capture_output=True, text=True, timeout=30)
-            if out.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
-                break
-            time.sleep(0.5)
-        assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)["db"] == "ok"
+        for source, probe in _healthcheck_shells(port).items():
+            while True:
+                out = subprocess.run(["sh", "-c", probe], env={**env, "PORT": str(port)}, capture_output=True,
+                                     text=True, timeout=30)
+                if out.returncode == 0 or time.monotonic() > deadline or proc.poll() is not None:
+                    break
+                time.sleep(0.5)
+            assert out.returncode == 0, (source, out.stderr)
+            assert json.loads(out.stdout)["db"] == "ok", source
         bare = subprocess.run(["curl", "-fsS", f"http://127.0.0.1:{port}/healthz"], capture_output=True,
                               text=True, timeout=30)
         assert bare.returncode != 0  # the old probe: Host 127.0.0.1 is not the site's
