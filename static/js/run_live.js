@@ -190,7 +190,7 @@
       const form = document.getElementById("sample-filters");
       form.elements.step.value = step;
       offset = 0;
-      loadSamples();
+      loadSamples(true);
       document.getElementById("samples-card").scrollIntoView({ behavior: "smooth" });
     });
   }
@@ -374,7 +374,19 @@
     if (refreshTimer === null) refreshTimer = setTimeout(() => { refreshTimer = null; loadSamples(); }, 1500);
   }
 
-  async function loadSamples() {
+  // The table's view (its filters and order) is kept in the address, so it can be shared: written when
+  // the user changes the view (`byUser`), never by the refetch a pushed sample asks for, and only
+  // when it differs. A history.replaceState is a navigation (within the document): written on every
+  // refetch, it made an open run page navigate by itself every few seconds while a run reported
+  // samples, and a tool waiting for the page's next navigation (Playwright's expect_navigation()
+  // around a stop form's POST) took it for the one it was waiting for.
+  function showViewInAddress() {
+    const url = new URL(window.location);
+    url.search = filterParams().toString();
+    if (url.href !== window.location.href) history.replaceState(null, "", url);
+  }
+
+  async function loadSamples(byUser) {
     const params = filterParams();
     params.set("limit", live.page_size);
     params.set("offset", offset);
@@ -388,9 +400,7 @@
       : "no samples";
     document.getElementById("samples-prev").disabled = offset === 0;
     document.getElementById("samples-next").disabled = offset + page.results.length >= count;
-    const url = new URL(window.location);
-    url.search = filterParams().toString();
-    history.replaceState(null, "", url);  // the view state is shareable
+    if (byUser) showViewInAddress();
   }
 
   function sampleMatches(s) {
@@ -403,16 +413,16 @@
     return true;
   }
 
-  document.getElementById("sample-filters").addEventListener("submit", (ev) => { ev.preventDefault(); offset = 0; loadSamples(); });
-  document.getElementById("samples-prev").addEventListener("click", () => { offset = Math.max(0, offset - live.page_size); loadSamples(); });
-  document.getElementById("samples-next").addEventListener("click", () => { offset += live.page_size; loadSamples(); });
+  document.getElementById("sample-filters").addEventListener("submit", (ev) => { ev.preventDefault(); offset = 0; loadSamples(true); });
+  document.getElementById("samples-prev").addEventListener("click", () => { offset = Math.max(0, offset - live.page_size); loadSamples(true); });
+  document.getElementById("samples-next").addEventListener("click", () => { offset += live.page_size; loadSamples(true); });
   for (const th of document.querySelectorAll("#samples-table th[data-order]")) {
     th.classList.add("sortable");
     th.addEventListener("click", () => {
       const order = document.getElementById("sample-filters").elements.order;
       order.value = order.value === "-" + th.dataset.order ? th.dataset.order : "-" + th.dataset.order;
       offset = 0;
-      loadSamples();
+      loadSamples(true);
     });
   }
 
