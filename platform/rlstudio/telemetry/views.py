@@ -12,13 +12,13 @@ from typing import Any
 
 from django.contrib import messages as django_messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 
 from rlstudio.accounts.teams import team_names_for_sharing
 from rlstudio.api.errors import ApiError
+from rlstudio.api.params import int_param
 from rlstudio.runs.models import RunStatus
 from rlstudio.runs.preview import memory as memory_estimate
 from rlstudio.runs.shapes import ShapeUnknown, StepShapes
@@ -32,7 +32,7 @@ from rlstudio.runs.selectors import (
 )
 
 from . import selectors as sel
-from .api import prompt_key_from, sample_filter_from
+from .api import _STEP_MAX, prompt_key_from, sample_filter_from
 from .models import RetentionMode, RunRetention
 from .tensorboard import tensorboard_folder
 
@@ -204,12 +204,11 @@ def sample_detail(request, run_id: int, sample_id: int):
 
 
 def _step_param(request) -> int:
-    try:
-        step = int(request.GET.get("step", ""))
-    except ValueError:
-        raise Http404("step must be an integer") from None
-    if step < 0:
-        raise Http404("step must be >= 0")
+    """`?step=` of a group page: an ApiError naming `step` when it is missing or not a step (the page
+    answers 400 with the message, not a 404 that reads as if the run were not there)."""
+    step = int_param(request.GET, "step", minimum=0, maximum=_STEP_MAX)
+    if step is None:
+        raise ApiError("step is required: the training step whose groups to show, e.g. ?step=3", field="step")
     return step
 
 
@@ -217,7 +216,11 @@ def _step_param(request) -> int:
 def group_detail(request, run_id: int):
     """`?step=&uid=`: one group side by side; `?step=` alone: every group of the step, flat ones flagged."""
     run = sel.run_visible(user=request.user, run_id=run_id)
-    step, uid = _step_param(request), request.GET.get("uid") or ""
+    try:
+        step = _step_param(request)
+    except ApiError as exc:
+        return render(request, "400.html", {"message": str(exc.detail), "field": exc.field}, status=400)
+    uid = request.GET.get("uid") or ""
     if not uid:
         return render(request, "telemetry/step_groups.html",
                       {"run": run, "step": step, "groups": sel.groups_of_step(run=run, step=step)})
