@@ -150,6 +150,12 @@ def _form(request, data=None):
     wanted = request.GET.get("project")  # the project page's "New run in this project"
     if wanted and wanted in {str(pk) for pk, _name in projects}:
         initial["project"] = wanted
+    # "Train on it" links of the dataset and model pages: ?dataset= / ?val_dataset= / ?model= preselect
+    # one the user may use (ready datasets, policy models); anything else is ignored, as ?project= is.
+    for name, choices in (("dataset", datasets), ("val_dataset", datasets), ("model", models.filter(kind="policy"))):
+        wanted = request.GET.get(name) or ""
+        if wanted.isascii() and wanted.isdigit() and len(wanted) < 12 and choices.filter(pk=int(wanted)).exists():
+            initial[name] = int(wanted)
     return RunForm(data, datasets=datasets, models=models.filter(kind="policy"),
                    reward_models=models.filter(kind="reward"),
                    configs=run_config_list_for(user=request.user), presets=list(REGISTRY),

@@ -37,9 +37,9 @@ def test_no_link_when_every_run_is_named(bob, make_dataset, make_model):
     run_create(owner=bob, name="only-run", dataset=dataset, model=model, config={}, gpus=0)
     client = _page(bob)
     html = client.get(f"/datasets/{dataset.pk}/").content.decode()
-    assert ">only-run<" in html and "?dataset=" not in html
+    assert ">only-run<" in html and "/runs/?dataset=" not in html  # (the new-run link is /runs/new/?dataset=)
     html = client.get(f"/models/{model.pk}/").content.decode()
-    assert ">only-run<" in html and "?model=" not in html
+    assert ">only-run<" in html and "/runs/?model=" not in html
 
 
 def test_token_lengths_without_a_tokenizer_model_say_so_instead_of_an_empty_choice(
