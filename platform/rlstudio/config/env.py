@@ -25,6 +25,7 @@ DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/rlstudio"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_RAY_DASHBOARD_URL = "http://127.0.0.1:8265"
 ENDPOINTS_FILE = Path("services") / "endpoints.json"
+PLAYGROUND_MAX_ACTIVE_DEFAULT = 4  # playground sessions on the site at once (the settings and `make run`'s worker)
 
 
 class EnvError(ValueError):

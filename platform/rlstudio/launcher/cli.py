@@ -25,6 +25,7 @@ from .credentials import admin_credentials
 from .exposure import allowed_hosts_for_children, exposure_warnings
 from .layout import Layout, PortAllocator, layout_for, port_is_free
 from .supervisor import Supervisor, recover, total_rss
+from .workers import celery_processes, playground_slots
 from rlstudio.config.env import state_dir_from_env
 
 REPO = Path(__file__).resolve().parents[3]
@@ -128,6 +129,8 @@ class Launcher:
         # Dataset validations likewise (celery-datasets): a large upload's minute of validation never
         # holds up run submissions, stops and the reconcile on the main worker.
         env["RLSTUDIO_DATASETS_QUEUE"] = env.get("RLSTUDIO_DATASETS_QUEUE") or DATASETS_QUEUE
+        # One number for the sessions the site admits and the playground worker's processes (workers.py).
+        env["RLSTUDIO_PLAYGROUND_MAX_ACTIVE"] = str(playground_slots(env))
         for key in ("DATABASE_URL", "REDIS_URL", "RAY_ADDRESS"):
             env.pop(key, None)
             if urls.get(key):
@@ -210,22 +213,9 @@ class Launcher:
             say(f"Ray head ready, Jobs API {urls['RAY_ADDRESS']} (temp {L.ray_temp})  [{self._elapsed()}]")
 
         if not a.no_celery:
-            celery = [sys.executable, "-m", "celery", "-A", "rlstudio.config.celery:app"]
             tag = hashlib.sha256(self.owner.encode()).hexdigest()[:8]
-            self.sup.spawn("celery-worker", celery + ["worker", "--pool=solo", "--loglevel=INFO",
-                                                      "-n", f"rlstudio-{tag}@%h"],
-                           env=env, cwd=REPO, grace=20.0)
-            self.sup.spawn("celery-playground", celery + ["worker", "--pool=solo", "--loglevel=INFO",
-                                                          "-Q", env["RLSTUDIO_PLAYGROUND_QUEUE"],
-                                                          "-n", f"rlstudio-playground-{tag}@%h"],
-                           env=env, cwd=REPO, grace=10.0)
-            self.sup.spawn("celery-datasets", celery + ["worker", "--pool=solo", "--loglevel=INFO",
-                                                        "-Q", env["RLSTUDIO_DATASETS_QUEUE"],
-                                                        "-n", f"rlstudio-datasets-{tag}@%h"],
-                           env=env, cwd=REPO, grace=20.0)
-            self.sup.spawn("celery-beat", celery + ["beat", "--loglevel=INFO",
-                                                    "--schedule", str(L.run / "celerybeat-schedule")],
-                           env=env, cwd=REPO, grace=10.0)
+            for name, argv, grace in celery_processes(env, tag=tag, beat_schedule=L.run / "celerybeat-schedule"):
+                self.sup.spawn(name, argv, env=env, cwd=REPO, grace=grace)
         self.sup.spawn("web", [sys.executable, "-m", "daphne", "-b", a.host, "-p", str(a.port),
                                "rlstudio.config.asgi:application"], env=env, cwd=REPO, grace=10.0)
         health = self._wait_health(timeout=120)

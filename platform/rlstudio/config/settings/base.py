@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 
-from rlstudio.config.env import REPO_ROOT, load_env, parse_database_url
+from rlstudio.config.env import PLAYGROUND_MAX_ACTIVE_DEFAULT, REPO_ROOT, load_env, parse_database_url
 from rlstudio.config.env import env_float as _env_float
 from rlstudio.config.env import env_int as _env_int
 
@@ -376,7 +376,7 @@ from .alerts import *  # noqa: E402,F401,F403
 # queue: then a session holds the one worker while it answers; give it a worker of its own with
 # `celery -A rlstudio worker -Q <queue>`).
 RLSTUDIO_PLAYGROUND_MAX_S = env_int("RLSTUDIO_PLAYGROUND_MAX_S", 120)
-RLSTUDIO_PLAYGROUND_MAX_ACTIVE = env_int("RLSTUDIO_PLAYGROUND_MAX_ACTIVE", 4)
+RLSTUDIO_PLAYGROUND_MAX_ACTIVE = env_int("RLSTUDIO_PLAYGROUND_MAX_ACTIVE", PLAYGROUND_MAX_ACTIVE_DEFAULT)
 RLSTUDIO_PLAYGROUND_MAX_PARAMS = env_int("RLSTUDIO_PLAYGROUND_MAX_PARAMS", 2_000_000_000)
 RLSTUDIO_PLAYGROUND_QUEUE = env_str("RLSTUDIO_PLAYGROUND_QUEUE", "")
 # The Celery queue of dataset validations ("" = the default queue: then a large upload's validation, a
