@@ -18,6 +18,8 @@ the trainer takes from such a folder beyond ``from_pretrained``:
   generation_config's first end-of-turn id; no pad token -> generation_config's ``pad_token_id``,
   else the EOS; no BOS while the chat template writes ``bos_token`` -> config.json's ``bos_token_id``.
 - ``weight_files``: the safetensors files of a folder (index first), for checks and tests.
+- ``tokenizer_files``: the files a folder's tokenizer is read from (``load_tokenizer`` refuses a folder
+  with none: transformers would build an empty tokenizer from config.json's model type alone).
 
 Standard library only at import; ``load_tokenizer`` imports transformers when called.
 """
@@ -135,11 +137,30 @@ def complete_special_tokens(tokenizer: Any, model_folder: str | Path, tokenizer_
     return set_
 
 
+# Each tuple: the files one tokenizer format needs (fast; slow BPE; sentencepiece under its usual names;
+# WordPiece).
+TOKENIZER_FILE_SETS = (("tokenizer.json",), ("vocab.json", "merges.txt"), ("tokenizer.model",),
+                       ("spm.model",), ("spiece.model",), ("vocab.txt",))
+
+
+def tokenizer_files(folder: str | Path) -> list[str]:
+    """The names of the first complete tokenizer file set in `folder` ([] when it has none)."""
+    folder = Path(folder)
+    for names in TOKENIZER_FILE_SETS:
+        if all((folder / name).is_file() for name in names):
+            return list(names)
+    return []
+
+
 def load_tokenizer(path: str | Path, *, model_path: str | Path | None = None, trust_remote_code: bool = False):
     """The tokenizer of `path` (tokenizer.json, tokenizer.json alone, or the slow vocab.json +
-    merges.txt), with its special tokens completed from `model_path`'s files (default: `path`)."""
+    merges.txt), with its special tokens completed from `model_path`'s files (default: `path`).
+    FileNotFoundError when the folder holds no tokenizer files."""
     from transformers import AutoTokenizer
 
+    if Path(path).is_dir() and not tokenizer_files(path):
+        wanted = ", or ".join(" + ".join(names) for names in TOKENIZER_FILE_SETS)
+        raise FileNotFoundError(f"no tokenizer files in the folder: it needs {wanted}")
     tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
     complete_special_tokens(tok, model_path or path, tokenizer_folder=path)
     return tok

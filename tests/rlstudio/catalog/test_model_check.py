@@ -127,3 +127,18 @@ def test_a_folder_with_only_tokenizer_json_or_the_slow_files(api, family, files,
     assert resp.status_code == 201, resp.json()
     body = resp.json()
     assert body["chat_family"] == family and EXPECTED[family][2] in body["stop_tokens"]
+
+
+def test_a_folder_without_tokenizer_files_is_refused_saying_so(api, folders, tmp_path):
+    """Weights and config.json alone: transformers would build an empty tokenizer from the model type
+    and the check would blame the chat template; the refusal names the missing files instead."""
+    bare = tmp_path / "no-tokenizer"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(folders[1]["qwen2.5"] / name, bare / name)
+    resp = api.post("/api/v1/models/", {"path": str(bare)}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "path"
+    message = resp.json()["error"]["message"]
+    assert "no tokenizer files in the folder" in message and "tokenizer.json" in message
+    assert "chat template" not in message
+    assert not ModelAsset.objects.filter(path=str(bare.resolve())).exists()
