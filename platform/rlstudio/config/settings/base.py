@@ -237,8 +237,13 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"without_traceback": {"()": "rlstudio.config.logfilters.WithoutTraceback"}},
+    "handlers": {"console": {"class": "logging.StreamHandler"},
+                 "console_one_line": {"class": "logging.StreamHandler", "filters": ["without_traceback"]}},
     "root": {"handlers": ["console"], "level": "INFO"},
+    # A request naming a host not in ALLOWED_HOSTS (a scanner, a probe by IP) is one line saying which
+    # host, not a traceback per request.
+    "loggers": {"django.security.DisallowedHost": {"handlers": ["console_one_line"], "propagate": False}},
 }
 
 # --- Tunables (each overridable by the environment variable of the same name, read through
