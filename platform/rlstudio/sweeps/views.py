@@ -54,7 +54,22 @@ def sweep_new(request):
         else:
             messages.success(request, f"Sweep “{sweep.name}” launched: {sweep.sweep_runs.count()} runs.")
             return redirect("sweeps:detail", sweep_id=sweep.pk)
-    return render(request, "sweeps/sweep_form.html", {"form": form}, status=400 if form.errors else 200)
+    return render(request, "sweeps/sweep_form.html", {"form": form, "queue_room": _queue_room(request.user)},
+                  status=400 if form.errors else 200)
+
+
+def _queue_room(user) -> dict[str, int]:
+    """How many runs `user` may still queue (every run of a sweep is queued at once, and a sweep of more
+    is refused whole: quotas.services.check_queue_cap) and the most runs a sweep may make: the form
+    says them beside the sweep's size."""
+    from rlstudio.quotas.selectors import quota_for
+    from rlstudio.runs.models import Run, RunStatus
+
+    from .services import max_sweep_runs
+
+    limit = quota_for(user=user).max_queued_runs
+    queued = Run.objects.filter(owner=user, status=RunStatus.QUEUED).count()
+    return {"limit": limit, "queued": queued, "room": max(limit - queued, 0), "max_runs": max_sweep_runs()}
 
 
 @login_required
