@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -211,11 +212,7 @@ def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -
 
 
 def env_paths(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
-    """A colon-separated list of paths (like PATH)."""
+    """A list of folders separated by colons (like PATH) or commas, either or both (so a folder's name
+    may hold neither); blank items and surrounding spaces dropped; the default when none is left."""
     raw = (os.environ if environ is None else environ).get(name, "")
-    return [p for p in raw.split(":") if p] or list(default)
-
-
-def env_csv(name: str, default: list[str], environ: Mapping[str, str] | None = None) -> list[str]:
-    """A comma-separated list (blank items dropped); the default when unset or blank."""
-    return list(_csv(os.environ if environ is None else environ, name, ())) or list(default)
+    return [p.strip() for p in re.split(r"[:,]", raw) if p.strip()] or list(default)

@@ -111,3 +111,18 @@ def test_state_dir_defaults_to_the_repository_var_from_any_folder_for_settings_a
     assert cli.state_dir_from_env({}) == expected != (tmp_path / "var").resolve()
     other = tmp_path / "elsewhere"
     assert cli.state_dir_from_env({"RLSTUDIO_STATE_DIR": str(other)}) == other.resolve()
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("/a:/b", ["/a", "/b"]),
+    ("/a,/b", ["/a", "/b"]),
+    (" /a , /b:/c ", ["/a", "/b", "/c"]),
+    ("/a::,", ["/a"]),
+])
+def test_folder_lists_take_colons_or_commas(raw, expected):
+    """RLSTUDIO_MODEL_ROOTS and RLSTUDIO_REWARD_ROOTS read alike, whichever separator the operator uses."""
+    from rlstudio.config.env import env_paths
+
+    assert env_paths("ROOTS", ["/default"], {"ROOTS": raw}) == expected
+    assert env_paths("ROOTS", ["/default"], {"ROOTS": " , : "}) == ["/default"]
+    assert env_paths("ROOTS", ["/default"], {}) == ["/default"]

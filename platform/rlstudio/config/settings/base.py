@@ -257,15 +257,14 @@ RLSTUDIO_MAX_LINE_BYTES = env_int("RLSTUDIO_MAX_LINE_BYTES", 8 << 20)  # one JSO
 RLSTUDIO_MAX_NESTING_DEPTH = env_int("RLSTUDIO_MAX_NESTING_DEPTH", 32)  # JSON nesting in one row
 RLSTUDIO_MAX_DECOMPRESSED_BYTES = env_int("RLSTUDIO_MAX_DECOMPRESSED_BYTES", 4 << 30)  # gzip / zip
 RLSTUDIO_MAX_JSON_DOCUMENT_BYTES = env_int("RLSTUDIO_MAX_JSON_DOCUMENT_BYTES", 256 << 20)  # .json
-# Where registered model folders may live (colon-separated absolute paths); the demo model is
+# Where registered model folders may live (absolute paths, colon- or comma-separated); the demo model is
 # built under STATE_DIR/models.
 RLSTUDIO_MODEL_ROOTS = env_paths("RLSTUDIO_MODEL_ROOTS", [str(STATE_DIR / "models")])
 
-# Registry (docs/security.md): folders an operator's reward-function files may live in (comma-separated),
-# and how long the check of a reward function or tool set may run before it is killed (seconds).
-from rlstudio.config.env import env_csv  # noqa: E402
-
-RLSTUDIO_REWARD_ROOTS = env_csv("RLSTUDIO_REWARD_ROOTS", [str(STATE_DIR / "rewards")])
+# Registry (docs/security.md): folders an operator's reward-function files may live in (colon- or
+# comma-separated), and how long the check of a reward function or tool set may run before it is killed
+# (seconds).
+RLSTUDIO_REWARD_ROOTS = env_paths("RLSTUDIO_REWARD_ROOTS", [str(STATE_DIR / "rewards")])
 RLSTUDIO_REGISTRY_CHECK_TIMEOUT_S = env_float("RLSTUDIO_REGISTRY_CHECK_TIMEOUT_S", 20)
 
 # Telemetry: one POST to /api/v1/runs/{id}/events/: its (decompressed) body, its number of events,
