@@ -24,12 +24,20 @@ admin.site.index_template = "quotas/admin_index.html"
 
 @admin.register(GpuQuota)
 class GpuQuotaAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "user", "is_default", "max_gpus", "gpu_hours_per_month", "max_concurrent_runs",
-                    "max_queued_runs", "dataset_storage_gb", "held_now", "hours_this_month", "queued_runs",
-                    "datasets_stored", "updated"]
-    list_filter = ["is_default"]
+    # One short column per limit and per usage, the row's link on whose quota it is. The list began
+    # with the row's description (`__str__`: every limit in one sentence, wrapped to a tall narrow
+    # link) and a filter on "is default" (one row is), and its right-hand columns were cut off.
+    list_display = ["who", "max_gpus", "gpu_hours_per_month", "max_concurrent_runs", "max_queued_runs",
+                    "dataset_storage_gb", "held_now", "hours_this_month", "queued_runs", "datasets_stored",
+                    "updated"]
+    list_display_links = ["who"]
+    list_select_related = ["user"]
     search_fields = ["user__username"]
     autocomplete_fields = ["user"]  # a search by username (the auth app's UserAdmin searches it)
+
+    @admin.display(description="user", ordering="user__username")
+    def who(self, obj) -> str:
+        return obj.user.get_username() if obj.user_id else "(default)"
 
     def _usage(self, obj):
         from .selectors import quota_usage_for

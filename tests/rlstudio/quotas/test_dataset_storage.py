@@ -232,7 +232,7 @@ def test_the_django_admin_lists_it(alice, staff, make_dataset):
     make_dataset(alice, "a", sha256="a" * 64, size_bytes=2_000_000_000, status="ready")
     html = _client(staff).get("/admin/quotas/gpuquota/").content.decode()
     assert "Datasets stored (GB)" in html and "2.00" in html and "Dataset storage gb" in html
-    assert "4 GB of datasets" in html  # __str__
+    assert '<td class="field-dataset_storage_gb">4.0</td>' in html  # the limit's own column
 
 
 def test_the_migration_fills_the_rows_size_of_datasets_converted_before_it(
