@@ -14,6 +14,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.db.models import Count
+from django.utils.html import format_html
 
 from .models import ApiToken, AuditEvent, Team
 from .teams import clean_team_name, team_delete, team_save, team_set_members, user_set_teams
@@ -44,12 +45,23 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False  # the audit log is append-only
 
 
+class MembersPicker(FilteredSelectMultiple):
+    """Django's two-box picker in a wrapper of its own (the one the admin puts around its model fields'
+    pickers). The picker's script moves the picker to the front of the select's parent element; a form's
+    own field has no wrapper, so that parent was the form row and the picker went before its label,
+    which then sat on the right ("Members:" beside the "Chosen members" box)."""
+
+    def render(self, name, value, attrs=None, renderer=None):
+        return format_html('<div class="related-widget-wrapper">{}</div>',
+                           super().render(name, value, attrs, renderer))
+
+
 class TeamAdminForm(forms.ModelForm):
     """A team's name (stripped, no control characters, unique) and its members, every user listed."""
 
     members = forms.ModelMultipleChoiceField(
         queryset=get_user_model().objects.order_by("username"), required=False,
-        widget=FilteredSelectMultiple("members", is_stacked=False),
+        widget=MembersPicker("members", is_stacked=False),
         help_text="Every member reads the runs and projects shared with the team, for as long as they are one.")
 
     class Meta:
