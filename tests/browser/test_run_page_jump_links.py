@@ -56,3 +56,14 @@ def test_each_runs_filter_label_sits_on_its_fields_line(page_as, make_user, shot
                 width, field, label, box)
             assert label["x"] < box["x"], (width, field, label, box)
     shot(page, "runs-filters-narrow")
+
+
+def test_on_a_phone_the_links_bar_is_one_line(page_as, make_user):
+    alice, run = _alice_with_a_run(make_user)
+    page = page_as(alice)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"/runs/{run.pk}/")
+    bar = page.locator("#run-jump").bounding_box()
+    link = page.locator("#run-jump a").first.bounding_box()
+    assert bar["height"] < 2.5 * link["height"], (bar, link)  # one row of links (it was three)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # it scrolls itself, not the page
