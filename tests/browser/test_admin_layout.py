@@ -3,7 +3,8 @@
 An operator trial found three broken layouts: the admin index's link to the staff quota page set one
 letter per line (Django's dashboard styles squeezed its cell), the GPU quota list wider than the page
 with its right-hand columns cut off, and the team form's "Members:" label on the right of its picker
-(the picker's script put the picker before the label). Each test measures what the trial saw.
+(the picker's script put the picker before the label); and, with Django's navigation sidebar, the
+runs' and models' lists ran past their box too. Each test measures what the trial saw.
 """
 from __future__ import annotations
 
@@ -57,6 +58,32 @@ def test_the_gpu_quota_list_fits_the_window(page_as, make_user, shot):
         link = row.locator("th a, td a").first
         assert link.evaluate("(a) => a.getClientRects().length") == 1, link.inner_text()
     assert sorted(page.locator("#result_list tbody tr th a").all_inner_texts()) == ["(default)", "alice", "bob"]
+
+
+def test_the_runs_and_models_lists_fit_beside_their_filters(page_as, make_user, shot):
+    """With Django's navigation sidebar (275 px) and a list's filters, a list of ten columns had
+    631 px and ran past it; the admin shows no sidebar, and both lists fit with their filters."""
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.runs.models import Run
+
+    root = make_user("root", staff=True)
+    alice = make_user("alice")
+    model = ModelAsset.objects.create(owner=alice, name="qwen2.5-0.5b-instruct-long-name", path="/models/qwen")
+    dataset = Dataset.objects.create(owner=alice, name="gsm8k-train", file_path="/data/gsm8k.jsonl",
+                                     sha256="a" * 64)
+    for i in range(3):
+        Run.objects.create(owner=alice, name=f"grpo-gsm8k-qwen-run-{i}-with-long-name", dataset=dataset,
+                           model=model, status="succeeded")
+    page = page_as(root)
+    for url, name in (("/admin/runs/run/", "admin-runs"), ("/admin/catalog/modelasset/", "admin-models")):
+        page.goto(url)
+        shot(page, name)
+        assert page.locator("#changelist-filter").is_visible()
+        scroll, client = page.locator("#changelist .results").evaluate("(el) => [el.scrollWidth, el.clientWidth]")
+        assert scroll <= client, f"{url}: the list is {scroll} px wide in a {client} px box"
+        last = _rect(page, "#result_list thead th:last-child")
+        filters = _rect(page, "#changelist-filter")
+        assert last["x"] + last["width"] <= filters["x"], (url, last, filters)
 
 
 def _label_left_of_picker(page, field: str) -> None:
