@@ -69,3 +69,13 @@ def test_the_dataset_and_model_pages_link_to_the_form(alice, make_dataset, make_
     assert f'href="/runs/new/?model={policy.pk}">Train it' in listing
     assert f"/runs/new/?model={broken.pk}" not in listing
     assert f'href="/runs/new/?model={policy.pk}">Train it' in c.get(f"/models/{policy.pk}/").content.decode()
+
+
+def test_an_invalid_dataset_says_what_to_do_next_and_offers_no_run(alice, make_dataset):
+    bad = make_dataset(alice, "bad-cols", status="invalid", error="line 1: cannot recognise the layout")
+    body = _client(alice).get(f"/datasets/{bad.pk}/").content.decode()
+    assert 'id="dataset-invalid-next"' in body and 'href="/datasets/upload/">upload the file again</a>' in body
+    assert "and delete this one (below)" in body
+    assert 'id="dataset-train"' not in body
+    ready = make_dataset(alice, "fine", status="ready")
+    assert 'id="dataset-invalid-next"' not in _client(alice).get(f"/datasets/{ready.pk}/").content.decode()
