@@ -112,3 +112,10 @@ def test_the_team_form_labels_its_members_picker_on_the_left(page_as, make_user,
     # The user's page has the same kind of picker, for their teams.
     page.goto(f"/admin/auth/user/{alice.pk}/change/")
     _label_left_of_picker(page, "groups")
+
+
+def test_the_reward_function_form_starts_with_an_empty_sample_rows_box(page_as, make_user):
+    page = page_as(make_user("root", staff=True))
+    page.goto("/admin/registry/rewardfunction/add/")
+    assert page.input_value("#id_sample_rows") == ""  # was "null"
+    assert "empty: a GSM8K-style" in page.locator(".field-sample_rows").inner_text()

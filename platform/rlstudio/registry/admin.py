@@ -36,8 +36,16 @@ class _RegisterForm(forms.ModelForm):
             super().validate_unique()
 
 
+class _OptionalJSONField(forms.JSONField):
+    """A JSON field whose "none given" shows as an empty box, as its help text says: Django's showed
+    "null" in the new reward function's sample rows box (found looking at the admin's forms)."""
+
+    def prepare_value(self, value):
+        return "" if value is None or value == [] else super().prepare_value(value)
+
+
 class RewardFunctionAddForm(_RegisterForm):
-    sample_rows = forms.JSONField(required=False, help_text=(
+    sample_rows = _OptionalJSONField(required=False, help_text=(
         "Optional rows to check it on: [{data_source, solution_str, ground_truth, extra_info, expected}]; "
         "empty: a GSM8K-style and an arithmetic-style row."))
 
