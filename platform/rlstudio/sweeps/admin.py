@@ -14,7 +14,7 @@ class SweepRunInline(admin.TabularInline):
 
 @admin.register(Sweep)
 class SweepAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "owner", "mode", "gpus", "created")
+    list_display = ("id", "name", "owner", "mode", "seed", "gpus", "created")
     list_filter = ("mode",)
     search_fields = ("name", "owner__username")
     readonly_fields = [f.name for f in Sweep._meta.fields]

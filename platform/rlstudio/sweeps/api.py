@@ -54,8 +54,8 @@ class SweepViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=SweepCreateSerializer, responses={201: SweepDetailSerializer})
     def create(self, request):
-        """Launch a grid sweep, all its runs or none: 400 naming the field (an axis, a value, a config
-        key) and 409 past the owner's queued-runs cap, with no sweep and no run left behind."""
+        """Launch a sweep (a grid, or random search), all its runs or none: 400 naming the field (an axis,
+        a value, a range's end, `runs`, `seed`, a config key) and 409 past the owner's queued-runs cap, with no sweep and no run left behind."""
         s = SweepCreateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d, user = s.validated_data, request.user
@@ -75,7 +75,8 @@ class SweepViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
             gpus=d["gpus"], preset=d.get("preset") or None, config=d.get("config"), saved=saved,
             overrides=d.get("overrides"), tool_set=d.get("tool_set") or "")
         try:
-            sweep = sweep_launch(owner=user, name=d["name"], axes=d["axes"], inputs=inputs)
+            sweep = sweep_launch(owner=user, name=d["name"], axes=d["axes"], inputs=inputs, mode=d["mode"],
+                                 runs=d.get("runs"), seed=d.get("seed"))
         except RunInputInvalid as exc:
             raise ApiError(str(exc), code="invalid", field=exc.field) from None
         except RunRefused as exc:

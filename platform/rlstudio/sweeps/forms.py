@@ -1,7 +1,9 @@
 """The sweep form: the run form's starting choices (dataset, model, preset or saved config, GPUs,
-overrides) and up to MAX_AXES axis rows, each a config key a user may set and its values separated
-by commas (read as YAML scalars by `grid.parse_values_text`). The form only collects; the service
-(`services.sweep_launch`) checks everything."""
+overrides), the mode (grid, or random search with its run count and optional seed) and up to
+MAX_AXES axis rows, each a config key a user may set and its values separated by commas (read as
+YAML scalars by `grid.parse_values_text`) or, for random search, a range `MIN..MAX [log] [int]`
+(`sample.parse_range_text`). The form only collects; the service (`services.sweep_launch`) checks
+everything, and a refusal on `axes[i]...` is put on row i + 1."""
 from __future__ import annotations
 
 from django import forms
@@ -10,7 +12,8 @@ from rlstudio.runs.forms import ModelField, override_lines
 from rlstudio.runs.gate.keys import USER_KEYS
 
 from .grid import MAX_AXES, AxesInvalid, parse_values_text
-from .models import MAX_SWEEP_NAME_LENGTH
+from .models import MAX_SWEEP_NAME_LENGTH, SweepMode
+from .sample import MAX_SEED, is_range_text, parse_range_text
 
 
 class SweepForm(forms.Form):
@@ -24,6 +27,14 @@ class SweepForm(forms.Form):
     gpus = forms.IntegerField(min_value=0, max_value=1024, initial=0, label="GPUs of each run")
     overrides = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
                                 help_text="One dotted key=value per line, for every run (verl's key names).")
+    mode = forms.ChoiceField(choices=SweepMode.choices, initial=SweepMode.GRID, widget=forms.RadioSelect, required=False,
+                             help_text="Grid: one run per combination of the values. Random search: the number "
+                                       "of runs below, each drawn from the axes (a list or a range).")
+    runs = forms.IntegerField(required=False, min_value=1, label="Runs (random search)",
+                              help_text="How many runs to draw.")
+    seed = forms.IntegerField(required=False, min_value=0, max_value=MAX_SEED, label="Seed (random search)",
+                              help_text="Optional: the same seed and axes draw the same runs; empty: one is "
+                                        "picked and shown on the sweep's page.")
 
     def __init__(self, *args, datasets, models, configs, presets, **kwargs):
         super().__init__(*args, **kwargs)
@@ -37,7 +48,8 @@ class SweepForm(forms.Form):
             self.fields[f"axis_key_{i}"] = forms.ChoiceField(choices=keys, required=i == 1, label=f"Axis {i}: key")
             self.fields[f"axis_values_{i}"] = forms.CharField(
                 required=False, max_length=2000, label=f"Axis {i}: values",
-                help_text="Comma-separated, e.g. 1e-6, 3e-6" if i == 1 else "")
+                help_text=("Comma-separated, e.g. 1e-6, 3e-6; random search also takes a range "
+                           "MIN..MAX [log] [int], e.g. 1e-7..1e-5 log" if i == 1 else ""))
 
     def axis_rows(self) -> list[int]:
         return list(range(1, MAX_AXES + 1))
@@ -53,14 +65,28 @@ class SweepForm(forms.Form):
                 self.add_error(f"axis_key_{i}", "choose the key these values are for")
                 continue
             try:
-                axes.append({"key": key, "values": parse_values_text(text, field=f"axis_values_{i}")})
+                if is_range_text(text):
+                    axes.append({"key": key, **parse_range_text(text, field=f"axis_values_{i}")})
+                else:
+                    axes.append({"key": key, "values": parse_values_text(text, field=f"axis_values_{i}")})
             except AxesInvalid as exc:
-                self.add_error(f"axis_values_{i}", str(exc))
+                self.add_error(f"axis_values_{i}", f"axis {i}: {exc}")
         cleaned["axes"] = axes
+        cleaned["mode"] = cleaned.get("mode") or SweepMode.GRID  # not sent: a grid, as before the choice
         return cleaned
 
     def override_list(self) -> list[str]:
         return override_lines(self.cleaned_data.get("overrides"))
+
+    def error_text(self, field: str, message: str) -> str:
+        """A service refusal as the form says it: naming the axis row (`axis 2 (axes[1].min): ...`) or
+        the field."""
+        if field.startswith("axes["):
+            try:
+                return f"axis {int(field[5:field.index(']')]) + 1} ({field}): {message}"
+            except ValueError:
+                pass
+        return f"{field}: {message}"
 
     def field_for_error(self, field: str) -> str | None:
         """The form field an error of the service belongs on (`axes[1]...` -> the 2nd axis row)."""

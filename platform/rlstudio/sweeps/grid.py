@@ -68,7 +68,8 @@ def _is_scalar(value: Any) -> bool:
 def clean_axes(raw: Any) -> list[Axis]:
     """`raw` (a list of {"key", "values"}) as Axis objects, or AxesInvalid naming the field: 1 to
     MAX_AXES axes, each key a non-empty dotted name used once, each with at least one value, values
-    JSON scalars (string, number, boolean, null), none twice on one axis."""
+    JSON scalars (string, number, boolean, null), none twice on one axis; a range ({"min", "max"}) is
+    refused on its axis: it is for random search (`sample.clean_random_axes`)."""
     if not isinstance(raw, (list, tuple)):
         raise AxesInvalid('must be a list of {"key": ..., "values": [...]}', field="axes")
     if not raw:
@@ -78,28 +79,44 @@ def clean_axes(raw: Any) -> list[Axis]:
     out: list[Axis] = []
     for i, item in enumerate(raw):
         where = f"axes[{i}]"
+        if isinstance(item, Mapping) and ("min" in item or "max" in item):
+            raise AxesInvalid('a range ({"min", "max"}) is for random search only ("mode": "random"); a grid '
+                              "axis lists its values", field=where)
         if not isinstance(item, Mapping) or set(item) != {"key", "values"}:
             raise AxesInvalid('must be an object with exactly "key" and "values"', field=where)
-        key = item["key"]
-        if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
-            raise AxesInvalid(f"must be a dotted config key (1 to {MAX_KEY_LENGTH} characters)", field=f"{where}.key")
-        key = key.strip()
-        if any(a.key == key for a in out):
-            raise AxesInvalid(f"{key} is swept by two axes", field=f"{where}.key")
-        values = item["values"]
-        if not isinstance(values, (list, tuple)) or not values:
-            raise AxesInvalid(f"{key}: give a non-empty list of values", field=f"{where}.values")
-        seen: list[str] = []
-        for j, value in enumerate(values):
-            if not _is_scalar(value):
-                raise AxesInvalid(f"{key}: a value must be a string, a number, true/false or null, got "
-                                  f"{json.dumps(value, default=str)[:80]}", field=f"{where}.values[{j}]")
-            canon = json.dumps(value)
-            if canon in seen:
-                raise AxesInvalid(f"{key}: the value {value_text(value)} is given twice", field=f"{where}.values[{j}]")
-            seen.append(canon)
-        out.append(Axis(key=key, values=tuple(values)))
+        out.append(clean_list_axis(item, where=where, taken=[a.key for a in out]))
     return out
+
+
+def clean_key(item: Mapping[str, Any], *, where: str, taken: Sequence[str]) -> str:
+    """An axis object's "key" stripped, or AxesInvalid on `<where>.key`: a non-empty dotted name of at
+    most MAX_KEY_LENGTH characters, not one of `taken` (the keys of the axes before it)."""
+    key = item.get("key")
+    if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
+        raise AxesInvalid(f"must be a dotted config key (1 to {MAX_KEY_LENGTH} characters)", field=f"{where}.key")
+    key = key.strip()
+    if key in taken:
+        raise AxesInvalid(f"{key} is swept by two axes", field=f"{where}.key")
+    return key
+
+
+def clean_list_axis(item: Mapping[str, Any], *, where: str, taken: Sequence[str]) -> Axis:
+    """An axis object {"key", "values"} as an Axis, or AxesInvalid naming the field under `where`: the
+    key (`clean_key`), at least one value, values JSON scalars, none twice."""
+    key = clean_key(item, where=where, taken=taken)
+    values = item["values"]
+    if not isinstance(values, (list, tuple)) or not values:
+        raise AxesInvalid(f"{key}: give a non-empty list of values", field=f"{where}.values")
+    seen: list[str] = []
+    for j, value in enumerate(values):
+        if not _is_scalar(value):
+            raise AxesInvalid(f"{key}: a value must be a string, a number, true/false or null, got "
+                              f"{json.dumps(value, default=str)[:80]}", field=f"{where}.values[{j}]")
+        canon = json.dumps(value)
+        if canon in seen:
+            raise AxesInvalid(f"{key}: the value {value_text(value)} is given twice", field=f"{where}.values[{j}]")
+        seen.append(canon)
+    return Axis(key=key, values=tuple(values))
 
 
 def grid_size(axes: Sequence[Axis]) -> int:

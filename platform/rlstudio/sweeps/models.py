@@ -1,5 +1,5 @@
-"""Records of the sweeps app: a sweep (its base config and its axes) and its runs, one per point of
-the grid. A run reaches its sweep through the reverse one-to-one `run.sweep_run` (the runs app knows
+"""Records of the sweeps app: a sweep (its base config, its axes, its mode and, for random search, its
+seed) and its runs, one per point of the grid or per point drawn. A run reaches its sweep through the reverse one-to-one `run.sweep_run` (the runs app knows
 nothing of sweeps)."""
 from django.conf import settings
 from django.db import models
@@ -8,14 +8,18 @@ MAX_SWEEP_NAME_LENGTH = 100
 
 
 class SweepMode(models.TextChoices):
-    """How the axes' values make the runs: `grid`, every combination."""
+    """How the axes make the runs: `grid`, every combination of their values; `random`, points drawn at
+random from them (lists and ranges, `sample.draw_points`)."""
 
     GRID = "grid", "grid"
+    RANDOM = "random", "random search"
 
 
 class Sweep(models.Model):
-    """A grid of runs launched together: one base config (the user's view, as a run keeps it: no
-    platform keys) and `axes`, an ordered list of {"key": dotted config key, "values": [...]}."""
+    """Runs launched together: one base config (the user's view, as a run keeps it: no platform keys)
+    and `axes`, an ordered list of {"key": dotted config key, "values": [...]} or (random search only)
+    {"key", "min", "max", "scale", "type"}; `seed` is what a random sweep drew its points with (null for
+    a grid)."""
 
     Mode = SweepMode
 
@@ -29,6 +33,8 @@ class Sweep(models.Model):
     base_config = models.JSONField(default=dict, help_text="The config every run starts from (the user's keys).")
     axes = models.JSONField(default=list, help_text='[{"key": "actor_rollout_ref.actor.optim.lr", "values": [...]}]')
     mode = models.CharField(max_length=8, choices=SweepMode.choices, default=SweepMode.GRID)
+    seed = models.BigIntegerField(null=True, blank=True,
+                                  help_text="The random sweep's seed: the same seed and axes draw the same points.")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -36,6 +42,8 @@ class Sweep(models.Model):
         constraints = [
             models.CheckConstraint(condition=models.Q(gpus__gte=0), name="sweep_gpus_nonneg"),
             models.CheckConstraint(condition=models.Q(mode__in=SweepMode.values), name="sweep_mode_valid"),
+            models.CheckConstraint(condition=models.Q(mode=SweepMode.GRID, seed__isnull=True)
+                                   | models.Q(mode=SweepMode.RANDOM, seed__gte=0), name="sweep_seed_iff_random"),
         ]
 
     def __str__(self) -> str:
@@ -43,8 +51,8 @@ class Sweep(models.Model):
 
 
 class SweepRun(models.Model):
-    """One run of a sweep: its place in the grid (`index`, from 0) and its axis values (`params`,
-    {key: value} in the axes' order)."""
+    """One run of a sweep: its place in the grid or the draw (`index`, from 0) and its axis values
+    (`params`, {key: value} in the axes' order)."""
 
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="sweep_runs")
     run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, related_name="sweep_run")

@@ -9,14 +9,25 @@ from .models import Sweep
 
 
 class SweepCreateSerializer(RunCreateSerializer):
-    """POST /api/v1/sweeps/: a run launch's body (the base config every run starts from) plus `axes`;
-    a launch field the sweep service does not take is left out (None), never accepted and ignored."""
+    """POST /api/v1/sweeps/: a run launch's body (the base config every run starts from) plus `axes`,
+    `mode` and, for random search, `runs` and `seed`; a launch field the sweep service does not take is
+    left out (None), never accepted and ignored. `axes`, `runs` and `seed` are checked by the service,
+    which names the field (`axes[1].min`, `runs`, `seed`)."""
 
     project = None
 
     name = serializers.CharField(max_length=100, help_text="Each run is named <name>/<key=value,...>.")
     axes = serializers.JSONField(help_text='[{"key": "actor_rollout_ref.actor.optim.lr", "values": [1e-6, 3e-6]}, ...]: '
-                                           "1 to 4 axes; one run per combination")
+                                           "1 to 4 axes; grid: one run per combination. Random search also takes "
+                                           'ranges: {"key": ..., "min": 1e-7, "max": 1e-5, "scale": "log", '
+                                           '"type": "float"}')
+    mode = serializers.ChoiceField(choices=["grid", "random"], default="grid",
+                                   help_text="grid: every combination; random: `runs` points drawn from the axes")
+    runs = serializers.JSONField(required=False, default=None, allow_null=True,
+                                 help_text="Random search: how many runs to draw (1 to RLSTUDIO_MAX_SWEEP_RUNS)")
+    seed = serializers.JSONField(required=False, default=None, allow_null=True,
+                                 help_text="Random search: the seed to draw with (0 to 2147483647); none: the "
+                                           "server picks one and stores it")
 
 
 class SweepSerializer(serializers.ModelSerializer):
@@ -25,8 +36,8 @@ class SweepSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Sweep
-        fields = ["id", "name", "owner", "mode", "dataset", "val_dataset", "model", "gpus", "axes", "run_count",
-                  "created"]
+        fields = ["id", "name", "owner", "mode", "seed", "dataset", "val_dataset", "model", "gpus", "axes",
+                  "run_count", "created"]
         read_only_fields = fields
 
 

@@ -1,10 +1,11 @@
-"""Writes of the sweeps app: launching a sweep (its grid of runs, all or none) and stopping its runs.
+"""Writes of the sweeps app: launching a sweep (its grid of runs, or its runs drawn at random; all or
+none) and stopping its runs.
 
 A sweep's runs are launched through the runs app's own path (`run_new`, then `run_launch_admit` once
 the sweep commits), so the config gate, the trainer's schema, the owner's queued-runs cap, the quota,
 admission, the one queue and the audit apply to each exactly as to a run launched by hand. What this
-module adds: the axes (each key one the gate lets a user set), the grid's size cap
-(RLSTUDIO_MAX_SWEEP_RUNS), every run's config checked before any run is made, and one transaction
+module adds: the axes (each key one the gate lets a user set), the grid's size cap or the random
+sweep's `runs` (RLSTUDIO_MAX_SWEEP_RUNS), every run's config checked before any run is made, and one transaction
 around the sweep and all its runs, so that one bad value, or a run past the owner's queued-runs cap,
 leaves no sweep and no run behind. Errors are the runs app's (`RunInputInvalid` naming the field,
 `RunRefused`), which the API and the pages already turn into 400 and 409.
@@ -26,8 +27,9 @@ from rlstudio.runs.errors import ConfigInvalid, RunInputInvalid, RunRefused
 from rlstudio.runs.models import TERMINAL_STATUSES
 from rlstudio.runs.services import run_annotate, run_launch_admit, run_new, run_stop
 
-from .grid import AxesInvalid, Axis, GridPoint, clean_axes, expand_grid, grid_size, run_name, sweep_tag, value_text
-from .models import MAX_SWEEP_NAME_LENGTH, Sweep, SweepRun
+from .grid import AxesInvalid, GridPoint, clean_axes, expand_grid, grid_size, run_name, sweep_tag, value_text
+from .models import MAX_SWEEP_NAME_LENGTH, Sweep, SweepMode, SweepRun
+from .sample import SweepAxis, clean_random_axes, clean_runs, clean_seed, draw_points, new_seed
 
 
 def max_sweep_runs() -> int:
@@ -48,13 +50,14 @@ def clean_sweep_name(name: Any) -> str:
     return name
 
 
-def check_axes(raw: Any) -> list[Axis]:
-    """The axes of a sweep as Axis objects, or RunInputInvalid naming the field: their shape
-    (`grid.clean_axes`), each key one a user may set (the config gate's `USER_KEYS`: a key the
-    platform writes, or one not on the list, is refused here even when a value equals the base
-    config's, where the gate would not see a change), and the grid within RLSTUDIO_MAX_SWEEP_RUNS."""
+def check_axes(raw: Any, *, mode: str = SweepMode.GRID) -> list[SweepAxis]:
+    """The axes of a sweep as Axis (and, random search only, RangeAxis) objects, or RunInputInvalid
+    naming the field: their shape (`grid.clean_axes`, `sample.clean_random_axes`), each key one a user
+    may set (the config gate's `USER_KEYS`: a key the platform writes, or one not on the list, is
+    refused here even when a value equals the base config's, where the gate would not see a change),
+    and a grid within RLSTUDIO_MAX_SWEEP_RUNS."""
     try:
-        axes = clean_axes(raw)
+        axes = clean_random_axes(raw) if mode == SweepMode.RANDOM else clean_axes(raw)
     except AxesInvalid as exc:
         raise RunInputInvalid(str(exc), field=exc.field) from None
     for i, axis in enumerate(axes):
@@ -64,6 +67,8 @@ def check_axes(raw: Any) -> list[Axis]:
         if axis.key not in USER_KEYS:
             raise RunInputInvalid(f"{axis.key} is not a key users may set (docs/security.md lists the ones "
                                   "they may)", field=f"axes[{i}].key")
+    if mode == SweepMode.RANDOM:
+        return axes
     size, cap = grid_size(axes), max_sweep_runs()
     if size > cap:
         raise RunInputInvalid(f"the grid makes {size} runs ({' x '.join(str(len(a.values)) for a in axes)}); a "
@@ -71,7 +76,26 @@ def check_axes(raw: Any) -> list[Axis]:
     return axes
 
 
-def _point_error(exc: ConfigInvalid, point: GridPoint, axes: list[Axis], total: int) -> RunInputInvalid:
+def sweep_points(axes: list[SweepAxis], *, mode: Any, runs: Any, seed: Any) -> tuple[list[GridPoint], int | None]:
+    """The runs' points and the seed they were drawn with: a grid's every combination (seed None; `runs`
+    and `seed` must not be given), or a random sweep's `runs` points drawn with `seed` (the server picks
+    one when it is None). RunInputInvalid on `runs` / `seed`."""
+    try:
+        if mode != SweepMode.RANDOM:
+            for field, value in (("runs", runs), ("seed", seed)):
+                if value is not None:
+                    raise AxesInvalid(f'{field} is for random search ("mode": "random"); a grid makes one run '
+                                      "per combination", field=field)
+            return expand_grid(axes), None
+        count = clean_runs(runs, cap=max_sweep_runs())
+        seed = clean_seed(seed)
+        seed = new_seed() if seed is None else seed
+        return draw_points(axes, count, seed), seed
+    except AxesInvalid as exc:
+        raise RunInputInvalid(str(exc), field=exc.field) from None
+
+
+def _point_error(exc: ConfigInvalid, point: GridPoint, axes: list[SweepAxis], total: int) -> RunInputInvalid:
     """A grid point's refused config as a RunInputInvalid on the axis whose key the error names (or on
     `axes` when it names another key: a value that does not fit the rest of the config), saying the
     axis, its value, the run and the key."""
@@ -102,8 +126,11 @@ class SweepInputs:
     reward_model: Any = None
 
 
-def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: SweepInputs) -> Sweep:
-    """Launch a grid sweep: one run per combination of the axes' values on top of the base config.
+def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: SweepInputs, mode: Any = SweepMode.GRID,
+                 runs: Any = None, seed: Any = None) -> Sweep:
+    """Launch a sweep: one run per combination of the axes' values (`mode` grid), or `runs` points drawn
+    from the axes with `seed` (`mode` random, `sample.draw_points`; no seed: the server picks one and
+    stores it), on top of the base config.
 
     The base config is built and checked as a run launch's (the gate, the schema, the sizes), then
     every run's config (the base with its axis values as overrides) is checked, before anything is
@@ -113,8 +140,10 @@ def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: Sweep
     quota and the cluster let start now start, the others wait queued. Each run is named
     `<sweep name>/<key=value,...>` and tagged with the sweep's name (`grid.sweep_tag`)."""
     name = clean_sweep_name(name)
-    checked = check_axes(axes)
-    points = expand_grid(checked)
+    if mode not in SweepMode.values:
+        raise RunInputInvalid(f"mode is grid or random, not {value_text(mode)[:40]}", field="mode")
+    checked = check_axes(axes, mode=mode)
+    points, seed = sweep_points(checked, mode=mode, runs=runs, seed=seed)
     common = dict(dataset=inputs.dataset, val_dataset=inputs.val_dataset, model=inputs.model, gpus=inputs.gpus,
                   reward_model=inputs.reward_model)
     base = user_view(launch.build_config(preset=inputs.preset, config=inputs.config, base=inputs.saved,
@@ -125,10 +154,10 @@ def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: Sweep
         except ConfigInvalid as exc:
             raise _point_error(exc, point, checked, len(points)) from None
     tag = sweep_tag(name)
-    runs = []
+    made = []
     with transaction.atomic():
         sweep = Sweep.objects.create(owner=owner, name=name, dataset=inputs.dataset, val_dataset=inputs.val_dataset,
-                                     model=inputs.model, gpus=inputs.gpus, base_config=base,
+                                     model=inputs.model, gpus=inputs.gpus, base_config=base, mode=mode, seed=seed,
                                      axes=[a.as_dict() for a in checked])
         for point in points:
             try:
@@ -139,10 +168,10 @@ def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: Sweep
                                  "sweep was launched") from None
             run_annotate(run=run, by=owner, tags=[tag])
             SweepRun.objects.create(sweep=sweep, run=run, index=point.index, params=point.params)
-            runs.append(run)
+            made.append(run)
         audit_record(actor=owner, action="sweep.launch", obj=sweep,
-                     data={"name": name, "axes": sweep.axes, "runs": [r.pk for r in runs]})
-    for run in runs:
+                     data={"name": name, "mode": mode, "seed": seed, "axes": sweep.axes, "runs": [r.pk for r in made]})
+    for run in made:
         run_launch_admit(run=run, by=owner)
     return sweep
 

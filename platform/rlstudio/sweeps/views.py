@@ -11,6 +11,7 @@ from rlstudio.paging import paged
 from rlstudio.runs.errors import RunInputInvalid, RunRefused
 
 from .grid import value_text
+from .sample import axis_text
 from .selectors import metric_label, sweep_get_for, sweep_list_for, sweep_table
 
 
@@ -46,9 +47,10 @@ def sweep_new(request):
         inputs = SweepInputs(dataset=d["dataset"], val_dataset=d.get("val_dataset"), model=d["model"], gpus=d["gpus"],
                              preset=None if saved else d["preset"], saved=saved, overrides=form.override_list())
         try:
-            sweep = sweep_launch(owner=request.user, name=d["name"], axes=d["axes"], inputs=inputs)
+            sweep = sweep_launch(owner=request.user, name=d["name"], axes=d["axes"], inputs=inputs, mode=d["mode"],
+                                 runs=d.get("runs"), seed=d.get("seed"))
         except RunInputInvalid as exc:
-            form.add_error(form.field_for_error(exc.field), f"{exc.field}: {exc}")
+            form.add_error(form.field_for_error(exc.field), form.error_text(exc.field, str(exc)))
         except RunRefused as exc:
             form.add_error(None, str(exc))
         else:
@@ -74,13 +76,14 @@ def _queue_room(user) -> dict[str, int]:
 
 @login_required
 def sweep_detail(request, sweep_id: int):
-    """A sweep's table: one row per run, the best run marked on `?metric=`."""
+    """A sweep's table: one row per run with its axis values (for random search, the values drawn), the
+    best run marked on `?metric=`."""
     sweep = sweep_get_for(user=request.user, sweep_id=sweep_id)
     table = sweep_table(user=request.user, sweep=sweep, metric=request.GET.get("metric"))
     keys = [axis["key"] for axis in sweep.axes]
     rows = [{"row": row, "values": [value_text(row.params.get(k)) for k in keys],
              "metric_value": row.value_of(table.metric)} for row in table.rows]
-    axes = [(axis["key"], ", ".join(value_text(v) for v in axis["values"])) for axis in sweep.axes]
+    axes = [(axis["key"], axis_text(axis)) for axis in sweep.axes]
     live = any(not row.run.is_terminal for row in table.rows)
     return render(request, "sweeps/sweep_detail.html", {
         "sweep": sweep, "table": table, "keys": keys, "rows": rows, "live": live, "axes": axes,

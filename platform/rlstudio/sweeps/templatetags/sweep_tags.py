@@ -16,3 +16,14 @@ def run_sweep(context):
         return {"link": None}
     params = ", ".join(f"{key}={value_text(value)}" for key, value in link.params.items())
     return {"link": link, "params": params}
+
+
+@register.filter
+def axis_summary(axis) -> str:
+    """A stored axis in the sweeps list: `× 3` (its number of values) or `∈ [1e-07, 1e-05] log` (a range
+    of a random search, its ends as the run names write them)."""
+    if "min" in axis:
+        scale = " log" if axis.get("scale") == "log" else ""
+        kind = " int" if axis.get("type") == "int" else ""
+        return f"∈ [{value_text(axis['min'])}, {value_text(axis['max'])}]{scale}{kind}"
+    return f"× {len(axis.get('values', []))}"
