@@ -1,5 +1,6 @@
-// The sweep form (templates/sweeps/sweep_form.html): says how many runs the grid makes as its axes are
-// filled in (the product of each chosen axis's comma-separated values) and whether the user's queue
+// The sweep form (templates/sweeps/sweep_form.html): says how many runs the sweep makes as its axes are
+// filled in (a grid: the product of each chosen axis's comma-separated values; a random search: the Runs
+// box's number) and whether the user's queue
 // has room for them (#sweep-size's data-room: every run of a sweep is queued at once, and a sweep of
 // more runs than that is refused whole) and is within the most runs a sweep may make (data-max). The
 // server's count is the one that counts; this only warns.
@@ -24,8 +25,18 @@
     return counts;
   }
 
+  function randomRuns() {
+    // Random search (templates/sweeps/sweep_form.html's mode radio): the runs are the "Runs" box's
+    // number, not the grid's product; null while the mode is grid.
+    const mode = form.querySelector('input[name="mode"]:checked');
+    if (!mode || mode.value !== "random") return null;
+    const runs = form.elements["runs"] ? Number(form.elements["runs"].value) : NaN;
+    return Number.isInteger(runs) && runs > 0 ? runs : 0;
+  }
+
   function update() {
-    const counts = sizes();
+    const drawn = randomRuns();
+    const counts = drawn === null ? sizes() : (drawn ? [drawn] : []);
     if (!counts.length) {
       out.textContent = intro;
       out.classList.remove("field-error");
@@ -33,7 +44,7 @@
       return;
     }
     const runs = counts.reduce((a, b) => a * b, 1);
-    const grid = counts.length > 1 ? " (" + counts.join(" × ") + ")" : "";
+    const grid = drawn === null && counts.length > 1 ? " (" + counts.join(" × ") + ")" : "";
     let text = "This sweep launches " + runs + " run" + (runs === 1 ? "" : "s") + grid + ".";
     const tooMany = Number.isFinite(max) && runs > max;
     const over = tooMany || (Number.isFinite(room) && runs > room);

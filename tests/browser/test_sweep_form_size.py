@@ -44,3 +44,25 @@ def test_the_form_counts_the_grid_and_warns_past_the_queue(page_as, make_user, s
     page.fill("#id_axis_values_1", ", ".join(f"{i}e-6" for i in range(1, 18)))
     expect(size).to_have_text("This sweep launches 17 runs. A sweep makes at most 16: it would be refused; "
                               "use fewer values.")
+
+
+def test_a_random_search_counts_the_runs_box(page_as, make_user):
+    from playwright.sync_api import expect
+
+    page = page_as(make_user("bob"))
+    page.goto("/sweeps/new/")
+    size = page.locator("#sweep-size")
+    page.select_option("#id_axis_key_1", LR)
+    page.fill("#id_axis_values_1", "1e-7..1e-5 log")
+    page.select_option("#id_axis_key_2", N)
+    page.fill("#id_axis_values_2", "2, 4, 8")
+    expect(size).to_have_text("This sweep launches 3 runs (1 × 3).")  # a grid reads the range as one value
+    page.check("input[name=mode][value=random]")
+    page.fill("#id_runs", "4")  # within the default quota's room (5 queued runs)
+    expect(size).to_have_text("This sweep launches 4 runs.")
+    expect(size).not_to_have_class(re.compile(r"\bfield-error\b"))
+    page.fill("#id_runs", "20")
+    expect(size).to_have_text(re.compile(r"^This sweep launches 20 runs\. A sweep makes at most 16"))
+    expect(size).to_have_class(re.compile(r"\bfield-error\b"))
+    page.check("input[name=mode][value=grid]")
+    expect(size).to_have_text("This sweep launches 3 runs (1 × 3).")
