@@ -73,7 +73,11 @@ def round_sig(x: float, digits: int = SIG_DIGITS) -> float:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """Whether `value` is a JSON number (not a boolean) that is finite. An int is finite however large:
+    `math.isfinite` would convert it to a float and raise OverflowError past ~1e308 (a 500, not a 400)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def clean_range_axis(item: Mapping[str, Any], *, where: str, taken: Sequence[str]) -> RangeAxis:

@@ -101,6 +101,7 @@ def test_api_launches_a_random_sweep_others_get_404(alice, bob, staff, ready):
     ({"runs": 17}, "runs"),
     ({"runs": "6"}, "runs"),
     ({"runs": 4, "axes": [{"key": N, "values": [2, 4]}]}, "runs"),  # 2 distinct points only
+    ({"axes": [{"key": LR, "min": 1e-7, "max": 10**400}]}, "axes[0].max"),  # was an OverflowError: 500
     ({"seed": -1}, "seed"),
     ({"seed": "abc"}, "seed"),
     ({"seed": 2**31}, "seed"),
@@ -156,6 +157,7 @@ def test_the_form_shows_the_mode_choice_runs_and_seed(alice):
     ({"runs": ""}, "runs", "a random sweep needs runs"),
     ({"runs": "5", "axis_values_1": "1e-6, 3e-6"}, "runs", "4 distinct points"),
     ({"seed": "-3"}, "seed", ""),
+    ({"axis_values_2": "2.." + "9" * 400}, "axis_values_2", "finite number"),  # was an OverflowError: 500
     ({"mode": "grid", "axis_values_1": "1e-6", "seed": ""}, "runs", "for random search"),
 ])
 def test_the_form_puts_a_random_refusal_on_its_row_or_field(alice, ready, extra, field, text):

@@ -115,6 +115,10 @@ def test_ranges_are_stored_normalised_and_written_for_the_pages():
     ([{"key": "a", "values": [1]}, {"key": "lr", "min": "x", "max": 1}], "axes[1].min", "finite number"),
     ([{"key": "lr", "min": 0, "max": float("inf")}], "axes[0].max", "finite number"),
     ([{"key": "lr", "min": 0, "max": True}], "axes[0].max", "finite number"),
+    # an int past a float's range: math.isfinite raised OverflowError on it (a 500 through the API)
+    ([{"key": "lr", "min": 0, "max": 10**400}], "axes[0].max", "finite number"),
+    ([{"key": "n", "min": -(10**400), "max": 4, "type": "int"}], "axes[0].min", "finite number"),
+    ([{"key": "n", "min": 0, "max": 10**15 + 1, "type": "int"}], "axes[0].max", "finite number"),
     ([{"key": "lr", "min": 0}], "axes[0].max", "both min and max"),
     ([{"key": "lr", "min": 0, "max": 1, "scale": "exp"}], "axes[0].scale", "linear or log"),
     ([{"key": "lr", "min": 0, "max": 1, "type": "double"}], "axes[0].type", "float or int"),
