@@ -33,7 +33,7 @@ from rlstudio.runs.selectors import (
 
 from . import selectors as sel
 from .api import _STEP_MAX, prompt_key_from, sample_filter_from
-from .models import RetentionMode, RunRetention
+from .models import RetentionMode, RunRetention, Sample
 from .tensorboard import tensorboard_folder
 
 SAMPLES_PAGE = 50
@@ -212,6 +212,21 @@ def _step_param(request) -> int:
     return step
 
 
+def _with_prompts(run, step: int, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The step's groups, each with its prompt's text (`prompt_short`, `prompt`) and split (`prompt_split`:
+    "val" marks a validation draw) read from one sample of it, so the overview names each prompt by what
+    it asks, not only by its 32-digit uid."""
+    firsts = list(Sample.objects.filter(run=run, step=step).only(*sel.SUMMARY_FIELDS)
+                  .order_by("uid", "index", "seq").distinct("uid"))
+    by_uid = {row["uid"]: row for row in sel.sample_rows(samples=firsts)}
+    out = []
+    for g in groups:
+        row = by_uid.get(g["uid"], {})
+        out.append({**g, "prompt": row.get("prompt", ""), "prompt_short": row.get("prompt_short", ""),
+                    "prompt_split": row.get("prompt_split")})
+    return out
+
+
 @login_required
 def group_detail(request, run_id: int):
     """`?step=&uid=`: one group side by side; `?step=` alone: every group of the step, flat ones flagged."""
@@ -223,7 +238,7 @@ def group_detail(request, run_id: int):
     uid = request.GET.get("uid") or ""
     if not uid:
         return render(request, "telemetry/step_groups.html",
-                      {"run": run, "step": step, "groups": sel.groups_of_step(run=run, step=step)})
+                      {"run": run, "step": step, "groups": _with_prompts(run, step, sel.groups_of_step(run=run, step=step))})
     group = sel.group_for(run=run, step=step, uid=uid)
     for s in group["samples"]:
         s["final"] = next((m.get("content") or m.get("raw") for m in reversed(s["messages"])

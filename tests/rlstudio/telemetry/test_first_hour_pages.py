@@ -113,3 +113,17 @@ def test_a_training_transcript_with_tokens_has_no_such_note(alice, run_with_val)
     page = _client(alice).get(f"/runs/{run_with_val.pk}/samples/{s.pk}/").content.decode()
     assert 'id="no-token-view"' not in page and "cut off" not in page
     assert 'data-tab="tokens">Tokens</button>' in page  # the tab is enabled
+
+
+def test_a_steps_groups_name_each_prompt_by_its_text_and_mark_validation(alice, run_with_val):
+    _sample(run_with_val, 1, step=3, split="train")
+    _sample(run_with_val, 2, step=3, split="val")
+    _sample(run_with_val, 3, step=4, split="train")  # another step: not listed
+    page = _client(alice).get(f"/runs/{run_with_val.pk}/groups/?step=3").content.decode()
+    assert "train question 1" in page and "val question 2" in page and "train question 3" not in page
+    rows = page.split("<tr")[2:]
+    assert len(rows) == 2
+    val_row = next(r for r in rows if "val question 2" in r)
+    train_row = next(r for r in rows if "train question 1" in r)
+    assert '<span class="badge">validation</span>' in val_row and "validation" not in train_row
+    assert 'class="uid" title="train-1"' in train_row  # the uid is still there, small
