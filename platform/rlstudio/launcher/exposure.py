@@ -22,8 +22,11 @@ def allowed_hosts_for_children(environ: Mapping[str, str]) -> str | None:
     or None when the operator set none (the settings' own default, loopback only, then applies).
 
     Without the loopback names an operator's `ALLOWED_HOSTS=studio.lab` made the launcher's own
-    `/healthz` probe to 127.0.0.1 answer 400 until the start failed after 120 s. Accepting the loopback
-    names lets nobody new in: only the machine itself connects to 127.0.0.1."""
+    `/healthz` probe to 127.0.0.1 answer 400 until the start failed after 120 s. ALLOWED_HOSTS checks
+    the Host header, which any client writes, not where a connection comes from: once bound beyond
+    loopback, another machine sending `Host: localhost` is answered too. That lets nobody in who
+    could not already connect (the names only stop a page, link or cookie being made for a host the
+    site does not serve, and a browser cannot send another site's request with a loopback Host)."""
     given = _names(environ.get("ALLOWED_HOSTS") or "")
     if not given:
         return None
