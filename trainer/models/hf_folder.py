@@ -19,7 +19,8 @@ the trainer takes from such a folder beyond ``from_pretrained``:
   else the EOS; no BOS while the chat template writes ``bos_token`` -> config.json's ``bos_token_id``.
 - ``weight_files``: the safetensors files of a folder (index first), for checks and tests.
 - ``tokenizer_files``: the files a folder's tokenizer is read from (``load_tokenizer`` refuses a folder
-  with none: transformers would build an empty tokenizer from config.json's model type alone).
+  with none: transformers would build an empty tokenizer from config.json's model type alone; a model
+  trusted with remote code whose tokenizer is the folder's own code, ``custom_tokenizer``, is let through).
 
 Standard library only at import; ``load_tokenizer`` imports transformers when called.
 """
@@ -152,13 +153,22 @@ def tokenizer_files(folder: str | Path) -> list[str]:
     return []
 
 
+def custom_tokenizer(folder: str | Path) -> bool:
+    """Whether the folder's tokenizer_config.json names a tokenizer class of the folder's own code
+    (`auto_map`'s AutoTokenizer): that code reads files of its own naming (Qwen-1's `qwen.tiktoken`),
+    which TOKENIZER_FILE_SETS cannot list."""
+    auto_map = _read_json(Path(folder) / "tokenizer_config.json").get("auto_map")
+    return isinstance(auto_map, dict) and bool(auto_map.get("AutoTokenizer"))
+
+
 def load_tokenizer(path: str | Path, *, model_path: str | Path | None = None, trust_remote_code: bool = False):
     """The tokenizer of `path` (tokenizer.json, tokenizer.json alone, or the slow vocab.json +
     merges.txt), with its special tokens completed from `model_path`'s files (default: `path`).
-    FileNotFoundError when the folder holds no tokenizer files."""
+    FileNotFoundError when the folder holds no tokenizer files, unless the model is trusted with remote
+    code and the folder's tokenizer is its own code (`custom_tokenizer`)."""
     from transformers import AutoTokenizer
 
-    if Path(path).is_dir() and not tokenizer_files(path):
+    if Path(path).is_dir() and not tokenizer_files(path) and not (trust_remote_code and custom_tokenizer(path)):
         wanted = ", or ".join(" + ".join(names) for names in TOKENIZER_FILE_SETS)
         raise FileNotFoundError(f"no tokenizer files in the folder: it needs {wanted}")
     tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
