@@ -70,7 +70,9 @@
     mem.lines.forEach(function (line) {
       var tr = el("tr");
       tr.appendChild(el("td", "", line.name));
-      tr.appendChild(el("td", "num", gib(line.gib)));
+      // From the exact bytes where given: the rounded gib of a line under 0.5 MiB is 0, which read "0.00 GiB"
+      // for a size that is not zero (the run page's estimate says "< 0.01 GiB" for it).
+      tr.appendChild(el("td", "num", gib(typeof line.bytes === "number" ? line.bytes / 1073741824 : line.gib)));
       tr.appendChild(el("td", "muted small", line.note));
       table.appendChild(tr);
     });
