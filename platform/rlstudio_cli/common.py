@@ -1,9 +1,9 @@
 """What every command shares: printing to stdout and stderr (`out`, `err`, `emit_json`, the
 `error: <field>: <message>` line), walking a paginated list (`paged`, `footer`), the id argument
 type, a time as `YYYY-MM-DD HH:MM`, and the one wait (`sleep`) that `runs watch` and
-`datasets upload --wait` poll with, and the question a deletion asks first (`confirmed`). The
-commands themselves live in `runs`, `runs_actions`, `catalog`, `projects`, `evaluations`, `exports`
-and `login`.
+`datasets upload --wait` poll with, and the question a deletion (or a sweep's stop) asks first (`confirmed`). The
+commands themselves live in `runs`, `runs_actions`, `catalog`, `projects`, `evaluations`, `exports`,
+`sweeps` and `login`.
 """
 from __future__ import annotations
 
@@ -80,16 +80,18 @@ def when(value: Any) -> str:
     return text[:16].replace("T", " ") if len(text) >= 16 and text[10:11] == "T" else text
 
 
-def confirmed(args, question: Callable[[], str], *, what: str) -> bool:
-    """Whether to go on with a deletion that cannot be undone: yes with `--yes`; else asked on the
-    terminal (`question()` on stderr, the answer from stdin; only `y` or `yes` goes on). When stdin is
-    not a terminal (a script, CI) nobody can answer: refused naming `--yes` (exit 2) before `question`
-    is called. `what` ("a run") is what the refusal says is deleted."""
+def confirmed(args, question: Callable[[], str], *, what: str = "", refusal: str | None = None,
+              final: bool = True) -> bool:
+    """Whether to go on with a deletion that cannot be undone (or, with `final` false, another action
+    worth a question: stopping a sweep's runs): yes with `--yes`; else asked on the terminal
+    (`question()` on stderr, the answer from stdin; only `y` or `yes` goes on). When stdin is not a
+    terminal (a script, CI) nobody can answer: refused naming `--yes` (exit 2) before `question` is
+    called. `what` ("a run") is what the refusal says is deleted; `refusal` replaces its whole text."""
     if args.yes:
         return True
     if not sys.stdin.isatty():
-        raise ClientError(f"deleting {what} cannot be undone: pass --yes to delete it without being asked",
-                          field="--yes", exit_code=2)
-    sys.stderr.write(f"{question()} This cannot be undone. [y/N] ")
+        raise ClientError(refusal or f"deleting {what} cannot be undone: pass --yes to delete it without being "
+                          "asked", field="--yes", exit_code=2)
+    sys.stderr.write(f"{question()}{' This cannot be undone.' if final else ''} [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")

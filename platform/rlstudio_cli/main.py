@@ -8,8 +8,8 @@
 This module owns the command line and nothing behind it: the argument parser (every command, its
 flags and which function runs it), the dispatch (login, or a `Client` from the resolved URL and token
 handed to the command) and `main()`, which turns a `ClientError` into `error: ...` lines and an exit
-status. The commands live in `runs`, `runs_actions`, `catalog`, `projects`, `evaluations`, `exports` and
-`login`; HTTP and settings in `client`.
+status. The commands live in `runs`, `runs_actions`, `catalog`, `projects`, `evaluations`, `exports`,
+`sweeps` and `login`; HTTP and settings in `client`.
 
 Exit status: 0 done; 1 the platform could not be reached or failed (5xx), a watched run did not
 succeed, or a deletion was not answered yes; 2 the request was refused (a 4xx, the API's error printed as `error: <field>: <message>`) or
@@ -34,6 +34,7 @@ from .projects import (cmd_projects_create, cmd_projects_delete, cmd_projects_ed
 from .runs import (cmd_runs_launch, cmd_runs_list, cmd_runs_logs, cmd_runs_metrics, cmd_runs_resume,
                    cmd_runs_show, cmd_runs_stop, cmd_runs_watch)
 from .runs_actions import cmd_runs_clone, cmd_runs_delete, cmd_runs_fork
+from .sweeps import cmd_sweeps_launch, cmd_sweeps_list, cmd_sweeps_show, cmd_sweeps_stop
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -160,6 +161,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="give up (exit 1) when the run has not ended after this long (default: wait for it)")
     p.add_argument("--metric", "-m", action="append", help="metrics to show (repeat, or comma-separated)")
+
+    sweeps = sub.add_parser("sweeps", help="list, show, launch and stop sweeps (a grid or random search)"
+                            ).add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _list_flags(command(sweeps, "list", "your sweeps (staff: everyone's), newest first", cmd_sweeps_list))
+    p = command(sweeps, "show", "one sweep: its mode, seed, axes and runs (the best marked)", cmd_sweeps_show)
+    p.add_argument("id", type=id_arg)
+    p.add_argument("--metric", help="what the best run is chosen by: reward or a held-out val-core metric "
+                   "(default: the held-out metric most runs report, else reward)")
+    p.add_argument("--json", action="store_true")
+    p = command(sweeps, "launch", "launch a sweep: a run per combination of the axes' values, or with --random "
+                "--runs N runs drawn from them (POST /api/v1/sweeps/)", cmd_sweeps_launch)
+    p.add_argument("--name", required=True, help="each run is named <name>/<key=value,...>")
+    p.add_argument("--dataset", type=id_arg, help="a ready dataset's id (required)")
+    p.add_argument("--model", type=id_arg, help="a model's id (required)")
+    p.add_argument("--val-dataset", type=id_arg)
+    p.add_argument("--reward-model", type=id_arg, help="a catalog reward model's id")
+    config = p.add_mutually_exclusive_group()
+    config.add_argument("--preset", help="a trainer recipe (default cpu_smoke)")
+    config.add_argument("--config", metavar="FILE", help="a whole trainer config, .json or .yaml")
+    config.add_argument("--config-id", type=id_arg, help="a saved config's id")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a dotted config key for every run (repeat it)")
+    p.add_argument("--axis", action="append", metavar="KEY=VALUES",
+                   help="a config key and its values, KEY=V1,V2,... (read as the web form reads them); with "
+                   "--random also a range KEY=MIN..MAX[:log][:int] (repeat it: 1 to 4 axes)")
+    p.add_argument("--random", action="store_true", help="random search: --runs N runs drawn from the axes")
+    p.add_argument("--runs", type=int, help="with --random: how many runs to draw")
+    p.add_argument("--seed", type=int, help="with --random: the seed (default: the server picks one and shows it)")
+    p.add_argument("--gpus", type=int, default=0, help="GPUs of each run (default 0: the CPU)")
+    p.add_argument("--tool-set", help="a registered tool set's name")
+    p.add_argument("--json", action="store_true")
+    p = command(sweeps, "stop", "stop every run of a sweep that has not ended (a queued one at once)",
+                cmd_sweeps_stop)
+    p.add_argument("id", type=id_arg)
+    _yes_flag(p)
+    p.add_argument("--json", action="store_true")
 
     datasets = sub.add_parser("datasets", help="list and upload datasets").add_subparsers(
         dest="command", metavar="COMMAND", required=True)
