@@ -31,7 +31,7 @@ MAX_SEED = 2**31 - 1
 SCALES = ("linear", "log")
 TYPES = ("float", "int")
 MAX_BOUND = 1e15  # the largest magnitude of a range's end
-TRIES_PER_RUN = 200  # draws spent per run looking for a point not drawn before
+TRIES_PER_RUN = 200  # draws in a row spent looking for a point not drawn before, before giving up
 RANGE_KEYS = {"key", "min", "max", "scale", "type"}
 
 
@@ -186,7 +186,8 @@ def space_size(axes: Sequence[SweepAxis]) -> int | None:
 def draw_points(axes: Sequence[SweepAxis], runs: int, seed: int) -> list[GridPoint]:
     """`runs` distinct points drawn from `axes` with `random.Random(seed)` (module docstring), as grid
     points (index from 0, params {key: value} in the axes' order); AxesInvalid on `runs` when the axes
-    hold fewer distinct points, or when TRIES_PER_RUN draws per run found no more."""
+    hold fewer distinct points, or when TRIES_PER_RUN draws in a row found no new one (so a space that
+    rounding leaves a handful of points costs a few hundred draws, not TRIES_PER_RUN x runs)."""
     size = space_size(axes)
     if size is not None and runs > size:
         raise AxesInvalid(f"the axes hold {size} distinct point{'s' if size != 1 else ''}, fewer than the "
@@ -195,18 +196,21 @@ def draw_points(axes: Sequence[SweepAxis], runs: int, seed: int) -> list[GridPoi
     rng = random.Random(seed)
     points: list[GridPoint] = []
     seen: set[str] = set()
-    for _ in range(TRIES_PER_RUN * runs):
+    misses = 0
+    while misses < TRIES_PER_RUN:
         params = {a.key: (rng.choice(a.values) if isinstance(a, Axis) else a.draw(rng)) for a in axes}
         canon = repr([(type(v).__name__, v) for v in params.values()])
         if canon in seen:
+            misses += 1
             continue
+        misses = 0
         seen.add(canon)
         points.append(GridPoint(index=len(points), params=params))
         if len(points) == runs:
             return points
-    raise AxesInvalid(f"only {len(points)} distinct points were drawn in {TRIES_PER_RUN * runs} tries (rounded "
-                      f"to {SIG_DIGITS} significant digits, the ranges hold few): ask for fewer runs or widen them",
-                      field="runs")
+    raise AxesInvalid(f"only {len(points)} of the {runs} distinct points asked for could be drawn "
+                      f"(rounded to {SIG_DIGITS} significant digits, the ranges hold few; {TRIES_PER_RUN} draws in a "
+                      "row found no new one): ask for fewer runs or widen them", field="runs")
 
 
 RANGE_TEXT = re.compile(r"^\s*(?P<low>\S+?)\s*\.\.\s*(?P<high>\S+)(?P<words>(?:\s+\w+)*)\s*$")

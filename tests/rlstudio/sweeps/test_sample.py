@@ -11,6 +11,7 @@ import pytest
 from rlstudio.sweeps.grid import AxesInvalid, Axis, clean_axes
 from rlstudio.sweeps.sample import (
     MAX_SEED,
+    TRIES_PER_RUN,
     RangeAxis,
     axis_text,
     clean_random_axes,
@@ -91,6 +92,24 @@ def test_a_range_too_narrow_for_distinct_rounded_draws_is_refused_on_runs():
     with pytest.raises(AxesInvalid) as exc:
         draw_points(axes, 3, seed=0)
     assert exc.value.field == "runs" and "distinct points" in str(exc.value)
+
+
+def test_a_space_rounding_leaves_few_points_is_refused_after_a_few_hundred_draws(monkeypatch):
+    """4 ranges that round to one point each, 1000 runs asked: refused once TRIES_PER_RUN draws in a row
+    found nothing new. It drew TRIES_PER_RUN x runs = 200,000 points (about 2 s of a request) before."""
+    draws = []
+    real = RangeAxis.draw
+
+    def counted(self, rng):
+        draws.append(1)
+        return real(self, rng)
+
+    monkeypatch.setattr(RangeAxis, "draw", counted)
+    axes = clean_random_axes([{"key": k, "min": 1.0, "max": 1.0001} for k in "abcd"])
+    with pytest.raises(AxesInvalid) as exc:
+        draw_points(axes, 1000, seed=0)
+    assert exc.value.field == "runs" and "only 1 of the 1000 distinct points asked for could be drawn" in str(exc.value)
+    assert len(draws) == 4 * (TRIES_PER_RUN + 1)
 
 
 def test_round_sig():
