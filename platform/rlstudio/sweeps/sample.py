@@ -31,7 +31,11 @@ MAX_SEED = 2**31 - 1
 SCALES = ("linear", "log")
 TYPES = ("float", "int")
 MAX_BOUND = 1e15  # the largest magnitude of a range's end
-TRIES_PER_RUN = 200  # draws in a row spent looking for a point not drawn before, before giving up
+TRIES_PER_RUN = 200  # draws per run, all told, spent looking for points not drawn before
+# Draws in a row that found no new point before giving up early: a space that rounding leaves a handful
+# of points is refused after these, not after TRIES_PER_RUN x runs. Wide enough that a rare point (the
+# top of `1..16 log int`, drawn 1.1% of the time) is still found: 0.989^2000 ~ 1e-10.
+MISSES_IN_A_ROW = 2000
 RANGE_KEYS = {"key", "min", "max", "scale", "type"}
 
 
@@ -186,8 +190,8 @@ def space_size(axes: Sequence[SweepAxis]) -> int | None:
 def draw_points(axes: Sequence[SweepAxis], runs: int, seed: int) -> list[GridPoint]:
     """`runs` distinct points drawn from `axes` with `random.Random(seed)` (module docstring), as grid
     points (index from 0, params {key: value} in the axes' order); AxesInvalid on `runs` when the axes
-    hold fewer distinct points, or when TRIES_PER_RUN draws in a row found no new one (so a space that
-    rounding leaves a handful of points costs a few hundred draws, not TRIES_PER_RUN x runs)."""
+    hold fewer distinct points, or when TRIES_PER_RUN x runs draws, or MISSES_IN_A_ROW in a row, found no
+    more (so a space that rounding leaves a handful of points costs a few thousand draws at most)."""
     size = space_size(axes)
     if size is not None and runs > size:
         raise AxesInvalid(f"the axes hold {size} distinct point{'s' if size != 1 else ''}, fewer than the "
@@ -197,7 +201,9 @@ def draw_points(axes: Sequence[SweepAxis], runs: int, seed: int) -> list[GridPoi
     points: list[GridPoint] = []
     seen: set[str] = set()
     misses = 0
-    while misses < TRIES_PER_RUN:
+    for _ in range(TRIES_PER_RUN * runs):
+        if misses >= MISSES_IN_A_ROW:
+            break
         params = {a.key: (rng.choice(a.values) if isinstance(a, Axis) else a.draw(rng)) for a in axes}
         canon = repr([(type(v).__name__, v) for v in params.values()])
         if canon in seen:
@@ -209,8 +215,7 @@ def draw_points(axes: Sequence[SweepAxis], runs: int, seed: int) -> list[GridPoi
         if len(points) == runs:
             return points
     raise AxesInvalid(f"only {len(points)} of the {runs} distinct points asked for could be drawn "
-                      f"(rounded to {SIG_DIGITS} significant digits, the ranges hold few; {TRIES_PER_RUN} draws in a "
-                      "row found no new one): ask for fewer runs or widen them", field="runs")
+                      f"(rounded to {SIG_DIGITS} significant digits, the ranges hold few): ask for fewer runs or widen them", field="runs")
 
 
 RANGE_TEXT = re.compile(r"^\s*(?P<low>\S+?)\s*\.\.\s*(?P<high>\S+)(?P<words>(?:\s+\w+)*)\s*$")

@@ -11,7 +11,7 @@ import pytest
 from rlstudio.sweeps.grid import AxesInvalid, Axis, clean_axes
 from rlstudio.sweeps.sample import (
     MAX_SEED,
-    TRIES_PER_RUN,
+    MISSES_IN_A_ROW,
     RangeAxis,
     axis_text,
     clean_random_axes,
@@ -94,9 +94,9 @@ def test_a_range_too_narrow_for_distinct_rounded_draws_is_refused_on_runs():
     assert exc.value.field == "runs" and "distinct points" in str(exc.value)
 
 
-def test_a_space_rounding_leaves_few_points_is_refused_after_a_few_hundred_draws(monkeypatch):
-    """4 ranges that round to one point each, 1000 runs asked: refused once TRIES_PER_RUN draws in a row
-    found nothing new. It drew TRIES_PER_RUN x runs = 200,000 points (about 2 s of a request) before."""
+def test_a_space_rounding_leaves_few_points_is_refused_after_a_few_thousand_draws(monkeypatch):
+    """4 ranges that round to one point each, 1000 runs asked: refused once MISSES_IN_A_ROW draws in a
+    row found nothing new. It drew TRIES_PER_RUN x runs = 200,000 points (about 2 s of a request) before."""
     draws = []
     real = RangeAxis.draw
 
@@ -109,7 +109,14 @@ def test_a_space_rounding_leaves_few_points_is_refused_after_a_few_hundred_draws
     with pytest.raises(AxesInvalid) as exc:
         draw_points(axes, 1000, seed=0)
     assert exc.value.field == "runs" and "only 1 of the 1000 distinct points asked for could be drawn" in str(exc.value)
-    assert len(draws) == 4 * (TRIES_PER_RUN + 1)
+    assert len(draws) == 4 * (MISSES_IN_A_ROW + 1)
+
+
+def test_a_rare_point_is_still_found_when_every_point_is_asked_for():
+    """`1..16 log int` draws 16 1.1% of the time; all 16 asked for, over many seeds, are always drawn."""
+    axes = clean_random_axes([{"key": "n", "min": 1, "max": 16, "scale": "log", "type": "int"}])
+    for seed in range(300):
+        assert sorted(p.params["n"] for p in draw_points(axes, 16, seed=seed)) == list(range(1, 17))
 
 
 def test_round_sig():
