@@ -126,6 +126,20 @@ def test_compose_gives_dataset_validations_and_playground_sessions_workers_of_th
     assert main[3] == "worker" and "-Q" not in main  # the default queue: runs, stops, the reconcile
 
 
+def test_compose_playground_worker_has_a_process_per_admitted_session():
+    """As make run's (launcher/workers.py): as many processes as the site admits sessions, one number for
+    both (a session admitted beyond the worker's processes waits out its 120 s and is dropped)."""
+    from rlstudio.config.env import PLAYGROUND_MAX_ACTIVE_DEFAULT
+
+    services = _resolved()["services"]
+    raw = services["worker-playground"]["command"]
+    assert "--concurrency=${RLSTUDIO_PLAYGROUND_MAX_ACTIVE:-4}" in raw and "--max-tasks-per-child=1" in raw
+    for name in APP_SERVICES:
+        assert services[name]["environment"]["RLSTUDIO_PLAYGROUND_MAX_ACTIVE"] == \
+            "${RLSTUDIO_PLAYGROUND_MAX_ACTIVE:-4}", name
+    assert _value("${RLSTUDIO_PLAYGROUND_MAX_ACTIVE:-4}") == str(PLAYGROUND_MAX_ACTIVE_DEFAULT)
+
+
 def _free_port() -> int:
     import socket
 
