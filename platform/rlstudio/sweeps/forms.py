@@ -73,6 +73,8 @@ class SweepForm(forms.Form):
                 self.add_error(f"axis_values_{i}", f"axis {i}: {exc}")
         cleaned["axes"] = axes
         cleaned["mode"] = cleaned.get("mode") or SweepMode.GRID  # not sent: a grid, as before the choice
+        if cleaned["mode"] == SweepMode.GRID:  # the random-search boxes, left filled after switching back
+            cleaned["runs"] = cleaned["seed"] = None
         return cleaned
 
     def override_list(self) -> list[str]:

@@ -158,7 +158,6 @@ def test_the_form_shows_the_mode_choice_runs_and_seed(alice):
     ({"runs": "5", "axis_values_1": "1e-6, 3e-6"}, "runs", "4 distinct points"),
     ({"seed": "-3"}, "seed", ""),
     ({"axis_values_2": "2.." + "9" * 400}, "axis_values_2", "finite number"),  # was an OverflowError: 500
-    ({"mode": "grid", "axis_values_1": "1e-6", "seed": ""}, "runs", "for random search"),
 ])
 def test_the_form_puts_a_random_refusal_on_its_row_or_field(alice, ready, extra, field, text):
     resp = _client(alice).post("/sweeps/new/", _form(ready, **extra))
@@ -167,3 +166,12 @@ def test_the_form_puts_a_random_refusal_on_its_row_or_field(alice, ready, extra,
     assert field in errors, errors
     assert text in " ".join(errors[field])
     _nothing_left()
+
+
+def test_a_grid_ignores_the_random_boxes_left_filled(alice, ready):
+    """Switching the form back to grid after typing Runs and Seed launches the grid (the boxes are random
+    search's only); the API, which has no boxes, still refuses runs or seed on a grid."""
+    resp = _client(alice).post("/sweeps/new/", _form(ready, mode="grid", axis_values_1="1e-6, 3e-6"))
+    assert resp.status_code == 302, resp.content.decode()[-3000:]
+    sweep = Sweep.objects.get(name="form-rnd")
+    assert (sweep.mode, sweep.seed, sweep.sweep_runs.count()) == ("grid", None, 4)
