@@ -1,4 +1,4 @@
-"""URLs of the accounts app: login, logout, profile and tokens."""
+"""URLs of the accounts app: login, logout, profile, tokens and the user's password change."""
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
@@ -10,6 +10,7 @@ urlpatterns = [
     path("profile/", views.profile, name="profile"),
     path("profile/tokens/", views.token_create, name="token_create"),
     path("profile/tokens/<int:token_id>/revoke/", views.token_revoke, name="token_revoke"),
+    path("profile/password/", views.PasswordChange.as_view(), name="password_change"),
 ]
 
 # Outside the namespace so that settings.LOGIN_URL = "login" resolves.

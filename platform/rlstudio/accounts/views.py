@@ -1,11 +1,14 @@
-"""Pages of the accounts app: the profile page with personal API tokens and the user's teams."""
+"""Pages of the accounts app: the profile page with personal API tokens and the user's teams, and the
+user's own password change."""
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
 from django.views.decorators.http import require_POST
 
 from .selectors import api_token_get_for, api_token_list_for
-from .services import ApiTokenRefused, api_token_create, api_token_revoke
+from .services import ApiTokenRefused, api_token_create, api_token_revoke, audit_record
 from .teams import teams_of
 
 
@@ -46,3 +49,26 @@ def token_revoke(request, token_id: int):
     api_token_revoke(token=token, by=request.user)
     messages.success(request, f"Token {token.key_prefix}… revoked.")
     return redirect("accounts:profile")
+
+
+class PasswordChange(auth_views.PasswordChangeView):
+    """The user changes their own password (the old one, then the new one twice, checked by the
+    site's AUTH_PASSWORD_VALIDATORS): back to the profile with a message, the change audited as
+    `account.password_change`. Django keeps this session signed in and signs out the user's other
+    sessions (their session hash no longer matches); API tokens are not touched. A refused form
+    answers 400 with the reason under its field."""
+
+    template_name = "accounts/password_change.html"
+    success_url = reverse_lazy("accounts:profile")
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        audit_record(actor=self.request.user, action="account.password_change", obj=self.request.user)
+        messages.success(self.request, "Password changed. Your other sessions are signed out; your API tokens "
+                                       "still work (revoke them below if they may have leaked).")
+        return response
+
+    def form_invalid(self, form):
+        response = super().form_invalid(form)
+        response.status_code = 400
+        return response
