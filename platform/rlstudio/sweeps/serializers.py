@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from rlstudio.runs.serializers import RunCreateSerializer
 
-from .models import Sweep
+from .models import Sweep, SweepMode
 
 
 class SweepCreateSerializer(RunCreateSerializer):
@@ -21,7 +21,7 @@ class SweepCreateSerializer(RunCreateSerializer):
                                            "1 to 4 axes; grid: one run per combination. Random search also takes "
                                            'ranges: {"key": ..., "min": 1e-7, "max": 1e-5, "scale": "log", '
                                            '"type": "float"}')
-    mode = serializers.ChoiceField(choices=["grid", "random"], default="grid",
+    mode = serializers.ChoiceField(choices=SweepMode.choices, default=SweepMode.GRID,
                                    help_text="grid: every combination; random: `runs` points drawn from the axes")
     runs = serializers.JSONField(required=False, default=None, allow_null=True,
                                  help_text="Random search: how many runs to draw (1 to RLSTUDIO_MAX_SWEEP_RUNS)")

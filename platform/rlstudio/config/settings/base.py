@@ -231,6 +231,7 @@ SPECTACULAR_SETTINGS = {
         "RegistryStatusEnum": "rlstudio.registry.models.RegistryStatus",
         "RewardKindEnum": "rlstudio.registry.models.RewardKind",
         "EvaluationStatusEnum": "rlstudio.evaluations.models.EvaluationStatus",
+        "SweepModeEnum": "rlstudio.sweeps.models.SweepMode",
     },
 }
 
