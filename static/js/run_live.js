@@ -406,6 +406,7 @@
   function sampleMatches(s) {
     const p = filterParams();
     if (p.has("step") && Number(p.get("step")) !== s.step) return false;
+    if (p.has("prompt_split") && p.get("prompt_split") !== s.prompt_split) return false;
     if (p.has("min_reward") && s.reward < Number(p.get("min_reward"))) return false;
     if (p.has("max_reward") && s.reward > Number(p.get("max_reward"))) return false;
     if (p.has("finish_reason") && p.get("finish_reason") !== s.finish_reason) return false;
