@@ -41,6 +41,8 @@ def alerts_page(request):
         "catalogue": list(R.CATALOGUE.values()), "ops": R.OPS,
         "webhooks": list(sel.webhooks_available()), "prefs": prefs, "routes": routes,
         "email_enabled": email_enabled(),
+        # e-mail boxes are shown off (their settings kept) while nothing can be mailed to this user
+        "can_email": email_enabled() and bool(user.email),
     })
 
 

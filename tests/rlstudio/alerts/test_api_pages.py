@@ -220,3 +220,26 @@ def test_yes_no_parameters_take_the_usual_words_and_refuse_others(alice, make_ru
                       ("/api/v1/alerts/notifications/?unread=maybe", "unread")]:
         resp = client.get(url)
         assert resp.status_code == 400 and resp.json()["error"]["field"] == name
+
+
+def test_email_boxes_are_off_while_nothing_can_be_mailed_and_keep_their_setting(alice, settings):
+    """No address on the account (or no mail server): the e-mail column is shown disabled and unticked,
+    and saving the form keeps the stored e-mail routes for when mail works."""
+    from rlstudio.alerts.models import NotificationSettings
+    from rlstudio.alerts.services import settings_update
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"  # mail works on the site
+    settings_update(user=alice, routes={"failed": ["app", "email"]})
+    page = Client()
+    page.force_login(alice)
+    html = page.get("/alerts/").content.decode()  # alice has no address
+    assert 'aria-label="failed by email (e-mail cannot be sent)"' in html
+    assert '<input type="hidden" name="failed:email" value="1">' in html
+    assert 'name="failed:email" value="1" aria-label' not in html  # no tickable box
+    page.post("/alerts/settings/", {"failed:app": "1", "failed:email": "1"})  # what the form sends
+    assert NotificationSettings.objects.get(user=alice).routes["failed"] == ["app", "email"]
+    alice.email = "alice@example.org"
+    alice.save()
+    html = page.get("/alerts/").content.decode()
+    assert 'name="failed:email" value="1" aria-label="failed by email" checked' in html
+    assert "e-mail cannot be sent" not in html

@@ -143,6 +143,9 @@ def test_lifecycle_notifications_follow_the_users_routes(alice, make_run):
     stopped = Notification.objects.get(user=alice, event="stopped")
     assert stopped.read and stopped.email  # not in the header (no "app"), but e-mailed
     assert email_send(stopped) and mail.outbox[-1].subject == f"[RL Studio] Run “run-2” (#{run2.pk}) stopped"
+    # The run's address is the delivery's to add (a link in the app, a line in the mail), not the body's.
+    assert "/runs/" not in failed.body and "/runs/" not in stopped.body
+    assert mail.outbox[-1].body.count(f"/runs/{run2.pk}/") == 1
 
 
 def test_started_after_waiting_in_the_queue(alice, make_run):

@@ -4,7 +4,6 @@ it runs after each transition's commit; where each event goes (app / e-mail / we
 NotificationSettings.routes."""
 from __future__ import annotations
 
-from django.conf import settings
 from django.db import transaction
 
 from rlstudio.runs.models import Run, RunStatus
@@ -65,17 +64,16 @@ def on_transition(made: TransitionMade) -> None:
 def _text(run: Run, event: str, made: TransitionMade, waited: str) -> tuple[str, str]:
     name = f"run “{run.name}” (#{run.pk})"
     step = f"step {run.step}" + (f" of {run.total_steps}" if run.total_steps else "")
-    url = f"{settings.RLSTUDIO_PUBLIC_URL.rstrip('/')}/runs/{run.pk}/"
     if event == "started":
-        return f"{name[0].upper()}{name[1:]} started", f"It waited in the queue: {waited}.\n{url}"
+        return f"{name[0].upper()}{name[1:]} started", f"It waited in the queue: {waited}."
     if event == "finished":
-        return f"{name[0].upper()}{name[1:]} finished", f"Succeeded at {step}.\n{url}"
+        return f"{name[0].upper()}{name[1:]} finished", f"Succeeded at {step}."
     if event == "failed":
-        return f"{name[0].upper()}{name[1:]} failed", f"At {step}:\n{first_lines(made.error)}\n{url}"
+        return f"{name[0].upper()}{name[1:]} failed", f"At {step}:\n{first_lines(made.error)}"
     if event == "lost":
-        return f"{name[0].upper()}{name[1:]} was lost", f"At {step}: {first_lines(made.error, 3)}\n{url}"
+        return f"{name[0].upper()}{name[1:]} was lost", f"At {step}: {first_lines(made.error, 3)}"
     paused = AlertFiring.objects.filter(run=run, paused=True).order_by("-id").first()
     why = f"Paused by an alert: {paused.message}\nResume it from its page." if paused else f"Stopped at {step}."
     if run.checkpoint_path:
         why += " A checkpoint was saved."
-    return f"{name[0].upper()}{name[1:]} stopped", f"{why}\n{url}"
+    return f"{name[0].upper()}{name[1:]} stopped", why
