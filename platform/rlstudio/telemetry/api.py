@@ -201,7 +201,7 @@ class _RunReadView(APIView):
         self.run = sel.run_visible(user=request.user, run_id=kwargs["run_id"])
 
 
-_STEP_MAX = 2**31 - 1  # MetricRow.step is a PostgreSQL integer
+STEP_MAX = 2**31 - 1  # MetricRow.step is a PostgreSQL integer
 _METRICS_PAGE = inline_serializer("MetricsPage", {
     "steps": inline_serializer("MetricRow", {
         "step": serializers.IntegerField(),
@@ -236,8 +236,8 @@ class RunMetricsView(_RunReadView):
     @list_params(*METRICS_LIST_PARAMETERS, paged=False, responses={200: _METRICS_PAGE})
     def get(self, request, run_id: int):
         params = request.query_params
-        after = int_param(params, "after_step", minimum=-1, maximum=_STEP_MAX)
-        since = int_param(params, "since_step", minimum=-1, maximum=_STEP_MAX)
+        after = int_param(params, "after_step", minimum=-1, maximum=STEP_MAX)
+        since = int_param(params, "since_step", minimum=-1, maximum=STEP_MAX)
         if after is not None and since is not None:
             raise ApiError("give after_step or its older name since_step, not both", field="since_step")
         after = after if after is not None else since

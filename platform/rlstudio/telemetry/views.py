@@ -32,7 +32,7 @@ from rlstudio.runs.selectors import (
 )
 
 from . import selectors as sel
-from .api import _STEP_MAX, prompt_key_from, sample_filter_from
+from .api import STEP_MAX, prompt_key_from, sample_filter_from
 from .models import RetentionMode, RunRetention, Sample
 from .tensorboard import tensorboard_folder
 
@@ -206,7 +206,7 @@ def sample_detail(request, run_id: int, sample_id: int):
 def _step_param(request) -> int:
     """`?step=` of a group page: an ApiError naming `step` when it is missing or not a step (the page
     answers 400 with the message, not a 404 that reads as if the run were not there)."""
-    step = int_param(request.GET, "step", minimum=0, maximum=_STEP_MAX)
+    step = int_param(request.GET, "step", minimum=0, maximum=STEP_MAX)
     if step is None:
         raise ApiError("step is required: the training step whose groups to show, e.g. ?step=3", field="step")
     return step
