@@ -93,7 +93,8 @@ def test_a_grid_launches_every_combination_and_show_marks_the_best(as_alice, ali
     assert "3e-06" in best[0] and re.search(r"^best by: +reward$", show.out, re.M), show.out
 
     listed = as_alice("sweeps", "list")
-    assert listed.code == 0 and f"{sweep.pk}   lr-by-n" in listed.out and LR in listed.out, listed
+    assert listed.code == 0 and re.search(rf"^{sweep.pk} +lr-by-n +grid +4 ", listed.out, re.M), listed
+    assert LR in listed.out, listed
     as_json = json.loads(as_alice("sweeps", "show", sweep.pk, "--json").out)
     assert [row["best"] for row in as_json["runs"]] == [False, False, True, False]
 

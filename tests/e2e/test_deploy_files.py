@@ -131,7 +131,7 @@ def test_compose_playground_worker_has_a_process_per_admitted_session():
     both (a session admitted beyond the worker's processes waits out its 120 s and is dropped)."""
     from rlstudio.config.env import PLAYGROUND_MAX_ACTIVE_DEFAULT
 
-    services = _resolved()["services"]
+    services = _compose()["services"]  # as written: docker-compose's config would expand the ${...}
     raw = services["worker-playground"]["command"]
     assert "--concurrency=${RLSTUDIO_PLAYGROUND_MAX_ACTIVE:-4}" in raw and "--max-tasks-per-child=1" in raw
     for name in APP_SERVICES:
