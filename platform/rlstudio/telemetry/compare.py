@@ -125,9 +125,11 @@ def downsample(steps: Sequence[int], ts: Sequence[float], values: Sequence[float
     return out_s, out_t, out_v
 
 
-def held_out_stats(points: Sequence[tuple[int, float | None]]) -> dict[str, Any] | None:
+def held_out_stats(points: Sequence[tuple[int, float | None]], *, first: bool = False) -> dict[str, Any] | None:
     """Best (highest) and last value of a held-out reward from its (step, value) points in step
-    order, with their steps; None when no point has a value. Ties for the best keep the earliest step."""
+    order, with their steps; None when no point has a value. Ties for the best keep the earliest step.
+    `first=True` adds the first value and its step ("first", "first_step": the run page's Summary card);
+    without it the dict has exactly the four keys the compare API, sweeps and export cards use."""
     valued = [(s, v) for s, v in points if v is not None and math.isfinite(v)]
     if not valued:
         return None
@@ -136,7 +138,10 @@ def held_out_stats(points: Sequence[tuple[int, float | None]]) -> dict[str, Any]
         if value > best:
             best_step, best = step, value
     last_step, last = valued[-1]
-    return {"best": best, "best_step": best_step, "last": last, "last_step": last_step}
+    stats = {"best": best, "best_step": best_step, "last": last, "last_step": last_step}
+    if first:
+        stats.update(first=valued[0][1], first_step=valued[0][0])
+    return stats
 
 
 def default_held_out(per_run: Sequence[Mapping[str, Any]]) -> str | None:
@@ -218,21 +223,29 @@ def metric_series(run_ids: Sequence[int], metrics: Sequence[str],
     return out
 
 
-def _held_out(run_ids: Sequence[int], keys: Sequence[str]) -> dict[int, dict[str, dict[str, Any]]]:
-    """{run id: {held-out metric: held_out_stats}} from the stored rows (never from a downsampled series)."""
+def _held_out(run_ids: Sequence[int], keys: Sequence[str], *,
+              first: bool = False) -> dict[int, dict[str, dict[str, Any]]]:
+    """{run id: {metric: held_out_stats}} from the stored rows (never from a downsampled series)."""
     result: dict[int, dict[str, dict[str, Any]]] = {run_id: {} for run_id in run_ids}
     for key in keys:
         for run_id, pts in _points(run_ids, key).items():
-            stats = held_out_stats([(step, value) for step, _t, value in pts])
+            stats = held_out_stats([(step, value) for step, _t, value in pts], first=first)
             if stats is not None:
                 result[run_id][key] = stats
     return result
 
 
-def held_out_of(run_id: int) -> dict[str, dict[str, Any]]:
-    """{held-out metric: held_out_stats} of one run (an export's model card reads it: rlstudio.exports.facts)."""
+def held_out_of(run_id: int, *, first: bool = False) -> dict[str, dict[str, Any]]:
+    """{held-out metric: held_out_stats} of one run (an export's model card reads it: rlstudio.exports.facts;
+    the sweep table; the run page's Summary card, with `first=True`)."""
     keys = [name for name in metric_names([run_id]) if HELD_OUT.match(name)]
-    return _held_out([run_id], keys)[run_id]
+    return _held_out([run_id], keys, first=first)[run_id]
+
+
+def train_reward_of(run_id: int) -> dict[str, Any] | None:
+    """The training reward (TRAIN_REWARD) of one run as held_out_stats(first=True) gives it (first, best,
+    last with their steps), from every stored row; None when the run reported none."""
+    return _held_out([run_id], [TRAIN_REWARD], first=True)[run_id].get(TRAIN_REWARD)
 
 
 def _duration_s(run, now) -> float | None:

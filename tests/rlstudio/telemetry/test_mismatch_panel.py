@@ -130,6 +130,7 @@ def test_chromium_draws_the_mismatch_group_and_colours_tokens_by_the_gap(alice_c
     sample = Sample.objects.get(run=run, seq=10)
     errors, unexpected = [], []
     handler = _serve(alice_client, [f"/runs/{run.pk}/", f"/api/v1/runs/{run.pk}/job-log/?tail=500",
+                                    f"/runs/{run.pk}/summary/card/",
                                     f"/runs/{run.pk}/samples/{sample.pk}/"], unexpected)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
