@@ -443,6 +443,11 @@ def test_launcher_runs_everything_and_stops_cleanly(tmp_path):
     rc = launched.stop()
     print(f"[measure] stopped in {time.monotonic() - t:.1f} s")
     assert rc == 0, launched.text()[-3000:]
+    # Ctrl-C's first step asked for the active runs' stop with a checkpoint (the demo run was force-stopped
+    # above, so there were none) before any child stopped.
+    assert re.search(r"stopping the active runs with a checkpoint first .*\n\[rlstudio\] +no active runs\n"
+                     r"\[rlstudio\] runs: done in ",
+                     launched.text()), launched.text()[-3000:]
     assert_all_gone(launched, procs)
     from rlstudio.launcher.layout import layout_for
 

@@ -2,7 +2,8 @@
 
 Order of start: (recover after a crashed launcher) → PostgreSQL → Redis → Ray head (in the
 background) → endpoints.json → migrate + demo admin → Celery worker and beat → Daphne; then wait
-for /healthz 200 and print the URL. SIGINT / SIGTERM stop the children in reverse order.
+for /healthz 200 and print the URL. SIGINT / SIGTERM first stop the active runs with a checkpoint
+(shutdown.py; a second signal skips that wait), then stop the children in reverse order.
 Services given by DATABASE_URL / REDIS_URL / RAY_ADDRESS are used as they are and not started.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from . import endpoints, postgres, ray_head, redis_server
 from .credentials import admin_credentials
 from .exposure import allowed_hosts_for_children, exposure_warnings
 from .layout import Layout, PortAllocator, layout_for, port_is_free
+from .shutdown import shutdown_stop_seconds, stop_runs
 from .supervisor import Supervisor, recover, total_rss
 from .workers import celery_processes, playground_slots
 from rlstudio.config.env import state_dir_from_env
@@ -74,15 +76,25 @@ class Launcher:
         self.owner = str(self.layout.state)
         self.sup = Supervisor(self.owner, self.layout.logs, self.layout.run)
         self.stop_signal: int | None = None
+        self.signals = 0  # how many stop signals came; a second one skips the wait for the runs
+        self.stopping_runs = False  # the runs' stop command is running (a second signal then skips it)
+        self.shutdown_stop_s = shutdown_stop_seconds(environ)
+        self.ready = False  # everything started: the runs' stop at shutdown applies
+        self.ray_started = False
+        self.env: dict[str, str] = {}
         self.t0 = time.monotonic()
         self._lock_fd: int | None = None
         self.demo = None  # the background `rlstudio_demo` child, until it has ended
 
     # -- signals ---------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
+        self.signals += 1
+        name = signal.Signals(signum).name
         if self.stop_signal is None:
             self.stop_signal = signum
-            say(f"{signal.Signals(signum).name}: stopping every process started here ...")
+            say(f"{name}: stopping every process started here ...")
+        elif self.signals == 2 and self.stopping_runs:
+            say(f"second {name}: not waiting for the runs any longer; stopping the processes now")
 
     def should_stop(self) -> bool:
         return self.stop_signal is not None
@@ -193,10 +205,12 @@ class Launcher:
                 self.sup, ports=ports, temp_dir=L.ray_temp, env=base_env, num_cpus=a.ray_cpus,
                 object_store_bytes=a.ray_object_store_mb * 1024 * 1024)
             ray_started = True
+            self.ray_started = True
         urls["RAY_DASHBOARD_URL"] = urls["RAY_ADDRESS"] if urls["RAY_ADDRESS"].startswith("http") else ""
         endpoints.write(L.endpoints, urls)
         self.urls = urls
         env = self._child_env(urls)
+        self.env = env
 
         user, password, source = admin_credentials(L.state, self.environ)
         boot_env = {**env, "RLSTUDIO_ADMIN_USER": user, "RLSTUDIO_ADMIN_PASSWORD": password}
@@ -233,6 +247,7 @@ class Launcher:
             self.demo = self.sup.spawn("demo", argv, env=env, cwd=REPO, grace=10.0, critical=False)
             say(f"preparing the demo in the background (logs/demo.log)  [{self._elapsed()}]")
         self.ready_s = time.monotonic() - self.t0
+        self.ready = True
         procs = self.sup.processes()
         url_host = "127.0.0.1" if a.host in ("0.0.0.0", "::") else a.host
         say("=" * 66)
@@ -248,7 +263,7 @@ class Launcher:
         say(f"  health: {json.dumps(health)}")
         say(f"  logs: {L.logs}/   state: {L.state}/")
         say(f"  memory: {total_rss(procs) / 2**20:.0f} MiB RSS over {len(procs)} processes")
-        say("  Ctrl-C stops everything.")
+        say("  Ctrl-C stops the active runs with a checkpoint, then everything (twice: at once).")
         say("=" * 66)
 
     def _take(self, alloc: PortAllocator, web_port: int) -> int:
@@ -321,7 +336,38 @@ class Launcher:
                    else f"NOT registered (exit {rc}), see logs/demo.log")
         say(f"demo content {outcome}  [{self._elapsed()}]")
 
+    def _stop_runs_first(self) -> None:
+        """Stop the active runs with a checkpoint while everything still runs (shutdown.py). Not when
+        no Ray head or Celery worker was started here (no run dies with this launcher, or nothing
+        would carry the stop), before start-up finished, with RLSTUDIO_SHUTDOWN_STOP_S=0, after a
+        second signal, or when the worker or the Ray head has already died."""
+        a = self.args
+        if not (self.ready and self.ray_started and not a.no_celery) or self.shutdown_stop_s <= 0:
+            return
+        if self.signals >= 2:
+            say("second signal: the runs are not stopped first")
+            return
+        needed = [c for c in self.sup.children if c.name in ("ray", "celery-worker")]
+        if len(needed) < 2 or not all(c.alive() for c in needed):
+            say("the Ray head or a Celery worker is down: the runs are not stopped first")
+            return
+        t = time.monotonic()
+        say(f"stopping the active runs with a checkpoint first (up to {self.shutdown_stop_s:g} s; "
+            "Ctrl-C again to skip) ...")
+        self.stopping_runs = True
+        try:
+            outcome = stop_runs(self.sup, env=self.env, cwd=REPO, manage_py=REPO / "manage.py",
+                                wait_s=self.shutdown_stop_s, skip=lambda: self.signals >= 2, say=say)
+        finally:
+            self.stopping_runs = False
+        if outcome == "failed":
+            say(f"stopping the runs failed; logs/shutdown.log:\n{self._tail('shutdown')}")
+        elif outcome == "timeout":
+            say("stopping the runs did not finish in time; see logs/shutdown.log")
+        say(f"runs: {outcome} in {time.monotonic() - t:.1f} s")
+
     def _shutdown(self) -> None:
+        self._stop_runs_first()
         t = time.monotonic()
         endpoints.remove(self.layout.endpoints)
         self.sup.stop_all()

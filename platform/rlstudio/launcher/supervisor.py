@@ -159,12 +159,16 @@ class Supervisor:
         return child
 
     def run_to_end(self, name: str, argv: list[str], *, env: dict[str, str], cwd: Path,
-                   timeout: float, should_stop: Callable[[], bool]) -> int:
-        """Run a one-shot child (migrate, …) to completion, supervised like the others."""
+                   timeout: float, should_stop: Callable[[], bool],
+                   on_poll: Callable[[], None] | None = None) -> int:
+        """Run a one-shot child (migrate, …) to completion, supervised like the others; `on_poll` is
+        called every 0.1 s while it runs and once after it ended (to relay its log, say)."""
         child = self.spawn(name, argv, env=env, cwd=cwd, critical=False)
         deadline = time.monotonic() + timeout
         try:
             while child.popen.poll() is None:
+                if on_poll is not None:
+                    on_poll()
                 if should_stop():
                     raise InterruptedError(f"stop requested while {name} ran")
                 if time.monotonic() > deadline:
@@ -175,6 +179,8 @@ class Supervisor:
                 self._stop_child(child)
             self.children.remove(child)
             child.pid_file.unlink(missing_ok=True)
+            if on_poll is not None:
+                on_poll()
         return child.popen.returncode
 
     def dead_critical(self) -> Child | None:

@@ -244,7 +244,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "INFO"},
     # A request naming a host not in ALLOWED_HOSTS (a scanner, a probe by IP) is one line saying which
     # host, not a traceback per request.
-    "loggers": {"django.security.DisallowedHost": {"handlers": ["console_one_line"], "propagate": False}},
+    # django-axes's start-up banner ("AXES: BEGIN version ...") is left out of every process's log and of
+    # the commands' output (make run relays rlstudio_stop_runs's lines); its lockout messages stay.
+    "loggers": {"django.security.DisallowedHost": {"handlers": ["console_one_line"], "propagate": False},
+                "axes.apps": {"level": "WARNING"}},
 }
 
 # --- Tunables (each overridable by the environment variable of the same name, read through
@@ -306,6 +309,8 @@ STATICFILES_FINDERS = [
 RLSTUDIO_PUBLIC_URL = env_str("RLSTUDIO_PUBLIC_URL", f"http://127.0.0.1:{PORT}")
 # Seconds between SIGTERM (graceful: finish the step, checkpoint, exit) and the forced SIGKILL.
 RLSTUDIO_STOP_GRACE_S = env_float("RLSTUDIO_STOP_GRACE_S", 60)
+# `make run`'s Ctrl-C: seconds it waits for the active runs it stops with a checkpoint (0: none stopped).
+RLSTUDIO_SHUTDOWN_STOP_S = env_float("RLSTUDIO_SHUTDOWN_STOP_S", 60)
 # How long a run's trainer may spend at exit flushing events to an unreachable ingest endpoint.
 RLSTUDIO_INGEST_CLOSE_TIMEOUT_S = env_float("RLSTUDIO_INGEST_CLOSE_TIMEOUT_S", 10)
 # Trackers (docs/security.md, "Trackers"): the operator's W&B and MLflow. A platform run may list wandb /

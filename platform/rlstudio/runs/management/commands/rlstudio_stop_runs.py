@@ -1,0 +1,121 @@
+"""`manage.py rlstudio_stop_runs [--wait S]`: stop every active run with a checkpoint, for a shutdown.
+
+The launcher (`make run`) runs it on the first Ctrl-C, before it stops any of its children: each
+running run is stopped through `runs.services.run_stop` with a checkpoint (the Stop button with "save
+a checkpoint" ticked: the trainer finishes its step, checkpoints and exits), on its owner's behalf; a
+run still submitting is stopped once it runs; a run already stopping is waited for. Queued runs stay
+queued (they start at the next start). It then waits up to --wait seconds (default
+RLSTUDIO_SHUTDOWN_STOP_S; 0: stop nothing) for them to reach a final state, following their jobs
+with the reconcile's own `reconcile_run` (so it does not depend on Celery beat's rhythm), and prints
+one line per run. Each run it asks gets the audit event `run.shutdown_stop` with the reason
+"stopped: the platform was shut down".
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from rlstudio.accounts.services import audit_record
+from rlstudio.runs import ray_jobs
+from rlstudio.runs.models import Run, RunStatus
+from rlstudio.runs.reconcile import reconcile_run
+from rlstudio.runs.services import RunNotPermitted, RunRefused, run_stop
+
+S = RunStatus
+ACTIVE = (S.SUBMITTING, S.RUNNING, S.STOPPING)
+REASON = "stopped: the platform was shut down"
+POLL_S = 1.0
+
+
+def _label(run: Run) -> str:
+    return f"run #{run.pk} “{run.name}”"
+
+
+def _ask(run: Run, say: Callable[[str], None]) -> bool:
+    """Stop a running run with a checkpoint on its owner's behalf; False when it had moved on meanwhile."""
+    try:
+        run_stop(run=run, by=run.owner, checkpoint=True)
+    except (RunRefused, RunNotPermitted) as exc:
+        say(f"{_label(run)}: not stopped ({exc})")
+        return False
+    audit_record(actor=None, action="run.shutdown_stop", obj=run, data={"reason": REASON, "checkpoint": True})
+    return True
+
+
+def _follow(run: Run) -> None:
+    """One reconcile of a stopping run (Ray's job state and the trainer's events → its status)."""
+    if run.status != S.STOPPING or not run.ray_submission_id:
+        return
+    try:
+        reconcile_run(run)
+    except ray_jobs.RayUnavailable:
+        pass  # the next poll (or the beat) tries again
+
+
+def _ended(run: Run) -> str:
+    step = f"step {run.step}" + (f" of {run.total_steps}" if run.total_steps else "")
+    if run.status == S.STOPPED:
+        saved = f"with a checkpoint ({run.checkpoint_path})" if run.checkpoint_path else "without a checkpoint"
+        return f"{_label(run)}: stopped at {step} {saved}"
+    return f"{_label(run)}: ended {run.status} at {step}"
+
+
+def stop_active_runs(*, wait_s: float, say: Callable[[str], None], poll_s: float = POLL_S,
+                     clock: Callable[[], float] = time.monotonic) -> dict[int, str]:
+    """Stop the active runs with a checkpoint and wait up to `wait_s` for them; run id → final status
+    (or the status it was still in when the wait ended)."""
+    runs = {r.pk: r for r in Run.objects.filter(status__in=ACTIVE).select_related("owner").order_by("pk")}
+    if not runs:
+        say("no active runs")
+        return {}
+    say(f"stopping {len(runs)} active run(s) with a checkpoint; waiting up to {wait_s:.0f} s")
+    asked: set[int] = set()
+    outcome: dict[int, str] = {}
+    deadline = clock() + wait_s
+    while True:
+        for pk, run in list(runs.items()):
+            run.refresh_from_db()
+            if run.status == S.RUNNING and pk not in asked:
+                asked.add(pk)
+                _ask(run, say)
+                run.refresh_from_db()
+            _follow(run)
+            run.refresh_from_db()
+            if run.is_terminal:
+                say(_ended(run))
+                outcome[pk] = run.status
+                del runs[pk]
+        if not runs or clock() >= deadline:
+            break
+        time.sleep(poll_s)
+    for pk, run in runs.items():
+        say(f"{_label(run)}: still {run.status} after the {wait_s:.0f} s wait (step {run.step}); "
+            "if its job ends with the Ray head, the next start marks it lost and Resume continues "
+            "from its last checkpoint")
+        outcome[pk] = run.status
+    return outcome
+
+
+class Command(BaseCommand):
+    help = "Stop every active run with a checkpoint and wait for them (the launcher's Ctrl-C)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--wait", type=float, default=None,
+                            help="seconds to wait for the runs to end (default RLSTUDIO_SHUTDOWN_STOP_S; 0: stop nothing)")
+
+    def handle(self, *args, wait: float | None = None, **options):
+        wait_s = float(settings.RLSTUDIO_SHUTDOWN_STOP_S) if wait is None else wait
+        if wait_s < 0:
+            raise CommandError(f"--wait must be 0 or more seconds, not {wait_s}")
+
+        def say(line: str) -> None:
+            self.stdout.write(line)
+            self.stdout.flush()
+
+        if wait_s == 0:
+            say("RLSTUDIO_SHUTDOWN_STOP_S is 0: runs are left as they are")
+            return
+        stop_active_runs(wait_s=wait_s, say=say)

@@ -1,0 +1,87 @@
+"""The launcher's first step on Ctrl-C (rlstudio.launcher.shutdown): RLSTUDIO_SHUTDOWN_STOP_S read as seconds,
+the stop command run as a supervised one-shot child whose lines reach the terminal as they come, and each
+way it can end (done, failed, skipped by a second signal, past its time). The command itself, against a
+real run, is tests/e2e/test_shutdown_stop_runs.py."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rlstudio.launcher import shutdown
+from rlstudio.launcher.supervisor import Supervisor
+
+
+def test_the_wait_comes_from_the_environment():
+    assert shutdown.shutdown_stop_seconds({}) == 60.0
+    assert shutdown.shutdown_stop_seconds({"RLSTUDIO_SHUTDOWN_STOP_S": " 0 "}) == 0.0
+    assert shutdown.shutdown_stop_seconds({"RLSTUDIO_SHUTDOWN_STOP_S": "2.5"}) == 2.5
+
+
+@pytest.mark.parametrize("raw", ["soon", "-1", "nan"])
+def test_a_wait_that_is_not_seconds_is_refused_naming_the_variable(raw):
+    with pytest.raises(SystemExit) as err:
+        shutdown.shutdown_stop_seconds({"RLSTUDIO_SHUTDOWN_STOP_S": raw})
+    assert "RLSTUDIO_SHUTDOWN_STOP_S" in str(err.value) and repr(raw) in str(err.value)
+
+
+def test_the_relay_says_complete_lines_once_and_skips_the_supervisors_header(tmp_path):
+    log = tmp_path / "shutdown.log"
+    log.write_text("an earlier start's line\n")
+    said: list[str] = []
+    relay = shutdown.LogRelay(log, said.append)
+    with open(log, "a") as f:
+        f.write("\n=== 2026-12-07 12:00:00 python manage.py rlstudio_stop_runs\nstopping 1 active run(s)")
+    relay()
+    assert said == []  # the header is not the command's, the second line is not complete yet
+    with open(log, "a") as f:
+        f.write(" with a checkpoint\nrun #3: stopped\n")
+    relay()
+    relay()
+    assert said == ["  stopping 1 active run(s) with a checkpoint", "  run #3: stopped"]
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    """A stand-in for manage.py: the launcher runs `python <it> rlstudio_stop_runs --wait S`."""
+    path = tmp_path / "fake_manage.py"
+    path.write_text("import sys, time\nargs = sys.argv[1:]\n" + body)
+    return path
+
+
+def _run(tmp_path, body, *, wait_s=5.0, skip=lambda: False):
+    logs, run = tmp_path / "logs", tmp_path / "run"
+    logs.mkdir(exist_ok=True)
+    run.mkdir(exist_ok=True)
+    sup = Supervisor(str(tmp_path), logs, run)
+    said: list[str] = []
+    outcome = shutdown.stop_runs(sup, env=dict(os.environ), cwd=tmp_path, manage_py=_script(tmp_path, body),
+                                 wait_s=wait_s, skip=skip, say=said.append)
+    assert sup.children == [] and not list(run.iterdir())  # the one-shot child is gone with its pid file
+    return outcome, said
+
+
+def test_done_relays_every_line_and_passes_the_wait(tmp_path):
+    outcome, said = _run(tmp_path, "print('asked', ' '.join(args), flush=True)\n"
+                                   "time.sleep(0.3)\nprint('run #1: stopped', flush=True)\n", wait_s=7)
+    assert outcome == "done"
+    assert said == ["  asked rlstudio_stop_runs --wait 7", "  run #1: stopped"]
+
+
+def test_a_failing_command_is_failed(tmp_path):
+    outcome, said = _run(tmp_path, "print('boom', flush=True)\nsys.exit(3)\n")
+    assert outcome == "failed" and said == ["  boom"]
+
+
+def test_a_second_signal_skips_the_wait(tmp_path):
+    t0 = time.monotonic()
+    outcome, _ = _run(tmp_path, "time.sleep(60)\n", skip=lambda: time.monotonic() - t0 > 0.5)
+    assert outcome == "skipped" and time.monotonic() - t0 < 20
+
+
+def test_a_command_past_its_time_is_timeout(tmp_path, monkeypatch):
+    monkeypatch.setattr(shutdown, "SLACK_S", 0.5)
+    t0 = time.monotonic()
+    outcome, _ = _run(tmp_path, "time.sleep(60)\n", wait_s=0.5)
+    assert outcome == "timeout" and time.monotonic() - t0 < 20
