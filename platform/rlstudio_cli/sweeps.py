@@ -92,7 +92,8 @@ def _end(text: str, whole: str) -> int | float:
     try:
         value = float(text)
     except ValueError:
-        raise _axis_error(whole, f"{text[:40]!r} is not a number (a range is MIN..MAX, e.g. 1e-7..1e-5:log)") \
+        raise _axis_error(whole, f"{text[:40]!r} is not a number (a range is MIN..MAX, e.g. 1e-7..1e-5:log; "
+                                 "one text value with '..' in it is written in double quotes: KEY='\"a..b\"')") \
             from None
     if not math.isfinite(value):
         raise _axis_error(whole, f"{text[:40]!r} is not a finite number")

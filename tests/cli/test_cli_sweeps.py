@@ -8,11 +8,14 @@ import io
 import json
 import re
 
+import pytest
+
 from django.utils import timezone
 
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.sweeps.models import Sweep
 from rlstudio.telemetry.models import MetricRow
+from rlstudio_cli.client import ClientError
 from rlstudio_cli.sweeps import parse_axis
 
 LR = "actor_rollout_ref.actor.optim.lr"
@@ -34,6 +37,11 @@ def test_axis_flags_read_values_as_the_web_form_and_ranges_with_their_words():
     assert parse_axis(f"{LR}=1e-7..1e-5:log") == {"key": LR, "min": 1e-7, "max": 1e-5, "scale": "log",
                                                    "type": "float"}
     assert parse_axis(f"{N}=1..64 log int") == {"key": N, "min": 1, "max": 64, "scale": "log", "type": "int"}
+    # One text value with ".." in it: quoted it is a value; bare it is a range whose error says how to quote it.
+    assert parse_axis('k="a..b"') == {"key": "k", "values": ["a..b"]}
+    with pytest.raises(ClientError) as refused:
+        parse_axis("k=a..b")
+    assert "'a' is not a number" in str(refused.value) and "KEY='\"a..b\"'" in str(refused.value)
 
 
 def test_random_search_draws_n_runs_in_the_ranges_and_the_seed_repeats_them(as_alice, alice, make_assets):
