@@ -29,11 +29,11 @@ from .evaluations import (SAMPLING, cmd_evaluations_delete, cmd_evaluations_list
                           cmd_evaluations_start, cmd_evaluations_stop, steps_arg)
 from .exports import cmd_exports_delete, cmd_exports_download, cmd_exports_list, cmd_exports_show, cmd_exports_start
 from .login import LOGIN_HINT, cmd_login
-from .projects import (cmd_projects_create, cmd_projects_delete, cmd_projects_edit, cmd_projects_list,
-                       cmd_projects_share, cmd_projects_show)
+from .projects import cmd_projects_create, cmd_projects_delete, cmd_projects_edit, cmd_projects_list, cmd_projects_show
 from .runs import (cmd_runs_launch, cmd_runs_list, cmd_runs_logs, cmd_runs_metrics, cmd_runs_resume,
                    cmd_runs_show, cmd_runs_stop, cmd_runs_watch)
 from .runs_actions import cmd_runs_clone, cmd_runs_delete, cmd_runs_fork
+from .sharing import add_share_flags, cmd_projects_share, cmd_runs_share
 from .sweeps import cmd_sweeps_launch, cmd_sweeps_list, cmd_sweeps_show, cmd_sweeps_stop
 
 
@@ -143,6 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ids", type=id_arg, nargs="+", metavar="ID")
     _yes_flag(p)
 
+    p = command(runs, "share", "who reads a run besides you and staff (read-only); change it with the flags",
+                cmd_runs_share)
+    p.add_argument("id", type=id_arg)
+    add_share_flags(p, visibility=True)
+
     p = command(runs, "metrics", "every metric row of a run", cmd_runs_metrics)
     p.add_argument("id", type=id_arg)
     fmt = p.add_mutually_exclusive_group()
@@ -243,12 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(projects, "share", "whom a project and its runs are shared with (read-only); change it with the "
                 "flags", cmd_projects_share)
     p.add_argument("id", type=id_arg)
-    for verb in ("add", "remove"):
-        p.add_argument(f"--{verb}-user", action="append", metavar="USER[,USER...]",
-                       help=f"{verb} a username (repeat it, or separate with commas)")
-        p.add_argument(f"--{verb}-team", action="append", metavar="TEAM[,TEAM...]",
-                       help=f"{verb} a team by name (one you are in)")
-    p.add_argument("--json", action="store_true")
+    add_share_flags(p, visibility=False)
 
     evaluations = sub.add_parser("evaluations", help="list, start, show, stop and delete evaluations of a run's "
                                  "checkpoints or of a catalog model").add_subparsers(dest="command", metavar="COMMAND",

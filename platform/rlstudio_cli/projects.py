@@ -1,8 +1,6 @@
 """`rlstudio projects ...`: list (GET /api/v1/projects/, paged, `scope` mine or shared), create NAME
 (POST with `name` and `description`), show ID (GET .../{id}/), edit ID (PATCH `name` and/or
-`description`), delete ID (DELETE; its runs stay, in no project) and share ID (GET, or PUT of the
-whole `users` and `teams` lists at .../{id}/sharing/: the command reads the lists, adds and removes the
-names given and sends the lists it changed). A project's runs are `rlstudio runs list --project ID`
+`description`), delete ID (DELETE; its runs stay, in no project); share ID is sharing.py's. A project's runs are `rlstudio runs list --project ID`
 (GET /api/v1/runs/?project=ID)."""
 from __future__ import annotations
 
@@ -73,42 +71,4 @@ def cmd_projects_delete(client: Client, args) -> int:
         return 1
     client.delete(f"projects/{args.id}/")
     out(f"project {args.id} deleted")
-    return 0
-
-
-def _names(values: list[str] | None) -> list[str]:
-    """Repeated and comma-separated names, in order, each once."""
-    return list(dict.fromkeys(n.strip() for v in values or [] for n in v.split(",") if n.strip()))
-
-
-def _changed(current: list[str], add: list[str], remove: list[str], flag: str) -> list[str] | None:
-    """The new list, or None when it stays as it is. Removing a name the list does not hold is refused
-    (a typo would otherwise pass for done)."""
-    missing = [n for n in remove if n not in current]
-    if missing:
-        raise ClientError(f"the project is not shared with {', '.join(missing)} (it is with: "
-                          f"{', '.join(current) or 'nobody'})", field=flag, exit_code=2)
-    new = [n for n in current if n not in remove] + [n for n in add if n not in current and n not in remove]
-    return None if new == current else new
-
-
-def cmd_projects_share(client: Client, args) -> int:
-    path = f"projects/{args.id}/sharing/"
-    sharing = client.get(path) or {}
-    users, teams = sharing.get("users") or [], sharing.get("teams") or []
-    body = {}
-    new_users = _changed(users, _names(args.add_user), _names(args.remove_user), "--remove-user")
-    new_teams = _changed(teams, _names(args.add_team), _names(args.remove_team), "--remove-team")
-    if new_users is not None:
-        body["users"] = new_users
-    if new_teams is not None:
-        body["teams"] = new_teams
-    if body:
-        sharing = client.request("PUT", path, body=body)
-    if args.json:
-        emit_json(sharing)
-        return 0
-    users, teams = sharing.get("users") or [], sharing.get("teams") or []
-    out(f"project {args.id} is shared with users: {cell(users) if users else 'none'}; "
-        f"teams: {cell(teams) if teams else 'none'}")
     return 0

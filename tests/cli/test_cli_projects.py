@@ -124,9 +124,9 @@ def test_share_adds_and_removes_users_and_teams(as_alice, alice, bob, make_user,
     assert not_there.code == 2, not_there
     assert not_there.err.strip() == "error: --remove-user: the project is not shared with bob (it is with: carol)"
     unknown = as_alice("projects", "share", project.pk, "--add-user", "nobody-here")
-    assert unknown.code == 2 and unknown.err.startswith("error: users: "), unknown
+    assert unknown.code == 2 and unknown.err.startswith("error: --add-user: no user named"), unknown
     foreign = as_alice("projects", "share", project.pk, "--add-team", "not-hers")
-    assert foreign.code == 2 and foreign.err.startswith("error: teams: ") and "no such team of yours" in foreign.err
+    assert foreign.code == 2 and foreign.err.startswith("error: --add-team: ") and "no such team of yours" in foreign.err
     assert list(project.shared_with.values_list("username", flat=True)) == ["carol"]
     assert list(project.shared_with_teams.values_list("name", flat=True)) == ["nlp"]
 
@@ -134,3 +134,26 @@ def test_share_adds_and_removes_users_and_teams(as_alice, alice, bob, make_user,
     assert cleared.out.strip() == f"project {project.pk} is shared with users: none; teams: none", cleared
     gone = cli("--url", server, "--token", token_of(bob), "runs", "show", run.pk)
     assert gone.code == 2 and gone.err.startswith("error: Not found."), gone
+
+
+def test_a_share_keeps_a_change_made_after_the_command_read_the_sharing(as_alice, alice, make_user, monkeypatch):
+    """The command sends the names it adds, not a whole list: a user shared with between its read and its
+    write stays shared with (the server applies the change under the project's lock)."""
+    from rlstudio.projects.services import project_share
+    from rlstudio_cli.client import Client
+
+    make_user("carol")
+    make_user("dave")
+    project = project_create(owner=alice, name="race")
+    real_get = Client.get
+
+    def get_then_someone_shares(self, path, **params):
+        answer = real_get(self, path, **params)
+        if path.endswith("/sharing/"):
+            project_share(project=project, by=alice, add=["dave"])  # another tab, another client
+        return answer
+
+    monkeypatch.setattr(Client, "get", get_then_someone_shares)
+    r = as_alice("projects", "share", project.pk, "--add-user", "carol")
+    assert r.code == 0 and r.out.strip() == f"project {project.pk} is shared with users: carol,dave; teams: none", r
+    assert sorted(project.shared_with.values_list("username", flat=True)) == ["carol", "dave"]

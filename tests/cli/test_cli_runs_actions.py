@@ -4,6 +4,7 @@ and a delete that needs --yes (or a `y` typed on a terminal)."""
 from __future__ import annotations
 
 import io
+import json
 
 from rlstudio.runs.models import Run, RunStatus
 
@@ -79,3 +80,33 @@ def test_delete_needs_yes_or_a_yes_typed_on_a_terminal(as_alice, alice, make_run
     Run.objects.filter(pk=other.pk).update(status=RunStatus.FAILED)
     assert as_alice("runs", "delete", other.pk, "-y").code == 0
     assert not Run.objects.exists()
+
+
+def test_share_shows_and_changes_who_reads_a_run(as_alice, alice, bob, make_run, server, token_of, cli):
+    from rlstudio.accounts.models import Team
+
+    team = Team.objects.create(name="nlp")
+    team.user_set.add(alice)
+    run, _token = make_run(alice, "shared-one")
+    shown = as_alice("runs", "share", run.pk)
+    assert shown.code == 0, shown
+    assert shown.out.strip() == f"run {run.pk} is shared with visibility: private; users: none; teams: none"
+    as_bob = cli("--url", server, "--token", token_of(bob), "runs", "show", run.pk)
+    assert as_bob.code == 2, as_bob  # not shared yet: a 404
+
+    added = as_alice("runs", "share", run.pk, "--add-user", "bob", "--add-team", "nlp", "--visibility", "everyone")
+    assert added.code == 0, added
+    assert added.out.strip() == f"run {run.pk} is shared with visibility: everyone; users: bob; teams: nlp"
+    assert cli("--url", server, "--token", token_of(bob), "runs", "show", run.pk).code == 0
+    refused = cli("--url", server, "--token", token_of(bob), "runs", "share", run.pk, "--add-user", "alice")
+    assert refused.code == 2, refused  # a reader reads; only the owner and staff share
+
+    typo = as_alice("runs", "share", run.pk, "--remove-user", "bobb")
+    assert typo.code == 2 and typo.err.strip() == \
+        "error: --remove-user: the run is not shared with bobb (it is with: bob)", typo
+    owner = as_alice("runs", "share", run.pk, "--add-user", "alice")
+    assert owner.code == 2 and owner.err.strip() == "error: --add-user: alice owns the run already", owner
+    back = as_alice("runs", "share", run.pk, "--remove-user", "bob", "--remove-team", "nlp", "--visibility",
+                    "private", "--json")
+    assert back.code == 0 and json.loads(back.out) == {"visibility": "private", "users": [], "teams": []}, back
+    assert Run.objects.get(pk=run.pk).visibility == "private"

@@ -1,7 +1,7 @@
 """API views of projects (docs/api.md "Projects"): /api/v1/projects/ (list, create), /projects/{id}/
 (GET, PATCH name and description, DELETE: the runs stay, out of any project), /projects/{id}/sharing/
-(GET, PUT: users and teams). Views only translate HTTP to the services: ProjectInputInvalid is a 400 naming the field,
-ProjectNotPermitted a 403 (a user the project is shared with reads it only); a project the caller
+(GET, PUT: the lists of users and teams; PATCH: names added and taken away). Views only translate
+HTTP to the services: ProjectInputInvalid is a 400 naming the field, ProjectNotPermitted a 403 (a user the project is shared with reads it only); a project the caller
 does not see is a 404. A project's runs are GET /api/v1/runs/?project=<id>."""
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status as http
@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from rlstudio.api.errors import ApiError
 from rlstudio.api.params import ListParamsMixin
+from rlstudio.runs.serializers import SharingChangeSerializer
 
 from .errors import ProjectInputInvalid, ProjectNotPermitted
 from .selectors import PROJECT_SCOPES, project_get_for, project_list_for, project_shared_teams, project_shared_users
@@ -92,11 +93,12 @@ class ProjectViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(methods=["GET"], request=None, responses={200: ProjectSharingSerializer})
     @extend_schema(methods=["PUT"], request=ProjectSharingSerializer, responses={200: ProjectSharingSerializer})
-    @action(detail=True, methods=["get", "put"])
+    @extend_schema(methods=["PATCH"], request=SharingChangeSerializer, responses={200: ProjectSharingSerializer})
+    @action(detail=True, methods=["get", "put", "patch"])
     def sharing(self, request, pk=None):
         """Whom the project, and every run in it, is shared with read-only: users and teams (owner or
-        staff only; PUT replaces the lists it names, audited; a team the caller is not in, or none of
-        that name, is a 400 on `teams`)."""
+        staff only; PUT replaces the lists it names, PATCH adds and takes away names at once; audited; a
+        team the caller is not in, or none of that name, is a 400 on `teams` / `add_teams`)."""
         project = self._project(pk)
         check_can_manage_project(user=request.user, project=project, action="see or change the sharing of")
         if request.method == "PUT":
@@ -107,6 +109,16 @@ class ProjectViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
                                field="users")
             project_share(project=project, by=request.user, users=s.validated_data.get("users"),
                           teams=s.validated_data.get("teams"))
+        elif request.method == "PATCH":
+            s = SharingChangeSerializer(data=request.data)
+            s.is_valid(raise_exception=True)
+            d = s.validated_data
+            try:
+                project_share(project=project, by=request.user, add=d.get("add_users") or (),
+                              remove=d.get("remove_users") or (), add_teams=d.get("add_teams") or (),
+                              remove_teams=d.get("remove_teams") or ())
+            except ProjectInputInvalid as exc:  # only what is added is checked: name the field it came in
+                raise ApiError(str(exc), code="invalid", field=SharingChangeSerializer.field_of(exc.field)) from None
         return Response({"users": project_shared_users(project=project),
                          "teams": project_shared_teams(project=project)})
 

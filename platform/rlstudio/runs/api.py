@@ -46,6 +46,7 @@ from .serializers import (
     RunForkSerializer,
     RunLogsSerializer,
     RunSerializer,
+    RunSharingChangeSerializer,
     RunSharingSerializer,
     RunStopSerializer,
     RunUpdateSerializer,
@@ -235,10 +236,12 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(methods=["GET"], request=None, responses={200: RunSharingSerializer})
     @extend_schema(methods=["PUT"], request=RunSharingSerializer, responses={200: RunSharingSerializer})
-    @action(detail=True, methods=["get", "put"])
+    @extend_schema(methods=["PATCH"], request=RunSharingChangeSerializer, responses={200: RunSharingSerializer})
+    @action(detail=True, methods=["get", "put", "patch"])
     def sharing(self, request, pk=None):
         """Who reads the run besides its owner and staff: its visibility, users and teams (owner or staff
-        only; PUT audited; a team the caller is not in, or none of that name, is a 400 on `teams`)."""
+        only; PUT replaces the lists it names, PATCH adds and takes away names at once; audited; a team the
+        caller is not in, or none of that name, is a 400 on `teams` / `add_teams`)."""
         run = self._run(pk)
         check_can_manage(user=request.user, run=run, action="see or change the sharing of")
         if request.method == "PUT":
@@ -249,6 +252,17 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
                           users=s.validated_data.get("users"), teams=s.validated_data.get("teams"))
             except RunInputInvalid as exc:
                 raise _invalid(exc) from None
+            run.refresh_from_db()
+        elif request.method == "PATCH":
+            s = RunSharingChangeSerializer(data=request.data)
+            s.is_valid(raise_exception=True)
+            d = s.validated_data
+            try:
+                run_share(run=run, by=request.user, visibility=d.get("visibility"), add=d.get("add_users") or (),
+                          remove=d.get("remove_users") or (), add_teams=d.get("add_teams") or (),
+                          remove_teams=d.get("remove_teams") or ())
+            except RunInputInvalid as exc:  # only what is added is checked: name the field it came in
+                raise ApiError(str(exc), code="invalid", field=RunSharingChangeSerializer.field_of(exc.field)) from None
             run.refresh_from_db()
         return Response({"visibility": run.visibility, "users": run_shared_users(run=run),
                          "teams": run_shared_teams(run=run)})

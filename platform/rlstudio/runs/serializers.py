@@ -294,6 +294,48 @@ class RunUpdateSerializer(serializers.Serializer):
         "A project of the run's owner to move the run into (its id), or null to take it out of its project."))
 
 
+def _names_field(help_text: str) -> serializers.ListField:
+    return serializers.ListField(child=serializers.CharField(trim_whitespace=False), required=False,
+                                 max_length=500, help_text=help_text)
+
+
+class SharingChangeSerializer(serializers.Serializer):
+    """PATCH .../sharing/ of a run or a project: names added to and taken from who reads it, applied at
+    once under the object's lock (no read-then-write: a change made meanwhile by someone else stays)."""
+
+    add_users = _names_field("Usernames to share with (each an active user, not the owner).")
+    remove_users = _names_field("Usernames to stop sharing with (one it is not shared with changes nothing).")
+    add_teams = _names_field("Team names to share with (each a team the caller is in; staff: any team).")
+    remove_teams = _names_field("Team names to stop sharing with (one it is not shared with changes nothing).")
+
+    NAME_FIELDS = ("add_users", "remove_users", "add_teams", "remove_teams")
+
+    @staticmethod
+    def field_of(service_field: str | None) -> str | None:
+        """The field of this request a sharing service's error on `users` / `teams` came in: only the
+        names added are checked there."""
+        return {"users": "add_users", "teams": "add_teams"}.get(service_field or "", service_field)
+
+    def validate(self, attrs):
+        if not any(attrs.get(name) for name in self.NAME_FIELDS) and attrs.get("visibility") is None:
+            first = "visibility, " if "visibility" in self.fields else ""
+            raise serializers.ValidationError(
+                {"add_users": f"nothing to change: give {first}add_users, remove_users, add_teams or remove_teams"})
+        for added, removed in (("add_users", "remove_users"), ("add_teams", "remove_teams")):
+            both = sorted({str(n).strip() for n in attrs.get(added) or ()} &
+                          {str(n).strip() for n in attrs.get(removed) or ()})
+            if both:
+                raise serializers.ValidationError({removed: f"{', '.join(both)} is also in {added}: give each once"})
+        return attrs
+
+
+class RunSharingChangeSerializer(SharingChangeSerializer):
+    """PATCH /api/v1/runs/{id}/sharing/: the run's visibility and names added or taken away."""
+
+    visibility = serializers.ChoiceField(choices=RunVisibility.values, required=False,
+                                         help_text="private (the owner, staff and its readers by name or team) or everyone.")
+
+
 class RunSharingSerializer(serializers.Serializer):
     """GET / PUT /api/v1/runs/{id}/sharing/: who reads the run besides its owner and staff."""
 
