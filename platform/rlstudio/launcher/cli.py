@@ -9,6 +9,7 @@ Services given by DATABASE_URL / REDIS_URL / RAY_ADDRESS are used as they are an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -367,7 +368,11 @@ class Launcher:
         say(f"runs: {outcome} in {time.monotonic() - t:.1f} s")
 
     def _shutdown(self) -> None:
-        self._stop_runs_first()
+        try:
+            self._stop_runs_first()
+        except Exception as exc:  # noqa: BLE001 — whatever fails there, every child below is still stopped
+            with contextlib.suppress(OSError):  # the terminal may be gone (SIGHUP): saying it may fail too
+                say(f"stopping the runs first failed ({type(exc).__name__}): {exc}")
         t = time.monotonic()
         endpoints.remove(self.layout.endpoints)
         self.sup.stop_all()

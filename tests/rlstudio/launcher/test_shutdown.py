@@ -85,3 +85,33 @@ def test_a_command_past_its_time_is_timeout(tmp_path, monkeypatch):
     t0 = time.monotonic()
     outcome, _ = _run(tmp_path, "time.sleep(60)\n", wait_s=0.5)
     assert outcome == "timeout" and time.monotonic() - t0 < 20
+
+
+def test_the_children_are_stopped_even_when_stopping_the_runs_first_raises(tmp_path, monkeypatch):
+    """Whatever goes wrong in the runs' stop (the terminal gone after a SIGHUP: writing to it is an
+    OSError; no room for the command's log), the launcher still stops every child it started (they run
+    in their own sessions: left alone, PostgreSQL, Redis, Ray, Celery and Daphne would outlive it)."""
+    from rlstudio.launcher import cli
+
+    base = {"RLSTUDIO_STATE_DIR": str(tmp_path), "PATH": os.environ["PATH"]}
+    launcher = cli.Launcher(cli.parse_args([], base), base)
+    launcher.layout.create()
+    launcher.ready = launcher.ray_started = True
+    for name in ("ray", "celery-worker"):
+        launcher.sup.spawn(name, ["sleep", "60"], env=dict(os.environ), cwd=tmp_path, grace=2.0)
+    children = list(launcher.sup.children)
+
+    def broken(*_a, **_kw):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(cli, "stop_runs", broken)
+    try:
+        launcher._shutdown()
+    except OSError:
+        pass
+    alive = [c.name for c in children if c.alive()]
+    for child in children:  # never leave a sleep behind, whatever the outcome
+        if child.alive():
+            child.popen.kill()
+            child.popen.wait()
+    assert alive == [] and launcher.sup.children == []
