@@ -326,6 +326,11 @@ class SharingChangeSerializer(serializers.Serializer):
                           {str(n).strip() for n in attrs.get(removed) or ()})
             if both:
                 raise serializers.ValidationError({removed: f"{', '.join(both)} is also in {added}: give each once"})
+        # A key this PATCH does not take (PUT's `users`, a typo, a project's `visibility`) is refused, not
+        # dropped while the rest is applied (as the run's own PATCH does).
+        extra = sorted(set(self.initial_data) - set(self.fields)) if hasattr(self.initial_data, "keys") else []
+        if extra:
+            raise serializers.ValidationError({extra[0]: f"not a field of this change (it takes {', '.join(self.fields)})"})
         return attrs
 
 

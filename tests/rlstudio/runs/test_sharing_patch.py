@@ -111,3 +111,21 @@ def test_a_runs_visibility_is_patched_with_or_without_names(alice, bob, make_run
     project = project_create(owner=alice, name="p")
     resp = api.patch(f"/api/v1/projects/{project.pk}/sharing/", {"visibility": "everyone"}, format="json")
     assert resp.status_code == 400 and resp.json()["error"]["field"] == "add_users"
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"visibility": "everyone", "add_users": ["bob"]}, "visibility"),  # a project has no visibility
+    ({"add_users": ["bob"], "users": []}, "users"),  # PUT's whole list, not a PATCH field
+    ({"add_users": ["bob"], "remove_user": ["carol"]}, "remove_user"),  # a typo
+])
+def test_a_field_the_patch_does_not_take_is_a_400_naming_it_and_changes_nothing(target, alice, bob, carol,
+                                                                                 body, field):
+    url, share = target
+    if field == "visibility" and "/runs/" in url:
+        return  # a run's visibility is one of its fields (test_a_runs_visibility_...)
+    share(add=["carol"])
+    api = api_client(alice)
+    resp = api.patch(url, body, format="json")
+    assert resp.status_code == 400, resp.content
+    assert resp.json()["error"]["field"] == field, resp.content
+    assert _sharing(api.get(url)) == {"users": ["carol"], "teams": []}
