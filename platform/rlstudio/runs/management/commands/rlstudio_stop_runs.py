@@ -108,7 +108,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, wait: float | None = None, **options):
         wait_s = float(settings.RLSTUDIO_SHUTDOWN_STOP_S) if wait is None else wait
-        if wait_s < 0:
+        if not wait_s >= 0:  # also NaN: its deadline never comes
             raise CommandError(f"--wait must be 0 or more seconds, not {wait_s}")
 
         def say(line: str) -> None:
