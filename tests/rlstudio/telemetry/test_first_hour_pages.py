@@ -42,13 +42,13 @@ def _ids(page: str) -> set[str]:
 def test_the_run_page_shows_its_live_views_before_its_forms(alice, run_with_val):
     page = _client(alice).get(f"/runs/{run_with_val.pk}/").content.decode()
     order = [page.index(f'id="{card}"') for card in (
-        "charts-card", "memory-card", "samples-card", "evaluations-card", "exports-card", "run-log-card",
+        "charts-card", "summary-card", "memory-card", "samples-card", "evaluations-card", "exports-card", "run-log-card",
         "memory-estimate", "run-annotate", "run-sharing", "run-alerts", "run-config")]
     assert order == sorted(order), order
     # Every in-page link leads to a card of this page (none dead).
     nav = page[page.index('id="run-jump"'):page.index("</nav>", page.index('id="run-jump"'))]
     targets = re.findall(r'href="#([^"]+)"', nav)
-    assert len(targets) == 10 and not set(targets) - _ids(page), targets
+    assert len(targets) == 11 and not set(targets) - _ids(page), targets
 
 
 def test_a_reader_gets_no_links_to_the_owners_forms(alice, bob, run_with_val):

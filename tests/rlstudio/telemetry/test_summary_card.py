@@ -105,7 +105,9 @@ def test_the_run_page_holds_the_placeholder_not_the_figures(alice, val_run):
     assert f'data-url="/runs/{val_run.pk}/summary/card/"' in card and "Loading" in card
     assert 'data-stat=' not in html  # the figures come with the fragment only
     assert html.index("js/fragment_poller.js") < html.index("js/run_summary.js")
-    assert html.index('id="summary-card"') < html.index('id="charts-card"')
+    # Under the live charts (the first screen is theirs: tests/browser/test_run_page_jump_links.py), in the links bar.
+    assert html.index('id="charts-card"') < html.index('id="summary-card"') < html.index('id="memory-card"')
+    assert '<a href="#summary-card">Summary</a>' in html
 
 
 def test_held_out_stats_first_is_asked_for_and_the_other_callers_keep_their_four_keys(alice, val_run):
