@@ -16,7 +16,7 @@ from .supervisor import Supervisor
 ENV = "RLSTUDIO_SHUTDOWN_STOP_S"
 DEFAULT_S = 60.0
 # Beyond the wait itself: Django's start, the stop requests, the last lines.
-SLACK_S = 60.0
+SLACK_S = 30.0
 
 
 def shutdown_stop_seconds(environ: Mapping[str, str]) -> float:

@@ -16,3 +16,22 @@ def test_a_wait_that_is_not_seconds_is_refused(wait):
 def test_no_active_run_says_so(capsys):
     call_command("rlstudio_stop_runs", wait=1.0)
     assert "no active runs" in capsys.readouterr().out
+
+
+def test_the_queue_admits_nothing_while_paused_and_goes_on_after(alice, make_run):
+    """`queue_paused` (held by the command while it stops the runs) holds QUEUE_LOCK from a connection of
+    its own: a pass meanwhile admits nothing, even a run its owner's quota admits; after it, one does."""
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.models import Run, RunStatus
+    from rlstudio.runs.services import queue_admit_all, queue_paused
+
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=2)
+    run = make_run(alice, "waits-for-the-restart", gpus=0)
+    with queue_paused(wait_s=1.0) as paused:
+        assert paused
+        assert queue_admit_all() == []
+        assert Run.objects.get(pk=run.pk).status == RunStatus.QUEUED
+        with queue_paused(wait_s=0.2) as second:  # one holder at a time: a second one waits, then says so
+            assert not second
+    assert queue_admit_all() == [run.pk]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.SUBMITTING

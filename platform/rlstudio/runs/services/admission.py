@@ -41,8 +41,10 @@ the registries it asks are `queue_registry`'s, the queue's order in the database
 the cluster's GPUs (and the launch's GPU checks, `gpus_refusal`) `cluster`'s."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -400,3 +402,33 @@ def queue_admit_launched(job_model, *, pk: int) -> None:
 def queue_admit_all() -> list[int]:
     """`queue_admit_jobs`, returning the ids of the runs it admitted."""
     return [job.id for job in queue_admit_jobs() if job.kind == RUN]
+
+
+@contextlib.contextmanager
+def queue_paused(*, wait_s: float = QUEUE_MOVE_WAIT_S) -> Iterator[bool]:
+    """No queue pass admits anything while the block runs: QUEUE_LOCK is held the whole time from a
+    database connection of its own (so the caller's own writes commit as usual), waiting up to `wait_s`
+    for a pass under way. Yields whether it got the lock. Every pass in the meantime finds the lock busy
+    and admits nothing (a launch leaves its job queued with LAUNCH_PASS_REASON); leaving the block (or
+    the process ending: PostgreSQL frees the lock with the connection) lets the queue go on. The
+    platform's shutdown (`manage.py rlstudio_stop_runs`) holds it while it stops the active runs, so a
+    slot one of them frees is not handed to a queued run that would then die with the cluster."""
+    from django.db import connections
+
+    conn = connections.create_connection("default")
+    try:
+        conn.set_autocommit(False)
+        deadline = time.monotonic() + wait_s
+        with conn.cursor() as cur:
+            while True:
+                cur.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", list(QUEUE_LOCK))
+                held = bool(cur.fetchone()[0])
+                if held or time.monotonic() >= deadline:
+                    break
+                time.sleep(_LOCK_RETRY_S)
+        yield held
+    finally:
+        try:
+            conn.rollback()
+        finally:
+            conn.close()

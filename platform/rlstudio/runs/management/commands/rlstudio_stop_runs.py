@@ -4,7 +4,8 @@ The launcher (`make run`) runs it on the first Ctrl-C, before it stops any of it
 running run is stopped through `runs.services.run_stop` with a checkpoint (the Stop button with "save
 a checkpoint" ticked: the trainer finishes its step, checkpoints and exits), on its owner's behalf; a
 run still submitting is stopped once it runs; a run already stopping is waited for. Queued runs stay
-queued (they start at the next start). It then waits up to --wait seconds (default
+queued (they start at the next start): the queue is paused meanwhile (`queue_paused`), so a slot a
+stopped run frees is handed to no queued run that would die with the cluster. It then waits up to --wait seconds (default
 RLSTUDIO_SHUTDOWN_STOP_S; 0: stop nothing) for them to reach a final state, following their jobs
 with the reconcile's own `reconcile_run` (so it does not depend on Celery beat's rhythm), and prints
 one line per run. Each run it asks gets the audit event `run.shutdown_stop` with the reason
@@ -12,6 +13,7 @@ one line per run. Each run it asks gets the audit event `run.shutdown_stop` with
 """
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
@@ -22,11 +24,12 @@ from rlstudio.accounts.services import audit_record
 from rlstudio.runs import ray_jobs
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.reconcile import reconcile_run
-from rlstudio.runs.services import RunNotPermitted, RunRefused, run_stop
+from rlstudio.runs.services import RunNotPermitted, RunRefused, queue_paused, run_stop
 
 S = RunStatus
 ACTIVE = (S.SUBMITTING, S.RUNNING, S.STOPPING)
 REASON = "stopped: the platform was shut down"
+log = logging.getLogger(__name__)
 POLL_S = 1.0
 
 
@@ -45,14 +48,18 @@ def _ask(run: Run, say: Callable[[str], None]) -> bool:
     return True
 
 
-def _follow(run: Run) -> None:
-    """One reconcile of a stopping run (Ray's job state and the trainer's events → its status)."""
-    if run.status != S.STOPPING or not run.ray_submission_id:
+def _follow(run: Run, say: Callable[[str], None]) -> None:
+    """One reconcile of a submitted run that is starting or stopping (Ray's job state and the trainer's
+    events → its status), as the beat's pass does; an error is said and left to the next poll."""
+    if run.status not in (S.SUBMITTING, S.STOPPING) or not run.ray_submission_id:
         return
     try:
         reconcile_run(run)
     except ray_jobs.RayUnavailable:
         pass  # the next poll (or the beat) tries again
+    except Exception as exc:  # noqa: BLE001 - one run's error must not leave the others unasked
+        log.exception("shutdown: reconciling run %s failed", run.pk)
+        say(f"{_label(run)}: could not be followed this time ({type(exc).__name__}); trying again")
 
 
 def _ended(run: Run) -> str:
@@ -63,11 +70,17 @@ def _ended(run: Run) -> str:
     return f"{_label(run)}: ended {run.status} at {step}"
 
 
+def _active(exclude=()) -> dict[int, Run]:
+    return {r.pk: r for r in Run.objects.filter(status__in=ACTIVE).exclude(pk__in=list(exclude))
+            .select_related("owner").order_by("pk")}
+
+
 def stop_active_runs(*, wait_s: float, say: Callable[[str], None], poll_s: float = POLL_S,
-                     clock: Callable[[], float] = time.monotonic) -> dict[int, str]:
+                     clock: Callable[[], float] = time.monotonic, pick_up_new: bool = False) -> dict[int, str]:
     """Stop the active runs with a checkpoint and wait up to `wait_s` for them; run id → final status
-    (or the status it was still in when the wait ended)."""
-    runs = {r.pk: r for r in Run.objects.filter(status__in=ACTIVE).select_related("owner").order_by("pk")}
+    (or the status it was still in when the wait ended). `pick_up_new`: a run that becomes active during
+    the wait (the queue could not be paused) is stopped too."""
+    runs = _active()
     if not runs:
         say("no active runs")
         return {}
@@ -76,13 +89,18 @@ def stop_active_runs(*, wait_s: float, say: Callable[[str], None], poll_s: float
     outcome: dict[int, str] = {}
     deadline = clock() + wait_s
     while True:
-        for pk, run in list(runs.items()):
+        if pick_up_new:
+            for pk, run in _active(exclude=[*runs, *outcome]).items():
+                say(f"{_label(run)}: became active during the shutdown; stopping it too")
+                runs[pk] = run
+        for pk, run in runs.items():  # every running run is asked first, then each is followed
             run.refresh_from_db()
             if run.status == S.RUNNING and pk not in asked:
                 asked.add(pk)
                 _ask(run, say)
-                run.refresh_from_db()
-            _follow(run)
+        for pk, run in list(runs.items()):
+            run.refresh_from_db()
+            _follow(run, say)
             run.refresh_from_db()
             if run.is_terminal:
                 say(_ended(run))
@@ -118,4 +136,7 @@ class Command(BaseCommand):
         if wait_s == 0:
             say("RLSTUDIO_SHUTDOWN_STOP_S is 0: runs are left as they are")
             return
-        stop_active_runs(wait_s=wait_s, say=say)
+        with queue_paused() as paused:  # a slot a stopped run frees goes to no queued run meanwhile
+            if not paused:
+                say("the queue could not be paused (a queue pass held it): a run admitted now is stopped too")
+            stop_active_runs(wait_s=wait_s, say=say, pick_up_new=not paused)
