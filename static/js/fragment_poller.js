@@ -7,6 +7,7 @@
 //     url: () => "...",      // the fragment's URL now, or "" / null: not followed (no fetch, no tick)
 //     every: () => ms,       // the wait before the next fetch now; 0: stop polling
 //     apply: (holder) => {}, // a detached <div> holding the fetched fragment: take what changed from it
+//     failed: (status) => {}, // optional: a fetch that failed (its HTTP status, or 0 when none came)
 //   });
 //   poller.refresh();   // fetch now (a fetch under way: once more after it, as it may predate the ask)
 //   poller.schedule();  // the next tick, if none is set and every() asks for one
@@ -29,14 +30,17 @@
       if (busy) { again = true; return; }
       busy = true;
       fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
-        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (r) {
+          if (!r.ok && opts.failed) { opts.failed(r.status); }
+          return r.ok ? r.text() : null;
+        })
         .then(function (html) {
           if (!html) { return; }
           var holder = document.createElement("div");
           holder.innerHTML = html.trim();
           opts.apply(holder);
         })
-        .catch(function () { /* the next tick tries again */ })
+        .catch(function () { if (opts.failed) { opts.failed(0); } })  // the next tick tries again
         .finally(function () {
           busy = false;
           if (again) { again = false; refresh(); } else { schedule(); }

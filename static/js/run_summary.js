@@ -23,6 +23,13 @@
         current.replaceWith(fresh);
       }
     },
+    failed: function (status) {  // the placeholder says so instead of "Loading…" for good
+      var current = card();
+      if (!current || current.getAttribute("data-loaded")) { return; }
+      var note = current.querySelector("p") || current.appendChild(document.createElement("p"));
+      note.textContent = "The summary could not be loaded (" + (status ? "HTTP " + status : "no answer") + ")" +
+        (live() ? "; trying again shortly." : "; reload the page to try again.");
+    },
   });
   document.addEventListener("rlstudio:status", function () { poller.refresh(); });
   poller.refresh();  // the first fetch; the next ticks are scheduled after it while the run is live

@@ -53,3 +53,26 @@ def test_the_summary_card_loads_after_the_page_and_follows_a_live_run(page_as, m
     assert page.inner_text(f"{row} [data-stat='last']") == "0.8750 (15)"
     assert page.evaluate("window.__noReload") == 1, "the page reloaded"
     assert page.locator("#summary-card").count() == 1
+
+
+def test_a_card_that_cannot_be_fetched_says_so_instead_of_loading_for_good(page_as, make_user):
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.models import Run, RunStatus
+    from rlstudio.runs.services import run_create
+
+    alice = make_user("alice")
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64,
+                                     status="ready")
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, _token = run_create(owner=alice, name="ended", dataset=dataset, model=model, config={}, gpus=0)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=3, total_steps=3)  # not live
+
+    page = page_as(alice)
+    page.route("**/summary/card/", lambda route: route.fulfill(status=503, body="down"))
+    page.goto(f"/runs/{run.pk}/")
+    page.wait_for_function("document.querySelector('#summary-card p').textContent.includes('could not be loaded')",
+                           timeout=15_000)
+    assert page.inner_text("#summary-card p") == ("The summary could not be loaded (HTTP 503); reload the page "
+                                                  "to try again.")
