@@ -2,16 +2,38 @@
 (validation) metrics at a glance, each one's first, best (with its step) and last value, and the
 training reward's (critic/score/mean) first and last, all from every stored metric row
 (telemetry.compare.held_out_of and train_reward_of). The run page loads it after the page itself
-(static/js/run_summary.js, with the shared fragment_poller.js) and fetches it again while the run is live."""
+(static/js/run_summary.js, with the shared fragment_poller.js) and fetches it again while the run is live.
+The figures read every stored row (about 0.1 to 0.3 s for 10,000 steps), so they are kept in Django's cache
+under the run's row count and latest row time: a refetch while nothing new was stored costs one small
+query."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.db.models import Count, Max
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from rlstudio.runs.selectors import run_get_for
 
 from .compare import TRAIN_REWARD, held_out_of, train_reward_of
+from .models import MetricRow
+
+CACHE_S = 3600
+
+
+def summary_figures(run_id: int) -> dict:
+    """The card's figures: {"held_out": [{"metric", first/best/last with steps}], "train": ... or None},
+    cached until the run's metric rows change (a new step, or a step's row merged with later metrics)."""
+    state = MetricRow.objects.filter(run_id=run_id).aggregate(n=Count("id"), latest=Max("time"))
+    key = f"rlstudio:run-summary:{run_id}:{state['n']}:{state['latest'].timestamp() if state['latest'] else 0}"
+    figures = cache.get(key)
+    if figures is None:
+        held = held_out_of(run_id, first=True)
+        figures = {"held_out": [{"metric": metric, **stats} for metric, stats in sorted(held.items())],
+                   "train": train_reward_of(run_id)}
+        cache.set(key, figures, CACHE_S)
+    return figures
 
 
 @login_required
@@ -19,10 +41,5 @@ from .compare import TRAIN_REWARD, held_out_of, train_reward_of
 def summary_card_view(request, run_id: int):
     """The Summary card of a run the user may read (owner, shared with them, staff); anyone else a 404."""
     run = run_get_for(user=request.user, run_id=run_id)
-    held = held_out_of(run.pk, first=True)
-    return render(request, "runs/_summary_card.html", {
-        "run": run,
-        "held_out": [{"metric": metric, **stats} for metric, stats in sorted(held.items())],
-        "train_metric": TRAIN_REWARD,
-        "train": train_reward_of(run.pk),
-    })
+    return render(request, "runs/_summary_card.html", {"run": run, "train_metric": TRAIN_REWARD,
+                                                        **summary_figures(run.pk)})

@@ -121,3 +121,25 @@ def test_held_out_stats_first_is_asked_for_and_the_other_callers_keep_their_four
                                            for s in plain.values())
     assert compare.held_out_of(val_run.pk, first=True)[VAL]["first_step"] == 0
     assert compare.train_reward_of(val_run.pk)["last_step"] == 1201
+
+
+def test_the_figures_are_cached_until_the_runs_rows_change(alice, val_run, monkeypatch):
+    from rlstudio.telemetry import summary_views
+
+    url = f"/runs/{val_run.pk}/summary/card/"
+    first = _client(alice).get(url).content.decode()
+
+    def no_scan(*_args, **_kwargs):
+        raise AssertionError("the rows were read again though none changed")
+
+    monkeypatch.setattr(summary_views, "held_out_of", no_scan)
+    assert _client(alice).get(url).content.decode() == first  # from the cache
+    monkeypatch.undo()
+
+    # A new validation step, then a later event merged into that step's row (the ingest's upsert sets
+    # the row's time): each is read at the next fetch.
+    t = timezone.now()
+    MetricRow.objects.create(run=val_run, step=1300, time=t, metrics={VAL: 0.875})
+    assert _cells(_client(alice).get(url).content.decode())[f"{VAL}/best"] == "0.8750 (1,300)"
+    MetricRow.objects.filter(run=val_run, step=1300).update(metrics={VAL: 0.9375}, time=t + timedelta(seconds=1))
+    assert _cells(_client(alice).get(url).content.decode())[f"{VAL}/best"] == "0.9375 (1,300)"
