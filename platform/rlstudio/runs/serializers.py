@@ -317,6 +317,11 @@ class SharingChangeSerializer(serializers.Serializer):
         return {"users": "add_users", "teams": "add_teams"}.get(service_field or "", service_field)
 
     def validate(self, attrs):
+        # A key this PATCH does not take (PUT's `users`, a typo, a project's `visibility`) is refused, not
+        # dropped while the rest is applied (as the run's own PATCH does).
+        extra = sorted(set(self.initial_data) - set(self.fields)) if hasattr(self.initial_data, "keys") else []
+        if extra:
+            raise serializers.ValidationError({extra[0]: f"not a field of this change (it takes {', '.join(self.fields)})"})
         if not any(attrs.get(name) for name in self.NAME_FIELDS) and attrs.get("visibility") is None:
             first = "visibility, " if "visibility" in self.fields else ""
             raise serializers.ValidationError(
@@ -326,11 +331,6 @@ class SharingChangeSerializer(serializers.Serializer):
                           {str(n).strip() for n in attrs.get(removed) or ()})
             if both:
                 raise serializers.ValidationError({removed: f"{', '.join(both)} is also in {added}: give each once"})
-        # A key this PATCH does not take (PUT's `users`, a typo, a project's `visibility`) is refused, not
-        # dropped while the rest is applied (as the run's own PATCH does).
-        extra = sorted(set(self.initial_data) - set(self.fields)) if hasattr(self.initial_data, "keys") else []
-        if extra:
-            raise serializers.ValidationError({extra[0]: f"not a field of this change (it takes {', '.join(self.fields)})"})
         return attrs
 
 

@@ -107,10 +107,10 @@ def test_a_runs_visibility_is_patched_with_or_without_names(alice, bob, make_run
     assert resp.json() == {"visibility": "private", "users": ["bob"], "teams": []}
     resp = api.patch(url, {"visibility": "world"}, format="json")
     assert resp.status_code == 400 and resp.json()["error"]["field"] == "visibility"
-    # A project has no visibility: the key is not one of its fields and changes nothing.
+    # A project has no visibility: the key is refused by its name and changes nothing.
     project = project_create(owner=alice, name="p")
     resp = api.patch(f"/api/v1/projects/{project.pk}/sharing/", {"visibility": "everyone"}, format="json")
-    assert resp.status_code == 400 and resp.json()["error"]["field"] == "add_users"
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "visibility"
 
 
 @pytest.mark.parametrize("body, field", [
