@@ -107,6 +107,10 @@ def _inside_roots(path: str, roots: list[Path] | None = None) -> Path:
         raise CatalogRefused("the path must not contain the NUL character", field="path")
     try:
         folder = Path(path).expanduser()
+    except RuntimeError:  # "~name/..." where no user `name` exists: pathlib cannot find that home
+        raise _refuse("the path starts with '~' and names no known user's home folder: give an absolute "
+                      "path") from None
+    try:
         if not folder.is_absolute():
             raise CatalogRefused("the path must be absolute", field="path")
         folder = folder.resolve()

@@ -75,6 +75,16 @@ def test_paths_the_file_system_cannot_take_are_refused_on_path(api, alice, tmp_p
 
 
 @pytest.mark.django_db
+def test_home_of_an_unknown_user_is_refused_on_path(api, alice):
+    """POST /api/v1/models/ {"path": "~nosuchuser/m"}: pathlib's expanduser raises RuntimeError for a user
+    it cannot find (schemathesis sent "~\\U000fc8b5..."); a 400 on `path`, not a 500."""
+    resp = api.post("/api/v1/models/", {"name": "x", "path": "~no-such-user-rlstudio/model"}, format="json")
+    assert resp.status_code == 400 and resp.json()["error"]["field"] == "path", resp.json()
+    assert "no known user" in resp.json()["error"]["message"]
+    assert not ModelAsset.objects.exists()
+
+
+@pytest.mark.django_db
 def test_token_stats_with_the_models_tokenizer(api, tiny, alice):
     from transformers import AutoTokenizer
 
