@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import TooManyFieldsSent, TooManyFilesSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
 from django.http import Http404, JsonResponse
@@ -82,6 +84,15 @@ def _sqlstate(error) -> str | None:
     return getattr(error, "pgcode", None) or getattr(error, "sqlstate", None)
 
 
+def too_many_parameters(exc: TooManyFieldsSent | TooManyFilesSent) -> ApiError:
+    """The refusal of a request with more query / form parameters (or files) than Django parses
+    (DATA_UPLOAD_MAX_NUMBER_FIELDS / _FILES): Django's SuspiciousOperation, in the API's shape."""
+    what, limit = (("fields", settings.DATA_UPLOAD_MAX_NUMBER_FIELDS) if isinstance(exc, TooManyFieldsSent)
+                   else ("files", settings.DATA_UPLOAD_MAX_NUMBER_FILES))
+    return ApiError(f"the request has more than {limit} form {what} (query or form-body parameters); send "
+                    f"long lists in a JSON body", code=f"too_many_{what}")
+
+
 def api_exception_handler(exc, context) -> Response | None:
     """DRF's EXCEPTION_HANDLER: the error shape for everything DRF knows, 400 for Django's
     ValidationError; None (a real 500) only for genuine server bugs.
@@ -93,6 +104,8 @@ def api_exception_handler(exc, context) -> Response | None:
     if isinstance(exc, IntegrityError) and _sqlstate(exc.__cause__) in CONCURRENT_SQLSTATES:
         log.error("an IntegrityError reached the API edge (a 409 conflict): %s", exc, exc_info=exc)
         exc = ApiError(CONCURRENT_CHANGE, code="conflict", status_code=status.HTTP_409_CONFLICT)
+    if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):  # Django's own 400 would be its HTML page
+        exc = too_many_parameters(exc)
     if isinstance(exc, DjangoValidationError):
         exc = exceptions.ValidationError(
             exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}

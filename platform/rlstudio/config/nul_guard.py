@@ -10,10 +10,11 @@ and reading a form body here would read a dataset upload before its view checks 
 """
 from __future__ import annotations
 
+from django.core.exceptions import TooManyFieldsSent
 from django.http import HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 
-from rlstudio.api.errors import error_body
+from rlstudio.api.errors import error_body, too_many_parameters
 from rlstudio.text import without_nul
 
 
@@ -33,7 +34,14 @@ class NulParameterMiddleware:
 
     def __call__(self, request):
         api = request.path.startswith("/api/")
-        name = nul_parameter(request.GET)
+        try:
+            name = nul_parameter(request.GET)
+        except TooManyFieldsSent as exc:  # over DATA_UPLOAD_MAX_NUMBER_FIELDS: the API's shape, not the HTML page
+            if not api:
+                raise
+            refusal = too_many_parameters(exc)
+            return JsonResponse(error_body(code=refusal.error_code, message=str(refusal.detail), errors=[]),
+                                status=400)
         if name is None and not api and request.method == "POST" and request.content_type in (
                 "application/x-www-form-urlencoded", "multipart/form-data"):
             name = nul_parameter(request.POST)

@@ -95,6 +95,23 @@ def test_nul_in_a_query_parameter_of_any_api_route_is_a_400_naming_it(client, al
     assert client.get("/api/v1/runs/", {"status": "queued"}).status_code == 200
 
 
+def test_more_parameters_than_django_parses_is_a_400_in_the_api_shape(client, alice, make_run):
+    """Over DATA_UPLOAD_MAX_NUMBER_FIELDS (1000) form fields Django raises TooManyFieldsSent, which it
+    answered with its HTML 400 page. Found by a deep schemathesis fuzz: PATCH /api/v1/projects/{id}/sharing/
+    (and the run's) with a form body of 1000+ add_users entries. In the body and in the query string:
+    the API's error shape, and nothing changed."""
+    from urllib.parse import urlencode
+
+    run = make_run(alice)
+    body = urlencode([("add_users", f"u{i}") for i in range(1001)])
+    r = client.patch(f"/api/v1/runs/{run.pk}/sharing/", body, content_type="application/x-www-form-urlencoded")
+    assert r.status_code == 400 and r["Content-Type"] == "application/json", r.content[:200]
+    assert r.json()["error"]["code"] == "too_many_fields" and "1000" in r.json()["error"]["message"]
+    assert not run.shared_with.exists()
+    r = client.get("/api/v1/runs/?" + urlencode([("status", "queued")] * 1001))
+    assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_fields", r.content[:200]
+
+
 def test_run_detail_includes_config(client, alice, make_run):
     run = make_run(alice, config={"algorithm": {"adv_estimator": "grpo"}})
     body = client.get(f"/api/v1/runs/{run.pk}/").json()
