@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 VAL = "val-core/arith/reward/mean@1"
 
 
-def test_the_summary_card_loads_after_the_page_and_follows_a_live_run(page_as, make_user):
+def test_the_summary_card_loads_after_the_page_and_follows_a_live_run(page_as, make_user, shot):
     from django.utils import timezone
 
     from rlstudio.catalog.models import Dataset, ModelAsset
@@ -53,6 +53,8 @@ def test_the_summary_card_loads_after_the_page_and_follows_a_live_run(page_as, m
     assert page.inner_text(f"{row} [data-stat='last']") == "0.8750 (15)"
     assert page.evaluate("window.__noReload") == 1, "the page reloaded"
     assert page.locator("#summary-card").count() == 1
+    page.locator("#summary-card").scroll_into_view_if_needed()
+    shot(page, "run-summary-card")
 
 
 def test_a_card_that_cannot_be_fetched_says_so_instead_of_loading_for_good(page_as, make_user):
