@@ -175,3 +175,22 @@ def test_a_grid_ignores_the_random_boxes_left_filled(alice, ready):
     assert resp.status_code == 302, resp.content.decode()[-3000:]
     sweep = Sweep.objects.get(name="form-rnd")
     assert (sweep.mode, sweep.seed, sweep.sweep_runs.count()) == ("grid", None, 4)
+
+
+def test_migrating_back_to_grid_only_sweeps_is_refused_while_random_ones_exist(alice, inputs):
+    """Migration 0002's reverse step (run first when going back to 0001, whose mode constraint knows grid
+    sweeps only) says what to do instead of failing on the constraint."""
+    import importlib
+
+    from django.apps import apps
+
+    from rlstudio.sweeps.models import Sweep
+
+    migration = importlib.import_module("rlstudio.sweeps.migrations.0002_sweep_random_seed")
+    sweep_launch(owner=alice, name="grid-one", inputs=inputs, axes=[{"key": N, "values": [2, 4]}])
+    migration.refuse_back_while_random_sweeps(apps, None)  # grid sweeps only: going back may proceed
+    sweep_launch(owner=alice, name="rnd", inputs=inputs, axes=[LR_LOG], mode="random", runs=2, seed=1)
+    with pytest.raises(RuntimeError, match=r"1 random-search sweep\(s\) exist .* delete them"):
+        migration.refuse_back_while_random_sweeps(apps, None)
+    Sweep.objects.filter(mode="random").delete()
+    migration.refuse_back_while_random_sweeps(apps, None)

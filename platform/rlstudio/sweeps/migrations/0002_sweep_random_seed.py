@@ -4,6 +4,15 @@ from django.conf import settings
 from django.db import migrations, models
 
 
+def refuse_back_while_random_sweeps(apps, schema_editor):
+    """Going back to 0001 (grid sweeps only) would fail on its mode constraint for a random search: say
+    so first, with what to do."""
+    n = apps.get_model("sweeps", "Sweep").objects.filter(mode="random").count()
+    if n:
+        raise RuntimeError(f"{n} random-search sweep(s) exist and 0001 knows grid sweeps only: delete them "
+                           "in the admin (Sweeps; their runs stay) before migrating sweeps back to 0001")
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -35,4 +44,6 @@ class Migration(migrations.Migration):
             model_name='sweep',
             constraint=models.CheckConstraint(condition=models.Q(models.Q(('mode', 'grid'), ('seed__isnull', True)), models.Q(('mode', 'random'), ('seed__gte', 0)), _connector='OR'), name='sweep_seed_iff_random'),
         ),
+        # Last, so that going back runs it first.
+        migrations.RunPython(migrations.RunPython.noop, refuse_back_while_random_sweeps),
     ]
