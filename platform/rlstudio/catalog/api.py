@@ -54,7 +54,7 @@ class CatalogViewSet(viewsets.GenericViewSet):
         item = self.get_object()
         extra = sorted(set(request.data) - {"name", "visibility"}) if hasattr(request.data, "keys") else []
         if extra:
-            raise ApiError(f"{extra[0]}: only name and visibility can be changed here", field=extra[0])
+            raise ApiError(f"{extra[0]!r}: only name and visibility can be changed here", field=extra[0])
         data = CatalogUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         catalog_update(item=item, by=request.user, **data.validated_data)

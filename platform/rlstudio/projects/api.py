@@ -26,7 +26,7 @@ def _invalid(exc: ProjectInputInvalid) -> ApiError:
 def _only(data, allowed: set[str]) -> None:
     extra = sorted(set(data) - allowed) if hasattr(data, "keys") else []
     if extra:
-        raise ApiError(f"{extra[0]}: not a field of a project here (allowed: {', '.join(sorted(allowed))})",
+        raise ApiError(f"{extra[0]!r} is not a field of a project here (allowed: {', '.join(sorted(allowed))})",
                        field=extra[0])
 
 

@@ -187,7 +187,7 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
         check_can_manage(user=request.user, run=run, action="edit the tags, note and project of")
         extra = sorted(set(request.data) - {"tags", "note", "project"}) if hasattr(request.data, "keys") else []
         if extra:
-            raise ApiError(f"{extra[0]}: only tags, note and project can be changed here (sharing: PUT "
+            raise ApiError(f"{extra[0]!r}: only tags, note and project can be changed here (sharing: PUT "
                            f"/api/v1/runs/{run.pk}/sharing/)", field=extra[0])
         s = RunUpdateSerializer(data=request.data)
         s.is_valid(raise_exception=True)

@@ -321,7 +321,7 @@ class SharingChangeSerializer(serializers.Serializer):
         # dropped while the rest is applied (as the run's own PATCH does).
         extra = sorted(set(self.initial_data) - set(self.fields)) if hasattr(self.initial_data, "keys") else []
         if extra:
-            raise serializers.ValidationError({extra[0]: f"not a field of this change (it takes {', '.join(self.fields)})"})
+            raise serializers.ValidationError({extra[0]: f"{extra[0]!r} is not a field of this change (it takes {', '.join(self.fields)})"})
         if not any(attrs.get(name) for name in self.NAME_FIELDS) and attrs.get("visibility") is None:
             first = "visibility, " if "visibility" in self.fields else ""
             raise serializers.ValidationError(

@@ -117,6 +117,7 @@ def test_a_runs_visibility_is_patched_with_or_without_names(alice, bob, make_run
     ({"visibility": "everyone", "add_users": ["bob"]}, "visibility"),  # a project has no visibility
     ({"add_users": ["bob"], "users": []}, "users"),  # PUT's whole list, not a PATCH field
     ({"add_users": ["bob"], "remove_user": ["carol"]}, "remove_user"),  # a typo
+    ({"add_users": ["bob"], "": ["carol"]}, ""),  # an empty key, quoted in the message
 ])
 def test_a_field_the_patch_does_not_take_is_a_400_naming_it_and_changes_nothing(target, alice, bob, carol,
                                                                                  body, field):
@@ -128,4 +129,5 @@ def test_a_field_the_patch_does_not_take_is_a_400_naming_it_and_changes_nothing(
     resp = api.patch(url, body, format="json")
     assert resp.status_code == 400, resp.content
     assert resp.json()["error"]["field"] == field, resp.content
+    assert f"{field!r} is not a field of this change" in resp.json()["error"]["message"], resp.content
     assert _sharing(api.get(url)) == {"users": ["carol"], "teams": []}
