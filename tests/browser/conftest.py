@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -199,10 +200,32 @@ def post_events(base: str, run_id: int, token: str, events: list[dict]) -> dict:
 
 @pytest.fixture(autouse=True)
 def _stop_leftover_runs(request):
-    """After each journey: kill what still runs, before the database is flushed under it."""
+    """After each journey: kill what still runs, before the database is flushed under it. In a thread
+    of its own: Playwright's sync API keeps an event loop running in the test thread, where the stops'
+    notifications (pushed through async_to_sync) would fail and log a traceback."""
     yield
     if "transactional_db" not in request.fixturenames:
         return
+    failed: list[BaseException] = []
+
+    def stop_all() -> None:
+        from django.db import connections
+
+        try:
+            _stop_live_runs()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test thread
+            failed.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=stop_all, name="stop-leftover-runs")
+    worker.start()
+    worker.join()
+    if failed:
+        raise failed[0]
+
+
+def _stop_live_runs() -> None:
     from rlstudio.runs.models import TERMINAL_STATUSES, Run, RunStatus
     from rlstudio.runs.services import RunRefused, run_stop
 
