@@ -3,7 +3,8 @@ chosen by the launcher (none of Ray's defaults, so two instances and Redis on 63
 and a short temp dir (unix socket paths are limited to ~107 bytes).
 
 `--block` keeps the command in the foreground; on SIGTERM it stops the processes it started
-(gcs, raylet, dashboard, …). The launcher then sweeps anything left that carries its mark.
+(gcs, raylet, dashboard, …) at once: Ray's drain before that is turned off (DRAIN_ENV=0). The
+launcher then sweeps anything left that carries its mark.
 RAY_ADDRESS for jobs is the dashboard's HTTP address (the Jobs API).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .layout import PortAllocator
 from .supervisor import Supervisor
 
 WORKER_PORTS = 48  # one per worker process; a local head seldom runs more than a few dozen
+DRAIN_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ def start(sup: Supervisor, *, ports: RayPorts, temp_dir: Path, env: dict[str, st
     temp_dir.mkdir(parents=True, exist_ok=True)
     ray_env = {k: v for k, v in env.items() if not k.startswith("RAY_ADDRESS")}
     ray_env["RAY_USAGE_STATS_ENABLED"] = "0"
+    # No drain on SIGTERM (Ray >= 2.5x waits up to 30 s for the node to go idle, which a running job
+    # never does): the shutdown's stop of the runs already came first, so a job still running at this
+    # point (a second Ctrl-C, a step past the wait) would only hold the whole stop for 30 s, and race
+    # the supervisor's 30 s grace. The operator's own RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S wins.
+    ray_env.setdefault(DRAIN_ENV, "0")
     args = [a for a in argv(ports=ports, temp_dir=temp_dir, num_cpus=num_cpus,
                             object_store_bytes=object_store_bytes) if a]
     sup.spawn("ray", args, env=ray_env, cwd=temp_dir, grace=30.0)
