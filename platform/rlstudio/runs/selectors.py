@@ -422,6 +422,18 @@ def fork_form_context(*, run: Run) -> dict:
                        for name, key, label in FORK_FORM_FIELDS]}
 
 
+# The audit action of a run the platform's shutdown stopped (`manage.py rlstudio_stop_runs`).
+SHUTDOWN_STOP_ACTION = "run.shutdown_stop"
+
+
+def run_stopped_by_shutdown(*, run: Run) -> bool:
+    """Whether `run` is stopped because the platform was shut down (its owner pressed nothing)."""
+    from rlstudio.accounts.models import AuditEvent
+
+    return run.status == "stopped" and AuditEvent.objects.filter(
+        action=SHUTDOWN_STOP_ACTION, object_type=Run._meta.label_lower, object_id=str(run.pk)).exists()
+
+
 def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     """Context for templates/runs/_controls.html and _logs.html (LIVE merges it into the run page).
 
@@ -429,7 +441,7 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
     which buttons make sense now (none for a user the run is only shared with:
     `can_manage` false, `access` "shared"; `can_fork`: a finished run with a kept checkpoint, whose
     steps and inputs `fork_form` holds); `fork_origin` is a fork's step and changes; `progress` is 0–100 when total steps are known;
-    `duration` is run_duration's; `clock` holds unix seconds (server's now, started, finished, last
+    `duration` is run_duration's; `stopped_by_shutdown` whether the platform's shutdown stopped it; `clock` holds unix seconds (server's now, started, finished, last
     heartbeat; "" when unset) from which run_controls.js keeps the duration and the heartbeat's age
     ticking between two refreshes of the card.
     """
@@ -471,4 +483,5 @@ def run_header_context(*, run: Run, user: AbstractBaseUser) -> dict:
             Run.objects.filter(pk=run.parent_id), user=user).exists(),
         "can_delete": manage and status in ("stopped", "failed", "lost", "succeeded"),
         "is_live": status in ("queued", "submitting", "running", "stopping"),
+        "stopped_by_shutdown": run_stopped_by_shutdown(run=run),
     }

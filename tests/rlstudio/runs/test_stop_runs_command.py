@@ -35,3 +35,31 @@ def test_the_queue_admits_nothing_while_paused_and_goes_on_after(alice, make_run
             assert not second
     assert queue_admit_all() == [run.pk]
     assert Run.objects.get(pk=run.pk).status == RunStatus.SUBMITTING
+
+
+def test_a_run_the_shutdown_stopped_says_so_on_its_page(alice, bob, make_run):
+    """The run page's controls say why a run is stopped when the platform's shutdown stopped it (the
+    `run.shutdown_stop` audit event the command records), to its readers too; another stopped run says
+    nothing of it."""
+    from django.test import Client
+
+    from rlstudio.accounts.services import audit_record
+    from rlstudio.runs.models import Run, RunStatus
+    from rlstudio.runs.selectors import SHUTDOWN_STOP_ACTION
+    from rlstudio.runs.services import run_share
+
+    shut, other = make_run(alice, "shut-down"), make_run(alice, "stopped-by-hand")
+    Run.objects.filter(pk__in=[shut.pk, other.pk]).update(status=RunStatus.STOPPED, step=12, total_steps=400,
+                                                          checkpoint_path="/tmp/ckpt/global_step_12")
+    audit_record(actor=None, action=SHUTDOWN_STOP_ACTION, obj=shut, data={"reason": "stopped: the platform was shut down"})
+    run_share(run=shut, by=alice, add=["bob"])
+    for user in (alice, bob):
+        c = Client()
+        c.force_login(user)
+        html = c.get(f"/runs/{shut.pk}/controls/").content.decode()
+        assert 'id="run-stop-reason"' in html, user
+        assert "Stopped when the platform was shut down, not by its owner, with a checkpoint at step 12" in html
+        assert ("<strong>Resume</strong> continues from it" in html) == (user == alice)  # a reader cannot resume
+    c = Client()
+    c.force_login(alice)
+    assert 'id="run-stop-reason"' not in c.get(f"/runs/{other.pk}/controls/").content.decode()

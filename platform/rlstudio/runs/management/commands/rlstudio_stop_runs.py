@@ -24,6 +24,7 @@ from rlstudio.accounts.services import audit_record
 from rlstudio.runs import ray_jobs
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.reconcile import reconcile_run
+from rlstudio.runs.selectors import SHUTDOWN_STOP_ACTION
 from rlstudio.runs.services import RunNotPermitted, RunRefused, queue_paused, run_stop
 
 S = RunStatus
@@ -44,7 +45,7 @@ def _ask(run: Run, say: Callable[[str], None]) -> bool:
     except (RunRefused, RunNotPermitted) as exc:
         say(f"{_label(run)}: not stopped ({exc})")
         return False
-    audit_record(actor=None, action="run.shutdown_stop", obj=run, data={"reason": REASON, "checkpoint": True})
+    audit_record(actor=None, action=SHUTDOWN_STOP_ACTION, obj=run, data={"reason": REASON, "checkpoint": True})
     return True
 
 
