@@ -98,8 +98,9 @@ def test_a_pause_rule_stops_the_run_with_a_checkpoint(alice, make_run):
     assert run.status == S.STOPPING and run.stop_requested is not None
     firing = AlertFiring.objects.get(run=run)
     assert firing.paused and firing.step == 2
-    stop = AuditEvent.objects.get(action="run.stop", object_id=str(run.pk))
-    assert stop.data == {"checkpoint": True, "force": False}
+    stop = AuditEvent.objects.get(action="run.stop", object_id=str(run.pk))  # by the platform, not alice
+    assert stop.actor_id is None and stop.data == {"checkpoint": True, "force": False,
+                                                   "reason": f"rule {firing.rule_id} (threshold)"}
     assert AuditEvent.objects.filter(action="alert.pause", object_id=str(run.pk)).exists()
     n = Notification.objects.get(user=alice, kind="alert")
     assert n.level == "critical" and n.title.startswith("Pausing run")

@@ -19,7 +19,7 @@ from rlstudio.accounts.services import audit_record
 from rlstudio.accounts.sockets import group_send_bounded
 from rlstudio.config.celery import publish
 from rlstudio.runs.models import Run, RunStatus
-from rlstudio.runs.services import RunNotPermitted, RunRefused, run_stop
+from rlstudio.runs.services import RunRefused, run_stop
 
 from ..models import AlertFiring, Notification, WebhookEndpoint
 
@@ -91,14 +91,15 @@ def pause_after_commit(*, run_id: int, firing_id: int, reason: str) -> None:
 
 
 def pause_run(*, run_id: int, firing_id: int, reason: str) -> bool:
-    """Stop a running run with a checkpoint on its owner's behalf (their rule or their budget asked for
-    it); resumable as any stopped run. False when it was no longer running."""
+    """Stop a running run with a checkpoint, as the platform (the owner's rule or budget asked for it; the
+    `run.stop` audit event has no actor and carries `reason`); resumable as any stopped run. False
+    when it was no longer running."""
     run = Run.objects.select_related("owner").filter(pk=run_id).first()
     if run is None or run.status != RunStatus.RUNNING:
         return False
     try:
-        run_stop(run=run, by=run.owner, checkpoint=True)
-    except (RunRefused, RunNotPermitted) as exc:
+        run_stop(run=run, by=None, checkpoint=True, reason=reason or "paused by an alert")
+    except RunRefused as exc:
         log.info("alerts: run %s not paused: %s", run_id, exc)
         return False
     if firing_id:

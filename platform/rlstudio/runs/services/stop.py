@@ -16,13 +16,21 @@ from .transitions import run_transition
 S = RunStatus
 
 
-def run_stop(*, run: Run, by: AbstractBaseUser, checkpoint: bool = True, force: bool = False) -> Run:
+def run_stop(*, run: Run, by: AbstractBaseUser | None, checkpoint: bool = True, force: bool = False,
+             reason: str = "") -> Run:
     """Stop a run: a queued one is cancelled; a running one goes stopping and Ray sends SIGTERM (the
     trainer finishes its step, checkpoints, exits 0); `force` or `checkpoint=False` kills it now.
-    Only its owner or staff (RunNotPermitted for a user it is shared with)."""
+    Only its owner or staff (RunNotPermitted for a user it is shared with); `by=None` is the platform
+    itself (a shutdown), which must give its `reason`: the transition and the `run.stop` audit event
+    then have no actor and carry the reason, so no user is recorded as having stopped the run."""
     from .sharing import check_can_manage
 
-    check_can_manage(user=by, run=run, action="stop")
+    if by is None:
+        if not reason:
+            raise ValueError("a stop by the platform (by=None) needs its reason")
+    else:
+        check_can_manage(user=by, run=run, action="stop")
+    audit_data = {"checkpoint": checkpoint, "force": force, **({"reason": reason} if reason else {})}
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         status = locked.status
@@ -37,7 +45,7 @@ def run_stop(*, run: Run, by: AbstractBaseUser, checkpoint: bool = True, force: 
             if locked.stop_requested is None:
                 locked.stop_requested = timezone.now()
                 locked.save(update_fields=["stop_requested"])
-            audit_record(actor=by, action="run.stop", obj=locked, data={"checkpoint": checkpoint, "force": force})
+            audit_record(actor=by, action="run.stop", obj=locked, data=audit_data)
             # Unsent (broker down): the run stays stopping and the reconcile forces it after the grace.
             enqueue("force_stop_run" if hard else "stop_run", locked.pk,
                      on_unsent=lambda exc, pk=locked.pk: audit_record(
