@@ -4,10 +4,11 @@ character); users' input, where a NUL is refused (`nul_path`), as is a lone UTF-
 JSON or YAML escapes can spell (`surrogate_path`), and numbers given as text
 (`ascii_uint`: only the ASCII digits 0-9, which `int()` reads, not every character `isdigit()` calls a
 digit, such as "²"); yes/no words (`yes_no`: one reading for environment variables and query
-parameters)."""
+parameters); and text on its way out to an operator's terminal (`terminal_safe`)."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 
@@ -19,6 +20,18 @@ def yes_no(raw: str) -> bool | None:
     ignored); None for anything else, empty included (the caller says what that means)."""
     word = raw.strip().lower()
     return True if word in YES_WORDS else False if word in NO_WORDS else None
+
+
+# Control and format characters, surrogates and line / paragraph separators: what a terminal acts on
+# (escape sequences, new lines, carriage returns) or draws out of order (bidirectional overrides).
+_TERMINAL_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def terminal_safe(text: str) -> str:
+    """`text` for one line of a terminal: every control or format character written as its Python escape
+    (`\\x1b`, `\\n`, `\\u202e`), so that text a user wrote (a run's name) can neither move the cursor,
+    restyle, retitle or write the clipboard of the terminal it is printed on, nor forge a line of its own."""
+    return "".join(ascii(c)[1:-1] if unicodedata.category(c) in _TERMINAL_UNSAFE else c for c in str(text))
 
 
 def without_nul(value: Any) -> Any:

@@ -3,13 +3,17 @@
 The launcher never imports Django: it runs `manage.py rlstudio_stop_runs --wait S` as a one-shot child
 with the children's environment (like the bootstrap), relays the command's lines (one per run) to the
 terminal as they come, and gives up the wait when `skip()` says so (a second Ctrl-C). S is
-RLSTUDIO_SHUTDOWN_STOP_S (default 60; 0: no run is stopped and nothing is waited for).
+RLSTUDIO_SHUTDOWN_STOP_S (default 60; 0: no run is stopped and nothing is waited for). A relayed line
+is said with its control characters escaped (`rlstudio.text.terminal_safe`): the command's lines hold
+run names, which are users' text.
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 from typing import Callable, Mapping
+
+from rlstudio.text import terminal_safe
 
 from .supervisor import Supervisor
 
@@ -54,7 +58,7 @@ class LogRelay:
         for line in lines:
             text = line.decode(errors="replace").rstrip()
             if text and not text.startswith("=== "):
-                self.say(f"  {text}")
+                self.say(f"  {terminal_safe(text)}")
 
 
 def stop_runs(sup: Supervisor, *, env: dict[str, str], cwd: Path, manage_py: Path, wait_s: float,

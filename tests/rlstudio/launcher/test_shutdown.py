@@ -43,6 +43,17 @@ def test_the_relay_says_complete_lines_once_and_skips_the_supervisors_header(tmp
     assert said == ["  stopping 1 active run(s) with a checkpoint", "  run #3: stopped"]
 
 
+def test_the_relay_escapes_control_characters_of_a_line(tmp_path):
+    """A line of the command's log holds run names (users' text): an escape sequence or a carriage return
+    in one reaches the terminal escaped, not acted on."""
+    log = tmp_path / "shutdown.log"
+    said: list[str] = []
+    relay = shutdown.LogRelay(log, said.append)
+    log.write_bytes("run #4 “x\x1b]0;owned\x07\r[rlstudio] done\u202e”: stopped\n".encode())
+    relay()
+    assert said == ["  run #4 “x\\x1b]0;owned\\x07\\r[rlstudio] done\\u202e”: stopped"]
+
+
 def _script(tmp_path: Path, body: str) -> Path:
     """A stand-in for manage.py: the launcher runs `python <it> rlstudio_stop_runs --wait S`."""
     path = tmp_path / "fake_manage.py"

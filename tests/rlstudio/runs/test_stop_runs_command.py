@@ -63,3 +63,22 @@ def test_a_run_the_shutdown_stopped_says_so_on_its_page(alice, bob, make_run):
     c = Client()
     c.force_login(alice)
     assert 'id="run-stop-reason"' not in c.get(f"/runs/{other.pk}/controls/").content.decode()
+
+
+def test_a_run_name_cannot_write_control_characters_to_the_operators_terminal(alice, make_run):
+    """A run's name is its owner's text, and the command's lines go to the terminal that ran `make run`
+    (the launcher relays them): a name holding an escape sequence (a window title, OSC 52's clipboard
+    write) or a new line (a forged line of the launcher's) is written with its control characters
+    escaped, on one line."""
+    from rlstudio.runs.management.commands.rlstudio_stop_runs import stop_active_runs
+    from rlstudio.runs.models import Run, RunStatus
+
+    run = make_run(alice, "hostile")
+    name = "x\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2J\r\n[rlstudio] all runs stopped\u202e"
+    Run.objects.filter(pk=run.pk).update(name=name, status=RunStatus.STOPPING)  # followed, not asked (no Ray)
+    lines: list[str] = []
+    stop_active_runs(wait_s=0, say=lines.append)
+    assert len(lines) == 2 and lines[1].startswith(f"run #{run.pk} "), lines
+    for line in lines:
+        assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 or c == "\u202e" for c in line), repr(line)
+    assert "\\x1b]52;c;ZWNobyBwd25lZA==" in lines[1] and "[rlstudio] all runs stopped" in lines[1]

@@ -9,7 +9,8 @@ stopped run frees is handed to no queued run that would die with the cluster. It
 RLSTUDIO_SHUTDOWN_STOP_S; 0: stop nothing) for them to reach a final state, following their jobs
 with the reconcile's own `reconcile_run` (so it does not depend on Celery beat's rhythm), and prints
 one line per run. Each run it asks gets the audit event `run.shutdown_stop` with the reason
-"stopped: the platform was shut down".
+"stopped: the platform was shut down". A run's name is its owner's text: it is printed with its control
+characters escaped (`rlstudio.text.terminal_safe`), since these lines reach the operator's terminal.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.reconcile import reconcile_run
 from rlstudio.runs.selectors import SHUTDOWN_STOP_ACTION
 from rlstudio.runs.services import RunNotPermitted, RunRefused, queue_paused, run_stop
+from rlstudio.text import terminal_safe
 
 S = RunStatus
 ACTIVE = (S.SUBMITTING, S.RUNNING, S.STOPPING)
@@ -35,7 +37,7 @@ POLL_S = 1.0
 
 
 def _label(run: Run) -> str:
-    return f"run #{run.pk} “{run.name}”"
+    return f"run #{run.pk} “{terminal_safe(run.name)}”"
 
 
 def _ask(run: Run, say: Callable[[str], None]) -> bool:
