@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from importlib import import_module
 from typing import Awaitable, Callable
 
 from asgiref.sync import async_to_sync
@@ -60,6 +61,33 @@ def user_changed_send(user_id: int) -> None:
 
 
 @database_sync_to_async
+def still_signed_in(scope) -> bool:
+    """Whether what signed a socket's user in at its handshake still does: for a `?token=` socket its
+    API token still exists (a revoked token is deleted); for a session socket its session, read from the
+    store again, still signs that user in (Django's own check: a password changed elsewhere changes the
+    session hash and signs every other session out; a sign-out deletes the session)."""
+    from types import SimpleNamespace
+
+    from django.contrib import auth
+
+    from .models import ApiToken
+    from .ws_auth import TOKEN_ID_SCOPE_KEY
+
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return False
+    if TOKEN_ID_SCOPE_KEY in scope:
+        token_id = scope[TOKEN_ID_SCOPE_KEY]
+        return token_id is not None and ApiToken.objects.filter(pk=token_id, user_id=user.pk).exists()
+    session_key = getattr(scope.get("session"), "session_key", None)
+    if not session_key:
+        return False
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    now = auth.get_user(SimpleNamespace(session=store))
+    return bool(now.is_authenticated) and now.pk == user.pk
+
+
+@database_sync_to_async
 def active_user(user):
     """`user` as the database holds them now, or None when they are gone or no longer active."""
     return get_user_model().objects.filter(pk=getattr(user, "pk", None), is_active=True).first()
@@ -84,7 +112,9 @@ class RecheckedSocket:
     The consumer provides `still_allowed` (may the socket's user, as the database holds them now,
     still have what the socket streams? read through database_sync_to_async) and
     `leave_socket_groups` (leave every group the socket joined; a second call does nothing).
-    `recheck` asks `still_allowed` and, on False, marks the socket `revoked` (its consumer forwards
+    `recheck` asks `still_signed_in` (the session or API token of the handshake still signs the user in:
+    a password changed elsewhere, a sign-out or a revoked token ends the socket as it ends that
+    session's pages) and `still_allowed` and, on False, marks the socket `revoked` (its consumer forwards
     nothing more), leaves its groups and closes it with 4403 (CLOSE_FORBIDDEN). It is the only
     re-check: the `user.changed` handler here, the consumer's own group message handlers (a run's
     `run.access_changed`) and the periodic task all await it.
@@ -115,6 +145,11 @@ class RecheckedSocket:
         """Leave every Channels group the socket joined (nothing when it has left them already)."""
         raise NotImplementedError
 
+    async def still_signed_in(self) -> bool:
+        """Whether the session or API token the socket was opened with still signs its user in
+        (`still_signed_in` of the module)."""
+        return await still_signed_in(self.scope)
+
     async def recheck(self) -> bool:
         """Whether the socket stays open: unless `still_allowed`, leave the groups and close with 4403.
 
@@ -122,7 +157,7 @@ class RecheckedSocket:
         or a disconnect) is neither left nor closed a second time."""
         if not self._recheck_open or self.revoked:
             return False
-        if await self.still_allowed():
+        if await self.still_signed_in() and await self.still_allowed():
             return True
         if not self._recheck_open or self.revoked:  # closed meanwhile (another check, a disconnect)
             return False

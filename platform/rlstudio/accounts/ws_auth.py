@@ -19,17 +19,23 @@ from django.http.request import validate_host
 from .throttle import api_token_throttled
 
 
+# The scope key of a `?token=` socket's ApiToken id: its re-check asks whether the token still exists
+# (accounts.sockets), where a session socket asks whether its session still signs the user in.
+TOKEN_ID_SCOPE_KEY = "rlstudio.api_token_id"
+
+
 @database_sync_to_async
-def _user_for_key(key: str, *, client_ip: str, path: str):
-    """The user of API token `key`, or AnonymousUser (invalid, or this address / prefix locked out)."""
+def _token_for_key(key: str, *, client_ip: str, path: str):
+    """The ApiToken of `key` (its user loaded), or None (invalid, or this address / prefix locked out)."""
     request = HttpRequest()
     request.META.update(REMOTE_ADDR=client_ip, PATH_INFO=path)
     token, _locked = api_token_throttled(request=request, key=key)
-    return token.user if token is not None else AnonymousUser()
+    return token
 
 
 class ApiTokenQueryAuthMiddleware:
-    """ASGI middleware: sets scope["user"] from `?token=` when the query string has one."""
+    """ASGI middleware: sets scope["user"] from `?token=` when the query string has one, and
+    scope[TOKEN_ID_SCOPE_KEY] to the token's id (None for a key that signs nobody in)."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -39,8 +45,9 @@ class ApiTokenQueryAuthMiddleware:
         keys = query.get("token")
         if keys:
             client = scope.get("client") or ("", 0)  # Daphne --proxy-headers puts X-Forwarded-For here
-            user = await _user_for_key(keys[0], client_ip=str(client[0] or ""), path=scope.get("path", ""))
-            scope = dict(scope, user=user)
+            token = await _token_for_key(keys[0], client_ip=str(client[0] or ""), path=scope.get("path", ""))
+            scope = dict(scope, user=token.user if token is not None else AnonymousUser(),
+                         **{TOKEN_ID_SCOPE_KEY: token.pk if token is not None else None})
         return await self.inner(scope, receive, send)
 
 
