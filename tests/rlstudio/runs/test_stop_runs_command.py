@@ -82,3 +82,16 @@ def test_a_run_name_cannot_write_control_characters_to_the_operators_terminal(al
     for line in lines:
         assert not any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 or c == "\u202e" for c in line), repr(line)
     assert "\\x1b]52;c;ZWNobyBwd25lZA==" in lines[1] and "[rlstudio] all runs stopped" in lines[1]
+
+
+def test_a_stop_by_the_platform_must_say_why(alice, make_run):
+    """run_stop(by=None) is the platform's own stop (shutdown, auto-pause): without a reason it is refused,
+    so no stop is ever recorded with neither a user nor a reason."""
+    from rlstudio.runs.models import RunStatus
+    from rlstudio.runs.services import run_stop
+
+    run = make_run(alice, "no-reason")
+    with pytest.raises(ValueError, match="needs its reason"):
+        run_stop(run=run, by=None)
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED

@@ -2,7 +2,8 @@
 
 The launcher (`make run`) runs it on the first Ctrl-C, before it stops any of its children: each
 running run is stopped through `runs.services.run_stop` with a checkpoint (the Stop button with "save
-a checkpoint" ticked: the trainer finishes its step, checkpoints and exits), on its owner's behalf; a
+a checkpoint" ticked: the trainer finishes its step, checkpoints and exits), by the platform itself
+(no user is recorded as having stopped it); a
 run still submitting is stopped once it runs; a run already stopping is waited for. Queued runs stay
 queued (they start at the next start): the queue is paused meanwhile (`queue_paused`), so a slot a
 stopped run frees is handed to no queued run that would die with the cluster. It then waits up to --wait seconds (default
@@ -26,7 +27,7 @@ from rlstudio.runs import ray_jobs
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.reconcile import reconcile_run
 from rlstudio.runs.selectors import SHUTDOWN_STOP_ACTION
-from rlstudio.runs.services import RunNotPermitted, RunRefused, queue_paused, run_stop
+from rlstudio.runs.services import RunRefused, queue_paused, run_stop
 from rlstudio.text import terminal_safe
 
 S = RunStatus
@@ -41,10 +42,10 @@ def _label(run: Run) -> str:
 
 
 def _ask(run: Run, say: Callable[[str], None]) -> bool:
-    """Stop a running run with a checkpoint on its owner's behalf; False when it had moved on meanwhile."""
+    """Stop a running run with a checkpoint, as the platform; False when it had moved on meanwhile."""
     try:
-        run_stop(run=run, by=run.owner, checkpoint=True)
-    except (RunRefused, RunNotPermitted) as exc:
+        run_stop(run=run, by=None, checkpoint=True, reason=REASON)
+    except RunRefused as exc:
         say(f"{_label(run)}: not stopped ({exc})")
         return False
     audit_record(actor=None, action=SHUTDOWN_STOP_ACTION, obj=run, data={"reason": REASON, "checkpoint": True})
