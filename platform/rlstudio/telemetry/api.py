@@ -260,9 +260,10 @@ class RunSamplesView(_RunReadView):
     @list_params(*(OpenApiParameter(n, str, required=False) for n in SAMPLE_LIST_PARAMS), paged=True,
                  responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
-        qs = sel.samples_for(run=self.run, flt=sample_filter_from(request.query_params))
+        flt = sample_filter_from(request.query_params)
         paginator = CountResultsPagination()
-        page = paginator.paginate_queryset(qs, request, view=self)
+        page = paginator.paginate_queryset(sel.SamplePages(sel.samples_for(run=self.run, flt=flt), flt.order),
+                                           request, view=self)
         return paginator.get_paginated_response(sel.sample_rows(samples=list(page)))
 
 
