@@ -105,18 +105,23 @@ def _inside_roots(path: str, roots: list[Path] | None = None) -> Path:
         raise CatalogRefused("a folder path is required", field="path")
     if "\x00" in path:
         raise CatalogRefused("the path must not contain the NUL character", field="path")
+    roots = roots if roots is not None else settings.RLSTUDIO_MODEL_ROOTS
+
+    def outside(resolved: list[Path]) -> CatalogRefused:
+        return _refuse(f"model folders must be under {', '.join(map(str, resolved))} (RLSTUDIO_MODEL_ROOTS)")
+
     try:
         folder = Path(path).expanduser()
-    except RuntimeError:  # "~name/..." where no user `name` exists: pathlib cannot find that home
-        raise _refuse("the path starts with '~' and names no known user's home folder: give an absolute "
-                      "path") from None
+    except RuntimeError:  # "~name/..." where no user `name` exists: pathlib cannot find that home. The
+        # answer is any outside folder's (as for "~root/..."), so that it does not say which accounts exist.
+        raise outside([Path(r).resolve() for r in roots]) from None
     try:
         if not folder.is_absolute():
             raise CatalogRefused("the path must be absolute", field="path")
         folder = folder.resolve()
-        roots = [Path(r).resolve() for r in (roots if roots is not None else settings.RLSTUDIO_MODEL_ROOTS)]
-        if not any(folder == r or r in folder.parents for r in roots):
-            raise _refuse(f"model folders must be under {', '.join(map(str, roots))} (RLSTUDIO_MODEL_ROOTS)")
+        resolved_roots = [Path(r).resolve() for r in roots]
+        if not any(folder == r or r in folder.parents for r in resolved_roots):
+            raise outside(resolved_roots)
         if not folder.is_dir():
             raise _refuse("no such folder")
         if not (folder / "config.json").is_file():
