@@ -57,7 +57,8 @@ def score_trajectories(trajs: list[Trajectory], reward_fn: Callable[..., Any], c
         p = tr.prompt
         try:
             out = reward_fn(p.data_source, tr.response_text, p.ground_truth,
-                            {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns})
+                            {**p.extra_info, "tool_rewards": tr.tool_rewards, "num_turns": tr.num_turns,
+                             "turn_scores": list(tr.turn_scores)})
         except NotImplementedError:
             if w.rule != 0:
                 raise

@@ -55,6 +55,8 @@ class Trajectory:
     finish_reason: str = "stop"  # stop | length | tool_calls (ended while calling) | error
     response_text: str = ""  # decoded response (assistant + tool text), what the reward reads
     tool_rewards: dict[str, float] = field(default_factory=dict)  # tool.calc_reward() per tool
+    user_turns: int = 0  # the interaction's replies (multi_turn.interaction)
+    turn_scores: list[float] = field(default_factory=list)  # the interaction's score of each turn
     reward: float = 0.0  # the scalar reward (filled by the reward phase): score + overlong penalty
     score: float = 0.0  # the reward function's score, before overlong shaping (reward_model.overlong_buffer)
     reward_extra: dict[str, Any] = field(default_factory=dict)  # parts of a dict-valued score

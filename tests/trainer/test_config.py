@@ -262,6 +262,14 @@ def test_validate_cross_field_checks():
             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
         ),
         ({"tools.names": ["calculator"]}, "tools.names"),
+        # an interaction only in multi-turn rollout, and only a registered one
+        ({"actor_rollout_ref.rollout.multi_turn.interaction": "gsm8k"},
+         "actor_rollout_ref.rollout.multi_turn.interaction"),
+        ({"actor_rollout_ref.rollout.multi_turn.enable": True,
+          "actor_rollout_ref.rollout.multi_turn.interaction": "trainer.interactions.gsm8k.Gsm8kInteraction"},
+         "actor_rollout_ref.rollout.multi_turn.interaction"),
+        ({"actor_rollout_ref.rollout.multi_turn.max_user_turns": 0},
+         "actor_rollout_ref.rollout.multi_turn.max_user_turns"),
         (
             {"actor_rollout_ref.rollout.name": "sglang", "trainer.device": "cpu"},
             "actor_rollout_ref.rollout.name",

@@ -127,7 +127,8 @@ def verl_num_turns(
 
     The 1 is the prompt; ``assistant_turns`` the generations (engine calls); ``user_turns`` the
     rounds of tool replies that entered the response (one per assistant turn whose calls ran, however
-    many calls it made). ``messages`` is the whole transcript, of which the first ``prompt_messages``
+    many calls it made), and each interaction reply (a ``user`` message after the prompt; verl counts
+    the last one too, which ends the conversation). ``messages`` is the whole transcript, of which the first ``prompt_messages``
     are the prompt. verl stops before appending a round of replies that does not fit in the response
     budget and does not count it; the multi-turn agent appends the part that fits and ends with
     finish_reason "length", so a transcript ending in such a round counts one round less. A single
@@ -137,7 +138,7 @@ def verl_num_turns(
     convo = list(messages[prompt_messages:])
     for message in convo:
         role = message.get("role")
-        if role == "tool" and previous != "tool":
+        if (role == "tool" and previous != "tool") or role == "user":
             rounds += 1
         previous = role
     if previous == "tool" and finish_reason == "length":

@@ -71,6 +71,18 @@ class MultiTurnConfig:
         "Tool-call parser, by SGLang's tool_call_parser names: hermes / qwen25 = <tool_call>{json}"
         "</tool_call> (Qwen2.5, Qwen3), llama3 = Llama 3.1/3.2 JSON calls (docs/chat-formats.md).",
     )
+    interaction: Union[str, None] = option(
+        None,
+        "A simulated user by its registered name (trainer.interactions: gsm8k); after each assistant "
+        "turn without a tool call it replies as the user (continue, or end the conversation) and "
+        "scores the turn. verl's interaction_config_path, by name instead of a file of class paths; "
+        "each row may give it arguments in extra_info.interaction_kwargs. None = off.",
+    )
+    max_user_turns: Union[int, None] = option(
+        None,
+        "Most interaction replies the model gets to answer per sample (verl's max_user_turns); None "
+        "= no limit of its own (max_turns and the response length still end the conversation).",
+    )
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,17 @@ def _check_multi_turn(cfg: Config) -> None:
     _positive(f"{ROLLOUT}.multi_turn.max_parallel_calls", mt.max_parallel_calls)
     if mt.tool_timeout_s <= 0:
         raise ConfigError(f"{ROLLOUT}.multi_turn.tool_timeout_s", "must be > 0")
+    _positive(f"{ROLLOUT}.multi_turn.max_user_turns", mt.max_user_turns, allow_none=True)
+    if mt.interaction is not None:
+        from trainer.interactions import registered_interactions
+
+        if mt.interaction not in registered_interactions():
+            raise ConfigError(f"{ROLLOUT}.multi_turn.interaction",
+                              f"no interaction named {mt.interaction!r}; registered: "
+                              f"{', '.join(registered_interactions())}")
+        if not mt.enable:
+            raise ConfigError(f"{ROLLOUT}.multi_turn.interaction",
+                              f"an interaction talks in multi-turn rollout only: set {ROLLOUT}.multi_turn.enable=true")
     names = cfg.tools.names
     if names and not mt.enable:
         raise ConfigError(

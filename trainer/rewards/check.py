@@ -7,7 +7,7 @@ REQUEST: {"path": "/abs/file.py"} or {"module": "dotted.module"}, plus "function
 compute_score) and "rows": [{"data_source", "solution_str", "ground_truth", "extra_info"}, ...].
 The function is loaded as a run's trainer loads it (`load_custom_function` on the file; a module is
 first resolved to its file with `module_file`) and called as the trainer's loop calls it:
-`fn(data_source, solution_str, ground_truth, {**extra_info, "tool_rewards": [], "num_turns": 1})`.
+`fn(data_source, solution_str, ground_truth, {**extra_info, "tool_rewards": [], "num_turns": 1, "turn_scores": []})`.
 RESULT gets one JSON object:
     {"ok": true, "path": "<file loaded>", "results": [{"score": 1.0, "extra": {...}} | {"error": "..."}]}
     {"ok": false, "stage": "load" | "function", "error": "<why, with the file and line>"}
@@ -77,7 +77,7 @@ def score_rows(request: dict[str, Any]) -> dict[str, Any]:
         extra_info = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
         try:
             out = fn(row.get("data_source") or "", str(row.get("solution_str") or ""), row.get("ground_truth"),
-                     {**extra_info, "tool_rewards": [], "num_turns": 1})
+                     {**extra_info, "tool_rewards": [], "num_turns": 1, "turn_scores": []})
             score, extra = score_value(out)
             results.append({"score": score, "extra": extra})
         except BaseException as exc:  # sys.exit() in a reward function is that row's error too

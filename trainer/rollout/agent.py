@@ -3,7 +3,7 @@
     MultiTurnRollout(engine, tokenizer, tools_registry, rollout_cfg, data_cfg).run(prompts, n=, sampling=)
 
 Every (prompt, sample) is one request moving PENDING -> GENERATING -> TOOL_CALLING -> GENERATING ...
--> DONE. Turns are synchronous across requests: all GENERATING requests go to the engine in ONE
+-> DONE (and, with an interaction, GENERATING -> INTERACTING -> GENERATING ...). Turns are synchronous across requests: all GENERATING requests go to the engine in ONE
 `generate` call, then the tool calls of every TOOL_CALLING request run concurrently (asyncio, each
 under `multi_turn.tool_timeout_s`). Single-turn rollout is the same code with max_turns=1, tools off.
 
@@ -36,6 +36,14 @@ turn holds one call.
 Tool lifecycle per request: create(**create_kwargs) for each offered tool, execute(**execute_kwargs),
 then calc_reward(**calc_reward_kwargs) -> Trajectory.tool_rewards and release(**release_kwargs), the
 kwargs from PromptItem.tools_kwargs[tool_name] (verl's extra_info.tools_kwargs).
+Interaction (`multi_turn.interaction`, verl's interaction system; trainer.interactions): after an
+assistant turn that calls no tool, the interaction (started per request with the row's
+`extra_info.interaction_kwargs`, its ground truth defaulting to the row's) replies as the user:
+the reply is a `user` message of the transcript and its score one of the trajectory's `turn_scores`.
+If it continues the conversation, the reply enters the token sequence as a template delta (loss mask
+0) and the model answers it; if it ends it (or `multi_turn.max_user_turns` replies were answered, or
+the turn or length budget ran out), the sample ends there, the reply in the transcript only (no
+token of it would ever be read). Like the tools, every interacting request of a turn is asked at once.
 Seeds: with sampling.seed set, each request's turn t samples with seed + crc32(row index,
 sample, t), so the same inputs reproduce (pass a different sampling.seed per step to vary samples).
 Note: a tool that blocks without awaiting cannot be interrupted by the timeout (asyncio limitation).
@@ -69,6 +77,7 @@ class RequestState(enum.Enum):
     PENDING = "pending"
     GENERATING = "generating"
     TOOL_CALLING = "tool_calling"
+    INTERACTING = "interacting"
     DONE = "done"
 
 
@@ -94,6 +103,10 @@ class _Request:
     step_rewards: list[float] = field(default_factory=list)
     created: list[str] = field(default_factory=list)
     last_output: list[int] = field(default_factory=list)  # the ids the engine generated last turn
+    interaction_kwargs: dict[str, Any] | None = None  # None: no interaction for this request
+    interaction_started: bool = False
+    user_turns: int = 0  # interaction replies received
+    turn_scores: list[float] = field(default_factory=list)  # the interaction's score of each turn
 
     def finish(self, reason: str) -> None:
         self.state = RequestState.DONE
@@ -140,6 +153,13 @@ class MultiTurnRollout:
         self.truncate_side = str(_cfg(mt, "tool_response_truncate_side", "middle"))
         self.max_parallel_calls = max(1, int(_cfg(mt, "max_parallel_calls", 1)))
         self.tool_timeout_s = float(_cfg(mt, "tool_timeout_s", 10.0))
+        self.interaction = None
+        if self.multi_turn and _cfg(mt, "interaction", None):
+            from trainer.interactions import get_interaction
+
+            self.interaction = get_interaction(str(_cfg(mt, "interaction")))
+        max_user_turns = _cfg(mt, "max_user_turns", None)
+        self.max_user_turns = int(max_user_turns) if max_user_turns is not None else None
         self.response_budget = int(_cfg(rollout_cfg, "response_length", None)
                                    or _cfg(data_cfg, "max_response_length", 512))
         self.max_model_len = _cfg(rollout_cfg, "max_model_len", None)
@@ -223,9 +243,10 @@ class MultiTurnRollout:
     # ------------------------------------------------------------------ the state machine
     async def _run(self, prompts: list[PromptItem], n: int, sampling: SamplingParams) -> list[Trajectory]:
         reqs = [self._new_request(p, pos, s) for pos, p in enumerate(prompts) for s in range(n)]
-        stats = {"engine_calls": 0.0, "gen_s": 0.0, "tool_s": 0.0}
+        stats = {"engine_calls": 0.0, "gen_s": 0.0, "tool_s": 0.0, "interaction_s": 0.0}
         try:
             await asyncio.gather(*(self._create_tools(r) for r in reqs))
+            await asyncio.gather(*(self._start_interaction(r) for r in reqs))
             for r in reqs:
                 r.state = RequestState.GENERATING
             turn = 0
@@ -258,9 +279,13 @@ class MultiTurnRollout:
                 t0 = time.perf_counter()
                 await asyncio.gather(*(self._run_tools(r) for r in reqs if r.state is RequestState.TOOL_CALLING))
                 stats["tool_s"] += time.perf_counter() - t0
+                t0 = time.perf_counter()
+                await asyncio.gather(*(self._interact(r) for r in reqs if r.state is RequestState.INTERACTING))
+                stats["interaction_s"] += time.perf_counter() - t0
                 turn += 1
         finally:
             await asyncio.gather(*(self._finish_tools(r) for r in reqs), return_exceptions=True)
+            await asyncio.gather(*(self._finish_interaction(r) for r in reqs), return_exceptions=True)
         self.last_stats = stats
         return [self._trajectory(r) for r in reqs]
 
@@ -275,7 +300,27 @@ class MultiTurnRollout:
         else:
             tools = {}
         return _Request(request_id=f"{prompt.uid}-{position}-{sample}", prompt=prompt, position=position,
-                        sample=sample, tools=tools, messages=[dict(m) for m in prompt.messages])
+                        sample=sample, tools=tools, messages=[dict(m) for m in prompt.messages],
+                        interaction_kwargs=self._interaction_kwargs(prompt))
+
+    def _interaction_kwargs(self, prompt: PromptItem) -> dict[str, Any] | None:
+        """The row's `extra_info.interaction_kwargs` for the run's interaction (its ground truth
+        defaulting to the row's); None without an interaction. A row naming another one is refused."""
+        if self.interaction is None:
+            return None
+        given = prompt.extra_info.get("interaction_kwargs") if isinstance(prompt.extra_info, Mapping) else None
+        if given is not None and not isinstance(given, Mapping):
+            raise ValueError(f"prompt {prompt.uid!r}: extra_info.interaction_kwargs must be an object, "
+                             f"got {type(given).__name__}")
+        kwargs = dict(given or {})
+        name = kwargs.get("name", self.interaction.name)
+        if name != self.interaction.name:
+            raise ValueError(f"prompt {prompt.uid!r} asks for the interaction {name!r}, but the run's "
+                             f"multi_turn.interaction is {self.interaction.name!r}")
+        kwargs["name"] = name
+        if kwargs.get("ground_truth") is None:
+            kwargs["ground_truth"] = prompt.ground_truth
+        return kwargs
 
     def _remaining(self, r: _Request) -> int:
         budget = self.response_budget
@@ -315,7 +360,13 @@ class MultiTurnRollout:
         parsed = self.parser.parse(visible) if self.multi_turn else None
         if out.finish_reason == "length" or parsed is None or not parsed.has_tool_call:
             r.messages.append({"role": "assistant", "content": text.strip()})
-            r.finish("length" if out.finish_reason == "length" else "stop")
+            if out.finish_reason == "length":
+                r.finish("length")
+            elif r.interaction_kwargs is None or r.num_turns >= self.max_turns or (
+                    self.max_user_turns is not None and r.user_turns >= self.max_user_turns):
+                r.finish("stop")
+            else:
+                r.state = RequestState.INTERACTING
             return
         calls = parsed.calls[: self.max_parallel_calls]
         content = (reasoning + ("\n\n" if reasoning and parsed.content else "") + parsed.content).strip()
@@ -382,6 +433,36 @@ class MultiTurnRollout:
         r.append(added, generated=False)
         r.state = RequestState.GENERATING
 
+    async def _start_interaction(self, r: _Request) -> None:
+        if self.interaction is not None and r.interaction_kwargs is not None:
+            await self.interaction.start_interaction(r.request_id, **r.interaction_kwargs)
+            r.interaction_started = True
+
+    async def _interact(self, r: _Request) -> None:
+        """The interaction's reply to the turn just generated: a user message, then go on or end."""
+        reply = await self.interaction.generate_response(r.request_id, list(r.messages), **r.interaction_kwargs)
+        r.user_turns += 1
+        if reply.score is not None:
+            r.turn_scores.append(float(reply.score))
+        message = {"role": "user", "content": str(reply.content)}
+        r.messages.append(message)
+        if reply.should_terminate_sequence:
+            r.finish("stop")
+            return
+        added = self.deltas.after_turn(r.last_output, [message], tools=r.prompt.tools or None)
+        room = self._remaining(r)
+        if len(added) >= room:
+            r.append(added[: max(room, 0)], generated=False)
+            r.finish("length")
+            return
+        r.append(added, generated=False)
+        r.state = RequestState.GENERATING
+
+    async def _finish_interaction(self, r: _Request) -> None:
+        if r.interaction_started:
+            r.interaction_started = False
+            await self.interaction.finalize_interaction(r.request_id, **(r.interaction_kwargs or {}))
+
     async def _finish_tools(self, r: _Request) -> None:
         for name in r.created:
             tool = r.tools[name]
@@ -402,4 +483,4 @@ class MultiTurnRollout:
             messages=r.messages, num_turns=r.num_turns, tool_calls=r.tool_calls, tool_errors=r.tool_errors,
             finish_reason=r.finish_reason,
             response_text=self.tokenizer.decode(r.response_ids, skip_special_tokens=True),
-            tool_rewards=dict(r.tool_rewards))
+            tool_rewards=dict(r.tool_rewards), user_turns=r.user_turns, turn_scores=list(r.turn_scores))

@@ -49,12 +49,26 @@ def test_create_validates_builds_the_config_and_admits(api, ready, alice):
     ({"preset": "nope"}, "preset"),
     ({"config": {"trainer": {"bogus": 1}}}, "trainer.bogus"),
     ({"gpus": -1}, "gpus"),
+    # an interaction is chosen by its registered name only: a class path is no name of one
+    ({"overrides": {"actor_rollout_ref.rollout.multi_turn.interaction": "os.system"}},
+     "actor_rollout_ref.rollout.multi_turn.interaction"),
+    ({"overrides": {"actor_rollout_ref.rollout.multi_turn.interaction_config_path": "/srv/x.yaml"}},
+     "actor_rollout_ref.rollout.multi_turn.interaction_config_path"),
 ])
 def test_bad_configs_are_refused_naming_the_key_before_anything_is_queued(api, ready, extra, field):
     resp = api.post("/api/v1/runs/", _body(ready, **extra), format="json")
     assert resp.status_code == 400, resp.content
     assert resp.json()["error"]["field"] == field
     assert Run.objects.count() == 0
+
+
+def test_a_run_with_the_gsm8k_interaction_launches(api, ready):
+    overrides = {"actor_rollout_ref.rollout.multi_turn.interaction": "gsm8k",
+                 "actor_rollout_ref.rollout.multi_turn.max_user_turns": 2}
+    resp = api.post("/api/v1/runs/", _body(ready, overrides=overrides), format="json")
+    assert resp.status_code == 201, resp.content
+    multi_turn = resp.json()["config"]["actor_rollout_ref"]["rollout"]["multi_turn"]
+    assert (multi_turn["interaction"], multi_turn["max_user_turns"]) == ("gsm8k", 2)
 
 
 def test_another_users_dataset_is_not_usable(api, ready, bob, make_dataset):
