@@ -90,11 +90,7 @@ class Checker:
         value = obj[key]
         if value is None and (nullable or optional):
             return None if nullable else default
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
+        if not _finite_number(value):
             self.fail(path, "must be a finite number")
         return float(value)
 
@@ -219,6 +215,17 @@ def _messages(c: Checker, d: Mapping[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def _finite_number(value: Any) -> bool:
+    """Whether `value` is a JSON number (not a boolean) that a float holds finitely: an int past a
+    float's range (a 400-digit JSON integer) is not, and `math.isfinite` would raise OverflowError on it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _all_finite_floats(values: list[Any]) -> bool:
     """True when every entry is a float or None and the floats are finite (a quick whole-list check:
     a sum of floats is finite only if every term is; an overflowing sum just takes the slow path)."""
@@ -266,9 +273,7 @@ def _token_view(c: Checker, d: Any) -> TokenView:
         if values is None or _all_finite_floats(values):
             continue
         for i, v in enumerate(values):
-            if v is not None and (
-                isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-            ):
+            if v is not None and not _finite_number(v):
                 c.fail(f"data.token_view.{key}[{i}]", "must be a finite number or null")
     return TokenView(**lists)  # type: ignore[arg-type]
 

@@ -326,3 +326,21 @@ def test_throughput_5000_events_one_request(run_and_token):
     batch = [metrics_event(i, i, **{"critic/score/mean": 0.5, "actor/pg_loss": -0.1}) for i in range(1, 5001)]
     assert post(run.pk, token, batch, gz=True).json()["accepted"] == 5000  # speed: bench, not here
     assert RunEvent.objects.filter(run=run).count() == 5000 and MetricRow.objects.filter(run=run).count() == 5000
+
+
+@pytest.mark.parametrize("where", ["metric", "time"])
+def test_an_int_past_a_floats_range_is_refused_not_a_500(run_and_token, where):
+    """A JSON integer of 400 digits is an int in Python, which `math.isfinite` cannot take (OverflowError:
+    it converts to a float): the event is refused with its reason and the rest of the batch is stored."""
+    run, token = run_and_token
+    huge = metrics_event(1, 1, **{"critic/score/mean": 0.5})
+    if where == "metric":
+        huge["data"]["metrics"]["critic/score/mean"] = 10**400
+    else:
+        huge["time"] = 10**400
+    raw = json.dumps({"events": [huge, metrics_event(2, 2, **{"critic/score/mean": 0.6})]}).encode()
+    resp = post(run.pk, token, None, raw=raw)
+    assert resp.status_code == 200 and resp.json()["accepted"] == 1, resp.content[:300]
+    (refusal,) = resp.json()["refused"]
+    assert refusal["seq"] == 1 and "finite number" in refusal["reason"]
+    assert list(RunEvent.objects.filter(run=run).values_list("seq", flat=True)) == [2]
