@@ -16,6 +16,10 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["run", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="runevent_run_seq_unique")]
+        # The log tail (run page, logs API) reads the last N log events of a run: without it, a backward
+        # scan of all the run's events (samples are most of them) filtered by type. Partial: only log
+        # events are in it, so the ingest of every other event pays nothing for it.
+        indexes = [models.Index(fields=["run", "seq"], condition=models.Q(type="log"), name="runevent_run_log_idx")]
 
     def __str__(self) -> str:
         return f"run {self.run_id} #{self.seq} {self.type}"
@@ -71,6 +75,10 @@ class Sample(models.Model):
             models.Index(fields=["run", "step"], name="sample_run_step_idx"),
             models.Index(fields=["run", "reward"], name="sample_run_reward_idx"),
             models.Index(fields=["run", "prompt_hash"], name="sample_run_prompt_idx"),
+            # The samples table's other sorts by a column with many values (longest responses, largest
+            # advantage): without them a sorted page sorts every sample of the run.
+            models.Index(fields=["run", "response_length", "seq"], name="sample_run_length_idx"),
+            models.Index(fields=["run", "advantage", "seq"], name="sample_run_advantage_idx"),
         ]
 
     def __str__(self) -> str:

@@ -87,3 +87,56 @@ def test_samples_pages_in_other_orders_keep_their_tie_on_seq(long_run, alice_cli
     expected = list(Sample.objects.filter(run=run).order_by("-reward", "seq").values_list("seq", flat=True))
     r = alice_client.get(f"/api/v1/runs/{run.pk}/samples/?order=-reward&limit=25&offset=10")
     assert [s["seq"] for s in r.json()["results"]] == expected[10:35]
+
+
+def _plan(sql: str, params) -> str:
+    """PostgreSQL's plan of a query with sequential scans and whole sorts ruled out (a test's tables are
+    tiny, where both are cheapest: the question is whether an index serves the query's filter and order,
+    as on a long run's tables; an incremental sort of an index's order is allowed)."""
+    knobs = ("enable_seqscan", "enable_sort")
+    with connection.cursor() as cur:
+        for knob in knobs:
+            cur.execute(f"SET LOCAL {knob} = off")
+        cur.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cur.fetchall())
+        for knob in knobs:
+            cur.execute(f"SET LOCAL {knob} = on")
+    return plan
+
+
+def _captured(fn, needle: str) -> tuple[str, tuple]:
+    """The SQL and parameters of the one query `fn()` runs that contains `needle`."""
+    from django.db import connection as conn
+
+    seen = []
+    def wrapper(execute, sql, params, many, context):
+        seen.append((sql, params))
+        return execute(sql, params, many, context)
+    with conn.execute_wrapper(wrapper):
+        fn()
+    found = [(sql, params) for sql, params in seen if needle in sql]
+    assert len(found) == 1, seen
+    return found[0]
+
+
+def test_log_tail_reads_the_partial_index_of_log_events(long_run, alice):
+    """The log tail (run page, logs API) is served by runevent_run_log_idx, not a backward scan of every
+    event of the run filtered by type."""
+    from rlstudio.telemetry import selectors as sel
+
+    run = long_run(20, 10, logs_every=5)
+    lines = []
+    sql, params = _captured(lambda: lines.extend(sel.logs_tail(run=run, user=alice, tail=3)), "telemetry_runevent")
+    assert [x["message"] for x in lines] == ["step 10", "step 15", "step 20"]
+    assert "runevent_run_log_idx" in _plan(sql, params)
+
+
+@pytest.mark.parametrize("order,index", [("-response_length", "sample_run_length_idx"),
+                                         ("advantage", "sample_run_advantage_idx")])
+def test_samples_sorted_by_length_or_advantage_read_an_index(long_run, order, index):
+    from rlstudio.telemetry import selectors as sel
+
+    run = long_run(10, 10)
+    qs = sel.samples_for(run=run, flt=sel.SampleFilter(order=order))[:50]
+    sql, params = qs.query.sql_with_params()
+    assert index in _plan(sql, params)
