@@ -304,10 +304,16 @@ def _since_param(params) -> datetime | None:
 
 
 class RunMemoryView(_RunReadView):
-    @extend_schema(parameters=[OpenApiParameter("since", str, required=False)],
+    @extend_schema(parameters=[OpenApiParameter("since", str, required=False), OpenApiParameter(
+                       "limit", int, required=False, description=(
+                           f"The latest N points (default {sel.MEMORY_POINTS_DEFAULT:,}, 1 to "
+                           f"{sel.MEMORY_POINTS_MAX:,}; else a 400); `truncated` says earlier ones were left out."))],
                    responses={200: OpenApiTypes.OBJECT})
     def get(self, request, run_id: int):
-        return Response({"points": sel.memory_for(run=self.run, since=_since_param(request.query_params))})
+        limit = int_param(request.query_params, "limit", default=sel.MEMORY_POINTS_DEFAULT, minimum=1,
+                          maximum=sel.MEMORY_POINTS_MAX)
+        points, truncated = sel.memory_window(run=self.run, since=_since_param(request.query_params), limit=limit)
+        return Response({"points": points, "truncated": truncated})
 
 
 LOGS_TAIL_MAX = 10_000  # the most log events one read answers

@@ -77,6 +77,7 @@ def run_detail(request, run_id: int):
     retention = RunRetention.objects.filter(run=run).first()
     # The first page of metric rows is in the page; run_live.js fetches the rest from the metrics API.
     metrics, metrics_next = sel.metrics_page(run=run, limit=sel.METRICS_PAGE_DEFAULT)
+    memory, memory_truncated = sel.memory_window(run=run)  # the latest points: a long run has tens of thousands
     ctx.update({
         "run": run,
         "shared_users": run_shared_users(run=run) if ctx["can_manage"] else [],
@@ -87,11 +88,12 @@ def run_detail(request, run_id: int):
         "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
                  "metrics": metrics, "metrics_next_after_step": metrics_next,
                  "metrics_api": f"/api/v1/runs/{run.pk}/metrics/", "metrics_page_size": sel.METRICS_PAGE_MAX,
-                 "memory": sel.memory_for(run=run),
+                 "memory": memory,
                  "samples_api": f"/api/v1/runs/{run.pk}/samples/", "page_size": SAMPLES_PAGE},
         # The new-run form's estimate of this run's config (with LoRA, next to full fine-tuning's).
         "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus,
                                            val_dataset=run.val_dataset),
+        "memory_truncated": memory_truncated, "memory_points_max": f"{sel.MEMORY_POINTS_DEFAULT:,}",
         "samples": samples,
         "samples_recorded": samples_recorded(run.config),
         "sample_filter": flt,

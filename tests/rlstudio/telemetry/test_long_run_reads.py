@@ -140,3 +140,35 @@ def test_samples_sorted_by_length_or_advantage_read_an_index(long_run, order, in
     qs = sel.samples_for(run=run, flt=sel.SampleFilter(order=order))[:50]
     sql, params = qs.query.sql_with_params()
     assert index in _plan(sql, params)
+
+
+def test_memory_api_answers_the_latest_points_up_to_its_limit(long_run, alice_client):
+    run = long_run(30, 1)  # 60 memory points
+    base = f"/api/v1/runs/{run.pk}/memory/"
+    whole = alice_client.get(base).json()
+    assert len(whole["points"]) == 60 and whole["truncated"] is False
+    seqs = [p["seq"] for p in whole["points"]]
+    assert seqs == sorted(seqs)
+    r = alice_client.get(base, {"limit": 7}).json()
+    assert [p["seq"] for p in r["points"]] == seqs[-7:] and r["truncated"] is True
+    assert alice_client.get(base, {"limit": 60}).json()["truncated"] is False
+    for bad in ("0", "50001", "x"):
+        assert alice_client.get(base, {"limit": bad}).status_code == 400
+
+
+def test_run_page_holds_at_most_the_latest_memory_points(long_run, alice_client, monkeypatch):
+    """The page's memory timeline does not grow with the run: at 10 and at 40 steps it holds the latest
+    MEMORY_POINTS_DEFAULT points (here 12) and says earlier ones were left out."""
+    import json as _json
+
+    from rlstudio.telemetry import selectors as sel
+
+    monkeypatch.setattr(sel, "MEMORY_POINTS_DEFAULT", 12)
+    for steps in (10, 40):
+        run = long_run(steps, 1)
+        r = alice_client.get(f"/runs/{run.pk}/")
+        live = _json.loads(r.content.decode().split('id="live-data" type="application/json">', 1)[1]
+                           .split("</script>", 1)[0])
+        assert len(live["memory"]) == 12
+        assert live["memory"][-1]["step"] == steps
+        assert b'id="memory-truncated"' in r.content
