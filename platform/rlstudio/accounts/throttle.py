@@ -10,6 +10,9 @@ one lockout rule, one admin page and one command (`manage.py axes_reset`, `axes_
 - an API token (`Authorization: Token <key>`) counts against the address and against the token's
   public prefix (`token:<first 12 characters>`, what the profile page shows of a key). An invalid
   key names no account, so the prefix stands for it.
+- a wrong old password on the password change (a signed-in session, which may not be its owner's)
+  counts as a failed login of the account and the address, so a session cannot guess the password
+  without end and take the account over.
 
 The address is REMOTE_ADDR: behind a reverse proxy the ASGI server must put the client's address
 there (`daphne --proxy-headers`), or every user shares the proxy's (docs/security.md).
@@ -101,3 +104,25 @@ def api_token_throttled(*, request: HttpRequest, key: str):
     locked = bool(getattr(request, "axes_locked_out", False))
     request.axes_locked_out = False
     return None, locked
+
+
+def _password_credentials(user) -> dict[str, str]:
+    return {"username": without_nul(user.get_username())[:USERNAME_CHARS]}
+
+
+def password_check_allowed(*, request: HttpRequest, user) -> bool:
+    """False while `user`'s account, or this address, is locked out (failed logins and wrong old
+    passwords count alike): a signed-in session checking the account's password (the password change)
+    is throttled as a login is."""
+    return AxesProxyHandler.is_allowed(request, _password_credentials(user))
+
+
+def password_failure_record(*, request: HttpRequest, user) -> bool:
+    """Count one wrong password given for signed-in `user` (the password change's old password) as a
+    failed login of the account and the address; whether that failure locked them out. The request's
+    axes flag is cleared: the caller answers the lockout itself, not axes' middleware with the login page."""
+    AxesProxyHandler.user_login_failed(sender=password_failure_record, credentials=_password_credentials(user),
+                                       request=request)
+    locked = bool(getattr(request, "axes_locked_out", False))
+    request.axes_locked_out = False
+    return locked

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 
 from .selectors import api_token_get_for, api_token_list_for
 from .services import ApiTokenRefused, api_token_create, api_token_revoke, audit_record
+from .throttle import lockout_message, password_check_allowed, password_failure_record
 from .teams import teams_of
 
 
@@ -56,7 +57,8 @@ class PasswordChange(auth_views.PasswordChangeView):
     site's AUTH_PASSWORD_VALIDATORS): back to the profile with a message, the change audited as
     `account.password_change`. Django keeps this session signed in and signs out the user's other
     sessions (their session hash no longer matches); API tokens are not touched. A refused form
-    answers 400 with the reason under its field."""
+    answers 400 with the reason under its field. A wrong old password counts as a failed login of the
+    account (`accounts.throttle`): once locked out, 429 with the reason on the old password's field."""
 
     template_name = "accounts/password_change.html"
     success_url = reverse_lazy("accounts:profile")
@@ -68,7 +70,23 @@ class PasswordChange(auth_views.PasswordChangeView):
                                        "still work (revoke them below if they may have leaked).")
         return response
 
+    def post(self, request, *args, **kwargs):
+        if not password_check_allowed(request=request, user=request.user):
+            return self._locked_out(self.get_form_class()(user=request.user))  # no password is checked
+        return super().post(request, *args, **kwargs)
+
     def form_invalid(self, form):
+        if form.has_error("old_password", "password_incorrect") and password_failure_record(
+                request=self.request, user=self.request.user):
+            return self._locked_out(form)
         response = super().form_invalid(form)
         response.status_code = 400
+        return response
+
+    def _locked_out(self, form):
+        """429: the account or this address is locked out (wrong old passwords count as failed logins,
+        `accounts.throttle`), with the message on the old password's field."""
+        message = lockout_message(self.request, what="wrong passwords")
+        response = self.render_to_response(self.get_context_data(form=form, locked_out=message))
+        response.status_code = 429
         return response

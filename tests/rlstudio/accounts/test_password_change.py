@@ -65,3 +65,23 @@ def test_a_change_keeps_this_session_signs_out_others_and_keeps_tokens(alice):
     assert Client().get("/api/v1/runs/", HTTP_AUTHORIZATION=f"Token {token.key}").status_code == 200
     event = AuditEvent.objects.get(action="account.password_change")
     assert event.actor == alice and event.object_id == str(alice.pk)
+
+
+def test_guessing_the_old_password_is_throttled_as_logins_are(alice):
+    """A session without the password (one left signed in, or stolen) cannot try old passwords without end
+    and take the account over: each wrong old password counts as a failed login of the account
+    (django-axes, AXES_FAILURE_LIMIT 5); at the limit the change answers 429 saying so, even with the
+    right old password, and the account's login is locked as after five wrong logins."""
+    c = _client(alice)
+    wrong = {"old_password": "not-it", "new_password1": NEW, "new_password2": NEW}
+    for _ in range(4):
+        assert c.post("/accounts/profile/password/", wrong).status_code == 400
+    fifth = c.post("/accounts/profile/password/", wrong)
+    assert fifth.status_code == 429 and "Too many wrong passwords" in fifth.content.decode()
+    right = c.post("/accounts/profile/password/", {**wrong, "old_password": PASSWORD})
+    assert right.status_code == 429 and 'data-field="old_password"' in right.content.decode()
+    alice.refresh_from_db()
+    assert alice.check_password(PASSWORD)  # unchanged
+    login = Client(REMOTE_ADDR="10.9.9.9").post("/accounts/login/", {"username": "alice", "password": PASSWORD})
+    assert login.status_code == 429
+    assert not AuditEvent.objects.filter(action="account.password_change").exists()
