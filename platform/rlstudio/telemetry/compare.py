@@ -31,7 +31,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Func
+from django.core.cache import cache
+from django.db.models import Count, DecimalField, Func, Sum
+from django.db.models.functions import Extract
 from django.utils import timezone
 
 from rlstudio.runs.gate.flat import flatten
@@ -165,11 +167,44 @@ FROM raw WHERE j IS NOT NULL
 """
 
 
+NAMES_CACHE_S = 3600
+
+
+def rows_state(run_ids: Sequence[int]) -> dict[int, str]:
+    """{run id: "<row count>:<sum of the rows' times>"} of the runs that have metric rows (one aggregate
+    query, no metrics object read): it changes when a step is stored, and when a stored step's row is
+    merged with later metrics (the merge moves that row's time to the later event's), whichever step."""
+    epoch = Sum(Extract("time", "epoch", output_field=DecimalField()))  # numeric in PostgreSQL: exact
+    rows = (MetricRow.objects.filter(run_id__in=run_ids).order_by().values("run_id")
+            .annotate(n=Count("id"), t=epoch))
+    return {r["run_id"]: f"{r['n']}:{r['t']}" for r in rows}
+
+
 def metric_names(run_ids: Sequence[int]) -> list[str]:
-    """Every metric name the runs reported, sorted."""
-    names = (MetricRow.objects.filter(run_id__in=run_ids)
-             .annotate(key=Func("metrics", function="jsonb_object_keys"))
-             .order_by().values_list("key", flat=True).distinct())  # no ordering: it would join the DISTINCT
+    """Every metric name the runs reported, sorted.
+
+    Expanding every row's keys (`jsonb_object_keys`) reads each row's whole metrics object: 200 ms for
+    a run of 3,000 steps x 80 metrics on 2 cores. So each run's names are kept in Django's cache under
+    its rows' state (`rows_state`); a read while nothing new was stored costs the one aggregate query,
+    and the runs not cached are expanded together in one query."""
+    keys = {run_id: f"rlstudio:metric-names:{run_id}:{state}" for run_id, state in rows_state(run_ids).items()}
+    cached = cache.get_many(list(keys.values()))
+    names: set[str] = set()
+    missing = []
+    for run_id, key in keys.items():
+        if key in cached:
+            names.update(cached[key])
+        else:
+            missing.append(run_id)
+    if missing:
+        found: dict[int, list[str]] = {run_id: [] for run_id in missing}
+        pairs = (MetricRow.objects.filter(run_id__in=missing)
+                 .annotate(key=Func("metrics", function="jsonb_object_keys"))
+                 .order_by().values_list("run_id", "key").distinct())  # no ordering: it would join the DISTINCT
+        for run_id, name in pairs:
+            found[run_id].append(name)
+        cache.set_many({keys[run_id]: sorted(found[run_id]) for run_id in missing}, NAMES_CACHE_S)
+        names.update(name for run_names in found.values() for name in run_names)
     return sorted(names)
 
 

@@ -4,20 +4,18 @@ training reward's (critic/score/mean) first and last, all from every stored metr
 (telemetry.compare.held_out_of and train_reward_of). The run page loads it after the page itself
 (static/js/run_summary.js, with the shared fragment_poller.js) and fetches it again while the run is live.
 The figures read every stored row (about 0.1 to 0.3 s for 10,000 steps), so they are kept in Django's cache
-under the run's row count and latest row time: a refetch while nothing new was stored costs one small
-query."""
+under the state of the run's rows (compare.rows_state: their count and the sum of their times): a refetch
+while nothing new was stored costs one small query."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
-from django.db.models import Count, Max
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from rlstudio.runs.selectors import run_get_for
 
-from .compare import TRAIN_REWARD, held_out_of, train_reward_of
-from .models import MetricRow
+from .compare import TRAIN_REWARD, held_out_of, rows_state, train_reward_of
 
 CACHE_S = 3600
 
@@ -25,8 +23,7 @@ CACHE_S = 3600
 def summary_figures(run_id: int) -> dict:
     """The card's figures: {"held_out": [{"metric", first/best/last with steps}], "train": ... or None},
     cached until the run's metric rows change (a new step, or a step's row merged with later metrics)."""
-    state = MetricRow.objects.filter(run_id=run_id).aggregate(n=Count("id"), latest=Max("time"))
-    key = f"rlstudio:run-summary:{run_id}:{state['n']}:{state['latest'].timestamp() if state['latest'] else 0}"
+    key = f"rlstudio:run-summary:{run_id}:{rows_state([run_id]).get(run_id, '0')}"
     figures = cache.get(key)
     if figures is None:
         held = held_out_of(run_id, first=True)

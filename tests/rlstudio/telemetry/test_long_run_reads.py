@@ -172,3 +172,37 @@ def test_run_page_holds_at_most_the_latest_memory_points(long_run, alice_client,
         assert len(live["memory"]) == 12
         assert live["memory"][-1]["step"] == steps
         assert b'id="memory-truncated"' in r.content
+
+
+def test_metric_names_are_expanded_once_while_the_rows_do_not_change(alice, alice_client, run_with_metrics):
+    """The compare API and the metrics CSV name every metric of the runs: expanding each row's keys
+    (jsonb_object_keys) reads every metrics object, so it runs once per state of the rows; a new step
+    with a new metric is named at once."""
+    from rlstudio.telemetry.services import events_ingest as ingest
+
+    a = run_with_metrics(alice, [(s, {"critic/score/mean": 0.1 * s, "actor/pg_loss": 1.0}) for s in range(1, 9)],
+                         name="a")
+    b = run_with_metrics(alice, [(s, {"critic/score/mean": 0.2, "perf/throughput": 3.0}) for s in range(1, 5)],
+                         name="b")
+    url = f"/api/v1/runs/compare/?ids={a.pk},{b.pk}"
+
+    def expansions(path):
+        with CaptureQueriesContext(connection) as ctx:
+            r = alice_client.get(path)
+        assert r.status_code == 200
+        body = r.json() if path.startswith("/api/v1/runs/compare") else b"".join(r.streaming_content).decode()
+        return body, sum("jsonb_object_keys" in q["sql"] for q in ctx.captured_queries)
+
+    body, n = expansions(url)
+    assert n == 1 and body["metrics"] == ["actor/pg_loss", "critic/score/mean", "perf/throughput"]
+    assert expansions(url)[1] == 0
+    csv, n = expansions(f"/api/v1/runs/{a.pk}/metrics.csv")
+    assert n == 0 and csv.splitlines()[0] == "step,time,actor/pg_loss,critic/score/mean"
+    ingest(run=b, raw_events=[{"seq": 100, "type": "metrics", "time": T0 + 100,
+                               "data": {"step": 9, "metrics": {"actor/entropy": 0.5}}}])
+    body, n = expansions(url)
+    assert n == 1 and "actor/entropy" in body["metrics"]
+    # merged into step 2 of a, whose latest step is 8: a later event than step 2's, earlier than step 8's
+    ingest(run=a, raw_events=[{"seq": 100, "type": "metrics", "time": T0 + 3.5,
+                               "data": {"step": 2, "metrics": {"actor/kl_loss": 0.5}}}])
+    assert "actor/kl_loss" in expansions(url)[0]["metrics"]
