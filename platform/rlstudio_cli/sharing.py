@@ -22,8 +22,9 @@ def add_share_flags(parser: argparse.ArgumentParser, *, visibility: bool) -> Non
     for verb in ("add", "remove"):
         parser.add_argument(f"--{verb}-user", action="append", metavar="USER[,USER...]",
                             help=f"{verb} a username (repeat it, or separate with commas)")
-        parser.add_argument(f"--{verb}-team", action="append", metavar="TEAM[,TEAM...]",
-                            help=f"{verb} a team by name (one you are in)")
+        parser.add_argument(f"--{verb}-team", action="append", metavar="TEAM",
+                            help=f"{verb} a team by its whole name (one you are in; repeat it for several: "
+                                 "a team's name may hold a comma)")
     if visibility:
         parser.add_argument("--visibility", choices=("private", "everyone"),
                             help="everyone: every signed-in user reads the run; private: its owner, staff and "
@@ -31,9 +32,11 @@ def add_share_flags(parser: argparse.ArgumentParser, *, visibility: bool) -> Non
     parser.add_argument("--json", action="store_true")
 
 
-def _names(values: list[str] | None) -> list[str]:
-    """Repeated and comma-separated names, in order, each once."""
-    return list(dict.fromkeys(n.strip() for v in values or [] for n in v.split(",") if n.strip()))
+def _names(values: list[str] | None, *, commas: bool = True) -> list[str]:
+    """Repeated (and, with `commas`, comma-separated) names, in order, each once. Team names are not
+    split: one may hold a comma (a username cannot)."""
+    parts = (n for v in values or [] for n in (v.split(",") if commas else [v]))
+    return list(dict.fromkeys(n.strip() for n in parts if n.strip()))
 
 
 def _not_there(what: str, current: list[str], remove: list[str], flag: str) -> None:
@@ -45,7 +48,8 @@ def _not_there(what: str, current: list[str], remove: list[str], flag: str) -> N
 
 def _share(client: Client, args, *, what: str, path: str) -> int:
     change = {"add_users": _names(args.add_user), "remove_users": _names(args.remove_user),
-              "add_teams": _names(args.add_team), "remove_teams": _names(args.remove_team)}
+              "add_teams": _names(args.add_team, commas=False),
+              "remove_teams": _names(args.remove_team, commas=False)}
     change = {key: names for key, names in change.items() if names}
     if getattr(args, "visibility", None):
         change["visibility"] = args.visibility

@@ -157,3 +157,17 @@ def test_a_share_keeps_a_change_made_after_the_command_read_the_sharing(as_alice
     r = as_alice("projects", "share", project.pk, "--add-user", "carol")
     assert r.code == 0 and r.out.strip() == f"project {project.pk} is shared with users: carol,dave; teams: none", r
     assert sorted(project.shared_with.values_list("username", flat=True)) == ["carol", "dave"]
+
+
+def test_share_takes_a_team_name_with_a_comma_whole(as_alice, alice):
+    """A team's name may hold a comma ("R&D, Berlin": accounts.teams.clean_team_name refuses control
+    characters only), so --add-team / --remove-team take each value as one name (repeat the flag for
+    several); usernames, which cannot hold one, are still split on commas."""
+    team = Team.objects.create(name="R&D, Berlin")
+    team.user_set.add(alice)
+    project = project_create(owner=alice, name="comma")
+    added = as_alice("projects", "share", project.pk, "--add-team", "R&D, Berlin", "--json")
+    assert added.code == 0, added
+    assert json.loads(added.out)["teams"] == ["R&D, Berlin"]
+    removed = as_alice("projects", "share", project.pk, "--remove-team", "R&D, Berlin", "--json")
+    assert removed.code == 0 and json.loads(removed.out)["teams"] == [], removed
