@@ -233,6 +233,8 @@ METRICS_LIST_PARAMETERS = (
 class RunMetricsView(_RunReadView):
     """A page of the run's metric rows in step order (`after_step` + `limit`, keyed by step)."""
 
+    renderer_classes = [codec.JsonRenderer]  # up to 5,000 rows of ~80 numbers
+
     @list_params(*METRICS_LIST_PARAMETERS, paged=False, responses={200: _METRICS_PAGE})
     def get(self, request, run_id: int):
         params = request.query_params
@@ -304,6 +306,7 @@ def _since_param(params) -> datetime | None:
 
 
 class RunMemoryView(_RunReadView):
+    renderer_classes = [codec.JsonRenderer]  # up to 50,000 points
     @extend_schema(parameters=[OpenApiParameter("since", str, required=False), OpenApiParameter(
                        "limit", int, required=False, description=(
                            f"The latest N points (default {sel.MEMORY_POINTS_DEFAULT:,}, 1 to "

@@ -31,6 +31,7 @@ from rlstudio.runs.selectors import (
     run_shared_users,
 )
 
+from . import codec
 from . import selectors as sel
 from .api import STEP_MAX, prompt_key_from, sample_filter_from
 from .models import RetentionMode, RunRetention, Sample
@@ -104,6 +105,8 @@ def run_detail(request, run_id: int):
         # The tensorboard sink's event files in the run's folder: offered as one .tar.gz.
         "tensorboard_logs": tensorboard_folder(run) is not None,
     })
+    # The page's data (a page of metric rows and the memory timeline: megabytes on a long run) through orjson.
+    ctx["live_script"] = codec.script_json(ctx["live"], "live-data")
     return render(request, "runs/run_detail.html", ctx)
 
 

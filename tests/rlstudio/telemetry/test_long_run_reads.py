@@ -206,3 +206,19 @@ def test_metric_names_are_expanded_once_while_the_rows_do_not_change(alice, alic
     ingest(run=a, raw_events=[{"seq": 100, "type": "metrics", "time": T0 + 3.5,
                                "data": {"step": 2, "metrics": {"actor/kl_loss": 0.5}}}])
     assert "actor/kl_loss" in expansions(url)[0]["metrics"]
+
+
+def test_script_json_is_json_script_through_orjson():
+    """The run page's data element: the same JSON value and escaping as Django's json_script."""
+    import json as _json
+
+    from django.utils.html import json_script
+
+    from rlstudio.telemetry.codec import script_json
+
+    value = {"metrics": [{"step": 1, "metrics": {"a/b": 0.5, "big": 2**40}}], "name": "</script><b>&amp; é",
+             "none": None, "ok": True}
+    ours, django = str(script_json(value, "live-data")), str(json_script(value, "live-data"))
+    assert ours.count("</script>") == 1 and ours.endswith("</script>") and "<b>" not in ours
+    body = lambda html: _json.loads(html.split(">", 1)[1].rsplit("</script>", 1)[0])  # noqa: E731
+    assert body(ours) == body(django) == value
