@@ -162,7 +162,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(runs, "watch", "print new steps until the run ends; exit 0 when it succeeded", cmd_runs_watch)
     p.add_argument("id", type=id_arg)
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between polls (default 5)")
+    p.add_argument("--interval", type=float, default=5.0,
+                   help="seconds between looks when the run reports nothing (default 5)")
+    p.add_argument("--poll", action="store_true",
+                   help="only look every --interval seconds: no live stream (a websocket) of the run")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="give up (exit 1) when the run has not ended after this long (default: wait for it)")
     p.add_argument("--metric", "-m", action="append", help="metrics to show (repeat, or comma-separated)")

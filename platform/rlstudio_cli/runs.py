@@ -1,18 +1,20 @@
 """The `rlstudio runs ...` commands: list, show (the last step's headline metrics, or every one),
 launch (a `--config` file read as JSON or YAML, `--set` overrides checked for `key=value`, the
 dataset and model asked for by name when missing), stop, resume, logs, metrics (every step-keyed page of
-/api/v1/runs/<id>/metrics/, as a table, CSV or JSON) and watch (new steps until the run ends, riding
-out up to WATCH_RETRIES failed polls in a row). Also which metrics they show by default and which
+/api/v1/runs/<id>/metrics/, as a table, CSV or JSON) and watch (new steps until the run ends, woken by
+the run's live stream (`live`) where the platform gives one, riding out up to WATCH_RETRIES failed
+polls in a row). Also which metrics they show by default and which
 statuses end a watch.
 """
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
-from . import common
+from . import common, live
 from .client import Client, ClientError
 from .common import emit_json, err, footer, out, paged, when
 from .output import cell, clean, fmt_number, pairs, table
@@ -262,42 +264,74 @@ def _watch_line(row: dict, wanted: list[str] | None, total: Any) -> str:
 
 def cmd_runs_watch(client: Client, args) -> int:
     """New steps as they come, one line each; 0 when the run succeeds, 1 when it fails, is stopped or
-    is lost. A poll the platform fails (unreachable, a 5xx: a restart) is tried again, up to
-    WATCH_RETRIES times in a row; a refusal (4xx: the run is gone, the token revoked) ends the watch, and
-    so does `--timeout` (exit 1; the time counted is the waits between polls)."""
+    is lost. After its first look it opens the run's live stream (`live.RunStream`, unless --poll), so
+    a step is fetched as soon as the run reports it; between reports, and without the stream, it looks
+    every --interval seconds. A poll the platform fails (unreachable, a 5xx: a restart) is tried again,
+    up to WATCH_RETRIES times in a row; a refusal (4xx: the run is gone, the token revoked) ends the
+    watch, and so does `--timeout` (exit 1; the time counted is the waits between looks)."""
     wanted = _split_metrics(args.metric)
     after: int | None = None
     status = None
     failures = 0
     waited = 0.0
-    while True:
-        if args.timeout is not None and waited >= args.timeout:
-            raise ClientError(f"run {args.id} is still {status} after {args.timeout:g} s (--timeout)", exit_code=1)
-        try:  # the run before its metrics: once it reads final, every row it reported is stored
-            run = client.get(f"runs/{args.id}/")
-            rows = _all_metric_rows(client, args.id, after=after)
-        except ClientError as exc:
-            if exc.exit_code == 2 or failures >= WATCH_RETRIES:
-                raise
-            failures += 1
-            err(f"warning: {clean(exc.message)}; trying again ({failures} of {WATCH_RETRIES})")
-            common.sleep(args.interval)
-            waited += args.interval
-            continue
-        failures = 0
-        if rows:
-            for row in rows:
-                out(_watch_line(row, wanted, run.get("total_steps")))
-            after = rows[-1].get("step")
-        if run.get("status") != status:
-            status = run.get("status")
-            note = f" ({clean(run.get('queue_reason'))})" if status == "queued" and run.get("queue_reason") else ""
-            err(f"run {args.id} {clean(run.get('name'))}: {clean(status)}{note}")
-        if status in FINAL_OK:
-            return 0
-        if status in FINAL_BAD:
-            if run.get("error"):
-                err(f"error: {clean(run.get('error'))}")
-            return 1
-        common.sleep(args.interval)
-        waited += args.interval
+    stream: live.RunStream | None = None
+    live_tried = bool(args.poll)
+    try:
+        while True:
+            if args.timeout is not None and waited >= args.timeout:
+                raise ClientError(f"run {args.id} is still {status} after {args.timeout:g} s (--timeout)", exit_code=1)
+            try:  # the run before its metrics: once it reads final, every row it reported is stored
+                run = client.get(f"runs/{args.id}/")
+                rows = _all_metric_rows(client, args.id, after=after)
+            except ClientError as exc:
+                if exc.exit_code == 2 or failures >= WATCH_RETRIES:
+                    raise
+                failures += 1
+                err(f"warning: {clean(exc.message)}; trying again ({failures} of {WATCH_RETRIES})")
+                common.sleep(args.interval)
+                waited += args.interval
+                continue
+            failures = 0
+            if rows:
+                for row in rows:
+                    out(_watch_line(row, wanted, run.get("total_steps")))
+                after = rows[-1].get("step")
+            if run.get("status") != status:
+                status = run.get("status")
+                note = f" ({clean(run.get('queue_reason'))})" if status == "queued" and run.get("queue_reason") else ""
+                err(f"run {args.id} {clean(run.get('name'))}: {clean(status)}{note}")
+            if status in FINAL_OK:
+                return 0
+            if status in FINAL_BAD:
+                if run.get("error"):
+                    err(f"error: {clean(run.get('error'))}")
+                return 1
+            if not live_tried:
+                live_tried = True
+                stream = _open_stream(client, args)
+                if stream is not None:
+                    continue  # look once more: what came before the stream opened is fetched now
+            if stream is None:
+                common.sleep(args.interval)
+                waited += args.interval
+                continue
+            started = time.monotonic()
+            try:
+                stream.wait(args.interval)
+            except live.StreamClosed as exc:
+                err(f"note: live updates stopped ({clean(str(exc))}); looking every {args.interval:g} s")
+                stream.close()
+                stream = None
+            waited += time.monotonic() - started
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def _open_stream(client: Client, args) -> live.RunStream | None:
+    """The run's live stream, or None (said on stderr) where the platform does not give one."""
+    try:
+        return live.RunStream(client.settings.url, client.settings.token, args.id)
+    except live.StreamClosed as exc:
+        err(f"note: no live updates ({clean(str(exc))}); looking every {args.interval:g} s")
+        return None

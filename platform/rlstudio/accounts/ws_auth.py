@@ -1,9 +1,12 @@
-"""WebSocket handshakes: the Origin check (host AND port) and authentication by `?token=`.
+"""WebSocket handshakes: the Origin check (host AND port) and authentication by an API token.
 
 `SameOriginValidator` wraps everything: a handshake from another origin is refused with 403.
 `ApiTokenQueryAuthMiddleware` sits inside Channels' AuthMiddlewareStack, for scripts that hold no
-session cookie: a token in the query string, when present, decides the user (an invalid one leaves
-the connection anonymous, so the consumer closes it with 4401). Its failures are throttled as the
+session cookie: a token in the handshake's `Authorization: Token <key>` header (as the REST API takes
+it; what the `rlstudio` client sends, so the key is in no URL a proxy or access log records) or, for
+clients that cannot set headers, in the query string (`?token=`), when present, decides the user (an
+invalid one leaves the connection anonymous, so the consumer closes it with 4401; the header wins
+when both are given). Its failures are throttled as the
 API's `Authorization: Token` header's are (`throttle.api_token_throttled`, per client address and
 per key prefix): while locked out, even the right key leaves the connection anonymous.
 """
@@ -33,19 +36,29 @@ def _token_for_key(key: str, *, client_ip: str, path: str):
     return token
 
 
+def _handshake_key(scope) -> str | None:
+    """The API key a handshake carries: `Authorization: Token <key>`, else `?token=<key>`; None when neither."""
+    header = _header(scope, b"authorization")
+    if header is not None:
+        scheme, _, key = header.strip().partition(" ")
+        if scheme.lower() == "token":
+            return key.strip()
+    keys = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("token")
+    return keys[0] if keys else None
+
+
 class ApiTokenQueryAuthMiddleware:
-    """ASGI middleware: sets scope["user"] from `?token=` when the query string has one, and
-    scope[TOKEN_ID_SCOPE_KEY] to the token's id (None for a key that signs nobody in)."""
+    """ASGI middleware: sets scope["user"] from the handshake's API token (`_handshake_key`) when it
+    has one, and scope[TOKEN_ID_SCOPE_KEY] to the token's id (None for a key that signs nobody in)."""
 
     def __init__(self, inner):
         self.inner = inner
 
     async def __call__(self, scope, receive, send):
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        keys = query.get("token")
-        if keys:
+        key = _handshake_key(scope)
+        if key is not None:
             client = scope.get("client") or ("", 0)  # Daphne --proxy-headers puts X-Forwarded-For here
-            token = await _token_for_key(keys[0], client_ip=str(client[0] or ""), path=scope.get("path", ""))
+            token = await _token_for_key(key, client_ip=str(client[0] or ""), path=scope.get("path", ""))
             scope = dict(scope, user=token.user if token is not None else AnonymousUser(),
                          **{TOKEN_ID_SCOPE_KEY: token.pk if token is not None else None})
         return await self.inner(scope, receive, send)

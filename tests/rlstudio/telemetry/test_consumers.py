@@ -22,8 +22,8 @@ def _session_cookie(user) -> bytes:
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 
-async def _connect(path: str, cookie: bytes | None = None) -> WebsocketCommunicator:
-    headers = [ORIGIN, (b"host", b"testserver")]
+async def _connect(path: str, cookie: bytes | None = None, extra: list | None = None) -> WebsocketCommunicator:
+    headers = [ORIGIN, (b"host", b"testserver"), *(extra or [])]
     if cookie:
         headers.append((b"cookie", cookie))
     comm = WebsocketCommunicator(application, path, headers=headers)
@@ -92,6 +92,37 @@ def test_anonymous_closed_4401_and_api_token_in_query(alice, make_run):
 
     anon_close, bad_close, msg = asyncio.run(scenario())
     assert anon_close["code"] == 4401 and bad_close["code"] == 4401
+    assert msg == {"seq": 1, "type": "log", "data": {"line": "hi"}}
+
+
+def test_api_token_in_the_handshakes_authorization_header(alice, bob, make_run):
+    """A script's token in `Authorization: Token <key>` (the REST API's header; the rlstudio client's
+    way, so no key is in a URL) signs the socket in, and wins over a ?token= beside it; a bad one, or
+    another scheme, leaves it anonymous (4401)."""
+    run = make_run(alice)
+    key = api_token_create(user=alice, name="ws").key
+    bob_key = api_token_create(user=bob, name="ws").key
+
+    def auth(value: str) -> list:
+        return [(b"authorization", value.encode())]
+
+    async def closed(path, extra):
+        comm = await _connect(path, extra=extra)
+        return (await comm.receive_output(timeout=5))["code"]
+
+    async def scenario():
+        codes = [await closed(f"/ws/runs/{run.pk}/", auth("Token rls_not-a-key")),
+                 await closed(f"/ws/runs/{run.pk}/", auth(f"Bearer {key}")),
+                 await closed(f"/ws/runs/{run.pk}/?token={key}", auth(f"Token {bob_key}"))]
+        good = await _connect(f"/ws/runs/{run.pk}/", extra=auth(f"Token {key}"))
+        await get_channel_layer().group_send(
+            run_group(run.pk), run_event_message({"seq": 1, "type": "log", "data": {"line": "hi"}}))
+        msg = await good.receive_json_from(timeout=5)
+        await good.disconnect()
+        return codes, msg
+
+    codes, msg = asyncio.run(scenario())
+    assert codes == [4401, 4401, 4403]  # bob's header wins over alice's ?token=: not his run
     assert msg == {"seq": 1, "type": "log", "data": {"line": "hi"}}
 
 
