@@ -79,6 +79,9 @@ class Sample(models.Model):
             # advantage): without them a sorted page sorts every sample of the run.
             models.Index(fields=["run", "response_length", "seq"], name="sample_run_length_idx"),
             models.Index(fields=["run", "advantage", "seq"], name="sample_run_advantage_idx"),
+            # The finish_reason filter (truncated responses: `length`), alone or with a reward range: its
+            # count and its page without reading every sample row of the run.
+            models.Index(fields=["run", "finish_reason", "reward"], name="sample_run_finish_idx"),
         ]
 
     def __str__(self) -> str:

@@ -21,7 +21,8 @@ def _rollout_dir(settings, tmp_path):
 def _sample(seq: int, step: int) -> dict:
     return {"seq": seq, "type": "sample", "time": T0 + seq, "data": {
         "step": step, "uid": f"u{step}-{seq % 3}", "index": seq % 4, "reward": float(seq % 3 == 0),
-        "advantage": 0.0, "response_length": seq % 7, "num_turns": 1, "finish_reason": "stop",
+        "advantage": 0.0, "response_length": seq % 7, "num_turns": 1,
+        "finish_reason": "length" if seq % 5 == 0 else "stop",
         "messages": [{"role": "user", "content": f"q{seq}"}, {"role": "assistant", "content": "a"}]}}
 
 
@@ -222,3 +223,16 @@ def test_script_json_is_json_script_through_orjson():
     assert ours.count("</script>") == 1 and ours.endswith("</script>") and "<b>" not in ours
     body = lambda html: _json.loads(html.split(">", 1)[1].rsplit("</script>", 1)[0])  # noqa: E731
     assert body(ours) == body(django) == value
+
+
+def test_samples_filtered_by_finish_reason_read_an_index(long_run, alice_client):
+    """The finish_reason filter's count and its page (here with a reward range) are served by
+    sample_run_finish_idx, not by reading every sample row of the run."""
+    run = long_run(10, 10)
+    with CaptureQueriesContext(connection) as ctx:
+        r = alice_client.get(f"/api/v1/runs/{run.pk}/samples/?finish_reason=length&min_reward=1&order=-reward")
+    assert r.status_code == 200
+    filtered = [q["sql"] for q in ctx.captured_queries if "finish_reason\" = 'length'" in q["sql"]]
+    assert len(filtered) == 2 and any(sql.startswith("SELECT COUNT(*)") for sql in filtered)
+    for sql in filtered:
+        assert "sample_run_finish_idx" in _plan(sql, None), sql
