@@ -313,3 +313,23 @@ def test_an_integrity_error_reaching_the_api_edge_is_a_409_conflict():
     assert response is not None and response.status_code == 409
     assert response.data["error"]["code"] == "conflict"
     assert "at the same time" in response.data["error"]["message"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("method, body", [("patch", {"add_users": ["bob"]}), ("put", {"users": ["bob"]})])
+def test_a_sharing_change_racing_the_runs_deletion_is_a_404(alice, bob, data, policy, monkeypatch, method, body):
+    """The run is deleted after the sharing view read it, before run_share locks it (the review's
+    interleaving, made deterministic): the lock's DoesNotExist is a 404, not a 500."""
+    from rlstudio.runs import api as runs_api
+
+    run = Run.objects.create(owner=alice, name="going", dataset=data, model=policy, config={}, gpus=0)
+    share = runs_api.run_share
+
+    def deleted_meanwhile(**kwargs):
+        Run.objects.filter(pk=kwargs["run"].pk).delete()
+        return share(**kwargs)
+
+    monkeypatch.setattr(runs_api, "run_share", deleted_meanwhile)
+    resp = getattr(api_client(alice), method)(f"/api/v1/runs/{run.pk}/sharing/", body, format="json")
+    assert resp.status_code == 404, resp.content
+    assert resp.json()["error"]["code"] == "not_found"

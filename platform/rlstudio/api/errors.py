@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import TooManyFieldsSent, TooManyFilesSent
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -100,10 +101,16 @@ def api_exception_handler(exc, context) -> Response | None:
     A database IntegrityError that reaches here from a unique or foreign-key constraint (one a
     concurrent request broke, which the services' locks should have turned into a refusal naming the
     field) is a 409 `conflict`, logged with its traceback, rather than a 500. Any other one (NOT NULL,
-    CHECK: a bug, which no reload mends) stays a 500."""
+    CHECK: a bug, which no reload mends) stays a 500. A model's DoesNotExist (the row was deleted after
+    the view had read it, before a service locked it) is a 404."""
     if isinstance(exc, IntegrityError) and _sqlstate(exc.__cause__) in CONCURRENT_SQLSTATES:
         log.error("an IntegrityError reached the API edge (a 409 conflict): %s", exc, exc_info=exc)
         exc = ApiError(CONCURRENT_CHANGE, code="conflict", status_code=status.HTTP_409_CONFLICT)
+    if isinstance(exc, ObjectDoesNotExist):
+        # A row the request had found was deleted by another request before a service locked it (a
+        # sharing change or a stop racing the run's deletion): it is gone, as a 404 says, not a 500.
+        log.warning("a record was deleted while a request used it (a 404): %s", exc)
+        exc = Http404()
     if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):  # Django's own 400 would be its HTML page
         exc = too_many_parameters(exc)
     if isinstance(exc, DjangoValidationError):
