@@ -236,3 +236,38 @@ def test_samples_filtered_by_finish_reason_read_an_index(long_run, alice_client)
     assert len(filtered) == 2 and any(sql.startswith("SELECT COUNT(*)") for sql in filtered)
     for sql in filtered:
         assert "sample_run_finish_idx" in _plan(sql, None), sql
+
+
+def test_compare_reads_each_runs_rows_once_per_state(alice, alice_client, run_with_metrics):
+    """The compare API's names, held-out figures and series read every stored row of each run; they are
+    kept per run while its rows do not change, so a second request reads no row's metrics, and a new step
+    of one run is read (that run's alone) at the next request."""
+    from rlstudio.telemetry.services import events_ingest as ingest
+
+    val = "val-core/arith/reward/mean@1"
+    a = run_with_metrics(alice, [(s, {"critic/score/mean": 0.1 * s, **({val: 0.05 * s} if s % 2 == 0 else {})})
+                                 for s in range(1, 9)], name="a")
+    b = run_with_metrics(alice, [(s, {"critic/score/mean": 0.2, val: 0.3}) for s in range(1, 5)], name="b")
+    url = f"/api/v1/runs/compare/?ids={a.pk},{b.pk}"
+
+    def get():
+        with CaptureQueriesContext(connection) as ctx:
+            body = alice_client.get(url).json()
+        reads = [q["sql"] for q in ctx.captured_queries if "telemetry_metricrow" in q["sql"]]
+        row_reads = [sql for sql in reads if "jsonb_object_keys" in sql or "metrics ->" in sql]
+        return body, row_reads, len(ctx.captured_queries)
+
+    first, reads, n_first = get()
+    assert reads and first["held_out_metric"] == val
+    assert first["runs"][0]["held_out"][val] == {"best": 0.4, "best_step": 8, "last": 0.4, "last_step": 8}
+    again, reads, n_again = get()
+    assert reads == [] and n_again < n_first
+    assert again["series"] == first["series"] and again["runs"] == first["runs"]
+    ingest(run=b, raw_events=[{"seq": 100, "type": "metrics", "time": T0 + 100,
+                               "data": {"step": 5, "metrics": {"critic/score/mean": 0.9, val: 0.95}}}])
+    third, reads, _ = get()
+    assert reads and all(f"ARRAY[{b.pk}]" in sql or f"IN ({b.pk})" in sql for sql in reads), reads
+    series = {s["run"]: s for s in third["series"]["critic/score/mean"]}
+    assert series[b.pk]["step"][-1] == 5 and series[b.pk]["value"][-1] == 0.9
+    assert series[a.pk] == {s["run"]: s for s in first["series"]["critic/score/mean"]}[a.pk]
+    assert third["runs"][1]["held_out"][val]["best"] == 0.95
