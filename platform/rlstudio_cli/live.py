@@ -220,10 +220,11 @@ def _events(text: str) -> list[dict[str, Any]]:
     """The events of one frame: a batch's list, or the one event (an error frame has none)."""
     try:
         frame = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return []
     if not isinstance(frame, dict):
         return []
     if frame.get("type") == "batch":
-        return [ev for ev in frame.get("events") or [] if isinstance(ev, dict)]
+        events = frame.get("events")
+        return [ev for ev in events if isinstance(ev, dict)] if isinstance(events, list) else []
     return [frame]

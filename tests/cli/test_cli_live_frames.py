@@ -308,3 +308,23 @@ def test_an_address_that_cannot_be_sent_is_a_note_not_a_traceback(serve, url):
         live.RunStream(url.format(port=port), "rls_key", 7, timeout=1.0).close()
     except live.StreamClosed:
         pass
+
+
+@pytest.mark.parametrize("body", [
+    b"[" * 200_000 + b"]" * 200_000,  # deeper than json's recursion
+    json.dumps({"type": "batch", "events": 5}).encode(),
+    json.dumps({"type": "batch", "events": "metrics"}).encode(),
+])
+def test_a_message_that_is_no_event_wakes_nothing_and_breaks_nothing(serve, body):
+    def script(conn, server):
+        conn.sendall(frame(0x1, body))
+        server.idle(conn, 0.3)
+        conn.sendall(text(METRICS))
+        server.idle(conn, 5)
+
+    server = serve(script)
+    stream = live.RunStream(server.url, "rls_key", 7, timeout=1.0)
+    try:
+        assert timed_wait(stream, 5.0)[0] is True  # the metrics after it, not a traceback
+    finally:
+        stream.close()
