@@ -6,7 +6,7 @@ session cookie: a token in the handshake's `Authorization: Token <key>` header (
 it; what the `rlstudio` client sends, so the key is in no URL a proxy or access log records) or, for
 clients that cannot set headers, in the query string (`?token=`), when present, decides the user (an
 invalid one leaves the connection anonymous, so the consumer closes it with 4401; the header wins
-when both are given). Its failures are throttled as the
+when both are given; two Authorization headers are refused alike). Its failures are throttled as the
 API's `Authorization: Token` header's are (`throttle.api_token_throttled`, per client address and
 per key prefix): while locked out, even the right key leaves the connection anonymous.
 """
@@ -37,8 +37,12 @@ def _token_for_key(key: str, *, client_ip: str, path: str):
 
 
 def _handshake_key(scope) -> str | None:
-    """The API key a handshake carries: `Authorization: Token <key>`, else `?token=<key>`; None when neither."""
-    header = _header(scope, b"authorization")
+    """The API key a handshake carries: `Authorization: Token <key>`, else `?token=<key>`; None when neither.
+    Two Authorization headers are ambiguous (the REST API answers them 401): "", a key of nobody."""
+    headers = [value for name, value in scope.get("headers", ()) if name.lower() == b"authorization"]
+    if len(headers) > 1:
+        return ""
+    header = headers[0].decode("latin-1") if headers else None
     if header is not None:
         scheme, _, key = header.strip().partition(" ")
         if scheme.lower() == "token":
@@ -58,7 +62,8 @@ class ApiTokenQueryAuthMiddleware:
         key = _handshake_key(scope)
         if key is not None:
             client = scope.get("client") or ("", 0)  # Daphne --proxy-headers puts X-Forwarded-For here
-            token = await _token_for_key(key, client_ip=str(client[0] or ""), path=scope.get("path", ""))
+            token = (await _token_for_key(key, client_ip=str(client[0] or ""), path=scope.get("path", ""))
+                     if key else None)
             scope = dict(scope, user=token.user if token is not None else AnonymousUser(),
                          **{TOKEN_ID_SCOPE_KEY: token.pk if token is not None else None})
         return await self.inner(scope, receive, send)

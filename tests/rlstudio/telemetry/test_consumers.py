@@ -126,6 +126,23 @@ def test_api_token_in_the_handshakes_authorization_header(alice, bob, make_run):
     assert msg == {"seq": 1, "type": "log", "data": {"line": "hi"}}
 
 
+def test_two_authorization_headers_sign_nobody_in(alice, make_run):
+    """Two `Authorization` headers are ambiguous: the REST API refuses them (Django joins them into one
+    malformed value, 401), and so does the socket (4401), whichever holds a good key."""
+    run = make_run(alice)
+    key = api_token_create(user=alice, name="ws").key
+
+    async def scenario():
+        codes = []
+        for headers in ([(b"authorization", f"Token {key}".encode()), (b"authorization", b"Token rls_other")],
+                        [(b"authorization", b"Basic eDp5"), (b"authorization", f"Token {key}".encode())]):
+            comm = await _connect(f"/ws/runs/{run.pk}/", extra=headers)
+            codes.append((await comm.receive_output(timeout=5))["code"])
+        return codes
+
+    assert asyncio.run(scenario()) == [4401, 4401]
+
+
 def test_foreign_origin_refused(asgi_server, alice, make_run):
     """Through the real ASGI server: a handshake from another site's page is refused (HTTP 403).
 
