@@ -1,7 +1,8 @@
 """A long run's pages and API: how they cost on a run of real size (thousands of steps, 300k samples).
 
     .venv/bin/python bench/long_run.py [--steps 3000] [--samples-per-step 100] [--keys 80] [--repeats 5]
-                                       [--reuse] [--keep] [--json out.json] [--write docs/benchmarks.md]
+                                       [--reuse] [--keep] [--only PART ...] [--json out.json]
+                                       [--before earlier.json] [--write docs/benchmarks.md]
 
 Builds, in a PostgreSQL database of its own (`bench_long_run` on 127.0.0.1:5432, migrated; dropped at
 the end unless `--keep`; `--reuse` measures a kept one again without building it), one finished run of
@@ -21,6 +22,10 @@ for the compare page. Each endpoint is then fetched with Django's test Client lo
 (in this process: no HTTP server, no network): the first request, then the median of `--repeats`, and
 the SQL queries of one request (django.test.utils.CaptureQueriesContext). Redis db 5 is the channel
 layer (nothing is pushed: the run is finished).
+
+Before/after: build once with `--keep --json before.json` on the old code, then `--reuse --keep --json
+after.json --before before.json --write docs/benchmarks.md` on the new (after its migrations); the table
+shows both.
 """
 from __future__ import annotations
 
@@ -198,7 +203,7 @@ def build(args) -> dict:
     from django.db import connection
 
     with connection.cursor() as cur:
-        cur.execute("ANALYZE")
+        cur.execute("VACUUM ANALYZE")  # what autovacuum does to an insert-only table: index-only scans work
     samples = Sample.objects.filter(run=long_run).order_by("-num_turns", "-seq").values_list("pk", flat=True)
     sample = samples.first()  # a multi-turn one where the run has any
     return {"user": user.pk, "run": long_run.pk, "short": short, "others": others, "sample": sample,
@@ -216,6 +221,9 @@ def measure(client, path: str, repeats: int) -> dict:
         assert r.status_code == 200, (path, r.status_code, body[:300])
         return len(body), r.status_code
 
+    from django.core.cache import cache
+
+    cache.clear()  # the first request finds no figure cached by an earlier URL (the compare page's for its API)
     t = time.perf_counter()
     with CaptureQueriesContext(connection) as ctx:
         size, _ = get()
@@ -223,11 +231,14 @@ def measure(client, path: str, repeats: int) -> dict:
     queries = list(ctx.captured_queries)  # read now: the next request's request_started empties the log
     times = []
     for _ in range(repeats):
-        t = time.perf_counter()
-        get()
-        times.append(time.perf_counter() - t)
+        with CaptureQueriesContext(connection) as warm:
+            t = time.perf_counter()
+            get()
+            times.append(time.perf_counter() - t)
+        warm_queries = list(warm.captured_queries)
     return {"first_ms": round(1000 * first, 1), "ms_median": round(1000 * statistics.median(times), 1),
-            "queries": len(queries), "bytes": size, "sql_ms": round(1000 * sum(float(q["time"]) for q in queries), 1),
+            "queries": len(queries), "queries_warm": len(warm_queries), "bytes": size,
+            "sql_ms_warm": round(1000 * sum(float(q["time"]) for q in warm_queries), 1), "sql_ms": round(1000 * sum(float(q["time"]) for q in queries), 1),
             "slowest_query": max(queries, key=lambda q: float(q["time"])) if queries else None}
 
 
@@ -324,6 +335,12 @@ def run_all(args) -> dict:
     return out
 
 
+def _queries(r: dict) -> str:
+    """Queries of the first request, and of a later one where it differs (a cache filled by the first)."""
+    warm = r.get("queries_warm", r["queries"])
+    return f"{r['queries']}" if warm == r["queries"] else f"{r['queries']} (then {warm})"
+
+
 def render(out: dict, before: dict | None) -> str:
     m, s = out["machine"], out["sizes"]
     prev = {r["path"]: r for r in (before or {}).get("results", [])}
@@ -332,22 +349,30 @@ def render(out: dict, before: dict | None) -> str:
              f"**{s['steps']:,} steps** ({s['keys']} metric keys a step, {s['samples']:,} samples: "
              f"{s['samples_per_step']} a step, a quarter multi-turn with a tool call, each with a 32-token view; "
              "4 memory points, a heartbeat and a log line a step; a checkpoint every 100 steps) stored by the "
-             "ingest's own statements, next to 20 runs of 30 steps and 2 of 1,000 steps of the same user "
-             f"(build: {s['build_s']} s). Each URL fetched with Django's test Client as the owner, in-process "
-             "(no HTTP server); ms = first request, then the median of "
-             f"{out['repeats']}; queries = SQL statements of one request. Machine: {m['cpus']} cores ({m['cpu']}), "
-             f"Python {m['python']}, load {m['load_1min_at_start']} at start, {m['load_1min_at_end']} at end.", ""]
+             "ingest's own statements, then VACUUM ANALYZE (as autovacuum would), next to 20 runs of 30 steps and "
+             f"2 of 1,000 steps of the same user (build: {s['build_s']} s). Each URL fetched with Django's test "
+             "Client as the owner, in-process (no HTTP server); ms = first request (Django's cache emptied before it) / median of the "
+             f"{out['repeats']} after it; queries = SQL statements of the first request (and of a later one "
+             f"where a cache made it fewer). Machine: {m['cpus']} cores ({m['cpu']}), Python {m['python']}, load "
+             f"{m['load_1min_at_start']} at start, {m['load_1min_at_end']} at end (other jobs share the cores: "
+             "ms move by ±30% between runs, queries and bytes do not).", ""]
     if before:
-        lines += ["| request | before: queries | before: first / median ms | after: queries | after: first / median ms | bytes after |",
-                  "|---|---:|---:|---:|---:|---:|"]
+        bm = before["machine"]
+        lines += [f"Before: the same command and database with the code before the fixes (load {bm['load_1min_at_start']} "
+                  f"at start, {bm['load_1min_at_end']} at end, its indexes dropped).", "",
+                  "| request | queries before → after | ms before (first / median) | ms after (first / median) "
+                  "| bytes before → after |", "|---|---:|---:|---:|---:|"]
         for r in out["results"]:
             b = prev.get(r["path"])
-            bq, bt = (b["queries"], f"{b['first_ms']} / {b['ms_median']}") if b else ("", "")
-            lines.append(f"| {r['label']} | {bq} | {bt} | {r['queries']} | {r['first_ms']} / **{r['ms_median']}** | {r['bytes']:,} |")
+            if b is None:
+                continue
+            size = f"{b['bytes']:,}" if b["bytes"] == r["bytes"] else f"{b['bytes']:,} → **{r['bytes']:,}**"
+            lines.append(f"| {r['label']} | {_queries(b)} → {_queries(r)} | {b['first_ms']:,} / {b['ms_median']:,} "
+                         f"| {r['first_ms']:,} / **{r['ms_median']:,}** | {size} |")
     else:
         lines += ["| request | queries | first ms | median ms | bytes |", "|---|---:|---:|---:|---:|"]
         for r in out["results"]:
-            lines.append(f"| {r['label']} | {r['queries']} | {r['first_ms']} | **{r['ms_median']}** | {r['bytes']:,} |")
+            lines.append(f"| {r['label']} | {_queries(r)} | {r['first_ms']:,} | **{r['ms_median']:,}** | {r['bytes']:,} |")
     lines += ["", END]
     return "\n".join(lines) + "\n"
 
