@@ -80,8 +80,9 @@ class MultiTurnConfig:
     )
     max_user_turns: Union[int, None] = option(
         None,
-        "Most interaction replies the model gets to answer per sample (verl's max_user_turns); None "
-        "= no limit of its own (max_turns and the response length still end the conversation).",
+        "Most user turns per sample, counted as verl counts them: each round of tool replies and each "
+        "interaction reply; the assistant turn after the last is the sample's last (verl's max_user_turns). "
+        "None = no limit of its own (max_turns and the response length still end the conversation).",
     )
 
 

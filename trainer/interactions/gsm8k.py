@@ -4,7 +4,8 @@ After each assistant turn without a tool call, the last assistant message is sco
 row's ground truth with the strict GSM8K method (a "#### <number>" line; trainer.rewards.gsm8k).
 Correct (1.0): "Your response is correct!" and the conversation ends. Otherwise the score (0.0) and a
 request to reflect and solve it again, and the model gets another turn (until
-`multi_turn.max_user_turns` or the turn / length budgets end it).
+`multi_turn.max_user_turns`, which counts tool rounds and replies alike, or the turn / length budgets
+end it).
 
 The ground truth is `interaction_kwargs.ground_truth` when the row gives it (verl's rows do), else the
 row's own `reward_model.ground_truth`.

@@ -25,7 +25,7 @@ Limits: `multi_turn.max_turns` assistant turns; the response (everything after t
 fit is truncated (finish_reason "length"). Tool replies longer than
 `multi_turn.max_tool_response_length` characters are cut (side `tool_response_truncate_side`).
 Finish reasons: stop (turn ended without a tool call), length (a budget ran out), tool_calls (the
-turn budget ended while the model was calling a tool; those calls are not executed).
+turn budget, or max_user_turns, ended while the model was calling a tool; those calls are not executed).
 Bad calls never crash the rollout: malformed blocks, unknown tools, wrong arguments, a raising or
 timing-out tool each become a `tool` message starting "Error:" and count in `tool_errors`. An
 assistant message with a block that could not be parsed also keeps the turn's text as the model wrote
@@ -41,9 +41,11 @@ assistant turn that calls no tool, the interaction (started per request with the
 `extra_info.interaction_kwargs`, its ground truth defaulting to the row's) replies as the user:
 the reply is a `user` message of the transcript and its score one of the trajectory's `turn_scores`.
 If it continues the conversation, the reply enters the token sequence as a template delta (loss mask
-0) and the model answers it; if it ends it (or `multi_turn.max_user_turns` replies were answered, or
-the turn or length budget ran out), the sample ends there, the reply in the transcript only (no
-token of it would ever be read). Like the tools, every interacting request of a turn is asked at once.
+0) and the model answers it; if it ends it (or the length budget ran out), the sample ends there, the
+reply in the transcript only (no token of it would ever be read). `multi_turn.max_user_turns` counts
+as verl's does: each round of tool replies and each interaction reply is a user turn, and the
+assistant turn after the max_user_turns-th is the sample's last (finish_reason "tool_calls" when it
+calls a tool, which is not run), with or without an interaction. Like the tools, every interacting request of a turn is asked at once.
 Seeds: with sampling.seed set, each request's turn t samples with seed + crc32(row index,
 sample, t), so the same inputs reproduce (pass a different sampling.seed per step to vary samples).
 Note: a tool that blocks without awaiting cannot be interrupted by the timeout (asyncio limitation).
@@ -106,6 +108,7 @@ class _Request:
     interaction_kwargs: dict[str, Any] | None = None  # None: no interaction for this request
     interaction_started: bool = False
     user_turns: int = 0  # interaction replies received
+    rounds: int = 0  # verl's user_turns: rounds of tool replies and interaction replies (max_user_turns)
     turn_scores: list[float] = field(default_factory=list)  # the interaction's score of each turn
 
     def finish(self, reason: str) -> None:
@@ -362,8 +365,7 @@ class MultiTurnRollout:
             r.messages.append({"role": "assistant", "content": text.strip()})
             if out.finish_reason == "length":
                 r.finish("length")
-            elif r.interaction_kwargs is None or r.num_turns >= self.max_turns or (
-                    self.max_user_turns is not None and r.user_turns >= self.max_user_turns):
+            elif r.interaction_kwargs is None or r.num_turns >= self.max_turns or self._user_turns_spent(r):
                 r.finish("stop")
             else:
                 r.state = RequestState.INTERACTING
@@ -382,11 +384,16 @@ class MultiTurnRollout:
             message["raw"] = text
             message["tool_call_errors"] = [{"reason": e.reason, "message": e.message} for e in parsed.errors]
         r.messages.append(message)
-        if r.num_turns >= self.max_turns:
+        if r.num_turns >= self.max_turns or self._user_turns_spent(r):
             r.finish("tool_calls")
             return
         r.pending_calls, r.pending_errors = calls, list(parsed.errors)
         r.state = RequestState.TOOL_CALLING
+
+    def _user_turns_spent(self, r: _Request) -> bool:
+        """Whether `multi_turn.max_user_turns` user turns came before this assistant turn: verl counts
+        each round of tool replies and each interaction reply, and ends the sample at the next turn."""
+        return self.max_user_turns is not None and r.rounds >= self.max_user_turns
 
     async def _call_tool(self, r: _Request, call: ToolCall) -> tuple[str, bool]:
         from trainer.tools.base import ToolArgumentError
@@ -431,6 +438,7 @@ class MultiTurnRollout:
             r.finish("length")
             return
         r.append(added, generated=False)
+        r.rounds += 1
         r.state = RequestState.GENERATING
 
     async def _start_interaction(self, r: _Request) -> None:
@@ -442,6 +450,7 @@ class MultiTurnRollout:
         """The interaction's reply to the turn just generated: a user message, then go on or end."""
         reply = await self.interaction.generate_response(r.request_id, list(r.messages), **r.interaction_kwargs)
         r.user_turns += 1
+        r.rounds += 1
         if reply.score is not None:
             r.turn_scores.append(float(reply.score))
         message = {"role": "user", "content": str(reply.content)}

@@ -169,3 +169,28 @@ def test_the_reward_function_sees_the_turn_scores(tiny_tokenizer):
     score_trajectories([traj], reward_fn, Config())
     assert seen[0]["turn_scores"] == [0.0, 1.0] and seen[0]["num_turns"] == 2
     assert traj.score == 1.0
+
+
+def test_max_user_turns_counts_tool_rounds_as_verl_does(tiny_tokenizer):
+    """verl's user_turns counts every round of tool replies as well as every interaction reply, and
+    its max_user_turns ends the sample at the assistant turn after that many, with or without an
+    interaction. Tools alone: one round, then the turn after it is the last (its call not run)."""
+    from tests.trainer.rollout.test_multi_turn_agent import CALL
+    from tests.trainer.rollout.test_multi_turn_agent import make_prompt as tool_prompt
+    from trainer.tools import build_tools
+
+    tok = tiny_tokenizer
+    tools = build_tools(["calculator"])
+    engine = ScriptedEngine(tok, lambda rid, turn: CALL)
+    cfg = {"multi_turn": {"enable": True, "max_turns": 5, "max_user_turns": 1}}
+    [traj] = MultiTurnRollout(engine, tok, tools, cfg, {"max_response_length": 400}).run(
+        [tool_prompt(tok, tools)], n=1, sampling=GREEDY)
+    assert (traj.num_turns, traj.tool_calls, traj.finish_reason) == (2, 1, "tool_calls")
+
+    # With the interaction: a tool round and a reply are two user turns; the third assistant turn is the last.
+    engine = ScriptedEngine(tok, lambda rid, turn: [CALL, WRONG, WRONG, WRONG, WRONG][turn])
+    cfg = {"multi_turn": {"enable": True, "max_turns": 5, "max_user_turns": 2, "interaction": "gsm8k"}}
+    [traj] = MultiTurnRollout(engine, tok, tools, cfg, {"max_response_length": 400}).run(
+        [tool_prompt(tok, tools)], n=1, sampling=GREEDY)
+    assert (traj.num_turns, traj.tool_calls, traj.user_turns, traj.finish_reason) == (3, 1, 1, "stop")
+    assert [m["role"] for m in traj.messages[-4:]] == ["tool", "assistant", "user", "assistant"]
