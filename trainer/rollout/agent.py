@@ -316,6 +316,10 @@ class MultiTurnRollout:
             raise ValueError(f"prompt {prompt.uid!r}: extra_info.interaction_kwargs must be an object, "
                              f"got {type(given).__name__}")
         kwargs = dict(given or {})
+        for key in ("instance_id", "messages"):  # the calls' own arguments, beside which kwargs are passed
+            if key in kwargs:
+                raise ValueError(f"prompt {prompt.uid!r}: extra_info.interaction_kwargs may not hold {key!r} "
+                                 f"(the rollout passes it itself)")
         name = kwargs.get("name", self.interaction.name)
         if name != self.interaction.name:
             raise ValueError(f"prompt {prompt.uid!r} asks for the interaction {name!r}, but the run's "

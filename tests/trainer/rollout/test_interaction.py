@@ -194,3 +194,16 @@ def test_max_user_turns_counts_tool_rounds_as_verl_does(tiny_tokenizer):
         [tool_prompt(tok, tools)], n=1, sampling=GREEDY)
     assert (traj.num_turns, traj.tool_calls, traj.user_turns, traj.finish_reason) == (3, 1, 1, "stop")
     assert [m["role"] for m in traj.messages[-4:]] == ["tool", "assistant", "user", "assistant"]
+
+
+@pytest.mark.parametrize("key", ["instance_id", "messages"])
+def test_a_rows_kwargs_cannot_take_the_calls_own_arguments(tiny_tokenizer, key):
+    """interaction_kwargs are passed as keywords beside the request id and the messages: a row holding
+    one of those names is refused naming the row before anything is generated (it was a TypeError out
+    of the interaction, after the first turn for `messages`)."""
+    tok = tiny_tokenizer
+    engine = ScriptedEngine(tok, lambda rid, turn: WRONG)
+    prompt = make_prompt(tok, uid="row3", extra_info={"interaction_kwargs": {key: "x"}})
+    with pytest.raises(ValueError, match=f"prompt 'row3': extra_info.interaction_kwargs may not hold '{key}'"):
+        rollout(tok, engine).run([prompt], n=1, sampling=GREEDY)
+    assert engine.requests == []
