@@ -132,9 +132,14 @@ def _annotate_draft(request, run) -> dict | None:
 
 
 def _pretty_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages for the chat view, with each tool call's arguments as indented JSON text."""
+    """Messages for the chat view, with each tool call's arguments as indented JSON text; `final` marks
+    the answer (the last assistant message, when only interaction replies follow it) and `reply` a
+    user message after the first assistant turn (an interaction's, multi_turn.interaction)."""
+    roles = [m.get("role", "") if isinstance(m, dict) else "" for m in messages]
+    assistant = [i for i, role in enumerate(roles) if role == "assistant"]
+    final = assistant[-1] if assistant and all(r == "user" for r in roles[assistant[-1] + 1:]) else None
     out = []
-    for m in messages:
+    for i, m in enumerate(messages):
         calls = []
         for call in m.get("tool_calls") or []:
             fn = call.get("function", call) if isinstance(call, dict) else {}
@@ -152,7 +157,8 @@ def _pretty_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         errors = [f"{e.get('reason', '')}: {e.get('message', '')}" for e in m.get("tool_call_errors") or []
                   if isinstance(e, dict)]
         out.append({"role": m.get("role", ""), "content": m.get("content"), "tool_calls": calls,
-                    "raw": raw, "call_errors": errors})
+                    "raw": raw, "call_errors": errors, "final": i == final,
+                    "reply": roles[i] == "user" and bool(assistant) and i > assistant[0]})
     return out
 
 

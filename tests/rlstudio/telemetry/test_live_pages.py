@@ -303,3 +303,19 @@ def test_run_page_writes_a_tiny_estimate_as_the_form_does(alice, alice_client, m
     assert " 0.00 GiB" not in page[page.index('id="checkpoint-size"'):].split("</p>")[0]
     assert [gib(0), gib(0.004), gib(0.01), gib(2.345), gib(-0.5, "abs"), gib(-0.004, "abs")] == [
         "0.00 GiB", "< 0.01 GiB", "0.01 GiB", "2.35 GiB", "0.50 GiB", "< 0.01 GiB"]
+
+
+def test_transcript_marks_the_interactions_replies_and_the_final_answer():
+    """With an interaction (multi_turn.interaction) the transcript ends in its reply: the last assistant
+    message is still the final answer, and the user messages after the first answer are its replies;
+    a sample ending in a tool reply has no final answer, as before."""
+    from rlstudio.telemetry.views import _pretty_tool_calls
+
+    def marks(roles):
+        shown = _pretty_tool_calls([{"role": r, "content": "x"} for r in roles])
+        return [(m["reply"], m["final"]) for m in shown]
+
+    assert marks(["system", "user", "assistant", "user", "assistant", "user"]) == [
+        (False, False), (False, False), (False, False), (True, False), (False, True), (True, False)]
+    assert marks(["user", "assistant"]) == [(False, False), (False, True)]
+    assert marks(["user", "assistant", "tool"]) == [(False, False), (False, False), (False, False)]
