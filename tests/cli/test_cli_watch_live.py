@@ -97,3 +97,58 @@ def test_a_refused_stream_leaves_the_watch_polling(asgi_server, alice, bob, make
             stream.wait(30)
     finally:
         stream.close()
+
+
+@pytest.fixture
+def tls_server(test_database_url, tmp_path):
+    """Daphne serving the platform over TLS (a self-signed certificate for 127.0.0.1, which the client
+    trusts through SSL_CERT_FILE as a real deployment's CA would be): {"base", "cert"}."""
+    import ssl
+    import urllib.request
+
+    from tests.conftest import VENV_BIN, _service_env, free_port, stop_process_group, wait_until
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    port = free_port()
+    log = tmp_path / "daphne-tls.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([str(VENV_BIN / "daphne"), "-e", f"ssl:{port}:interface=127.0.0.1:privateKey={key}:"
+                                 f"certKey={cert}", "rlstudio.config.asgi:application"],
+                                stdout=out, stderr=subprocess.STDOUT, env=_service_env(DATABASE_URL=test_database_url),
+                                start_new_session=True)
+    base = f"https://127.0.0.1:{port}"
+    context = ssl.create_default_context(cafile=str(cert))
+
+    def ready():
+        with urllib.request.urlopen(base + "/healthz", timeout=2, context=context) as r:
+            return r.status in (200, 503)
+
+    try:
+        wait_until(ready, timeout=60, what="Daphne over TLS", proc=proc, log=log)
+        yield {"base": base, "cert": cert}
+    finally:
+        stop_process_group(proc, grace=10)
+
+
+def test_the_stream_over_tls(tls_server, alice, make_assets, monkeypatch):
+    """https:// platforms (every real deployment): the stream's TLS handshake checks the certificate
+    against the trusted CAs, and a report wakes a wait on the encrypted socket; an untrusted
+    certificate is refused (the watch would poll)."""
+    from rlstudio_cli import live
+
+    dataset, model = make_assets(alice, "tls")
+    run = run_create(owner=alice, name="tls", dataset=dataset, model=model, config={}, gpus=0)[0]
+    key = api_token_create(user=alice, name="cli").key
+    with pytest.raises(live.StreamClosed, match="cannot connect .*CERTIFICATE_VERIFY_FAILED"):
+        live.RunStream(tls_server["base"], key, run.pk)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tls_server["cert"]))
+    stream = live.RunStream(tls_server["base"], key, run.pk)
+    try:
+        assert stream.wait(0.5) is False  # nothing reported yet
+        events_ingest(run=run, raw_events=metric_events([1]))
+        assert stream.wait(60) is True
+    finally:
+        stream.close()
