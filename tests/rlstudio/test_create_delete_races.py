@@ -333,3 +333,20 @@ def test_a_sharing_change_racing_the_runs_deletion_is_a_404(alice, bob, data, po
     resp = getattr(api_client(alice), method)(f"/api/v1/runs/{run.pk}/sharing/", body, format="json")
     assert resp.status_code == 404, resp.content
     assert resp.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.django_db
+def test_a_does_not_exist_at_the_api_edge_is_logged_with_where_it_came_from(caplog):
+    """The 404 the edge makes of a DoesNotExist hides it from Django's 500 log, so the log line carries
+    the traceback: a DoesNotExist that is a bug (not a deletion racing the request) says where it is."""
+    from rlstudio.api.errors import api_exception_handler
+
+    try:
+        Run.objects.get(pk=-1)
+    except Run.DoesNotExist as exc:
+        caught = exc
+    with caplog.at_level("WARNING", logger="rlstudio.api.errors"):
+        response = api_exception_handler(caught, {})
+    assert response is not None and response.status_code == 404
+    [record] = [r for r in caplog.records if r.name == "rlstudio.api.errors"]
+    assert record.exc_info and record.exc_info[1] is caught

@@ -109,7 +109,8 @@ def api_exception_handler(exc, context) -> Response | None:
     if isinstance(exc, ObjectDoesNotExist):
         # A row the request had found was deleted by another request before a service locked it (a
         # sharing change or a stop racing the run's deletion): it is gone, as a 404 says, not a 500.
-        log.warning("a record was deleted while a request used it (a 404): %s", exc)
+        # With its traceback: one that is a bug, not a race, would otherwise be a 404 nobody can place.
+        log.warning("a record was deleted while a request used it (a 404): %s", exc, exc_info=exc)
         exc = Http404()
     if isinstance(exc, (TooManyFieldsSent, TooManyFilesSent)):  # Django's own 400 would be its HTML page
         exc = too_many_parameters(exc)
