@@ -14,13 +14,15 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField
+from django.db.models.functions import Cast
 from django.db.models.expressions import RawSQL
 from django.http import Http404
 
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage, visible_runs
 
+from . import codec
 from .models import MemoryPoint, MetricRow, RunEvent, Sample
 from .redact import event_for_viewer
 
@@ -60,12 +62,14 @@ def metrics_page(*, run: Run, after_step: int | None = None,
     qs = MetricRow.objects.filter(run=run).order_by("step")
     if after_step is not None:
         qs = qs.filter(step__gt=after_step)
-    rows = list(qs[: limit + 1])
+    # The metrics object as its JSON text, read by orjson (codec.loads): json.loads of 1,000 rows x 80
+    # keys through the JSONField, and a model instance per row, were most of a page's time.
+    rows = list(qs.values_list("step", "time", Cast("metrics", TextField()))[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    page = [{"step": r.step, "time": r.time.isoformat(), "t": r.time.timestamp(), "metrics": r.metrics}
-            for r in rows]
-    return page, (rows[-1].step if more else None)
+    page = [{"step": step, "time": time.isoformat(), "t": time.timestamp(), "metrics": codec.loads(text)}
+            for step, time, text in rows]
+    return page, (rows[-1][0] if more else None)
 
 
 @dataclass(frozen=True)

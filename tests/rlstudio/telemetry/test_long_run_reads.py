@@ -271,3 +271,21 @@ def test_compare_reads_each_runs_rows_once_per_state(alice, alice_client, run_wi
     assert series[b.pk]["step"][-1] == 5 and series[b.pk]["value"][-1] == 0.9
     assert series[a.pk] == {s["run"]: s for s in first["series"]["critic/score/mean"]}[a.pk]
     assert third["runs"][1]["held_out"][val]["best"] == 0.95
+
+
+def test_metrics_page_reads_the_same_values_as_the_json_field(alice, run_with_metrics):
+    """metrics_page reads the metrics as JSON text through orjson: the same numbers as the model's field
+    gives, as doubles (what a browser reads either way: PostgreSQL writes 1.5e300 out in 301 digits,
+    which json reads as an int and orjson as the float it was sent as)."""
+    from rlstudio.telemetry import selectors as sel
+    from rlstudio.telemetry.models import MetricRow
+
+    values = {"a": 0.1, "b": 1e-7, "c": -3, "d": 2**70, "e": 1.5e300, "f/g h": 12345.678901234567}
+    run = run_with_metrics(alice, [(1, values), (2, {"a": 0.2})])
+    page, more = sel.metrics_page(run=run, limit=1)
+    as_doubles = lambda m: {k: float(v) for k, v in m.items()}  # noqa: E731
+    stored = MetricRow.objects.get(run=run, step=1).metrics
+    assert more == 1 and as_doubles(page[0]["metrics"]) == as_doubles(stored) == as_doubles(values)
+    assert {k: type(v) for k, v in page[0]["metrics"].items() if k not in "de"} == {
+        k: type(v) for k, v in stored.items() if k not in "de"}
+    assert sel.metrics_page(run=run, after_step=1)[0][0]["metrics"] == {"a": 0.2}
