@@ -117,14 +117,23 @@ async def _reply(interaction, text, truth="46"):
 
 @pytest.mark.parametrize("text, truth, expected", [
     ("so #### 46", "46", InteractionReply(True, CORRECT, 1.0)),
-    ("#### 1,000", 1000, InteractionReply(True, CORRECT, 1.0)),
-    ("it is 46", "46", InteractionReply(False, INCORRECT, 0.0)),  # strict: no '#### ' line
+    # verl's Gsm8kInteraction: "#### " put before the answer unless it starts so, then the flexible
+    # method (the last number), not the strict one (the first '#### n' line).
+    ("it is 46", "46", InteractionReply(True, CORRECT, 1.0)),
+    ("#### 45, no: 46", "46", InteractionReply(True, CORRECT, 1.0)),
+    ("46? no, 45", "46", InteractionReply(False, INCORRECT, 0.0)),
     ("#### 45", "46", InteractionReply(False, INCORRECT, 0.0)),
+    ("", "46", InteractionReply(False, INCORRECT, 0.0)),
 ])
-def test_the_gsm8k_interaction_scores_strictly(text, truth, expected):
+def test_the_gsm8k_interaction_scores_as_verls(text, truth, expected):
     import asyncio
 
     assert asyncio.run(_reply(get_interaction("gsm8k"), text, truth)) == expected
+
+
+def test_the_gsm8k_replies_are_verls():
+    assert (CORRECT, INCORRECT) == ("Your response is correct!",
+                                    "Your response is incorrect! You need to reflect on your answer and try again.")
 
 
 def test_the_registry_names_what_it_has():
