@@ -1,6 +1,6 @@
 """Reward of the arithmetic tool demo (data_source "arith" / "demo_tool_arith").
 
-1.0 when the first strict `#### <number>` answer equals the ground truth as an integer, else
+1.0 when the strict `#### <number>` answer (the last one, trainer.rewards.gsm8k) equals the ground truth as an integer, else
 `format_score` when an answer line exists but is wrong, else 0.0. Integer comparison so that a
 ground truth stored as int (1776) or str ("1776") both work; "-0" equals 0.
 """

@@ -6,11 +6,20 @@ from trainer.rewards.gsm8k import compute_score as gsm8k_score
 from trainer.rewards.gsm8k import extract_solution
 
 
-def test_strict_takes_first_match_and_strips_commas():
-    assert extract_solution("a #### 1,234 then #### 9") == "1234"
+def test_strict_takes_the_last_match_and_strips_commas():
+    """verl's: the last `#### n` (a multi-turn response holds every attempt; the last one counts)."""
+    assert extract_solution("a #### 9 then #### 1,234") == "1234"
+    assert extract_solution("a #### 1,234 then #### 9") == "9"
     assert extract_solution("#### -3.5") == "-3.5"
     assert extract_solution("answer: 42") is None
     assert extract_solution("####42") is None  # strict needs the space
+
+
+def test_only_the_last_300_characters_are_read():
+    """As verl: the answer is looked for in the text's last 300 characters only."""
+    assert extract_solution("#### 7" + " " * 300) is None
+    assert extract_solution("#### 7" + " " * 294) == "7"
+    assert extract_solution("12" + " " * 300, method="flexible") is None
 
 
 def test_flexible_takes_last_valid_number():
@@ -31,7 +40,8 @@ def test_gsm8k_scores():
 
 
 def test_default_dispatch():
-    assert compute_score("openai/gsm8k", "#### 5 #### 6", "5") == 1.0
+    assert compute_score("openai/gsm8k", "#### 6 #### 5", "5") == 1.0
+    assert compute_score("openai/gsm8k", "#### 5 #### 6", "5") == 0.0  # the last answer counts
     assert compute_score("gsm8k", "#### 6", "5") == 0.0
     assert compute_score("arith", "calc 1776\n#### 1776", 1776) == 1.0
     assert compute_score("demo_tool_arith", "#### -7", "-7") == 1.0
