@@ -32,6 +32,7 @@ SHOW_METRICS = ("critic/score/mean", "critic/rewards/mean", "response_length/mea
 SHOW_FALLBACK = 12  # names shown when the step reported none of SHOW_METRICS
 VAL_CORE = "val-core/"  # verl's held-out metrics, reported on validation steps only (step 0 and every test_freq)
 METRICS_PAGE = 5000  # rows a metrics page asks for (the API's most)
+LIVE_GAP_S = 1.0  # the shortest time between two looks the live stream wakes
 WATCH_RETRIES = 5  # consecutive failed polls (connection, 5xx) `runs watch` rides out
 
 
@@ -317,7 +318,10 @@ def cmd_runs_watch(client: Client, args) -> int:
                 continue
             started = time.monotonic()
             try:
-                stream.wait(args.interval)
+                if stream.wait(args.interval):
+                    # A run reporting many times a second is looked at at most once per LIVE_GAP_S; a
+                    # report that arrives during the gap is in the look that follows it.
+                    common.sleep(max(0.0, LIVE_GAP_S - (time.monotonic() - started)))
             except live.StreamClosed as exc:
                 err(f"note: live updates stopped ({clean(str(exc))}); looking every {args.interval:g} s")
                 stream.close()

@@ -390,3 +390,40 @@ def test_watch_and_metrics_show_the_held_out_reward_of_validation_steps(as_alice
     table = as_alice("runs", "metrics", run.pk).out.splitlines()
     assert table[0].split() == ["STEP", "TIME", "critic/score/mean", val]
     assert table[1].split()[-2:] == ["-", "0.25"] and table[3].split()[-2:] == ["0.75", "0.625"]
+
+
+def test_a_run_reporting_fast_is_looked_at_at_most_once_a_second(as_alice, alice, make_run, report, monkeypatch):
+    """The live stream wakes the watch at every report; looks are kept LIVE_GAP_S apart (a run that
+    reports many times a second would otherwise be fetched as often). A stand-in stream always says
+    'reported'; the gap is waited in common.sleep, where this test plays the trainer."""
+    from rlstudio_cli import runs as cli_runs
+
+    run, token = make_run(alice, "fast")
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, total_steps=2)
+
+    class AlwaysReported:
+        closed = False
+
+        def wait(self, seconds):
+            return True
+
+        def close(self):
+            self.closed = True
+
+    stream = AlwaysReported()
+    monkeypatch.setattr(cli_runs, "_open_stream", lambda client, args: stream)
+    gaps = []
+
+    def between_looks(seconds):
+        gaps.append(seconds)
+        if len(gaps) == 1:
+            report(run, token, metric_events([1, 2]))
+        else:
+            Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED, step=2)
+
+    monkeypatch.setattr(cli_common, "sleep", between_looks)
+    r = as_alice("runs", "watch", run.pk, "-m", "critic/score/mean")
+    assert r.code == 0, r
+    assert r.out.splitlines() == ["step 1/2  critic/score/mean=0.1", "step 2/2  critic/score/mean=0.2"]
+    assert len(gaps) == 2 and all(0.5 < g <= cli_runs.LIVE_GAP_S for g in gaps), gaps
+    assert stream.closed
