@@ -32,7 +32,8 @@ Run: .venv/bin/python bench/learning.py [--warm-steps 500] [--grpo-seconds 300] 
    fine-tuning 3e-4, as LoRA needs; verl's LoRA examples use 10x (3e-6 full, 3e-5 LoRA), but 3e-3 here
    reached 0.8 as soon and then sank to 0.75 held-out by step 40, where 1e-3 held 0.94-0.97 (issue 18,
    docs/benchmarks.md bench:learning_lora: with rank 32 on a hidden size of 128, alpha / rank = 2, the
-   adapter moves the weights further per step than on a large model)). The extra
+   adapter moves the weights further per step than on a large model)) and interaction (the demo recipe
+   with the gsm8k interaction: a wrong answer is told so and gets another turn). The extra
    KEY=VALUE overrides go to every mode (e.g. actor_rollout_ref.actor.ppo_mini_batch_size=2 for four
    updates per step, where the ratio leaves 1 and the clips act). With more than one mode, --write
    replaces the `bench:<--section>` section: held-out reward per validation step per mode, and each
@@ -96,6 +97,13 @@ MODES: dict[str, Mode] = {
                  "actor lr 1e-3 (3.3x the recipe's full fine-tuning 3e-4; 10x, verl's LoRA examples' ratio, "
                  "drifted down late here: see the reading); the reference is the base with the adapter off "
                  "(unused: no KL)"),
+    "interaction": Mode("GRPO+interaction", "demo_tool_arith",
+                        ("actor_rollout_ref.rollout.multi_turn.interaction=gsm8k",),
+                        "recipe demo_tool_arith with multi_turn.interaction=gsm8k (verl's Gsm8kInteraction): "
+                        "an answer whose last number is wrong gets verl's 'reflect and try again' reply and "
+                        "another turn, within the recipe's 3 assistant turns and 334 response tokens; "
+                        "validation too, so its held-out reward counts an answer right at its second try "
+                        "(the reward reads the last '#### n')"),
 }
 
 

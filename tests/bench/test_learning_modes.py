@@ -21,7 +21,8 @@ def test_each_mode_is_a_valid_config_without_warnings(name):
     actor = cfg.actor_rollout_ref.actor
     expected = {"grpo": ("vanilla", None, None, "token-mean"), "dapo": ("vanilla", 0.2, 0.28, "token-mean"),
                 "gspo": ("gspo", 3e-4, 4e-4, "seq-mean-token-mean"), "cispo": ("cispo", 1.0, 0.2, "token-mean"),
-                "gae": ("vanilla", None, None, "token-mean"), "lora": ("vanilla", None, None, "token-mean")}[name]
+                "gae": ("vanilla", None, None, "token-mean"), "lora": ("vanilla", None, None, "token-mean"),
+                "interaction": ("vanilla", None, None, "token-mean")}[name]
     assert (actor.policy_loss.loss_mode, actor.clip_ratio_low, actor.clip_ratio_high, actor.loss_agg_mode) == expected
     assert cfg.algorithm.filter_groups.enable == (name == "dapo")
     assert (cfg.algorithm.adv_estimator == "gae") == (name == "gae")
@@ -32,6 +33,9 @@ def test_each_mode_is_a_valid_config_without_warnings(name):
     # full fine-tuning one (1e-3 against 3e-4); the others train every weight at the recipe's lr.
     assert (model.lora_rank, model.lora_alpha, model.target_modules) == (
         (32, 64, "all-linear") if name == "lora" else (0, 16, "all-linear"))
+    # Only the interaction mode talks back (the gsm8k interaction, inside the recipe's multi-turn rollout).
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    assert multi_turn.enable and multi_turn.interaction == ("gsm8k" if name == "interaction" else None)
     recipe_lr = get_recipe(mode.recipe).actor_rollout_ref.actor.optim.lr
     assert actor.optim.lr == (1e-3 if name == "lora" else recipe_lr) and recipe_lr == 3e-4
 
