@@ -434,16 +434,22 @@ class MultiTurnRollout:
                                                               f"{err.message}"})
         r.pending_calls, r.pending_errors = [], []
         r.messages.extend(tool_messages)
-        added = self.deltas.after_turn(r.last_output, tool_messages, tools=r.prompt.tools or None)
+        if self._continue_after(r, tool_messages):
+            r.rounds += 1
+
+    def _continue_after(self, r: _Request, messages: list[dict[str, Any]]) -> bool:
+        """Append `messages` (tool replies, an interaction's reply) as the template delta after the
+        turn just generated, and go back to generating; False (finish "length", the delta cut at the
+        budget) when not even one generated token would fit after it."""
+        added = self.deltas.after_turn(r.last_output, messages, tools=r.prompt.tools or None)
         room = self._remaining(r)
         if len(added) >= room:
-            # Not even one generated token would fit after the delta: end here, cut at the budget.
             r.append(added[: max(room, 0)], generated=False)
             r.finish("length")
-            return
+            return False
         r.append(added, generated=False)
-        r.rounds += 1
         r.state = RequestState.GENERATING
+        return True
 
     async def _start_interaction(self, r: _Request) -> None:
         if self.interaction is not None and r.interaction_kwargs is not None:
@@ -462,14 +468,7 @@ class MultiTurnRollout:
         if reply.should_terminate_sequence:
             r.finish("stop")
             return
-        added = self.deltas.after_turn(r.last_output, [message], tools=r.prompt.tools or None)
-        room = self._remaining(r)
-        if len(added) >= room:
-            r.append(added[: max(room, 0)], generated=False)
-            r.finish("length")
-            return
-        r.append(added, generated=False)
-        r.state = RequestState.GENERATING
+        self._continue_after(r, [message])
 
     async def _finish_interaction(self, r: _Request) -> None:
         if r.interaction_started:
