@@ -99,6 +99,15 @@ class Server:
         self.listener.close()
 
 
+def open_and_wait(server, seconds=1.0):
+    """A stream on `server` (1 s socket timeout), one timed_wait of `seconds`, the stream closed."""
+    stream = live.RunStream(server.url, "rls_key", 7, timeout=1.0)
+    try:
+        return timed_wait(stream, seconds)
+    finally:
+        stream.close()
+
+
 def timed_wait(stream, seconds):
     """(what wait() returned or raised, seconds it took), run on a thread so that a hang fails the test."""
     box = {}
@@ -163,12 +172,8 @@ def test_endless_pings_do_not_hold_the_watch(serve):
             server.idle(conn, 0.01)
 
     server = serve(script)
-    stream = live.RunStream(server.url, "rls_key", 7, timeout=1.0)
-    try:
-        value, took = timed_wait(stream, 1.0)
-        assert value is False and took < 3.0
-    finally:
-        stream.close()
+    value, took = open_and_wait(server)
+    assert value is False and took < 3.0
 
 
 def test_endless_empty_fragments_do_not_hold_the_watch_nor_grow(serve):
@@ -178,12 +183,8 @@ def test_endless_empty_fragments_do_not_hold_the_watch_nor_grow(serve):
             conn.sendall(frame(0x0, fin=False) * 1000)
 
     server = serve(script)
-    stream = live.RunStream(server.url, "rls_key", 7, timeout=1.0)
-    try:
-        value, took = timed_wait(stream, 1.0)
-        assert (value is False or isinstance(value, live.StreamClosed)) and took < 3.0
-    finally:
-        stream.close()
+    value, took = open_and_wait(server)
+    assert (value is False or isinstance(value, live.StreamClosed)) and took < 3.0
 
 
 def test_a_trickled_frame_does_not_hold_the_watch(serve):
@@ -199,12 +200,8 @@ def test_a_trickled_frame_does_not_hold_the_watch(serve):
             server.idle(conn, 0.2)
 
     server = serve(script)
-    stream = live.RunStream(server.url, "rls_key", 7, timeout=1.0)
-    try:
-        value, took = timed_wait(stream, 1.0)
-        assert value is False and took < 3.0
-    finally:
-        stream.close()
+    value, took = open_and_wait(server)
+    assert value is False and took < 3.0
 
 
 def test_a_trickled_handshake_gives_up_after_the_timeout(serve):
