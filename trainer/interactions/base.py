@@ -14,7 +14,7 @@ one by its registered name, never a class path or a file.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 
 @dataclass
@@ -71,5 +71,3 @@ def get_interaction(name: str, config: dict[str, Any] | None = None) -> BaseInte
         raise KeyError(f"no interaction named {name!r}; registered: {', '.join(registered_interactions()) or 'none'}")
     return cls(config)
 
-
-InteractionFactory = Callable[[], BaseInteraction]

@@ -22,7 +22,7 @@ from django.http.request import validate_host
 from .throttle import api_token_throttled
 
 
-# The scope key of a `?token=` socket's ApiToken id: its re-check asks whether the token still exists
+# The scope key of a token socket's ApiToken id (header or ?token=): its re-check asks whether the token still exists
 # (accounts.sockets), where a session socket asks whether its session still signs the user in.
 TOKEN_ID_SCOPE_KEY = "rlstudio.api_token_id"
 
