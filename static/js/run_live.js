@@ -18,10 +18,17 @@
     ["Timing and throughput", (k) => /^(timing_s|timing_per_token_ms|perf)\//.test(k)],
     ["Other", () => true],
   ];
-  // [{step, t, metrics}] in step order: the page holds the first page of rows, loadMetricPages()
-  // fetches the others from the metrics API, the websocket adds new ones.
+  // [{step, t, metrics}] in step order: the run's rows, or, past live.chart_points of them, that many
+  // buckets of consecutive steps ({from_step, step, rows, metrics}: telemetry/overview.py); the
+  // websocket adds new rows after them.
   const steps = live.metrics.slice();
   const byStep = new Map(steps.map((r) => [r.step, r]));
+  // The last step the page's buckets cover: an event of a step up to it is already counted in them.
+  const bucketedTo = live.metrics_downsampled && steps.length ? steps[steps.length - 1].step : -Infinity;
+  // A zoomed step range's own rows ({lo, hi, rows}: every step, or finer buckets of a wide range),
+  // drawn in place of the page's buckets there; null when no chart is zoomed (zoomTo).
+  let detail = null;
+  let drawRows = steps;  // what the charts draw: `steps` with `detail` in its range (chartRows)
   const groupDivs = new Map();  // group name -> its panel grid
   const panelDivs = new Map();  // panel (metric family) -> its plot div
 
@@ -92,13 +99,27 @@
     }, extra || {});
   }
 
+  function chartRows() {
+    if (!detail) return steps;
+    const outside = steps.filter((r) => r.step < detail.lo || (r.from_step ?? r.step) > detail.hi);
+    return outside.concat(detail.rows).sort((a, b) => a.step - b.step);
+  }
+
   function series(key) {
-    const rows = steps.filter((r) => key in r.metrics);
-    return {
+    const rows = drawRows.filter((r) => key in r.metrics);
+    const out = {
       x: rows.map((r) => (xMode === "step" ? r.step : new Date(r.t * 1000))),
       y: rows.map((r) => r.metrics[key]),
       customdata: rows.map((r) => r.step),
     };
+    // a bucket says which steps it stands for
+    if (rows.some((r) => r.rows > 1)) out.hovertext = rows.map((r) => (r.rows > 1 ? `steps ${r.from_step}–${r.step} (${r.rows})` : ""));
+    return out;
+  }
+
+  // The drawn row a step falls in: its own, or the bucket that holds it.
+  function rowAt(step) {
+    return byStep.get(step) || drawRows.find((r) => (r.from_step ?? r.step) <= step && step <= r.step);
   }
 
   function familyTraces(family, members) {
@@ -131,9 +152,9 @@
     const x = [], y = [], text = [];
     for (const m of alertMarks) {
       const key = m.metric && members.find((k) => globRe(m.metric).test(k));
-      const row = key && byStep.get(m.step);
+      const row = key && rowAt(m.step);
       if (!row || typeof row.metrics[key] !== "number") continue;
-      x.push(xMode === "step" ? m.step : new Date(row.t * 1000));
+      x.push(xMode === "step" ? row.step : new Date(row.t * 1000));
       y.push(row.metrics[key]);
       text.push(`alert at step ${m.step}: ${m.message}`);
     }
@@ -150,8 +171,9 @@
   function drawMetrics() {
     if (!window.Plotly || !steps.length) return;
     document.getElementById("charts-empty").hidden = true;
+    drawRows = chartRows();
     const families = new Map();  // family -> member keys
-    for (const row of steps) for (const k of Object.keys(row.metrics)) {
+    for (const row of drawRows) for (const k of Object.keys(row.metrics)) {
       const f = familyOf(k);
       if (!families.has(f)) families.set(f, new Set());
       families.get(f).add(k);
@@ -164,12 +186,77 @@
       const marks = alertTrace(members);
       if (marks) traces.push(marks);
       const band = traces.some((t) => t.fill);
-      const l = layout({ height: 200, margin: { t: 6, r: 8, b: 34, l: 48 }, showlegend: !band && members.length > 1 });
+      // uirevision: a redraw (new steps, a zoomed range's rows) keeps the panel's zoom; a new x axis resets it
+      const l = layout({ height: 200, margin: { t: 6, r: 8, b: 34, l: 48 }, showlegend: !band && members.length > 1,
+        uirevision: xMode });
       const flat = flatRange(traces);
       if (flat) l.yaxis = { range: flat };
       Plotly.react(div, traces, l, { responsive: true, displaylogo: false });
       if (group === "Rewards and scores" && !div.dataset.clickBound) { div.dataset.clickBound = "1"; rewardClickable(div); }
+      bindZoom(div);
     }
+  }
+
+  // Zooming a chart of a downsampled run fetches the range's own rows from the overview API (every
+  // step when there are at most live.chart_points of them, else finer buckets) and every chart draws
+  // them there; autoscale (double-click) goes back to the page's rows. The latest zoom wins.
+  let zoomSeq = 0;
+  function bindZoom(div) {
+    if (!live.metrics_downsampled || div.dataset.zoomBound || !div.on) return;
+    div.dataset.zoomBound = "1";
+    div.on("plotly_relayout", (ev) => {
+      if (ev["xaxis.autorange"]) { unzoom(); return; }
+      const range = ev["xaxis.range"] || [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+      if (range[0] !== undefined && range[1] !== undefined) zoomTo(range[0], range[1]);
+    });
+  }
+
+  function unzoom() {
+    zoomSeq++;
+    if (!detail) return;
+    detail = null;
+    zoomNote();
+    redraw("metrics");
+  }
+
+  // An x axis value as the rows' own (a step, or unix seconds: Plotly gives a date axis's range as
+  // local-time strings, as it draws Date objects).
+  function xValue(v) { return xMode === "step" ? Number(v) : new Date(String(v).replace(" ", "T")).getTime() / 1000; }
+
+  async function zoomTo(a, b) {
+    const lo = xValue(a), hi = xValue(b);
+    const xs = steps.map((r) => (xMode === "step" ? r.step : r.t));
+    // the page's rows in view and one more on each side, so that the lines reach the edges
+    let i = xs.findIndex((x) => x >= lo), j = xs.length - 1 - [...xs].reverse().findIndex((x) => x <= hi);
+    if (i < 0 || j >= xs.length) return;
+    i = Math.max(0, i - 1);
+    j = Math.min(steps.length - 1, j + 1);
+    const from = steps[i].from_step ?? steps[i].step, to = steps[j].step;
+    const seq = ++zoomSeq;
+    if (!steps.slice(i, j + 1).some((r) => r.rows > 1)) {  // every step there is drawn already
+      if (detail) { detail = null; zoomNote(); redraw("metrics"); }
+      return;
+    }
+    let body;
+    try {
+      const resp = await fetch(`${live.metrics_overview_api}?after_step=${from - 1}&until_step=${to}&max_points=${live.chart_points}`,
+        { credentials: "same-origin" });
+      if (!resp.ok) return;
+      body = await resp.json();
+    } catch (e) { console.error(e); return; }
+    if (seq !== zoomSeq || !body.steps.length) return;  // a later zoom (or autoscale) came meanwhile
+    detail = { lo: from, hi: to, rows: body.steps, downsampled: body.downsampled, points: body.points };
+    zoomNote();
+    redraw("metrics");
+  }
+
+  function zoomNote() {
+    const el = document.getElementById("charts-zoom");
+    if (!el) return;
+    const n = (v) => Number(v).toLocaleString("en-US");
+    if (!detail) el.textContent = "Zoom in on a chart to see every step.";
+    else if (detail.downsampled) el.textContent = `Steps ${n(detail.lo)}–${n(detail.hi)}: ${n(detail.points)} steps as ${n(detail.rows.length)} points; zoom further to see every step.`;
+    else el.textContent = `Steps ${n(detail.lo)}–${n(detail.hi)}: every step (${n(detail.points)}). Double-click a chart to see the whole run.`;
   }
 
   // A panel whose values are all one number v != 0 (a constant learning rate, 3e-4): Plotly's own
@@ -470,8 +557,10 @@
     const d = ev.data || {};
     if (ev.type === "metrics") {
       const row = byStep.get(d.step);
-      if (row) Object.assign(row.metrics, d.metrics);
-      else {
+      const zoomed = detail && detail.rows.find((r) => r.step === d.step && !(r.rows > 1));
+      if (zoomed) Object.assign(zoomed.metrics, d.metrics);
+      if (row && !(row.rows > 1)) Object.assign(row.metrics, d.metrics);
+      else if (!row && d.step > bucketedTo) {
         const added = { step: d.step, t: ev.time, metrics: Object.assign({}, d.metrics) };
         byStep.set(d.step, added);
         steps.push(added);
@@ -528,29 +617,6 @@
       }
     } else {
       apply(frame);
-    }
-  }
-
-  // The metric rows past the page's first page, from GET metrics/?after_step=&limit= (keyed by step,
-  // next_after_step null on the last page). A step the websocket brought meanwhile keeps its values
-  // where both have a metric (the pushed one is the newer).
-  async function loadMetricPages(after) {
-    while (after !== null && after !== undefined) {
-      let page;
-      try {
-        const resp = await fetch(`${live.metrics_api}?after_step=${after}&limit=${live.metrics_page_size}`,
-          { credentials: "same-origin" });
-        if (!resp.ok) return;
-        page = await resp.json();
-      } catch (e) { console.error(e); return; }
-      for (const r of page.steps) {
-        const row = byStep.get(r.step);
-        if (row) row.metrics = Object.assign({}, r.metrics, row.metrics);
-        else { byStep.set(r.step, r); steps.push(r); }
-      }
-      steps.sort((a, b) => a.step - b.step);
-      redraw("metrics");
-      after = page.next_after_step;
     }
   }
 
@@ -624,12 +690,19 @@
     connect();
   }
 
-  document.getElementById("x-axis").addEventListener("change", (ev) => { xMode = ev.target.value; drawMetrics(); });
+  document.getElementById("x-axis").addEventListener("change", (ev) => {
+    xMode = ev.target.value;
+    zoomSeq++;
+    detail = null;  // the new axis starts unzoomed
+    zoomNote();
+    drawMetrics();
+  });
   drawMetrics();
   drawMemory();
   connect();
-  loadMetricPages(live.metrics_next_after_step);
   // for tests and the bench
   window.rlstudioLive = { apply, receive, lastSeq: () => lastSeq, metricSteps: () => steps.map((r) => r.step),
+    chartSteps: () => drawRows.map((r) => r.step), zoomed: () => (detail ? { lo: detail.lo, hi: detail.hi,
+      points: detail.points, rows: detail.rows.length, downsampled: detail.downsampled } : null),
     alertMarks: () => alertMarks.slice() };
 })();

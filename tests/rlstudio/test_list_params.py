@@ -26,6 +26,7 @@ LISTS = {
     "tool sets": ("/api/v1/tool-sets/", "/api/v1/tool-sets/", ""),
     "samples": ("/api/v1/runs/{run}/samples/", "/api/v1/runs/{run_id}/samples/", ""),
     "metrics": ("/api/v1/runs/{run}/metrics/", "/api/v1/runs/{run_id}/metrics/", ""),
+    "metrics overview": ("/api/v1/runs/{run}/metrics/overview/", "/api/v1/runs/{run_id}/metrics/overview/", ""),
     "run evaluations": ("/api/v1/runs/{run}/evaluations/", "/api/v1/runs/{run_id}/evaluations/", ""),
     "run evaluation samples": ("/api/v1/runs/{run}/evaluations/{ev}/samples/",
                                "/api/v1/runs/{run_id}/evaluations/{evaluation_id}/samples/", "prompt=0&column=base"),

@@ -4,6 +4,8 @@
                          `{"events": [...]}` (optionally `Content-Encoding: gzip`); routed to
                          `run_events_ingest`, which runs RunEventsIngestView off the request's thread
   GET  metrics/          ?after_step=&limit= (a page of rows in step order; since_step= is after_step's old name)
+  GET  metrics/overview/ ?after_step=&until_step=&max_points= (a step range in at most max_points rows:
+                         telemetry/overview.py)
   GET  samples/          ?step=&uid=&prompt_split=&prompt_hash=&min_reward=&max_reward=&finish_reason=&has_tool_call=
                          &order=&limit=&offset=
   GET  samples/{sid}/    the whole transcript and token view
@@ -41,6 +43,7 @@ from rlstudio.runs.services import run_token_check
 from trainer.events.schema import FINISH_REASONS, PROMPT_HASH_CHARS, PROMPT_SPLITS, is_prompt_hash
 
 from . import codec
+from . import overview as ov
 from . import selectors as sel
 from .models import RetentionMode, RunRetention
 from .services import events_ingest, retention_set
@@ -201,7 +204,7 @@ class _RunReadView(APIView):
         self.run = sel.run_visible(user=request.user, run_id=kwargs["run_id"])
 
 
-STEP_MAX = 2**31 - 1  # MetricRow.step is a PostgreSQL integer
+STEP_MAX = sel.STEP_MAX
 _METRICS_PAGE = inline_serializer("MetricsPage", {
     "steps": inline_serializer("MetricRow", {
         "step": serializers.IntegerField(),
@@ -251,6 +254,52 @@ class RunMetricsView(_RunReadView):
             next_url = remove_query_param(request.build_absolute_uri(), "since_step")
             next_url = replace_query_param(replace_query_param(next_url, "after_step", next_after), "limit", limit)
         return Response({"steps": steps, "next_after_step": next_after, "next": next_url})
+
+
+_OVERVIEW = inline_serializer("MetricsOverview", {
+    "steps": inline_serializer("MetricOverviewRow", {
+        "step": serializers.IntegerField(help_text="The row's step; a bucket's last step."),
+        "time": serializers.DateTimeField(help_text="When the trainer reported that step (ISO 8601)."),
+        "t": serializers.FloatField(help_text="The same time in unix seconds."),
+        "from_step": serializers.IntegerField(required=False, help_text=(
+            "A bucket's first step (only when downsampled).")),
+        "rows": serializers.IntegerField(required=False, help_text="The stored rows a bucket stands for."),
+        "metrics": serializers.DictField(child=serializers.FloatField(allow_null=True), help_text=(
+            "A row's values; a bucket's mean of each metric, the minimum of a .../min statistic and the "
+            "maximum of a .../max one.")),
+    }, many=True),
+    "points": serializers.IntegerField(help_text="Stored rows in the step range."),
+    "downsampled": serializers.BooleanField(help_text="Whether the rows are buckets (points > max_points)."),
+})
+OVERVIEW_PARAMETERS = (
+    OpenApiParameter("after_step", int, required=False,
+                     description="Only steps greater than this (-1 or absent: from the first)."),
+    OpenApiParameter("until_step", int, required=False,
+                     description="Only steps up to this one, included (absent: to the last)."),
+    OpenApiParameter("max_points", {"type": "integer", "minimum": ov.POINTS_MIN, "maximum": ov.POINTS_MAX,
+                                    "default": ov.POINTS_DEFAULT}, required=False, description=(
+        f"Rows at most, {ov.POINTS_MIN} to {ov.POINTS_MAX} (default {ov.POINTS_DEFAULT}); a longer range "
+        "is answered in that many buckets of consecutive steps.")),
+)
+
+
+class RunMetricsOverviewView(_RunReadView):
+    """The run's metric rows of a step range, at most `max_points` of them (telemetry/overview.py): what
+    a chart draws, for a run of any length."""
+
+    renderer_classes = [codec.JsonRenderer]
+
+    @list_params(*OVERVIEW_PARAMETERS, paged=False, responses={200: _OVERVIEW})
+    def get(self, request, run_id: int):
+        params = request.query_params
+        after = int_param(params, "after_step", minimum=-1, maximum=STEP_MAX)
+        until = int_param(params, "until_step", minimum=0, maximum=STEP_MAX)
+        if after is not None and until is not None and until <= after:
+            raise ApiError(f"until_step must be greater than after_step ({after}), got {until}", field="until_step")
+        points = int_param(params, "max_points", default=ov.POINTS_DEFAULT, minimum=ov.POINTS_MIN,
+                           maximum=ov.POINTS_MAX)
+        got = ov.overview(run=self.run, after_step=after, until_step=until, max_points=points)
+        return Response(got.as_json())
 
 
 # The samples list's filters (sample_filter_from reads them; the pager adds limit and offset).

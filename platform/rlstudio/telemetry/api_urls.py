@@ -7,6 +7,7 @@ urlpatterns = [
     path("runs/compare/", api.RunCompareView.as_view(), name="runs-compare"),
     path("runs/<int:run_id>/events/", api.run_events_ingest, name="run-events"),
     path("runs/<int:run_id>/metrics/", api.RunMetricsView.as_view(), name="run-metrics"),
+    path("runs/<int:run_id>/metrics/overview/", api.RunMetricsOverviewView.as_view(), name="run-metrics-overview"),
     path("runs/<int:run_id>/metrics.csv", downloads.RunMetricsCsvView.as_view(), name="run-metrics-csv"),
     path("runs/<int:run_id>/tensorboard.tar.gz", tensorboard.RunTensorBoardView.as_view(), name="run-tensorboard"),
     path("runs/<int:run_id>/samples/", api.RunSamplesView.as_view(), name="run-samples"),

@@ -50,18 +50,22 @@ def run_visible(*, user: AbstractBaseUser, run_id) -> Run:
 # rest from the API); the API's limit may go up to METRICS_PAGE_MAX.
 METRICS_PAGE_DEFAULT = 1000
 METRICS_PAGE_MAX = 5000
+STEP_MAX = 2**31 - 1  # MetricRow.step is a PostgreSQL integer
 
 
-def metrics_page(*, run: Run, after_step: int | None = None,
+def metrics_page(*, run: Run, after_step: int | None = None, until_step: int | None = None,
                  limit: int = METRICS_PAGE_DEFAULT) -> tuple[list[dict[str, Any]], int | None]:
     """One page of the run's metric rows: ([{step, time (ISO), t (unix), metrics}] in step order with
-    step > after_step, at most `limit` of them; the after_step of the next page, None on the last).
+    after_step < step <= until_step (None: unbounded), at most `limit` of them; the after_step of the
+    next page, None on the last).
 
     Keyed by step (unique per run, indexed), so a page costs one index range scan wherever it starts,
     and rows stored while a client pages (a live run) land on a later page, never twice."""
     qs = MetricRow.objects.filter(run=run).order_by("step")
     if after_step is not None:
         qs = qs.filter(step__gt=after_step)
+    if until_step is not None:
+        qs = qs.filter(step__lte=until_step)
     # The metrics object as its JSON text, read by orjson (codec.loads): json.loads of 1,000 rows x 80
     # keys through the JSONField, and a model instance per row, were most of a page's time.
     rows = list(qs.values_list("step", "time", Cast("metrics", TextField()))[: limit + 1])

@@ -1,7 +1,7 @@
 """Pages of a run's telemetry: the live run page, a sample's transcript and token view, a GRPO group,
 one prompt across training, and runs compared side by side (/runs/compare/?ids=1,2,3). Server-rendered
-from stored data (the run page holds the first page of metric rows); static/js/run_live.js fetches the other pages from the metrics API and makes the run
-page live (websocket with resume_after), static/js/telemetry_tokens.js colours the token view.
+from stored data (the run page holds the run's metric rows, at most 1,000 of them: telemetry/overview.py);
+static/js/run_live.js fetches a zoomed range's rows from the overview API and makes the run page live (websocket with resume_after), static/js/telemetry_tokens.js colours the token view.
 All model and tool text is rendered through Django's autoescaping (never |safe).
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from rlstudio.runs.selectors import (
 )
 
 from . import codec
+from . import overview as ov
 from . import selectors as sel
 from .api import STEP_MAX, prompt_key_from, sample_filter_from
 from .models import RetentionMode, RunRetention, Sample
@@ -76,8 +77,11 @@ def run_detail(request, run_id: int):
         flt = dataclasses.replace(flt, order=SAMPLES_ORDER)
     samples = sel.sample_rows(samples=list(sel.samples_for(run=run, flt=flt)[:SAMPLES_PAGE]))
     retention = RunRetention.objects.filter(run=run).first()
-    # The first page of metric rows is in the page; run_live.js fetches the rest from the metrics API.
-    metrics, metrics_next = sel.metrics_page(run=run, limit=sel.METRICS_PAGE_DEFAULT)
+    # Read before the rows: the socket replays every event after it, so none falls between the two.
+    last_seq = sel.last_seq(run_id=run.pk)
+    # At most ov.POINTS_DEFAULT rows for the charts, whatever the run's length (buckets of consecutive
+    # steps past it); run_live.js fetches a zoomed range's rows from the overview API.
+    charts = ov.overview(run=run, max_points=ov.POINTS_DEFAULT)
     memory, memory_truncated = sel.memory_window(run=run)  # the latest points: a long run has tens of thousands
     ctx.update({
         "run": run,
@@ -86,9 +90,10 @@ def run_detail(request, run_id: int):
         "team_choices": team_names_for_sharing(user=request.user) if ctx["can_manage"] else [],
         # A reader (not the owner or staff) sees the config without the platform's keys (server paths).
         "config_json": json.dumps(run_config_for(user=request.user, run=run), indent=2, sort_keys=True),
-        "live": {"run_id": run.pk, "last_seq": sel.last_seq(run_id=run.pk), "status": run.status,
-                 "metrics": metrics, "metrics_next_after_step": metrics_next,
-                 "metrics_api": f"/api/v1/runs/{run.pk}/metrics/", "metrics_page_size": sel.METRICS_PAGE_MAX,
+        "live": {"run_id": run.pk, "last_seq": last_seq, "status": run.status,
+                 "metrics": charts.steps, "metrics_points": charts.points,
+                 "metrics_downsampled": charts.downsampled, "chart_points": ov.POINTS_DEFAULT,
+                 "metrics_overview_api": f"/api/v1/runs/{run.pk}/metrics/overview/",
                  "memory": memory,
                  "samples_api": f"/api/v1/runs/{run.pk}/samples/", "page_size": SAMPLES_PAGE},
         # The new-run form's estimate of this run's config (with LoRA, next to full fine-tuning's).
@@ -105,7 +110,7 @@ def run_detail(request, run_id: int):
         # The tensorboard sink's event files in the run's folder: offered as one .tar.gz.
         "tensorboard_logs": tensorboard_folder(run) is not None,
     })
-    # The page's data (a page of metric rows and the memory timeline: megabytes on a long run) through orjson.
+    # The page's data (up to 1,000 metric rows and the memory timeline: megabytes on a long run) through orjson.
     ctx["live_script"] = codec.script_json(ctx["live"], "live-data")
     return render(request, "runs/run_detail.html", ctx)
 

@@ -1,7 +1,5 @@
-"""The metrics API a page at a time (?after_step=&limit=), its bounds, its schema, and the run page
-holding only the first page (static/js/run_live.js fetches the rest)."""
-import json
-import re
+"""The metrics API a page at a time (?after_step=&limit=), its bounds and its schema (the run page's
+rows: test_metrics_overview.py)."""
 
 import pytest
 from django.test import Client
@@ -110,15 +108,3 @@ def test_schema_documents_the_paging(alice_client):
     ref = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
     page = schema["components"]["schemas"][ref]
     assert {"steps", "next_after_step", "next"} <= set(page["properties"])
-
-
-def test_run_page_holds_the_first_page_and_where_the_rest_is(alice, alice_client, run_with_metrics,
-                                                             monkeypatch):
-    monkeypatch.setattr(sel, "METRICS_PAGE_DEFAULT", 5)
-    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in STEPS], name="paged")
-    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
-    live = json.loads(re.search(r'<script id="live-data" type="application/json">(.*?)</script>', page, re.S).group(1))
-    assert [r["step"] for r in live["metrics"]] == STEPS[:5]
-    assert live["metrics_next_after_step"] == 6 and live["metrics_api"] == f"/api/v1/runs/{run.pk}/metrics/"
-    rest = alice_client.get(f"{live['metrics_api']}?after_step=6&limit={live['metrics_page_size']}").json()
-    assert [r["step"] for r in rest["steps"]] == STEPS[5:] and rest["next"] is None

@@ -1,0 +1,97 @@
+"""A long run's charts (telemetry/overview.py, static/js/run_live.js): the page draws 1,250 steps as
+1,000 buckets and says so; zooming a chart fetches the range's every step and every chart draws them
+there, keeping the zoom across redraws; a new step is drawn after the buckets, an old one is not
+drawn twice; autoscale goes back to the whole run."""
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+STEPS = 1250
+
+
+def _trace(page, family: str, name: str) -> dict:
+    return page.evaluate("""([family, name]) => {
+        const t = document.querySelector(`.plot[data-family="${family}"]`).data.find((d) => d.name === name);
+        return {x: t.x, y: t.y, hovertext: t.hovertext || null};
+    }""", [family, name])
+
+
+def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import MetricRow
+
+    alice = make_user("alice")
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, _token = run_create(owner=alice, name="long", dataset=dataset, model=model, config={}, gpus=0)
+    t0 = timezone.now() - timedelta(hours=2)
+    MetricRow.objects.bulk_create([
+        MetricRow(run=run, step=s, time=t0 + timedelta(seconds=s),
+                  metrics={"critic/score/mean": s / STEPS, "critic/score/min": -s, "critic/score/max": s,
+                           "actor/entropy": 1.0 + (s % 2)})
+        for s in range(STEPS)])
+
+    page = page_as(alice)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#charts-downsampled")).to_contain_text("1,250 steps drawn as 1,000 points")
+    expect(page.locator("#charts .chart")).to_have_count(2)
+    assert page.evaluate("() => window.rlstudioLive.chartSteps().length") == 1000
+    mean = _trace(page, "critic/score", "mean")
+    assert len(mean["x"]) == 1000 and mean["x"][-1] == STEPS - 1
+    # 1,250 rows in 1,000 buckets: row i in bucket i * 1000 // 1250, so bucket 0 holds steps 0 and 1
+    assert mean["hovertext"][0] == "steps 0–1 (2)" and mean["y"][0] == pytest.approx(0.5 / STEPS)
+    assert _trace(page, "critic/score", "min–max")["y"][0] == -1  # the lowest of the bucket's mins
+    assert _trace(page, "critic/score", "max")["y"][0] == 1  # the highest of its maxes
+    assert _trace(page, "actor/entropy", "entropy")["y"][0] == pytest.approx(1.5)  # 1.0 and 2.0
+    page.locator("#charts-card").scroll_into_view_if_needed()
+    shot(page, "run-charts-downsampled")
+
+    # Zoom the entropy chart on steps 100-300: every chart draws each step there, from the API.
+    page.evaluate("""() => Plotly.relayout(document.querySelector('.plot[data-family="actor/entropy"]'),
+        {"xaxis.range": [100, 300]})""")
+    page.wait_for_function("() => window.rlstudioLive.zoomed() !== null")
+    zoomed = page.evaluate("() => window.rlstudioLive.zoomed()")
+    assert zoomed["downsampled"] is False and zoomed["lo"] <= 100 and zoomed["hi"] >= 300
+    assert zoomed["points"] == zoomed["hi"] - zoomed["lo"] + 1
+    expect(page.locator("#charts-zoom")).to_contain_text("every step")
+    page.wait_for_function("""() => {
+        const t = document.querySelector('.plot[data-family="critic/score"]').data.find((d) => d.name === "mean");
+        return t.x.filter((x) => x >= 100 && x <= 300).length === 201; }""")
+    entropy = _trace(page, "actor/entropy", "entropy")
+    inside = [(x, y) for x, y in zip(entropy["x"], entropy["y"], strict=True) if 100 <= x <= 300]
+    assert inside == [(s, 1.0 + (s % 2)) for s in range(100, 301)]  # each step's own value
+    shot(page, "run-charts-zoomed")
+
+    # A new step is drawn after the buckets (the redraw keeps the zoom); a replayed old one is not drawn twice.
+    page.evaluate(f"""() => {{
+        const live = window.rlstudioLive;
+        live.apply({{seq: live.lastSeq() + 1, type: "metrics", time: Date.now() / 1000,
+                     data: {{step: 10, metrics: {{"actor/entropy": 9.0}}}}}});
+        live.apply({{seq: live.lastSeq() + 1, type: "metrics", time: Date.now() / 1000,
+                     data: {{step: {STEPS}, metrics: {{"actor/entropy": 3.0}}}}}});
+    }}""")
+    page.wait_for_function(f"() => window.rlstudioLive.metricSteps().includes({STEPS})")
+    assert page.evaluate("() => window.rlstudioLive.metricSteps().length") == 1001
+    page.wait_for_function(f"""() => document.querySelector('.plot[data-family="actor/entropy"]').data[0].x
+        .includes({STEPS})""")
+    entropy = _trace(page, "actor/entropy", "entropy")
+    assert 9.0 not in entropy["y"] and entropy["y"][-1] == 3.0
+    x_range = page.evaluate("""() => document.querySelector('.plot[data-family="actor/entropy"]')._fullLayout.xaxis.range""")
+    assert x_range == [100, 300]  # still zoomed after the redraw
+
+    # Autoscale (double-click): back to the whole run's buckets.
+    page.evaluate("""() => Plotly.relayout(document.querySelector('.plot[data-family="actor/entropy"]'),
+        {"xaxis.autorange": true})""")
+    page.wait_for_function("() => window.rlstudioLive.zoomed() === null")
+    expect(page.locator("#charts-zoom")).to_have_text("Zoom in on a chart to see every step.")
+    page.wait_for_function("() => window.rlstudioLive.chartSteps().length === 1001")

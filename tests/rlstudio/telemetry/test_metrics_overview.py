@@ -1,0 +1,153 @@
+"""A run's metric rows at most max_points at a time (telemetry/overview.py): the SQL buckets equal the
+Python definition, the API's bounds and errors, the cache following new rows, and the run page holding
+the overview instead of the first page of rows."""
+import json
+import random
+import re
+
+import pytest
+from django.test import Client
+
+from rlstudio.telemetry import overview as ov
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _rollout_dir(settings, tmp_path):
+    settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
+
+
+@pytest.fixture
+def alice_client(alice):
+    c = Client()
+    c.force_login(alice)
+    return c
+
+
+def _rows(n, *, seed=0):
+    """n steps with gaps; a mean/min/max family, a sparse held-out key, a null, a mismatch statistic."""
+    rnd = random.Random(seed)
+    out, step = [], 0
+    for i in range(n):
+        step += rnd.choice([1, 1, 2, 5])
+        m = {"critic/score/mean": rnd.random(), "critic/score/min": -rnd.random(), "critic/score/max": 1 + rnd.random(),
+             "rollout_corr/rollout_is_max": rnd.random() * 3, "actor/lr": 3e-4}
+        if i % 7 == 0:
+            m["val-core/arith/reward/mean@1"] = rnd.random()
+        if i % 11 == 0:
+            m["actor/grad_norm"] = None
+        out.append((step, m))
+    return out
+
+
+def test_statistic_of_verl_names():
+    assert ov.statistic("critic/score/min") == "min" and ov.statistic("response_length/max") == "max"
+    assert ov.statistic("rollout_corr/rollout_is_min") == "min" and ov.statistic("training/rollout_probs_diff_max") == "max"
+    assert ov.statistic("critic/score/mean") == "mean" and ov.statistic("perf/max_memory_allocated_gb") == "mean"
+    assert ov.statistic("actor/pg_clipfrac_min") == "mean"  # an underscore statistic only in the mismatch metrics
+
+
+def test_bucket_rows_definition():
+    rows = [{"step": s, "time": f"t{s}", "t": float(s), "metrics": {"a/min": s, "a/max": s, "a/mean": s, "b": None}}
+            for s in range(10)]
+    got = ov.bucket_rows(rows, 4)  # 10 rows in 4 buckets: 3, 2, 3, 2 (row i to bucket i * 4 // 10)
+    assert [(r["from_step"], r["step"], r["rows"]) for r in got] == [(0, 2, 3), (3, 4, 2), (5, 7, 3), (8, 9, 2)]
+    assert got[0]["metrics"] == {"a/max": 2, "a/mean": 1.0, "a/min": 0, "b": None}
+    assert got[3]["t"] == 9.0 and got[3]["time"] == "t9"
+    assert ov.bucket_rows(rows, 10) == rows  # short enough: as it is
+
+
+@pytest.mark.parametrize("n,max_points", [(300, 40), (97, 10), (41, 40)])
+def test_sql_buckets_equal_the_definition(alice, alice_client, run_with_metrics, n, max_points):
+    data = _rows(n, seed=n)
+    run = run_with_metrics(alice, data, name="long")
+    exact = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/?limit=5000").json()["steps"]
+    want = ov.bucket_rows(exact, max_points)
+    body = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/overview/?max_points={max_points}").json()
+    assert body["points"] == n and body["downsampled"] is True and len(body["steps"]) == max_points
+    for got, exp in zip(body["steps"], want, strict=True):
+        assert (got["step"], got["from_step"], got["rows"], got["time"]) == (exp["step"], exp["from_step"],
+                                                                           exp["rows"], exp["time"])
+        assert got["t"] == pytest.approx(exp["t"])
+        assert list(got["metrics"]) == list(exp["metrics"])  # the same keys, sorted
+        for key, value in exp["metrics"].items():
+            assert got["metrics"][key] == (None if value is None else pytest.approx(value, rel=1e-12)), key
+    # the band still spans every step's: the lowest min and the highest max of the whole run survive
+    assert min(r["metrics"]["critic/score/min"] for r in body["steps"]) == pytest.approx(
+        min(m["critic/score/min"] for _, m in data))
+    assert max(r["metrics"]["critic/score/max"] for r in body["steps"]) == pytest.approx(
+        max(m["critic/score/max"] for _, m in data))
+
+
+def test_short_range_is_answered_row_for_row(alice, alice_client, run_with_metrics):
+    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in range(50)], name="short")
+    base = f"/api/v1/runs/{run.pk}/metrics/overview/"
+    whole = alice_client.get(f"{base}?max_points=50").json()
+    assert whole["downsampled"] is False and whole["points"] == 50
+    assert whole["steps"] == alice_client.get(f"/api/v1/runs/{run.pk}/metrics/").json()["steps"]
+    # a range: after_step < step <= until_step, row for row when it fits, bucketed when it does not
+    part = alice_client.get(f"{base}?after_step=9&until_step=29&max_points=20").json()
+    assert [r["step"] for r in part["steps"]] == list(range(10, 30)) and part["points"] == 20
+    assert "from_step" not in part["steps"][0]
+    wide = alice_client.get(f"{base}?after_step=9&until_step=30&max_points=20").json()
+    assert wide["downsampled"] is True and wide["points"] == 21 and len(wide["steps"]) == 20
+    assert wide["steps"][0]["from_step"] == 10 and wide["steps"][-1]["step"] == 30
+    assert alice_client.get(f"{base}?after_step=49").json() == {"steps": [], "points": 0, "downsampled": False}
+
+
+def test_cache_follows_new_rows(alice, alice_client, run_with_metrics):
+    from rlstudio.telemetry.models import MetricRow
+
+    run = run_with_metrics(alice, [(s, {"x": 1.0}) for s in range(30)], name="live")
+    url = f"/api/v1/runs/{run.pk}/metrics/overview/?max_points=10"
+    assert alice_client.get(url).json()["steps"][-1]["metrics"] == {"x": 1.0}
+    last = MetricRow.objects.get(run=run, step=29)
+    MetricRow.objects.create(run=run, step=30, time=last.time, metrics={"x": 4.0})
+    body = alice_client.get(url).json()
+    assert body["points"] == 31 and body["steps"][-1]["step"] == 30
+    assert body["steps"][-1]["metrics"]["x"] == pytest.approx((1.0 * 2 + 4.0) / 3)  # 31 rows: the last bucket holds 3
+
+
+@pytest.mark.parametrize("query,field,message", [
+    ("max_points=9", "max_points", f"max_points must be an integer from {ov.POINTS_MIN} to {ov.POINTS_MAX}, got '9'"),
+    ("max_points=5001", "max_points", f"max_points must be an integer from {ov.POINTS_MIN} to {ov.POINTS_MAX}, got '5001'"),
+    ("until_step=-1", "until_step", f"until_step must be an integer from 0 to {2**31 - 1}, got '-1'"),
+    ("after_step=5&until_step=5", "until_step", "until_step must be greater than after_step (5), got 5"),
+    ("after_step=x", "after_step", f"after_step must be an integer from -1 to {2**31 - 1}, got 'x'"),
+    ("limit=5", "limit", None),
+])
+def test_bad_parameters_are_400s_naming_the_field(alice, alice_client, run_with_metrics, query, field, message):
+    run = run_with_metrics(alice, [(1, {"x": 1.0})], name="bad")
+    response = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/overview/?{query}")
+    assert response.status_code == 400 and response.json()["error"]["field"] == field
+    if message:
+        assert response.json()["error"]["message"] == message
+
+
+def test_another_users_run_is_a_404(alice, bob, run_with_metrics):
+    run = run_with_metrics(alice, [(1, {"x": 1.0})], name="private")
+    c = Client()
+    c.force_login(bob)
+    assert c.get(f"/api/v1/runs/{run.pk}/metrics/overview/").status_code == 404
+
+
+def _live(page: str) -> dict:
+    return json.loads(re.search(r'<script id="live-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+
+
+def test_run_page_holds_the_overview(alice, alice_client, run_with_metrics, monkeypatch):
+    monkeypatch.setattr(ov, "POINTS_DEFAULT", 10)
+    run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in range(25)], name="long page")
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    live = _live(page)
+    assert len(live["metrics"]) == 10 and live["metrics_downsampled"] is True and live["metrics_points"] == 25
+    assert live["chart_points"] == 10 and live["metrics_overview_api"] == f"/api/v1/runs/{run.pk}/metrics/overview/"
+    assert live["metrics"][-1]["step"] == 24 and live["metrics"][0]["from_step"] == 0
+    assert 'id="charts-downsampled"' in page and "25 steps drawn as 10 points" in page
+
+    short = run_with_metrics(alice, [(s, {"x": s / 2}) for s in range(10)], name="short page")
+    page = alice_client.get(f"/runs/{short.pk}/").content.decode()
+    live = _live(page)
+    assert [r["step"] for r in live["metrics"]] == list(range(10)) and live["metrics_downsampled"] is False
+    assert 'id="charts-downsampled"' not in page
