@@ -249,6 +249,10 @@ def endpoints(ids: dict) -> list[tuple[str, str]]:
         ("run page `/runs/<id>/`", f"/runs/{run}/"),
         ("metrics API, first page `/api/v1/runs/<id>/metrics/`", f"/api/v1/runs/{run}/metrics/"),
         ("metrics API, last page (`?after_step=` steps − 500)", f"/api/v1/runs/{run}/metrics/?after_step={max(ids['steps'] - 500, 0)}"),
+        ("metrics overview API, whole run (1,000 points) `/api/v1/runs/<id>/metrics/overview/`",
+         f"/api/v1/runs/{run}/metrics/overview/"),
+        ("metrics overview API, a zoomed range (500 steps: every step)",
+         f"/api/v1/runs/{run}/metrics/overview/?after_step={ids['steps'] // 3}&until_step={ids['steps'] // 3 + 500}"),
         ("samples API, first page", f"/api/v1/runs/{run}/samples/"),
         ("samples API, filtered (`finish_reason=length&min_reward=1&order=-reward`)",
          f"/api/v1/runs/{run}/samples/?finish_reason=length&min_reward=1&order=-reward"),
@@ -358,13 +362,15 @@ def render(out: dict, before: dict | None) -> str:
              "ms move by ±30% between runs, queries and bytes do not).", ""]
     if before:
         bm = before["machine"]
-        lines += [f"Before: the same command and database with the code before the fixes (load {bm['load_1min_at_start']} "
-                  f"at start, {bm['load_1min_at_end']} at end, its indexes dropped).", "",
+        lines += [f"Before: the same command and database with the code before the change (load {bm['load_1min_at_start']} "
+                  f"at start, {bm['load_1min_at_end']} at end); \"new\": a URL the earlier code did not have.", "",
                   "| request | queries before → after | ms before (first / median) | ms after (first / median) "
                   "| bytes before → after |", "|---|---:|---:|---:|---:|"]
         for r in out["results"]:
             b = prev.get(r["path"])
             if b is None:
+                lines.append(f"| {r['label']} | new → {_queries(r)} | new | {r['first_ms']:,} / **{r['ms_median']:,}** "
+                             f"| new → {r['bytes']:,} |")
                 continue
             size = f"{b['bytes']:,}" if b["bytes"] == r["bytes"] else f"{b['bytes']:,} → **{r['bytes']:,}**"
             lines.append(f"| {r['label']} | {_queries(b)} → {_queries(r)} | {b['first_ms']:,} / {b['ms_median']:,} "

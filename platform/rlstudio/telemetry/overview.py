@@ -7,18 +7,19 @@ to bucket i * max_points // n, so the runs differ in length by at most one, as t
 
 - `step`, `time`, `t`: its last row's (the last step stays where it is);
 - `from_step`: its first row's step, `rows`: how many rows it stands for;
-- `metrics`: per key any of its rows reported, the mean of the numbers, except a statistic's minimum
-  (`critic/score/min`, verl's mismatch metrics' `rollout_corr/..._min`) is their minimum and a
-  maximum their maximum, so that a chart's min-max band still spans every step's; null when the key
-  was reported only as null.
+- `metrics`: per key any of its rows reported, the mean of the numbers (to 7 significant digits),
+  except a statistic's minimum (`critic/score/min`, verl's mismatch metrics' `rollout_corr/..._min`)
+  is their minimum and a maximum their maximum, so that a chart's min-max band still spans every
+  step's; null when the key was reported only as null.
 
-`bucket_rows` is the definition; `overview` computes the same in PostgreSQL (`_BUCKETS_SQL`), so only
-the buckets leave the database, and caches a run's answer per state of its rows (`compare.cached_per_run`).
-A 30,000-step run's page carries 1,000 rows, not 30,000.
+The rows are read once, in step order, a chunk at a time (their metrics as JSON text, read by orjson:
+five times faster on 3,000 rows x 80 keys than jsonb_each and GROUP BY in PostgreSQL), and combined as
+they come, so memory holds one chunk and the buckets. A run's answer is cached per state of its rows
+(`compare.cached_per_run`). A 30,000-step run's page carries 1,000 rows, not 30,000.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,35 +41,68 @@ def statistic(key: str) -> str:
     return "mean"
 
 
-def _combine(key: str, values: Sequence[float | None]) -> float | None:
-    numbers = [v for v in values if v is not None]
-    if not numbers:
-        return None
-    stat = statistic(key)
-    if stat == "min":
-        return min(numbers)
-    if stat == "max":
-        return max(numbers)
-    return sum(numbers) / len(numbers)
+MEAN_DIGITS = 7  # significant digits of a bucket's mean: a chart's precision, a third of the bytes
 
 
-def bucket_rows(rows: Sequence[dict[str, Any]], max_points: int) -> list[dict[str, Any]]:
-    """The definition: `rows` ({step, time, t, metrics} in step order) as at most `max_points` rows."""
-    n = len(rows)
-    if n <= max_points:
-        return [dict(r) for r in rows]
-    buckets: list[list[dict[str, Any]]] = [[] for _ in range(max_points)]
+class _Bucket:
+    """Consecutive rows being combined: per key the sum and count of its numbers, their min and max."""
+
+    __slots__ = ("first", "last", "rows", "stats")
+
+    def __init__(self, row: dict[str, Any]) -> None:
+        self.first, self.last, self.rows = row, row, 0
+        self.stats: dict[str, list] = {}  # key -> [sum, count, min, max]
+        self.add(row)
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.last = row
+        self.rows += 1
+        for key, value in row["metrics"].items():
+            st = self.stats.get(key)
+            if st is None:
+                st = self.stats[key] = [0.0, 0, None, None]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                st[0] += value
+                st[1] += 1
+                st[2] = value if st[2] is None or value < st[2] else st[2]
+                st[3] = value if st[3] is None or value > st[3] else st[3]
+
+    def row(self) -> dict[str, Any]:
+        metrics: dict[str, float | None] = {}
+        for key in sorted(self.stats):
+            total, count, lo, hi = self.stats[key]
+            stat = statistic(key)
+            if not count:
+                metrics[key] = None
+            elif stat == "min":
+                metrics[key] = lo
+            elif stat == "max":
+                metrics[key] = hi
+            else:
+                metrics[key] = float(f"{total / count:.{MEAN_DIGITS}g}")
+        last = self.last
+        return {"step": last["step"], "time": last["time"], "t": last["t"], "from_step": self.first["step"],
+                "rows": self.rows, "metrics": metrics}
+
+
+def bucket_rows(rows: Iterable[dict[str, Any]], n: int, max_points: int) -> list[dict[str, Any]]:
+    """`n` rows ({step, time, t, metrics} in step order; read one at a time) as `max_points` buckets:
+    row i of n in bucket i * max_points // n. (At most `max_points` rows are answered as they are:
+    `overview` does not call this for them.)"""
+    out: list[dict[str, Any]] = []
+    current, index = None, -1
     for i, row in enumerate(rows):
-        buckets[i * max_points // n].append(row)
-    out = []
-    for chunk in buckets:
-        values: dict[str, list[float | None]] = {}
-        for row in chunk:
-            for key, value in row["metrics"].items():
-                values.setdefault(key, []).append(value)
-        last = chunk[-1]
-        out.append({"step": last["step"], "time": last["time"], "t": last["t"], "from_step": chunk[0]["step"],
-                    "rows": len(chunk), "metrics": {k: _combine(k, vs) for k, vs in sorted(values.items())}})
+        if i >= n:
+            break  # a row stored since the count: the next request has it
+        b = i * max_points // n
+        if b != index:
+            if current is not None:
+                out.append(current.row())
+            current, index = _Bucket(row), b
+        else:
+            current.add(row)
+    if current is not None:
+        out.append(current.row())
     return out
 
 
@@ -84,50 +118,6 @@ class Overview:
         return {"steps": self.steps, "points": self.points, "downsampled": self.downsampled}
 
 
-_RANGE = "run_id = %(run)s AND step > %(after)s AND step <= %(until)s"
-
-# `bucket_rows` in SQL: the range's rows numbered in step order (i of n), bucket i * max_points / n; per
-# bucket its bounds, and per key it carries the mean, min and max of its numbers (nulls skipped);
-# Python picks the one the key's statistic asks for. Ordered so that a bucket's keys come sorted.
-_BUCKETS_SQL = f"""
-WITH r AS MATERIALIZED (
-  SELECT step, time, metrics,
-         (row_number() OVER (ORDER BY step) - 1) * %(mp)s / count(*) OVER () AS b
-  FROM telemetry_metricrow WHERE {_RANGE}
-), bounds AS (
-  SELECT b, min(step) AS lo, max(step) AS hi, count(*) AS n, (array_agg(time ORDER BY step DESC))[1] AS t
-  FROM r GROUP BY b
-), vals AS (
-  SELECT r.b, kv.key, avg(v.x) AS mean, min(v.x) AS lo, max(v.x) AS hi
-  FROM r CROSS JOIN LATERAL jsonb_each(r.metrics) AS kv(key, value)
-  CROSS JOIN LATERAL (SELECT CASE WHEN jsonb_typeof(kv.value) = 'number'
-                                  THEN (kv.value #>> '{{}}')::float8 END) AS v(x)
-  GROUP BY r.b, kv.key
-)
-SELECT bounds.b, bounds.lo, bounds.hi, bounds.n, bounds.t, vals.key, vals.mean, vals.lo, vals.hi
-FROM bounds LEFT JOIN vals ON vals.b = bounds.b
-ORDER BY bounds.b, vals.key COLLATE "C"
-"""
-
-
-def _buckets(run_id: int, after: int, until: int, max_points: int) -> list[dict[str, Any]]:
-    from django.db import connection
-
-    out: list[dict[str, Any]] = []
-    with connection.cursor() as cur:
-        cur.execute(_BUCKETS_SQL, {"run": run_id, "after": after, "until": until, "mp": max_points})
-        current = None
-        for b, lo, hi, n, time, key, mean, vmin, vmax in cur.fetchall():
-            if current is None or current[0] != b:
-                row = {"step": hi, "time": time.isoformat(), "t": time.timestamp(), "from_step": lo, "rows": n,
-                       "metrics": {}}
-                current = (b, row)
-                out.append(row)
-            if key is not None:
-                current[1]["metrics"][key] = {"min": vmin, "max": vmax}.get(statistic(key), mean)
-    return out
-
-
 def _compute(run, after: int, until: int, max_points: int) -> Overview:
     from .models import MetricRow
 
@@ -135,7 +125,8 @@ def _compute(run, after: int, until: int, max_points: int) -> Overview:
     if n <= max_points:
         rows, _ = sel.metrics_page(run=run, after_step=after, until_step=until, limit=max(n, 1))
         return Overview(steps=rows, points=n, downsampled=False)
-    return Overview(steps=_buckets(run.pk, after, until, max_points), points=n, downsampled=True)
+    return Overview(steps=bucket_rows(sel.metrics_rows(run=run, after_step=after, until_step=until), n, max_points),
+                    points=n, downsampled=True)
 
 
 def overview(*, run, after_step: int | None = None, until_step: int | None = None,

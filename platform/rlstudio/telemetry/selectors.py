@@ -9,6 +9,7 @@ stable key, split and content hash, within the run), the memory timeline and the
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -71,9 +72,20 @@ def metrics_page(*, run: Run, after_step: int | None = None, until_step: int | N
     rows = list(qs.values_list("step", "time", Cast("metrics", TextField()))[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    page = [{"step": step, "time": time.isoformat(), "t": time.timestamp(), "metrics": codec.loads(text)}
-            for step, time, text in rows]
-    return page, (rows[-1][0] if more else None)
+    return [_metric_row(*r) for r in rows], (rows[-1][0] if more else None)
+
+
+def _metric_row(step: int, time: datetime, text: str) -> dict[str, Any]:
+    return {"step": step, "time": time.isoformat(), "t": time.timestamp(), "metrics": codec.loads(text)}
+
+
+def metrics_rows(*, run: Run, after_step: int, until_step: int, chunk: int = 2000) -> Iterator[dict[str, Any]]:
+    """The run's metric rows with after_step < step <= until_step in step order, as `metrics_page`'s
+    rows, read from the database `chunk` rows at a time (a server-side cursor)."""
+    qs = (MetricRow.objects.filter(run=run, step__gt=after_step, step__lte=until_step).order_by("step")
+          .values_list("step", "time", Cast("metrics", TextField())))
+    for row in qs.iterator(chunk_size=chunk):
+        yield _metric_row(*row)
 
 
 @dataclass(frozen=True)
