@@ -41,6 +41,7 @@ def step_metrics(cfg: Config, exp: Experience, timing: dict[str, float], actor: 
     m.update(compute_count_metrics("num_turns", [
         verl_num_turns(tr.num_turns, tr.messages, len(tr.prompt.messages), tr.finish_reason) for tr in trajs]))
     m.update(compute_count_metrics("tool_call_counts", [tr.tool_calls for tr in trajs]))
+    m.update(interaction_error_metrics(trajs))
     m["critic/zero_adv_group_ratio"] = zero_adv_group_ratio(b.uids, b.token_level_rewards.sum(dim=-1).tolist())
     if exp.entropy is not None:
         m["actor/entropy"] = entropy_metric(cfg, exp.entropy, b.loss_mask)
@@ -202,3 +203,10 @@ def jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     return str(obj)
+
+
+def interaction_error_metrics(trajs) -> dict[str, float]:
+    """`interaction/errors`: the step's calls to the interaction that timed out or raised (the driver
+    log's warnings say which), at the steps that had any; {} at the others."""
+    errors = sum(tr.interaction_errors for tr in trajs)
+    return {"interaction/errors": float(errors)} if errors else {}

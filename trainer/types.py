@@ -57,6 +57,7 @@ class Trajectory:
     tool_rewards: dict[str, float] = field(default_factory=dict)  # tool.calc_reward() per tool
     user_turns: int = 0  # the interaction's replies (multi_turn.interaction)
     turn_scores: list[float] = field(default_factory=list)  # the interaction's score of each turn
+    interaction_errors: int = 0  # the interaction raised or timed out (multi_turn.interaction_timeout_s)
     reward: float = 0.0  # the scalar reward (filled by the reward phase): score + overlong penalty
     score: float = 0.0  # the reward function's score, before overlong shaping (reward_model.overlong_buffer)
     reward_extra: dict[str, Any] = field(default_factory=dict)  # parts of a dict-valued score

@@ -78,6 +78,12 @@ class MultiTurnConfig:
         "scores the turn. verl's interaction_config_path, by name instead of a file of class paths; "
         "each row may give it arguments in extra_info.interaction_kwargs. None = off.",
     )
+    interaction_timeout_s: float = option(
+        30.0,
+        "Seconds the interaction may take to start a conversation or to reply to one turn. Past it, "
+        "or when it raises, that sample's conversation ends there (the interaction's failure, not the "
+        "model's: counted in interaction/errors and logged).",
+    )
     max_user_turns: Union[int, None] = option(
         None,
         "Most user turns per sample, counted as verl counts them: each round of tool replies and each "

@@ -110,6 +110,8 @@ def _check_multi_turn(cfg: Config) -> None:
     _positive(f"{ROLLOUT}.multi_turn.max_parallel_calls", mt.max_parallel_calls)
     if mt.tool_timeout_s <= 0:
         raise ConfigError(f"{ROLLOUT}.multi_turn.tool_timeout_s", "must be > 0")
+    if mt.interaction_timeout_s <= 0:
+        raise ConfigError(f"{ROLLOUT}.multi_turn.interaction_timeout_s", "must be > 0")
     _positive(f"{ROLLOUT}.multi_turn.max_user_turns", mt.max_user_turns, allow_none=True)
     if mt.interaction is not None:
         from trainer.interactions import registered_interactions

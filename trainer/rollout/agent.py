@@ -46,19 +46,24 @@ reply in the transcript only (no token of it would ever be read). `multi_turn.ma
 as verl's does: each round of tool replies and each interaction reply is a user turn, and the
 assistant turn after the max_user_turns-th is the sample's last (finish_reason "tool_calls" when it
 calls a tool, which is not run), with or without an interaction. Like the tools, every interacting request of a turn is asked at once.
+Each call to the interaction gets `multi_turn.interaction_timeout_s`: one that times out or raises
+ends that request's conversation at the model's turn (a failed start: it goes on without one), is
+counted in `Trajectory.interaction_errors` and logged; the other requests go on.
 Seeds: with sampling.seed set, each request's turn t samples with seed + crc32(row index,
 sample, t), so the same inputs reproduce (pass a different sampling.seed per step to vary samples).
-Note: a tool that blocks without awaiting cannot be interrupted by the timeout (asyncio limitation).
+Note: a tool or an interaction that blocks without awaiting cannot be interrupted by its timeout
+(asyncio limitation).
 """
 from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import threading
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from trainer.chat.deltas import ChatDeltas
 from trainer.chat.families import closing_token_ids, detect_family, stop_token_ids
@@ -66,6 +71,7 @@ from trainer.rollout.base import GenerationOutput, GenerationRequest, RolloutEng
 from trainer.rollout.parser import ToolCall, ToolCallError, get_parser, split_reasoning
 from trainer.types import PromptItem, Trajectory
 
+log = logging.getLogger(__name__)
 
 def _cfg(obj: Any, key: str, default: Any = None) -> Any:
     """Read a config field from a dataclass section or a dict (None falls back to the default)."""
@@ -110,6 +116,7 @@ class _Request:
     user_turns: int = 0  # interaction replies received
     rounds: int = 0  # verl's user_turns: rounds of tool replies and interaction replies (max_user_turns)
     turn_scores: list[float] = field(default_factory=list)  # the interaction's score of each turn
+    interaction_errors: int = 0  # calls to the interaction that timed out or raised
 
     def finish(self, reason: str) -> None:
         self.state = RequestState.DONE
@@ -157,6 +164,7 @@ class MultiTurnRollout:
         self.max_parallel_calls = max(1, int(_cfg(mt, "max_parallel_calls", 1)))
         self.tool_timeout_s = float(_cfg(mt, "tool_timeout_s", 10.0))
         self.interaction = None
+        self.interaction_timeout_s = float(_cfg(mt, "interaction_timeout_s", 30.0))
         if self.multi_turn and _cfg(mt, "interaction", None):
             from trainer.interactions import get_interaction
 
@@ -451,14 +459,36 @@ class MultiTurnRollout:
         r.state = RequestState.GENERATING
         return True
 
+    async def _ask_interaction(self, r: _Request, what: str, call: Callable[[], Awaitable[Any]]) -> tuple[bool, Any]:
+        """(True, result) of one call to the interaction (`call()`) within `interaction_timeout_s`;
+        (False, None) when it timed out or raised: counted on the request and logged (the run goes on)."""
+        try:
+            return True, await asyncio.wait_for(call(), timeout=self.interaction_timeout_s)
+        except asyncio.TimeoutError:
+            problem = f"timed out after {self.interaction_timeout_s:g}s"
+        except Exception as exc:
+            problem = f"failed: {type(exc).__name__}: {exc}"
+        r.interaction_errors += 1
+        log.warning("interaction %r %s for request %s %s", self.interaction.name, what, r.request_id, problem)
+        return False, None
+
     async def _start_interaction(self, r: _Request) -> None:
         if self.interaction is not None and r.interaction_kwargs is not None:
-            await self.interaction.start_interaction(r.request_id, **r.interaction_kwargs)
-            r.interaction_started = True
+            ok, _ = await self._ask_interaction(
+                r, "start", lambda: self.interaction.start_interaction(r.request_id, **r.interaction_kwargs))
+            if ok:
+                r.interaction_started = True
+            else:
+                r.interaction_kwargs = None  # the conversation goes on without it
 
     async def _interact(self, r: _Request) -> None:
-        """The interaction's reply to the turn just generated: a user message, then go on or end."""
-        reply = await self.interaction.generate_response(r.request_id, list(r.messages), **r.interaction_kwargs)
+        """The interaction's reply to the turn just generated: a user message, then go on or end. A
+        reply that does not come (timeout, error) ends the conversation at the model's turn."""
+        ok, reply = await self._ask_interaction(
+            r, "reply", lambda: self.interaction.generate_response(r.request_id, list(r.messages), **r.interaction_kwargs))
+        if not ok:
+            r.finish("stop")
+            return
         r.user_turns += 1
         r.rounds += 1
         if reply.score is not None:
@@ -473,7 +503,8 @@ class MultiTurnRollout:
     async def _finish_interaction(self, r: _Request) -> None:
         if r.interaction_started:
             r.interaction_started = False
-            await self.interaction.finalize_interaction(r.request_id, **(r.interaction_kwargs or {}))
+            await self._ask_interaction(
+                r, "finalize", lambda: self.interaction.finalize_interaction(r.request_id, **(r.interaction_kwargs or {})))
 
     async def _finish_tools(self, r: _Request) -> None:
         for name in r.created:
@@ -495,4 +526,5 @@ class MultiTurnRollout:
             messages=r.messages, num_turns=r.num_turns, tool_calls=r.tool_calls, tool_errors=r.tool_errors,
             finish_reason=r.finish_reason,
             response_text=self.tokenizer.decode(r.response_ids, skip_special_tokens=True),
-            tool_rewards=dict(r.tool_rewards), user_turns=r.user_turns, turn_scores=list(r.turn_scores))
+            tool_rewards=dict(r.tool_rewards), user_turns=r.user_turns, turn_scores=list(r.turn_scores),
+            interaction_errors=r.interaction_errors)

@@ -5,14 +5,17 @@ A scripted engine replays fixed assistant texts (tests/trainer/rollout/test_mult
 this tests the bookkeeping (the reply as a user message and a masked template delta, turn scores,
 the budgets, the row's kwargs), then one real tiny-model run.
 """
+import asyncio
+
 import pytest
 
 from tests.trainer.rollout.test_multi_turn_agent import ScriptedEngine
 from trainer.algorithms.metrics import verl_num_turns
-from trainer.interactions import InteractionReply, get_interaction, registered_interactions
+from trainer.interactions import BaseInteraction, InteractionReply, get_interaction, registered_interactions
 from trainer.interactions.gsm8k import CORRECT, INCORRECT
 from trainer.rollout.agent import MultiTurnRollout
 from trainer.rollout.base import SamplingParams
+from trainer.step_report import interaction_error_metrics
 from trainer.types import PromptItem
 
 WRONG = "#### 45<|im_end|>"
@@ -216,3 +219,47 @@ def test_a_rows_kwargs_cannot_take_the_calls_own_arguments(tiny_tokenizer, key):
     with pytest.raises(ValueError, match=f"prompt 'row3': extra_info.interaction_kwargs may not hold '{key}'"):
         rollout(tok, engine).run([prompt], n=1, sampling=GREEDY)
     assert engine.requests == []
+
+
+class _Hangs(BaseInteraction):
+    """Replies at once, except to the request named in its kwargs (it never answers that one), and
+    raises on start for a row whose kwargs say so."""
+
+    name = "test-hangs"
+
+    async def start_interaction(self, instance_id, **kwargs):
+        if kwargs.get("broken_start"):
+            raise RuntimeError("the judge is down")
+
+    async def generate_response(self, instance_id, messages, **kwargs):
+        if kwargs.get("hang"):
+            await asyncio.sleep(3600)
+        return InteractionReply(should_terminate_sequence=True, content="thanks", score=1.0)
+
+
+def test_an_interaction_that_hangs_or_raises_ends_only_its_conversation(tiny_tokenizer, caplog, monkeypatch):
+    from trainer.interactions import base
+
+    monkeypatch.setitem(base._REGISTRY, _Hangs.name, _Hangs)  # registered for this test only
+    tok = tiny_tokenizer
+    engine = ScriptedEngine(tok, lambda rid, turn: WRONG)
+    prompts = [make_prompt(tok, uid="hangs", index=0, extra_info={"interaction_kwargs": {"hang": True}}),
+               make_prompt(tok, uid="ok", index=1),
+               make_prompt(tok, uid="broken", index=2, extra_info={"interaction_kwargs": {"broken_start": True}})]
+    cfg = {"multi_turn": {"enable": True, "max_turns": 4, "interaction": "test-hangs", "interaction_timeout_s": 0.2}}
+    with caplog.at_level("WARNING", logger="trainer.rollout.agent"):
+        hangs, ok, broken = MultiTurnRollout(engine, tok, {}, cfg, {"max_response_length": 256}).run(
+            prompts, n=1, sampling=GREEDY)
+    # the hung reply: the conversation ends at the model's turn, counted
+    assert (hangs.num_turns, hangs.user_turns, hangs.interaction_errors, hangs.finish_reason) == (1, 0, 1, "stop")
+    assert hangs.messages[-1] == {"role": "assistant", "content": "#### 45"}
+    # the others' conversations went on as usual
+    assert (ok.user_turns, ok.turn_scores, ok.interaction_errors) == (1, [1.0], 0)
+    assert ok.messages[-1] == {"role": "user", "content": "thanks"}
+    # a failed start: the conversation goes on without the interaction (never asked again)
+    assert (broken.num_turns, broken.user_turns, broken.interaction_errors) == (1, 0, 1)
+    said = [r.getMessage() for r in caplog.records]
+    assert any("'test-hangs' reply" in m and "timed out after 0.2s" in m for m in said), said
+    assert any("'test-hangs' start" in m and "RuntimeError: the judge is down" in m for m in said), said
+    assert interaction_error_metrics([hangs, ok, broken]) == {"interaction/errors": 2.0}
+    assert interaction_error_metrics([ok]) == {}

@@ -82,6 +82,7 @@ USER_KEYS: dict[str, Bound] = {
     "actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side": FLAG,
     "actor_rollout_ref.rollout.multi_turn.max_parallel_calls": Bound(lo=1, hi=16),
     "actor_rollout_ref.rollout.multi_turn.tool_timeout_s": Bound(lo=0.001, hi=300),
+    "actor_rollout_ref.rollout.multi_turn.interaction_timeout_s": Bound(lo=0.001, hi=600),
     "actor_rollout_ref.rollout.multi_turn.interaction": NAME,  # a registered interaction (the trainer's check)
     "actor_rollout_ref.rollout.multi_turn.max_user_turns": Bound(lo=1, hi=64),
     "actor_rollout_ref.rollout.val_kwargs.n": Bound(lo=1, hi=1024),
