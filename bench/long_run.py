@@ -335,8 +335,51 @@ def run_all(args) -> dict:
         r = {"label": label, "path": path, **measure(client, path, args.repeats)}
         print(json.dumps({k: v for k, v in r.items() if k != "slowest_query"}), flush=True)
         out["results"].append(r)
+    for label, path in live_endpoints(ids):
+        if args.only and not any(o in path for o in args.only):
+            continue
+        r = {"label": label, "path": path, **measure_live(client, path, ids["run"], args.repeats)}
+        print(json.dumps({k: v for k, v in r.items() if k != "slowest_query"}), flush=True)
+        out["results"].append(r)
     out["machine"]["load_1min_at_end"] = round(os.getloadavg()[0], 2)
     return out
+
+
+def live_endpoints(ids: dict) -> list[tuple[str, str]]:
+    run = ids["run"]
+    return [("run page of a live run (a new step stored before each view)", f"/runs/{run}/?view=live"),
+            ("metrics overview API of a live run (a new step before each request)",
+             f"/api/v1/runs/{run}/metrics/overview/?max_points=1000")]
+
+
+def measure_live(client, path: str, run_id: int, repeats: int) -> dict:
+    """`measure` with a new metric row (the last one's metrics, one step on) stored before each of the
+    repeats, as a live run reports between two views; the rows are deleted afterwards."""
+    from django.utils import timezone
+
+    from rlstudio.telemetry.models import MetricRow
+
+    last = MetricRow.objects.filter(run_id=run_id).order_by("-step").first()
+    added: list[int] = []
+
+    def step() -> None:
+        s = last.step + len(added) + 1
+        MetricRow.objects.create(run_id=run_id, step=s, time=timezone.now(), metrics=last.metrics)
+        added.append(s)
+
+    class Live:  # a client whose every GET but the first follows a new step
+        calls = 0
+
+        def get(self, p):
+            if Live.calls:
+                step()
+            Live.calls += 1
+            return client.get(p)
+
+    try:
+        return measure(Live(), path, repeats)
+    finally:
+        MetricRow.objects.filter(run_id=run_id, step__in=added).delete()
 
 
 def _queries(r: dict) -> str:

@@ -1,5 +1,5 @@
 """A long run's charts (telemetry/overview.py, static/js/run_live.js): the page draws 1,250 steps as
-1,000 buckets and says so; zooming a chart fetches the range's every step and every chart draws them
+625 buckets of 2 (the smallest power of two that needs at most 1,000) and says so; zooming a chart fetches the range's every step and every chart draws them
 there, keeping the zoom across redraws; a new step is drawn after the buckets, an old one is not
 drawn twice; autoscale goes back to the whole run."""
 from __future__ import annotations
@@ -43,12 +43,12 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
 
     page = page_as(alice)
     page.goto(f"/runs/{run.pk}/")
-    expect(page.locator("#charts-downsampled")).to_contain_text("1,250 steps drawn as 1,000 points")
+    expect(page.locator("#charts-downsampled")).to_contain_text("1,250 steps drawn as 625 points")
     expect(page.locator("#charts .chart")).to_have_count(2)
-    assert page.evaluate("() => window.rlstudioLive.chartSteps().length") == 1000
+    assert page.evaluate("() => window.rlstudioLive.chartSteps().length") == 625
     mean = _trace(page, "critic/score", "mean")
-    assert len(mean["x"]) == 1000 and mean["x"][-1] == STEPS - 1
-    # 1,250 rows in 1,000 buckets: row i in bucket i * 1000 // 1250, so bucket 0 holds steps 0 and 1
+    assert len(mean["x"]) == 625 and mean["x"][-1] == STEPS - 1
+    # buckets of 2 rows: bucket 0 holds steps 0 and 1
     assert mean["hovertext"][0] == "steps 0–1 (2)" and mean["y"][0] == pytest.approx(0.5 / STEPS)
     assert _trace(page, "critic/score", "min–max")["y"][0] == -1  # the lowest of the bucket's mins
     assert _trace(page, "critic/score", "max")["y"][0] == 1  # the highest of its maxes
@@ -81,7 +81,7 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
                      data: {{step: {STEPS}, metrics: {{"actor/entropy": 3.0}}}}}});
     }}""")
     page.wait_for_function(f"() => window.rlstudioLive.metricSteps().includes({STEPS})")
-    assert page.evaluate("() => window.rlstudioLive.metricSteps().length") == 1001
+    assert page.evaluate("() => window.rlstudioLive.metricSteps().length") == 626
     page.wait_for_function(f"""() => document.querySelector('.plot[data-family="actor/entropy"]').data[0].x
         .includes({STEPS})""")
     entropy = _trace(page, "actor/entropy", "entropy")
@@ -94,4 +94,4 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
         {"xaxis.autorange": true})""")
     page.wait_for_function("() => window.rlstudioLive.zoomed() === null")
     expect(page.locator("#charts-zoom")).to_have_text("Zoom in on a chart to see every step.")
-    page.wait_for_function("() => window.rlstudioLive.chartSteps().length === 1001")
+    page.wait_for_function("() => window.rlstudioLive.chartSteps().length === 626")

@@ -48,25 +48,32 @@ def test_statistic_of_verl_names():
     assert ov.statistic("actor/pg_clipfrac_min") == "mean"  # an underscore statistic only in the mismatch metrics
 
 
+def test_width_is_the_smallest_power_of_two_that_fits():
+    assert [ov.width(0, n, 10) for n in (10, 11, 20, 21, 40, 41)] == [1, 2, 2, 4, 4, 8]
+    # a range's first and last buckets hold only its rows, and count: rows 3..22 at width 2 touch 11 buckets
+    assert ov.width(3, 23, 10) == 4 and ov.width(3, 23, 11) == 2
+
+
 def test_bucket_rows_by_hand():
     rows = [{"step": s, "time": f"t{s}", "t": float(s), "metrics": {"a/min": s, "a/max": s, "a/mean": s, "b": None}}
             for s in range(10)]
     rows[4]["metrics"]["late"] = 2.0  # a key only some rows carry
-    got = ov.bucket_rows(iter(rows), 10, 4)  # 10 rows in 4 buckets: 3, 2, 3, 2 (row i to bucket i * 4 // 10)
-    assert [(r["from_step"], r["step"], r["rows"]) for r in got] == [(0, 2, 3), (3, 4, 2), (5, 7, 3), (8, 9, 2)]
+    got = ov.bucket_rows(((i + 1, r) for i, r in enumerate(rows)), 4)  # the run's rows 1..10 at width 4
+    assert [(r["from_step"], r["step"], r["rows"]) for r in got] == [(0, 2, 3), (3, 6, 4), (7, 9, 3)]
     assert got[0]["metrics"] == {"a/max": 2, "a/mean": 1.0, "a/min": 0, "b": None}
-    assert got[1]["metrics"] == {"a/max": 4, "a/mean": 3.5, "a/min": 3, "b": None, "late": 2.0}
-    assert got[3]["t"] == 9.0 and got[3]["time"] == "t9"
-    assert ov.bucket_rows(iter(rows + rows), 10, 4) == got  # a row stored after the count waits for the next request
-    third = [{"step": 0, "time": "t", "t": 0.0, "metrics": {"x": 1 / 3}}, {"step": 1, "time": "t", "t": 1.0, "metrics": {"x": 0}}]
-    assert ov.bucket_rows(third, 2, 1)[0]["metrics"]["x"] == 0.1666667  # a mean to 7 significant digits
+    assert got[1]["metrics"] == {"a/max": 6, "a/mean": 4.5, "a/min": 3, "b": None, "late": 2.0}
+    assert got[2]["t"] == 9.0 and got[2]["time"] == "t9"
+    third = [(0, {"step": 0, "time": "t", "t": 0.0, "metrics": {"x": 1 / 3}}),
+             (1, {"step": 1, "time": "t", "t": 1.0, "metrics": {"x": 0}})]
+    assert ov.bucket_rows(third, 2)[0]["metrics"]["x"] == 0.1666667  # a mean to 7 significant digits
 
 
-def _expected(rows, max_points):
-    """The buckets of `rows` computed here, independently: each run of rows and each key's statistic."""
-    n, out = len(rows), []
-    for b in range(max_points):
-        chunk = [r for i, r in enumerate(rows) if i * max_points // n == b]
+def _expected(rows, w, *, first=0):
+    """The buckets of `rows` (the run's rows first.. in step order) at width w, computed here
+    independently: each run of rows and each key's statistic."""
+    out = []
+    for b in sorted({(first + i) // w for i in range(len(rows))}):
+        chunk = [r for i, r in enumerate(rows) if (first + i) // w == b]
         keys = sorted({k for r in chunk for k in r["metrics"]})
         metrics = {}
         for k in keys:
@@ -79,22 +86,69 @@ def _expected(rows, max_points):
     return out
 
 
-@pytest.mark.parametrize("n,max_points", [(300, 40), (97, 10), (41, 40)])
-def test_buckets_stand_for_their_rows(alice, alice_client, run_with_metrics, n, max_points):
-    data = _rows(n, seed=n)
-    run = run_with_metrics(alice, data, name="long")
-    exact = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/?limit=5000").json()["steps"]
-    want = _expected(exact, max_points)
-    body = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/overview/?max_points={max_points}").json()
-    assert body["points"] == n and body["downsampled"] is True and len(body["steps"]) == max_points
-    for got, exp in zip(body["steps"], want, strict=True):
+def _same(got_rows, want_rows):
+    assert len(got_rows) == len(want_rows)
+    for got, exp in zip(got_rows, want_rows, strict=True):
         assert {k: got[k] for k in ("step", "from_step", "rows", "time")} == {k: exp[k] for k in ("step", "from_step", "rows", "time")}
         assert list(got["metrics"]) == list(exp["metrics"])  # the same keys, sorted
         for key, value in exp["metrics"].items():
             assert got["metrics"][key] == (None if value is None else pytest.approx(value, rel=1e-6)), key
+
+
+@pytest.mark.parametrize("n,max_points,w", [(300, 40, 8), (97, 10, 16), (41, 40, 2)])
+def test_buckets_stand_for_their_rows(alice, alice_client, run_with_metrics, n, max_points, w):
+    data = _rows(n, seed=n)
+    run = run_with_metrics(alice, data, name="long")
+    exact = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/?limit=5000").json()["steps"]
+    body = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/overview/?max_points={max_points}").json()
+    assert body["points"] == n and body["downsampled"] is True and len(body["steps"]) == -(-n // w) <= max_points
+    _same(body["steps"], _expected(exact, w))
     # the band still spans every step's: the lowest min and the highest max of the whole run survive
     assert min(r["metrics"]["critic/score/min"] for r in body["steps"]) == min(m["critic/score/min"] for _, m in data)
     assert max(r["metrics"]["critic/score/max"] for r in body["steps"]) == max(m["critic/score/max"] for _, m in data)
+    # a range: its buckets are the run's, its first and last cut to its own rows
+    steps = [r["step"] for r in exact]
+    part = alice_client.get(f"/api/v1/runs/{run.pk}/metrics/overview/?max_points={max_points}"
+                            f"&after_step={steps[4]}&until_step={steps[-3]}").json()
+    rows = exact[5:-2]
+    wr = ov.width(5, n - 2, max_points)
+    assert part["points"] == len(rows) and part["downsampled"] is (len(rows) > max_points)
+    if part["downsampled"]:
+        _same(part["steps"], _expected(rows, wr, first=5))
+    else:
+        assert part["steps"] == rows
+
+
+def test_a_new_step_recomputes_only_the_last_chunk(alice, alice_client, run_with_metrics, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from rlstudio.telemetry.models import MetricRow
+
+    monkeypatch.setattr(ov, "CHUNK", 4)  # 4 buckets of 8 rows a chunk: 300 rows in 10 chunks
+    run = run_with_metrics(alice, _rows(300, seed=1), name="live")
+    url = f"/api/v1/runs/{run.pk}/metrics/overview/?max_points=40"
+
+    def metric_reads():
+        with CaptureQueriesContext(connection) as ctx:
+            body = alice_client.get(url).json()
+        return body, [q["sql"] for q in ctx.captured_queries if '"metrics")::text' in q["sql"]]
+
+    first, reads = metric_reads()
+    assert len(reads) == 1  # the ten chunks in one read
+    assert metric_reads()[1] == []  # nothing changed: every chunk from the cache
+    last = MetricRow.objects.filter(run=run).order_by("-step").first()
+    MetricRow.objects.create(run=run, step=last.step + 1, time=last.time, metrics={"critic/score/mean": 9.0})
+    again, reads = metric_reads()
+    assert len(reads) == 1 and again["points"] == 301
+    assert again["steps"][:-1] == first["steps"][:-1]  # the earlier buckets as they were
+    assert again["steps"][-1]["step"] == last.step + 1
+    # a merge into an old row (a later time) recomputes that row's chunk, and only it
+    MetricRow.objects.filter(run=run, step=first["steps"][0]["step"]).update(time=last.time)  # bucket 0's last row
+    merged, reads = metric_reads()
+    assert len(reads) == 1 and merged["steps"][1:] == again["steps"][1:]
+    assert merged["steps"][0]["time"] == last.time.isoformat() != again["steps"][0]["time"]
+    assert f'"step" <= {first["steps"][3]["step"]}' in reads[0]  # the first chunk's 4 buckets only
 
 
 def test_short_range_is_answered_row_for_row(alice, alice_client, run_with_metrics):
@@ -108,8 +162,9 @@ def test_short_range_is_answered_row_for_row(alice, alice_client, run_with_metri
     assert [r["step"] for r in part["steps"]] == list(range(10, 30)) and part["points"] == 20
     assert "from_step" not in part["steps"][0]
     wide = alice_client.get(f"{base}?after_step=9&until_step=30&max_points=20").json()
-    assert wide["downsampled"] is True and wide["points"] == 21 and len(wide["steps"]) == 20
-    assert wide["steps"][0]["from_step"] == 10 and wide["steps"][-1]["step"] == 30
+    assert wide["downsampled"] is True and wide["points"] == 21 and len(wide["steps"]) == 11  # width 2
+    assert [(r["from_step"], r["step"]) for r in wide["steps"][:2]] == [(10, 11), (12, 13)]
+    assert wide["steps"][-1] == {**wide["steps"][-1], "from_step": 30, "step": 30, "rows": 1}
     assert alice_client.get(f"{base}?after_step=49").json() == {"steps": [], "points": 0, "downsampled": False}
 
 
@@ -123,7 +178,7 @@ def test_cache_follows_new_rows(alice, alice_client, run_with_metrics):
     MetricRow.objects.create(run=run, step=30, time=last.time, metrics={"x": 4.0})
     body = alice_client.get(url).json()
     assert body["points"] == 31 and body["steps"][-1]["step"] == 30
-    assert body["steps"][-1]["metrics"]["x"] == pytest.approx((1.0 * 2 + 4.0) / 3)  # 31 rows: the last bucket holds 3
+    assert body["steps"][-1]["metrics"]["x"] == pytest.approx((1.0 * 2 + 4.0) / 3)  # width 4: rows 28, 29, 30
 
 
 @pytest.mark.parametrize("query,field,message", [
@@ -158,10 +213,10 @@ def test_run_page_holds_the_overview(alice, alice_client, run_with_metrics, monk
     run = run_with_metrics(alice, [(s, {"x": s / 2}) for s in range(25)], name="long page")
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     live = _live(page)
-    assert len(live["metrics"]) == 10 and live["metrics_downsampled"] is True and live["metrics_points"] == 25
+    assert len(live["metrics"]) == 7 and live["metrics_downsampled"] is True and live["metrics_points"] == 25
     assert live["chart_points"] == 10 and live["metrics_overview_api"] == f"/api/v1/runs/{run.pk}/metrics/overview/"
     assert live["metrics"][-1]["step"] == 24 and live["metrics"][0]["from_step"] == 0
-    assert 'id="charts-downsampled"' in page and "25 steps drawn as 10 points" in page
+    assert 'id="charts-downsampled"' in page and "25 steps drawn as 7 points" in page
 
     short = run_with_metrics(alice, [(s, {"x": s / 2}) for s in range(10)], name="short page")
     page = alice_client.get(f"/runs/{short.pk}/").content.decode()
