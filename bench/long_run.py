@@ -156,7 +156,8 @@ def make_run(user, ds, model, *, name: str, steps: int, per_step: int, keys: int
     start = time.time() - 10 * steps
     seq, batch = 1, [{"seq": 1, "type": "status", "time": start, "data": {"state": "running", "total_steps": steps}}]
     folder = run_folder(run)
-    counts = {"events": 1, "samples": 0, "metric_rows": 0}
+    counts = {"events": 1, "samples": 0, "metric_rows": 0, "metric_names": []}
+    kept: set[str] = set()
     for step in range(1, steps + 1):
         evs = step_events(seq + 1, step, start + 10 * step, names, per_step, rng)
         seq += len(evs)
@@ -170,12 +171,13 @@ def make_run(user, ds, model, *, name: str, steps: int, per_step: int, keys: int
         counts["events"] += len(evs)
         counts["samples"] += per_step
         counts["metric_rows"] += 1
+        kept.update(k for ev in evs if ev["type"] == "metrics" for k in ev["data"]["metrics"])
         if len(batch) >= 2000 or step == steps:
             store(run, batch)
             batch = []
     store(run, batch + [{"seq": seq + 1, "type": "status", "time": start + 10 * steps + 5,
                          "data": {"state": "succeeded"}}])
-    RunIngestCount.objects.update_or_create(run=run, defaults=counts)
+    RunIngestCount.objects.update_or_create(run=run, defaults={**counts, "metric_names": sorted(kept)})  # as the ingest keeps them
     now = timezone.now()
     Run.objects.filter(pk=run.pk).update(status="succeeded", step=steps, started=now - timedelta(seconds=10 * steps),
                                          finished=now, checkpoint_path=str(folder / f"global_step_{steps // 100 * 100}")

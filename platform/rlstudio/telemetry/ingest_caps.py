@@ -16,7 +16,9 @@ Only `rlstudio.telemetry.services.events_ingest` calls these.
 """
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +31,11 @@ from rlstudio.runs.models import Run
 from .models import RunIngestCount
 
 log = logging.getLogger(__name__)
+
+# The sorted names of every metric of run {run}'s stored rows, as a jsonb array (sorted by code point,
+# as Python sorts: "C" collation on UTF-8). Also the backfill of migration 0009.
+METRIC_NAMES_SQL = ("(SELECT COALESCE(jsonb_agg(k ORDER BY k COLLATE \"C\"), '[]'::jsonb) FROM (SELECT DISTINCT "
+                    "jsonb_object_keys(m.metrics) AS k FROM telemetry_metricrow m WHERE m.run_id = {run}) names)")
 
 # Applied to the run past the events cap (not stored): what the run's state needs from its trainer.
 CONTROL_TYPES = frozenset({"status", "heartbeat", "checkpoint"})
@@ -68,17 +75,19 @@ def counts_lock(*, run_id: int) -> RunIngestCount:
     row = RunIngestCount.objects.select_for_update().filter(run_id=run_id).first()
     if row is not None:
         return row
-    sql = ("INSERT INTO telemetry_runingestcount (run_id, events, samples, metric_rows, caps_reached) SELECT %s, "
-           "(SELECT count(*) FROM telemetry_runevent WHERE run_id = %s), "
+    sql = ("INSERT INTO telemetry_runingestcount (run_id, events, samples, metric_rows, caps_reached, metric_names) "
+           "SELECT %s, (SELECT count(*) FROM telemetry_runevent WHERE run_id = %s), "
            "(SELECT count(*) FROM telemetry_runevent WHERE run_id = %s AND type = 'sample'), "
-           "(SELECT count(*) FROM telemetry_metricrow WHERE run_id = %s), '{}'::jsonb "
-           "ON CONFLICT (run_id) DO NOTHING RETURNING events, samples, metric_rows")
+           "(SELECT count(*) FROM telemetry_metricrow WHERE run_id = %s), '{}'::jsonb, "
+           f"{METRIC_NAMES_SQL.format(run='%s')} "
+           "ON CONFLICT (run_id) DO NOTHING RETURNING events, samples, metric_rows, metric_names")
     with connection.cursor() as cur:
-        cur.execute(sql, [run_id] * 4)
+        cur.execute(sql, [run_id] * 5)
         created = cur.fetchone()
     if created is not None:  # ours, and locked by our INSERT until commit
+        names = created[3] if isinstance(created[3], list) else json.loads(created[3])
         return RunIngestCount(run_id=run_id, events=created[0], samples=created[1], metric_rows=created[2],
-                              caps_reached={})
+                              caps_reached={}, metric_names=names)
     return RunIngestCount.objects.select_for_update().get(run_id=run_id)
 
 
@@ -140,17 +149,24 @@ def caps_plan(*, run_id: int, counts: RunIngestCount, events: list[dict[str, Any
 
 
 def counts_add(*, run: Run, counts: RunIngestCount, events: int, samples: int, metric_rows: int,
-               reached: dict[str, int]) -> None:
-    """Add what the batch stored to the locked counter row; audit each cap the batch was refused by,
-    the first time at that limit."""
+               reached: dict[str, int], metric_names: Iterable[str] = ()) -> None:
+    """Add what the batch stored to the locked counter row (the names of the metrics it stored among
+    them); audit each cap the batch was refused by, the first time at that limit."""
     first_time = {cap: limit for cap, limit in reached.items() if counts.caps_reached.get(cap) != limit}
-    if not (events or samples or metric_rows or first_time):
+    known = counts.metric_names
+    names = None if known is None else set(known) | set(metric_names)
+    new_names = names is not None and len(names) > len(known)
+    if not (events or samples or metric_rows or first_time or new_names):
         return
     counts.events += events
     counts.samples += samples
     counts.metric_rows += metric_rows
     counts.caps_reached = {**counts.caps_reached, **first_time}
-    counts.save(update_fields=["events", "samples", "metric_rows", "caps_reached"])
+    fields = ["events", "samples", "metric_rows", "caps_reached"]
+    if new_names:
+        counts.metric_names = sorted(names)
+        fields.append("metric_names")
+    counts.save(update_fields=fields)
     for cap, limit in first_time.items():
         log.warning("ingest: %s", cap_message(run_id=run.pk, cap=cap, limit=limit))
         audit_record(actor=None, action="run.ingest_cap", obj=run,

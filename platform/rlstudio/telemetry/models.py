@@ -152,13 +152,17 @@ class RunIngestCount(models.Model):
     Created by the run's first batch (from a count of what is already stored, once).
 
     `caps_reached` maps a cap ("events", "samples", "metric_rows") to the limit it was reached at, so
-    that reaching it is audited once (again only if an operator changes that limit)."""
+    that reaching it is audited once (again only if an operator changes that limit). `metric_names`:
+    the names of every metric the run stored, so that a comparison, the Summary card and the CSV name
+    them without reading every row (compare.metric_names_by_run)."""
 
     run = models.OneToOneField("runs.Run", on_delete=models.CASCADE, primary_key=True, related_name="ingest_count")
     events = models.BigIntegerField(default=0, help_text="RunEvents stored.")
     samples = models.BigIntegerField(default=0, help_text="Sample events stored (a transcript each, under retention).")
     metric_rows = models.BigIntegerField(default=0, help_text="MetricRows (steps with metrics).")
     caps_reached = models.JSONField(default=dict, blank=True)
+    metric_names = models.JSONField(null=True, blank=True, default=list, help_text=(
+        "Every metric name the run reported, sorted (kept by the ingest; null: not known)."))
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.events} events, {self.samples} samples, {self.metric_rows} metric rows"

@@ -387,7 +387,8 @@ def events_ingest(*, run: Run, raw_events: list[Any], body_bytes: int | None = N
             compact[seq] = {**compact[seq], "sample_id": pk}
         _insert_memory(run.pk, by_type.get("memory", []))
         counts_add(run=run, counts=counts, events=len(new), samples=len(samples), metric_rows=new_rows,
-                   reached=plan.reached)
+                   reached=plan.reached,
+                   metric_names={k for ev in by_type.get("metrics", []) for k in ev["data"]["metrics"]})
         if plan.apply_only:  # control events past the events cap: they act on the run, unstored
             result.accepted += len(plan.apply_only)
             new = sorted(new + plan.apply_only, key=lambda ev: ev["seq"])

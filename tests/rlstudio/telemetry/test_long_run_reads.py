@@ -175,16 +175,18 @@ def test_run_page_holds_at_most_the_latest_memory_points(long_run, alice_client,
         assert b'id="memory-truncated"' in r.content
 
 
-def test_metric_names_are_expanded_once_while_the_rows_do_not_change(alice, alice_client, run_with_metrics):
-    """The compare API and the metrics CSV name every metric of the runs: expanding each row's keys
-    (jsonb_object_keys) reads every metrics object, so it runs once per state of the rows; a new step
-    with a new metric is named at once."""
+def test_metric_names_are_kept_by_the_ingest(alice, alice_client, run_with_metrics):
+    """The compare API and the metrics CSV name every metric of the runs from the names the ingest keeps
+    (RunIngestCount.metric_names), reading no row's metrics; a new metric is named at once, also one
+    merged into an old step."""
+    from rlstudio.telemetry.models import RunIngestCount
     from rlstudio.telemetry.services import events_ingest as ingest
 
     a = run_with_metrics(alice, [(s, {"critic/score/mean": 0.1 * s, "actor/pg_loss": 1.0}) for s in range(1, 9)],
                          name="a")
     b = run_with_metrics(alice, [(s, {"critic/score/mean": 0.2, "perf/throughput": 3.0}) for s in range(1, 5)],
                          name="b")
+    assert RunIngestCount.objects.get(run=a).metric_names == ["actor/pg_loss", "critic/score/mean"]
     url = f"/api/v1/runs/compare/?ids={a.pk},{b.pk}"
 
     def expansions(path):
@@ -195,18 +197,49 @@ def test_metric_names_are_expanded_once_while_the_rows_do_not_change(alice, alic
         return body, sum("jsonb_object_keys" in q["sql"] for q in ctx.captured_queries)
 
     body, n = expansions(url)
-    assert n == 1 and body["metrics"] == ["actor/pg_loss", "critic/score/mean", "perf/throughput"]
-    assert expansions(url)[1] == 0
+    assert n == 0 and body["metrics"] == ["actor/pg_loss", "critic/score/mean", "perf/throughput"]
     csv, n = expansions(f"/api/v1/runs/{a.pk}/metrics.csv")
     assert n == 0 and csv.splitlines()[0] == "step,time,actor/pg_loss,critic/score/mean"
     ingest(run=b, raw_events=[{"seq": 100, "type": "metrics", "time": T0 + 100,
                                "data": {"step": 9, "metrics": {"actor/entropy": 0.5}}}])
     body, n = expansions(url)
-    assert n == 1 and "actor/entropy" in body["metrics"]
-    # merged into step 2 of a, whose latest step is 8: a later event than step 2's, earlier than step 8's
+    assert n == 0 and "actor/entropy" in body["metrics"]
     ingest(run=a, raw_events=[{"seq": 100, "type": "metrics", "time": T0 + 3.5,
                                "data": {"step": 2, "metrics": {"actor/kl_loss": 0.5}}}])
     assert "actor/kl_loss" in expansions(url)[0]["metrics"]
+
+
+def test_metric_names_of_a_run_stored_before_they_were_kept(alice, alice_client, run_with_metrics):
+    """A run with no counter row (stored before the counters): its rows' keys are expanded, once per
+    state of its rows; its next batch makes the counter row with the names of what was stored before;
+    the migration's backfill gives a counted run the names of its rows."""
+    import importlib
+
+    from rlstudio.telemetry.models import RunIngestCount
+    from rlstudio.telemetry.services import events_ingest as ingest
+
+    old = run_with_metrics(alice, [(s, {"critic/score/mean": 0.1, "é/ü": 1.0, "Z": 2.0}) for s in range(1, 4)],
+                           name="old")
+    RunIngestCount.objects.filter(run=old).delete()
+    url = f"/api/v1/runs/compare/?ids={old.pk}"
+
+    def expansions():
+        with CaptureQueriesContext(connection) as ctx:
+            body = alice_client.get(url).json()
+        return body["metrics"], sum("jsonb_object_keys" in q["sql"] for q in ctx.captured_queries)
+
+    assert expansions() == (["Z", "critic/score/mean", "é/ü"], 1)
+    assert expansions()[1] == 0  # cached while its rows do not change
+    ingest(run=old, raw_events=[{"seq": 50, "type": "metrics", "time": T0 + 50,
+                                 "data": {"step": 9, "metrics": {"actor/entropy": 0.5}}}])
+    assert RunIngestCount.objects.get(run=old).metric_names == ["Z", "actor/entropy", "critic/score/mean", "é/ü"]
+    assert expansions() == (["Z", "actor/entropy", "critic/score/mean", "é/ü"], 0)
+
+    backfill = importlib.import_module("rlstudio.telemetry.migrations.0009_run_metric_names").BACKFILL
+    RunIngestCount.objects.filter(run=old).update(metric_names=None)
+    with connection.cursor() as cur:
+        cur.execute(backfill)
+    assert RunIngestCount.objects.get(run=old).metric_names == ["Z", "actor/entropy", "critic/score/mean", "é/ü"]
 
 
 def test_script_json_is_json_script_through_orjson():
