@@ -82,6 +82,10 @@ class Sample(models.Model):
             # The finish_reason filter (truncated responses: `length`), alone or with a reward range: its
             # count and its page without reading every sample row of the run.
             models.Index(fields=["run", "finish_reason", "reward"], name="sample_run_finish_idx"),
+            # The samples that called a tool (a partial index: usually a minority), in seq order; and one
+            # GRPO group by its uid across the run's steps (the API's ?uid= without ?step=), in seq order.
+            models.Index(fields=["run", "seq"], condition=models.Q(has_tool_call=True), name="sample_run_tool_idx"),
+            models.Index(fields=["run", "uid", "seq"], name="sample_run_uid_idx"),
         ]
 
     def __str__(self) -> str:

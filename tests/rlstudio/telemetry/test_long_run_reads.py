@@ -96,6 +96,7 @@ def _plan(sql: str, params) -> str:
     as on a long run's tables; an incremental sort of an index's order is allowed)."""
     knobs = ("enable_seqscan", "enable_sort")
     with connection.cursor() as cur:
+        cur.execute("ANALYZE telemetry_sample")  # the planner's estimates from the rows the test made
         for knob in knobs:
             cur.execute(f"SET LOCAL {knob} = off")
         cur.execute("EXPLAIN " + sql, params)
@@ -269,6 +270,25 @@ def test_samples_filtered_by_finish_reason_read_an_index(long_run, alice_client)
     assert len(filtered) == 2 and any(sql.startswith("SELECT COUNT(*)") for sql in filtered)
     for sql in filtered:
         assert "sample_run_finish_idx" in _plan(sql, None), sql
+
+
+@pytest.mark.parametrize("query,needle,index", [
+    ("has_tool_call=true", "has_tool_call", "sample_run_tool_idx"),
+    ("uid=g-3-0", "\"uid\" = 'g-3-0'", "sample_run_uid_idx"),
+])
+def test_samples_filtered_by_tool_call_or_uid_read_an_index(long_run, alice_client, query, needle, index):
+    """The "has a tool call" filter and ?uid= across steps: count and page each served by an index."""
+    from rlstudio.telemetry.models import Sample
+
+    run = long_run(10, 10)
+    Sample.objects.filter(run=run, seq__lt=5).update(has_tool_call=True, uid="g-3-0")  # one group
+    with CaptureQueriesContext(connection) as ctx:
+        r = alice_client.get(f"/api/v1/runs/{run.pk}/samples/?{query}")
+    assert r.status_code == 200 and r.json()["count"] == Sample.objects.filter(run=run, seq__lt=5).count() > 0
+    filtered = [q["sql"] for q in ctx.captured_queries if needle in q["sql"]]
+    assert len(filtered) >= 2 and any(sql.startswith("SELECT COUNT(*)") for sql in filtered), filtered
+    for sql in filtered:
+        assert index in _plan(sql, None), sql
 
 
 def test_compare_reads_each_runs_rows_once_per_state(alice, alice_client, run_with_metrics):
