@@ -117,9 +117,9 @@
     return out;
   }
 
-  // The drawn row a step falls in: its own, or the bucket that holds it.
+  // The drawn row a step falls in: its own, or the bucket that holds it (a zoomed range's rows first).
   function rowAt(step) {
-    return byStep.get(step) || drawRows.find((r) => (r.from_step ?? r.step) <= step && step <= r.step);
+    return drawRows.find((r) => (r.from_step ?? r.step) <= step && step <= r.step);
   }
 
   function familyTraces(family, members) {
@@ -211,26 +211,35 @@
     });
   }
 
+  // Back to the whole run: every zoomed chart (the others keep their zoom through redraws) autoscales.
   function unzoom() {
     zoomSeq++;
     if (!detail) return;
     detail = null;
     zoomNote();
+    for (const div of panelDivs.values()) {
+      const ax = div._fullLayout && div._fullLayout.xaxis;
+      if (ax && !ax.autorange) Plotly.relayout(div, { "xaxis.autorange": true });
+    }
     redraw("metrics");
   }
 
   // An x axis value as the rows' own (a step, or unix seconds: Plotly gives a date axis's range as
-  // local-time strings, as it draws Date objects).
-  function xValue(v) { return xMode === "step" ? Number(v) : new Date(String(v).replace(" ", "T")).getTime() / 1000; }
+  // local-time strings, as it draws Date objects, and drops the time of day at midnight).
+  function xValue(v) {
+    if (xMode === "step") return Number(v);
+    const text = String(v).replace(" ", "T");
+    return new Date(text.includes("T") ? text : text + "T00:00").getTime() / 1000;
+  }
 
   async function zoomTo(a, b) {
     const lo = xValue(a), hi = xValue(b);
-    const xs = steps.map((r) => (xMode === "step" ? r.step : r.t));
-    // the page's rows in view and one more on each side, so that the lines reach the edges
-    let i = xs.findIndex((x) => x >= lo), j = xs.length - 1 - [...xs].reverse().findIndex((x) => x <= hi);
-    if (i < 0 || j >= xs.length) return;
-    i = Math.max(0, i - 1);
-    j = Math.min(steps.length - 1, j + 1);
+    // the page's rows in view (by index: a row's time can be later than the next one's, when later
+    // metrics were merged into it) and one more on each side, so that the lines reach the edges
+    const inView = [];
+    steps.forEach((r, k) => { const x = xMode === "step" ? r.step : r.t; if (x >= lo && x <= hi) inView.push(k); });
+    if (!inView.length) return;
+    const i = Math.max(0, Math.min(...inView) - 1), j = Math.min(steps.length - 1, Math.max(...inView) + 1);
     const from = steps[i].from_step ?? steps[i].step, to = steps[j].step;
     const seq = ++zoomSeq;
     if (!steps.slice(i, j + 1).some((r) => r.rows > 1)) {  // every step there is drawn already
@@ -248,6 +257,28 @@
     detail = { lo: from, hi: to, rows: body.steps, downsampled: body.downsampled, points: body.points };
     zoomNote();
     redraw("metrics");
+  }
+
+  // A step inside one of the page's buckets got metrics (a replayed event, later metrics of an old
+  // step): that bucket's steps are fetched again, and drawn in its place (row for row, or finer).
+  const refreshing = new Set();
+  async function refreshBucket(step) {
+    const k = steps.findIndex((r) => r.rows > 1 && r.from_step <= step && step <= r.step);
+    if (k < 0 || refreshing.has(steps[k].step)) return;
+    const bucket = steps[k];
+    refreshing.add(bucket.step);
+    try {
+      const resp = await fetch(`${live.metrics_overview_api}?after_step=${bucket.from_step - 1}&until_step=${bucket.step}&max_points=10`,
+        { credentials: "same-origin" });
+      if (!resp.ok) return;
+      const body = await resp.json();
+      const at = steps.indexOf(bucket);
+      if (at < 0 || !body.steps.length) return;
+      steps.splice(at, 1, ...body.steps);
+      byStep.delete(bucket.step);
+      for (const r of body.steps) byStep.set(r.step, r);
+      redraw("metrics");
+    } catch (e) { console.error(e); } finally { refreshing.delete(bucket.step); }
   }
 
   function zoomNote() {
@@ -560,7 +591,8 @@
       const zoomed = detail && detail.rows.find((r) => r.step === d.step && !(r.rows > 1));
       if (zoomed) Object.assign(zoomed.metrics, d.metrics);
       if (row && !(row.rows > 1)) Object.assign(row.metrics, d.metrics);
-      else if (!row && d.step > bucketedTo) {
+      else if (d.step <= bucketedTo) refreshBucket(d.step);  // a bucket's mean cannot take one step's value
+      else if (!row) {
         const added = { step: d.step, t: ev.time, metrics: Object.assign({}, d.metrics) };
         byStep.set(d.step, added);
         steps.push(added);

@@ -1,7 +1,7 @@
 """A long run's charts (telemetry/overview.py, static/js/run_live.js): the page draws 1,250 steps as
 625 buckets of 2 (the smallest power of two that needs at most 1,000) and says so; zooming a chart fetches the range's every step and every chart draws them
-there, keeping the zoom across redraws; a new step is drawn after the buckets, an old one is not
-drawn twice; autoscale goes back to the whole run."""
+there, keeping the zoom across redraws; a new step is drawn after the buckets, an old step's metrics
+make its bucket fetched again (drawn row for row); autoscale takes every chart back to the whole run."""
 from __future__ import annotations
 
 import pytest
@@ -72,7 +72,8 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
     assert inside == [(s, 1.0 + (s % 2)) for s in range(100, 301)]  # each step's own value
     shot(page, "run-charts-zoomed")
 
-    # A new step is drawn after the buckets (the redraw keeps the zoom); a replayed old one is not drawn twice.
+    # A new step is drawn after the buckets (the redraw keeps the zoom); metrics of step 10, inside the
+    # bucket of steps 10-11, make that bucket fetched again: its two rows as stored replace it.
     page.evaluate(f"""() => {{
         const live = window.rlstudioLive;
         live.apply({{seq: live.lastSeq() + 1, type: "metrics", time: Date.now() / 1000,
@@ -81,7 +82,8 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
                      data: {{step: {STEPS}, metrics: {{"actor/entropy": 3.0}}}}}});
     }}""")
     page.wait_for_function(f"() => window.rlstudioLive.metricSteps().includes({STEPS})")
-    assert page.evaluate("() => window.rlstudioLive.metricSteps().length") == 626
+    page.wait_for_function("() => window.rlstudioLive.metricSteps().includes(10)")
+    assert page.evaluate("() => window.rlstudioLive.metricSteps().length") == 627
     page.wait_for_function(f"""() => document.querySelector('.plot[data-family="actor/entropy"]').data[0].x
         .includes({STEPS})""")
     entropy = _trace(page, "actor/entropy", "entropy")
@@ -89,9 +91,16 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
     x_range = page.evaluate("""() => document.querySelector('.plot[data-family="actor/entropy"]')._fullLayout.xaxis.range""")
     assert x_range == [100, 300]  # still zoomed after the redraw
 
-    # Autoscale (double-click): back to the whole run's buckets.
+    entropy = _trace(page, "actor/entropy", "entropy")
+    assert [y for x, y in zip(entropy["x"], entropy["y"], strict=True) if x in (10, 11)] == [1.0, 2.0]
+
+    # Autoscale (double-click) on one chart: every chart back to the whole run's buckets.
+    page.evaluate("""() => Plotly.relayout(document.querySelector('.plot[data-family="critic/score"]'),
+        {"xaxis.range": [500, 600]})""")
+    page.wait_for_function("() => window.rlstudioLive.zoomed() && window.rlstudioLive.zoomed().lo <= 500")
     page.evaluate("""() => Plotly.relayout(document.querySelector('.plot[data-family="actor/entropy"]'),
         {"xaxis.autorange": true})""")
     page.wait_for_function("() => window.rlstudioLive.zoomed() === null")
     expect(page.locator("#charts-zoom")).to_have_text("Zoom in on a chart to see every step.")
-    page.wait_for_function("() => window.rlstudioLive.chartSteps().length === 626")
+    page.wait_for_function("() => window.rlstudioLive.chartSteps().length === 627")
+    page.wait_for_function("""() => document.querySelector('.plot[data-family="critic/score"]')._fullLayout.xaxis.autorange""")

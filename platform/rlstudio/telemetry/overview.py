@@ -12,10 +12,11 @@ bucket i // w, and a range's first and last buckets hold only its own rows. Each
   is their minimum and a maximum their maximum, so that a chart's min-max band still spans every
   step's; null when the key was reported only as null.
 
-Aligned buckets do not move as a live run grows, so they are cached (Django's cache) CHUNK at a time,
-each chunk under a digest of its rows' steps and times (a row merged with later metrics gets a later
-time): a page view of a live run reads every row's step and time (no metrics) and the metrics of the
-chunks that changed, usually only the last one. The metrics come as JSON text read by orjson and are
+Aligned buckets do not move as a live run grows, so they are cached (Django's cache: per process
+unless the deployment configures a shared one) CHUNK at a time, each chunk under its rows' positions
+and a digest of their steps, times and row versions (PostgreSQL's xmin: a merge of later metrics
+changes it): a downsampled read reads every row's step, time and version (no metrics) and the metrics
+of the chunks that changed, usually only the last one. The metrics come as JSON text read by orjson and are
 combined in Python (five times faster on 3,000 rows x 80 keys than jsonb_each and GROUP BY in
 PostgreSQL). A 30,000-step run's page carries at most 1,000 rows, not 30,000.
 """
@@ -131,15 +132,18 @@ class Overview:
 CHUNK = 32  # buckets cached under one key (a live run's new step recomputes one chunk)
 
 
-def _index(run) -> list[tuple[int, float]]:
-    """(step, unix time) of each of the run's rows in step order: no metrics read."""
+def _index(run) -> list[tuple[int, str, str]]:
+    """(step, time, row version) of each of the run's rows in step order: no metrics read. The version
+    is PostgreSQL's xmin, new at every write of the row (a merge of later metrics with the same time too)."""
+    from django.db.models.expressions import RawSQL
+
     from .models import MetricRow
 
-    return [(step, time.timestamp()) for step, time in
-            MetricRow.objects.filter(run=run).order_by("step").values_list("step", "time")]
+    return list(MetricRow.objects.filter(run=run).order_by("step")
+                .annotate(version=RawSQL("xmin::text", [])).values_list("step", "time", "version"))
 
 
-def _buckets(run, index: list[tuple[int, float]], lo: int, hi: int, w: int) -> list[dict[str, Any]]:
+def _buckets(run, index: list[tuple[int, Any, str]], lo: int, hi: int, w: int) -> list[dict[str, Any]]:
     """The buckets of the run's rows lo..hi-1, from the cache where a chunk's rows are unchanged."""
     from django.core.cache import cache
 
@@ -147,7 +151,7 @@ def _buckets(run, index: list[tuple[int, float]], lo: int, hi: int, w: int) -> l
     for c in range(lo // (w * CHUNK), (hi - 1) // (w * CHUNK) + 1):
         a, b = max(lo, c * w * CHUNK), min(hi, (c + 1) * w * CHUNK)
         digest = hashlib.blake2b(repr(index[a:b]).encode(), digest_size=16).hexdigest()
-        spans.append((f"rlstudio:overview:{run.pk}:{w}:{c}:{digest}", a, b))
+        spans.append((f"rlstudio:overview:{run.pk}:{w}:{a}:{b}:{digest}", a, b))
     got = cache.get_many([key for key, _, _ in spans])
     fresh: dict[str, list[dict[str, Any]]] = {}
     runs: list[list[tuple[str, int, int]]] = []  # consecutive chunks not cached: one read each
@@ -169,7 +173,7 @@ def _buckets(run, index: list[tuple[int, float]], lo: int, hi: int, w: int) -> l
             fresh[key_of[position[bucket["from_step"]] // (w * CHUNK)]].append(bucket)
     if fresh:
         cache.set_many(fresh, CACHE_S)
-    return [row for key, _, _ in spans for row in (got.get(key) or fresh[key])]
+    return [row for key, _, _ in spans for row in (got[key] if key in got else fresh[key])]
 
 
 def overview(*, run, after_step: int | None = None, until_step: int | None = None,
@@ -180,10 +184,15 @@ def overview(*, run, after_step: int | None = None, until_step: int | None = Non
     until = sel.STEP_MAX if until_step is None else until_step
     if until <= after:
         return Overview(steps=[], points=0, downsampled=False)
+    from .models import MetricRow
+
+    if MetricRow.objects.filter(run=run, step__gt=after, step__lte=until).count() <= max_points:
+        rows, _ = sel.metrics_page(run=run, after_step=after, until_step=until, limit=max_points)
+        return Overview(steps=rows, points=len(rows), downsampled=False)
     index = _index(run)
-    steps = [step for step, _ in index]
+    steps = [step for step, _, _ in index]
     lo, hi = bisect.bisect_right(steps, after), bisect.bisect_right(steps, until)
-    if hi - lo <= max_points:
-        rows, _ = sel.metrics_page(run=run, after_step=after, until_step=until, limit=max(hi - lo, 1))
+    if hi - lo <= max_points:  # rows deleted since the count (the run's)
+        rows, _ = sel.metrics_page(run=run, after_step=after, until_step=until, limit=max_points)
         return Overview(steps=rows, points=len(rows), downsampled=False)
     return Overview(steps=_buckets(run, index, lo, hi, width(lo, hi, max_points)), points=hi - lo, downsampled=True)

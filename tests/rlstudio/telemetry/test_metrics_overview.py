@@ -223,3 +223,21 @@ def test_run_page_holds_the_overview(alice, alice_client, run_with_metrics, monk
     live = _live(page)
     assert [r["step"] for r in live["metrics"]] == list(range(10)) and live["metrics_downsampled"] is False
     assert 'id="charts-downsampled"' not in page
+
+
+def test_cached_buckets_follow_a_merge_at_the_same_time_and_an_earlier_step(alice, alice_client, run_with_metrics):
+    """A merge of later metrics into a row that keeps its time, and a step stored out of order before a
+    range (which moves every row after it to the next position), are both in the next answer."""
+    from rlstudio.telemetry.models import MetricRow
+
+    run = run_with_metrics(alice, [(s, {"x": 1.0}) for s in range(0, 80, 2)], name="merged")
+    url = f"/api/v1/runs/{run.pk}/metrics/overview/?max_points=10"
+    assert alice_client.get(url).json()["steps"][0]["metrics"] == {"x": 1.0}
+    row = MetricRow.objects.get(run=run, step=0)
+    MetricRow.objects.filter(pk=row.pk).update(metrics={"x": 1.0, "val": 7.0})  # the time stays
+    assert alice_client.get(url).json()["steps"][0]["metrics"] == {"val": 7.0, "x": 1.0}
+
+    part = f"{url}&after_step=1&until_step=22"  # steps 2..22 (11 rows): width 2 on the run's rows 1..11
+    assert [(r["from_step"], r["step"]) for r in alice_client.get(part).json()["steps"]][:2] == [(2, 2), (4, 6)]
+    MetricRow.objects.create(run=run, step=1, time=row.time, metrics={"x": 3.0})  # now rows 2..12
+    assert [(r["from_step"], r["step"]) for r in alice_client.get(part).json()["steps"]][:2] == [(2, 4), (6, 8)]
