@@ -157,11 +157,13 @@ def render(out: dict) -> str:
     lines += ["", f"Target: the page with 10 runs × 200 steps served in ≤ {TARGET_MS} ms: **{ok}** it "
               f"({out['page']['ms_median']} ms median over {out['page']['repeats']} requests).", ""]
     if "long" in out:
-        lines += ["Where a long comparison's time goes: every metric asked for reads each stored row's metrics "
-                  "object once (its value extracted in PostgreSQL, the 1,000 buckets averaged there: "
-                  "`telemetry/compare.py` `_SERIES_SQL`), and the metric picker's list of names expands every "
-                  "row's keys (`jsonb_object_keys`), the largest part at 20,000 steps a run; the runs list, "
-                  "summary and config diff cost a few milliseconds.", ""]
+        lines += ["Where a long comparison's time goes: the medians are of requests after a warm-up one, which "
+                  "find each run's series and held-out figures in the per-run cache (`compare.cached_per_run`, "
+                  "kept while the run's rows do not change). A first view of a run (or one after a new step) "
+                  "reads each stored row's metrics object once per metric shown (its value extracted in "
+                  "PostgreSQL, the 1,000 buckets averaged there: `telemetry/compare.py` `_SERIES_SQL`); the "
+                  "metric picker's names come from the ingest (`RunIngestCount.metric_names`), not from the "
+                  "rows; the runs list, summary and config diff cost a few milliseconds.", ""]
     lines.append(END)
     return "\n".join(lines) + "\n"
 
