@@ -122,6 +122,23 @@
     return drawRows.find((r) => (r.from_step ?? r.step) <= step && step <= r.step);
   }
 
+  // A metric's line: as reported, or with smoothing its moving average over the points drawn, the
+  // values as reported faint behind it (as TensorBoard and the compare page draw them).
+  const LINE_COLOURS = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+  let smoothing = 0;
+  function lineTraces(key, name, colour) {
+    const s = series(key);
+    if (!(smoothing > 0)) {
+      return [Object.assign(s, { name, meta: key, mode: "lines+markers", marker: { size: 4 }, line: { color: colour }, type: "scatter" })];
+    }
+    return [
+      Object.assign({}, s, { name, meta: key + " (raw)", mode: "lines", line: { color: colour, width: 1 }, opacity: 0.25,
+        showlegend: false, hoverinfo: "skip", type: "scatter" }),
+      Object.assign(s, { y: window.rlstudioEma(s.y, smoothing), name, meta: key, mode: "lines", line: { color: colour, width: 2 },
+        type: "scatter" }),
+    ];
+  }
+
   function familyTraces(family, members) {
     const sep = members.some((k) => k.startsWith(family + "/")) ? "/" : "_";
     const has = (stat) => members.includes(family + sep + stat);
@@ -132,14 +149,12 @@
         line: { width: 0 }, showlegend: false, hoverinfo: "skip", type: "scatter" }));
       traces.push(Object.assign(series(family + sep + "min"), { name: "min–max", meta: family + sep + "min", mode: "lines",
         line: { width: 0 }, fill: "tonexty", fillcolor: "rgba(78,121,167,0.18)", type: "scatter", hoverinfo: "skip" }));
-      traces.push(Object.assign(series(family + sep + "mean"), { name: "mean", meta: family + sep + "mean",
-        mode: "lines+markers", marker: { size: 4 }, line: { color: "#4e79a7" }, type: "scatter" }));
-      return traces;
+      return traces.concat(lineTraces(family + sep + "mean", "mean", LINE_COLOURS[0]));
     }
-    for (const key of members) {
-      traces.push(Object.assign(series(key), { name: key === family ? key.split("/").pop() : key.slice(family.length + 1),
-        meta: key, mode: "lines+markers", marker: { size: 4 }, type: "scatter" }));
-    }
+    members.forEach((key, k) => {
+      traces.push(...lineTraces(key, key === family ? key.split("/").pop() : key.slice(family.length + 1),
+        LINE_COLOURS[k % LINE_COLOURS.length]));
+    });
     return traces;
   }
 
@@ -721,6 +736,21 @@
     if (old) old.close(1000);
     connect();
   }
+
+  // Smoothing: kept for the next run page in this browser.
+  const slider = document.getElementById("smoothing");
+  const shown = document.getElementById("smoothing-value");
+  function setSmoothing(value) {
+    smoothing = Math.min(Math.max(Number(value) || 0, 0), 0.99);
+    slider.value = String(smoothing);
+    shown.textContent = smoothing.toFixed(2);
+  }
+  try { setSmoothing(window.localStorage.getItem("rlstudio.runSmoothing")); } catch (e) { setSmoothing(0); }
+  slider.addEventListener("input", () => {
+    setSmoothing(slider.value);
+    try { window.localStorage.setItem("rlstudio.runSmoothing", String(smoothing)); } catch (e) { /* private mode */ }
+    drawMetrics();
+  });
 
   document.getElementById("x-axis").addEventListener("change", (ev) => {
     xMode = ev.target.value;

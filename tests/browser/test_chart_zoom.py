@@ -104,3 +104,50 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
     expect(page.locator("#charts-zoom")).to_have_text("Zoom in on a chart to see every step.")
     page.wait_for_function("() => window.rlstudioLive.chartSteps().length === 627")
     page.wait_for_function("""() => document.querySelector('.plot[data-family="critic/score"]')._fullLayout.xaxis.autorange""")
+
+
+def test_smoothing_draws_the_moving_average_over_the_raw_values_and_is_kept(page_as, make_user):
+    """The run page's smoothing slider: each line becomes its debiased moving average (the compare
+    page's, static/js/smoothing.js) with the values as reported faint behind it; the setting is kept
+    for the next run page in this browser; 0 draws the values alone again."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import MetricRow
+
+    alice = make_user("alice")
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, _token = run_create(owner=alice, name="noisy", dataset=dataset, model=model, config={}, gpus=0)
+    values = [0.0, 1.0, 0.0, 1.0, 0.5, 1.0]
+    t0 = timezone.now() - timedelta(hours=1)
+    MetricRow.objects.bulk_create([MetricRow(run=run, step=s, time=t0 + timedelta(seconds=s),
+                                             metrics={"actor/entropy": v, "actor/pg_loss": -v})
+                                   for s, v in enumerate(values)])
+    page = page_as(alice)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#charts .chart")).to_have_count(2)
+    page.fill("#smoothing", "0.5")
+    expect(page.locator("#smoothing-value")).to_have_text("0.50")
+    page.wait_for_function("""() => document.querySelector('.plot[data-family="actor/entropy"]').data.length === 2""")
+    raw, smoothed = page.evaluate("""() => document.querySelector('.plot[data-family="actor/entropy"]').data
+        .map((t) => ({meta: t.meta, y: t.y, opacity: t.opacity === undefined ? 1 : t.opacity}))""")
+    assert (raw["meta"], raw["opacity"], raw["y"]) == ("actor/entropy (raw)", 0.25, values)
+    acc, expected = 0.0, []
+    for k, v in enumerate(values, start=1):
+        acc = 0.5 * acc + 0.5 * v
+        expected.append(acc / (1 - 0.5 ** k))
+    assert smoothed["meta"] == "actor/entropy" and smoothed["y"] == pytest.approx(expected)
+
+    page.goto(f"/runs/{run.pk}/")  # kept for the next page
+    expect(page.locator("#smoothing-value")).to_have_text("0.50")
+    page.wait_for_function("""() => document.querySelector('.plot[data-family="actor/pg_loss"]').data.length === 2""")
+    page.fill("#smoothing", "0")
+    page.wait_for_function("""() => document.querySelector('.plot[data-family="actor/pg_loss"]').data.length === 1""")
+    assert page.evaluate("""() => document.querySelector('.plot[data-family="actor/pg_loss"]').data[0].y""") == [-v for v in values]
