@@ -26,3 +26,11 @@ def run_with_metrics(make_dataset, make_model):
         return run
 
     return make
+
+
+@pytest.fixture
+def alice_client(alice):
+    """A test Client signed in as alice."""
+    c = Client()
+    c.force_login(alice)
+    return c

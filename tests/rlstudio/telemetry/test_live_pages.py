@@ -51,13 +51,6 @@ def finished(alice, make_dataset, make_model):
     return run
 
 
-@pytest.fixture
-def alice_client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
-
-
 def test_run_page_embeds_history_and_renders_samples(alice_client, finished):
     page = alice_client.get(f"/runs/{finished.pk}/").content.decode()
     assert 'id="live-data"' in page and "critic/score/mean" in page and '"phase":"update"' in page

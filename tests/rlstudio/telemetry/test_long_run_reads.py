@@ -2,7 +2,6 @@
 steps and 300,000 samples): the shape of their SQL and their query counts, at two sizes where it matters."""
 import pytest
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from rlstudio.runs.services import run_create
@@ -50,13 +49,6 @@ def long_run(alice, make_dataset, make_model):
         return run
 
     return make
-
-
-@pytest.fixture
-def alice_client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
 
 
 @pytest.mark.parametrize("order", ["seq", "-seq"])

@@ -18,13 +18,6 @@ def _rollout_dir(settings, tmp_path):
     settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
 
 
-@pytest.fixture
-def alice_client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
-
-
 def _rows(n, *, seed=0):
     """n steps with gaps; a mean/min/max family, a sparse held-out key, a null, a mismatch statistic."""
     rnd = random.Random(seed)

@@ -2,7 +2,6 @@
 rows: test_metrics_overview.py)."""
 
 import pytest
-from django.test import Client
 
 from rlstudio.telemetry import selectors as sel
 
@@ -13,13 +12,6 @@ T0 = 1_764_440_000.0  # when the run_with_metrics fixture's events start (confte
 @pytest.fixture(autouse=True)
 def _rollout_dir(settings, tmp_path):
     settings.RLSTUDIO_ROLLOUT_DIR = str(tmp_path / "runs")
-
-
-@pytest.fixture
-def alice_client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
 
 
 STEPS = [0, 1, 2, 5, 6, 9, 10, 11, 17, 40, 41, 42, 100]  # gaps, so a step-keyed cursor is tested

@@ -56,13 +56,6 @@ def run_with_mismatch(alice, make_dataset, make_model):
     return run
 
 
-@pytest.fixture
-def alice_client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
-
-
 def test_ingest_checks_the_rollout_log_probs(alice, make_dataset, make_model):
     run, token = run_create(owner=alice, name="bad-view", dataset=make_dataset(alice), model=make_model(alice),
                             config={}, gpus=0)

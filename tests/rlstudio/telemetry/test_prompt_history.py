@@ -82,13 +82,6 @@ def runs(alice, make_dataset, make_model):
     return run, other
 
 
-@pytest.fixture
-def alice_client(alice):
-    c = Client()
-    c.force_login(alice)
-    return c
-
-
 def test_ingest_stores_the_key_and_refuses_a_malformed_one(runs):
     run, _ = runs
     stored = Sample.objects.get(run=run, uid="d2", index=1)
