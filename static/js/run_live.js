@@ -18,10 +18,22 @@
     ["Timing and throughput", (k) => /^(timing_s|timing_per_token_ms|perf)\//.test(k)],
     ["Other", () => true],
   ];
+  // The page's rows from their compact form (telemetry/overview.py `columns`: each name once, false
+  // where a row has no such metric).
+  function rowsOf(c) {
+    return c.step.map((step, i) => {
+      const metrics = {};
+      c.keys.forEach((key, j) => { if (c.values[i][j] !== false) metrics[key] = c.values[i][j]; });
+      const row = { step, t: c.t[i], metrics };
+      if (c.from[i] !== null) { row.from_step = c.from[i]; row.rows = c.n[i]; }
+      return row;
+    });
+  }
+
   // [{step, t, metrics}] in step order: the run's rows, or, past live.chart_points of them, that many
   // buckets of consecutive steps ({from_step, step, rows, metrics}: telemetry/overview.py); the
   // websocket adds new rows after them.
-  const steps = live.metrics.slice();
+  const steps = rowsOf(live.metrics);
   const byStep = new Map(steps.map((r) => [r.step, r]));
   // The last step the page's buckets cover: an event of a step up to it is already counted in them.
   const bucketedTo = live.metrics_downsampled && steps.length ? steps[steps.length - 1].step : -Infinity;

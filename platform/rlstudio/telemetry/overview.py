@@ -117,6 +117,18 @@ def bucket_rows(rows: Iterable[tuple[int, dict[str, Any]]], w: int) -> list[dict
     return out
 
 
+def columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`rows` (an overview's) in the run page's compact form: each metric name once, not once a row
+    (80 names a row were half of a long run's page). `values[i][j]` is row i's value of `keys[j]`,
+    `false` where the row has no such metric (a metric's value is a number or null, never false);
+    `from`/`n` are a bucket's from_step and rows, null on a row of its own. static/js/run_live.js
+    reads it back into rows."""
+    keys = sorted({k for r in rows for k in r["metrics"]})
+    return {"keys": keys, "step": [r["step"] for r in rows], "t": [r["t"] for r in rows],
+            "from": [r.get("from_step") for r in rows], "n": [r.get("rows") for r in rows],
+            "values": [[r["metrics"].get(k, False) for k in keys] for r in rows]}
+
+
 @dataclass(frozen=True)
 class Overview:
     """The rows of a step range at most `max_points` of them; `points`: the stored rows they stand for."""

@@ -91,7 +91,7 @@ def run_detail(request, run_id: int):
         # A reader (not the owner or staff) sees the config without the platform's keys (server paths).
         "config_json": json.dumps(run_config_for(user=request.user, run=run), indent=2, sort_keys=True),
         "live": {"run_id": run.pk, "last_seq": last_seq, "status": run.status,
-                 "metrics": charts.steps, "metrics_points": charts.points,
+                 "metrics": ov.columns(charts.steps), "metrics_points": charts.points,
                  "metrics_downsampled": charts.downsampled, "chart_points": ov.POINTS_DEFAULT,
                  "metrics_overview_api": f"/api/v1/runs/{run.pk}/metrics/overview/",
                  "memory": memory,
@@ -99,6 +99,7 @@ def run_detail(request, run_id: int):
         # The new-run form's estimate of this run's config (with LoRA, next to full fine-tuning's).
         "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus,
                                            val_dataset=run.val_dataset),
+        "chart_rows": len(charts.steps),
         "memory_truncated": memory_truncated, "memory_points_max": f"{sel.MEMORY_POINTS_DEFAULT:,}",
         "samples": samples,
         "samples_recorded": samples_recorded(run.config),

@@ -197,8 +197,29 @@ def test_another_users_run_is_a_404(alice, bob, run_with_metrics):
     assert c.get(f"/api/v1/runs/{run.pk}/metrics/overview/").status_code == 404
 
 
+def _rows_of(c: dict) -> list[dict]:
+    """The page's compact rows read back, as static/js/run_live.js rowsOf does."""
+    out = []
+    for i, step in enumerate(c["step"]):
+        row = {"step": step, "t": c["t"][i],
+               "metrics": {k: v for k, v in zip(c["keys"], c["values"][i], strict=True) if v is not False}}
+        if c["from"][i] is not None:
+            row.update(from_step=c["from"][i], rows=c["n"][i])
+        out.append(row)
+    return out
+
+
 def _live(page: str) -> dict:
-    return json.loads(re.search(r'<script id="live-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    live = json.loads(re.search(r'<script id="live-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    return {**live, "metrics": _rows_of(live["metrics"])}
+
+
+def test_columns_name_each_metric_once_and_read_back():
+    rows = [{"step": 1, "time": "a", "t": 1.0, "metrics": {"x": 0.5, "n": None}},
+            {"step": 3, "time": "b", "t": 3.0, "from_step": 2, "rows": 2, "metrics": {"x": 1.0, "late": 0.0}}]
+    c = ov.columns(rows)
+    assert c["keys"] == ["late", "n", "x"] and c["values"] == [[False, None, 0.5], [0.0, False, 1.0]]
+    assert _rows_of(c) == [{k: v for k, v in r.items() if k != "time"} for r in rows]
 
 
 def test_run_page_holds_the_overview(alice, alice_client, run_with_metrics, monkeypatch):
