@@ -341,7 +341,8 @@
   }
 
   // -------------------------------------------------------------------------- memory timeline
-  const memory = live.memory.slice();
+  // [{seq, t, step, phase, device, allocated, ...}] from the page's table (views.memory_table: each field once)
+  const memory = live.memory.rows.map((row) => Object.fromEntries(live.memory.fields.map((f, i) => [f, row[i]])));
   const PHASE_COLOURS = { rollout: "#4e79a7", reward_model: "#ff9da7", old_log_prob: "#f28e2b", ref: "#59a14f", values: "#76b7b2", update_critic: "#edc948", update: "#e15759", sync: "#b07aa1", idle: "#bab0ac" };
   const BAND_OPACITY = 0.28;  // strong enough to tell the phases apart, light enough to read the lines over them
   const BAND_MIN_PX = 3;  // a phase shorter than this many pixels at the current zoom is drawn this wide

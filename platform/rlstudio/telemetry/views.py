@@ -94,12 +94,13 @@ def run_detail(request, run_id: int):
                  "metrics": ov.columns(charts.steps), "metrics_points": charts.points,
                  "metrics_downsampled": charts.downsampled, "chart_points": ov.POINTS_DEFAULT,
                  "metrics_overview_api": f"/api/v1/runs/{run.pk}/metrics/overview/",
-                 "memory": memory,
+                 "memory": memory_table(memory),
                  "samples_api": f"/api/v1/runs/{run.pk}/samples/", "page_size": SAMPLES_PAGE},
         # The new-run form's estimate of this run's config (with LoRA, next to full fine-tuning's).
         "memory_estimate": memory_estimate(model=run.model, config=run.config, gpus=run.gpus,
                                            val_dataset=run.val_dataset),
         "chart_rows": len(charts.steps),
+        "memory_points": len(memory), "memory_from_step": memory[0]["step"] if memory else None,
         "memory_truncated": memory_truncated, "memory_points_max": f"{sel.MEMORY_POINTS_DEFAULT:,}",
         "samples": samples,
         "samples_recorded": samples_recorded(run.config),
@@ -114,6 +115,15 @@ def run_detail(request, run_id: int):
     # The page's data (up to 1,000 metric rows and the memory timeline: megabytes on a long run) through orjson.
     ctx["live_script"] = codec.script_json(ctx["live"], "live-data")
     return render(request, "runs/run_detail.html", ctx)
+
+
+MEMORY_FIELDS = ("seq", "t", "step", "phase", "device", "allocated", "reserved", "peak", "rss", "rank", "device_used")
+
+
+def memory_table(points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The page's memory points as a table: each field named once (5,000 points naming 12 fields each
+    were two thirds of a long run's page); static/js/run_live.js reads it back into points."""
+    return {"fields": list(MEMORY_FIELDS), "rows": [[p[f] for f in MEMORY_FIELDS] for p in points]}
 
 
 def samples_recorded(config: dict[str, Any]) -> dict[str, int] | None:

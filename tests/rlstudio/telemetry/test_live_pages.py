@@ -53,7 +53,7 @@ def finished(alice, make_dataset, make_model):
 
 def test_run_page_embeds_history_and_renders_samples(alice_client, finished):
     page = alice_client.get(f"/runs/{finished.pk}/").content.decode()
-    assert 'id="live-data"' in page and "critic/score/mean" in page and '"phase":"update"' in page
+    assert 'id="live-data"' in page and "critic/score/mean" in page and '"update"' in page
     assert "/static/vendor/plotly.min.js" in page and "/static/js/run_live.js" in page
     assert page.count('href="/runs/%d/samples/' % finished.pk) == 6
     assert "&lt;i&gt;done&lt;/i&gt;" in page and "<i>done</i>" not in page

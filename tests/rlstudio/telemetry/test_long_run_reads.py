@@ -163,8 +163,10 @@ def test_run_page_holds_at_most_the_latest_memory_points(long_run, alice_client,
         r = alice_client.get(f"/runs/{run.pk}/")
         live = _json.loads(r.content.decode().split('id="live-data" type="application/json">', 1)[1]
                            .split("</script>", 1)[0])
-        assert len(live["memory"]) == 12
-        assert live["memory"][-1]["step"] == steps
+        points = [dict(zip(live["memory"]["fields"], row, strict=True)) for row in live["memory"]["rows"]]
+        assert len(points) == 12 and points[-1]["step"] == steps
+        assert points == [{k: p[k] for k in live["memory"]["fields"]}
+                          for p in alice_client.get(f"/api/v1/runs/{run.pk}/memory/?limit=12").json()["points"]]
         assert b'id="memory-truncated"' in r.content
 
 
