@@ -528,7 +528,8 @@
   // around a stop form's POST) took it for the one it was waiting for.
   function showViewInAddress() {
     const url = new URL(window.location);
-    url.search = filterParams().toString();
+    for (const el of document.getElementById("sample-filters").elements) if (el.name) url.searchParams.delete(el.name);
+    for (const [k, v] of filterParams()) url.searchParams.set(k, v);
     if (url.href !== window.location.href) history.replaceState(null, "", url);
   }
 
@@ -750,7 +751,19 @@
     connect();
   }
 
-  // Smoothing: kept for the next run page in this browser.
+  // The charts' view in the address, beside the samples table's (each writes only its own keys):
+  // ?chart_x=time&chart_smoothing=0.60 (and chart_filter.js's chart_find), so a link opens the charts
+  // as they were seen. Written when the user changes them, only when the address differs.
+  function showChartsInAddress() {
+    const url = new URL(window.location);
+    if (xMode === "step") url.searchParams.delete("chart_x"); else url.searchParams.set("chart_x", xMode);
+    if (smoothing > 0) url.searchParams.set("chart_smoothing", smoothing.toFixed(2)); else url.searchParams.delete("chart_smoothing");
+    if (url.href !== window.location.href) history.replaceState(null, "", url);
+  }
+  const asked = new URLSearchParams(window.location.search);
+  if (asked.get("chart_x") === "time") { xMode = "time"; document.getElementById("x-axis").value = "time"; }
+
+  // Smoothing: the address's, else the one last set in this browser (kept for the next run page).
   const slider = document.getElementById("smoothing");
   const shown = document.getElementById("smoothing-value");
   function setSmoothing(value) {
@@ -758,10 +771,12 @@
     slider.value = String(smoothing);
     shown.textContent = smoothing.toFixed(2);
   }
-  try { setSmoothing(window.localStorage.getItem("rlstudio.runSmoothing")); } catch (e) { setSmoothing(0); }
+  if (asked.has("chart_smoothing")) setSmoothing(asked.get("chart_smoothing"));
+  else try { setSmoothing(window.localStorage.getItem("rlstudio.runSmoothing")); } catch (e) { setSmoothing(0); }
   slider.addEventListener("input", () => {
     setSmoothing(slider.value);
     try { window.localStorage.setItem("rlstudio.runSmoothing", String(smoothing)); } catch (e) { /* private mode */ }
+    showChartsInAddress();
     drawMetrics();
   });
 
@@ -770,6 +785,7 @@
     zoomSeq++;
     detail = null;  // the new axis starts unzoomed
     zoomNote();
+    showChartsInAddress();
     drawMetrics();
   });
   drawMetrics();

@@ -151,3 +151,47 @@ def test_smoothing_draws_the_moving_average_over_the_raw_values_and_is_kept(page
     page.fill("#smoothing", "0")
     page.wait_for_function("""() => document.querySelector('.plot[data-family="actor/pg_loss"]').data.length === 1""")
     assert page.evaluate("""() => document.querySelector('.plot[data-family="actor/pg_loss"]').data[0].y""") == [-v for v in values]
+
+
+def test_the_charts_view_is_in_the_address(page_as, make_user):
+    """?chart_x=, ?chart_smoothing= and ?chart_find= open the run page's charts as they were seen; changing
+    them writes the address, keeping the samples table's filters there (and the table keeps the charts')."""
+    from urllib.parse import parse_qs, urlparse
+
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import MetricRow
+
+    alice = make_user("alice")
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, _token = run_create(owner=alice, name="shared view", dataset=dataset, model=model, config={}, gpus=0)
+    for step in range(4):
+        MetricRow.objects.create(run=run, step=step, time=timezone.now(),
+                                 metrics={"actor/entropy": 1.0 + step, "actor/pg_loss": -step})
+    page = page_as(alice)
+    page.goto(f"/runs/{run.pk}/?chart_x=time&chart_smoothing=0.30&chart_find=entropy&finish_reason=length")
+    expect(page.locator("#x-axis")).to_have_value("time")
+    expect(page.locator("#smoothing-value")).to_have_text("0.30")
+    expect(page.locator("#chart-search")).to_have_value("entropy")
+    expect(page.locator("#charts .chart:visible")).to_have_count(1)
+    page.wait_for_function("""() => { const d = document.querySelector('.plot[data-family="actor/entropy"]');
+        return d && d.data && d.data.length === 2 && d._fullLayout.xaxis.type === "date"; }""")
+
+    def query():
+        return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+    page.select_option("#x-axis", "step")
+    page.fill("#smoothing", "0")
+    page.fill("#chart-search", "loss")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('chart_find') === 'loss'")
+    assert query() == {"chart_find": "loss", "finish_reason": "length"}
+    page.select_option("#sample-filters select[name=finish_reason]", "stop")
+    page.locator("#sample-filters").evaluate("(form) => form.requestSubmit()")
+    page.wait_for_function("() => new URLSearchParams(location.search).get('finish_reason') === 'stop'")
+    assert query()["chart_find"] == "loss"
