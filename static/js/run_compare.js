@@ -29,9 +29,14 @@
     return s.t.map((t) => (t - t0) / 60);
   }
 
+  // A zoomed panel's series of its step range (fetched when a run's series there was downsampled):
+  // metric -> {after, until, series}; drawn instead of the whole runs' until autoscale.
+  const zoomed = new Map();
+
   function traces(metric) {
     const out = [];
-    for (const s of series[metric] || []) {
+    const z = zoomed.get(metric);
+    for (const s of (z ? z.series : series[metric]) || []) {
       const run = byId.get(s.run);
       if (!run) continue;
       const x = xValues(s);
@@ -66,12 +71,47 @@
   function draw(metric) {
     const div = panels.get(metric);
     if (!div || !window.Plotly) return;
-    const list = series[metric] || [];
+    const z = zoomed.get(metric);
+    const list = (z ? z.series : series[metric]) || [];
     const note = div.parentNode.querySelector(".panel-note");
     const sampled = list.filter((s) => s.downsampled);
     note.textContent = !list.length ? "no run reported this metric"
-      : sampled.length ? "downsampled to " + data.max_points + " points per run (mean of consecutive steps)" : "";
-    Plotly.react(div, traces(metric), layout(), { responsive: true, displaylogo: false });
+      : z ? `steps ${z.after + 1}–${z.until}: ` + (sampled.length ? "downsampled to " + data.max_points + " points per run; zoom further for every step"
+        : "every step; double-click for the whole runs")
+      : sampled.length ? "downsampled to " + data.max_points + " points per run (mean of consecutive steps); zoom in for every step" : "";
+    // uirevision: a redraw with the zoomed range's series keeps the zoom; a new x axis resets it
+    Plotly.react(div, traces(metric), Object.assign(layout(), { uirevision: xMode }), { responsive: true, displaylogo: false });
+    bindZoom(metric, div);
+  }
+
+  // Zooming a panel (x by step) whose series were downsampled fetches that step range's series from
+  // the compare API (every step once a run has at most max_points there); autoscale goes back.
+  let zoomSeq = 0;
+  function bindZoom(metric, div) {
+    if (div.dataset.zoomBound || !div.on) return;
+    div.dataset.zoomBound = "1";
+    div.on("plotly_relayout", async (ev) => {
+      if (ev["xaxis.autorange"]) {
+        if (zoomed.delete(metric)) draw(metric);
+        return;
+      }
+      const range = ev["xaxis.range"] || [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+      if (xMode !== "step" || range[0] === undefined || range[1] === undefined) return;
+      const whole = series[metric] || [];
+      if (!whole.some((s) => s.downsampled)) return;  // every step is drawn already
+      const after = Math.max(-1, Math.floor(Number(range[0])) - 1), until = Math.max(after + 1, Math.ceil(Number(range[1])));
+      const seq = ++zoomSeq;
+      const url = data.api + "?ids=" + data.ids.join(",") + "&metrics=" + encodeURIComponent(metric) +
+        "&max_points=" + data.max_points + "&after_step=" + after + "&until_step=" + until;
+      try {
+        const resp = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+        if (!resp.ok || seq !== zoomSeq) return;
+        const body = await resp.json();
+        if (seq !== zoomSeq) return;
+        zoomed.set(metric, { after, until, series: body.series[metric] || [] });
+        draw(metric);
+      } catch (err) { console.error(err); }
+    });
   }
 
   function drawAll() {
@@ -133,6 +173,8 @@
 
   document.getElementById("x-axis").addEventListener("change", (ev) => {
     xMode = ev.target.value;
+    zoomSeq++;
+    zoomed.clear();  // the new axis starts unzoomed
     drawAll();
   });
 
@@ -162,5 +204,6 @@
   }
 
   for (const metric of Object.keys(data.series)) addPanel(metric);
-  window.rlstudioCompare = { ema, panels: () => [...panels.keys()] };
+  window.rlstudioCompare = { ema, panels: () => [...panels.keys()],
+    zoomed: (metric) => { const z = zoomed.get(metric); return z ? { after: z.after, until: z.until } : null; } };
 })();

@@ -195,3 +195,48 @@ def test_the_charts_view_is_in_the_address(page_as, make_user):
     page.locator("#sample-filters").evaluate("(form) => form.requestSubmit()")
     page.wait_for_function("() => new URLSearchParams(location.search).get('finish_reason') === 'stop'")
     assert query()["chart_find"] == "loss"
+
+
+def test_compare_panels_zoom_to_every_step(page_as, make_user):
+    """The compare page of two 1,250-step runs draws 1,000 points a run; zooming a panel fetches that
+    step range's series (every step there) and autoscale goes back to the whole runs'."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.runs.models import Run
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import MetricRow
+
+    alice = make_user("alice")
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    t0 = timezone.now() - timedelta(hours=2)
+    ids = []
+    for i in range(2):
+        run, _token = run_create(owner=alice, name=f"long-{i}", dataset=dataset, model=model, config={}, gpus=0)
+        Run.objects.filter(pk=run.pk).update(status="succeeded", step=STEPS, total_steps=STEPS, started=t0,
+                                             finished=t0 + timedelta(seconds=STEPS))
+        MetricRow.objects.bulk_create([MetricRow(run=run, step=s, time=t0 + timedelta(seconds=s),
+                                                 metrics={"critic/score/mean": i + (s % 2)}) for s in range(STEPS)])
+        ids.append(run.pk)
+    page = page_as(alice)
+    page.goto(f"/runs/compare/?ids={ids[0]},{ids[1]}")
+    panel = '.plot[data-metric="critic/score/mean"]'
+    page.wait_for_function(f"""() => {{ const d = document.querySelector('{panel}'); return d && d.data && d.data.length === 2; }}""")
+    assert page.evaluate(f"() => document.querySelector('{panel}').data.map((t) => t.x.length)") == [1000, 1000]
+    expect(page.locator(".compare-panel .panel-note").first).to_contain_text("zoom in for every step")
+
+    page.evaluate(f"() => Plotly.relayout(document.querySelector('{panel}'), {{'xaxis.range': [200, 260]}})")
+    page.wait_for_function("() => window.rlstudioCompare.zoomed('critic/score/mean') !== null")
+    page.wait_for_function(f"() => document.querySelector('{panel}').data[0].x.length < 100")
+    xs, ys = page.evaluate(f"() => [document.querySelector('{panel}').data[1].x, document.querySelector('{panel}').data[1].y]")
+    assert xs == list(range(200, 261)) and ys == [1 + (s % 2) for s in xs]  # run 2's every step there
+    expect(page.locator(".compare-panel .panel-note").first).to_contain_text("every step")
+    assert page.evaluate(f"() => document.querySelector('{panel}')._fullLayout.xaxis.range") == [200, 260]
+
+    page.evaluate(f"() => Plotly.relayout(document.querySelector('{panel}'), {{'xaxis.autorange': true}})")
+    page.wait_for_function("() => window.rlstudioCompare.zoomed('critic/score/mean') === null")
+    page.wait_for_function(f"() => document.querySelector('{panel}').data[0].x.length === 1000")

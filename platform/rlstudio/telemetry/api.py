@@ -292,13 +292,10 @@ class RunMetricsOverviewView(_RunReadView):
     @list_params(*OVERVIEW_PARAMETERS, paged=False, responses={200: _OVERVIEW})
     def get(self, request, run_id: int):
         params = request.query_params
-        after = int_param(params, "after_step", minimum=-1, maximum=STEP_MAX)
-        until = int_param(params, "until_step", minimum=0, maximum=STEP_MAX)
-        if after is not None and until is not None and until <= after:
-            raise ApiError(f"until_step must be greater than after_step ({after}), got {until}", field="until_step")
+        steps = step_range(params) or {"after": None, "until": None}
         points = int_param(params, "max_points", default=ov.POINTS_DEFAULT, minimum=ov.POINTS_MIN,
                            maximum=ov.POINTS_MAX)
-        got = ov.overview(run=self.run, after_step=after, until_step=until, max_points=points)
+        got = ov.overview(run=self.run, after_step=steps["after"], until_step=steps["until"], max_points=points)
         return Response(got.as_json())
 
 
@@ -425,6 +422,19 @@ def compare_params(params) -> tuple[list[int], list[str] | None, int]:
     return ids, metrics, max_points
 
 
+def step_range(params) -> dict[str, int] | None:
+    """{"after", "until"} of ?after_step=&until_step= (after < step <= until), None when neither is
+    given; ApiError naming the one that is wrong."""
+    after = int_param(params, "after_step", minimum=-1, maximum=STEP_MAX)
+    until = int_param(params, "until_step", minimum=0, maximum=STEP_MAX)
+    if after is None and until is None:
+        return None
+    after, until = -1 if after is None else after, STEP_MAX if until is None else until
+    if until <= after:
+        raise ApiError(f"until_step must be greater than after_step ({after}), got {until}", field="until_step")
+    return {"after": after, "until": until}
+
+
 class RunCompareView(APIView):
     """GET /api/v1/runs/compare/?ids=1,2,3: runs side by side (telemetry/compare.py)."""
 
@@ -438,6 +448,10 @@ class RunCompareView(APIView):
                 "most runs report and critic/score/mean).")),
             OpenApiParameter("max_points", int, required=False, description=(
                 "Points per series at most, 10 to 5000 (default 1000); longer series are downsampled.")),
+            OpenApiParameter("after_step", int, required=False, description=(
+                "Series of the steps greater than this only (a zoomed chart's range; -1 or absent: from the first).")),
+            OpenApiParameter("until_step", int, required=False, description=(
+                "Series of the steps up to this one only, included (absent: to the last).")),
         ],
         responses={200: OpenApiTypes.OBJECT},
     )
@@ -447,8 +461,10 @@ class RunCompareView(APIView):
         from . import compare
 
         ids, metrics, max_points = compare_params(request.query_params)
+        steps = step_range(request.query_params)
         try:
-            body = compare.compare_runs(user=request.user, run_ids=ids, metrics=metrics, max_points=max_points)
+            body = compare.compare_runs(user=request.user, run_ids=ids, metrics=metrics, max_points=max_points,
+                                        steps=steps)
         except Http404 as exc:
             raise ApiError(str(exc), code="not_found", field="ids", status_code=404) from None
         return Response(body)

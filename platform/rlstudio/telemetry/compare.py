@@ -165,7 +165,8 @@ def default_held_out(per_run: Sequence[Mapping[str, Any]]) -> str | None:
 # decompress it) and only the value leaves PostgreSQL.
 _ROWS_SQL = """
 WITH raw AS MATERIALIZED (
-  SELECT run_id, step, time, metrics -> %(m)s AS j FROM telemetry_metricrow WHERE run_id = ANY(%(ids)s)
+  SELECT run_id, step, time, metrics -> %(m)s AS j FROM telemetry_metricrow
+  WHERE run_id = ANY(%(ids)s) AND step > %(after)s AND step <= %(until)s
 )
 SELECT run_id, step, time, CASE WHEN jsonb_typeof(j) = 'number' THEN (j #>> '{}')::float8 END AS v
 FROM raw WHERE j IS NOT NULL
@@ -240,7 +241,7 @@ def _points(run_ids: Sequence[int], metric: str) -> dict[int, list[tuple[int, fl
     out: dict[int, list[tuple[int, float, float | None]]] = {}
     with connection.cursor() as cur:
         cur.execute(f"SELECT run_id, step, extract(epoch FROM time), v FROM ({_ROWS_SQL}) r ORDER BY run_id, step",
-                    {"m": metric, "ids": list(run_ids)})
+                    {"m": metric, "ids": list(run_ids), **ALL_STEPS})
         for run_id, step, t, value in cur.fetchall():
             out.setdefault(run_id, []).append((step, float(t), value))
     return out
@@ -261,17 +262,21 @@ FROM s GROUP BY run_id, b ORDER BY run_id, b
 """
 
 
-def metric_series(run_ids: Sequence[int], metrics: Sequence[str],
-                  max_points: int = MAX_POINTS_DEFAULT) -> dict[str, list[dict[str, Any]]]:
+ALL_STEPS = {"after": -1, "until": 2**31 - 1}  # a step range: after < step <= until (MetricRow.step: integer)
+
+
+def metric_series(run_ids: Sequence[int], metrics: Sequence[str], max_points: int = MAX_POINTS_DEFAULT,
+                  steps: dict[str, int] | None = None) -> dict[str, list[dict[str, Any]]]:
     """{metric: [one series per run that reported it, in the order of `run_ids`]}, each
     `{"run", "step", "t", "value", "points" (stored rows), "downsampled"}` with at most `max_points`
-    points (`downsample`'s, computed by PostgreSQL: a 20,000-step run sends 1,000 rows, not 20,000)."""
+    points (`downsample`'s, computed by PostgreSQL: a 20,000-step run sends 1,000 rows, not 20,000);
+    `steps`: only the rows with after < step <= until ({"after", "until"}; None: every step)."""
     from django.db import connection
 
     out: dict[str, list[dict[str, Any]]] = {}
     with connection.cursor() as cur:
         for metric in metrics:
-            cur.execute(_SERIES_SQL, {"m": metric, "ids": list(run_ids), "mp": max_points})
+            cur.execute(_SERIES_SQL, {"m": metric, "ids": list(run_ids), "mp": max_points, **(steps or ALL_STEPS)})
             by_run: dict[int, dict[str, Any]] = {}
             for run_id, _b, step, t, value, n in cur.fetchall():
                 s = by_run.setdefault(run_id, {"run": run_id, "step": [], "t": [], "value": [], "points": n,
@@ -284,16 +289,17 @@ def metric_series(run_ids: Sequence[int], metrics: Sequence[str],
 
 
 def cached_series(run_ids: Sequence[int], metrics: Sequence[str], max_points: int, *,
-                  state: dict[int, str]) -> dict[str, list[dict[str, Any]]]:
+                  state: dict[int, str], steps: dict[str, int] | None = None) -> dict[str, list[dict[str, Any]]]:
     """`metric_series`'s answer, each run's series of each metric cached per run (`cached_per_run`)."""
     out: dict[str, list[dict[str, Any]]] = {}
+    span = "" if steps is None else f"{steps['after']}-{steps['until']}:"
     for metric in metrics:
         digest = hashlib.sha256(metric.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
         def compute(miss: list[int], metric: str = metric) -> dict[int, Any]:
-            return {s["run"]: s for s in metric_series(miss, [metric], max_points)[metric]}
+            return {s["run"]: s for s in metric_series(miss, [metric], max_points, steps)[metric]}
 
-        got = cached_per_run(f"series:{max_points}:{digest}", run_ids, compute, state=state)
+        got = cached_per_run(f"series:{max_points}:{span}{digest}", run_ids, compute, state=state)
         out[metric] = [got[run_id] for run_id in run_ids if got.get(run_id)]
     return out
 
@@ -353,11 +359,13 @@ def run_summary(run, *, held_out: dict[str, dict[str, Any]], now=None) -> dict[s
 
 
 def compare_runs(*, user: AbstractBaseUser, run_ids: Sequence[int], metrics: Sequence[str] | None = None,
-                 max_points: int = MAX_POINTS_DEFAULT) -> dict[str, Any]:
+                 max_points: int = MAX_POINTS_DEFAULT, steps: dict[str, int] | None = None) -> dict[str, Any]:
     """The comparison of the runs `run_ids` the user may read (Http404 naming the first other id).
 
     `metrics`: the series to return (None: the default held-out metric and `critic/score/mean`, those
-    reported); names no run reported come back as empty lists of series."""
+    reported); names no run reported come back as empty lists of series. `steps` ({"after", "until"}):
+    the series of that step range only (a zoomed chart's), downsampled within it; the summaries are the
+    whole runs'."""
     runs = runs_get_for(user=user, run_ids=list(run_ids))
     ids = [r.pk for r in runs]
     state = rows_state(ids)  # every read of the stored rows below is cached per run under it
@@ -376,7 +384,7 @@ def compare_runs(*, user: AbstractBaseUser, run_ids: Sequence[int], metrics: Seq
         "held_out_metric": default,
         "held_out_metrics": held_keys,
         "metrics": names,
-        "series": cached_series(ids, list(metrics), max_points, state=state),
+        "series": cached_series(ids, list(metrics), max_points, state=state, steps=steps),
         "max_points": max_points,
         # the configs as the user may see them: with a run the user only reads, every run's without
         # the platform's keys (they are hidden on that one, so they could only differ falsely)

@@ -192,9 +192,27 @@ def test_compare_api_metrics_and_downsampling(two_runs, alice):
 
 
 @pytest.mark.django_db
+def test_compare_api_a_step_range(two_runs, alice):
+    """?after_step=&until_step=: the series of that range only (a zoomed chart's), downsampled within it;
+    the summaries stay the whole runs'; each range cached apart from the whole runs' series."""
+    a, b = two_runs
+    base = f"/api/v1/runs/compare/?ids={a.pk},{b.pk}&metrics=actor/entropy"
+    whole = _api(alice).get(f"{base}&max_points=10").json()
+    part = _api(alice).get(f"{base}&max_points=10&after_step=4&until_step=12").json()
+    entropy = part["series"]["actor/entropy"]
+    assert [s["step"] for s in entropy] == [list(range(5, 13))] * 2 and not entropy[0]["downsampled"]
+    assert entropy[0]["points"] == 8 and entropy[0]["value"][0] == pytest.approx(4.5)
+    assert part["runs"] == whole["runs"]
+    narrow = _api(alice).get(f"{base}&max_points=10&until_step=15").json()["series"]["actor/entropy"][0]
+    assert narrow["points"] == 16 and narrow["downsampled"] and narrow["step"][-1] == 15
+    assert _api(alice).get(f"{base}&max_points=10").json()["series"] == whole["series"]
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("query, status, field", [
     ("", 400, "ids"), ("ids=a", 400, "ids"), ("ids=1&max_points=3", 400, "max_points"),
-    ("ids=987654", 404, "ids"),
+    ("ids=987654", 404, "ids"), ("ids=1&after_step=9&until_step=9", 400, "until_step"),
+    ("ids=1&after_step=-2", 400, "after_step"),
 ])
 def test_compare_api_refusals(alice, query, status, field):
     resp = _api(alice).get(f"/api/v1/runs/compare/?{query}")
