@@ -133,6 +133,8 @@
       if (window.Plotly) Plotly.purge(div);
       wrap.remove();
       panels.delete(metric);
+      zoomed.delete(metric);
+      showViewInAddress();
     });
     title.append(name, remove);
     const note = document.createElement("p");
@@ -165,26 +167,48 @@
     try {
       if (!(metric in series)) await fetchSeries(metric);
       addPanel(metric);
+      showViewInAddress();
     } catch (err) {
       document.getElementById("charts-empty").hidden = false;
       document.getElementById("charts-empty").textContent = String(err.message || err);
     }
   });
 
-  document.getElementById("x-axis").addEventListener("change", (ev) => {
+  // The view in the address (?metrics=a,b&x=time&smoothing=0.60 beside ?ids=), so that a link opens the
+  // comparison as it was seen: the page's server reads metrics=, this script x= and smoothing=.
+  function showViewInAddress() {
+    const url = new URL(window.location);
+    const shownMetrics = [...panels.keys()];
+    if (shownMetrics.length) url.searchParams.set("metrics", shownMetrics.join(",")); else url.searchParams.delete("metrics");
+    if (xMode === "step") url.searchParams.delete("x"); else url.searchParams.set("x", xMode);
+    if (smoothing > 0) url.searchParams.set("smoothing", smoothing.toFixed(2)); else url.searchParams.delete("smoothing");
+    if (url.href !== window.location.href) history.replaceState(null, "", url);
+  }
+
+  const xSelect = document.getElementById("x-axis");
+  xSelect.addEventListener("change", (ev) => {
     xMode = ev.target.value;
     zoomSeq++;
     zoomed.clear();  // the new axis starts unzoomed
+    showViewInAddress();
     drawAll();
   });
 
   const slider = document.getElementById("smoothing");
   const shown = document.getElementById("smoothing-value");
-  slider.addEventListener("input", () => {
-    smoothing = Math.min(Math.max(Number(slider.value) || 0, 0), 0.99);
+  function setSmoothing(value) {
+    smoothing = Math.min(Math.max(Number(value) || 0, 0), 0.99);
+    slider.value = String(smoothing);
     shown.textContent = smoothing.toFixed(2);
+  }
+  slider.addEventListener("input", () => {
+    setSmoothing(slider.value);
+    showViewInAddress();
     drawAll();
   });
+  const asked = new URLSearchParams(window.location.search);
+  if (asked.get("x") === "time") { xMode = "time"; xSelect.value = "time"; }
+  if (asked.has("smoothing")) setSmoothing(asked.get("smoothing"));
 
   // The summary's held-out columns follow the metric picked above the table.
   const heldPicker = document.getElementById("held-out-metric");

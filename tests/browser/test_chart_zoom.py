@@ -240,3 +240,44 @@ def test_compare_panels_zoom_to_every_step(page_as, make_user):
     page.evaluate(f"() => Plotly.relayout(document.querySelector('{panel}'), {{'xaxis.autorange': true}})")
     page.wait_for_function("() => window.rlstudioCompare.zoomed('critic/score/mean') === null")
     page.wait_for_function(f"() => document.querySelector('{panel}').data[0].x.length === 1000")
+
+
+def test_the_compare_view_is_in_the_address(page_as, make_user):
+    """?metrics=, ?x= and ?smoothing= open the compare page as it was seen; adding or removing a chart,
+    the x axis and smoothing write the address."""
+    from urllib.parse import parse_qs, urlparse
+
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import MetricRow
+
+    alice = make_user("alice")
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    ids = []
+    for i in range(2):
+        run, _token = run_create(owner=alice, name=f"r{i}", dataset=dataset, model=model, config={}, gpus=0)
+        MetricRow.objects.bulk_create([MetricRow(run=run, step=s, time=timezone.now(), metrics={
+            "critic/score/mean": s / 10, "actor/entropy": 2 - s / 10, "actor/pg_loss": -s}) for s in range(5)])
+        ids.append(run.pk)
+    page = page_as(alice)
+    page.goto(f"/runs/compare/?ids={ids[0]},{ids[1]}&metrics=actor/entropy&x=time&smoothing=0.40")
+    page.wait_for_function("() => window.rlstudioCompare && window.rlstudioCompare.panels().length === 1")
+    assert page.evaluate("() => window.rlstudioCompare.panels()") == ["actor/entropy"]
+    expect(page.locator("#x-axis")).to_have_value("time")
+    expect(page.locator("#smoothing-value")).to_have_text("0.40")
+
+    def query():
+        return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+    page.select_option("#metric-add", "actor/pg_loss")
+    page.wait_for_function("() => window.rlstudioCompare.panels().length === 2")
+    assert query()["metrics"] == "actor/entropy,actor/pg_loss"
+    page.locator(".compare-panel").first.locator("button[title=\"remove this chart\"]").click()
+    page.select_option("#x-axis", "step")
+    page.fill("#smoothing", "0")
+    page.wait_for_function("() => !new URLSearchParams(location.search).has('smoothing')")
+    assert query() == {"ids": f"{ids[0]},{ids[1]}", "metrics": "actor/pg_loss"}

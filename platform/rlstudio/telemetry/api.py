@@ -411,12 +411,10 @@ def compare_params(params) -> tuple[list[int], list[str] | None, int]:
         ids = compare.parse_ids(params.getlist("ids"))
     except ValueError as exc:
         raise ApiError(str(exc), field="ids") from None
-    metrics = None
-    raw = [m.strip() for value in params.getlist("metrics") for m in value.replace("\x00", "").split(",") if m.strip()]
-    if raw:
-        metrics = list(dict.fromkeys(raw))
-        if len(metrics) > compare.MAX_METRICS:
-            raise ApiError(f"at most {compare.MAX_METRICS} metrics at once, got {len(metrics)}", field="metrics")
+    try:
+        metrics = compare.parse_metrics(params.getlist("metrics"))
+    except ValueError as exc:
+        raise ApiError(str(exc), field="metrics") from None
     max_points = int_param(params, "max_points", default=compare.MAX_POINTS_DEFAULT, minimum=compare.MAX_POINTS_MIN,
                            maximum=compare.MAX_POINTS_MAX)
     return ids, metrics, max_points

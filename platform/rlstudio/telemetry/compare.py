@@ -89,6 +89,18 @@ def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def parse_metrics(values: Sequence[str]) -> list[str] | None:
+    """The metric names of `?metrics=a,b` (or repeated), in order, each once; None when none is given
+    (the default ones); ValueError past MAX_METRICS."""
+    raw = [m.strip() for value in values for m in value.replace("\x00", "").split(",") if m.strip()]
+    if not raw:
+        return None
+    metrics = list(dict.fromkeys(raw))
+    if len(metrics) > MAX_METRICS:
+        raise ValueError(f"at most {MAX_METRICS} metrics at once, got {len(metrics)}")
+    return metrics
+
+
 def config_diff(configs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The dotted keys whose values are not the same in every config, sorted by key.
 

@@ -1,5 +1,6 @@
 """Comparing runs (issue 19, item 1): telemetry/compare.py's pure parts, GET /api/v1/runs/compare/ and
 the /runs/compare/ page, from stored metric rows (no training)."""
+import json
 from datetime import timedelta
 
 import pytest
@@ -249,3 +250,10 @@ def test_compare_page_renders_summary_diff_and_data(two_runs, alice):
     assert ">2</span> keys differ" in page
     assert client.get("/runs/compare/").status_code == 400
     assert client.get("/runs/compare/?ids=987654").status_code == 404
+    # ?metrics=: the charts the page opens with (run_compare.js keeps the ones shown there)
+    shown = client.get(f"/runs/compare/?ids={a.pk},{b.pk}&metrics=actor/entropy").content.decode()
+    data = json.loads(shown.split('id="compare-data" type="application/json">', 1)[1].split("</script>", 1)[0])
+    assert list(data["series"]) == ["actor/entropy"]
+    many = ",".join(f"m{i}" for i in range(21))
+    refused = client.get(f"/runs/compare/?ids={a.pk}&metrics={many}")
+    assert refused.status_code == 400 and "at most 20 metrics at once, got 21" in refused.content.decode()
