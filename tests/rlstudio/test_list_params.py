@@ -50,7 +50,7 @@ NOT_LISTS = {
     "/api/v1/runs/{run_id}/alerts/", "/api/v1/runs/{run_id}/evaluations/{evaluation_id}/",
     "/api/v1/runs/{run_id}/exports/{export_id}/", "/api/v1/runs/{run_id}/exports/{export_id}/archive/",
     "/api/v1/runs/{run_id}/groups/", "/api/v1/runs/{run_id}/logs/", "/api/v1/runs/{run_id}/memory/",
-    "/api/v1/runs/{run_id}/metrics.csv", "/api/v1/runs/{run_id}/retention/",
+    "/api/v1/runs/{run_id}/metrics.csv", "/api/v1/runs/{run_id}/messages.txt", "/api/v1/runs/{run_id}/retention/",
     "/api/v1/runs/{run_id}/samples/{sample_id}/", "/api/v1/runs/{run_id}/tensorboard.tar.gz",
     "/api/v1/runs/compare/", "/api/v1/sweeps/{id}/",
 }

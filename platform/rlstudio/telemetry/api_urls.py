@@ -9,6 +9,7 @@ urlpatterns = [
     path("runs/<int:run_id>/metrics/", api.RunMetricsView.as_view(), name="run-metrics"),
     path("runs/<int:run_id>/metrics/overview/", api.RunMetricsOverviewView.as_view(), name="run-metrics-overview"),
     path("runs/<int:run_id>/metrics.csv", downloads.RunMetricsCsvView.as_view(), name="run-metrics-csv"),
+    path("runs/<int:run_id>/messages.txt", downloads.RunMessagesTextView.as_view(), name="run-messages-txt"),
     path("runs/<int:run_id>/tensorboard.tar.gz", tensorboard.RunTensorBoardView.as_view(), name="run-tensorboard"),
     path("runs/<int:run_id>/samples/", api.RunSamplesView.as_view(), name="run-samples"),
     path("runs/<int:run_id>/samples/<int:sample_id>/", api.RunSampleDetailView.as_view(), name="run-sample"),

@@ -111,3 +111,38 @@ def test_the_run_page_links_the_file(alice, run_with_metrics):
     run = run_with_metrics(alice, [(0, {"x": 1.0})])
     page = _client(alice).get(f"/runs/{run.pk}/").content.decode()
     assert f'href="/api/v1/runs/{run.pk}/metrics.csv" download>Download CSV</a>' in page
+
+
+def test_the_trainer_messages_as_text(alice, bob, make_dataset, make_model, monkeypatch):
+    """GET messages.txt: every log event in seq order, a line each, streamed a chunk at a time; a reader
+    of a shared run gets them without server paths, as on the page; anyone else a 404."""
+    import json
+
+    from django.test import TestCase
+
+    from rlstudio.runs.failure import PATH_MARK
+    from rlstudio.runs.services import run_create
+
+    monkeypatch.setattr(downloads, "MESSAGE_CHUNK", 2)  # three chunks for five events
+    run, token = run_create(owner=alice, name="talks", dataset=make_dataset(alice), model=make_model(alice),
+                            config={}, gpus=0)
+    messages = ["starting", "step 1 done", "saved /srv/rlstudio/runs/7/global_step_1", "<b>x</b>", "bye"]
+    events = [{"seq": 10 - i, "type": "log", "time": T0 + 10 - i, "data": {"level": "warning" if i == 1 else "info",
+                                                                        "message": m}}
+              for i, m in enumerate(reversed(messages))]
+    events.append({"seq": 20, "type": "metrics", "time": T0 + 20, "data": {"step": 1, "metrics": {"x": 1.0}}})
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        Client().post(f"/api/v1/runs/{run.pk}/events/", json.dumps({"events": events}),
+                      content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    resp = _client(alice).get(f"/api/v1/runs/{run.pk}/messages.txt")
+    assert resp.status_code == 200 and resp["Content-Type"] == "text/plain; charset=utf-8"
+    assert resp["Content-Disposition"] == f'attachment; filename="run-{run.pk}-messages.txt"'
+    lines = b"".join(resp.streaming_content).decode().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "[info] starting", "[info] step 1 done", "[info] saved /srv/rlstudio/runs/7/global_step_1",
+        "[warning] <b>x</b>", "[info] bye"]
+    assert lines[0].split(" ", 1)[0] == "2025-11-29T18:13:26+00:00"  # the event's time, ISO 8601 in UTC
+    assert _client(bob).get(f"/api/v1/runs/{run.pk}/messages.txt").status_code == 404
+    run_share(run=run, by=alice, add=["bob"])
+    shared = b"".join(_client(bob).get(f"/api/v1/runs/{run.pk}/messages.txt").streaming_content).decode()
+    assert "/srv/rlstudio" not in shared and f"saved {PATH_MARK}" in shared
