@@ -86,12 +86,13 @@
 
   // Zooming a panel (x by step) whose series were downsampled fetches that step range's series from
   // the compare API (every step once a run has at most max_points there); autoscale goes back.
-  let zoomSeq = 0;
+  const zoomSeq = new Map();  // metric -> the number of its latest zoom (a later one wins; an axis change resets)
   function bindZoom(metric, div) {
     if (div.dataset.zoomBound || !div.on) return;
     div.dataset.zoomBound = "1";
     div.on("plotly_relayout", async (ev) => {
       if (ev["xaxis.autorange"]) {
+        zoomSeq.set(metric, (zoomSeq.get(metric) || 0) + 1);
         if (zoomed.delete(metric)) draw(metric);
         return;
       }
@@ -100,14 +101,15 @@
       const whole = series[metric] || [];
       if (!whole.some((s) => s.downsampled)) return;  // every step is drawn already
       const after = Math.max(-1, Math.floor(Number(range[0])) - 1), until = Math.max(after + 1, Math.ceil(Number(range[1])));
-      const seq = ++zoomSeq;
+      const seq = (zoomSeq.get(metric) || 0) + 1;
+      zoomSeq.set(metric, seq);
       const url = data.api + "?ids=" + data.ids.join(",") + "&metrics=" + encodeURIComponent(metric) +
         "&max_points=" + data.max_points + "&after_step=" + after + "&until_step=" + until;
       try {
         const resp = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
-        if (!resp.ok || seq !== zoomSeq) return;
+        if (!resp.ok || seq !== zoomSeq.get(metric)) return;
         const body = await resp.json();
-        if (seq !== zoomSeq) return;
+        if (seq !== zoomSeq.get(metric)) return;
         zoomed.set(metric, { after, until, series: body.series[metric] || [] });
         draw(metric);
       } catch (err) { console.error(err); }
@@ -164,6 +166,11 @@
     const metric = picker.value;
     picker.value = "";
     if (!metric || panels.has(metric)) return;
+    if (panels.size >= data.max_metrics) {  // the page and its API take at most that many at once
+      document.getElementById("charts-empty").hidden = false;
+      document.getElementById("charts-empty").textContent = `At most ${data.max_metrics} charts at once: remove one first.`;
+      return;
+    }
     try {
       if (!(metric in series)) await fetchSeries(metric);
       addPanel(metric);
@@ -188,7 +195,7 @@
   const xSelect = document.getElementById("x-axis");
   xSelect.addEventListener("change", (ev) => {
     xMode = ev.target.value;
-    zoomSeq++;
+    for (const metric of zoomSeq.keys()) zoomSeq.set(metric, zoomSeq.get(metric) + 1);
     zoomed.clear();  // the new axis starts unzoomed
     showViewInAddress();
     drawAll();

@@ -528,7 +528,10 @@
   // around a stop form's POST) took it for the one it was waiting for.
   function showViewInAddress() {
     const url = new URL(window.location);
+    // the table's keys: its form's, and those the server's first page also took (a group, a prompt),
+    // which the form does not carry on
     for (const el of document.getElementById("sample-filters").elements) if (el.name) url.searchParams.delete(el.name);
+    for (const key of ["uid", "prompt_split", "prompt_hash", "offset"]) url.searchParams.delete(key);
     for (const [k, v] of filterParams()) url.searchParams.set(k, v);
     if (url.href !== window.location.href) history.replaceState(null, "", url);
   }

@@ -478,8 +478,13 @@ class MultiTurnRollout:
                 r, "start", lambda: self.interaction.start_interaction(r.request_id, **r.interaction_kwargs))
             if ok:
                 r.interaction_started = True
-            else:
-                r.interaction_kwargs = None  # the conversation goes on without it
+                return
+            try:  # a start cut short may have kept state for the request: let it go (best effort)
+                await asyncio.wait_for(self.interaction.finalize_interaction(r.request_id, **r.interaction_kwargs),
+                                       timeout=self.interaction_timeout_s)
+            except Exception:  # noqa: BLE001 - counted already; the run goes on
+                pass
+            r.interaction_kwargs = None  # the conversation goes on without it
 
     async def _interact(self, r: _Request) -> None:
         """The interaction's reply to the turn just generated: a user message, then go on or end. A

@@ -427,6 +427,8 @@ def step_range(params) -> dict[str, int] | None:
     until = int_param(params, "until_step", minimum=0, maximum=STEP_MAX)
     if after is None and until is None:
         return None
+    if until is None and after == STEP_MAX:
+        raise ApiError(f"after_step must be below {STEP_MAX}: no step is greater", field="after_step")
     after, until = -1 if after is None else after, STEP_MAX if until is None else until
     if until <= after:
         raise ApiError(f"until_step must be greater than after_step ({after}), got {until}", field="until_step")

@@ -165,8 +165,8 @@ class RunIngestCount(models.Model):
     samples = models.BigIntegerField(default=0, help_text="Sample events stored (a transcript each, under retention).")
     metric_rows = models.BigIntegerField(default=0, help_text="MetricRows (steps with metrics).")
     caps_reached = models.JSONField(default=dict, blank=True)
-    metric_names = models.JSONField(null=True, blank=True, default=list, help_text=(
-        "Every metric name the run reported, sorted (kept by the ingest; null: not known)."))
+    metric_names = models.JSONField(null=True, blank=True, default=None, help_text=(
+        "Every metric name the run reported, sorted (kept by the ingest; null: not known yet)."))
 
     def __str__(self) -> str:
         return f"run {self.run_id}: {self.events} events, {self.samples} samples, {self.metric_rows} metric rows"

@@ -368,5 +368,6 @@ def run_compare(request):
     page = {k: v for k, v in data.items() if k != "config_diff"}  # the table is in the HTML already
     return render(request, "runs/run_compare.html", {
         "compare": data, "runs": data["runs"], "diff_rows": rows,
-        "page": {"ids": [r["id"] for r in data["runs"]], "api": "/api/v1/runs/compare/", **page},
+        "page": {"ids": [r["id"] for r in data["runs"]], "api": "/api/v1/runs/compare/",
+                 "max_metrics": compare.MAX_METRICS, **page},
     })
