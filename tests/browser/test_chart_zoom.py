@@ -283,3 +283,28 @@ def test_the_compare_view_is_in_the_address(page_as, make_user):
     page.fill("#smoothing", "0")
     page.wait_for_function("() => !new URLSearchParams(location.search).has('smoothing')")
     assert query() == {"ids": f"{ids[0]},{ids[1]}", "metrics": "actor/pg_loss"}
+
+
+def test_the_compare_page_takes_at_most_twenty_charts(page_as, make_user):
+    """Twenty charts shown (as ?metrics= opened them), a twenty-first from the picker is refused with a
+    note, so the address never names more than the page takes."""
+    from django.utils import timezone
+    from playwright.sync_api import expect
+
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.runs.services import run_create
+    from rlstudio.telemetry.models import MetricRow
+
+    alice = make_user("alice")
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, _token = run_create(owner=alice, name="many", dataset=dataset, model=model, config={}, gpus=0)
+    names = [f"m/{i:02d}" for i in range(21)]
+    MetricRow.objects.create(run=run, step=1, time=timezone.now(), metrics={n: 1.0 for n in names})
+    page = page_as(alice)
+    page.goto(f"/runs/compare/?ids={run.pk}&metrics={','.join(names[:20])}")
+    page.wait_for_function("() => window.rlstudioCompare && window.rlstudioCompare.panels().length === 20")
+    page.select_option("#metric-add", names[20])
+    expect(page.locator("#charts-empty")).to_have_text("At most 20 charts at once: remove one first.")
+    assert page.evaluate("() => window.rlstudioCompare.panels().length") == 20
+    assert names[20] not in page.url
