@@ -202,12 +202,8 @@
   });
 
   const slider = document.getElementById("smoothing");
-  const shown = document.getElementById("smoothing-value");
-  function setSmoothing(value) {
-    smoothing = Math.min(Math.max(Number(value) || 0, 0), 0.99);
-    slider.value = String(smoothing);
-    shown.textContent = smoothing.toFixed(2);
-  }
+  const showSmoothing = window.rlstudioSmoothingSlider(slider, document.getElementById("smoothing-value"));
+  function setSmoothing(value) { smoothing = showSmoothing(value); }
   slider.addEventListener("input", () => {
     setSmoothing(slider.value);
     showViewInAddress();

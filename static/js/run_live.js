@@ -768,12 +768,8 @@
 
   // Smoothing: the address's, else the one last set in this browser (kept for the next run page).
   const slider = document.getElementById("smoothing");
-  const shown = document.getElementById("smoothing-value");
-  function setSmoothing(value) {
-    smoothing = Math.min(Math.max(Number(value) || 0, 0), 0.99);
-    slider.value = String(smoothing);
-    shown.textContent = smoothing.toFixed(2);
-  }
+  const showSmoothing = window.rlstudioSmoothingSlider(slider, document.getElementById("smoothing-value"));
+  function setSmoothing(value) { smoothing = showSmoothing(value); }
   if (asked.has("chart_smoothing")) setSmoothing(asked.get("chart_smoothing"));
   else try { setSmoothing(window.localStorage.getItem("rlstudio.runSmoothing")); } catch (e) { setSmoothing(0); }
   slider.addEventListener("input", () => {

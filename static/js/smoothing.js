@@ -15,4 +15,15 @@
       return acc / (1 - Math.pow(w, k));
     });
   };
+
+  // A page's smoothing slider and the value shown beside it: the returned set(value) clamps value to
+  // [0, 0.99], puts it on both and returns it (the weight the page smooths with).
+  window.rlstudioSmoothingSlider = function (slider, shown) {
+    return function set(value) {
+      const w = Math.min(Math.max(Number(value) || 0, 0), 0.99);
+      slider.value = String(w);
+      shown.textContent = w.toFixed(2);
+      return w;
+    };
+  };
 })();

@@ -154,14 +154,14 @@ def counts_add(*, run: Run, counts: RunIngestCount, events: int, samples: int, m
     them); audit each cap the batch was refused by, the first time at that limit."""
     first_time = {cap: limit for cap, limit in reached.items() if counts.caps_reached.get(cap) != limit}
     known = counts.metric_names
-    if known is None:  # not known yet (a counter row from before the names were kept): from the rows, once
+    from_rows = known is None  # not known yet (a counter row from before the names were kept): once
+    if from_rows:
         with connection.cursor() as cur:
             cur.execute(f"SELECT {METRIC_NAMES_SQL.format(run='%s')}", [run.pk])
             found = cur.fetchone()[0]
         known = found if isinstance(found, list) else json.loads(found)
-        counts.metric_names = None  # so that the names below are saved
     names = set(known) | set(metric_names)
-    new_names = counts.metric_names is None or len(names) > len(known)
+    new_names = from_rows or len(names) > len(known)
     if not (events or samples or metric_rows or first_time or new_names):
         return
     counts.events += events

@@ -200,14 +200,11 @@ def overview(*, run, after_step: int | None = None, until_step: int | None = Non
         return Overview(steps=[], points=0, downsampled=False)
     from .models import MetricRow
 
-    if MetricRow.objects.filter(run=run, step__gt=after, step__lte=until).count() <= max_points:
+    index = _index(run, after, until)
+    if len(index) <= max_points:
         rows, _ = sel.metrics_page(run=run, after_step=after, until_step=until, limit=max_points)
         return Overview(steps=rows, points=len(rows), downsampled=False)
     # the range's first row's position in the run (its buckets are aligned on the run's rows)
     lo = MetricRow.objects.filter(run=run, step__lte=after).count() if after >= 0 else 0
-    index = _index(run, after, until)
-    if len(index) <= max_points:  # rows deleted since the count (the run's)
-        rows, _ = sel.metrics_page(run=run, after_step=after, until_step=until, limit=max_points)
-        return Overview(steps=rows, points=len(rows), downsampled=False)
     w = width(lo, lo + len(index), max_points)
     return Overview(steps=_buckets(run, index, lo, w), points=len(index), downsampled=True)
