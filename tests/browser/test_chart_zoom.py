@@ -11,6 +11,21 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 STEPS = 1250
 
 
+def _alice(make_user, *, queued: bool = False):
+    """alice (with `queued`, a quota of nothing, so her runs stay queued) and run(name) -> a new run of
+    hers on one dataset and one model record (nothing is read from them)."""
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.services import run_create
+
+    alice = make_user("alice")
+    if queued:
+        GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    return alice, lambda name: run_create(owner=alice, name=name, dataset=dataset, model=model, config={}, gpus=0)[0]
+
+
 def _trace(page, family: str, name: str) -> dict:
     return page.evaluate("""([family, name]) => {
         const t = document.querySelector(`.plot[data-family="${family}"]`).data.find((d) => d.name === name);
@@ -24,16 +39,10 @@ def test_long_run_charts_zoom_to_every_step(page_as, make_user, shot):
     from django.utils import timezone
     from playwright.sync_api import expect
 
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.quotas.models import GpuQuota
-    from rlstudio.runs.services import run_create
     from rlstudio.telemetry.models import MetricRow
 
-    alice = make_user("alice")
-    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, _token = run_create(owner=alice, name="long", dataset=dataset, model=model, config={}, gpus=0)
+    alice, new_run = _alice(make_user, queued=True)
+    run = new_run("long")
     t0 = timezone.now() - timedelta(hours=2)
     MetricRow.objects.bulk_create([
         MetricRow(run=run, step=s, time=t0 + timedelta(seconds=s),
@@ -115,16 +124,10 @@ def test_smoothing_draws_the_moving_average_over_the_raw_values_and_is_kept(page
     from django.utils import timezone
     from playwright.sync_api import expect
 
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.quotas.models import GpuQuota
-    from rlstudio.runs.services import run_create
     from rlstudio.telemetry.models import MetricRow
 
-    alice = make_user("alice")
-    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, _token = run_create(owner=alice, name="noisy", dataset=dataset, model=model, config={}, gpus=0)
+    alice, new_run = _alice(make_user, queued=True)
+    run = new_run("noisy")
     values = [0.0, 1.0, 0.0, 1.0, 0.5, 1.0]
     t0 = timezone.now() - timedelta(hours=1)
     MetricRow.objects.bulk_create([MetricRow(run=run, step=s, time=t0 + timedelta(seconds=s),
@@ -161,16 +164,10 @@ def test_the_charts_view_is_in_the_address(page_as, make_user):
     from django.utils import timezone
     from playwright.sync_api import expect
 
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.quotas.models import GpuQuota
-    from rlstudio.runs.services import run_create
     from rlstudio.telemetry.models import MetricRow
 
-    alice = make_user("alice")
-    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, _token = run_create(owner=alice, name="shared view", dataset=dataset, model=model, config={}, gpus=0)
+    alice, new_run = _alice(make_user, queued=True)
+    run = new_run("shared view")
     for step in range(4):
         MetricRow.objects.create(run=run, step=step, time=timezone.now(),
                                  metrics={"actor/entropy": 1.0 + step, "actor/pg_loss": -step})
@@ -207,18 +204,14 @@ def test_compare_panels_zoom_to_every_step(page_as, make_user):
     from django.utils import timezone
     from playwright.sync_api import expect
 
-    from rlstudio.catalog.models import Dataset, ModelAsset
     from rlstudio.runs.models import Run
-    from rlstudio.runs.services import run_create
     from rlstudio.telemetry.models import MetricRow
 
-    alice = make_user("alice")
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    alice, new_run = _alice(make_user)
     t0 = timezone.now() - timedelta(hours=2)
     ids = []
     for i in range(2):
-        run, _token = run_create(owner=alice, name=f"long-{i}", dataset=dataset, model=model, config={}, gpus=0)
+        run = new_run(f"long-{i}")
         Run.objects.filter(pk=run.pk).update(status="succeeded", step=STEPS, total_steps=STEPS, started=t0,
                                              finished=t0 + timedelta(seconds=STEPS))
         MetricRow.objects.bulk_create([MetricRow(run=run, step=s, time=t0 + timedelta(seconds=s),
@@ -252,16 +245,12 @@ def test_the_compare_view_is_in_the_address(page_as, make_user):
     from django.utils import timezone
     from playwright.sync_api import expect
 
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.runs.services import run_create
     from rlstudio.telemetry.models import MetricRow
 
-    alice = make_user("alice")
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    alice, new_run = _alice(make_user)
     ids = []
     for i in range(2):
-        run, _token = run_create(owner=alice, name=f"r{i}", dataset=dataset, model=model, config={}, gpus=0)
+        run = new_run(f"r{i}")
         MetricRow.objects.bulk_create([MetricRow(run=run, step=s, time=timezone.now(), metrics={
             "critic/score/mean": s / 10, "actor/entropy": 2 - s / 10, "actor/pg_loss": -s}) for s in range(5)])
         ids.append(run.pk)
@@ -291,14 +280,10 @@ def test_the_compare_page_takes_at_most_twenty_charts(page_as, make_user):
     from django.utils import timezone
     from playwright.sync_api import expect
 
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.runs.services import run_create
     from rlstudio.telemetry.models import MetricRow
 
-    alice = make_user("alice")
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, _token = run_create(owner=alice, name="many", dataset=dataset, model=model, config={}, gpus=0)
+    alice, new_run = _alice(make_user)
+    run = new_run("many")
     names = [f"m/{i:02d}" for i in range(21)]
     MetricRow.objects.create(run=run, step=1, time=timezone.now(), metrics={n: 1.0 for n in names})
     page = page_as(alice)
