@@ -181,12 +181,13 @@
     }
   });
 
-  // The view in the address (?metrics=a,b&x=time&smoothing=0.60 beside ?ids=), so that a link opens the
-  // comparison as it was seen: the page's server reads metrics=, this script x= and smoothing=.
+  // The view in the address (?metrics=a&metrics=b&x=time&smoothing=0.60 beside ?ids=), so that a link
+  // opens the comparison as it was seen: the page's server reads metrics= (one name each, so a name with
+  // a comma comes back whole), this script x= and smoothing=.
   function showViewInAddress() {
     const url = new URL(window.location);
-    const shownMetrics = [...panels.keys()];
-    if (shownMetrics.length) url.searchParams.set("metrics", shownMetrics.join(",")); else url.searchParams.delete("metrics");
+    url.searchParams.delete("metrics");
+    for (const metric of panels.keys()) url.searchParams.append("metrics", metric);
     if (xMode === "step") url.searchParams.delete("x"); else url.searchParams.set("x", xMode);
     if (smoothing > 0) url.searchParams.set("smoothing", smoothing.toFixed(2)); else url.searchParams.delete("smoothing");
     if (url.href !== window.location.href) history.replaceState(null, "", url);

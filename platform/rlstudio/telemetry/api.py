@@ -444,8 +444,9 @@ class RunCompareView(APIView):
             OpenApiParameter("ids", str, required=True, description=(
                 "The runs to compare, comma-separated ids (or ids= repeated), at most 20.")),
             OpenApiParameter("metrics", str, required=False, description=(
-                "Metric names whose series to return, comma-separated (default: the held-out reward "
-                "most runs report and critic/score/mean).")),
+                "Metric names whose series to return, metrics= repeated (a value that is one of the "
+                "runs' metric names is that name, commas and all) or comma-separated; at most 20 "
+                "(default: the held-out reward most runs report and critic/score/mean).")),
             OpenApiParameter("max_points", int, required=False, description=(
                 "Points per series at most, 10 to 5000 (default 1000); longer series are downsampled.")),
             OpenApiParameter("after_step", int, required=False, description=(
@@ -467,4 +468,6 @@ class RunCompareView(APIView):
                                         steps=steps)
         except Http404 as exc:
             raise ApiError(str(exc), code="not_found", field="ids", status_code=404) from None
+        except compare.TooManyMetrics as exc:
+            raise ApiError(str(exc), field="metrics") from None
         return Response(body)

@@ -32,7 +32,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -89,16 +89,33 @@ def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+class TooManyMetrics(ValueError):
+    """More metric names asked for at once than MAX_METRICS."""
+
+
 def parse_metrics(values: Sequence[str]) -> list[str] | None:
-    """The metric names of `?metrics=a,b` (or repeated), in order, each once; None when none is given
-    (the default ones); ValueError past MAX_METRICS."""
-    raw = [m.strip() for value in values for m in value.replace("\x00", "").split(",") if m.strip()]
+    """The `?metrics=` values as given (NULs dropped, blanks skipped), or None when none is given (the
+    default ones); TooManyMetrics past MAX_METRICS values. `resolve_metrics` makes them names."""
+    raw = [v.replace("\x00", "").strip() for v in values]
+    raw = [v for v in raw if v]
     if not raw:
         return None
-    metrics = list(dict.fromkeys(raw))
-    if len(metrics) > MAX_METRICS:
-        raise ValueError(f"at most {MAX_METRICS} metrics at once, got {len(metrics)}")
-    return metrics
+    if len(raw) > MAX_METRICS:
+        raise TooManyMetrics(f"at most {MAX_METRICS} metrics at once, got {len(raw)}")
+    return raw
+
+
+def resolve_metrics(values: Sequence[str], known: Collection[str]) -> list[str]:
+    """The metric names of `?metrics=` values, in order, each once: a value that is one of the `known`
+    names (the runs') is that name, commas and all; any other is a comma-separated list (`a,b`).
+    TooManyMetrics past MAX_METRICS names."""
+    names = []
+    for value in values:
+        names.extend([value] if value in known else [m.strip() for m in value.split(",") if m.strip()])
+    names = list(dict.fromkeys(names))
+    if len(names) > MAX_METRICS:
+        raise TooManyMetrics(f"at most {MAX_METRICS} metrics at once, got {len(names)}")
+    return names
 
 
 def config_diff(configs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -374,8 +391,9 @@ def compare_runs(*, user: AbstractBaseUser, run_ids: Sequence[int], metrics: Seq
                  max_points: int = MAX_POINTS_DEFAULT, steps: dict[str, int] | None = None) -> dict[str, Any]:
     """The comparison of the runs `run_ids` the user may read (Http404 naming the first other id).
 
-    `metrics`: the series to return (None: the default held-out metric and `critic/score/mean`, those
-    reported); names no run reported come back as empty lists of series. `steps` ({"after", "until"}):
+    `metrics`: the `?metrics=` values (parse_metrics) whose series to return, made names by
+    resolve_metrics (TooManyMetrics past MAX_METRICS); None: the default held-out metric and
+    `critic/score/mean`, those reported. Names no run reported come back as empty lists of series. `steps` ({"after", "until"}):
     the series of that step range only (a zoomed chart's), downsampled within it; the summaries are the
     whole runs'."""
     runs = runs_get_for(user=user, run_ids=list(run_ids))
@@ -390,6 +408,8 @@ def compare_runs(*, user: AbstractBaseUser, run_ids: Sequence[int], metrics: Seq
     default = default_held_out([held[r] for r in ids])
     if metrics is None:
         metrics = [m for m in (default, TRAIN_REWARD) if m and m in names]
+    else:
+        metrics = resolve_metrics(metrics, set(names))
     now = timezone.now()
     return {
         "runs": [run_summary(r, held_out=held[r.pk], now=now) for r in runs],

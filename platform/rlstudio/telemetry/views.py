@@ -345,7 +345,7 @@ COMPARE_COLOURS = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc9
 @login_required
 def run_compare(request):
     """`?ids=1,2,3` (or `ids` repeated, as the runs list's checkboxes send it): the runs' metrics
-    overlaid (`?metrics=a,b`: those charts; else the default ones), their summary and the config keys
+    overlaid (`?metrics=` repeated, or `a,b`: those charts; else the default ones), their summary and the config keys
     that differ. The data is compare.compare_runs's (the
     API's), embedded with json_script; static/js/run_compare.js draws it and fetches other metrics
     from GET /api/v1/runs/compare/. A run the user may not read is a 404."""
@@ -354,9 +354,9 @@ def run_compare(request):
     try:
         ids = compare.parse_ids(request.GET.getlist("ids"))
         metrics = compare.parse_metrics(request.GET.getlist("metrics"))  # the charts shown (run_compare.js keeps them here)
+        data = compare.compare_runs(user=request.user, run_ids=ids, metrics=metrics)
     except ValueError as exc:
         return render(request, "runs/run_compare.html", {"error": str(exc)}, status=400)
-    data = compare.compare_runs(user=request.user, run_ids=ids, metrics=metrics)
     for i, r in enumerate(data["runs"]):
         r["colour"] = COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
         seconds = int(r["duration_s"]) if r["duration_s"] is not None else None

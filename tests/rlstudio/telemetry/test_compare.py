@@ -1,6 +1,7 @@
 """Comparing runs (issue 19, item 1): telemetry/compare.py's pure parts, GET /api/v1/runs/compare/ and
 the /runs/compare/ page, from stored metric rows (no training)."""
 import json
+from urllib.parse import urlencode
 from datetime import timedelta
 
 import pytest
@@ -121,6 +122,16 @@ def test_parse_ids():
             compare.parse_ids(bad)
 
 
+def test_metrics_values_are_known_names_whole_else_comma_lists():
+    known = {"reward/a,b", "a", "b"}
+    assert compare.resolve_metrics(["reward/a,b", "a,c", " d , ,a"], known) == ["reward/a,b", "a", "c", "d"]
+    assert compare.parse_metrics(["", " "]) is None and compare.parse_metrics(["x\x00y"]) == ["xy"]
+    with pytest.raises(compare.TooManyMetrics, match="got 21"):
+        compare.parse_metrics([f"m{i}" for i in range(21)])
+    with pytest.raises(compare.TooManyMetrics, match="got 21"):
+        compare.resolve_metrics([",".join(f"m{i}" for i in range(21))], known)
+
+
 def test_default_held_out_is_the_one_most_runs_report():
     assert compare.default_held_out([{"b": 1, "a": 1}, {"b": 1}, {}]) == "b"
     assert compare.default_held_out([{"b": 1}, {"a": 1}]) == "a"
@@ -190,6 +201,26 @@ def test_compare_api_metrics_and_downsampling(two_runs, alice):
     assert entropy[0]["step"][-1] == 20
     # the summary's held-out figures come from every stored row, never from a downsampled series
     assert body["runs"][0]["held_out"][VAL]["best"] == 0.6
+
+
+@pytest.mark.django_db
+def test_compare_a_metric_name_with_a_comma_round_trips(two_runs, alice):
+    """metrics= repeated, one name each (as run_compare.js writes the address and fetches a chart):
+    a name the runs report is taken whole, commas and all; an unknown value is still a list."""
+    a, b = two_runs
+    MetricRow.objects.create(run=a, step=21, time=timezone.now(), metrics={"reward/x,y": 0.5})
+    q = urlencode([("ids", a.pk), ("ids", b.pk), ("metrics", "reward/x,y"), ("metrics", "actor/entropy,nope")])
+    body = _api(alice).get(f"/api/v1/runs/compare/?{q}").json()
+    assert list(body["series"]) == ["reward/x,y", "actor/entropy", "nope"]
+    assert [s["value"] for s in body["series"]["reward/x,y"]] == [[0.5]]  # run a's only
+    client = Client()
+    client.force_login(alice)
+    page = client.get(f"/runs/compare/?{q}").content.decode()
+    data = json.loads(page.split('id="compare-data" type="application/json">', 1)[1].split("</script>", 1)[0])
+    assert list(data["series"]) == ["reward/x,y", "actor/entropy", "nope"]
+    many = urlencode([("ids", a.pk), ("metrics", ",".join(f"m{i}" for i in range(21)))])
+    refused = _api(alice).get(f"/api/v1/runs/compare/?{many}")
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "metrics"
 
 
 @pytest.mark.django_db
