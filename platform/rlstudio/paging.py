@@ -9,6 +9,8 @@ from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
 from django.http import QueryDict
 
+from rlstudio.text import ascii_uint
+
 PER_PAGE = 50
 
 
@@ -42,8 +44,8 @@ class Paged:
 
 def page_number(get: QueryDict) -> int:
     """?page= as a page number (1 when absent or not a positive integer; past the end is the last page)."""
-    raw = (get.get("page") or "").strip()
-    return int(raw) if raw.isdigit() and 0 < len(raw) < 10 and int(raw) > 0 else 1
+    number = ascii_uint((get.get("page") or "").strip(), max_digits=9)
+    return number if number else 1
 
 
 def paged(queryset: QuerySet, get: QueryDict, *, per_page: int | None = None) -> Paged:

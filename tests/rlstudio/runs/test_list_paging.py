@@ -41,7 +41,7 @@ def test_pages_cover_every_run_once_and_keep_filters_and_sort(alice, make_run, m
     assert "1–2 of 5" in first and 'href="?sort=name&amp;q=r&amp;page=2">next ›</a>' in first
     # Past the end is the last page; a page that does not parse is the first.
     assert _names(client.get("/runs/?sort=name&q=r&page=99").content.decode()) == ["r4"]
-    for bad in ("abc", "-1", "0", "1e3", "99999999999999999999"):
+    for bad in ("abc", "-1", "0", "1e3", "99999999999999999999", "²", "%C2%B2", "%EF%BC%92", "1%C2%B2"):
         assert _names(client.get(f"/runs/?sort=name&q=r&page={bad}").content.decode()) == ["r0", "r1"], bad
 
 
@@ -99,3 +99,13 @@ def test_the_default_order_is_said_and_a_chosen_sort_shows_its_arrow(alice, make
     assert 'id="sort-note"' in page and "newest first" in page
     page = client.get("/runs/?sort=name").content.decode()
     assert 'id="sort-note"' not in page and 'aria-sort="ascending"' in page and "Name</a> ▲" in page
+
+
+@pytest.mark.parametrize("raw, number", [("3", 3), (" 12 ", 12), ("", 1), ("0", 1), ("²", 1), ("２", 1), ("٣", 1),
+                                         ("1²", 1), ("-2", 1), ("1234567890", 1), ("999999999", 999999999)])
+def test_page_number_reads_only_ascii_digits(raw, number):
+    """Every paged list's ?page= (runs, datasets, models, projects, sweeps): a digit int() cannot read,
+    such as "²", is page 1 like any other bad value, never a 500."""
+    from django.http import QueryDict
+
+    assert paging.page_number(QueryDict(mutable=True) | {"page": raw}) == number
