@@ -1,12 +1,21 @@
 // The transcript page: switch between the chat and the token view, and colour each token by its
 // log-prob, reference log-prob, advantage, rollout log-prob or the rollout − actor log-prob gap
-// (values come from data- attributes, text is never parsed).
+// (values come from data- attributes, text is never parsed). The server renders the tab and the
+// colouring the address names (?view=tokens&colour=adv; an unknown value is the default); each switch
+// is written back to the address (history.replaceState, the page's other parameters kept), the
+// default as no parameter, so a copied link opens the page as it was seen.
 (function () {
   "use strict";
+  function keep(key, value) {  // value null: the parameter goes
+    const url = new URL(window.location.href);
+    if (value === null) url.searchParams.delete(key); else url.searchParams.set(key, value);
+    if (url.href !== window.location.href) history.replaceState(null, "", url);
+  }
   for (const btn of document.querySelectorAll(".tabs button[data-tab]")) {
     btn.addEventListener("click", () => {
       for (const b of document.querySelectorAll(".tabs button")) b.classList.toggle("active", b === btn);
       for (const t of ["chat", "tokens"]) document.getElementById("tab-" + t).hidden = t !== btn.dataset.tab;
+      keep("view", btn.dataset.tab === "chat" ? null : btn.dataset.tab);
     });
   }
   const select = document.getElementById("token-colour");
@@ -39,6 +48,9 @@
       }
     });
   }
-  select.addEventListener("change", colour);
+  select.addEventListener("change", () => {
+    colour();
+    keep("colour", select.value === select.dataset.default ? null : select.value);
+  });
   colour();
 })();

@@ -1,7 +1,8 @@
 """Pages of a run's telemetry: the live run page, a sample's transcript and token view, a GRPO group,
 one prompt across training, and runs compared side by side (/runs/compare/?ids=1,2,3). Server-rendered
 from stored data (the run page holds the run's metric rows, at most 1,000 of them: telemetry/overview.py);
-static/js/run_live.js fetches a zoomed range's rows from the overview API and makes the run page live (websocket with resume_after), static/js/telemetry_tokens.js colours the token view.
+static/js/run_live.js fetches a zoomed range's rows from the overview API and makes the run page live (websocket with resume_after), static/js/telemetry_tokens.js colours the token view and keeps the transcript page's
+tab and colouring in its address (?view=tokens&colour=adv: token_view_state, rendered by the server).
 All model and tool text is rendered through Django's autoescaping (never |safe).
 """
 from __future__ import annotations
@@ -191,6 +192,35 @@ def _tokens(view: dict[str, Any] | None) -> list[dict[str, Any]]:
                                              view["logprobs"], ref, view["advantages"], rollout)]
 
 
+# The token view's colourings, in the select's order: (value, label, what the colours mean, what the
+# token view must carry for it: None, "ref" or "rollout"). The first is the default; ?colour= takes a value.
+LOG_PROB_KEY = "orange: less likely than the others in view (the least likely the deepest); none: the most likely"
+TOKEN_COLOURINGS = (
+    ("lp", "log-prob", LOG_PROB_KEY, None),
+    ("ref", "reference log-prob", LOG_PROB_KEY, "ref"),
+    ("adv", "advantage", "green: advantage above 0; red: below 0 (deeper: larger)", None),
+    ("rollout", "rollout log-prob", LOG_PROB_KEY, "rollout"),
+    ("gap", "rollout − actor log-prob (mismatch)",
+     "blue: the rollout engine more sure of the token than the actor; purple: less sure (deeper: a larger gap)",
+     "rollout"),
+)
+
+
+def token_view_state(params, *, has_tokens: bool, has_ref: bool, has_rollout: bool) -> dict[str, Any]:
+    """The transcript page's view from its address: `view` ("tokens" for ?view=tokens when the sample has a
+    token view, else "chat") and `colourings` (the select's options, the one ?colour= names selected, the
+    first when it names none the sample offers). An unknown or unavailable value is the default, never an
+    error: the address is a shared link, static/js/telemetry_tokens.js writes it back as the user switches."""
+    carried = {None: True, "ref": has_ref, "rollout": has_rollout}
+    offered = [(value, label, legend) for value, label, legend, needs in TOKEN_COLOURINGS if carried[needs]]
+    wanted = params.get("colour")
+    chosen = wanted if any(value == wanted for value, _, _ in offered) else offered[0][0]
+    return {"view": "tokens" if has_tokens and params.get("view") == "tokens" else "chat",
+            "colour": chosen, "colour_default": offered[0][0],
+            "colourings": [{"value": value, "label": label, "legend": legend, "selected": value == chosen}
+                           for value, label, legend in offered]}
+
+
 # The parts of a combined reward (trainer.rewards.combine.PART_KEYS) as the sample page lists them:
 # (reward_extra key, label, the reward_model weight that multiplies it).
 REWARD_PARTS = (("rule_score", "Reward function (rule)", "rule_weight"), ("rm_score", "Reward model", "rm_weight"),
@@ -219,14 +249,16 @@ def reward_breakdown(extra: dict[str, Any], config: dict[str, Any]) -> list[dict
 def sample_detail(request, run_id: int, sample_id: int):
     run = sel.run_visible(user=request.user, run_id=run_id)
     sample = sel.sample_detail_dict(sel.sample_get(run=run, sample_id=sample_id))
+    tokens = _tokens(sample["token_view"])
+    has_ref = bool(sample["token_view"] and sample["token_view"].get("ref_logprobs"))
+    has_rollout = bool(sample["token_view"] and sample["token_view"].get("rollout_logprobs"))
     return render(request, "telemetry/sample_detail.html", {
         "run": run, "sample": sample, "transcript": _pretty_tool_calls(sample["messages"]),
         "reward_parts": json.dumps(sample["reward_extra"], indent=2, ensure_ascii=False),
         "reward_breakdown": reward_breakdown(sample["reward_extra"], run.config),
         "ground_truth": json.dumps(sample["ground_truth"], ensure_ascii=False),
-        "tokens": _tokens(sample["token_view"]),
-        "has_ref": bool(sample["token_view"] and sample["token_view"].get("ref_logprobs")),
-        "has_rollout": bool(sample["token_view"] and sample["token_view"].get("rollout_logprobs")),
+        "tokens": tokens, "has_ref": has_ref, "has_rollout": has_rollout,
+        **token_view_state(request.GET, has_tokens=bool(tokens), has_ref=has_ref, has_rollout=has_rollout),
     })
 
 
