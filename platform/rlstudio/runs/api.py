@@ -41,7 +41,7 @@ from .serializers import (
     RunConfigCreateSerializer,
     RunConfigSerializer,
     RunCreatedSerializer,
-    RunCreateSerializer,
+    RunLaunchSerializer,
     RunDetailSerializer,
     RunForkSerializer,
     RunLogsSerializer,
@@ -267,9 +267,9 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
         return Response({"visibility": run.visibility, "users": run_shared_users(run=run),
                          "teams": run_shared_teams(run=run)})
 
-    @extend_schema(request=RunCreateSerializer, responses={201: RunCreatedSerializer})
+    @extend_schema(request=RunLaunchSerializer, responses={201: RunCreatedSerializer})
     def create(self, request):
-        s = RunCreateSerializer(data=request.data)
+        s = RunLaunchSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d, user = s.validated_data, request.user
         dataset = _lookup(dataset_get_for, user=user, field="dataset", value=d["dataset"])
@@ -295,7 +295,7 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
                       reward_model=reward_model)
         try:
             run = run_new(owner=user, name=d["name"], saved=saved, tool_set=d.get("tool_set") or "",
-                          project=d.get("project"), **inputs)
+                          project=d.get("project"), retention=d.get("retention"), **inputs)
         except RunInputInvalid as exc:
             raise _invalid_all(exc, base=saved, **inputs) from None
         except RunRefused as exc:

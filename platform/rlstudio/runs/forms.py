@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django import forms
 
+from rlstudio.retention import RETENTION_K_MAX, RetentionMode
+
 # The fields a user most often changes, as (form field, verl key, label, type).
 IMPORTANT_FIELDS = [
     ("samples_per_prompt", "actor_rollout_ref.rollout.n", "Samples per prompt", int),
@@ -72,6 +74,13 @@ class RunForm(forms.Form):
 
     project = forms.TypedChoiceField(choices=(), required=False, coerce=int, empty_value=None,
                                      help_text="One of your projects to put the run in (optional).")
+    tags = forms.CharField(max_length=2000, required=False,
+                           help_text="Optional: separated by commas or spaces (letters, digits, _ . : + / -).")
+    retention_mode = forms.ChoiceField(choices=RetentionMode.choices, required=False, initial=RetentionMode.ALL,
+                                       label="Samples kept",
+                                       help_text="Which samples keep their transcript in the database.")
+    retention_k = forms.IntegerField(min_value=1, max_value=RETENTION_K_MAX, required=False, initial=1, label="k",
+                                     help_text="Samples per step (first k), or every k-th step.")
 
     def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), rewards=(), reward_models=None,
                  projects=(), **kwargs):
@@ -99,6 +108,17 @@ class RunForm(forms.Form):
             if value is not None:
                 out.append(f"{key}={value}")
         return out + override_lines(self.cleaned_data.get("overrides"))
+
+    def tag_list(self) -> list[str]:
+        """The tags typed, split on commas and spaces (the service checks each)."""
+        return [t for t in (self.cleaned_data.get("tags") or "").replace(",", " ").split() if t]
+
+    def retention(self) -> dict | None:
+        """The retention chosen, {"mode", "k"}; None for "all samples" (no row: keep every one)."""
+        mode = self.cleaned_data.get("retention_mode") or RetentionMode.ALL
+        if mode == RetentionMode.ALL:
+            return None
+        return {"mode": mode, "k": self.cleaned_data.get("retention_k") or 1}
 
     def config_inputs(self, *, config=None) -> dict | None:
         """The config's inputs from what cleaned (None without a valid preset and GPUs): the preset or a
@@ -132,6 +152,8 @@ class RunForm(forms.Form):
             return "reward_name"
         if key in ("reward_model_id", "reward_model.model.path"):
             return "reward_model"
+        if key.startswith("retention"):
+            return "retention_k" if key == "retention.k" else "retention_mode"
         if key in self.fields:
             return key
         return None

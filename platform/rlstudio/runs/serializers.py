@@ -216,6 +216,15 @@ class RunCreateSerializer(serializers.Serializer):
         return attrs
 
 
+class RunLaunchSerializer(RunCreateSerializer):
+    """POST /api/v1/runs/: RunCreateSerializer's fields (which a sweep's launch shares) and the run's
+    sample retention, checked by `services.run_new` (a 400 on retention.mode or retention.k)."""
+
+    retention = serializers.JSONField(required=False, allow_null=True, help_text=(
+        'The run\'s sample retention, {"mode": "all" | "per_step" | "every_kth_step", "k": N} (k from 1, '
+        "default 1), as PUT /api/v1/runs/{id}/retention/ takes it; absent or null: keep every sample."))
+
+
 class RunStopSerializer(serializers.Serializer):
     checkpoint = serializers.BooleanField(default=True, help_text="Finish the step and save a checkpoint first.")
     force = serializers.BooleanField(default=False, help_text="Kill the run now.")

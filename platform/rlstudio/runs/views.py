@@ -250,6 +250,7 @@ def _save_and_launch(request, form, config):
             model=d["model"], gpus=d["gpus"], preset=d["preset"], config=config, saved=inputs["base"],
             overrides=inputs["overrides"], tool_set=d.get("tool_set") or "",
             reward_model=d.get("reward_model"), admit=False, project=d.get("project"),
+            tags=form.tag_list(), retention=form.retention(),
         )
     return run_launch_admit(run=run, by=request.user)
 

@@ -37,6 +37,7 @@ from rest_framework.views import APIView
 from rlstudio.api.errors import ApiError
 from rlstudio.api.params import bool_param, int_param, list_params
 from rlstudio.api.pagination import CountResultsPagination
+from rlstudio.retention import RetentionInvalid
 from rlstudio.runs.models import Run
 from rlstudio.runs.selectors import can_manage
 from rlstudio.runs.services import run_token_check
@@ -397,8 +398,8 @@ class RunRetentionView(_RunReadView):
         mode, k = data.get("mode", RetentionMode.ALL), data.get("k", 1)
         try:
             r = retention_set(run=self.run, mode=mode, k=k, by=request.user)
-        except ValueError as exc:
-            raise ApiError(str(exc), field="k" if str(exc).startswith("retention k ") else "mode") from None
+        except RetentionInvalid as exc:
+            raise ApiError(str(exc), field=exc.field) from None
         return Response({"mode": r.mode, "k": r.k})
 
 

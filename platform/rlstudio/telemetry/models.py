@@ -1,6 +1,8 @@
 """Records of what a run reports, each stored once per (run, seq) or (run, step)."""
 from django.db import models
 
+from rlstudio.retention import RetentionMode  # defined with the retention's checks; importable from here too
+
 from .fields import CompressedJSONField
 
 
@@ -118,14 +120,6 @@ class MemoryPoint(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.run_id} #{self.seq} {self.phase}"
-
-
-class RetentionMode(models.TextChoices):
-    """How many of a run's samples keep their full transcript in the database."""
-
-    ALL = "all", "all samples"
-    PER_STEP = "per_step", "the first k samples of each step"
-    EVERY_KTH_STEP = "every_kth_step", "all samples of every k-th step"
 
 
 class RunRetention(models.Model):

@@ -44,6 +44,7 @@ from rlstudio.runs import launch
 from rlstudio.runs.failure import trainer_failure
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_reach
+from rlstudio.retention import RETENTION_K_MAX, Retention, retention_check  # noqa: F401 (RETENTION_K_MAX: re-exported)
 from rlstudio.text import without_nul
 from trainer.events.schema import SAMPLE_OPTIONAL_KEYS, EventError, TokenView
 from trainer.events.wire import Event, validate_event
@@ -63,7 +64,6 @@ TRAINER_STATES = {"running": S.RUNNING, "stopping": S.STOPPING, "stopped": S.STO
                   "succeeded": S.SUCCEEDED, "failed": S.FAILED}
 SAMPLE_SUMMARY_KEYS = ("step", "uid", "index", "reward", "advantage", "response_length", "num_turns",
                        "finish_reason", "tool_calls", "validation", "prompt_split", "prompt_index", "prompt_hash")
-RETENTION_K_MAX = 1_000_000  # a retention's k: samples kept per step, or every k-th step
 
 
 # hook(run=..., by_type={"metrics": [event, ...], ...}): the new events of a stored batch, seq order.
@@ -473,12 +473,24 @@ def rollout_dump_append(*, run_id: int, samples: list[dict[str, Any]]) -> None:
 
 
 def retention_set(*, run: Run, mode: str, k: int = 1, by: AbstractBaseUser | None) -> RunRetention:
-    """Set how many samples of `run` keep their transcript in the database (from now on)."""
-    if mode not in RetentionMode.values:
-        raise ValueError(f"retention mode must be one of {', '.join(RetentionMode.values)}, got {mode!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= RETENTION_K_MAX:
-        raise ValueError(f"retention k must be an integer from 1 to {RETENTION_K_MAX}, got {repr(k)[:30]}")
+    """Set how many samples of `run` keep their transcript in the database (from now on); a value out of
+    bounds is `rlstudio.retention.RetentionInvalid` (a ValueError) naming "mode" or "k"."""
+    checked = retention_check(mode, k)
     with transaction.atomic():
-        retention, _ = RunRetention.objects.update_or_create(run=run, defaults={"mode": mode, "k": k})
-        audit_record(actor=by, action="run.retention", obj=run, data={"mode": mode, "k": k})
+        retention, _ = RunRetention.objects.update_or_create(run=run, defaults=checked.as_dict())
+        audit_record(actor=by, action="run.retention", obj=run, data=checked.as_dict())
     return retention
+
+
+INHERITED_RETENTION = ("resume", "clone", "fork")  # the parent kinds whose new run keeps its parent's retention
+
+
+def retention_for_new_run(*, run: Run, retention: Retention | None) -> None:
+    """The run-created hook (`rlstudio.runs.services.on_run_created`, inside the transaction that
+    creates `run`): the retention chosen at the launch, else, for a resume, clone or fork, a copy of its
+    parent's (a run with no row keeps every sample)."""
+    if retention is None and run.parent_id and run.parent_kind in INHERITED_RETENTION:
+        parent = RunRetention.objects.filter(run_id=run.parent_id).first()
+        retention = Retention(mode=parent.mode, k=parent.k) if parent else None
+    if retention is not None:
+        RunRetention.objects.update_or_create(run=run, defaults=retention.as_dict())

@@ -2,7 +2,7 @@
 
     transitions  THE run state machine (`run_transition`) and `run_reach`, the one rule for reaching
                  a state Ray or the trainer reports
-    creation     a queued run's record and its ingest token
+    creation     a queued run's record and its ingest token; the `on_run_created` hooks (its retention)
     admission    quotas, the cluster and the fair queue (`run_admit`, `queue_admit_all`, `run_queue_move`);
                  what it asks is registered in queue_registry, the queue's order is queue_order's,
                  the cluster's GPUs cluster's
@@ -28,7 +28,7 @@ from .admission import (
     run_requeue_unsent,
 )
 from .queue_order import QUEUE_ORDER
-from .creation import INGEST_TOKEN_PREFIX, run_create, run_issue_ingest_token, run_token_check, token_hash
+from .creation import INGEST_TOKEN_PREFIX, on_run_created, run_create, run_issue_ingest_token, run_token_check, token_hash
 from ..errors import DeleteRefusal, RunInputInvalid, RunNotPermitted, RunRefused, RunsNotDeleted
 from .deletion import (
     bulk_delete_max,
@@ -74,7 +74,7 @@ from .transitions import (
 __all__ = [
     "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
     "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "TransitionMade", "check_can_manage",
-    "on_run_succeeded", "on_run_transition", "run_register_export",
+    "on_run_created", "on_run_succeeded", "on_run_transition", "run_register_export",
     "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
     "bulk_delete_refusals", "clean_run_ids", "DeleteRefusal", "RunsNotDeleted", "run_annotate", "run_share", "run_set_project", "runs_access_changed", "check_project_of", "on_access_changed", "on_job_adopted",
     "queue_admit_all", "queue_paused", "run_adopt_job", "run_admit", "run_clone", "run_config_save", "run_create",

@@ -1,21 +1,38 @@
-"""A run's record and its ingest token: creating a queued run, issuing and checking tokens."""
+"""A run's record and its ingest token: creating a queued run, issuing and checking tokens.
+
+A new run is handed, inside the transaction that creates it, to the `on_run_created` hooks with the
+sample retention chosen at its launch (the telemetry app registers the one that stores it, or copies a
+resumed, cloned or forked run's parent's, so that runs never imports telemetry)."""
 from __future__ import annotations
 
 import hashlib
 import hmac
 import secrets
-from typing import Any
+from typing import Any, Callable
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.retention import Retention
 
 from ..models import TERMINAL_STATUSES, Run, RunStatus
 
 
 S = RunStatus
 INGEST_TOKEN_PREFIX = "rit_"
+
+
+_CREATED_HOOKS: list[Callable[..., None]] = []
+
+
+def on_run_created(hook: Callable[..., None]) -> Callable[..., None]:
+    """Register `hook(*, run, retention)` to run inside the transaction that creates a run (idempotent
+    per function); `retention` is the Retention chosen at the launch, or None. A hook that raises rolls
+    the new run back."""
+    if hook not in _CREATED_HOOKS:
+        _CREATED_HOOKS.append(hook)
+    return hook
 
 
 def token_hash(token: str) -> str:
@@ -39,8 +56,12 @@ def run_create(
     reward_model=None,
     project_id: int | None = None,
     fork_changes: list[dict[str, Any]] | None = None,
+    tags: list[str] | None = None,
+    retention: Retention | None = None,
 ) -> tuple[Run, str]:
-    """Create a queued run with a fresh per-run ingest token.
+    """Create a queued run with a fresh per-run ingest token, `tags` (already cleaned) and the sample
+    `retention` chosen at its launch (None: its parent's for a resume, clone or fork, else keep all),
+    which the `on_run_created` hooks store in the same transaction.
 
     Returns (run, token): the plaintext token exists only in this return value; the run stores
     its sha256. The trainer presents it as `Authorization: Bearer <token>` to report events.
@@ -73,8 +94,14 @@ def run_create(
             step=start_step,
             project_id=project_id,
             fork_changes=fork_changes,
+            tags=list(tags or []),
         )
-        audit_record(actor=owner, action="run.create", obj=run, data={"name": name, "gpus": gpus})
+        for hook in list(_CREATED_HOOKS):
+            hook(run=run, retention=retention)
+        data: dict[str, Any] = {"name": name, "gpus": gpus}
+        if retention is not None:
+            data["retention"] = retention.as_dict()
+        audit_record(actor=owner, action="run.create", obj=run, data=data)
     return run, token
 
 

@@ -7,6 +7,7 @@ not queued; more GPUs than the cluster has now is accepted and waits, as GPUs ma
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -14,6 +15,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.retention import Retention, RetentionInvalid, retention_check
 
 from ..models import Run
 from ..selectors import trained_to_the_end
@@ -40,6 +42,8 @@ def run_new(
     reward_model=None,
     admit: bool = True,
     project: int | None = None,
+    tags=None,
+    retention=None,
 ) -> Run:
     """Validate the config (the gate, then the trainer's schema, before anything is queued), create
     the run, launch it.
@@ -51,12 +55,17 @@ def run_new(
     model must be a policy and `reward_model` (optional) a reward model of the catalog (their kind).
     With `admit` False the run is only recorded, queued: a caller inside its own transaction (the run
     form saves a config with it) commits, then calls `run_launch_admit`. `project` (an id) puts the run
-    in a project of `owner`'s (another's, or none by that id: RunInputInvalid on `project`).
+    in a project of `owner`'s (another's, or none by that id: RunInputInvalid on `project`). `tags` are
+    the run's tags (`sharing.clean_tags`); `retention` an object {"mode", "k"} (k defaults to 1), the
+    run's sample retention, checked as PUT /api/v1/runs/{id}/retention/ checks it (RunInputInvalid on
+    `retention.mode` or `retention.k`; None: keep every sample).
     """
-    from .sharing import check_project_of
+    from .sharing import check_project_of, clean_tags
 
     check_model_kinds(model=model, reward_model=reward_model)
     check_project_of(owner=owner, project_id=project)
+    checked_retention = clean_retention(retention)
+    tags = clean_tags(tags) if tags is not None else []
     status = getattr(dataset, "status", "ready")
     if status != "ready":
         raise RunInputInvalid(f"dataset {dataset.name!r} is {status}, not ready", field="dataset")
@@ -78,7 +87,27 @@ def run_new(
                               "actor_rollout_ref.rollout.multi_turn.enable=true", field="tool_set")
     return _create_and_launch(owner=owner, by=owner, name=name, dataset=dataset, model=model,
                               val_dataset=val_dataset, config=frozen, gpus=gpus, tool_set=tool_set,
-                              reward_model=reward_model, audit=("", {}), admit=admit, project_id=project)
+                              reward_model=reward_model, audit=("", {}), admit=admit, project_id=project,
+                              tags=tags, retention=checked_retention)
+
+
+def clean_retention(retention) -> Retention | None:
+    """A launch's `retention` ({"mode", "k"}, or None) as a Retention; RunInputInvalid naming
+    `retention`, `retention.mode` or `retention.k` (the checks of rlstudio.retention)."""
+    if retention is None or isinstance(retention, Retention):
+        return retention
+    if not isinstance(retention, Mapping):
+        raise RunInputInvalid(f'retention must be an object {{"mode": ..., "k": N}}, got {type(retention).__name__}',
+                              field="retention")
+    extra = sorted(set(retention) - {"mode", "k"})
+    if extra:
+        raise RunInputInvalid(f"retention takes mode and k only, not {str(extra[0])[:40]!r}", field="retention")
+    if "mode" not in retention:
+        raise RunInputInvalid("retention.mode is required (all, per_step or every_kth_step)", field="retention.mode")
+    try:
+        return retention_check(retention["mode"], retention.get("k", 1))
+    except RetentionInvalid as exc:
+        raise RunInputInvalid(str(exc), field=f"retention.{exc.field}") from None
 
 
 def check_model_kinds(*, model, reward_model) -> None:
