@@ -1,7 +1,7 @@
 """API views of sweeps (docs/api.md "Sweeps"): /api/v1/sweeps/ (GET the caller's, staff: all; POST
 launches one), /api/v1/sweeps/{id}/ (GET: its runs with their axis values, state and latest metrics),
-/api/v1/sweeps/{id}/stop/ (POST: stop every run that has not ended). Owner and staff only: anyone
-else's sweep is a 404. Views translate; the services decide."""
+/api/v1/sweeps/{id}/stop/ (POST: stop every run that has not ended), DELETE /api/v1/sweeps/{id}/
+(the sweep, not its runs). Owner and staff only: anyone else's sweep is a 404. Views translate; the services decide."""
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status as http
@@ -17,7 +17,7 @@ from rlstudio.runs.selectors import run_config_get_for
 
 from .selectors import sweep_get_for, sweep_list_for, sweep_table
 from .serializers import SweepCreateSerializer, SweepDetailSerializer, SweepSerializer, SweepStoppedSerializer
-from .services import SweepInputs, sweep_launch, sweep_stop
+from .services import SweepInputs, sweep_delete, sweep_launch, sweep_stop
 
 
 def _lookup(getter, *, user, field: str, value, kind: str):
@@ -34,7 +34,7 @@ class SweepViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
     """The caller's sweeps (staff: everyone's), newest first; POST launches one."""
 
     lookup_value_regex = r"\d+"
-    http_method_names = ["get", "post", "head", "options"]
+    http_method_names = ["get", "post", "delete", "head", "options"]
     serializer_class = SweepSerializer
 
     def get_queryset(self):
@@ -90,3 +90,13 @@ class SweepViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
         checkpoints and stops); `refused` says why a run could not be stopped now."""
         done = sweep_stop(sweep=sweep_get_for(user=request.user, sweep_id=pk), by=request.user)
         return Response({"stopped": done.stopped, "refused": {str(k): v for k, v in done.refused.items()}})
+
+    @extend_schema(request=None, responses={204: None})
+    def destroy(self, request, pk=None):
+        """Delete the sweep (its axes, base config and links to its runs; the runs stay, and its dataset
+        and model are no longer held by it); 409 while a run of it has not ended."""
+        try:
+            sweep_delete(sweep=sweep_get_for(user=request.user, sweep_id=pk), by=request.user)
+        except RunRefused as exc:
+            raise ApiError(str(exc), code="conflict", status_code=http.HTTP_409_CONFLICT) from None
+        return Response(status=http.HTTP_204_NO_CONTENT)

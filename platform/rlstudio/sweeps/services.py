@@ -1,5 +1,5 @@
 """Writes of the sweeps app: launching a sweep (its grid of runs, or its runs drawn at random; all or
-none) and stopping its runs.
+none), stopping its runs and deleting it.
 
 A sweep's runs are launched through the runs app's own path (`run_new`, then `run_launch_admit` once
 the sweep commits), so the config gate, the trainer's schema, the owner's queued-runs cap, the quota,
@@ -203,3 +203,24 @@ def sweep_stop(*, sweep: Sweep, by: AbstractBaseUser) -> SweepStopped:
             stopped.append(run.pk)
     audit_record(actor=by, action="sweep.stop", obj=sweep, data={"stopped": stopped, "refused": refused})
     return SweepStopped(stopped=stopped, refused=refused)
+
+
+def sweep_delete(*, sweep: Sweep, by: AbstractBaseUser) -> int:
+    """Delete the sweep: its base config, axes and the links to its runs. The runs stay, as runs of
+    their own (their names and tags say where they came from), and the sweep no longer holds
+    its dataset and model, which may then be deleted. Owner or staff (the caller's selector already
+    narrowed the sweep to them); refused (RunRefused) while a run of it has not ended. Returns how many
+    runs it grouped. Audited as `sweep.delete`."""
+    with transaction.atomic():
+        locked = Sweep.objects.select_for_update().filter(pk=sweep.pk).first()
+        if locked is None:
+            return 0  # already deleted by another request
+        links = locked.sweep_runs.select_related("run")
+        live = sum(1 for link in links if link.run.status not in TERMINAL_STATUSES)
+        if live:
+            raise RunRefused(f"sweep {locked.name!r} has {live} run(s) that have not ended: stop them first")
+        grouped = len(links)
+        audit_record(actor=by, action="sweep.delete", obj=locked,
+                     data={"name": locked.name, "runs": [link.run_id for link in links]})
+        locked.delete()
+    return grouped

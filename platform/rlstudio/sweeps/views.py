@@ -1,4 +1,5 @@
-"""Pages of sweeps: the list (paged), the form that launches one, a sweep's table, and "stop all".
+"""Pages of sweeps: the list (paged), the form that launches one, a sweep's table, "stop all" and
+"delete".
 Owner and staff only (anyone else: 404). Views translate; `services` and `selectors` decide."""
 from __future__ import annotations
 
@@ -104,3 +105,19 @@ def sweep_stop_view(request, sweep_id: int):
     for run_id, why in done.refused.items():
         messages.warning(request, f"Run #{run_id}: {why}")
     return redirect("sweeps:detail", sweep_id=sweep.pk)
+
+
+@login_required
+@require_POST
+def sweep_delete_view(request, sweep_id: int):
+    """Delete the sweep, not its runs (owner or staff); refused while a run of it has not ended."""
+    from .services import sweep_delete
+
+    sweep = sweep_get_for(user=request.user, sweep_id=sweep_id)
+    try:
+        grouped = sweep_delete(sweep=sweep, by=request.user)
+    except RunRefused as exc:
+        messages.error(request, str(exc))
+        return redirect("sweeps:detail", sweep_id=sweep.pk)
+    messages.success(request, f"Sweep “{sweep.name}” deleted; its {grouped} run(s) stay on the runs list.")
+    return redirect("sweeps:list")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import ProtectedError
 
 from rlstudio.accounts.services import audit_record
 
@@ -19,7 +20,7 @@ from ..errors import CatalogInUse, CatalogRefused, CatalogTooLarge
 from ..sharing import check_can_change
 from ..storage import added_bytes, storage_refusal
 from .files import clean_name, remove_path, upload_limits
-from .usage import run_model, used_by
+from .usage import protected_by, run_model, used_by
 from .validation import send_validation
 
 
@@ -107,7 +108,7 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
 
     Only its owner or staff may (NotPermitted). A dataset in use answers 409 with the runs' names
     (another user's runs only counted), or the count of the evaluations made on it (they keep its
-    prompts' figures and point at it).
+    prompts' figures and point at it), or of the other records that protect it (sweeps).
 
     The checks run with the dataset's row locked (FOR UPDATE), which a run's or an evaluation's
     creation waits for (it takes FOR KEY SHARE on the rows it references, `rlstudio.rowlocks`): one
@@ -135,5 +136,9 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
         if not shared:
             paths.append(locked.file_path)
         audit_record(actor=by, action="dataset.delete", obj=locked, data={"name": locked.name, "sha256": locked.sha256})
-        locked.delete()
+        try:
+            locked.delete()
+        except ProtectedError as exc:  # another app's record keeps it (a sweep): nothing is deleted
+            raise CatalogInUse(f"dataset {dataset.name!r} is used by {protected_by(exc)}: delete them first",
+                               code="in_use") from None
         transaction.on_commit(lambda: [remove_path(p) for p in paths])

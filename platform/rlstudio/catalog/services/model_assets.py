@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import ProtectedError
 
 from rlstudio.accounts.services import audit_record
 
@@ -20,7 +21,7 @@ from ..models import ModelAsset, Visibility
 from ..errors import CatalogInUse, CatalogRefused
 from ..sharing import check_can_change
 from .files import clean_name
-from .usage import run_model, used_by
+from .usage import protected_by, run_model, used_by
 
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def model_delete(*, model: ModelAsset, by) -> None:
     operator's, or a run's export); its finished evaluations go with it, after the `on_model_delete`
     hooks. In use: CatalogInUse naming the runs, or counting its queued or running evaluations (their
     jobs read the model), or with the reason of an `on_model_delete_refusal` check (the playground's:
-    a queued or running session on it).
+    a queued or running session on it), or counting the other records that protect it (sweeps).
 
     The checks run with the model's row locked (FOR UPDATE), which a run's or an evaluation's creation
     waits for (it takes FOR KEY SHARE on the rows it references first, `rlstudio.rowlocks`): one
@@ -171,4 +172,8 @@ def model_delete(*, model: ModelAsset, by) -> None:
         audit_record(actor=by, action="model.delete", obj=model, data={"name": model.name, "path": model.path})
         for hook in list(_MODEL_DELETE_HOOKS):
             hook(locked)
-        model.delete()
+        try:
+            model.delete()
+        except ProtectedError as exc:  # another app's record keeps it (a sweep); the transaction undoes the rest
+            raise CatalogInUse(f"model {model.name!r} is used by {protected_by(exc)}: delete them first",
+                               code="in_use") from None

@@ -1,7 +1,11 @@
 """What uses a catalog object, as its deletion checks it: the runs app's Run (`run_model`, reached
-without importing the runs app) and the runs using an object, named as far as the deleting user may
-see them (`used_by`)."""
+without importing the runs app), the runs using an object, named as far as the deleting user may
+see them (`used_by`), and the records of other apps that protect it (`protected_by`)."""
 from __future__ import annotations
+
+from collections import Counter
+
+from django.db.models import ProtectedError
 
 from ..models import Dataset
 
@@ -24,3 +28,10 @@ def used_by(runs, *, by) -> str:
     others = total - visible.count()
     parts = names + ([f"{others} run(s) of other users"] if others else [])
     return f"run(s): {', '.join(parts)}"
+
+
+def protected_by(exc: ProtectedError) -> str:
+    """'2 sweep(s), 1 …' counting the records whose protected foreign key stopped a deletion (another
+    app's, such as a sweep's dataset and model, which the catalog does not import)."""
+    counts = Counter(str(obj._meta.verbose_name) for obj in exc.protected_objects)
+    return ", ".join(f"{n} {name}(s)" for name, n in sorted(counts.items()))
