@@ -53,10 +53,10 @@ class MultiTurnConfig:
         None, "Most assistant turns per sample; None = 5 when enabled, 1 otherwise."
     )
     max_tool_response_length: int = option(
-        256, "Longest tool reply in tokens (longer ones are truncated)."
+        256, "Longest tool reply in characters, as verl counts it (a longer one is cut)."
     )
     tool_response_truncate_side: Literal["left", "right", "middle"] = option(
-        "middle", "Which part of an overlong tool reply is cut."
+        "middle", "Which part of an overlong tool reply is kept, as verl: left = its start, right = its end, middle = both ends."
     )
     max_parallel_calls: int = option(
         1,

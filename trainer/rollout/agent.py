@@ -23,7 +23,7 @@ Limits: `multi_turn.max_turns` assistant turns; the response (everything after t
 `rollout.response_length` (or `data.max_response_length`) tokens and prompt+response at most
 `rollout.max_model_len` when set: a turn gets at most the remaining budget, and a delta that does not
 fit is truncated (finish_reason "length"). Tool replies longer than
-`multi_turn.max_tool_response_length` characters are cut (side `tool_response_truncate_side`).
+`multi_turn.max_tool_response_length` characters are cut as verl cuts them (`tool_response_truncate_side`: the part kept).
 Finish reasons: stop (turn ended without a tool call), length (a budget ran out), tool_calls (the
 turn budget, or max_user_turns, ended while the model was calling a tool; those calls are not executed).
 Bad calls never crash the rollout: malformed blocks, unknown tools, wrong arguments, a raising or
@@ -132,13 +132,15 @@ class _Request:
 
 
 def truncate_text(text: str, limit: int, side: str = "middle") -> str:
-    """Cut `text` to about `limit` characters (verl's max_tool_response_length); limit <= 0 = no cut."""
+    """Cut `text` to `limit` characters, as verl cuts a tool reply (max_tool_response_length counts
+    characters, not tokens) and with verl's meaning of `side`, the part kept: "left" keeps the start,
+    "right" the end, "middle" both ends; a marker says where text went. limit <= 0 = no cut."""
     if limit <= 0 or len(text) <= limit:
         return text
     if side == "left":
-        return "...(truncated)" + text[-limit:]
-    if side == "right":
         return text[:limit] + "...(truncated)"
+    if side == "right":
+        return "(truncated)..." + text[-limit:]
     if side != "middle":
         raise ValueError(f"tool_response_truncate_side must be left|middle|right, got {side!r}")
     half = limit // 2
