@@ -156,6 +156,12 @@ def _form(request, data=None):
         wanted = request.GET.get(name) or ""
         if wanted.isascii() and wanted.isdigit() and len(wanted) < 12 and choices.filter(pk=int(wanted)).exists():
             initial[name] = int(wanted)
+    if "from" in request.GET:  # "Run again with changes": a run the user reads (else 404), as the form shows it
+        from .relaunch import relaunch_initial
+
+        initial.update(relaunch_initial(user=request.user, run_id=request.GET["from"], choices={
+            "datasets": datasets, "models": models.filter(kind="policy"), "reward_models": models.filter(kind="reward"),
+            "tool_sets": set(tool_set_names()), "projects": {str(pk) for pk, _name in projects}}))
     return RunForm(data, datasets=datasets, models=models.filter(kind="policy"),
                    reward_models=models.filter(kind="reward"),
                    configs=run_config_list_for(user=request.user), presets=list(REGISTRY),
