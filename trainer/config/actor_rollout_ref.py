@@ -24,7 +24,7 @@ class ModelConfig:
         False, "Recompute activations in backward to save memory."
     )
     use_remove_padding: bool = option(
-        True, "Do not spend compute on padding (pack or bucket sequences by length)."
+        True, "verl's switch for padding-free forwards; always on here (micro-batches are cut by sorted length or shared prompt, trainer/workers/micro.py): accepted for verl's configs, false changes nothing."
     )
     trust_remote_code: bool = option(
         False, "Allow model code from the model folder (operator decision)."
@@ -169,8 +169,12 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ActorFsdpConfig:
-    param_offload: bool = option(False, "Keep parameters on the CPU between phases.")
-    optimizer_offload: bool = option(False, "Keep optimizer state on the CPU between updates.")
+    param_offload: bool = option(
+        False, "On GPUs: the actor's parameters wait in host memory between the phases that use them (log-probs, update, weight sync), leaving the rollout engine room (trainer/parallel/offload.py)."
+    )
+    optimizer_offload: bool = option(
+        False, "On GPUs: AdamW's state waits in host memory outside the update (twice the trainable parameters in float32)."
+    )
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ class DataConfig:
     seed: int = option(1, "Seed of the training-data shuffle.")
     reward_fn_key: str = option("data_source", "Column that selects the reward function.")
     return_raw_chat: bool = option(
-        True, "Keep the prompt messages (multi-turn rollout re-templates them)."
+        True, "verl's switch to keep the prompt messages; always on here (the rollout re-templates them every turn): accepted for verl's configs, false changes nothing."
     )
     apply_chat_template_kwargs: dict[str, Any] = option(
         {},

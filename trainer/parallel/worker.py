@@ -3,7 +3,9 @@
 One worker per device holds, colocated (verl's hybrid engine):
   actor      ActorWorker over the policy; FSDP2-sharded (`fully_shard` per decoder layer + root) when
              the world size is > 1, a plain module on one worker (the same maths: FSDP of one rank
-             is the identity, so the one-worker path skips the process group)
+             is the identity, so the one-worker path skips the process group); on GPUs its
+             parameters and optimizer state in host memory between the phases that use them with
+             actor.fsdp_config.param_offload / optimizer_offload (trainer.parallel.offload)
   ref        ActorWorker over the frozen reference (FSDP2 too; parameters on the CPU with
              ref.fsdp_config.param_offload on GPUs), only when a KL term needs it
   critic     CriticWorker over the value model (trainer.workers.critic; FSDP2-sharded as the
@@ -218,6 +220,11 @@ class RankWorker:
         self.monitor = MemoryMonitor(self.emitter, device=dev_name, memory_interval_s=cfg.report.memory_interval_s,
                                      heartbeat_interval_s=0)
         self.monitor.start()
+        from trainer.parallel.offload import ActorOffload
+
+        fsdp_cfg = arr.actor.fsdp_config  # verl's actor offload: host memory between the phases (offload.py)
+        self.offload = ActorOffload(self.actor.model, self.actor.optimizer, device, params=fsdp_cfg.param_offload,
+                                    optimizer_state=fsdp_cfg.optimizer_offload)
         with self.phase("sync", 0):
             sync = self.sync_weights(step=0, _phase=False)  # the engine starts from the actor's weights
         from trainer.memory import nvml_unavailable
@@ -245,7 +252,8 @@ class RankWorker:
                 name = schema.get("function", {}).get("name")
                 if name and name not in self.tools:
                     self.tools[name] = get_tool(name)
-        with self.phase("rollout", step):
+        on_actor = self.offload.resident() if self.shared_engine else contextlib.nullcontext()
+        with self.phase("rollout", step), on_actor:
             self.engine.resume_memory()
             trajs = self.rollout.run(prompts, n=n, sampling=sampling) if prompts else []
             if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
@@ -261,14 +269,15 @@ class RankWorker:
         if worker is None:
             raise RuntimeError(f"no {role} model on this worker")
         adapter_off = self.lora.disable_adapter() if base else contextlib.nullcontext()
-        with self.phase("old_log_prob" if role == "actor" else "ref", step), adapter_off:
+        on_device = self.offload.resident() if worker is self.actor else contextlib.nullcontext()
+        with self.phase("old_log_prob" if role == "actor" else "ref", step), on_device, adapter_off:
             return worker.compute_log_prob(batch, with_entropy=with_entropy)
 
     def update_policy(self, batch: Any, *, mini_batch_size: int, seed: int, capture: bool, step: int,
                       seqlens: list[int] | None = None) -> dict[str, Any]:
         """The actor's update on this rank's rows; `seqlens`: the whole step's sequence lengths (every
         rank's, prompt + response), which verl's perf/mfu/actor counts against this rank's update time."""
-        with self.phase("update", step):
+        with self.phase("update", step), self.offload.resident(optimizer=True):
             t0 = time.perf_counter()
             metrics = self.actor.update_policy(batch, mini_batch_size=mini_batch_size, seed=seed, capture=capture)
             seconds = time.perf_counter() - t0
@@ -321,7 +330,7 @@ class RankWorker:
         from trainer.workers.lora import merged_full_tensors
 
         ctx = self.phase("sync", step) if _phase else contextlib.nullcontext()
-        with ctx:
+        with ctx, self.offload.resident():
             t0 = time.perf_counter()
             if self.shared_engine:
                 return {"bytes": 0.0, "seconds": 0.0, "buckets": 0.0}  # the engine runs on these very tensors
@@ -344,7 +353,8 @@ class RankWorker:
         """This rank's shards of the actor (model + optimizer) under `path`, and of the critic under
         `critic_path` when there is one (DCP; every rank calls)."""
         Path(path).mkdir(parents=True, exist_ok=True)
-        self.actor.save_sharded(path)
+        with self.offload.resident(optimizer=True):
+            self.actor.save_sharded(path)
         if self.critic is not None and critic_path is not None:
             Path(critic_path).mkdir(parents=True, exist_ok=True)
             self.critic.save_sharded(critic_path)
@@ -353,14 +363,15 @@ class RankWorker:
         """This rank's shards of the actor (and the critic) from a checkpoint, then a weight sync. `fork`
         (trainer.resume_fork): then the config's lr, weight decay and LR schedule over the loaded
         optimizers (trainer.workers.optim.retune_optimizer)."""
-        self.actor.load_sharded(path)
+        with self.offload.resident(optimizer=True):
+            self.actor.load_sharded(path)
         if self.critic is not None:
             if critic_path is None or not Path(critic_path, ".metadata").exists():
                 raise FileNotFoundError(f"the checkpoint has no critic ({critic_path}): it was saved by a run "
                                         "without algorithm.adv_estimator=gae")
             self.critic.load_sharded(critic_path)
         if fork:
-            self.actor.retune_optimizer()
+            self.actor.retune_optimizer()  # lr and schedule only: wherever the state is
             if self.critic is not None:
                 self.critic.retune_optimizer()
         return self.sync_weights(step=self.step)
@@ -374,13 +385,14 @@ class RankWorker:
         from trainer.parallel.fsdp import full_model_state
 
         adapter = None
-        if self.lora is not None:
-            from trainer.workers import lora
+        with self.offload.resident():
+            if self.lora is not None:
+                from trainer.workers import lora
 
-            state = lora.merged_state(self.actor.model)
-            adapter = lora.adapter_full_state(self.actor.model)
-        else:
-            state = full_model_state(self.actor.model)
+                state = lora.merged_state(self.actor.model)
+                adapter = lora.adapter_full_state(self.actor.model)
+            else:
+                state = full_model_state(self.actor.model)
         if self.rank != 0:
             return
         if adapter is not None:
@@ -410,7 +422,8 @@ class RankWorker:
         """The actor's (or the critic's) full weights on rank 0 (None on the others; collective under FSDP)."""
         from trainer.parallel.fsdp import full_model_state
 
-        state = full_model_state((self.critic if role == "critic" else self.actor).model)
+        with self.offload.resident() if role != "critic" else contextlib.nullcontext():
+            state = full_model_state((self.critic if role == "critic" else self.actor).model)
         return state if self.rank == 0 else None
 
     def drain_memory(self) -> list[dict[str, Any]]:
@@ -420,7 +433,7 @@ class RankWorker:
         """max |engine logits - actor logits| on the same input (both full forwards; collective under
         FSDP, so every rank calls). 0 means the engine holds exactly the actor's weights."""
         ids = torch.tensor(input_ids, dtype=torch.long, device=self.device)
-        with torch.no_grad():
+        with torch.no_grad(), self.offload.resident():
             a = self.actor.model(input_ids=ids).logits.float()
             e = self.engine.model(input_ids=ids).logits.float() if hasattr(self.engine, "model") else None
         if e is None:

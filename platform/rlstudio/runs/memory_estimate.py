@@ -8,6 +8,9 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
 - with LoRA (actor_rollout_ref.model.lora_rank = r > 0, trainer/workers/lora.py): the base stays
   float32 and frozen (4 P / W), the adapter adds A = r x (in + out) parameters per adapted linear
   layer (`lora_parameters`), and only the adapter has gradients (4 A / W) and AdamW moments (8 A / W);
+- with actor.fsdp_config.param_offload on a GPU (trainer/parallel/offload.py) the actor's weights
+  wait in host memory during the rollout and validation (unless the one-worker `hf` engine generates
+  on them), and with optimizer_offload its AdamW moments wait there outside the update;
 - reference (only with a KL term: actor.use_kl_loss or algorithm.use_kl_in_reward): P / W in the
   compute dtype (bfloat16 on a GPU for dtype=auto, float32 on the CPU); nothing on a GPU with
   ref.fsdp_config.param_offload; nothing with LoRA (the actor's base with the adapter disabled);
@@ -266,6 +269,12 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         lines.append(MemoryLine("actor weights", weights, f"float32 master weights, {p:,} parameters{shard_note}"))
         lines.append(MemoryLine("actor gradients", grads, "float32, during the update"))
         lines.append(MemoryLine("optimizer states", optim, "AdamW: two float32 moments"))
+    actor_fsdp = config_section(actor, "fsdp_config")
+    params_away = bool(actor_fsdp.get("param_offload")) and gpu  # offload.py: host memory between phases
+    optim_away = bool(actor_fsdp.get("optimizer_offload")) and gpu
+    if params_away or optim_away:
+        away = " and ".join(w for w, on in (("weights", params_away), ("optimizer states", optim_away)) if on)
+        lines.append(MemoryLine("actor offload", 0, f"its {away} wait in host memory between the phases that use them"))
 
     ref_bytes = 0
     if lora and (actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward")):
@@ -342,17 +351,20 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         critic_phase = 4 * p // world + c_act
 
     resident = weights + optim + ref_bytes + critic_bytes + (engine_bytes if engine == "hf" else 0)
+    on_actor = engine == "hf" and not sharded and not lora  # the one-worker hf engine generates on its weights
+    optim_off = optim if optim_away else 0  # away outside the update
+    generating_off = optim_off + (weights if params_away and not on_actor else 0)
     free_cache = rollout.get("free_cache_engine", True)
     held_pool = 0 if (not pooled or free_cache) else pool
     phases = {
-        "rollout": resident + (pool if pooled else kv_bytes),
-        "log-prob": resident + held_pool + lp_logits,
+        "rollout": resident - generating_off + (pool if pooled else kv_bytes),
+        "log-prob": resident - optim_off + held_pool + lp_logits,
         "update": resident + held_pool + grads + act + logits,
     }
     if critic_phase:
-        phases["critic update"] = resident + held_pool + critic_phase
+        phases["critic update"] = resident - optim_off - (weights if params_away else 0) + held_pool + critic_phase
     if val_kv_bytes:
-        phases["validation"] = resident + val_kv_bytes
+        phases["validation"] = resident - generating_off + val_kv_bytes
     peak_phase = max(phases, key=lambda k: phases[k])
     return MemoryEstimate(device="cuda" if gpu else "cpu", workers=world, lines=tuple(lines), phases=phases,
                           peak_phase=peak_phase, peak_bytes=phases[peak_phase], capacity_bytes=int(capacity_bytes),

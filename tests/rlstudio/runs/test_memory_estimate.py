@@ -283,3 +283,29 @@ def test_dynamic_sampling_generates_gen_batch_size_prompts_at_once():
     off = {**dapo, "algorithm.filter_groups": {"enable": False}}
     assert {x.name: x.bytes for x in estimate(shape, _cfg(**off), gpus=0, capacity_bytes=GIB).lines}[
         "rollout KV cache"] == 8 * kv_row
+
+
+def test_actor_offload_frees_the_rollout_of_its_weights_and_moments():
+    """verl's actor.fsdp_config.param_offload / optimizer_offload on a GPU (trainer/parallel/offload.py):
+    the weights (4 P) and AdamW's moments (8 P) wait in host memory while SGLang generates; the moments
+    outside the update; the update holds everything as before. Off a GPU nothing moves."""
+    shape = shape_from_config(QWEN25_3B)
+    p = 3_085_938_688
+    base = estimate(shape, _cfg(**QWEN_GSM8K), gpus=1, capacity_bytes=80 * GIB)
+    cfg = _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.actor.fsdp_config": {"param_offload": True, "optimizer_offload": True}})
+    off = estimate(shape, cfg, gpus=1, capacity_bytes=80 * GIB)
+    assert off.phases["rollout"] == base.phases["rollout"] - 12 * p == 40 * GIB
+    assert off.phases["log-prob"] == base.phases["log-prob"] - 8 * p
+    assert off.phases["update"] == base.phases["update"]
+    assert "actor offload" in {x.name for x in off.lines} and "actor offload" not in {x.name for x in base.lines}
+    only_optim = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.actor.fsdp_config": {"optimizer_offload": True}}),
+                          gpus=1, capacity_bytes=80 * GIB)
+    assert only_optim.phases["rollout"] == base.phases["rollout"] - 8 * p
+    # the one-worker hf engine generates on the actor's own weights: they stay for the rollout
+    hf = {**QWEN_GSM8K, "actor_rollout_ref.rollout.name": "hf"}
+    hf_base = estimate(shape, _cfg(**hf), gpus=1, capacity_bytes=80 * GIB)
+    hf_off = estimate(shape, _cfg(**{**hf, "actor_rollout_ref.actor.fsdp_config": {"param_offload": True}}),
+                      gpus=1, capacity_bytes=80 * GIB)
+    assert hf_off.phases["rollout"] == hf_base.phases["rollout"]
+    cpu = estimate(shape_from_config(SMOKE), cfg, gpus=0, capacity_bytes=16 * GIB)
+    assert cpu.phases == estimate(shape_from_config(SMOKE), _cfg(**QWEN_GSM8K), gpus=0, capacity_bytes=16 * GIB).phases

@@ -1,0 +1,108 @@
+"""The actor's offload between phases (trainer.parallel.offload, verl's actor.fsdp_config.param_offload
+and optimizer_offload): which phase brings what to the device and sends it back (recorded moves, on
+any machine), a no-op off a GPU, and on a GPU (marker `gpu`) the real round trip: host memory between
+phases, the same training as without it."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainer.parallel import offload as off
+
+
+def _recorded(monkeypatch):
+    moves: list[tuple[str, str]] = []
+    monkeypatch.setattr(off, "module_to", lambda model, device: moves.append(("params", device.type)))
+    monkeypatch.setattr(off, "optimizer_state_to", lambda opt, device: moves.append(("optimizer", device.type)))
+    return moves
+
+
+def test_each_phase_brings_what_it_needs_and_sends_it_back(monkeypatch):
+    moves = _recorded(monkeypatch)
+    model = torch.nn.Linear(2, 2)
+    o = off.ActorOffload(model, torch.optim.AdamW(model.parameters()), torch.device("cuda", 0),
+                         params=True, optimizer_state=True)
+    assert o.active
+    with o.resident():  # a log-prob or a weight sync: the parameters only
+        assert moves == [("params", "cuda")]
+    assert moves[1:] == [("params", "cpu"), ("optimizer", "cpu")]
+    moves.clear()
+    with o.resident(optimizer=True):  # the update, with a checkpoint inside it: back to the host once
+        with o.resident(optimizer=True):
+            pass
+        assert moves == [("params", "cuda"), ("optimizer", "cuda")] * 2  # loads only (a second is a no-op)
+    assert moves[4:] == [("params", "cpu"), ("optimizer", "cpu")]
+
+
+def test_only_what_is_offloaded_moves(monkeypatch):
+    moves = _recorded(monkeypatch)
+    model = torch.nn.Linear(2, 2)
+    o = off.ActorOffload(model, torch.optim.AdamW(model.parameters()), torch.device("cuda", 0),
+                         params=False, optimizer_state=True)
+    with o.resident():
+        pass
+    with o.resident(optimizer=True):
+        pass
+    assert moves == [("optimizer", "cpu"), ("optimizer", "cuda"), ("optimizer", "cpu")]
+
+
+def test_off_a_gpu_nothing_moves(monkeypatch):
+    moves = _recorded(monkeypatch)
+    model = torch.nn.Linear(2, 2)
+    o = off.ActorOffload(model, torch.optim.AdamW(model.parameters()), torch.device("cpu"),
+                         params=True, optimizer_state=True)
+    with o.resident(optimizer=True):
+        pass
+    o.offload()
+    assert not o.active and moves == []
+
+
+def test_a_cpu_run_with_the_actor_offloaded_trains(tmp_path, tiny_model_dir, demo_data_dir):
+    """Every phase that wraps the actor in `resident` (rollout, log-probs, update, sync, checkpoint,
+    export) runs with the keys set: on a CPU they move nothing and the run trains as without them."""
+    import json
+
+    from trainer.cli import main
+
+    out = tmp_path / "out"
+    rc = main(["run", "--recipe", "cpu_smoke", f"data.train_files={demo_data_dir / 'train.jsonl'}",
+               f"actor_rollout_ref.model.path={tiny_model_dir}", "trainer.total_training_steps=2",
+               "trainer.save_freq=2", "trainer.logger=[jsonl]",
+               "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+               "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", "--output", str(out)])
+    assert rc == 0
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    trained = [e["data"]["step"] for e in events if e["type"] == "metrics" and "actor/pg_loss" in e["data"]["metrics"]]
+    assert trained == [1, 2] and [e["data"]["state"] for e in events if e["type"] == "status"][-1] == "succeeded"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (host memory vs device memory)")
+def test_on_a_gpu_the_actor_waits_in_host_memory_and_trains_the_same():
+    torch.manual_seed(0)
+    dev = torch.device("cuda", 0)
+    twin = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.Linear(2048, 512)).to(dev)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.Linear(2048, 512)).to(dev)
+    model.load_state_dict(twin.state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (twin, model)]
+    o = off.ActorOffload(model, opts[1], dev, params=True, optimizer_state=True)
+    x = torch.randn(8, 512, device=dev)
+
+    def train_step(m, opt):
+        m(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(3):
+        train_step(twin, opts[0])
+        with o.resident(optimizer=True):
+            train_step(model, opts[1])
+            resident = torch.cuda.memory_allocated(dev)
+        away = torch.cuda.memory_allocated(dev)
+        assert all(p.device.type == "cpu" for p in model.parameters())
+        assert all(v.device.type == "cpu" for s in opts[1].state.values() for v in s.values() if torch.is_tensor(v))
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        assert resident - away >= 3 * weights  # the weights and Adam's two moments left the device
+    with o.resident():
+        for a, b in zip(twin.parameters(), model.parameters()):
+            torch.testing.assert_close(a, b)
