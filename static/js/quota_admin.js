@@ -1,6 +1,7 @@
 /* Staff quota page (/quotas/admin/): each user's usage this month as bars against their quota (a tick),
-   from the json_script "quota-admin-data"; picking a user in the form fills in their limits now;
-   a form with data-confirm asks first. No inline script (the CSP allows scripts from the site only). */
+   from the json_script "quota-admin-data"; picking a user in the form fills in their limits now (a
+   form with data-confirm asks first: base.html). No inline script (the CSP allows scripts from the
+   site only). */
 (function () {
   "use strict";
   var el = document.getElementById("quota-admin-data");
@@ -64,11 +65,6 @@
     });
   }
 
-  document.addEventListener("submit", function (e) {
-    var form = e.target;
-    var msg = form.getAttribute && form.getAttribute("data-confirm");
-    if (msg && !window.confirm(msg)) e.preventDefault();
-  });
   drawChart();
   prefillOnPick();
 })();

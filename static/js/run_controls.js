@@ -1,13 +1,10 @@
-// The run page's controls and log tail (RUNS): confirmations on stop buttons, the controls card kept
+// The run page's controls and log tail (RUNS): the controls card kept
 // current, and a log tail polled from /api/v1/runs/<id>/job-log/ that auto-scrolls unless the user
 // scrolled up. Log text is untrusted: it only ever goes in through textContent.
 (function () {
   "use strict";
-  // Delegated: the controls card is replaced while the page is open, its forms with it.
-  document.addEventListener("submit", function (ev) {
-    var form = ev.target.closest && ev.target.closest("form[data-confirm]");
-    if (form && !window.confirm(form.getAttribute("data-confirm"))) { ev.preventDefault(); }
-  });
+  // The stop and delete buttons' confirmations are base.html's (form[data-confirm], delegated: the
+  // controls card is replaced while the page is open, its forms with it).
 
   // While the run is live, the card (badge, progress, which buttons make sense) is fetched again every
   // few seconds and at once on a status event from the live page (run_live.js dispatches

@@ -4,7 +4,7 @@
 // data-live) or an export is queued or running (the card's data-active), and at once on a status
 // event from the live page (run_live.js dispatches "rlstudio:status"); polling stops when neither
 // holds. The card is replaced only when its text changed, so a button does not move under a click for
-// nothing. Delete buttons' confirmations are delegated (run_controls.js), so they survive the swap.
+// nothing. Delete buttons' confirmations are delegated (base.html), so they survive the swap.
 // The fetching loop is fragment_poller.js's (shared with run_evaluations.js).
 (function () {
   "use strict";

@@ -4,7 +4,8 @@ platform (Daphne, Celery worker and beat, Ray, PostgreSQL, Redis from tests/conf
 - `services`: the session's ASGI server, worker, beat and Ray head (yields the server's base URL);
 - `browser`: one headless Chromium for the session (`/usr/bin/chromium`, never `playwright install`);
 - `page_as(user)`: a fresh browser context logged in through the real login form; every dialog it
-  opens is recorded on `page.dialogs` (and confirmed, so the stop buttons' confirm() goes through);
+  opens is recorded on `page.dialogs` (and confirmed, so the stop buttons' confirm() goes through;
+  `page.answer_dialogs = False` dismisses them instead);
 - `make_user`, `tiny_model` (a registered tiny Qwen2 under a model root), `shot(page, name)` which
   writes <RLSTUDIO_SCREENSHOT_DIR or var/screenshots>/<name>.png (1280x800, stable names so reruns
   overwrite): test artifacts, out of git. `RLSTUDIO_SCREENSHOT_DIR=docs/screenshots` refreshes the docs'.
@@ -123,10 +124,11 @@ def page_as(browser, services):
         contexts.append(ctx)
         page = ctx.new_page()
         page.dialogs = []
+        page.answer_dialogs = True  # False: the next dialogs are dismissed (a confirm() answered Cancel)
 
         def on_dialog(dialog):
             page.dialogs.append((dialog.type, dialog.message))
-            dialog.accept()
+            dialog.accept() if page.answer_dialogs else dialog.dismiss()
 
         page.on("dialog", on_dialog)
         login(page, services["base"], user.get_username())
