@@ -300,7 +300,7 @@ def summarise_ours(ours: dict, w: dict) -> dict:
             "mfu": _mean([s.get("perf/mfu/actor") for s in measured]),
             "gen_share": _mean([s["gen_share"] for s in measured]),
             "phases_s": {k: _mean([s.get(f"timing_s/{k}") for s in measured])
-                         for k in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync")},
+                         for k in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights")},
             "samples_per_s": w["prompts"] * w["n"] / step_s, "phase_peak_gb": peaks,
             "response_mean": _mean([s.get("response_length/mean") for s in measured])}
 

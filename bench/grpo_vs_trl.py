@@ -472,7 +472,7 @@ def render(results: list[dict], info: dict, command: str) -> str:
     phase_map = {"gen": "rollout", "ref": "ref", "old_log_prob": "old_log_prob", "update_actor": None}
     for r in results:
         fp = r["floor_phases_s"]
-        for k in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "sync", "step"):
+        for k in ("gen", "reward", "old_log_prob", "ref", "adv", "update_actor", "update_weights", "step"):
             if k not in r["ours_phases_s"]:
                 continue
             if k == "old_log_prob" and not r["old_log_prob_recomputed"]:

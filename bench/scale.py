@@ -64,7 +64,7 @@ def measure(cfg, args) -> dict:
     finally:
         t.close()
         emitter.close()
-    keys = ["timing_s/step", "timing_s/gen", "timing_s/ref", "timing_s/update_actor", "timing_s/sync",
+    keys = ["timing_s/step", "timing_s/gen", "timing_s/ref", "timing_s/update_actor", "timing_s/update_weights",
             "timing_s/reshard"]
     res = {k: statistics.mean(m.get(k, 0.0) for m in steps) for k in keys}
     res["setup_s"] = setup_s
@@ -90,7 +90,7 @@ def render(r1: dict, r2: dict, args, cmd: str) -> str:
         "|---|---|---|---|---|---|---|---|---|"]
     for w, r in ((1, r1), (2, r2)):
         lines.append(f"| {w} | {r['timing_s/step']:.3f} | {r['timing_s/gen']:.3f} | {r['timing_s/ref']:.3f} | "
-                     f"{r['timing_s/update_actor']:.3f} | {r['timing_s/sync']:.3f} ({r['timing_s/reshard']:.3f}) | "
+                     f"{r['timing_s/update_actor']:.3f} | {r['timing_s/update_weights']:.3f} ({r['timing_s/reshard']:.3f}) | "
                      f"{r['samples'] / r['timing_s/step']:.1f} | {r['resp_len']:.1f} | {r['setup_s']:.1f} |")
     lines += ["", f"Speed-up 2 workers / 1 worker: **{r1['timing_s/step'] / r2['timing_s/step']:.2f}x**.", ""]
     if "sync_s" in r2:

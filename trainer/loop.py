@@ -289,7 +289,7 @@ class Trainer:
                         exp.batch.old_log_probs = old * exp.batch.response_mask
                         if exp.entropy is None and ent is not None:
                             exp.entropy = ent
-                with t("sync"):
+                with t("update_weights"):  # verl's timing_s/update_weights
                     extra.update(g.sync_weights(step=step))
         self.emit_worker_memory()
         if not Weights.of(self.cfg.reward_model).rule_alone:  # the reward's parts (trainer.rewards.combine)

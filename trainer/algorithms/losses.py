@@ -21,7 +21,9 @@ LOSS_AGG_MODES = (
     "seq-mean-token-mean",
     "seq-mean-token-sum-norm",
 )
-KL_PENALTIES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+KL_BASES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
+# "<name>+": the value of <name>, the gradient of k2 (verl's straight-through estimators, e.g. "k3+").
+KL_PENALTIES = KL_BASES + tuple(f"{name}+" for name in KL_BASES)
 
 
 # ------------------------------------------------------------------------------------ masked stats
@@ -144,8 +146,19 @@ def kl_penalty(
     """Per-token KL estimate (B, T) with x = logprob - ref_logprob.
 
     kl / k1: x;  abs: |x|;  mse / k2: x^2 / 2;  low_var_kl / k3: e^{-x} + x - 1 with -x clamped to
-    [-20, 20] and the result clamped to [-10, 10] (verl's guards against overflow).
+    [-20, 20] and the result clamped to [-10, 10] (verl's guards against overflow). A name with a
+    trailing "+" (verl's straight-through form, e.g. "k3+") has that estimator's value and k2's
+    gradient, x: unbiased for the KL's gradient whatever the value shown.
     """
+    if kl_penalty.endswith("+") and kl_penalty[:-1] in KL_BASES:
+        value = _kl_estimate(logprob, ref_logprob, kl_penalty[:-1])
+        grad = 0.5 * (logprob - ref_logprob).square()
+        return grad - grad.detach() + value.detach()
+    return _kl_estimate(logprob, ref_logprob, kl_penalty)
+
+
+def _kl_estimate(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """One of KL_BASES (kl_penalty's table)."""
     if kl_penalty in ("kl", "k1"):
         return logprob - ref_logprob
     if kl_penalty == "abs":

@@ -253,8 +253,8 @@ class ActorConfig:
     entropy_coeff: float = option(0.0, "Entropy bonus weight (0 = entropy not in the loss).")
     use_kl_loss: bool = option(False, "Add a KL-to-reference term to the loss (GRPO style).")
     kl_loss_coef: float = option(0.001, "Weight of the KL loss.")
-    kl_loss_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = option(
-        "low_var_kl", "KL estimator used in the loss."
+    kl_loss_type: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"] = option(
+        "low_var_kl", "KL estimator used in the loss; a trailing + (e.g. k3+) takes its value with k2's gradient, as verl."
     )
     grad_clip: float = option(1.0, "Gradient-norm clip (a non-finite norm skips the step).")
     use_dynamic_bsz: bool = option(

@@ -129,8 +129,8 @@ class AlgorithmConfig:
     gamma: float = option(1.0, "Discount per trained token (GAE, REINFORCE++).")
     lam: float = option(1.0, "GAE lambda: 1 = Monte-Carlo returns less the value, 0 = one-step TD.")
     use_kl_in_reward: bool = option(False, "Subtract a KL penalty from the token rewards.")
-    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"] = option(
-        "kl", "KL estimator used as reward penalty."
+    kl_penalty: Literal["kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "kl+", "k1+", "abs+", "mse+", "k2+", "low_var_kl+", "k3+"] = option(
+        "kl", "KL estimator used as reward penalty (a trailing + is accepted as in the loss: the value is the estimator's)."
     )
     kl_ctrl: KLCtrlConfig = section(KLCtrlConfig, "KL-in-reward coefficient.")
     filter_groups: FilterGroupsConfig = section(

@@ -197,6 +197,28 @@ def test_kl_estimators_match_float64_formulas(name):
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["k3", "low_var_kl", "k1", "abs"])
+def test_a_trailing_plus_keeps_the_value_and_takes_k2s_gradient(name):
+    """verl's straight-through estimators: "k3+" is k3's value with the gradient of k2 = x^2 / 2 (x)."""
+    ref = torch.full((1, len(X)), -1.0, dtype=D)
+    logp = (ref + torch.tensor([X], dtype=D)).requires_grad_(True)
+    got = kl_penalty(logp, ref, name + "+")
+    torch.testing.assert_close(got.detach(), kl_penalty(logp, ref, name).detach())
+    got.sum().backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([X], dtype=D))
+    with pytest.raises(ValueError, match="unknown kl_penalty 'full\\+'"):
+        kl_penalty(ref, ref, "full+")
+
+
+def test_the_plus_estimators_are_config_choices():
+    from trainer.config import Config, ConfigError, apply_overrides
+
+    cfg = apply_overrides(Config(), ["actor_rollout_ref.actor.kl_loss_type=k3+", "algorithm.kl_penalty=low_var_kl+"])
+    assert (cfg.actor_rollout_ref.actor.kl_loss_type, cfg.algorithm.kl_penalty) == ("k3+", "low_var_kl+")
+    with pytest.raises(ConfigError, match="kl_loss_type"):
+        apply_overrides(Config(), ["actor_rollout_ref.actor.kl_loss_type=k9+"])
+
+
 def test_low_var_kl_clamps():
     ref = torch.zeros(1, 3, dtype=D)
     got = kl_penalty(torch.tensor([[-30.0, 25.0, -2.0]], dtype=D), ref, "low_var_kl")
