@@ -295,7 +295,7 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
                       reward_model=reward_model)
         try:
             run = run_new(owner=user, name=d["name"], saved=saved, tool_set=d.get("tool_set") or "",
-                          project=d.get("project"), retention=d.get("retention"), **inputs)
+                          project=d.get("project"), retention=d.get("retention"), tags=d.get("tags"), **inputs)
         except RunInputInvalid as exc:
             raise _invalid_all(exc, base=saved, **inputs) from None
         except RunRefused as exc:

@@ -216,13 +216,19 @@ class RunCreateSerializer(serializers.Serializer):
         return attrs
 
 
-class RunLaunchSerializer(RunCreateSerializer):
-    """POST /api/v1/runs/: RunCreateSerializer's fields (which a sweep's launch shares) and the run's
-    sample retention, checked by `services.run_new` (a 400 on retention.mode or retention.k)."""
+RETENTION_HELP = ('The run\'s sample retention, {"mode": "all" | "per_step" | "every_kth_step", "k": N} (k from 1, '
+                  "default 1), as PUT /api/v1/runs/{id}/retention/ takes it; absent or null: keep every sample.")
 
-    retention = serializers.JSONField(required=False, allow_null=True, help_text=(
-        'The run\'s sample retention, {"mode": "all" | "per_step" | "every_kth_step", "k": N} (k from 1, '
-        "default 1), as PUT /api/v1/runs/{id}/retention/ takes it; absent or null: keep every sample."))
+
+class RunLaunchSerializer(RunCreateSerializer):
+    """POST /api/v1/runs/: RunCreateSerializer's fields (which a sweep's launch shares), the run's
+    sample retention and its tags, checked by `services.run_new` (a 400 on retention.mode,
+    retention.k or tags)."""
+
+    retention = serializers.JSONField(required=False, allow_null=True, help_text=RETENTION_HELP)
+    tags = serializers.JSONField(required=False, allow_null=True, help_text=(
+        "The run's tags, a list of strings (letters, digits and _ . : + / -, as PATCH takes them); "
+        "absent or null: none."))
 
 
 class RunStopSerializer(serializers.Serializer):

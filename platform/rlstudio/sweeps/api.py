@@ -73,7 +73,7 @@ class SweepViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
             reward_model=_lookup(model_asset_get_for, user=user, field="reward_model_id",
                                  value=d.get("reward_model_id"), kind="model"),
             gpus=d["gpus"], preset=d.get("preset") or None, config=d.get("config"), saved=saved,
-            overrides=d.get("overrides"), tool_set=d.get("tool_set") or "")
+            overrides=d.get("overrides"), tool_set=d.get("tool_set") or "", retention=d.get("retention"))
         try:
             sweep = sweep_launch(owner=user, name=d["name"], axes=d["axes"], inputs=inputs, mode=d["mode"],
                                  runs=d.get("runs"), seed=d.get("seed"))

@@ -3,14 +3,15 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from rlstudio.runs.serializers import RunCreateSerializer
+from rlstudio.runs.serializers import RETENTION_HELP, RunCreateSerializer
 
 from .models import Sweep, SweepMode
 
 
 class SweepCreateSerializer(RunCreateSerializer):
     """POST /api/v1/sweeps/: a run launch's body (the base config every run starts from) plus `axes`,
-    `mode` and, for random search, `runs` and `seed`; a launch field the sweep service does not take is
+    `mode` and, for random search, `runs` and `seed`, and every run's `retention`; a launch field the
+    sweep service does not take is
     left out (None), never accepted and ignored. `axes`, `runs` and `seed` are checked by the service,
     which names the field (`axes[1].min`, `runs`, `seed`)."""
 
@@ -25,6 +26,7 @@ class SweepCreateSerializer(RunCreateSerializer):
                                    help_text="grid: every combination; random: `runs` points drawn from the axes")
     runs = serializers.JSONField(required=False, default=None, allow_null=True,
                                  help_text="Random search: how many runs to draw (1 to RLSTUDIO_MAX_SWEEP_RUNS)")
+    retention = serializers.JSONField(required=False, allow_null=True, help_text="Each run's: " + RETENTION_HELP)
     seed = serializers.JSONField(required=False, default=None, allow_null=True,
                                  help_text="Random search: the seed to draw with (0 to 2147483647); none: the "
                                            "server picks one and stores it")

@@ -26,6 +26,7 @@ from rlstudio.runs.gate.keys import PLATFORM_KEYS, USER_KEYS
 from rlstudio.runs.errors import ConfigInvalid, RunInputInvalid, RunRefused
 from rlstudio.runs.models import TERMINAL_STATUSES
 from rlstudio.runs.services import run_annotate, run_launch_admit, run_new, run_stop
+from rlstudio.runs.services.lineage import clean_retention
 
 from .grid import AxesInvalid, GridPoint, clean_axes, expand_grid, grid_size, run_name, sweep_tag, value_text
 from .models import MAX_SWEEP_NAME_LENGTH, Sweep, SweepMode, SweepRun
@@ -112,7 +113,8 @@ def _point_error(exc: ConfigInvalid, point: GridPoint, axes: list[SweepAxis], to
 class SweepInputs:
     """What a sweep's runs train on and with: the catalog objects (the caller checked the owner may see
     them), the GPUs of each run, where the base config comes from (as a run launch's: `preset`,
-    `config` a whole config, `saved` a stored one) and the user's overrides of it, the tool set."""
+    `config` a whole config, `saved` a stored one) and the user's overrides of it, the tool set, and
+    each run's sample retention ({"mode", "k"} as a run launch takes it; None: keep every sample)."""
 
     dataset: Any
     model: Any
@@ -124,6 +126,7 @@ class SweepInputs:
     overrides: Any = None
     tool_set: str = ""
     reward_model: Any = None
+    retention: Any = None
 
 
 def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: SweepInputs, mode: Any = SweepMode.GRID,
@@ -144,6 +147,7 @@ def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: Sweep
         raise RunInputInvalid(f"mode is grid or random, not {value_text(mode)[:40]}", field="mode")
     checked = check_axes(axes, mode=mode)
     points, seed = sweep_points(checked, mode=mode, runs=runs, seed=seed)
+    retention = clean_retention(inputs.retention)  # RunInputInvalid on retention.mode / .k before anything
     common = dict(dataset=inputs.dataset, val_dataset=inputs.val_dataset, model=inputs.model, gpus=inputs.gpus,
                   reward_model=inputs.reward_model)
     base = user_view(launch.build_config(preset=inputs.preset, config=inputs.config, base=inputs.saved,
@@ -162,7 +166,7 @@ def sweep_launch(*, owner: AbstractBaseUser, name: str, axes: Any, inputs: Sweep
         for point in points:
             try:
                 run = run_new(owner=owner, name=run_name(name, point.params), saved=base, overrides=point.params,
-                              tool_set=inputs.tool_set, admit=False, **common)
+                              tool_set=inputs.tool_set, admit=False, retention=retention, **common)
             except RunRefused as exc:
                 raise RunRefused(f"run {point.index + 1} of the sweep's {len(points)}: {exc}; no run of the "
                                  "sweep was launched") from None

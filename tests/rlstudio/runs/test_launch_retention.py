@@ -127,3 +127,26 @@ def test_the_form_says_keep_all_by_default(alice, ready):
     page.post("/runs/new/", {"name": "plain", "dataset": ready["dataset"].pk, "model": ready["model"].pk,
                              "preset": "cpu_smoke", "gpus": 0})
     assert _kept(Run.objects.get(name="plain").pk) is None
+
+
+def test_a_launch_takes_its_tags_and_refuses_bad_ones_on_the_field(api, ready):
+    resp = api.post("/api/v1/runs/", _body(ready, tags=["lr-sweep", "v2"]), format="json")
+    assert resp.status_code == 201, resp.content
+    assert Run.objects.get(pk=resp.json()["id"]).tags == ["lr-sweep", "v2"]
+    for tags in (["two words"], "one", [{"a": 1} ]):
+        bad = api.post("/api/v1/runs/", _body(ready, name="bad", tags=tags), format="json")
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "tags", (tags, bad.content)
+    assert not Run.objects.filter(name="bad").exists()
+
+
+def test_a_sweep_gives_each_run_its_retention_or_refuses_it_whole(api, ready):
+    from rlstudio.sweeps.models import Sweep
+
+    axes = [{"key": "actor_rollout_ref.rollout.n", "values": [2, 4]}]
+    body = {**_body(ready, name="sw"), "axes": axes, "retention": {"mode": "every_kth_step", "k": 5}}
+    resp = api.post("/api/v1/sweeps/", body, format="json")
+    assert resp.status_code == 201, resp.content
+    assert [_kept(r["run"]) for r in resp.json()["runs"]] == [("every_kth_step", 5)] * 2
+    bad = api.post("/api/v1/sweeps/", {**body, "name": "sw2", "retention": {"mode": "per_step", "k": 0}}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "retention.k"
+    assert not Sweep.objects.filter(name="sw2").exists() and Run.objects.filter(name__startswith="sw2/").count() == 0

@@ -74,7 +74,7 @@ def clean_tags(tags: Iterable) -> list[str]:
     out: list[str] = []
     for tag in tags:
         if not isinstance(tag, str):
-            raise RunInputInvalid(f"a tag must be a string, got {tag!r}", field="tags")
+            raise RunInputInvalid(f"a tag must be a string, got {repr(tag)[:60]}", field="tags")
         tag = tag.strip()
         if not tag or len(tag) > MAX_TAG_LENGTH or not TAG_RE.match(tag):
             raise RunInputInvalid(f"tag {tag[:60]!r}: 1 to {MAX_TAG_LENGTH} letters, digits or _ . : + / - "
