@@ -1,5 +1,5 @@
-"""Pages of sweeps: the list (paged), the form that launches one, a sweep's table, "stop all" and
-"delete".
+"""Pages of sweeps: the list (paged), the form that launches one, a sweep's table and its charts (the
+metric against each axis, chart.py), "stop all" and "delete".
 Owner and staff only (anyone else: 404). Views translate; `services` and `selectors` decide."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 from rlstudio.paging import paged
 from rlstudio.runs.errors import RunInputInvalid, RunRefused
 
+from .chart import sweep_chart
 from .grid import value_text
 from .sample import axis_text
 from .selectors import metric_label, sweep_get_for, sweep_list_for, sweep_table
@@ -86,10 +87,12 @@ def sweep_detail(request, sweep_id: int):
              "metric_value": row.value_of(table.metric)} for row in table.rows]
     axes = [(axis["key"], axis_text(axis)) for axis in sweep.axes]
     live = any(not row.run.is_terminal for row in table.rows)
+    label = metric_label(table.metric)
     return render(request, "sweeps/sweep_detail.html", {
         "sweep": sweep, "table": table, "keys": keys, "rows": rows, "live": live, "axes": axes,
-        "metric_choices": [(m, metric_label(m)) for m in table.metrics], "metric_label": metric_label(table.metric),
+        "metric_choices": [(m, metric_label(m)) for m in table.metrics], "metric_label": label,
         "compare_ids": ",".join(str(i) for i in table.run_ids[:20]),
+        "chart": sweep_chart(axes=sweep.axes, rows=rows, metric_label=label),
     })
 
 
