@@ -1,6 +1,6 @@
 """The sweep page's charts in Chromium: one per axis, every run with a value as a point at its axis
 value and metric (log scale for a learning rate spanning 100x), the best one a star, a hostile run
-name inert, and a click on a point opens that run."""
+name inert; while a run is live the table and charts follow it; a click on a point opens that run."""
 from __future__ import annotations
 
 import pytest
@@ -29,7 +29,7 @@ def test_the_metric_against_each_axis_and_a_click_opens_the_run(page_as, make_us
     for i, (lr, n, reward) in enumerate(points):
         name = f'<img src=x onerror=alert(1)>{i}'
         run = run_create(owner=alice, name=name, dataset=dataset, model=model, config={}, gpus=0)[0]
-        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED if reward is not None else RunStatus.RUNNING)
         SweepRun.objects.create(sweep=sweep, run=run, index=i, params={LR: lr, N: n})
         if reward is not None:
             MetricRow.objects.create(run=run, step=1, time=timezone.now(), metrics={"critic/score/mean": reward})
@@ -47,8 +47,20 @@ def test_the_metric_against_each_axis_and_a_click_opens_the_run(page_as, make_us
     assert symbols == ["circle", "circle", "star"]
     assert page.dialogs == [] and page.locator("#sweep-charts img").count() == 0
 
-    star = page.locator(f'.plot[data-axis="{N}"] .scatterlayer .point').nth(2)
+    assert page.locator("#sweep-live").get_attribute("data-live") == "1"
+
+    # the live run reports and ends: the table and the charts follow (the poller's next fetch, asked now)
+    MetricRow.objects.create(run_id=ids[3], step=1, time=timezone.now(), metrics={"critic/score/mean": 0.95})
+    Run.objects.filter(pk=ids[3]).update(status=RunStatus.SUCCEEDED)
+    page.evaluate("() => window.rlstudioSweepChart.refresh()")
+    page.wait_for_function(f"() => window.rlstudioSweepChart.points({N!r}).y.length === 4")
+    assert page.evaluate(f"() => window.rlstudioSweepChart.points({N!r})")["y"] == [0.2, 0.4, 0.9, 0.95]
+    assert page.locator("#sweep-best").get_attribute("data-run-id") == str(ids[3])
+    assert page.locator("#sweep-live").get_attribute("data-live") == ""  # all ended: polling stops
+    assert "no value yet" not in page.locator("#sweep-charts-note").inner_text()
+
+    star = page.locator(f'.plot[data-axis="{N}"] .scatterlayer .point').nth(3)
     box = star.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.wait_for_url(f"**/runs/{ids[2]}/")
+    page.wait_for_url(f"**/runs/{ids[3]}/")

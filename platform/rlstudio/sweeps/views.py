@@ -79,8 +79,21 @@ def _queue_room(user) -> dict[str, int]:
 @login_required
 def sweep_detail(request, sweep_id: int):
     """A sweep's table: one row per run with its axis values (for random search, the values drawn), the
-    best run marked on `?metric=`."""
+    best run marked on `?metric=`, and the charts of that metric against each axis."""
     sweep = sweep_get_for(user=request.user, sweep_id=sweep_id)
+    return render(request, "sweeps/sweep_detail.html", _sweep_page(request, sweep))
+
+
+@login_required
+def sweep_live(request, sweep_id: int):
+    """The sweep page's live part (its table and the charts' data) as a fragment, which
+    static/js/sweep_chart.js fetches again while a run of the sweep has not ended."""
+    sweep = sweep_get_for(user=request.user, sweep_id=sweep_id)
+    return render(request, "sweeps/_sweep_live.html", _sweep_page(request, sweep))
+
+
+def _sweep_page(request, sweep) -> dict:
+    """The context of the sweep page and of its live part: the table on `?metric=` and the charts' data."""
     table = sweep_table(user=request.user, sweep=sweep, metric=request.GET.get("metric"))
     keys = [axis["key"] for axis in sweep.axes]
     rows = [{"row": row, "values": [value_text(row.params.get(k)) for k in keys],
@@ -88,12 +101,12 @@ def sweep_detail(request, sweep_id: int):
     axes = [(axis["key"], axis_text(axis)) for axis in sweep.axes]
     live = any(not row.run.is_terminal for row in table.rows)
     label = metric_label(table.metric)
-    return render(request, "sweeps/sweep_detail.html", {
+    return {
         "sweep": sweep, "table": table, "keys": keys, "rows": rows, "live": live, "axes": axes,
         "metric_choices": [(m, metric_label(m)) for m in table.metrics], "metric_label": label,
         "compare_ids": ",".join(str(i) for i in table.run_ids[:20]),
         "chart": sweep_chart(axes=sweep.axes, rows=rows, metric_label=label),
-    })
+    }
 
 
 @login_required
