@@ -3,8 +3,10 @@
 
 - `param_offload`: the actor's parameters (its FSDP2 shards on several ranks) live in host memory and
   come to the GPU for the phases that compute with them: the old log-probs, the update, the weight
-  sync to the rollout engine, a generation on the actor's own module (the one-worker `hf` engine),
-  checkpoints and exports. The rollout engine's weights and KV cache get the room meanwhile.
+  sync to the rollout engine, checkpoints and exports. The rollout engine's weights and KV cache get
+  the room meanwhile. They go to host memory as soon as the actor is built, before the reference and
+  the engine (SGLang and vLLM size their pools from the memory free when they start). Not when the
+  one-worker `hf` engine generates on the actor's own module: they stay on the GPU then.
 - `optimizer_offload`: the optimizer's state (Adam's two moments: twice the trainable parameters in
   float32) lives in host memory and comes to the GPU for the update and checkpoints only.
 
@@ -78,8 +80,8 @@ class ActorOffload:
             yield
             return
         self.depth += 1
-        self.load(optimizer=optimizer)
         try:
+            self.load(optimizer=optimizer)
             yield
         finally:
             self.depth -= 1

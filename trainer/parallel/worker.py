@@ -167,6 +167,20 @@ class RankWorker:
                                  use_torch_compile=arr.actor.use_torch_compile,
                                  model=load(torch.float32, lora=lora_enabled(arr.model)),
                                  rollout_correction=cfg.algorithm.rollout_correction)
+        self.engine_name = resolve_engine_name(arr.rollout.name, device)
+        # One hf worker: the engine runs on the actor's module itself. Otherwise (and with LoRA: it
+        # generates with merged weights, trainer.workers.lora) it holds its own weights.
+        self.shared_engine = self.engine_name == "hf" and not self.sharded and self.lora is None
+        from trainer.parallel.offload import ActorOffload
+
+        # verl's actor offload (offload.py), in host memory before the reference and the engine are built,
+        # so that an engine sizing its pool at start (SGLang, vLLM) sees the room. Not the parameters of a
+        # module the engine generates on (they would only travel to come back for every rollout).
+        fsdp_cfg = arr.actor.fsdp_config
+        self.offload = ActorOffload(self.actor.model, self.actor.optimizer, device,
+                                    params=fsdp_cfg.param_offload and not self.shared_engine,
+                                    optimizer_state=fsdp_cfg.optimizer_offload)
+        self.offload.offload()
         # perf/mfu/actor (trainer.flops): verl's count for the actor's family and the device's peak;
         # either None (a family verl has no count for, the CPU, a GPU outside verl's table): not reported.
         from trainer import flops
@@ -192,10 +206,6 @@ class RankWorker:
             self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),
                                    log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
                                    use_torch_compile=bool(arr.ref.use_torch_compile))
-        self.engine_name = resolve_engine_name(arr.rollout.name, device)
-        # One hf worker: the engine runs on the actor's module itself. Otherwise (and with LoRA: it
-        # generates with merged weights, trainer.workers.lora) it holds its own weights.
-        self.shared_engine = self.engine_name == "hf" and not self.sharded and self.lora is None
         if self.engine_name == "hf":
             engine_model = self.actor.model if self.shared_engine else load(self.dtype, shard=False)
         else:
@@ -220,11 +230,6 @@ class RankWorker:
         self.monitor = MemoryMonitor(self.emitter, device=dev_name, memory_interval_s=cfg.report.memory_interval_s,
                                      heartbeat_interval_s=0)
         self.monitor.start()
-        from trainer.parallel.offload import ActorOffload
-
-        fsdp_cfg = arr.actor.fsdp_config  # verl's actor offload: host memory between the phases (offload.py)
-        self.offload = ActorOffload(self.actor.model, self.actor.optimizer, device, params=fsdp_cfg.param_offload,
-                                    optimizer_state=fsdp_cfg.optimizer_offload)
         with self.phase("sync", 0):
             sync = self.sync_weights(step=0, _phase=False)  # the engine starts from the actor's weights
         from trainer.memory import nvml_unavailable
@@ -252,8 +257,7 @@ class RankWorker:
                 name = schema.get("function", {}).get("name")
                 if name and name not in self.tools:
                     self.tools[name] = get_tool(name)
-        on_actor = self.offload.resident() if self.shared_engine else contextlib.nullcontext()
-        with self.phase("rollout", step), on_actor:
+        with self.phase("rollout", step):
             self.engine.resume_memory()
             trajs = self.rollout.run(prompts, n=n, sampling=sampling) if prompts else []
             if self.cfg.actor_rollout_ref.rollout.free_cache_engine:
@@ -330,10 +334,11 @@ class RankWorker:
         from trainer.workers.lora import merged_full_tensors
 
         ctx = self.phase("sync", step) if _phase else contextlib.nullcontext()
+        if self.shared_engine:
+            with ctx:
+                return {"bytes": 0.0, "seconds": 0.0, "buckets": 0.0}  # the engine runs on these very tensors
         with ctx, self.offload.resident():
             t0 = time.perf_counter()
-            if self.shared_engine:
-                return {"bytes": 0.0, "seconds": 0.0, "buckets": 0.0}  # the engine runs on these very tensors
             self.engine.resume_memory()
             bucket_bytes = int(self.cfg.actor_rollout_ref.rollout.update_weights_bucket_megabytes) * 2**20
             nbytes = buckets = 0

@@ -9,8 +9,9 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   float32 and frozen (4 P / W), the adapter adds A = r x (in + out) parameters per adapted linear
   layer (`lora_parameters`), and only the adapter has gradients (4 A / W) and AdamW moments (8 A / W);
 - with actor.fsdp_config.param_offload on a GPU (trainer/parallel/offload.py) the actor's weights
-  wait in host memory during the rollout and validation (unless the one-worker `hf` engine generates
-  on them), and with optimizer_offload its AdamW moments wait there outside the update;
+  wait in host memory during the rollout, validation and the critic's update (not when the one-worker
+  `hf` engine generates on them: they stay), and with optimizer_offload its AdamW moments wait there
+  in every phase but the update;
 - reference (only with a KL term: actor.use_kl_loss or algorithm.use_kl_in_reward): P / W in the
   compute dtype (bfloat16 on a GPU for dtype=auto, float32 on the CPU); nothing on a GPU with
   ref.fsdp_config.param_offload; nothing with LoRA (the actor's base with the adapter disabled);
@@ -270,7 +271,9 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         lines.append(MemoryLine("actor gradients", grads, "float32, during the update"))
         lines.append(MemoryLine("optimizer states", optim, "AdamW: two float32 moments"))
     actor_fsdp = config_section(actor, "fsdp_config")
-    params_away = bool(actor_fsdp.get("param_offload")) and gpu  # offload.py: host memory between phases
+    on_actor = engine == "hf" and not sharded and not lora  # the one-worker hf engine generates on its weights
+    # offload.py: host memory between phases; not the weights the one-worker hf engine generates on
+    params_away = bool(actor_fsdp.get("param_offload")) and gpu and not on_actor
     optim_away = bool(actor_fsdp.get("optimizer_offload")) and gpu
     if params_away or optim_away:
         away = " and ".join(w for w, on in (("weights", params_away), ("optimizer states", optim_away)) if on)
@@ -351,9 +354,8 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         critic_phase = 4 * p // world + c_act
 
     resident = weights + optim + ref_bytes + critic_bytes + (engine_bytes if engine == "hf" else 0)
-    on_actor = engine == "hf" and not sharded and not lora  # the one-worker hf engine generates on its weights
     optim_off = optim if optim_away else 0  # away outside the update
-    generating_off = optim_off + (weights if params_away and not on_actor else 0)
+    generating_off = optim_off + (weights if params_away else 0)
     free_cache = rollout.get("free_cache_engine", True)
     held_pool = 0 if (not pooled or free_cache) else pool
     phases = {

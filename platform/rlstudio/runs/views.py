@@ -156,7 +156,9 @@ def _form(request, data=None):
         wanted = request.GET.get(name) or ""
         if wanted.isascii() and wanted.isdigit() and len(wanted) < 12 and choices.filter(pk=int(wanted)).exists():
             initial[name] = int(wanted)
-    if "from" in request.GET:  # "Run again with changes": a run the user reads (else 404), as the form shows it
+    # "Run again with changes": a run the user reads (else 404), as the form shows it; only to show the form
+    # (a POST is an ordinary launch, which needs nothing of the source run, even one no longer readable)
+    if data is None and "from" in request.GET:
         from .relaunch import relaunch_initial
 
         initial.update(relaunch_initial(user=request.user, run_id=request.GET["from"], choices={

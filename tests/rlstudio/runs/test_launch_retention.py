@@ -133,7 +133,7 @@ def test_a_launch_takes_its_tags_and_refuses_bad_ones_on_the_field(api, ready):
     resp = api.post("/api/v1/runs/", _body(ready, tags=["lr-sweep", "v2"]), format="json")
     assert resp.status_code == 201, resp.content
     assert Run.objects.get(pk=resp.json()["id"]).tags == ["lr-sweep", "v2"]
-    for tags in (["two words"], "one", [{"a": 1} ]):
+    for tags in (["two words"], "one", [{"a": 1}], {"a": 1}):
         bad = api.post("/api/v1/runs/", _body(ready, name="bad", tags=tags), format="json")
         assert bad.status_code == 400 and bad.json()["error"]["field"] == "tags", (tags, bad.content)
     assert not Run.objects.filter(name="bad").exists()

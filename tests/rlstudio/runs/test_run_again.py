@@ -96,7 +96,9 @@ def test_launching_the_filled_in_form_as_it_is_makes_an_equal_run(alice, source)
 
 def test_another_users_private_run_is_a_404(bob, source):
     assert _page(bob).get(f"/runs/new/?from={source.pk}").status_code == 404
-    assert _page(bob).post(f"/runs/new/?from={source.pk}", {"name": "x"}).status_code == 404
+    # a POST is an ordinary launch that never reads the source: bob's incomplete form is his own 400
+    refused = _page(bob).post(f"/runs/new/?from={source.pk}", {"name": "x"})
+    assert refused.status_code == 400 and "lr-probe" not in refused.content.decode()
     for bad in ("x", "", "-1", "99999999", "1e3"):
         assert _page(bob).get(f"/runs/new/?from={bad}").status_code == 404, bad
 
@@ -114,3 +116,15 @@ def test_the_run_page_links_to_it_beside_clone(alice, source):
     run_annotate(run=source, by=alice, note="")
     body = _page(alice).get(f"/runs/{source.pk}/").content.decode()
     assert f'href="/runs/new/?from={source.pk}"' in body and 'id="run-again"' in body
+
+
+def test_the_filled_in_form_launches_even_once_the_source_run_is_gone(alice, source):
+    """What was typed is never lost to the source run going meanwhile (deleted, or no longer shared)."""
+    body = _page(alice).get(f"/runs/new/?from={source.pk}").content.decode()
+    fields = ("name", "dataset", "val_dataset", "model", "gpus", "tags", "retention_mode", "retention_k",
+              "learning_rate", "samples_per_prompt", "train_batch_size", "total_training_steps", "config_yaml")
+    form = {f: _value(body, f) or "" for f in fields} | {"preset": "cpu_smoke"}
+    Run.objects.filter(pk=source.pk).delete()
+    resp = _page(alice).post(f"/runs/new/?from={source.pk}", form)
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    assert Run.objects.filter(name="lr-probe (again)").exists()

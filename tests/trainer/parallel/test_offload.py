@@ -57,6 +57,39 @@ def test_off_a_gpu_nothing_moves(monkeypatch):
     assert not o.active and moves == []
 
 
+def test_the_actor_goes_to_host_memory_before_the_engine_is_built(monkeypatch, tiny_model_dir, demo_data_dir):
+    """SGLang and vLLM size their pools from the memory free when they start: the worker offloads the
+    actor right after building it, before the reference and the engine; the parameters a one-worker hf
+    engine generates on are never offloaded (the optimizer state still is)."""
+    from trainer.config import apply_overrides
+    from trainer.parallel.worker import RankWorker
+    from trainer.recipes import get_recipe
+    from trainer.rollout import base
+
+    order: list[str] = []
+    asked: list[bool] = []  # the params= each ActorOffload was made with
+    real_build, real_init = base.build_engine, off.ActorOffload.__init__
+
+    def init(self, *args, **kwargs):
+        asked.append(kwargs["params"])
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(off.ActorOffload, "__init__", init)
+    monkeypatch.setattr(off.ActorOffload, "offload", lambda self: order.append("offload"))
+    monkeypatch.setattr(base, "build_engine", lambda *a, **k: (order.append("engine"), real_build(*a, **k))[1])
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "actor_rollout_ref.model.path": str(tiny_model_dir), "data.train_files": str(demo_data_dir / "train.jsonl"),
+        "actor_rollout_ref.actor.fsdp_config.param_offload": True,
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": True})
+    worker = RankWorker(cfg.to_dict(), rank=0, world=1)
+    try:
+        worker.init()
+        assert order[:2] == ["offload", "engine"]
+        assert worker.shared_engine and asked == [False]  # param_offload asked for, not on the engine's module
+    finally:
+        worker.shutdown()
+
+
 def test_a_cpu_run_with_the_actor_offloaded_trains(tmp_path, tiny_model_dir, demo_data_dir):
     """Every phase that wraps the actor in `resident` (rollout, log-probs, update, sync, checkpoint,
     export) runs with the keys set: on a CPU they move nothing and the run trains as without them."""

@@ -69,7 +69,7 @@ def check_can_manage(*, user: AbstractBaseUser, run: Run, action: str = "change"
 def clean_tags(tags: Iterable) -> list[str]:
     """Tags as stored: each stripped, in the order given, duplicates dropped; RunInputInvalid (field
     `tags`) for one that is empty, too long or has other characters, or for more than MAX_TAGS."""
-    if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
+    if not isinstance(tags, (list, tuple)):
         raise RunInputInvalid("tags must be a list of strings", field="tags")
     out: list[str] = []
     for tag in tags:
