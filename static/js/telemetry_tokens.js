@@ -13,7 +13,10 @@
   }
   for (const btn of document.querySelectorAll(".tabs button[data-tab]")) {
     btn.addEventListener("click", () => {
-      for (const b of document.querySelectorAll(".tabs button")) b.classList.toggle("active", b === btn);
+      for (const b of document.querySelectorAll(".tabs button")) {
+        b.classList.toggle("active", b === btn);
+        b.setAttribute("aria-selected", String(b === btn));
+      }
       for (const t of ["chat", "tokens"]) document.getElementById("tab-" + t).hidden = t !== btn.dataset.tab;
       keep("view", btn.dataset.tab === "chat" ? null : btn.dataset.tab);
     });

@@ -49,7 +49,8 @@ def _backgrounds(page) -> list[str]:
 
 
 def _shown(page, *, tab: str, colour: str) -> None:
-    """The page shows `tab` ("chat" or "tokens"), its button the active one, and `colour` selected."""
+    """The page shows `tab` ("chat" or "tokens"), its button the active (and selected) tab, and `colour`
+    selected."""
     from playwright.sync_api import expect
 
     other = "chat" if tab == "tokens" else "tokens"
@@ -57,6 +58,9 @@ def _shown(page, *, tab: str, colour: str) -> None:
     expect(page.locator(f"#tab-{other}")).to_be_hidden()
     expect(page.locator(f".tabs button[data-tab={tab}]")).to_have_class("active")
     expect(page.locator(f".tabs button[data-tab={other}]")).not_to_have_class("active")
+    # for assistive technology too: a tab list whose selected tab is the one shown
+    expect(page.get_by_role("tab", selected=True)).to_have_attribute("aria-controls", f"tab-{tab}")
+    expect(page.get_by_role("tabpanel")).to_have_attribute("id", f"tab-{tab}")
     expect(page.locator("#token-colour")).to_have_value(colour)
 
 

@@ -112,7 +112,7 @@ def test_a_training_transcript_with_tokens_has_no_such_note(alice, run_with_val)
     s = _sample(run_with_val, 1, step=1, split="train", token_view=view)
     page = _client(alice).get(f"/runs/{run_with_val.pk}/samples/{s.pk}/").content.decode()
     assert 'id="no-token-view"' not in page and "cut off" not in page
-    assert 'data-tab="tokens">Tokens</button>' in page  # the tab is enabled
+    assert re.search(r'<button type="button" data-tab="tokens"[^>]*aria-selected="false">Tokens</button>', page)  # enabled
 
 
 def test_a_steps_groups_name_each_prompt_by_its_text_and_mark_validation(alice, run_with_val):

@@ -51,11 +51,11 @@ def _page(client, run, sample, query: str = "") -> str:
 def _state(page: str) -> dict:
     """What the server rendered: the active tab, which sections are hidden, the selected colouring and
     the legend beside the select."""
-    active = re.findall(r'<button type="button" data-tab="(\w+)" class="active"', page)
+    active = re.findall(r'<button type="button" data-tab="(\w+)"[^>]* aria-selected="true" class="active"', page)
     selected = re.findall(r'<option value="(\w+)"[^>]* selected>', page)
     legend = re.search(r'<span id="token-legend" class="small">([^<]*)</span>', page)
-    return {"active": active, "chat_hidden": bool(re.search(r'id="tab-chat" hidden>', page)),
-            "tokens_hidden": bool(re.search(r'id="tab-tokens" hidden>', page)),
+    return {"active": active, "chat_hidden": bool(re.search(r'id="tab-chat"[^>]* hidden>', page)),
+            "tokens_hidden": bool(re.search(r'id="tab-tokens"[^>]* hidden>', page)),
             "selected": selected, "legend": legend.group(1) if legend else None}
 
 
