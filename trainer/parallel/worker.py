@@ -31,6 +31,7 @@ rank exit the process (os._exit(3)) when it enters that phase at that step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import socket
@@ -202,15 +203,24 @@ class RankWorker:
                                        total_steps=critic_steps if critic_steps > 0 else self.total_steps,
                                        pad_token_id=pad, loss_scale_factor=arr.actor.loss_scale_factor)
         self.ref = None  # with LoRA the reference is the actor with its adapter disabled (no copy)
+        # The reference's param_offload: FSDP2's CPUOffloadPolicy when sharded; a plain module (one worker,
+        # no process group) waits in host memory and comes to the device for its log-probs (offload.py).
+        self.ref_offload = ActorOffload(None, None, device, params=False, optimizer_state=False)
         if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and self.lora is None:
-            self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=arr.ref.fsdp_config.param_offload),
+            ref_offload = arr.ref.fsdp_config.param_offload
+            self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=ref_offload),
                                    log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
                                    use_torch_compile=bool(arr.ref.use_torch_compile))
+            self.ref_offload = ActorOffload(self.ref.model, None, device, params=ref_offload and not self.sharded,
+                                            optimizer_state=False)
         if self.engine_name == "hf":
             engine_model = self.actor.model if self.shared_engine else load(self.dtype, shard=False)
-        else:
+            engine_cfg = arr.rollout
+        else:  # an engine with its own copy loads it as the actor's model says (dtype, remote code)
             engine_model = arr.model.path
-        self.engine = build_engine(self.engine_name, model=engine_model, tokenizer=self.tokenizer, config=arr.rollout,
+            engine_cfg = {**dataclasses.asdict(arr.rollout), "dtype": arr.model.dtype,
+                          "trust_remote_code": arr.model.trust_remote_code}
+        self.engine = build_engine(self.engine_name, model=engine_model, tokenizer=self.tokenizer, config=engine_cfg,
                                    device=device)
         if self.engine_name == "hf" and not self.shared_engine:
             self.engine.share_module = False  # its own copy: release_memory may move it off the GPU
@@ -273,7 +283,7 @@ class RankWorker:
         if worker is None:
             raise RuntimeError(f"no {role} model on this worker")
         adapter_off = self.lora.disable_adapter() if base else contextlib.nullcontext()
-        on_device = self.offload.resident() if worker is self.actor else contextlib.nullcontext()
+        on_device = self.offload.resident() if worker is self.actor else self.ref_offload.resident()
         with self.phase("old_log_prob" if role == "actor" else "ref", step), on_device, adapter_off:
             return worker.compute_log_prob(batch, with_entropy=with_entropy)
 

@@ -129,6 +129,7 @@ class SGLangRolloutEngine(RolloutEngine):
             "enable_memory_saver": True,
             "skip_tokenizer_init": True,  # token ids in, token ids out
             "random_seed": int(get("seed", 0)),
+            "trust_remote_code": bool(get("trust_remote_code", False)),  # the model's (actor_rollout_ref.model)
             "base_gpu_id": gpu,
             "tp_size": 1,
         }

@@ -189,6 +189,7 @@ class VLLMRolloutEngine(RolloutEngine):
             "model": path,
             "dtype": dtype,
             "seed": int(get("seed", 0)),
+            "trust_remote_code": bool(get("trust_remote_code", False)),  # the model's (actor_rollout_ref.model)
             "gpu_memory_utilization": float(get("gpu_memory_utilization", 0.5)),
             "tensor_parallel_size": 1,
             "enable_sleep_mode": True,

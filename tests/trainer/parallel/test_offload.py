@@ -60,7 +60,8 @@ def test_off_a_gpu_nothing_moves(monkeypatch):
 def test_the_actor_goes_to_host_memory_before_the_engine_is_built(monkeypatch, tiny_model_dir, demo_data_dir):
     """SGLang and vLLM size their pools from the memory free when they start: the worker offloads the
     actor right after building it, before the reference and the engine; the parameters a one-worker hf
-    engine generates on are never offloaded (the optimizer state still is)."""
+    engine generates on are never offloaded (the optimizer state still is). The reference's
+    param_offload on one worker (no FSDP2 there) goes through the same mechanism."""
     from trainer.config import apply_overrides
     from trainer.parallel.worker import RankWorker
     from trainer.recipes import get_recipe
@@ -80,12 +81,15 @@ def test_the_actor_goes_to_host_memory_before_the_engine_is_built(monkeypatch, t
     cfg = apply_overrides(get_recipe("cpu_smoke"), {
         "actor_rollout_ref.model.path": str(tiny_model_dir), "data.train_files": str(demo_data_dir / "train.jsonl"),
         "actor_rollout_ref.actor.fsdp_config.param_offload": True,
-        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": True})
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": True,
+        "actor_rollout_ref.actor.use_kl_loss": True, "actor_rollout_ref.ref.fsdp_config.param_offload": True})
     worker = RankWorker(cfg.to_dict(), rank=0, world=1)
     try:
         worker.init()
         assert order[:2] == ["offload", "engine"]
-        assert worker.shared_engine and asked == [False]  # param_offload asked for, not on the engine's module
+        assert worker.shared_engine and asked[0] is False  # the actor's: param_offload asked for, not on the engine's module
+        # the reference of one worker (no process group, so no FSDP2 CPUOffloadPolicy) is offloaded by hand
+        assert asked[-1] is True and worker.ref_offload.model is worker.ref.model
     finally:
         worker.shutdown()
 
@@ -139,3 +143,56 @@ def test_on_a_gpu_the_actor_waits_in_host_memory_and_trains_the_same():
     with o.resident():
         for a, b in zip(twin.parameters(), model.parameters()):
             torch.testing.assert_close(a, b)
+
+
+def test_an_engine_with_its_own_copy_loads_it_as_the_models_dtype_and_remote_code(monkeypatch, tiny_model_dir,
+                                                                                 demo_data_dir):
+    """SGLang and vLLM are handed the actor's model.dtype and trust_remote_code with the rollout section
+    (the rollout section has neither, so they always loaded bfloat16 without remote code)."""
+    from trainer.config import apply_overrides
+    from trainer.parallel.worker import RankWorker
+    from trainer.recipes import get_recipe
+    from trainer.rollout import base
+
+    seen = {}
+
+    class Built(Exception):
+        pass
+
+    def build(name, *, model, tokenizer, config, device):
+        seen.update(name=name, model=model, config=config)
+        raise Built
+
+    monkeypatch.setattr(base, "resolve_engine_name", lambda name, device=None: "sglang")
+    monkeypatch.setattr(base, "build_engine", build)
+    cfg = apply_overrides(get_recipe("cpu_smoke"), {
+        "actor_rollout_ref.model.path": str(tiny_model_dir), "data.train_files": str(demo_data_dir / "train.jsonl"),
+        "actor_rollout_ref.model.dtype": "float16", "actor_rollout_ref.rollout.gpu_memory_utilization": 0.4})
+    worker = RankWorker(cfg.to_dict(), rank=0, world=1)
+    with pytest.raises(Built):
+        worker.init()
+    assert seen["name"] == "sglang" and seen["model"] == str(tiny_model_dir)
+    assert seen["config"]["dtype"] == "float16" and seen["config"]["trust_remote_code"] is False
+    assert seen["config"]["gpu_memory_utilization"] == 0.4  # the rollout section, as before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_gpu_run_with_the_actor_and_the_reference_offloaded_trains(tmp_path, tiny_model_dir, demo_data_dir):
+    """One GPU, one worker (no FSDP2): the actor's optimizer state and the reference's parameters wait
+    in host memory; the run trains 2 steps with a KL loss and saves a checkpoint."""
+    import json
+
+    from trainer.cli import main
+
+    out = tmp_path / "out"
+    rc = main(["run", "--recipe", "cpu_smoke", f"data.train_files={demo_data_dir / 'train.jsonl'}",
+               f"actor_rollout_ref.model.path={tiny_model_dir}", "trainer.device=cuda", "trainer.total_training_steps=2",
+               "trainer.save_freq=2", "trainer.logger=[jsonl]", "actor_rollout_ref.rollout.name=hf",
+               "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.ref.fsdp_config.param_offload=true",
+               "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+               "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true", "--output", str(out)])
+    assert rc == 0
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    steps = [e["data"]["metrics"] for e in events if e["type"] == "metrics" and "actor/kl_loss" in e["data"]["metrics"]]
+    assert len(steps) == 2 and all(s["actor/kl_loss"] >= 0 for s in steps)
