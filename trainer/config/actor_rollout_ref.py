@@ -143,7 +143,7 @@ class RolloutConfig:
         True, "Release the engine's KV cache after each rollout (sglang and vllm: its weights too)."
     )
     log_prob_micro_batch_size_per_gpu: Union[int, None] = option(
-        None, "Sequences per forward when recomputing old log-probs; None = all at once."
+        None, "Sequences per forward when recomputing old log-probs; None = all at once. With actor.use_dynamic_bsz the actor's token budget cuts this pass instead, as verl."
     )
     update_weights_bucket_megabytes: int = option(
         512, "Size of the buckets in which weights are synced."
@@ -258,7 +258,7 @@ class ActorConfig:
     )
     grad_clip: float = option(1.0, "Gradient-norm clip (a non-finite norm skips the step).")
     use_dynamic_bsz: bool = option(
-        False, "Build micro batches by token budget instead of by count."
+        False, "Build micro batches by token budget instead of by count (the update's and the old log-probs' pass; not the reference's)."
     )
     ppo_max_token_len_per_gpu: int = option(
         16384, "Token budget of a micro batch when use_dynamic_bsz."
