@@ -46,7 +46,30 @@ class ModelField(forms.ModelChoiceField):
         return model_label(obj)
 
 
-class RunForm(forms.Form):
+class RetentionFields(forms.Form):
+    """A launch's sample retention (the run form's and the sweep form's fields): which samples keep their
+    transcript in the database, checked by the launch as `PUT /api/v1/runs/{id}/retention/` checks it."""
+
+    retention_mode = forms.ChoiceField(choices=RetentionMode.choices, required=False, initial=RetentionMode.ALL,
+                                       label="Samples kept",
+                                       help_text="Which samples keep their transcript in the database.")
+    retention_k = forms.IntegerField(min_value=1, max_value=RETENTION_K_MAX, required=False, initial=1, label="k",
+                                     help_text="Samples per step (first k), or every k-th step.")
+
+    def retention(self) -> dict | None:
+        """The retention chosen, {"mode", "k"}; None for "all samples" (no row: keep every one)."""
+        mode = self.cleaned_data.get("retention_mode") or RetentionMode.ALL
+        if mode == RetentionMode.ALL:
+            return None
+        return {"mode": mode, "k": self.cleaned_data.get("retention_k") or 1}
+
+
+def retention_field(key: str) -> str:
+    """The form field of a launch's refusal on `retention`, `retention.mode` or `retention.k`."""
+    return "retention_k" if key == "retention.k" else "retention_mode"
+
+
+class RunForm(RetentionFields):
     name = forms.CharField(max_length=200)
     dataset = forms.ModelChoiceField(queryset=None)
     val_dataset = forms.ModelChoiceField(queryset=None, required=False, label="Validation dataset")
@@ -76,12 +99,6 @@ class RunForm(forms.Form):
                                      help_text="One of your projects to put the run in (optional).")
     tags = forms.CharField(max_length=2000, required=False,
                            help_text="Optional: separated by commas or spaces (letters, digits, _ . : + / -).")
-    retention_mode = forms.ChoiceField(choices=RetentionMode.choices, required=False, initial=RetentionMode.ALL,
-                                       label="Samples kept",
-                                       help_text="Which samples keep their transcript in the database.")
-    retention_k = forms.IntegerField(min_value=1, max_value=RETENTION_K_MAX, required=False, initial=1, label="k",
-                                     help_text="Samples per step (first k), or every k-th step.")
-
     def __init__(self, *args, datasets, models, configs, presets, tool_sets=(), rewards=(), reward_models=None,
                  projects=(), **kwargs):
         super().__init__(*args, **kwargs)
@@ -112,13 +129,6 @@ class RunForm(forms.Form):
     def tag_list(self) -> list[str]:
         """The tags typed, split on commas and spaces (the service checks each)."""
         return [t for t in (self.cleaned_data.get("tags") or "").replace(",", " ").split() if t]
-
-    def retention(self) -> dict | None:
-        """The retention chosen, {"mode", "k"}; None for "all samples" (no row: keep every one)."""
-        mode = self.cleaned_data.get("retention_mode") or RetentionMode.ALL
-        if mode == RetentionMode.ALL:
-            return None
-        return {"mode": mode, "k": self.cleaned_data.get("retention_k") or 1}
 
     def config_inputs(self, *, config=None) -> dict | None:
         """The config's inputs from what cleaned (None without a valid preset and GPUs): the preset or a
@@ -153,7 +163,7 @@ class RunForm(forms.Form):
         if key in ("reward_model_id", "reward_model.model.path"):
             return "reward_model"
         if key.startswith("retention"):
-            return "retention_k" if key == "retention.k" else "retention_mode"
+            return retention_field(key)
         if key in self.fields:
             return key
         return None

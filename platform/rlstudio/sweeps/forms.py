@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django import forms
 
-from rlstudio.runs.forms import ModelField, override_lines
+from rlstudio.runs.forms import ModelField, RetentionFields, override_lines, retention_field
 from rlstudio.runs.gate.keys import USER_KEYS
 
 from .grid import MAX_AXES, AxesInvalid, parse_values_text
@@ -16,7 +16,7 @@ from .models import MAX_SWEEP_NAME_LENGTH, SweepMode
 from .sample import MAX_SEED, is_range_text, parse_range_text
 
 
-class SweepForm(forms.Form):
+class SweepForm(RetentionFields):
     name = forms.CharField(max_length=MAX_SWEEP_NAME_LENGTH, help_text="Each run is named <name>/<key=value,...>.")
     dataset = forms.ModelChoiceField(queryset=None)
     val_dataset = forms.ModelChoiceField(queryset=None, required=False, label="Validation dataset")
@@ -98,4 +98,6 @@ class SweepForm(forms.Form):
             except ValueError:
                 return None
             return f"axis_key_{row}" if field.endswith(".key") else f"axis_values_{row}"
+        if field.startswith("retention"):
+            return retention_field(field)
         return field if field in self.fields else ("overrides" if "." in field else None)

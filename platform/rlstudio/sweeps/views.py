@@ -47,7 +47,8 @@ def sweep_new(request):
         d = form.cleaned_data
         saved = d["saved_config"].config if d.get("saved_config") else None
         inputs = SweepInputs(dataset=d["dataset"], val_dataset=d.get("val_dataset"), model=d["model"], gpus=d["gpus"],
-                             preset=None if saved else d["preset"], saved=saved, overrides=form.override_list())
+                             preset=None if saved else d["preset"], saved=saved, overrides=form.override_list(),
+                             retention=form.retention())
         try:
             sweep = sweep_launch(owner=request.user, name=d["name"], axes=d["axes"], inputs=inputs, mode=d["mode"],
                                  runs=d.get("runs"), seed=d.get("seed"))

@@ -94,6 +94,22 @@ def test_the_form_launches_a_sweep(alice, ready):
     assert sweep.sweep_runs.count() == 4
 
 
+def test_the_form_gives_each_run_its_sample_retention(alice, ready):
+    from rlstudio.telemetry.models import RunRetention
+
+    data = {"name": "kept", "dataset": ready["dataset"].pk, "model": ready["model"].pk, "preset": "cpu_smoke",
+            "gpus": 0, "axis_key_1": N, "axis_values_1": "2,4", "retention_mode": "per_step", "retention_k": "3"}
+    form = _client(alice).get("/sweeps/new/").content.decode()
+    assert 'id="sweep-retention"' in form and 'name="retention_k"' in form
+    assert _client(alice).post("/sweeps/new/", data).status_code == 302
+    runs = Run.objects.filter(sweep_run__sweep__name="kept")
+    assert sorted(RunRetention.objects.filter(run__in=runs).values_list("mode", "k")) == [("per_step", 3)] * 2
+    refused = _client(alice).post("/sweeps/new/", {**data, "name": "kept2", "retention_k": "0"})
+    assert refused.status_code == 400 and not Sweep.objects.filter(name="kept2").exists()
+    k_row = refused.content.decode().split('data-field="retention_k"', 1)[1].split("</p>", 1)[0]
+    assert "greater than or equal to 1" in k_row  # said on its field
+
+
 @pytest.mark.parametrize("extra,field,text", [
     ({"axis_values_2": "2, -1"}, "axis_values_2", "axes[1]"),
     ({"axis_values_2": "2,,4"}, "axis_values_2", "empty value"),
