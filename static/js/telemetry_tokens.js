@@ -3,7 +3,8 @@
 // (values come from data- attributes, text is never parsed). The server renders the tab and the
 // colouring the address names (?view=tokens&colour=adv; an unknown value is the default); each switch
 // is written back to the address (history.replaceState, the page's other parameters kept), the
-// default as no parameter, so a copied link opens the page as it was seen.
+// default as no parameter, so a copied link opens the page as it was seen; at load, an unknown value in
+// the address is replaced by what is shown.
 (function () {
   "use strict";
   function keep(key, value) {  // value null: the parameter goes
@@ -21,8 +22,11 @@
       keep("view", btn.dataset.tab === "chat" ? null : btn.dataset.tab);
     });
   }
+  const shownTab = document.querySelector(".tabs button.active");
+  keep("view", shownTab && shownTab.dataset.tab !== "chat" ? shownTab.dataset.tab : null);
   const select = document.getElementById("token-colour");
   if (!select) return;
+  keep("colour", select.value === select.dataset.default ? null : select.value);
   const tokens = [...document.querySelectorAll("#tokens .tok")];
   const legend = document.getElementById("token-legend");
   function colour() {

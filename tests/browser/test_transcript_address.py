@@ -118,12 +118,14 @@ def test_the_token_view_and_its_colouring_live_in_the_address(page_as, quiet_run
     assert _query(page) == {"from": ["share"], "view": ["tokens"], "colour": ["rollout"]}
     assert _backgrounds(page)[0] == ""  # the prompt token: no rollout log-prob, no colour
 
-    # An unknown value is the default, without an error; the address is left as it was until a switch.
-    page.goto(f"{path}?view=sideways&colour=plaid")
+    # An unknown value is the default, without an error, and the address is made to say what is shown.
+    page.goto(f"{path}?view=sideways&colour=plaid&from=x")
     _shown(page, tab="chat", colour="lp")
+    expect(page).not_to_have_url(re.compile(r"plaid|sideways"))
+    assert _query(page) == {"from": ["x"]}
     page.click(".tabs button[data-tab=tokens]")
     expect(page).to_have_url(re.compile(r"view=tokens"))
-    assert _query(page) == {"view": ["tokens"], "colour": ["plaid"]}
+    assert _query(page) == {"view": ["tokens"], "from": ["x"]}
     page.select_option("#token-colour", "adv")
     expect(page).to_have_url(re.compile(r"colour=adv"))
     assert problems == [], problems
