@@ -3,8 +3,9 @@
 // server's fragment, sweeps/_sweep_live.html; data from sweeps/chart.py). The best run is a star;
 // clicking a point opens its run. While a run of the sweep has not ended (#sweep-live's data-live), the
 // fragment is fetched again every few seconds (fragment_poller.js): the table is swapped for the new
-// one and the charts redrawn in place. Run names are the users' text: they reach Plotly escaped, never
-// as markup. window.rlstudioSweepChart.points(key) gives a chart's points (for the tests).
+// one and the charts redrawn in place; when the last run ends the page reloads once (its head then
+// offers Delete sweep), and polling stops for good on a 404 / 403 or an answer that is not the
+// fragment (a lost session). Run names are the users' text: they reach Plotly escaped, never as markup. window.rlstudioSweepChart.points(key) gives a chart's points (for the tests).
 (function () {
   "use strict";
   const EVERY_MS = 5000;
@@ -75,9 +76,18 @@
     every: () => (live().dataset.live ? EVERY_MS : 0),
     apply: (fetched) => {
       const fresh = fetched.querySelector("#sweep-live");
-      if (!fresh) return;
+      if (!fresh) {  // not the fragment (the session ended: the login page): stop, a reload says why
+        live().dataset.live = "";
+        return;
+      }
+      const wasLive = Boolean(live().dataset.live);
       live().replaceWith(fresh);
       draw(dataOf(fresh));
+      // every run ended while watching: the page's head offers Delete sweep instead of Stop all
+      if (wasLive && !fresh.dataset.live) window.location.reload();
+    },
+    failed: (status) => {  // the sweep deleted meanwhile (404) or no longer the user's (403): stop polling
+      if (status === 404 || status === 403) live().dataset.live = "";
     },
   });
   poller.schedule();

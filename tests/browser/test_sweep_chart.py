@@ -1,6 +1,7 @@
 """The sweep page's charts in Chromium: one per axis, every run with a value as a point at its axis
 value and metric (log scale for a learning rate spanning 100x), the best one a star, a hostile run
-name inert; while a run is live the table and charts follow it; a click on a point opens that run."""
+name inert; while a run is live the table and charts follow it (and once the last run ends the page
+reloads once, offering Delete sweep); a click on a point opens that run."""
 from __future__ import annotations
 
 import pytest
@@ -52,8 +53,10 @@ def test_the_metric_against_each_axis_and_a_click_opens_the_run(page_as, make_us
     # the live run reports and ends: the table and the charts follow (the poller's next fetch, asked now)
     MetricRow.objects.create(run_id=ids[3], step=1, time=timezone.now(), metrics={"critic/score/mean": 0.95})
     Run.objects.filter(pk=ids[3]).update(status=RunStatus.SUCCEEDED)
-    page.evaluate("() => window.rlstudioSweepChart.refresh()")
-    page.wait_for_function(f"() => window.rlstudioSweepChart.points({N!r}).y.length === 4")
+    with page.expect_navigation():  # the last run ended: the page reloads once, its head now offers Delete
+        page.evaluate("() => window.rlstudioSweepChart.refresh()")
+    page.wait_for_function(f"() => window.rlstudioSweepChart && window.rlstudioSweepChart.points({N!r}).y.length === 4")
+    assert page.locator("#sweep-delete").is_visible() and page.locator("#sweep-stop").count() == 0
     assert page.evaluate(f"() => window.rlstudioSweepChart.points({N!r})")["y"] == [0.2, 0.4, 0.9, 0.95]
     assert page.locator("#sweep-best").get_attribute("data-run-id") == str(ids[3])
     assert page.locator("#sweep-live").get_attribute("data-live") == ""  # all ended: polling stops

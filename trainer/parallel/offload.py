@@ -12,7 +12,8 @@
 
 Both are no-ops off a GPU (there is nowhere else to put them). Moving a module with `.to()` moves
 FSDP2's sharded parameters too (each rank moves its own shard). The ref's `param_offload` is FSDP2's
-own CPUOffloadPolicy instead (trainer.parallel.fsdp.shard_module): the reference never trains.
+own CPUOffloadPolicy when sharded (trainer.parallel.fsdp.shard_module: a layer at a time); on one
+worker, without a process group, an `ActorOffload` of the reference brings it whole for its pass.
 """
 from __future__ import annotations
 

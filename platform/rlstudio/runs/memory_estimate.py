@@ -13,8 +13,8 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   `hf` engine generates on them: they stay), and with optimizer_offload its AdamW moments wait there
   in every phase but the update;
 - reference (only with a KL term: actor.use_kl_loss or algorithm.use_kl_in_reward): P / W in the
-  compute dtype (bfloat16 on a GPU for dtype=auto, float32 on the CPU); nothing on a GPU with
-  ref.fsdp_config.param_offload; nothing with LoRA (the actor's base with the adapter disabled);
+  compute dtype (bfloat16 on a GPU for dtype=auto, float32 on the CPU); nothing resident on a GPU
+  with ref.fsdp_config.param_offload (on one worker, without FSDP2, it comes whole for its pass); nothing with LoRA (the actor's base with the adapter disabled);
 - rollout engine: `hf` on one worker runs on the actor's own float32 module (no copy, a float32 KV
   cache); `hf` under FSDP, or with LoRA (it generates with merged weights), holds a full copy in the
   compute dtype; `sglang` and `vllm` reserve gpu_memory_utilization of the device (their weights
@@ -279,14 +279,18 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         away = " and ".join(w for w, on in (("weights", params_away), ("optimizer states", optim_away)) if on)
         lines.append(MemoryLine("actor offload", 0, f"its {away} wait in host memory between the phases that use them"))
 
-    ref_bytes = 0
+    ref_bytes = ref_visit = 0  # ref_visit: the reference brought whole to the device for its pass
     if lora and (actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward")):
         lines.append(MemoryLine("reference weights", 0, "LoRA: the actor's base weights with the adapter disabled"))
     elif actor.get("use_kl_loss") or algorithm.get("use_kl_in_reward"):
         offload = bool(config_section(ref, "fsdp_config").get("param_offload")) and gpu
         ref_bytes = 0 if offload else cb * p // world
+        # sharded, FSDP2 brings a layer at a time; one worker has no FSDP2: it comes whole for its pass
+        ref_visit = cb * p if offload and not sharded else 0
         lines.append(MemoryLine("reference weights", ref_bytes,
-                                "in host memory (param_offload)" if offload else f"{cb}-byte weights{shard_note}"))
+                                ("in host memory (param_offload), on the device whole for its log-prob pass"
+                                 if ref_visit else "in host memory (param_offload)") if offload
+                                else f"{cb}-byte weights{shard_note}"))
     else:
         lines.append(MemoryLine("reference weights", 0, "no KL term: no reference model"))
 
@@ -360,7 +364,8 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
     held_pool = 0 if (not pooled or free_cache) else pool
     phases = {
         "rollout": resident - generating_off + (pool if pooled else kv_bytes),
-        "log-prob": resident - optim_off + held_pool + lp_logits,
+        "log-prob": max(resident - optim_off, resident - optim_off - (weights if params_away else 0) + ref_visit)
+                    + held_pool + lp_logits,
         "update": resident + held_pool + grads + act + logits,
     }
     if critic_phase:

@@ -295,7 +295,9 @@ def test_actor_offload_frees_the_rollout_of_its_weights_and_moments():
     cfg = _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.actor.fsdp_config": {"param_offload": True, "optimizer_offload": True}})
     off = estimate(shape, cfg, gpus=1, capacity_bytes=80 * GIB)
     assert off.phases["rollout"] == base.phases["rollout"] - 12 * p == 40 * GIB
-    assert off.phases["log-prob"] == base.phases["log-prob"] - 8 * p
+    # the moments (8 P) leave; and with the actor's weights (4 P) away during the reference's pass, that
+    # pass (the offloaded reference brought whole, 2 P) no longer outweighs the actor's own
+    assert off.phases["log-prob"] == base.phases["log-prob"] - 8 * p - 2 * p
     assert off.phases["update"] == base.phases["update"]
     assert "actor offload" in {x.name for x in off.lines} and "actor offload" not in {x.name for x in base.lines}
     only_optim = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.actor.fsdp_config": {"optimizer_offload": True}}),
@@ -309,3 +311,24 @@ def test_actor_offload_frees_the_rollout_of_its_weights_and_moments():
     assert hf_off.phases["rollout"] == hf_base.phases["rollout"]
     cpu = estimate(shape_from_config(SMOKE), cfg, gpus=0, capacity_bytes=16 * GIB)
     assert cpu.phases == estimate(shape_from_config(SMOKE), _cfg(**QWEN_GSM8K), gpus=0, capacity_bytes=16 * GIB).phases
+
+
+def test_an_offloaded_reference_on_one_gpu_comes_whole_for_its_pass():
+    """One worker has no FSDP2 (so no CPUOffloadPolicy): the reference's param_offload keeps it in host
+    memory and brings it whole (2 P in bf16) for its log-prob pass; sharded over 8 GPUs, never whole."""
+    shape = shape_from_config(QWEN25_3B)
+    p = 3_085_938_688
+    one = estimate(shape, _cfg(**QWEN_GSM8K), gpus=1, capacity_bytes=80 * GIB)
+    kept = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.ref.fsdp_config": {"param_offload": False}}),
+                    gpus=1, capacity_bytes=80 * GIB)
+    assert {x.name: x.bytes for x in one.lines}["reference weights"] == 0
+    assert one.phases["log-prob"] == kept.phases["log-prob"]  # resident, or brought whole: the same peak
+    assert one.phases["update"] == kept.phases["update"] - 2 * p  # but not held through the update
+    away = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.actor.fsdp_config": {"param_offload": True}}),
+                    gpus=1, capacity_bytes=80 * GIB)
+    # the actor's weights away during the reference's pass (12 P - 4 P + 2 P): the actor's own pass is the larger
+    assert away.phases["log-prob"] == one.phases["log-prob"] - 2 * p
+    eight = estimate(shape, _cfg(**QWEN_GSM8K), gpus=8, capacity_bytes=80 * GIB)
+    kept8 = estimate(shape, _cfg(**{**QWEN_GSM8K, "actor_rollout_ref.ref.fsdp_config": {"param_offload": False}}),
+                     gpus=8, capacity_bytes=80 * GIB)
+    assert eight.phases["log-prob"] == kept8.phases["log-prob"] - 2 * p // 8
