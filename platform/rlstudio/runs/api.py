@@ -334,7 +334,7 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
         s.is_valid(raise_exception=True)
         try:
             new = run_clone(run=run, by=request.user, name=s.validated_data.get("name") or None,
-                            overrides=s.validated_data.get("overrides"))
+                            overrides=s.validated_data.get("overrides"), retention=s.validated_data.get("retention"))
         except RunInputInvalid as exc:
             raise _invalid_all(exc, base=run.config, overrides=s.validated_data.get("overrides"),
                                dataset=run.dataset, val_dataset=run.val_dataset, model=run.model,
@@ -355,7 +355,7 @@ class RunViewSet(ListParamsMixin, viewsets.ReadOnlyModelViewSet):
         d = s.validated_data
         try:
             new = run_fork(run=run, by=request.user, step=d.get("step"), name=d.get("name") or None,
-                           overrides=d.get("overrides"))
+                           overrides=d.get("overrides"), retention=d.get("retention"))
         except RunInputInvalid as exc:
             raise _invalid(exc) from None
         except RunRefused as exc:

@@ -252,6 +252,8 @@ class RunBulkDeletedSerializer(serializers.Serializer):
 class RunCloneSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     overrides = serializers.JSONField(required=False, allow_null=True, validators=[check_overrides])
+    retention = serializers.JSONField(required=False, allow_null=True, help_text=(
+        "The new run's sample retention, as a launch takes it; absent or null: the source run's."))
 
 
 class RunForkSerializer(serializers.Serializer):
@@ -262,6 +264,8 @@ class RunForkSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     overrides = serializers.JSONField(required=False, allow_null=True, validators=[check_overrides],
                                       help_text="Dotted keys a fork may change (trainer.config.fork), through the gate.")
+    retention = serializers.JSONField(required=False, allow_null=True, help_text=(
+        "The fork's sample retention, as a launch takes it; absent or null: the source run's."))
 
 
 class RunConfigCreateSerializer(serializers.Serializer):

@@ -105,6 +105,21 @@ def test_a_retention_changed_after_the_launch_is_the_one_a_clone_keeps(api, sour
     assert _kept(api.post(f"/api/v1/runs/{source.pk}/clone/", {}, format="json").json()["id"]) == ("per_step", 7)
 
 
+def test_a_clone_or_fork_over_the_api_may_choose_its_own_retention(api, source):
+    clone = api.post(f"/api/v1/runs/{source.pk}/clone/", {"retention": {"mode": "per_step", "k": 2}}, format="json")
+    assert clone.status_code == 201, clone.content
+    assert _kept(clone.json()["id"]) == ("per_step", 2)
+    fork = api.post(f"/api/v1/runs/{source.pk}/fork/", {"step": 1, "retention": {"mode": "all"}}, format="json")
+    assert fork.status_code == 201, fork.content
+    assert _kept(fork.json()["id"]) == ("all", 1)
+    before = Run.objects.count()
+    for action, body in (("clone", {}), ("fork", {"step": 1})):
+        bad = api.post(f"/api/v1/runs/{source.pk}/{action}/", {**body, "retention": {"mode": "per_step", "k": 0}},
+                       format="json")
+        assert bad.status_code == 400 and bad.json()["error"]["field"] == "retention.k", (action, bad.content)
+    assert Run.objects.count() == before
+
+
 def test_the_launch_form_sets_the_retention(alice, ready):
     page = Client()
     page.force_login(alice)

@@ -19,11 +19,11 @@ from ..checkpoints import checkpoint_steps
 from ..config_diff import ConfigChange, config_changes
 from ..errors import RunInputInvalid, RunRefused
 from ..models import Run
-from .lineage import _check_gpus, _check_still_visible, _config_or_invalid, _create_and_launch
+from .lineage import _check_gpus, _check_still_visible, _config_or_invalid, _create_and_launch, clean_retention
 
 
 def run_fork(*, run: Run, by: AbstractBaseUser, step: int | None = None, overrides=None,
-             name: str | None = None) -> Run:
+             name: str | None = None, retention=None) -> Run:
     """A new queued run (parent = `run`, kind fork) that starts from `run`'s checkpoint at `step` (None:
     its newest) with `overrides` (dotted keys, through the config gate as a clone's), then is admitted as
     a launch is.
@@ -35,10 +35,12 @@ def run_fork(*, run: Run, by: AbstractBaseUser, step: int | None = None, overrid
     a known trainer.total_training_steps must leave a step to train past `step`. The fork keeps the
     run's dataset, model, reward model, tool set, GPUs and project; audited `run.fork` with the parent,
     the step and the keys changed. The changes, old and new values, are kept on the fork
-    (`Run.fork_changes`): its page lists them after the parent is gone."""
+    (`Run.fork_changes`): its page lists them after the parent is gone. Its sample retention is
+    `retention` ({"mode", "k"}, checked as a launch's) or, None, `run`'s."""
     from .sharing import check_can_manage
 
     check_can_manage(user=by, run=run, action="fork")
+    retention = clean_retention(retention)
     if not run.is_terminal:
         raise RunRefused(f"the run is {run.status}: only a finished run can be forked (stop it first)")
     steps = checkpoint_steps(run)
@@ -55,7 +57,7 @@ def run_fork(*, run: Run, by: AbstractBaseUser, step: int | None = None, overrid
         owner=run.owner, by=by, name=(name or f"{run.name} (fork @ {step})")[:200], dataset=run.dataset,
         model=run.model, reward_model=run.reward_model, val_dataset=run.val_dataset, config=config,
         gpus=run.gpus, parent=run, parent_kind="fork", tool_set=run.tool_set, resume_from=str(steps[step]),
-        project_id=run.project_id, fork_changes=[c.as_dict() for c in changes],
+        project_id=run.project_id, fork_changes=[c.as_dict() for c in changes], retention=retention,
         audit=("run.fork", {"parent": run.pk, "step": step, "changed": [c.key for c in changes]}))
 
 

@@ -154,13 +154,15 @@ def run_resume(*, run: Run, by: AbstractBaseUser) -> Run:
     return new
 
 
-def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None) -> Run:
+def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overrides=None, retention=None) -> Run:
     """A new queued run with `run`'s config (its user keys; the platform's paths from `run`'s dataset
-    and model; its own folder, no resume) and the caller's overrides, which go through the gate.
+    and model; its own folder, no resume) and the caller's overrides, which go through the gate; its
+    sample retention `retention` ({"mode", "k"}, checked as a launch's) or, None, `run`'s.
     Only its owner or staff: the clone is the owner's run (RunNotPermitted for a user it is shared with)."""
     from .sharing import check_can_manage
 
     check_can_manage(user=by, run=run, action="clone")
+    retention = clean_retention(retention)
     _check_still_visible(run)
     _check_gpus(owner=run.owner, gpus=run.gpus, kind="clone", by=by)
     config = _config_or_invalid(base=run.config, overrides=overrides, dataset=run.dataset,
@@ -169,7 +171,7 @@ def run_clone(*, run: Run, by: AbstractBaseUser, name: str | None = None, overri
     return _create_and_launch(
         owner=run.owner, by=by, name=(name or f"{run.name} (clone)")[:200], dataset=run.dataset,
         model=run.model, reward_model=run.reward_model, val_dataset=run.val_dataset, config=config, gpus=run.gpus, parent=run,
-        parent_kind="clone", tool_set=run.tool_set, project_id=run.project_id,
+        parent_kind="clone", tool_set=run.tool_set, project_id=run.project_id, retention=retention,
         audit=("run.clone", {"parent": run.pk}))
 
 
