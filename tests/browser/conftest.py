@@ -6,6 +6,8 @@ platform (Daphne, Celery worker and beat, Ray, PostgreSQL, Redis from tests/conf
 - `page_as(user)`: a fresh browser context logged in through the real login form; every dialog it
   opens is recorded on `page.dialogs` (and confirmed, so the stop buttons' confirm() goes through;
   `page.answer_dialogs = False` dismisses them instead);
+- `quiet_run`: (alice, her run, its ingest token), a run that stays queued (a quota of nothing) on
+  dataset and model records nothing reads, so that only the real ingest endpoint writes to it;
 - `make_user`, `tiny_model` (a registered tiny Qwen2 under a model root), `shot(page, name)` which
   writes <RLSTUDIO_SCREENSHOT_DIR or var/screenshots>/<name>.png (1280x800, stable names so reruns
   overwrite): test artifacts, out of git. `RLSTUDIO_SCREENSHOT_DIR=docs/screenshots` refreshes the docs'.
@@ -98,6 +100,21 @@ def make_user(transactional_db):
                                                     is_staff=staff, is_superuser=staff)
 
     return make
+
+
+@pytest.fixture
+def quiet_run(make_user):
+    """(user, run, token): a run of its owner that stays queued (zero quota)."""
+    from rlstudio.catalog.models import Dataset, ModelAsset
+    from rlstudio.quotas.models import GpuQuota
+    from rlstudio.runs.services import run_create
+
+    alice = make_user("alice")
+    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
+    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
+    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
+    run, token = run_create(owner=alice, name="quiet-run", dataset=dataset, model=model, config={}, gpus=0)
+    return alice, run, token
 
 
 def login(page, base: str, username: str, password: str = PASSWORD) -> None:

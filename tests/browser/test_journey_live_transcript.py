@@ -39,21 +39,6 @@ def _sample(seq: int, *, step: int, index: int, reward: float, group: bool) -> d
                      {"role": "assistant", "content": f"#### {42 if reward else 41}"}]}}
 
 
-@pytest.fixture
-def quiet_run(make_user):
-    """(user, run, token): a run of its owner that stays queued (zero quota)."""
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.quotas.models import GpuQuota
-    from rlstudio.runs.services import run_create
-
-    alice = make_user("alice")
-    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, token = run_create(owner=alice, name="transcript-run", dataset=dataset, model=model, config={}, gpus=0)
-    return alice, run, token
-
-
 def test_malformed_call_and_the_trainers_group(page_as, quiet_run, ingest, shot):
     from rlstudio.telemetry.models import Sample
 

@@ -40,21 +40,6 @@ def _sample(seq: int, *, step: int, uid: str, prompt: str, index: int = 0) -> di
                      {"role": "assistant", "content": "#### 42"}]}}
 
 
-@pytest.fixture
-def quiet_run(make_user):
-    """(user, run, token): a run of its owner that stays queued (zero quota)."""
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.quotas.models import GpuQuota
-    from rlstudio.runs.services import run_create
-
-    alice = make_user("alice")
-    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, token = run_create(owner=alice, name="pages-run", dataset=dataset, model=model, config={}, gpus=0)
-    return alice, run, token
-
-
 BAND_PATHS = """() => [...document.querySelectorAll('#memory-chart .layer-below .shapelayer path')].map((p) => {
     const box = p.getBoundingClientRect();
     const style = getComputedStyle(p);

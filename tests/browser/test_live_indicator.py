@@ -9,23 +9,8 @@ import pytest
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def quiet_run(make_user):
-    """(user, run): a run of its owner that stays queued (zero quota)."""
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.quotas.models import GpuQuota
-    from rlstudio.runs.services import run_create
-
-    alice = make_user("alice")
-    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, _token = run_create(owner=alice, name="indicator-run", dataset=dataset, model=model, config={}, gpus=0)
-    return alice, run
-
-
 def test_live_while_events_can_arrive_then_the_end(page_as, quiet_run):
-    alice, run = quiet_run
+    alice, run, _token = quiet_run
     page = page_as(alice)
     page.goto(f"/runs/{run.pk}/")
     conn = page.locator("#live-conn")
@@ -42,7 +27,7 @@ def test_live_while_events_can_arrive_then_the_end(page_as, quiet_run):
 def test_an_ended_run_never_says_live(page_as, quiet_run):
     from rlstudio.runs.models import Run
 
-    alice, run = quiet_run
+    alice, run, _token = quiet_run
     Run.objects.filter(pk=run.pk).update(status="succeeded")
     page = page_as(alice)
     page.goto(f"/runs/{run.pk}/")

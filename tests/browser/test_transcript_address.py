@@ -25,21 +25,6 @@ SAMPLE = {"seq": 1, "type": "sample", "time": T0 + 1, "data": {
     "token_view": VIEW}}
 
 
-@pytest.fixture
-def quiet_run(make_user):
-    """(user, run, token): a run of its owner that stays queued (zero quota)."""
-    from rlstudio.catalog.models import Dataset, ModelAsset
-    from rlstudio.quotas.models import GpuQuota
-    from rlstudio.runs.services import run_create
-
-    alice = make_user("alice")
-    GpuQuota.objects.create(user=alice, max_gpus=0, gpu_hours_per_month=0, max_concurrent_runs=0)
-    dataset = Dataset.objects.create(owner=alice, name="d", file_path="/tmp/d.jsonl", sha256="0" * 64)
-    model = ModelAsset.objects.create(owner=alice, name="m", path="/tmp/m")
-    run, token = run_create(owner=alice, name="address-run", dataset=dataset, model=model, config={}, gpus=0)
-    return alice, run, token
-
-
 def _query(page) -> dict[str, list[str]]:
     return parse_qs(urlparse(page.url).query, keep_blank_values=True)
 
