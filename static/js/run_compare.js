@@ -15,10 +15,7 @@
   let xMode = "step";
   let smoothing = 0;
 
-  // Plotly reads a few tags (<b>, <a href>, <br>) in trace names: a run called "<b>x" must show as typed.
-  function plotlyText(text) {
-    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-  }
+  const plotlyText = window.rlstudioPlotlyText;  // static/js/chart_theme.js
 
   const ema = window.rlstudioEma;  // static/js/smoothing.js
 

@@ -14,10 +14,7 @@
   const noteText = note.textContent;
   const plots = new Map();
 
-  // Plotly reads a few tags (<b>, <a href>, <br>) in hover text: a run called "<b>x" must show as typed.
-  function plotlyText(text) {
-    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-  }
+  const plotlyText = window.rlstudioPlotlyText;  // static/js/chart_theme.js
 
   function plotFor(key) {
     if (plots.has(key)) return plots.get(key);

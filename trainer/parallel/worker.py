@@ -203,16 +203,15 @@ class RankWorker:
                                        total_steps=critic_steps if critic_steps > 0 else self.total_steps,
                                        pad_token_id=pad, loss_scale_factor=arr.actor.loss_scale_factor)
         self.ref = None  # with LoRA the reference is the actor with its adapter disabled (no copy)
-        # The reference's param_offload: FSDP2's CPUOffloadPolicy when sharded; a plain module (one worker,
-        # no process group) waits in host memory and comes to the device for its log-probs (offload.py).
-        self.ref_offload = ActorOffload(None, None, device, params=False, optimizer_state=False)
+        ref_offload = arr.ref.fsdp_config.param_offload
         if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and self.lora is None:
-            ref_offload = arr.ref.fsdp_config.param_offload
             self.ref = ActorWorker(**common, trainable=False, model=load(self.dtype, offload=ref_offload),
                                    log_prob_micro_batch_size=arr.ref.log_prob_micro_batch_size_per_gpu,
                                    use_torch_compile=bool(arr.ref.use_torch_compile))
-            self.ref_offload = ActorOffload(self.ref.model, None, device, params=ref_offload and not self.sharded,
-                                            optimizer_state=False)
+        # The reference's param_offload: FSDP2's CPUOffloadPolicy when sharded; a plain module (one worker,
+        # no process group) waits in host memory and comes to the device for its log-probs (offload.py).
+        self.ref_offload = ActorOffload(self.ref.model if self.ref else None, None, device,
+                                        params=bool(self.ref) and ref_offload and not self.sharded, optimizer_state=False)
         if self.engine_name == "hf":
             engine_model = self.actor.model if self.shared_engine else load(self.dtype, shard=False)
             engine_cfg = arr.rollout

@@ -14,7 +14,8 @@ parameters over W workers (W = the GPUs; 1 on the CPU; FSDP shards by W when W >
   in every phase but the update;
 - reference (only with a KL term: actor.use_kl_loss or algorithm.use_kl_in_reward): P / W in the
   compute dtype (bfloat16 on a GPU for dtype=auto, float32 on the CPU); nothing resident on a GPU
-  with ref.fsdp_config.param_offload (on one worker, without FSDP2, it comes whole for its pass); nothing with LoRA (the actor's base with the adapter disabled);
+  with ref.fsdp_config.param_offload (on one worker, without FSDP2, it comes whole for its pass);
+  nothing with LoRA (the actor's base with the adapter disabled);
 - rollout engine: `hf` on one worker runs on the actor's own float32 module (no copy, a float32 KV
   cache); `hf` under FSDP, or with LoRA (it generates with merged weights), holds a full copy in the
   compute dtype; `sglang` and `vllm` reserve gpu_memory_utilization of the device (their weights
@@ -287,10 +288,10 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
         ref_bytes = 0 if offload else cb * p // world
         # sharded, FSDP2 brings a layer at a time; one worker has no FSDP2: it comes whole for its pass
         ref_visit = cb * p if offload and not sharded else 0
-        lines.append(MemoryLine("reference weights", ref_bytes,
-                                ("in host memory (param_offload), on the device whole for its log-prob pass"
-                                 if ref_visit else "in host memory (param_offload)") if offload
-                                else f"{cb}-byte weights{shard_note}"))
+        note = f"{cb}-byte weights{shard_note}"
+        if offload:
+            note = "in host memory (param_offload)" + (", on the device whole for its log-prob pass" if ref_visit else "")
+        lines.append(MemoryLine("reference weights", ref_bytes, note))
     else:
         lines.append(MemoryLine("reference weights", 0, "no KL term: no reference model"))
 
@@ -359,17 +360,17 @@ def estimate(shape: ModelShape, cfg: Mapping[str, Any], *, gpus: int, capacity_b
 
     resident = weights + optim + ref_bytes + critic_bytes + (engine_bytes if engine == "hf" else 0)
     optim_off = optim if optim_away else 0  # away outside the update
-    generating_off = optim_off + (weights if params_away else 0)
+    weights_off = weights if params_away else 0  # away outside the actor's own passes
+    generating_off = optim_off + weights_off
     free_cache = rollout.get("free_cache_engine", True)
     held_pool = 0 if (not pooled or free_cache) else pool
     phases = {
         "rollout": resident - generating_off + (pool if pooled else kv_bytes),
-        "log-prob": max(resident - optim_off, resident - optim_off - (weights if params_away else 0) + ref_visit)
-                    + held_pool + lp_logits,
+        "log-prob": resident - optim_off + max(0, ref_visit - weights_off) + held_pool + lp_logits,
         "update": resident + held_pool + grads + act + logits,
     }
     if critic_phase:
-        phases["critic update"] = resident - optim_off - (weights if params_away else 0) + held_pool + critic_phase
+        phases["critic update"] = resident - generating_off + held_pool + critic_phase
     if val_kv_bytes:
         phases["validation"] = resident - generating_off + val_kv_bytes
     peak_phase = max(phases, key=lambda k: phases[k])
