@@ -44,7 +44,7 @@ from rlstudio.runs import launch
 from rlstudio.runs.failure import trainer_failure
 from rlstudio.runs.models import Run, RunStatus
 from rlstudio.runs.services import run_reach
-from rlstudio.retention import RETENTION_K_MAX, Retention, retention_check  # noqa: F401 (RETENTION_K_MAX: re-exported)
+from rlstudio.retention import Retention, retention_check
 from rlstudio.text import without_nul
 from trainer.events.schema import SAMPLE_OPTIONAL_KEYS, EventError, TokenView
 from trainer.events.wire import Event, validate_event

@@ -152,7 +152,7 @@ def test_memory_since_an_impossible_date_is_a_400(alice_client, finished):
 
 def test_retention_k_is_bounded(alice_client, finished):
     from rlstudio.telemetry.models import RunRetention
-    from rlstudio.telemetry.services import RETENTION_K_MAX
+    from rlstudio.retention import RETENTION_K_MAX
 
     url = f"/api/v1/runs/{finished.pk}/retention/"
     for k in (2**31, RETENTION_K_MAX + 1, 0, -1, "2"):
