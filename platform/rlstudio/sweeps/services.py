@@ -25,8 +25,7 @@ from rlstudio.runs.gate.changes import user_view
 from rlstudio.runs.gate.keys import PLATFORM_KEYS, USER_KEYS
 from rlstudio.runs.errors import ConfigInvalid, RunInputInvalid, RunRefused
 from rlstudio.runs.models import TERMINAL_STATUSES
-from rlstudio.runs.services import run_annotate, run_launch_admit, run_new, run_stop
-from rlstudio.runs.services.lineage import clean_retention
+from rlstudio.runs.services import clean_retention, run_annotate, run_launch_admit, run_new, run_stop
 
 from .grid import AxesInvalid, GridPoint, clean_axes, expand_grid, grid_size, run_name, sweep_tag, value_text
 from .models import MAX_SWEEP_NAME_LENGTH, Sweep, SweepMode, SweepRun

@@ -41,7 +41,7 @@ from .deletion import (
 )
 from .export import on_run_succeeded, run_register_export
 from .fork import run_fork
-from .lineage import run_clone, run_config_save, run_launch_admit, run_new, run_resume
+from .lineage import clean_retention, run_clone, run_config_save, run_launch_admit, run_new, run_resume
 from .sharing import (
     check_can_manage,
     check_project_of,
@@ -72,7 +72,7 @@ from .transitions import (
 )
 
 __all__ = [
-    "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON",
+    "ALLOWED_TRANSITIONS", "INGEST_TOKEN_PREFIX", "QUEUE_ORDER", "SUBMIT_UNSENT_REASON", "clean_retention",
     "IllegalTransition", "RunInputInvalid", "RunNotPermitted", "RunRefused", "TransitionMade", "check_can_manage",
     "on_run_created", "on_run_succeeded", "on_run_transition", "run_register_export",
     "delete_refusal", "on_run_delete", "run_delete", "runs_delete", "bulk_delete_max",
