@@ -158,6 +158,16 @@ def _check_dataset(dataset) -> None:
         raise EvaluationInvalid(f"dataset {dataset.pk} is {dataset.status}, not ready", field="dataset")
 
 
+def _check_dataset_readable_by_owner(*, run, dataset) -> None:
+    """The run's readers see its evaluations' prompts: a dataset the run's owner may not read (a staff
+    member's pick of another user's private dataset) is EvaluationInvalid on `dataset`."""
+    from rlstudio.catalog.selectors import visible_to
+
+    if not visible_to(type(dataset).objects.filter(pk=dataset.pk), user=run.owner).exists():
+        raise EvaluationInvalid(f"dataset {dataset.pk} is private to another user: the run's owner and "
+                                "readers would see its prompts; pick one the run's owner can read", field="dataset")
+
+
 def _lock_subject(subject: dict[str, Any]) -> None:
     """FOR KEY SHARE on the evaluation's run or catalog model and its dataset (`rowlocks.lock_for_use`:
     `model_delete`, `run_delete` and `dataset_delete` lock the row FOR UPDATE, then check for
@@ -215,6 +225,7 @@ def evaluation_new(*, user, run, dataset, data: dict[str, Any]) -> Evaluation:
 
     check_can_manage(user=user, run=run, action="evaluate")
     _check_dataset(dataset)
+    _check_dataset_readable_by_owner(run=run, dataset=dataset)
     req = clean_request(data, available=list(checkpoint_steps(run)))
     _check_gpus(user=user, gpus=req.gpus)  # the evaluation is the caller's: their quota admits it
     try:

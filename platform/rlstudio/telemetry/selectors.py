@@ -28,7 +28,7 @@ from .models import MemoryPoint, MetricRow, RunEvent, Sample
 from .redact import event_for_viewer
 
 SAMPLE_ORDERS = ("reward", "-reward", "step", "-step", "response_length", "-response_length",
-                 "num_turns", "-num_turns", "advantage", "-advantage", "index", "seq", "-seq")
+                 "num_turns", "-num_turns", "advantage", "-advantage", "index", "-index", "seq", "-seq")
 SUMMARY_FIELDS = ("id", "seq", "step", "uid", "index", "reward", "advantage", "response_length",
                   "num_turns", "finish_reason", "has_tool_call", "prompt_split", "prompt_index", "prompt_hash")
 # Rewards this close count as identical: a group whose rewards are all identical has zero advantage.

@@ -71,6 +71,20 @@ def test_another_users_dataset_is_refused(alice, bob, run_with_ckpts, make_datas
     assert r.status_code == 400 and r.json()["error"]["field"] == "dataset"
 
 
+def test_staff_cannot_evaluate_a_run_on_a_dataset_its_owner_cannot_read(
+        alice, bob, staff, run_with_ckpts, make_dataset, published):
+    """The run's readers see an evaluation's prompts: staff, who see every dataset, may not evaluate
+    alice's run on bob's private one (nothing saved), but may on a dataset alice can read."""
+    private = make_dataset(bob, "bob-private", status="ready")
+    url = f"/api/v1/runs/{run_with_ckpts.pk}/evaluations/"
+    r = api_client(staff).post(url, _body(private), format="json")
+    assert r.status_code == 400 and r.json()["error"]["field"] == "dataset"
+    assert "private" in r.json()["error"]["message"] and not Evaluation.objects.exists() and not published
+    shared = make_dataset(bob, "bob-shared", status="ready", visibility="everyone")
+    r = api_client(staff).post(url, _body(shared), format="json")
+    assert r.status_code == 202, r.content
+
+
 def test_another_users_run_is_404_and_a_shared_reader_reads_but_cannot_create(
         alice, bob, make_user, run_with_ckpts, data, published):
     ev = Evaluation.objects.create(run=run_with_ckpts, owner=alice, dataset=data, checkpoints=[1, 2], k=2,

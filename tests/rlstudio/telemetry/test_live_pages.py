@@ -102,6 +102,8 @@ def test_read_api(alice_client, finished):
     assert alice_client.get(f"{base}/samples/?has_tool_call=ON&step=2").json()["count"] == 2
     assert alice_client.get(f"{base}/samples/?has_tool_call=maybe").json()["error"]["field"] == "has_tool_call"
     assert alice_client.get(f"{base}/samples/?order=bogus").json()["error"]["field"] == "order"
+    by_index = [s["index"] for s in alice_client.get(f"{base}/samples/?order=-index").json()["results"]]
+    assert by_index == sorted(by_index, reverse=True) and by_index[0] > by_index[-1]
     assert alice_client.get(f"{base}/samples/?min_reward=abc").status_code == 400
     sid = page["results"][0]["id"]
     detail = alice_client.get(f"{base}/samples/{sid}/").json()
