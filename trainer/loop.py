@@ -270,9 +270,9 @@ class Trainer:
             if self.use_critic:
                 with t("values"):
                     exp.batch.values = g.compute_values(exp.batch, parts, step=step)
-            corr_metrics = scoring.correct_rollout(self.cfg.algorithm.rollout_correction, exp)
             with t("adv"):
-                extra.update(self.compute_advantages(exp))
+                adv_metrics, corr_metrics = self.compute_advantages(exp)
+                extra.update(adv_metrics)
             actor_metrics: dict[str, list[float]] = {}
             if self.use_critic:
                 with t("update_critic"):
@@ -344,9 +344,14 @@ class Trainer:
         self.reward(trajs, validation=validation)
         return scoring.build_experience(trajs)
 
-    def compute_advantages(self, exp: Experience) -> dict[str, float]:
-        """Rewards (KL penalty in the reward when configured) and advantages (trainer.scoring)."""
-        return scoring.compute_advantages(self.cfg.algorithm, exp, self.kl_ctrl)
+    def compute_advantages(self, exp: Experience) -> tuple[dict[str, float], dict[str, float]]:
+        """The adv phase in verl's order (trainer.scoring): the rewards (less the in-reward KL when
+        configured), the rollout correction, the estimator. Returns (the rewards' and advantages'
+        metrics, the rollout correction's rollout_corr/* metrics)."""
+        metrics = scoring.token_level_rewards(self.cfg.algorithm, exp, self.kl_ctrl)
+        corr_metrics = scoring.correct_rollout(self.cfg.algorithm.rollout_correction, exp)
+        metrics.update(scoring.compute_advantages(self.cfg.algorithm, exp))
+        return metrics, corr_metrics
 
     # ------------------------------------------------------------------------------ validation
     def validate(self, step: int) -> dict[str, float]:

@@ -6,8 +6,10 @@ correction and the advantages (the driver's phases between the rollout and the u
   when reward_model.overlong_buffer is on (trainer.rewards.overlong).
 - `build_experience`: the (B, R) tensors of a list of trajectories (trainer.workers.experience),
   each reward placed on its last trained token, the engine's log-probs beside them.
-- `correct_rollout`: algorithm.rollout_correction before the advantages (verl's order).
-- `compute_advantages`: the KL penalty in the reward when configured, then the estimator (registry).
+- `token_level_rewards`: the scores, less the KL penalty when algorithm.use_kl_in_reward (over the
+  whole response: verl applies it before the rollout correction);
+- `correct_rollout`: algorithm.rollout_correction, then (verl's order);
+- `compute_advantages`: the estimator (registry) over the rewards and the loss mask left by the correction.
 
 Scores sit on the last token with loss mask 1 (the end of the last assistant turn), or on the last
 response token when there is none: for GRPO/RLOO only the sum matters; for REINFORCE++ this keeps the
@@ -127,19 +129,29 @@ def correct_rollout(rc: RolloutCorrectionConfig, exp: Experience) -> dict[str, f
     return corr.metrics
 
 
-def compute_advantages(alg: AlgorithmConfig, exp: Experience, kl_ctrl: Any) -> dict[str, float]:
-    """token_level_rewards (the scores, less the KL penalty when algorithm.use_kl_in_reward), then the
-    estimator's advantages and returns; each trajectory's `advantage` is its first non-zero one."""
-    from trainer.algorithms.advantages import get_adv_estimator
+def token_level_rewards(alg: AlgorithmConfig, exp: Experience, kl_ctrl: Any) -> dict[str, float]:
+    """The batch's token_level_rewards: the scores, less the KL penalty (and its actor/reward_kl_penalty
+    metrics, the adaptive controller's update) when algorithm.use_kl_in_reward. Called before
+    `correct_rollout`, as verl does: every response token's KL counts, the rejected ones' too."""
     from trainer.algorithms.losses import apply_kl_penalty
 
     b = exp.batch
+    if not alg.use_kl_in_reward:
+        b.token_level_rewards = b.token_level_scores
+        return {}
+    b.token_level_rewards, metrics = apply_kl_penalty(b.token_level_scores, b.old_log_probs, b.ref_log_probs,
+                                                      b.loss_mask, kl_ctrl, alg.kl_penalty)
+    return metrics
+
+
+def compute_advantages(alg: AlgorithmConfig, exp: Experience) -> dict[str, float]:
+    """The estimator's advantages and returns over the batch's token_level_rewards (`token_level_rewards`
+    first) and loss mask; each trajectory's `advantage` is its first non-zero one."""
+    from trainer.algorithms.advantages import get_adv_estimator
+
+    b = exp.batch
     metrics: dict[str, float] = {}
-    rewards = b.token_level_scores
-    if alg.use_kl_in_reward:
-        rewards, metrics = apply_kl_penalty(b.token_level_scores, b.old_log_probs, b.ref_log_probs, b.loss_mask,
-                                            kl_ctrl, alg.kl_penalty)
-    b.token_level_rewards = rewards
+    rewards = b.token_level_rewards
     fn = get_adv_estimator(alg.adv_estimator)
     # values: the critic's (B, R), used by gae; reward_baselines: the greedy responses' rewards (B,),
     # used by remax; the other estimators ignore both

@@ -138,7 +138,7 @@ def test_clip_cov_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
         "actor_rollout_ref.actor.ppo_epochs=2",
     )
     for m in steps:
-        assert 0 < m["actor/pg_clipfrac"] <= 0.2 and m["actor/pg_clipfrac_lower"] == 0.0
+        assert 0 < m["actor/pg_clipfrac"] <= 0.2 and "actor/pg_clipfrac_lower" not in m  # as verl's clip_cov
         assert math.isfinite(m["actor/ppo_kl"])
 
 
@@ -152,7 +152,7 @@ def test_kl_cov_trains_two_steps(tmp_path, tiny_model_dir, demo_data_dir):
         "actor_rollout_ref.actor.ppo_epochs=2",
     )
     for m in steps:
-        assert m["actor/pg_clipfrac"] == 0.0 and m["actor/pg_clipfrac_lower"] == 0.0
+        assert "actor/pg_clipfrac" not in m and "actor/pg_clipfrac_lower" not in m  # verl's kl_cov: ppo_kl only
         assert 0 <= m["actor/ppo_kl"] < math.inf  # the mean |log r|, as verl's
 
 

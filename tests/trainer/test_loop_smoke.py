@@ -181,6 +181,33 @@ def test_resume_equals_uninterrupted_run_across_an_epoch_boundary(tmp_path, tiny
     assert any(e["type"] == "log" and "nothing left to train" in e["data"]["message"] for e in last[len(eb):])
 
 
+def test_in_reward_kl_counts_the_tokens_the_rollout_correction_rejects(tmp_path, tiny_model_dir, demo_data_dir):
+    """The adv phase in verl's order: the KL penalty goes into the rewards over the whole response,
+    then the rollout correction rejects tokens (they leave the loss mask), then the estimator."""
+    from trainer.algorithms.losses import get_kl_controller
+    from trainer.loop import Trainer
+    from trainer.types import PromptItem, Trajectory
+
+    cfg = smoke_cfg(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl", **{
+        "algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.kl_coef": 0.1,
+        "algorithm.rollout_correction.rollout_rs": "token_k1", "algorithm.rollout_correction.rollout_rs_threshold": 2.0})
+    t = Trainer(cfg, emitter=None)
+    t.reward_fn = lambda src, text, gt, extra=None: float(text == gt)
+    t.kl_ctrl = get_kl_controller(t.cfg.algorithm.kl_ctrl)
+    p = PromptItem(uid="u", index=0, messages=[], prompt_ids=[1, 2, 3], ground_truth="7")
+    trajs = [Trajectory(uid="u", index=i, prompt=p, prompt_ids=[1, 2, 3], response_ids=[10, 11, 12],
+                        loss_mask=[1, 1, 1], response_text=text) for i, text in enumerate(("7", "8"))]
+    exp = t.score(trajs)
+    b = exp.batch
+    b.old_log_probs = torch.full((2, 3), -1.0)
+    b.rollout_log_probs = torch.tensor([[-1.0, -2.0, -1.0], [-1.0, -1.0, -1.0]])  # row 0 token 1: |log r| = 1 > ln 2
+    b.ref_log_probs = torch.tensor([[-1.0, -1.5, -1.0], [-1.0, -1.0, -1.0]])  # KL (k1) 0.5 on that token
+    metrics, corr = t.compute_advantages(exp)
+    assert b.loss_mask[0].tolist() == [1.0, 0.0, 1.0] and corr["rollout_corr/rollout_rs_masked_fraction"] > 0
+    assert b.token_level_rewards[0, 1].item() == pytest.approx(-0.1 * 0.5)  # its KL still in the reward
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx((0.5 / 3 + 0) / 2)
+
+
 def test_score_on_last_trained_token_and_zero_advantage_on_tool_tokens(tmp_path, tiny_model_dir, demo_data_dir):
     from trainer.algorithms.losses import get_kl_controller
     from trainer.loop import Trainer

@@ -83,8 +83,12 @@ def agg_loss(
 
     token-mean              sum(L m) / sum(m)
     seq-mean-token-sum      mean_i sum_t L m
-    seq-mean-token-mean     mean over rows with tokens of (sum_t L m / sum_t m)
+    seq-mean-token-mean     mean_i (sum_t L m / sum_t m)   (a row without tokens counts 0)
     seq-mean-token-sum-norm mean_i (sum_t L m) / S   (Dr.GRPO, as verl)
+
+    Every seq-mean is over all the rows, those without a trained token included (an empty response,
+    a sequence the rollout correction rejected), as verl's loss is over its mini-batch's
+    global_batch_size rows.
 
     S is a constant: ``loss_scale_factor`` (``actor.loss_scale_factor``; the actor passes the rollout's
     padded response length when that key is unset, as verl's ``loss_mask.shape[-1]`` is). Only when
@@ -100,9 +104,7 @@ def agg_loss(
     if loss_agg_mode == "seq-mean-token-sum":
         return masked_sum(loss_mat, loss_mask, axis=-1).mean()
     if loss_agg_mode == "seq-mean-token-mean":
-        per_seq = masked_mean(loss_mat, loss_mask, axis=-1)  # (B,)
-        has_tokens = (loss_mask.sum(dim=-1) > 0).to(per_seq.dtype)
-        return masked_mean(per_seq, has_tokens)
+        return masked_mean(loss_mat, loss_mask, axis=-1).mean()  # (B,): 0 for a row without tokens
     if loss_agg_mode == "seq-mean-token-sum-norm":
         scale = loss_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
         if scale <= 0:
@@ -111,6 +113,16 @@ def agg_loss(
     raise ValueError(
         f"unknown loss_agg_mode {loss_agg_mode!r}; allowed: {', '.join(LOSS_AGG_MODES)}"
     )
+
+
+def micro_batch_share(loss_agg_mode: str, mask: torch.Tensor, global_tokens: float, global_rows: float) -> float:
+    """The weight of one micro-batch's `agg_loss` in its mini-batch's (all ranks'): its share of the
+    trained tokens (token-mean) or of the rows (every seq-mean), so that the weighted micro-batch
+    losses sum to the mini-batch's loss however it is cut (verl's global token count and
+    global_batch_size)."""
+    if loss_agg_mode == "token-mean":
+        return float(mask.sum()) / max(global_tokens, 1.0)
+    return mask.shape[0] / max(global_rows, 1.0)
 
 
 # ------------------------------------------------------------------------------------------- value

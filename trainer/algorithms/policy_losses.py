@@ -443,8 +443,9 @@ def compute_policy_loss_clip_cov(
         keep[where[pick, 0], where[pick, 1]] = 0.0
     pg_losses = _weighted(torch.maximum(loss_unclipped, loss_clipped) * keep, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
-    return _reported(pg_loss, loss_agg_mode, ppo_kl=masked_mean(-log_ratio, response_mask),
-                     pg_clipfrac=masked_mean((keep == 0).to(pg_loss.dtype), response_mask))
+    # verl's clip_cov reports these two, no pg_clipfrac_lower
+    return PolicyLossOutput(pg_loss, loss_agg_mode, ppo_kl=masked_mean(-log_ratio, response_mask).detach(),
+                            pg_clipfrac=masked_mean((keep == 0).to(pg_loss.dtype), response_mask).detach())
 
 
 @register_policy_loss("kl_cov")
@@ -487,7 +488,7 @@ def compute_policy_loss_kl_cov(
         penalised.view(-1)[flat] = 1.0
     pg_losses = _weighted(pg_losses + ppo_kl_coef * abs_kl * penalised, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor)
-    return _reported(pg_loss, loss_agg_mode, ppo_kl=masked_mean(abs_kl, response_mask))
+    return PolicyLossOutput(pg_loss, loss_agg_mode, ppo_kl=masked_mean(abs_kl, response_mask).detach())  # verl's only one
 
 
 # The actor.policy_loss keys each loss mode reads besides the actor's clip and aggregation keys.

@@ -26,7 +26,7 @@ them. Scalars are gathered as tensors and read once (one device sync per call, n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -362,23 +362,24 @@ def corrected_policy_loss(loss_fn, rc, old_log_prob: torch.Tensor, log_prob: tor
     rollout's (verl's actor does the same, per micro-batch). Bypass mode: ``old_log_prob`` is the
     rollout's log-probs; weights and rejection are computed here between the current policy and the
     rollout (verl's bypass_mode loss): loss_type=ppo_clip runs ``loss_fn`` (its ratio pi / pi_rollout
-    is the correction; the weights are only reported), reinforce -w A log pi. Rejected tokens then
-    weigh 0 while the normalisation still counts every token of the mini-batch (verl's global token
-    count is taken before the rejection).
+    is the correction; the weights are only reported), reinforce -w A log pi. Rejected tokens leave
+    the mask the loss and its metrics are taken over (verl's effective mask: a row is the mean of its
+    kept tokens in the seq-mean modes, a sequence ratio is over its kept tokens); token-mean still
+    divides by the tokens before the rejection (verl's global token count is taken before it).
     """
     if rc is not None and rc.bypass_mode:
         with torch.no_grad():
             corr = rollout_correction_for(rc, log_prob.detach(), old_log_prob, mask)
-        keep = corr.mask if rc.rollout_rs is not None else None
+        kept = corr.mask if rc.rollout_rs is not None else mask
         if rc.loss_type == "reinforce":
-            weights = corr.weights
-            if keep is not None:
-                weights = keep if weights is None else weights * keep
             agg = {k: loss_kwargs[k] for k in ("loss_agg_mode", "loss_scale_factor") if k in loss_kwargs}
-            return reinforce_loss(old_log_prob, log_prob, advantages, mask, rollout_is_weights=weights,
-                                  **agg), corr.metrics
-        return loss_fn(old_log_prob, log_prob, advantages, mask, rollout_is_weights=keep,
-                       **loss_kwargs), corr.metrics
+            out = reinforce_loss(old_log_prob, log_prob, advantages, kept, rollout_is_weights=corr.weights, **agg)
+        else:
+            out = loss_fn(old_log_prob, log_prob, advantages, kept, rollout_is_weights=None, **loss_kwargs)
+        if out.loss_agg_mode == "token-mean" and rc.rollout_rs is not None:
+            # masked_mean over the kept tokens, times kept / all: the sum over all the tokens before rejection
+            out = replace(out, pg_loss=out.pg_loss * (kept.sum() / mask.sum().clamp(min=1)))
+        return out, corr.metrics
     metrics = mismatch_metrics(log_prob, rollout_log_prob, mask) if rollout_log_prob is not None else {}
     return loss_fn(old_log_prob, log_prob, advantages, mask, rollout_is_weights=rollout_is_weights,
                    **loss_kwargs), metrics

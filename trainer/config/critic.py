@@ -23,7 +23,8 @@ class CriticModelConfig:
     path: Union[str, None] = option(
         None,
         "Hugging Face–format folder the value model starts from: its transformer body with a new "
-        "scalar head (or the head a token-classification checkpoint has); None = "
+        "scalar head, zero-initialised so that every first value is 0 (verl's is random), or the "
+        "head a token-classification checkpoint has; None = "
         "actor_rollout_ref.model.path. It must use the actor's tokenizer.",
     )
 

@@ -205,7 +205,7 @@ class ActorWorker:
         and the recompute pass is skipped. `capture=True` stores that log-prob and entropy (B, R) in
         `batch.old_log_probs` / `self.last_entropy` for reporting.
         """
-        from trainer.algorithms.losses import agg_loss, kl_penalty
+        from trainer.algorithms.losses import agg_loss, kl_penalty, micro_batch_share
         from trainer.algorithms.policy_losses import get_policy_loss, loss_mode_options
         from trainer.algorithms.rollout_correction import corrected_policy_loss
 
@@ -241,8 +241,7 @@ class ActorWorker:
                 mini = order[m0:m0 + mini_batch_size]
                 rows_mini = torch.as_tensor(mini)
                 mmask = batch.loss_mask[rows_mini]
-                g_tokens, g_rows, g_rows_tok = all_reduce(
-                    [float(mmask.sum()), float(len(mini)), float((mmask.sum(-1) > 0).sum())])
+                g_tokens, g_rows = all_reduce([float(mmask.sum()), float(len(mini))])
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_pg = mini_kl = 0.0
                 for micro in self._micro_chunks(batch, mini, cfg.ppo_micro_batch_size_per_gpu):
@@ -270,8 +269,8 @@ class ActorWorker:
                     # This micro-batch's share of the whole (all-rank) mini-batch loss: see the docstring.
                     # The policy term by the aggregation it used (gspo's is its own), the others by
                     # loss_agg_mode.
-                    weight = self._share(cfg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
-                    pg_weight = self._share(pg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
+                    weight = micro_batch_share(cfg.loss_agg_mode, mask, g_tokens, g_rows)
+                    pg_weight = micro_batch_share(pg.loss_agg_mode, mask, g_tokens, g_rows)
                     loss = pg.pg_loss * pg_weight
                     if cfg.entropy_coeff != 0:
                         loss = loss - cfg.entropy_coeff * weight * agg_loss(ent, mask, cfg.loss_agg_mode, scale)
@@ -308,15 +307,6 @@ class ActorWorker:
                 else captured_logp * batch.response_mask
         self.last_entropy = captured_ent * batch.response_mask if captured_ent is not None else None
         return metrics
-
-    @staticmethod
-    def _share(mode: str, mask: torch.Tensor, rows: int, g_tokens: float, g_rows: float, g_rows_tok: float) -> float:
-        """Weight of one micro-batch's aggregated loss in the global mini-batch loss."""
-        if mode == "token-mean":
-            return float(mask.sum()) / max(g_tokens, 1.0)
-        if mode == "seq-mean-token-mean":
-            return float((mask.sum(-1) > 0).sum()) / max(g_rows_tok, 1.0)
-        return rows / max(g_rows, 1.0)  # seq-mean-token-sum(-norm): a mean over rows (agg_loss)
 
     # ---- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

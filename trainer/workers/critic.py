@@ -84,15 +84,6 @@ def shared_values(model: Any, inp: SharedInput) -> torch.Tensor:
     return model.score(model.dropout(hidden))[..., 0]
 
 
-def _share(mode: str, mask: torch.Tensor, rows: int, g_tokens: float, g_rows: float, g_rows_tok: float) -> float:
-    """Weight of one micro-batch's aggregated loss in the global mini-batch loss (as the actor's)."""
-    if mode == "token-mean":
-        return float(mask.sum()) / max(g_tokens, 1.0)
-    if mode == "seq-mean-token-mean":
-        return float((mask.sum(-1) > 0).sum()) / max(g_rows_tok, 1.0)
-    return rows / max(g_rows, 1.0)
-
-
 class CriticWorker:
     """The value model on one device (a shard of it under FSDP2), its AdamW and LR schedule."""
 
@@ -156,7 +147,7 @@ class CriticWorker:
     def update_critic(self, batch: ExperienceBatch, *, mini_batch_size: int, seed: int = 0) -> dict[str, list[float]]:
         """critic.ppo_epochs passes over `batch` (needs values: V_old, and returns) in mini-batches of
         `mini_batch_size` trajectories (this rank's share)."""
-        from trainer.algorithms.losses import masked_mean, value_loss
+        from trainer.algorithms.losses import masked_mean, micro_batch_share, value_loss
 
         if batch.values is None or batch.returns is None:
             raise ValueError("update_critic needs batch.values and batch.returns")
@@ -174,8 +165,7 @@ class CriticWorker:
             for m0 in range(0, B, mini_batch_size):
                 mini = order[m0:m0 + mini_batch_size]
                 mmask = batch.loss_mask[torch.as_tensor(mini)]
-                g_tokens, g_rows, g_rows_tok = all_reduce(
-                    [float(mmask.sum()), float(len(mini)), float((mmask.sum(-1) > 0).sum())])
+                g_tokens, g_rows = all_reduce([float(mmask.sum()), float(len(mini))])
                 self.optimizer.zero_grad(set_to_none=True)
                 mini_loss = 0.0
                 for micro in self._chunks(batch, mini, cfg.ppo_micro_batch_size_per_gpu):
@@ -185,7 +175,7 @@ class CriticWorker:
                     loss, clipfrac = value_loss(vpred, batch.returns[rows, :r].to(self.device),
                                                 batch.values[rows, :r].to(self.device), mask, cfg.cliprange_value,
                                                 cfg.loss_agg_mode, self.loss_scale_factor or batch.response_width)
-                    weight = _share(cfg.loss_agg_mode, mask, len(micro), g_tokens, g_rows, g_rows_tok)
+                    weight = micro_batch_share(cfg.loss_agg_mode, mask, g_tokens, g_rows)
                     (loss * weight * world).backward()  # FSDP averages gradients over ranks
                     mini_loss += loss.item() * weight
                     add("critic/vf_clipfrac", clipfrac.item())

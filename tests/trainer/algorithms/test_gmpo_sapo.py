@@ -129,17 +129,18 @@ def test_sapo_gate_loss_and_gradient_by_hand():
     # f(r) = sigmoid(tau (r - 1)) 4 / tau; L = -f(r) A.
     # Row 0 (tau_pos 1): f(1) = 4 sigmoid(0) = 2, f(2) = 4 sigmoid(1): row mean -(2 + 4 s(1)) / 2.
     # Row 1 (tau_neg 2): f(0.5) = sigmoid(-1) * 2; L = 0.5 * 2 sigmoid(-1) = sigmoid(-1).
-    # Row 2: A = 0, L = 0. Row 3 has no tokens: seq-mean-token-mean leaves it out (3 rows).
+    # Row 2: A = 0, L = 0. Row 3 has no tokens: it counts 0 in the mean over the 4 rows (verl's
+    # global_batch_size counts every row of the mini-batch).
     s1, sm1 = _sigmoid(1.0), _sigmoid(-1.0)
-    assert out.pg_loss.item() == pytest.approx((-(1 + 2 * s1) + sm1 + 0) / 3, abs=1e-12)
+    assert out.pg_loss.item() == pytest.approx((-(1 + 2 * s1) + sm1 + 0) / 4, abs=1e-12)
     assert out.loss_agg_mode == "seq-mean-token-mean"
     # no clip: both fractions 0; ppo_kl = -(0 + ln 2 + ln 0.5 + 0.7) / 4 trained tokens
     assert out.pg_clipfrac.item() == 0.0 and out.pg_clipfrac_lower.item() == 0.0
     assert out.ppo_kl.item() == pytest.approx(-0.7 / 4, abs=1e-12)
     out.pg_loss.backward()
-    # dL/dlogp = -A f'(r) r = -A 4 s (1 - s) r with s = sigmoid(tau (r - 1)); then / tokens / 3 rows.
-    # Row 0: r = 1 -> -1; r = 2 -> -8 s(1) s(-1); each / 2 / 3. Row 1: 0.5 * 4 s(-1) s(1) * 0.5 / 3.
-    expected = torch.tensor([[-1 / 6, -8 * s1 * sm1 / 6], [s1 * sm1 / 3, 0], [0, 0], [0, 0]], dtype=D)
+    # dL/dlogp = -A f'(r) r = -A 4 s (1 - s) r with s = sigmoid(tau (r - 1)); then / tokens / 4 rows.
+    # Row 0: r = 1 -> -1; r = 2 -> -8 s(1) s(-1); each / 2 / 4. Row 1: 0.5 * 4 s(-1) s(1) * 0.5 / 4.
+    expected = torch.tensor([[-1 / 8, -8 * s1 * sm1 / 8], [s1 * sm1 / 4, 0], [0, 0], [0, 0]], dtype=D)
     assert torch.allclose(logp.grad, expected, atol=1e-12)
 
 
@@ -149,7 +150,7 @@ def test_sapo_picks_the_temperature_by_the_advantages_sign():
     # tau_pos moves row 0 only: at tau 3, f(1) = 4/3 * 1/2, f(2) = 4/3 sigmoid(3)
     other = compute_policy_loss_sapo(old, logp, adv, mask, tau_pos=3.0, tau_neg=2.0).pg_loss.item()
     row0 = lambda tau: -(_sigmoid(0) + _sigmoid(tau)) * 4 / tau / 2  # noqa: E731
-    assert other - base == pytest.approx((row0(3.0) - row0(1.0)) / 3, abs=1e-12)
+    assert other - base == pytest.approx((row0(3.0) - row0(1.0)) / 4, abs=1e-12)
     # an advantage of 0 takes tau_neg (A <= 0), harmlessly: its loss is 0 whatever tau is
     assert compute_policy_loss_sapo(old, logp, adv * 0, mask, tau_neg=0.5).pg_loss.item() == 0.0
 

@@ -71,9 +71,14 @@ def test_masked_sum_ignores_nan_under_the_mask():
         assert torch.isfinite(agg_loss(values, mask, mode)), mode
 
 
-def test_agg_seq_mean_token_mean_skips_empty_rows_and_unknown_mode_raises():
+def test_every_seq_mean_counts_empty_rows_and_unknown_mode_raises():
+    """A row without trained tokens counts 0 in every seq-mean, as in verl's loss over its
+    global_batch_size rows (rows of L: 1 2 3 4 / 5 6 7 8)."""
     mask = torch.tensor([[1.0, 1, 0, 0], [0, 0, 0, 0]], dtype=D)
-    assert agg_loss(L, mask, "seq-mean-token-mean").item() == pytest.approx(1.5)
+    assert agg_loss(L, mask, "seq-mean-token-mean").item() == pytest.approx(1.5 / 2)
+    assert agg_loss(L, mask, "seq-mean-token-sum").item() == pytest.approx(3 / 2)
+    assert agg_loss(L, mask, "seq-mean-token-sum-norm", 4).item() == pytest.approx(3 / 2 / 4)
+    assert agg_loss(L, mask, "token-mean").item() == pytest.approx(1.5)
     with pytest.raises(ValueError, match="token-mean"):
         agg_loss(L, M, "mean")
 

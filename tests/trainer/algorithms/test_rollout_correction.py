@@ -249,6 +249,32 @@ def test_bypass_uses_the_current_policy_against_the_rollout():
     assert close(out.pg_loss, vanilla(ROLLOUT, logp, adv, MASK, rollout_is_weights=keep, clip_ratio=0.2).pg_loss)
 
 
+def test_bypass_rejection_leaves_the_mask_as_verls_effective_mask():
+    """Rejected tokens leave the mask the loss is taken over (verl passes the rejection's mask to the
+    loss): a row's seq-mean-token-mean is the mean of its kept tokens, ppo_kl is over the kept tokens,
+    and a sequence-level loss (gspo) takes its ratio over them, not over a 0 weight."""
+    rc = RolloutCorrectionConfig(bypass_mode=True, rollout_rs="token_k1", rollout_rs_threshold=2.0)
+    adv = torch.ones(2, 3, dtype=D)
+    logp = OLD.clone().requires_grad_(True)
+    vanilla = get_policy_loss("vanilla")
+    out, _ = corrected_policy_loss(vanilla, rc, ROLLOUT, logp, adv, MASK, rollout_log_prob=None,
+                                   rollout_is_weights=None, loss_agg_mode="seq-mean-token-mean", clip_ratio=10.0)
+    # kept: row 0 tokens 0 and 2 (r = e^0.5, 1), row 1 token 0 (r = 1); L = -A r
+    assert close(out.pg_loss, (-(E(0.5) + 1) / 2 - 1) / 2)
+    assert close(out.ppo_kl, (-0.5 + 0 + 0) / 3)
+    keep = torch.tensor([[1.0, 0, 1], [1, 0, 0]], dtype=D)
+    gspo = get_policy_loss("gspo")
+    out, _ = corrected_policy_loss(gspo, rc, ROLLOUT, logp, adv, MASK, rollout_log_prob=None,
+                                   rollout_is_weights=None, loss_agg_mode="token-mean", clip_ratio=10.0)
+    assert close(out.pg_loss, gspo(ROLLOUT, logp, adv, keep, clip_ratio=10.0).pg_loss)
+    # reinforce, token-mean: -w A log pi over the kept tokens, divided by every token before rejection
+    reinforce = RolloutCorrectionConfig(bypass_mode=True, loss_type="reinforce", rollout_rs="token_k1",
+                                        rollout_rs_threshold=2.0)
+    out, _ = corrected_policy_loss(vanilla, reinforce, ROLLOUT, logp, adv, MASK, rollout_log_prob=None,
+                                   rollout_is_weights=None, loss_agg_mode="token-mean")
+    assert close(out.pg_loss, (1.0 + 0.5 + 0.3) / 5)
+
+
 # ---------------------------------------------------------------------------------------------- config
 def test_threshold_parsing_as_verl():
     assert parse_is_threshold(2.0) == (2.0, None)
