@@ -348,6 +348,7 @@ class Trainer:
         """The adv phase in verl's order (trainer.scoring): the rewards (less the in-reward KL when
         configured), the rollout correction, the estimator. Returns (the rewards' and advantages'
         metrics, the rollout correction's rollout_corr/* metrics)."""
+        scoring.rollout_as_old(self.cfg.algorithm.rollout_correction, exp)
         metrics = scoring.token_level_rewards(self.cfg.algorithm, exp, self.kl_ctrl)
         corr_metrics = scoring.correct_rollout(self.cfg.algorithm.rollout_correction, exp)
         metrics.update(scoring.compute_advantages(self.cfg.algorithm, exp))

@@ -8,6 +8,7 @@ correction and the advantages (the driver's phases between the rollout and the u
   each reward placed on its last trained token, the engine's log-probs beside them.
 - `token_level_rewards`: the scores, less the KL penalty when algorithm.use_kl_in_reward (over the
   whole response: verl applies it before the rollout correction);
+- `rollout_as_old`: bypass mode's old log-probs, the rollout's (before the KL penalty reads them);
 - `correct_rollout`: algorithm.rollout_correction, then (verl's order);
 - `compute_advantages`: the estimator (registry) over the rewards and the loss mask left by the correction.
 
@@ -38,6 +39,7 @@ class Experience:
     trajectories: list[Trajectory]
     batch: ExperienceBatch
     entropy: torch.Tensor | None = None  # (B, R), from the old-log-prob pass (or the update's forward)
+    uncorrected_loss_mask: torch.Tensor | None = None  # the loss mask before the rollout correction's rejection
 
 
 def score_trajectories(trajs: list[Trajectory], reward_fn: Callable[..., Any], cfg: Config,
@@ -109,22 +111,28 @@ def rollout_log_probs(trajs: list[Trajectory], mask: torch.Tensor) -> torch.Tens
     return out * mask
 
 
-def correct_rollout(rc: RolloutCorrectionConfig, exp: Experience) -> dict[str, float]:
-    """Rollout correction before the advantages (algorithm.rollout_correction, verl's order). In
-    bypass mode the rollout's log-probs become the old ones. Otherwise, given old log-probs, verl's
-    weights, rejection and rollout_corr/* metrics (trainer.algorithms.rollout_correction): rejected
-    tokens leave the loss mask, the weights go to the update."""
-    from trainer.algorithms.rollout_correction import rollout_correction_for
-
+def rollout_as_old(rc: RolloutCorrectionConfig, exp: Experience) -> None:
+    """Bypass mode (algorithm.rollout_correction.bypass_mode): the rollout engine's log-probs are the
+    old ones (no recompute), set before anything reads them (the in-reward KL penalty); else nothing."""
     b = exp.batch
     if rc.bypass_mode:
         if b.rollout_log_probs is None:
             raise RuntimeError("algorithm.rollout_correction.bypass_mode needs the rollout engine's log-probs")
         b.old_log_probs = b.rollout_log_probs.clone()
-        return {}
-    if b.old_log_probs is None or b.rollout_log_probs is None:
+
+
+def correct_rollout(rc: RolloutCorrectionConfig, exp: Experience) -> dict[str, float]:
+    """Rollout correction before the advantages (algorithm.rollout_correction, verl's order), given
+    old log-probs and outside bypass mode (whose correction is in the actor's loss): verl's weights,
+    rejection and rollout_corr/* metrics (trainer.algorithms.rollout_correction). Rejected tokens leave
+    the loss mask (the one before is kept as `exp.uncorrected_loss_mask`), the weights go to the update."""
+    from trainer.algorithms.rollout_correction import rollout_correction_for
+
+    b = exp.batch
+    if rc.bypass_mode or b.old_log_probs is None or b.rollout_log_probs is None:
         return {}
     corr = rollout_correction_for(rc, b.old_log_probs, b.rollout_log_probs, b.loss_mask)
+    exp.uncorrected_loss_mask = b.loss_mask
     b.loss_mask, b.rollout_is_weights = corr.mask, corr.weights
     return corr.metrics
 

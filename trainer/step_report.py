@@ -44,7 +44,8 @@ def step_metrics(cfg: Config, exp: Experience, timing: dict[str, float], actor: 
     m.update(interaction_error_metrics(trajs))
     m["critic/zero_adv_group_ratio"] = zero_adv_group_ratio(b.uids, b.token_level_rewards.sum(dim=-1).tolist())
     if exp.entropy is not None:
-        m["actor/entropy"] = entropy_metric(cfg, exp.entropy, b.loss_mask)
+        trained = b.loss_mask if exp.uncorrected_loss_mask is None else exp.uncorrected_loss_mask
+        m["actor/entropy"] = entropy_metric(cfg, exp.entropy, trained)
     if (b.old_log_probs is not None and b.rollout_log_probs is not None
             and not cfg.algorithm.rollout_correction.bypass_mode):  # bypass: old is the rollout
         diff = rollout_probs_diff(b)
@@ -79,12 +80,17 @@ def step_metrics(cfg: Config, exp: Experience, timing: dict[str, float], actor: 
 
 def entropy_metric(cfg: Config, entropy: torch.Tensor, loss_mask: torch.Tensor) -> float:
     """verl's actor/entropy: the token entropies over the trained tokens (tool replies and template
-    tokens left out), aggregated by actor.loss_agg_mode as the loss is (its divisor S included)."""
+    tokens left out; the rollout correction's rejected ones in, as verl takes it at the old-log-prob
+    pass), aggregated by actor.loss_agg_mode (its divisor S included) as verl's agg_loss does without
+    a global batch size: a seq-mean over the rows that have trained tokens."""
     from trainer.algorithms.losses import agg_loss
 
     actor = cfg.actor_rollout_ref.actor
     scale = actor.loss_scale_factor or cfg.actor_rollout_ref.rollout.response_length
-    return float(agg_loss(entropy, loss_mask, actor.loss_agg_mode, scale))
+    rows = loss_mask.sum(dim=-1) > 0
+    if not bool(rows.any()):
+        return 0.0
+    return float(agg_loss(entropy[rows], loss_mask[rows], actor.loss_agg_mode, scale))
 
 
 def rollout_probs_diff(b: ExperienceBatch) -> dict[str, float] | None:

@@ -44,3 +44,31 @@ def test_entropy_is_over_trained_tokens_by_the_loss_aggregation(mode, expected):
     m = step_metrics(cfg, _experience(), {}, {}, {}, step=1, epoch=0, device=torch.device("cpu"),
                      filtered_overlong_prompts=0)
     assert m["actor/entropy"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("token-mean", (1 + 1 + 1 + 3) / 4),
+    ("seq-mean-token-mean", (1 + 3) / 2),
+    ("seq-mean-token-sum", (3 + 3) / 2),
+])
+def test_entropy_skips_rows_without_trained_tokens_and_counts_rejected_ones(mode, expected):
+    """verl takes actor/entropy at the old-log-prob pass, before the rollout correction, with agg_loss
+    and no global batch size: a row without trained tokens is not in a seq-mean, and tokens the
+    correction rejects later still count."""
+    prompt = PromptItem(uid="g", index=0, messages=[{"role": "user", "content": "q"}], prompt_ids=[1, 2])
+    exp = _experience()
+    empty = Trajectory(uid="g", index=2, prompt=prompt, prompt_ids=[1, 2], response_ids=[5, 6], loss_mask=[0, 0])
+    exp = build_experience([*exp.trajectories, empty])
+    b = exp.batch
+    b.token_level_rewards = b.token_level_scores
+    b.advantages = torch.zeros_like(b.loss_mask)
+    b.returns = torch.zeros_like(b.loss_mask)
+    exp.entropy = torch.tensor([[1.0, 1.0, 9.0, 9.0, 1.0], [3.0, 0, 0, 0, 0], [7.0, 7.0, 0, 0, 0]])
+    exp.uncorrected_loss_mask = b.loss_mask.clone()
+    b.loss_mask = b.loss_mask.clone()
+    b.loss_mask[1] = 0.0  # the correction rejected row 1 after the entropies were taken
+    cfg = apply_overrides(Config(), {"actor_rollout_ref.actor.loss_agg_mode": mode,
+                                     "actor_rollout_ref.rollout.response_length": 8})
+    m = step_metrics(cfg, exp, {}, {}, {}, step=1, epoch=0, device=torch.device("cpu"),
+                     filtered_overlong_prompts=0)
+    assert m["actor/entropy"] == pytest.approx(expected)

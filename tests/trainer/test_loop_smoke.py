@@ -208,6 +208,33 @@ def test_in_reward_kl_counts_the_tokens_the_rollout_correction_rejects(tmp_path,
     assert metrics["actor/reward_kl_penalty"] == pytest.approx((0.5 / 3 + 0) / 2)
 
 
+def test_bypass_mode_takes_the_rollouts_log_probs_as_old_before_the_in_reward_kl(tmp_path, tiny_model_dir,
+                                                                                 demo_data_dir):
+    from trainer.algorithms.losses import get_kl_controller
+    from trainer.loop import Trainer
+    from trainer.types import PromptItem, Trajectory
+
+    cfg = smoke_cfg(tmp_path, tiny_model_dir, demo_data_dir / "train.jsonl", **{
+        "algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.kl_coef": 0.1,
+        "algorithm.rollout_correction.bypass_mode": True})
+    t = Trainer(cfg, emitter=None)
+    t.reward_fn = lambda src, text, gt, extra=None: float(text == gt)
+    t.kl_ctrl = get_kl_controller(t.cfg.algorithm.kl_ctrl)
+    p = PromptItem(uid="u", index=0, messages=[], prompt_ids=[1, 2, 3], ground_truth="7")
+    trajs = [Trajectory(uid="u", index=i, prompt=p, prompt_ids=[1, 2, 3], response_ids=[10, 11],
+                        loss_mask=[1, 1], response_text=text) for i, text in enumerate(("7", "8"))]
+    exp = t.score(trajs)
+    b = exp.batch
+    b.rollout_log_probs = torch.tensor([[-1.0, -2.0], [-1.0, -1.0]])
+    b.ref_log_probs = torch.tensor([[-1.0, -1.5], [-1.0, -1.0]])
+    assert b.old_log_probs is None  # bypass mode has no old-log-prob pass
+    metrics, corr = t.compute_advantages(exp)
+    assert torch.equal(b.old_log_probs, b.rollout_log_probs) and corr == {}
+    assert b.token_level_rewards[0, 0].item() == pytest.approx(0.0)
+    assert b.token_level_rewards[0, 1].item() == pytest.approx(1.0 - 0.1 * (-2.0 + 1.5))  # score, less beta * k1
+    assert metrics["actor/reward_kl_penalty"] == pytest.approx((-0.5 / 2 + 0) / 2)
+
+
 def test_score_on_last_trained_token_and_zero_advantage_on_tool_tokens(tmp_path, tiny_model_dir, demo_data_dir):
     from trainer.algorithms.losses import get_kl_controller
     from trainer.loop import Trainer

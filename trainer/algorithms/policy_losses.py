@@ -422,7 +422,7 @@ def compute_policy_loss_clip_cov(
     max(1, floor(clip_cov_ratio * masked tokens)) are drawn uniformly at random (``generator``, a CPU
     generator; None = torch's global one) and their L is multiplied by 0, so they neither count nor
     pass a gradient. Aggregated by ``loss_agg_mode``. pg_clipfrac: the fraction of masked tokens so
-    cut (the PPO clip is not counted, as verl); pg_clipfrac_lower 0. verl does not clamp the
+    cut (the PPO clip is not counted, as verl); no pg_clipfrac_lower (verl's reports none). verl does not clamp the
     log-ratio; the clamp only matters past |log r| = 20.
     """
     if clip_cov_ratio <= 0:
@@ -469,8 +469,8 @@ def compute_policy_loss_kl_cov(
 
     r = exp(clamp(log r, -20, 20)) with log r = logp - old_logp; L = -A r on every token, plus
     ``ppo_kl_coef`` * |log r| on the max(1, floor(kl_cov_ratio * masked tokens)) masked tokens of
-    largest cov_t (``_token_cov``); aggregated by ``loss_agg_mode``. No clip: pg_clipfrac and
-    pg_clipfrac_lower are 0, and ppo_kl is the mean |log r| over the masked tokens (what verl's
+    largest cov_t (``_token_cov``); aggregated by ``loss_agg_mode``. No clip, so no clip fractions
+    (verl's reports only ppo_kl): ppo_kl is the mean |log r| over the masked tokens (what verl's
     reports under that name).
     """
     if kl_cov_ratio <= 0:

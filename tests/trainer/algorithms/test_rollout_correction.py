@@ -241,7 +241,8 @@ def test_bypass_uses_the_current_policy_against_the_rollout():
     assert close(out.pg_loss, -sum(a * b for a, b in zip(w, lp)) / 5)
     assert close(metrics["rollout_corr/rollout_rs_masked_fraction"], 2 / 5)
     assert close(metrics["rollout_corr/kl"], 1.5 / 5)
-    # ppo_clip: the configured loss with the rollout as the old policy, rejection as a 0/1 factor.
+    # ppo_clip: the configured loss with the rollout as the old policy over the kept tokens; in
+    # token-mean that is the loss with the rejection as a 0/1 factor (divided by every token).
     clip = RolloutCorrectionConfig(bypass_mode=True, rollout_rs="token_k1", rollout_rs_threshold=2.0)
     out, _ = corrected_policy_loss(vanilla, clip, ROLLOUT, logp, adv, MASK, rollout_log_prob=None,
                                    rollout_is_weights=None, loss_agg_mode="token-mean", clip_ratio=0.2)
