@@ -1,8 +1,10 @@
 // The live run page: charts grouped as verl groups them, the memory timeline with phase bands, the
 // samples table, the log; kept live over /ws/runs/<id>/ by seq (reconnects with resume_after).
-// Untrusted text (model, tool, log output) only ever goes through textContent, never innerHTML.
+// Untrusted text (model, tool, log output) only ever goes through textContent, never innerHTML, and
+// into Plotly (names, hover text) only through window.rlstudioPlotlyText.
 (function () {
   "use strict";
+  const plotlyText = window.rlstudioPlotlyText;  // static/js/chart_theme.js
   const live = JSON.parse(document.getElementById("live-data").textContent);
   const runId = live.run_id;
   let lastSeq = live.last_seq;
@@ -141,12 +143,12 @@
   function lineTraces(key, name, colour) {
     const s = series(key);
     if (!(smoothing > 0)) {
-      return [Object.assign(s, { name, meta: key, mode: "lines+markers", marker: { size: 4 }, line: { color: colour }, type: "scatter" })];
+      return [Object.assign(s, { name: plotlyText(name), meta: key, mode: "lines+markers", marker: { size: 4 }, line: { color: colour }, type: "scatter" })];
     }
     return [
-      Object.assign({}, s, { name, meta: key + " (raw)", mode: "lines", line: { color: colour, width: 1 }, opacity: 0.25,
+      Object.assign({}, s, { name: plotlyText(name), meta: key + " (raw)", mode: "lines", line: { color: colour, width: 1 }, opacity: 0.25,
         showlegend: false, hoverinfo: "skip", type: "scatter" }),
-      Object.assign(s, { y: window.rlstudioEma(s.y, smoothing), name, meta: key, mode: "lines", line: { color: colour, width: 2 },
+      Object.assign(s, { y: window.rlstudioEma(s.y, smoothing), name: plotlyText(name), meta: key, mode: "lines", line: { color: colour, width: 2 },
         type: "scatter" }),
     ];
   }
@@ -183,7 +185,7 @@
       if (!row || typeof row.metrics[key] !== "number") continue;
       x.push(xMode === "step" ? row.step : new Date(row.t * 1000));
       y.push(row.metrics[key]);
-      text.push(`alert at step ${m.step}: ${m.message}`);
+      text.push(plotlyText(`alert at step ${m.step}: ${m.message}`));
     }
     return x.length ? { x, y, text, hoverinfo: "text", mode: "markers", type: "scatter", name: "alert", meta: "alert",
       showlegend: false, marker: { symbol: "x", size: 12, color: "#d62728" } } : null;
@@ -406,7 +408,7 @@
     for (const rank of ranks) {
       const pts = memory.filter((p) => (p.rank || 0) === rank);
       const x = pts.map((p) => new Date(p.t * 1000));
-      const text = pts.map((p) => "step " + p.step + " · " + p.phase + " · " + p.device + " · rank " + (p.rank || 0));
+      const text = pts.map((p) => plotlyText("step " + p.step + " · " + p.phase + " · " + p.device + " · rank " + (p.rank || 0)));
       for (const [key, label] of series) {
         traces.push({ name: (ranks.length > 1 ? "rank " + rank + " · " : "") + label + " (MiB)", x, y: pts.map((p) => mb(p[key])),
           mode: "lines+markers", type: "scatter", text, hoverinfo: "x+y+text+name" });

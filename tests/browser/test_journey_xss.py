@@ -115,6 +115,22 @@ def test_hostile_text_is_escaped_in_preview_samples_transcript_and_tokens(page_a
     assert page.locator("#samples-body img").count() == 0
     _assert_untouched(page, run_title)
     shot(page, "xss-samples-live")
+    # Metric names are shown as typed in the panels' titles and the charts' trace names (hover text):
+    # Plotly reads a few tags (<b>, <a href>, <br>) in names, so run_live.js escapes them
+    # (window.rlstudioPlotlyText) and Plotly shows the text as typed.
+    hostile_metrics = {"custom/a <b>bold<br>": 1.0, f"custom/b {IMG}": 2.0}  # a panel's name: after the last /
+    page.evaluate("""(metrics) => window.rlstudioLive.apply({seq: window.rlstudioLive.lastSeq() + 1,
+        type: "metrics", time: Date.now() / 1000, data: {step: 1, metrics}})""", hostile_metrics)
+    page.wait_for_function("document.querySelectorAll('#charts .plot .main-svg').length >= 2")
+    names = page.evaluate("""() => [...document.querySelectorAll('#charts .plot')].flatMap(
+        (d) => (d.data || []).map((t) => t.name))""")
+    escaped = [f"{k[len('custom/'):]}".replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+               for k in hostile_metrics]
+    assert escaped[0] == "a &lt;b&gt;bold&lt;br&gt;" and all(e in names for e in escaped), names
+    titles = page.locator("#charts .chart h4").all_text_contents()
+    assert "custom/a <b>bold<br>" in titles and f"custom/b {IMG}" in titles, titles
+    assert page.locator("#charts img, #charts b").count() == 0
+    _assert_untouched(page, run_title)
     # The server-rendered table (a reload) escapes too.
     page.reload()
     page.wait_for_selector("#samples-body tr td a")
