@@ -60,4 +60,9 @@ def _beat_schedule(sender, **_kwargs):
             "schedule": 30.0,
             "options": {"expires": 30.0},
         },
+        "exports-recover": {
+            "task": "exports.recover",
+            "schedule": 30.0,
+            "options": {"expires": 30.0},
+        },
     }

@@ -35,6 +35,8 @@ class Export(models.Model):
     model = models.ForeignKey("catalog.ModelAsset", null=True, blank=True, on_delete=models.SET_NULL,
                               related_name="exports", help_text="Its catalog entry (registered for the run's owner).")
     created = models.DateTimeField(auto_now_add=True)
+    sent = models.DateTimeField(null=True, blank=True,
+                                help_text="When its task was last sent to the workers' queue (recovery re-sends a lost one).")
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
 

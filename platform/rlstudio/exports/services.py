@@ -8,10 +8,13 @@ README.md; then `huggingface/` is registered in the catalog for the run's owner 
 is, `catalog.services.model_assets.model_register`, inside the run's folder only).
 
 Where it runs: in the Celery worker's process, on its CPU (about twice the model in float32 in
-memory). Bounds: one queued or running export per user at a time; an export left `running` by a
-worker that died is failed once STALE_AFTER has passed, so it stops blocking its owner. One export
-per run and step: asking again returns the existing one, or queues a failed one again.
-`export_delete` removes one (its catalog model, the record, the folder).
+memory), holding the export's work lock (`rlstudio.worklocks`) while it works. Bounds: one queued or
+running export per user at a time. `export_recover` (Celery beat, every 30 s) finds the exports left
+behind: one `running` whose lock no worker holds (its worker died: killed, out of memory) is failed
+and its partial folder removed; one `queued` whose task was sent over RLSTUDIO_EXPORT_RESEND_S ago
+and no worker took is sent again (a lost message; a duplicate is harmless). One export per run and
+step: asking again returns the existing one, or queues a failed one again. `export_delete` removes
+one (its catalog model, the record, the folder).
 
 The run's final export (the trainer's `huggingface/`, registered by runs.register_export) gets the
 same card: `on_run_succeeded`, a transition hook this app registers, sends `exports.final_card`.
@@ -25,6 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from rlstudio.runs.checkpoints import checkpoint_steps
@@ -32,11 +36,12 @@ from rlstudio.runs.failure import stored_error
 from rlstudio.runs.folders import remove_tree_inside
 from rlstudio.runs.launch import inside, run_folder
 from rlstudio.text import without_nul
+from rlstudio.worklocks import held
 
 from .models import ACTIVE_EXPORT_STATUSES, Export, ExportStatus
 
 log = logging.getLogger(__name__)
-STALE_AFTER = timedelta(hours=6)
+WORK_LOCK_SPACE = 0x524C5345  # "RLSE": the exports' space of rlstudio.worklocks
 MAX_ARCHIVE_BYTES = 64 * 2**30  # the largest export served as an archive (file bytes before compression)
 EXPORTS_DIR = "exports"
 MAX_ERROR_LOG = 64_000  # characters of a failure's detail kept (its end)
@@ -123,7 +128,6 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
     running export" one at a time. The
     same run and step asked for at once by two users (the owner and staff) gives both the one export."""
     from rlstudio.accounts.services import audit_record
-    from rlstudio.config.celery import publish
     from rlstudio.rowlocks import lock_for_use
     from rlstudio.runs.models import Run
     from rlstudio.runs.services import check_can_manage
@@ -135,10 +139,6 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
         if lock_for_use([("run", Run, run.pk)]) is not None:
             raise ExportInvalid(f"the run {run.name!r} (#{run.pk}) was deleted", field="run")
         quota_policy().lock_user(user=user)
-        Export.objects.filter(owner=user, status=ExportStatus.RUNNING,
-                              started__lt=timezone.now() - STALE_AFTER).update(
-            status=ExportStatus.FAILED, finished=timezone.now(),
-            error=f"no result {STALE_AFTER} after it started: its worker stopped")
         existing = Export.objects.select_for_update().filter(run=run, step=step).first()
         if existing is not None and existing.status != ExportStatus.FAILED:
             return existing, False
@@ -156,10 +156,18 @@ def export_new(*, user, run, data) -> tuple[Export, bool]:
             export.started = export.finished = None
             export.save(update_fields=["owner", "status", "error", "error_log", "started", "finished"])
         audit_record(actor=user, action="run.export", obj=run, data={"step": step, "export": export.pk})
-    error = publish("exports.run_export", export.pk)
+    error = _send(export)
     if error is not None:
         _finish(export, status=ExportStatus.FAILED, error=f"could not queue the export: {error}")
     return export, True
+
+
+def _send(export: Export) -> Exception | None:
+    """Send `export`'s task to the workers' queue and note when (None, or the broker's error)."""
+    from rlstudio.config.celery import publish
+
+    Export.objects.filter(pk=export.pk).update(sent=timezone.now())
+    return publish("exports.run_export", export.pk)
 
 
 def _finish(export: Export, *, status: str, error: str = "", error_log: str = "", **fields) -> None:
@@ -175,7 +183,15 @@ def _finish(export: Export, *, status: str, error: str = "", error_log: str = ""
 
 
 def export_execute(*, export_id: int) -> str:
-    """Run a queued export here (the Celery worker): write the folder, its card, register it."""
+    """Run a queued export here (the Celery worker), holding its work lock: write the folder, its
+    card, register it. Returns the outcome ("already …" when another worker has it or it is not queued)."""
+    with held(WORK_LOCK_SPACE, export_id) as mine:
+        if not mine:
+            return "already running"  # another worker is at it (a duplicate or redelivered task)
+        return _execute_held(export_id)
+
+
+def _execute_held(export_id: int) -> str:
     from rlstudio.catalog.errors import CatalogRefused
     from rlstudio.catalog.models import ModelAsset
     from rlstudio.catalog.services.model_assets import model_register
@@ -187,7 +203,9 @@ def export_execute(*, export_id: int) -> str:
         # Only the export's row (select_related alone would lock the run, its owner and its model FOR
         # UPDATE too); no key changes, so rows referencing it (FOR KEY SHARE) are not blocked.
         export = (Export.objects.select_for_update(of=("self",), no_key=True)
-                  .select_related("run", "run__owner", "run__model").get(pk=export_id))
+                  .select_related("run", "run__owner", "run__model").filter(pk=export_id).first())
+        if export is None:
+            return "gone"
         if export.status != ExportStatus.QUEUED:
             return f"already {export.status}"
         export.status, export.started = ExportStatus.RUNNING, timezone.now()
@@ -228,12 +246,52 @@ def export_delete(*, user, export: Export) -> None:
 
     run = export.run
     check_can_manage(user=user, run=run, action="delete exports of")
-    if export.status in ACTIVE_EXPORT_STATUSES:
-        raise ExportRefused(f"export {export.pk} is {export.status}: delete it once it has finished")
     folder = export_folder(run, export.step)
     with transaction.atomic():
+        # the status as it is now: a failed export queued again meanwhile is not deleted under its worker
+        export = Export.objects.select_for_update(of=("self",)).select_related("model").filter(pk=export.pk).first()
+        if export is None:
+            return
+        if export.status in ACTIVE_EXPORT_STATUSES:
+            raise ExportRefused(f"export {export.pk} is {export.status}: delete it once it has finished")
         if export.model is not None:
             model_delete(model=export.model, by=user)
         audit_record(actor=user, action="run.export.delete", obj=run, data={"step": export.step, "export": export.pk})
         export.delete()
     remove_tree_inside(folder, run_folder(run))
+
+
+def export_recover(*, resend_after_s: float | None = None) -> dict[str, list[int]]:
+    """The exports left behind (Celery beat): `running` ones whose work lock no worker holds (the
+    worker died) are failed, saying so, and their partial folder removed; `queued` ones whose task
+    was sent over `resend_after_s` (default settings.RLSTUDIO_EXPORT_RESEND_S) ago and no worker
+    holds are sent again. Returns the ids {"failed": [...], "resent": [...]}."""
+    from django.conf import settings
+
+    failed: list[int] = []
+    for export_id in Export.objects.filter(status=ExportStatus.RUNNING).order_by("id").values_list("id", flat=True)[:100]:
+        with held(WORK_LOCK_SPACE, export_id) as free:
+            if not free:
+                continue  # its worker is at work
+            with transaction.atomic():
+                export = (Export.objects.select_for_update(of=("self",)).select_related("run")
+                          .filter(pk=export_id, status=ExportStatus.RUNNING).first())
+                if export is None:
+                    continue
+                _finish(export, status=ExportStatus.FAILED,
+                        error="its worker stopped while exporting (the process ended, e.g. out of memory); "
+                              "ask for the export again")
+            remove_tree_inside(export_folder(export.run, export.step), run_folder(export.run))
+            failed.append(export_id)
+    age = float(settings.RLSTUDIO_EXPORT_RESEND_S if resend_after_s is None else resend_after_s)
+    cutoff = timezone.now() - timedelta(seconds=age)
+    resent: list[int] = []
+    lost = Q(sent__lt=cutoff) | Q(sent__isnull=True, created__lt=cutoff)  # null: queued before `sent` was kept
+    for export in Export.objects.filter(lost, status=ExportStatus.QUEUED).order_by("id")[:100]:
+        with held(WORK_LOCK_SPACE, export.pk) as free:
+            if not free:
+                continue
+        if _send(export) is not None:
+            break  # the broker is down: the next pass tries again
+        resent.append(export.pk)
+    return {"failed": failed, "resent": resent}

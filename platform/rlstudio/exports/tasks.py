@@ -16,3 +16,11 @@ def final_card(run_id: int) -> bool:
     from .services import final_export_card
 
     return final_export_card(run_id=run_id)
+
+
+@shared_task(name="exports.recover", ignore_result=True)
+def recover() -> dict[str, list[int]]:
+    """Fail the exports whose worker died, re-send the queued ones whose task was lost (beat)."""
+    from .services import export_recover
+
+    return export_recover()

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.worklocks import held
 
 from ..conversion import convert_file, summarize_lengths, token_lengths
 from ..formats import RowError
@@ -47,18 +48,14 @@ def dataset_resend_stuck(*, older_than_s: float | None = None) -> list[int]:
     settings.RLSTUDIO_VALIDATION_RESEND_S) that no validator holds (its advisory lock is free): their
     task was never published (broker down at upload) or was lost. A duplicate is harmless: the
     validator takes the dataset's lock or returns. Returns the ids sent."""
-    from django.db import connection
-
     age = float(settings.RLSTUDIO_VALIDATION_RESEND_S if older_than_s is None else older_than_s)
     cutoff = timezone.now() - timedelta(seconds=age)
     sent: list[int] = []
     for dataset_id in Dataset.objects.filter(status=Dataset.Status.VALIDATING, created__lt=cutoff) \
             .order_by("id").values_list("id", flat=True)[:100]:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset_id])
-            if not cur.fetchone()[0]:
+        with held(_VALIDATE_LOCK_SPACE, dataset_id) as free:
+            if not free:
                 continue  # a validator is at work on it
-            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset_id])
         if not send_validation(dataset_id):
             break  # the broker is still down: try again on the next pass
         sent.append(dataset_id)
@@ -86,18 +83,11 @@ def dataset_validate(*, dataset: Dataset) -> Dataset:
     One validator at a time per dataset: a redelivered or duplicated task (late acks) that finds
     another one at work returns at once, leaving the dataset to it.
     """
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset.pk])
-        if not cur.fetchone()[0]:
+    with held(_VALIDATE_LOCK_SPACE, dataset.pk) as mine:
+        if not mine:
             return dataset
-    try:
         dataset.refresh_from_db()
         return _dataset_validate_locked(dataset=dataset)
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s, %s)", [_VALIDATE_LOCK_SPACE, dataset.pk])
 
 
 def _dataset_validate_locked(*, dataset: Dataset) -> Dataset:

@@ -344,6 +344,8 @@ RLSTUDIO_SUBMIT_MAX_RESENDS = env_int("RLSTUDIO_SUBMIT_MAX_RESENDS", 2)
 # A dataset `validating` this long with no validator holding it had its task lost or never sent
 # (broker down at upload): Celery beat re-sends it (catalog.resend_validations, every 30 s).
 RLSTUDIO_VALIDATION_RESEND_S = env_float("RLSTUDIO_VALIDATION_RESEND_S", 60)
+# A queued export whose task was sent this long ago and that no worker took is sent again (a lost message).
+RLSTUDIO_EXPORT_RESEND_S = env_float("RLSTUDIO_EXPORT_RESEND_S", 300)
 # CPUs Ray reserves for one run's entrypoint (the trainer's driver process).
 RLSTUDIO_RUN_NUM_CPUS = 1
 # torch threads a run's processes use (the platform sets trainer.torch_threads; users cannot):
