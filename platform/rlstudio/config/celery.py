@@ -65,4 +65,9 @@ def _beat_schedule(sender, **_kwargs):
             "schedule": 30.0,
             "options": {"expires": 30.0},
         },
+        "playground-expire-stale": {
+            "task": "playground.expire_stale",
+            "schedule": 30.0,
+            "options": {"expires": 30.0},
+        },
     }

@@ -7,11 +7,26 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from django.http import Http404
+from datetime import timedelta
 
-from .models import ACTIVE_SESSION_STATUSES, PlaygroundSession
+from django.conf import settings
+from django.db.models import Q
+from django.http import Http404
+from django.utils import timezone
+
+from .models import ACTIVE_SESSION_STATUSES, PlaygroundSession, SessionStatus
 
 PAGE_RUNS = 30  # runs whose checkpoints the page offers (the newest the user sees)
+QUEUE_MAX_S = 120  # a session no worker started within this is not started (its page has long given up)
+
+
+def stale_q(now=None) -> Q:
+    """Active sessions no worker will end: queued past QUEUE_MAX_S (no worker took it), running past
+    the time limit (RLSTUDIO_PLAYGROUND_MAX_S) plus a minute (its worker died)."""
+    now = now or timezone.now()
+    return (Q(status=SessionStatus.QUEUED, created__lt=now - timedelta(seconds=QUEUE_MAX_S))
+            | Q(status=SessionStatus.RUNNING,
+                started__lt=now - timedelta(seconds=int(settings.RLSTUDIO_PLAYGROUND_MAX_S) + 60)))
 
 
 def session_get_for(*, user, session_id) -> PlaygroundSession:
@@ -157,7 +172,8 @@ def sessions_on(*, model_id: int | None = None, run_id: int | None = None):
 
 
 def _live_session_on(**target) -> PlaygroundSession | None:
-    return sessions_on(**target).filter(status__in=ACTIVE_SESSION_STATUSES).order_by("pk").first()
+    """The first active session on the target that a worker may still end (a stale one never blocks)."""
+    return sessions_on(**target).filter(status__in=ACTIVE_SESSION_STATUSES).exclude(stale_q()).order_by("pk").first()
 
 
 def model_delete_refusal(model) -> str:

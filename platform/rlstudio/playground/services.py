@@ -27,7 +27,7 @@ from rlstudio.text import without_nul
 
 from . import streams
 from .models import ACTIVE_SESSION_STATUSES, PlaygroundSession, SessionStatus
-from .selectors import checkpoint_steps, visible_model, visible_run
+from .selectors import QUEUE_MAX_S, checkpoint_steps, stale_q, visible_model, visible_run
 
 S = SessionStatus
 RUN_TASK = "playground.run_session"
@@ -38,7 +38,6 @@ MAX_TURNS = 8
 MAX_MESSAGES = 40
 MAX_MESSAGE_CHARS = 8000
 MAX_TOTAL_CHARS = 32000
-QUEUE_MAX_S = 120  # a session no worker started within this is not started (its page has long given up)
 ROLES = ("system", "user", "assistant")
 DEFAULT_SETTINGS: dict[str, Any] = {"temperature": 0.7, "top_p": 1.0, "top_k": -1, "max_new_tokens": 256,
                                     "seed": None, "tools": False, "max_turns": 4}
@@ -218,15 +217,16 @@ def clean_request(user, data: Any) -> SessionRequest:
     return SessionRequest(targets=targets, messages=messages, settings=settings_)
 
 
-def _expire_stale(*, user) -> None:
-    """Sessions a worker never took or never finished stop counting: queued past QUEUE_MAX_S, running
-    past the time limit plus a minute (the worker died)."""
+def expire_stale(*, user=None) -> int:
+    """Sessions a worker never took or never finished (`selectors.stale_q`) are failed, saying so: the
+    user's (at their next session), or everyone's (Celery beat, every 30 s). Returns how many."""
     now = timezone.now()
-    PlaygroundSession.objects.filter(owner=user, status=S.QUEUED, created__lt=now - timedelta(seconds=QUEUE_MAX_S)) \
-        .update(status=S.FAILED, error="no worker took the session in time", finished=now)
-    PlaygroundSession.objects.filter(owner=user, status=S.RUNNING,
-                                     started__lt=now - timedelta(seconds=max_seconds() + 60)) \
-        .update(status=S.FAILED, error="the worker did not finish the session", finished=now)
+    mine = PlaygroundSession.objects.all() if user is None else PlaygroundSession.objects.filter(owner=user)
+    stale = mine.filter(stale_q(now))
+    return (stale.filter(status=S.QUEUED).update(status=S.FAILED, error="no worker took the session in time",
+                                                 finished=now)
+            + stale.filter(status=S.RUNNING).update(status=S.FAILED, error="the worker did not finish the session",
+                                                    finished=now))
 
 
 def _lock_targets(targets: list[dict[str, Any]]) -> None:
@@ -257,7 +257,7 @@ def session_new(*, user, data: Any) -> PlaygroundSession:
     with transaction.atomic():
         _lock_targets(req.targets)
         quota_policy().lock_user(user=user)
-        _expire_stale(user=user)
+        expire_stale(user=user)
         if quota_for(user=user).max_concurrent_runs <= 0:
             raise PlaygroundRefused("your quota allows no concurrent job, so no playground session")
         if PlaygroundSession.objects.filter(owner=user, status__in=ACTIVE_SESSION_STATUSES).exists():

@@ -10,3 +10,11 @@ def run_session(session_id: int) -> str:
     from .runner import session_execute
 
     return session_execute(session_id=session_id)
+
+
+@shared_task(name="playground.expire_stale", ignore_result=True)
+def expire_stale() -> int:
+    """Fail the sessions no worker will end (beat): they stop blocking their runs' and models' deletes."""
+    from .services import expire_stale as expire
+
+    return expire()

@@ -78,3 +78,35 @@ def test_a_run_refuses_by_a_registered_check_and_its_ended_sessions_go_with_it(a
     assert PlaygroundSession.objects.filter(pk=theirs.pk).exists()
     event = AuditEvent.objects.get(action="playground.sessions_delete")
     assert event.data == {"run": run.pk, "sessions": [mine.pk]}
+
+
+def test_a_session_whose_worker_died_blocks_no_delete_and_beat_fails_it(alice, bob, make_model, settings):
+    """A running session past the time limit plus a minute (its worker died), or a queued one no worker
+    took in QUEUE_MAX_S, blocks no delete, even another user's (its owner alone could expire it before);
+    Celery beat's playground.expire_stale fails it, saying so."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rlstudio.config.celery import app
+    from rlstudio.playground.tasks import expire_stale
+
+    settings.RLSTUDIO_PLAYGROUND_MAX_S = 600
+    now = timezone.now()
+    model = make_model(alice, "shared", visibility="everyone")
+    target = [{"key": "a", "kind": "model", "model": model.pk}]
+    dead = PlaygroundSession.objects.create(owner=bob, status="running", targets=target,
+                                            started=now - timedelta(seconds=661))
+    never = PlaygroundSession.objects.create(owner=bob, status="queued", targets=target)
+    PlaygroundSession.objects.filter(pk=never.pk).update(created=now - timedelta(seconds=selectors.QUEUE_MAX_S + 1))
+    alive = PlaygroundSession.objects.create(owner=bob, status="running", targets=target,
+                                             started=now - timedelta(seconds=500))
+    r = _api(alice).delete(f"/api/v1/models/{model.pk}/")
+    assert r.status_code == 409 and f"session #{alive.pk} (running)" in r.content.decode()  # a live one still does
+    assert expire_stale() == 2 and app.conf.beat_schedule["playground-expire-stale"]["task"] == "playground.expire_stale"
+    dead.refresh_from_db()
+    never.refresh_from_db()
+    assert (dead.status, dead.error) == ("failed", "the worker did not finish the session") and dead.finished
+    assert (never.status, never.error) == ("failed", "no worker took the session in time")
+    PlaygroundSession.objects.filter(pk=alive.pk).update(started=now - timedelta(seconds=700))
+    assert _api(alice).delete(f"/api/v1/models/{model.pk}/").status_code == 204  # stale: blocks nothing before beat
