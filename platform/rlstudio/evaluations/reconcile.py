@@ -67,13 +67,14 @@ def _unsubmitted(ev: Evaluation, now: datetime) -> str | None:
     if ray_jobs.job_info(submission_id) is not None:
         Evaluation.objects.filter(pk=ev.pk, ray_submission_id="").update(ray_submission_id=submission_id)
         return "adopted"
+    # Each end only while no submission is recorded: a submit task that was slow, not lost, may have
+    # put the job on Ray meanwhile (its commit waits on the row's lock); the next pass follows it.
     if ev.stop_requested is not None:
-        evaluation_finish(evaluation_id=ev.pk, status=S.STOPPED)
-        return S.STOPPED
-    evaluation_finish(evaluation_id=ev.pk, status=S.FAILED,
-                      error=f"not submitted to Ray {waited:.0f} s after it was admitted: its submit task was "
-                            f"lost (is a Celery worker running, and can it reach Ray?)")
-    return S.FAILED
+        return S.STOPPED if evaluation_finish(evaluation_id=ev.pk, status=S.STOPPED, unsubmitted=True) else None
+    moved = evaluation_finish(evaluation_id=ev.pk, status=S.FAILED, unsubmitted=True,
+                              error=f"not submitted to Ray {waited:.0f} s after it was admitted: its submit task "
+                                    f"was lost (is a Celery worker running, and can it reach Ray?)")
+    return S.FAILED if moved else None
 
 
 def reconcile_evaluation(ev: Evaluation, *, now: datetime | None = None) -> str | None:

@@ -359,12 +359,14 @@ def evaluation_errors(error: str, error_log: str = "") -> tuple[str, str]:
 
 def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", error_log: str = "",
                       outcome: jobs.Outcome | None = None,
-                      only_from: frozenset = ACTIVE_EVALUATION_STATUSES) -> bool:
+                      only_from: frozenset = ACTIVE_EVALUATION_STATUSES, unsubmitted: bool = False) -> bool:
     """End an evaluation (once: only from `only_from`), storing the job's results and samples when
-    given, and a failure's reason and detail apart (`evaluation_errors`). Returns whether it moved."""
+    given, and a failure's reason and detail apart (`evaluation_errors`). With `unsubmitted` (the
+    reconcile ending one whose submit task it thinks lost), only while it still has no Ray submission:
+    a submit task that got there meanwhile wins. Returns whether it moved."""
     with transaction.atomic():
         ev = Evaluation.objects.select_for_update().filter(pk=evaluation_id).first()
-        if ev is None or ev.status not in only_from:
+        if ev is None or ev.status not in only_from or (unsubmitted and ev.ray_submission_id):
             return False
         ev.error, ev.error_log = evaluation_errors(error, error_log)
         ev.status, ev.finished = status, timezone.now()

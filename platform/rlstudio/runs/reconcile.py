@@ -50,6 +50,7 @@ from .services.admission import queue_admit_jobs
 from .services import (
     IllegalTransition,
     run_adopt_job,
+    run_fail_unsubmitted,
     run_force_kill,
     run_mark_finished,
     run_mark_running,
@@ -210,11 +211,10 @@ def _reconcile_unsubmitted(run: Run, *, now: datetime) -> str | None:
              f"{timeout:.0f} s apart, and Ray never received job {submission_id}. Is a Celery worker "
              f"running, and can it reach Ray at RAY_ADDRESS? Its log says more.")
     try:
-        run_mark_finished(run=run, to=S.FAILED, error=error)
+        return S.FAILED if run_fail_unsubmitted(run=run, error=error) else None
     except IllegalTransition as exc:
         log.info("reconcile: %s", exc)
         return None
-    return S.FAILED
 
 
 def _out_dir(run: Run) -> Path:

@@ -213,6 +213,24 @@ def test_an_admitted_evaluation_never_submitted_fails_after_the_timeout(alice, r
     assert ev.status == S.FAILED and "submit task was lost" in ev.error
 
 
+def test_a_submit_task_that_was_slow_not_lost_wins_over_the_reconciles_failure(alice, run_with_ckpts, data,
+                                                                               published, monkeypatch, settings):
+    """The reconcile asks Ray (no job) past the timeout and decides to fail the evaluation; meanwhile the
+    slow submit task commits the submission: it is not failed under its live Ray job."""
+    ev = _new(alice, run_with_ckpts, data)
+    Evaluation.objects.filter(pk=ev.pk).update(
+        started=timezone.now() - timedelta(seconds=settings.RLSTUDIO_SUBMIT_TIMEOUT_S + 5))
+
+    def job_info(sid):
+        Evaluation.objects.filter(pk=ev.pk).update(ray_submission_id=sid)  # the submit task commits now
+        return None
+
+    monkeypatch.setattr(ray_jobs, "job_info", job_info)
+    reconcile_evaluations()
+    ev.refresh_from_db()
+    assert ev.status == S.RUNNING and ev.ray_submission_id and not ev.error
+
+
 def test_decide_table():
     now = timezone.now()
     assert decide(job_status=None, stop_requested=None, now=now, grace_s=60) == LOST

@@ -117,6 +117,29 @@ def test_reconcile_asks_ray_about_a_run_submitting_past_the_timeout(submitting, 
     assert run.status == S.SUBMITTING and run.submit_resends == 0
 
 
+def test_a_submit_task_that_was_slow_not_lost_wins_over_the_reconciles_failure(submitting, settings, monkeypatch):
+    """The reconcile asks Ray (no job), decides to fail the run (its re-sends spent), and meanwhile the
+    slow submit task commits the submission: the run is not failed under its live Ray job."""
+    from rlstudio.runs import ray_jobs
+
+    settings.RLSTUDIO_SUBMIT_TIMEOUT_S = 120
+    Run.objects.filter(pk=submitting.pk).update(submit_requested=timezone.now() - timedelta(seconds=121),
+                                                submit_resends=2)
+
+    def job_info(sid):
+        Run.objects.filter(pk=submitting.pk).update(ray_submission_id=sid)  # the submit task commits now
+        return None
+
+    monkeypatch.setattr(ray_jobs, "job_info", job_info)
+    assert reconcile_run(Run.objects.get(pk=submitting.pk)) is None
+    run = Run.objects.get(pk=submitting.pk)
+    assert run.status == S.SUBMITTING and run.ray_submission_id and not run.error
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: None)
+    Run.objects.filter(pk=run.pk).update(ray_submission_id=None)
+    assert reconcile_run(Run.objects.get(pk=run.pk)) == S.FAILED  # really lost: failed, saying so
+    assert "not submitted to Ray" in Run.objects.get(pk=run.pk).error
+
+
 def _write_events(path, events, tail=""):
     import json
 

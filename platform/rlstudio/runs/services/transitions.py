@@ -198,6 +198,18 @@ def run_mark_running(*, run: Run) -> Run:
     return run_transition(run=run, to=S.RUNNING) if run.status == S.SUBMITTING else run
 
 
+def run_fail_unsubmitted(*, run: Run, error: str) -> bool:
+    """Fail a run whose submit task the reconcile thinks lost, only while it still has no Ray
+    submission: a submit task that was slow, not lost, may have put the job on Ray meanwhile (its
+    commit waits on the row's lock), and then wins (False; the next pass follows the job)."""
+    with transaction.atomic():
+        locked = Run.objects.select_for_update(no_key=True).filter(pk=run.pk).first()
+        if locked is None or locked.ray_submission_id:
+            return False
+        run_mark_finished(run=run, to=S.FAILED, error=error)
+    return True
+
+
 def run_mark_finished(*, run: Run, to: str, error: str = "", error_log: str = "") -> Run:
     """Move a submitting/running/stopping run to a terminal state, through the states between
     (`error` and `error_log` kept on the last)."""
