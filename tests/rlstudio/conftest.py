@@ -109,3 +109,29 @@ def run_with_ckpts(alice, make_run, settings, tmp_path):
         (tmp_path / "runs" / str(run.pk) / f"global_step_{step}" / "actor").mkdir(parents=True)
     (tmp_path / "runs" / str(run.pk) / "global_step_3.tmp" / "actor").mkdir(parents=True)  # uncommitted
     return run
+
+
+@pytest.fixture
+def lock_elsewhere(db):
+    """A context manager factory: `with lock_elsewhere(space, key):` another database session (a worker
+    at work) holds that `rlstudio.worklocks` lock; leaving the block closes the session, as a worker
+    that dies, which drops the lock with it."""
+    from contextlib import contextmanager
+
+    import psycopg2
+    from django.db import connection
+
+    @contextmanager
+    def hold(space: int, key: int):
+        s = connection.settings_dict
+        other = psycopg2.connect(host=s["HOST"] or None, port=s["PORT"] or None, user=s["USER"],
+                                 password=s["PASSWORD"] or None, dbname=s["NAME"])
+        try:
+            with other.cursor() as cur:
+                cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [space, key])
+                assert cur.fetchone()[0]
+            yield
+        finally:
+            other.close()
+
+    return hold

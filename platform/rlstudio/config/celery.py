@@ -3,7 +3,8 @@
 Run a worker: `celery -A rlstudio worker -l info` (beat: `celery -A rlstudio beat`).
 Tasks live in each app's `tasks.py` and are found by autodiscovery. The beat schedule below runs
 the runs' reconcile every RLSTUDIO_RECONCILE_INTERVAL_S seconds (default 3), and every 30 s
-re-sends the validation of datasets whose task never reached the queue.
+re-sends the validation of datasets whose task never reached the queue, recovers the exports whose
+worker died or whose task was lost, and fails the playground sessions no worker will end.
 """
 import os
 

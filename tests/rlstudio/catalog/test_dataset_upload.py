@@ -446,6 +446,28 @@ def test_delete_removes_file_and_rows_and_refuses_in_use(api, uploads, alice, ma
     assert not any(p.exists() for p in paths) and not Dataset.objects.filter(pk=body["id"]).exists()
 
 
+def test_a_dataset_is_not_deleted_under_its_validator(api, uploads, lock_elsewhere, django_capture_on_commit_callbacks):
+    """While a validator is at work (it holds the dataset's work lock) a delete is a 409 `validating`
+    and keeps everything; once none is, the delete removes the upload, and a validation that starts
+    after it finds the dataset gone."""
+    from rlstudio.catalog.services.validation import VALIDATE_LOCK_SPACE
+
+    resp = upload(api, "v.jsonl", jsonl(GOOD))
+    assert resp.status_code == 201
+    ds = Dataset.objects.get(pk=resp.json()["id"])
+    part = Path(ds.file_path)
+    assert ds.status == Dataset.Status.VALIDATING and part.exists()
+    with lock_elsewhere(VALIDATE_LOCK_SPACE, ds.pk):
+        r = api.delete(f"/api/v1/datasets/{ds.pk}/")
+        assert r.status_code == 409 and r.json()["error"]["code"] == "validating", r.content
+        assert "being validated" in r.json()["error"]["message"]
+        assert part.exists() and Dataset.objects.filter(pk=ds.pk).exists()
+    with django_capture_on_commit_callbacks(execute=True):  # the files go once the deletion commits
+        assert api.delete(f"/api/v1/datasets/{ds.pk}/").status_code == 204
+    assert not part.exists() and not Dataset.objects.filter(pk=ds.pk).exists()
+    assert dataset_validate(dataset=ds) is ds  # its task, arriving late: nothing to do
+
+
 @pytest.mark.django_db
 def test_reward_check_names_tools_for_an_unknown_tool(api, uploads):
     _, body = upload_and_validate(api, "r.jsonl", jsonl(*_gsm8k_rows(1)))

@@ -5,12 +5,9 @@ was sent long ago and that no worker took is sent again. The task returns at onc
 holds the export; a delete checks the export's status under its row lock."""
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import timedelta
 
-import psycopg2
 import pytest
-from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -42,22 +39,14 @@ def run(alice, make_run, settings, tmp_path):
     return run
 
 
-@contextmanager
-def worker_holding(export_id: int):
-    """Another database session (a worker at work) holding the export's work lock."""
-    s = connection.settings_dict
-    other = psycopg2.connect(host=s["HOST"] or None, port=s["PORT"] or None, user=s["USER"],
-                             password=s["PASSWORD"] or None, dbname=s["NAME"])
-    try:
-        with other.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s, %s)", [WORK_LOCK_SPACE, export_id])
-            assert cur.fetchone()[0]
-        yield
-    finally:
-        other.close()  # as a dying worker's connection: the lock goes with it
+@pytest.fixture
+def worker_holding(lock_elsewhere):
+    """A worker at work on the export (another session holding its work lock)."""
+    return lambda export_id: lock_elsewhere(WORK_LOCK_SPACE, export_id)
 
 
-def test_a_running_export_whose_worker_died_is_failed_cleaned_and_can_be_asked_again(alice, run, published):
+def test_a_running_export_whose_worker_died_is_failed_cleaned_and_can_be_asked_again(alice, run, published,
+                                                                                      worker_holding):
     export = Export.objects.create(run=run, owner=alice, step=1, status=ExportStatus.RUNNING, started=timezone.now())
     partial = export_folder(run, 1)
     (partial / "huggingface").mkdir(parents=True)
@@ -77,7 +66,8 @@ def test_a_running_export_whose_worker_died_is_failed_cleaned_and_can_be_asked_a
     assert published == [("exports.run_export", export.pk)]
 
 
-def test_a_queued_export_whose_task_was_lost_is_sent_again_once_it_is_old(alice, run, published, settings):
+def test_a_queued_export_whose_task_was_lost_is_sent_again_once_it_is_old(alice, run, published, settings,
+                                                                         worker_holding):
     settings.RLSTUDIO_EXPORT_RESEND_S = 300
     now = timezone.now()
     old = Export.objects.create(run=run, owner=alice, step=1, sent=now - timedelta(seconds=301))
@@ -93,7 +83,7 @@ def test_a_queued_export_whose_task_was_lost_is_sent_again_once_it_is_old(alice,
     assert export_recover()["resent"] == [recent.pk]
 
 
-def test_the_task_returns_at_once_while_another_worker_holds_the_export(alice, run):
+def test_the_task_returns_at_once_while_another_worker_holds_the_export(alice, run, worker_holding):
     export = Export.objects.create(run=run, owner=alice, step=1)
     with worker_holding(export.pk):
         assert export_execute(export_id=export.pk) == "already running"
@@ -114,7 +104,8 @@ def test_a_delete_checks_the_status_under_the_rows_lock(alice, run):
 
 def test_the_beat_runs_the_recovery_every_30_seconds():
     from rlstudio.config.celery import app
+    from rlstudio.exports import tasks
 
+    assert tasks.recover.name in app.tasks  # (reading the tasks finalizes the app, which sets its schedule)
     entry = app.conf.beat_schedule["exports-recover"]
     assert entry["task"] == "exports.recover" and entry["schedule"] == 30.0
-    assert "exports.recover" in app.tasks

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import ProtectedError
 
 from rlstudio.accounts.services import audit_record
+from rlstudio.worklocks import held
 
 from ..formats import RowError, detect_format
 from ..models import Dataset, ModelAsset
@@ -21,7 +22,7 @@ from ..sharing import check_can_change
 from ..storage import added_bytes, storage_refusal
 from .files import clean_name, remove_path, upload_limits
 from .usage import protected_by, run_model, used_by
-from .validation import send_validation
+from .validation import VALIDATE_LOCK_SPACE, send_validation
 
 
 _UPLOAD_LOCK_SPACE = 0x524C5355  # "RLSU": the advisory-lock key space of one owner's dataset uploads
@@ -113,16 +114,28 @@ def dataset_delete(*, dataset: Dataset, by) -> None:
     The checks run with the dataset's row locked (FOR UPDATE), which a run's or an evaluation's
     creation waits for (it takes FOR KEY SHARE on the rows it references, `rlstudio.rowlocks`): one
     created meanwhile is either committed before the lock, so seen here and refused, or waits for the
-    deletion and finds no dataset. A dataset already deleted by another request is left gone.
+    deletion and finds no dataset. A dataset already deleted by another request is left gone. While
+    its validator is at work (converting, moving its file, counting tokens) the deletion answers 409
+    `validating`: a deletion in the middle would leave its files behind.
     """
+    check_can_change(user=by, item=dataset, action="delete")
+    # The validator's work lock, held through the deletion: a validator at work refuses it (its files
+    # half moved); one not started yet finds the dataset gone once it may start.
+    with held(VALIDATE_LOCK_SPACE, dataset.pk) as no_validator:
+        _delete_locked(dataset, by=by, validating=not no_validator)
+
+
+def _delete_locked(dataset: Dataset, *, by, validating: bool) -> None:
     from django.db.models import Q
 
-    check_can_change(user=by, item=dataset, action="delete")
     run = run_model()
     with transaction.atomic():
         locked = Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
         if locked is None:
             return
+        if validating:
+            raise CatalogInUse(f"dataset {dataset.name!r} is being validated (its rows converted, its token "
+                               "statistics counted): delete it once that has ended", code="validating")
         used = used_by(run.objects.filter(Q(dataset=locked) | Q(val_dataset=locked)), by=by)
         if used:
             raise CatalogInUse(f"dataset {dataset.name!r} is used by {used}", code="in_use")

@@ -53,7 +53,7 @@ def dataset_resend_stuck(*, older_than_s: float | None = None) -> list[int]:
     sent: list[int] = []
     for dataset_id in Dataset.objects.filter(status=Dataset.Status.VALIDATING, created__lt=cutoff) \
             .order_by("id").values_list("id", flat=True)[:100]:
-        with held(_VALIDATE_LOCK_SPACE, dataset_id) as free:
+        with held(VALIDATE_LOCK_SPACE, dataset_id) as free:
             if not free:
                 continue  # a validator is at work on it
         if not send_validation(dataset_id):
@@ -72,7 +72,7 @@ def _mark_invalid(dataset: Dataset, *, message: str, line: int | None = None, fi
                                 "num_rows", "converted_bytes"])
 
 
-_VALIDATE_LOCK_SPACE = 0x524C5356  # "RLSV": the advisory-lock key space of dataset validation
+VALIDATE_LOCK_SPACE = 0x524C5356  # "RLSV": the advisory-lock key space of dataset validation
 
 
 def dataset_validate(*, dataset: Dataset) -> Dataset:
@@ -83,10 +83,13 @@ def dataset_validate(*, dataset: Dataset) -> Dataset:
     One validator at a time per dataset: a redelivered or duplicated task (late acks) that finds
     another one at work returns at once, leaving the dataset to it.
     """
-    with held(_VALIDATE_LOCK_SPACE, dataset.pk) as mine:
+    with held(VALIDATE_LOCK_SPACE, dataset.pk) as mine:
         if not mine:
             return dataset
-        dataset.refresh_from_db()
+        try:
+            dataset.refresh_from_db()
+        except Dataset.DoesNotExist:  # deleted before its validation started
+            return dataset
         return _dataset_validate_locked(dataset=dataset)
 
 
