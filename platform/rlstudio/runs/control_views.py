@@ -159,7 +159,7 @@ def fork_form_overrides(post) -> list[str]:
     from .selectors import FORK_FORM_FIELDS
     from .services import RunInputInvalid
 
-    out = [f"{key}={post.get(name).strip()}" for name, key, _label in FORK_FORM_FIELDS
+    out = [f"{key}={post.get(name).strip()}" for name, key, _label, _switch in FORK_FORM_FIELDS
            if (post.get(name) or "").strip()]
     lines = override_lines(post.get("overrides"))
     if len(lines) > MAX_FORK_LINES:

@@ -376,12 +376,14 @@ def trained_to_the_end(*, run: Run, checkpoint: str | None) -> bool:
             and step >= run.total_steps)
 
 
-# The run page's Fork form: the fork-changeable keys it has an input for (input name, dotted key, label).
+# The run page's Fork form: the fork-changeable keys it has an input for (input name, dotted key, label,
+# and the switch of the run's config that must be on for the key to do anything, or None).
 FORK_FORM_FIELDS = (
-    ("lr", "actor_rollout_ref.actor.optim.lr", "learning rate"),
-    ("kl_coef", "algorithm.kl_ctrl.kl_coef", "KL coefficient"),
-    ("temperature", "actor_rollout_ref.rollout.temperature", "temperature"),
-    ("total_training_steps", "trainer.total_training_steps", "total training steps"),
+    ("lr", "actor_rollout_ref.actor.optim.lr", "learning rate", None),
+    ("kl_loss_coef", "actor_rollout_ref.actor.kl_loss_coef", "KL loss coefficient", "actor_rollout_ref.actor.use_kl_loss"),
+    ("kl_coef", "algorithm.kl_ctrl.kl_coef", "KL-in-reward coefficient", "algorithm.use_kl_in_reward"),
+    ("temperature", "actor_rollout_ref.rollout.temperature", "temperature", None),
+    ("total_training_steps", "trainer.total_training_steps", "total training steps", None),
 )
 
 
@@ -411,15 +413,17 @@ def fork_origin(*, run: Run, user: AbstractBaseUser) -> dict | None:
 
 def fork_form_context(*, run: Run) -> dict:
     """What the run page's Fork form offers: "steps", the run's kept checkpoint steps newest first, and
-    "fields", the inputs of FORK_FORM_FIELDS with the run's value of each (shown as the placeholder:
-    left empty, it is unchanged)."""
+    "fields", the inputs of FORK_FORM_FIELDS that do something in this run (a KL coefficient only
+    where its KL is on) with the run's value of each (shown as the placeholder: left empty, it is
+    unchanged)."""
     from trainer.config.fork import dotted
 
     from .checkpoints import checkpoint_steps
 
     return {"steps": sorted(checkpoint_steps(run), reverse=True),
             "fields": [{"name": name, "key": key, "label": label, "current": dotted(run.config, key)}
-                       for name, key, label in FORK_FORM_FIELDS]}
+                       for name, key, label, switch in FORK_FORM_FIELDS
+                       if switch is None or dotted(run.config, switch) is True]}
 
 
 # The audit action of a run the platform's shutdown stopped (`manage.py rlstudio_stop_runs`).

@@ -180,12 +180,24 @@ def test_the_fork_control_is_the_owners_on_a_finished_run_with_checkpoints(paren
     body = _page(alice).get(f"/runs/{parent.pk}/").content.decode()
     assert f'action="/runs/{parent.pk}/fork/"' in body and 'id="run-fork"' in body
     assert body.index('<option value="2">2</option>') < body.index('<option value="1">1</option>')  # newest first
-    assert 'name="lr"' in body and 'name="kl_coef"' in body and 'name="temperature"' in body
+    assert 'name="lr"' in body and 'name="temperature"' in body
     assert 'name="total_training_steps"' in body and 'name="overrides"' in body
+    # the KL coefficient that applies: the KL loss's (use_kl_loss on), not the KL-in-reward one's (off)
+    assert 'name="kl_loss_coef"' in body and 'name="kl_coef"' not in body
     run_share(run=parent, by=alice, add=["bob"])
     assert "/fork/" not in _page(bob).get(f"/runs/{parent.pk}/").content.decode()
     Run.objects.filter(pk=parent.pk).update(status=S.RUNNING)
     assert "/fork/" not in _page(alice).get(f"/runs/{parent.pk}/").content.decode()
+
+
+def test_the_fork_form_offers_the_kl_coefficient_of_the_kl_the_run_uses(parent, alice):
+    config = dict(parent.config)
+    config["algorithm"] = {**config["algorithm"], "use_kl_in_reward": True}
+    config["actor_rollout_ref"] = {**config["actor_rollout_ref"],
+                                   "actor": {**config["actor_rollout_ref"]["actor"], "use_kl_loss": False}}
+    Run.objects.filter(pk=parent.pk).update(config=config)
+    body = _page(alice).get(f"/runs/{parent.pk}/").content.decode()
+    assert 'name="kl_coef"' in body and "KL-in-reward coefficient" in body and 'name="kl_loss_coef"' not in body
 
 
 def test_the_fork_form_makes_the_fork_and_opens_its_page(parent, alice):
