@@ -133,6 +133,18 @@
     });
   }
 
+  // The evaluation the form last started: its line beside the button follows its row in the list.
+  let pending = null;
+  function followPending() {
+    const msg = document.getElementById("eval-form-msg");
+    if (pending === null || !msg) return;
+    const row = document.querySelector("#eval-list tr[data-id='" + pending + "'], #eval-list tr[data-evaluation-id='" +
+      pending + "']");
+    if (!row || row.getAttribute("data-active") === "1") return;
+    msg.textContent = "evaluation #" + pending + " has ended: see the list below";
+    pending = null;
+  }
+
   function wireForm(data) {
     const form = document.getElementById("eval-form");
     if (!form) return;
@@ -165,6 +177,7 @@
         msg.textContent = "evaluation #" + answer.id + " " + answer.status +
           (answer.queue_reason ? " (" + answer.queue_reason + ")" : "") +
           (live() ? "; the list below follows it" : "; reload the page to see it finish");
+        pending = String(answer.id);
         refresh();
       } else {
         const err = answer.error || {};
@@ -240,6 +253,7 @@
   function apply(data, holder) {
     const list = holder.querySelector("#eval-list-box"), nowList = document.getElementById("eval-list-box");
     if (list && nowList && list.textContent.trim() !== nowList.textContent.trim()) nowList.replaceWith(list);
+    followPending();
     swapSteps(holder.querySelector("#eval-steps"));
     const latest = holder.querySelector("#eval-latest"), nowLatest = document.getElementById("eval-latest");
     const freshData = holder.querySelector("#eval-data");

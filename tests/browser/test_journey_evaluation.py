@@ -64,6 +64,10 @@ def test_evaluate_the_base_model_and_a_checkpoint_then_open_a_cells_transcripts(
     ev.refresh_from_db()
     assert ev.status == "succeeded", ev.error
     assert ev.ray_submission_id.startswith(f"rlstudio-eval-{ev.pk}-")
+    # the line beside the button follows the evaluation's row, polled while it was running
+    page.wait_for_function("document.getElementById('eval-form-msg').textContent.includes('has ended')",
+                           timeout=30_000)
+    assert page.locator("#eval-form-msg").inner_text() == f"evaluation #{ev.pk} has ended: see the list below"
 
     page.reload()
     page.wait_for_selector("#eval-curve .main-svg")
