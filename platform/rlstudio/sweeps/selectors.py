@@ -52,12 +52,14 @@ class SweepRow:
 
 
 def best_index(values: list[float | None]) -> int | None:
-    """The position of the highest value (None ignored; the first on a tie), None when none has one."""
-    best = None
-    for i, value in enumerate(values):
-        if value is not None and (best is None or value > values[best]):
-            best = i
-    return best
+    """The position of the highest value (None ignored), None when none has one or when several runs
+    share it (no run is better than the others: runs that all scored 0 have no best)."""
+    known = [(value, i) for i, value in enumerate(values) if value is not None]
+    if not known:
+        return None
+    top = max(value for value, _i in known)
+    at_top = [i for value, i in known if value == top]
+    return at_top[0] if len(at_top) == 1 else None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from rlstudio.runs.errors import RunInputInvalid, RunRefused
 from .chart import sweep_chart
 from .grid import value_text
 from .sample import axis_text
-from .selectors import metric_label, sweep_get_for, sweep_list_for, sweep_table
+from .selectors import REWARD, metric_label, sweep_get_for, sweep_list_for, sweep_table
 
 
 @login_required
@@ -105,6 +105,7 @@ def _sweep_page(request, sweep) -> dict:
     return {
         "sweep": sweep, "table": table, "keys": keys, "rows": rows, "live": live, "axes": axes,
         "metric_choices": [(m, metric_label(m)) for m in table.metrics], "metric_label": label,
+        "metric_column": table.metric != REWARD,  # the latest reward has its column already
         "compare_ids": ",".join(str(i) for i in table.run_ids[:20]),
         "chart": sweep_chart(axes=sweep.axes, rows=rows, metric_label=label),
     }

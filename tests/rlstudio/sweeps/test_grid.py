@@ -86,7 +86,9 @@ def test_form_values_read_as_yaml_scalars():
         assert err.value.field == "axis_values_2"
 
 
-def test_best_index_skips_missing_values_and_keeps_the_first_tie():
-    assert best_index([None, 0.2, 0.5, 0.5, None]) == 2
+def test_best_index_skips_missing_values_and_names_no_best_on_a_tie():
+    assert best_index([None, 0.2, 0.5, 0.4, None]) == 2
+    assert best_index([None, 0.2, 0.5, 0.5, None]) is None  # two runs share the top: neither is the best
+    assert best_index([0.0, 0.0]) is None
     assert best_index([None, None]) is None
     assert best_index([-1.0]) == 0

@@ -47,8 +47,14 @@ def test_the_page_shows_every_run_escapes_the_name_and_marks_the_best(alice, swe
     assert 'id="sweep-stop"' in html
     best = html[html.index('id="sweep-best"') - 60:]
     assert f'data-run-id="{second.pk}"' in best[:80]  # the held-out metric is the default choice
+    assert f"best {val}</th>" in html  # the held-out metric's column
     by_reward = _client(alice).get(f"/sweeps/{sweep.pk}/?metric=reward").content.decode()
     assert f'data-run-id="{first.pk}" class="best"' in by_reward
+    assert by_reward.count("Latest reward") == 1 and "latest reward (critic/score/mean)</th>" not in by_reward  # once
+    # a tie at the top names no best run
+    MetricRow.objects.filter(run=second).update(metrics={"critic/score/mean": 0.9, val: 0.6})
+    tied = _client(alice).get(f"/sweeps/{sweep.pk}/?metric=reward").content.decode()
+    assert 'id="sweep-best"' not in tied and 'class="badge">best' not in tied
 
 
 def test_others_get_404_even_when_a_run_is_shared_with_them(alice, bob, staff, sweep):
