@@ -143,3 +143,23 @@ def test_the_figures_are_cached_until_the_runs_rows_change(alice, val_run, monke
     assert _cells(_client(alice).get(url).content.decode())[f"{VAL}/best"] == "0.8750 (1,300)"
     MetricRow.objects.filter(run=val_run, step=1300).update(metrics={VAL: 0.9375}, time=t + timedelta(seconds=1))
     assert _cells(_client(alice).get(url).content.decode())[f"{VAL}/best"] == "0.9375 (1,300)"
+
+
+def test_the_card_says_when_responses_hit_the_length_limit_or_no_group_has_a_signal(alice, make_run):
+    """The hints of telemetry.hints from the last steps: every response cut at the length limit and no
+    group whose samples scored differently (a tiny model's GSM8K run at 16 tokens); none while the
+    last steps are fine, none from a single step."""
+    from rlstudio.runs.models import Run
+    from rlstudio.telemetry.hints import run_hints
+
+    run = make_run(alice, "cut-off")
+    Run.objects.filter(pk=run.pk).update(config={"data": {"max_response_length": 16}})
+    stuck = {"critic/score/mean": 0.0, "response_length/clip_ratio": 1.0, "critic/zero_adv_group_ratio": 1.0}
+    _rows(run, [(1, {**stuck, "response_length/clip_ratio": 0.5}), (2, stuck), (3, stuck), (4, stuck)])
+    html = _client(alice).get(f"/runs/{run.pk}/summary/card/").content.decode()
+    assert 'data-hint="length"' in html and "(16 tokens, data.max_response_length)" in html
+    assert 'data-hint="no_signal"' in html and "the last 3 steps" in html
+    fine = {"response_length/clip_ratio": 0.2, "critic/zero_adv_group_ratio": 0.4}
+    assert run_hints([stuck, stuck, fine]) == []  # the last steps decide
+    assert run_hints([stuck]) == []  # one step says too little
+    assert [h["kind"] for h in run_hints([{**stuck, "critic/zero_adv_group_ratio": 0.5}, stuck])] == ["length"]
