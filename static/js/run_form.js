@@ -31,7 +31,10 @@
       var text = e.field + ": " + e.message;
       list.appendChild(el("li", "", text));
       var span = e.form_field && document.querySelector("[data-live-for='" + e.form_field + "']");
-      if (span) { span.appendChild(el("span", "live-item", text)); }
+      // the error the server rendered after a refused Launch says it already (until the field is edited)
+      var said = span && Array.prototype.some.call(span.parentNode.querySelectorAll(".field-error:not(.live)"),
+        function (s) { return s.textContent.trim() === text; });
+      if (span && !said) { span.appendChild(el("span", "live-item", text)); }
     });
     show(list, errors.length > 0);
   }

@@ -74,6 +74,10 @@ def test_gpu_preset_on_the_cpu_preview_errors_memory_and_launch(page_as, make_us
     assert server.count() == 2, server.all_inner_texts()
     assert "temperature" in server.nth(0).inner_text() and "default_local_dir" in server.nth(1).inner_text()
     assert Run.objects.count() == 0
+    # the page's live preview finds the same two: each is said once under the field, not twice
+    page.wait_for_selector("#run-preview[data-ready]", state="attached")
+    expect(page.locator("#preview-errors li")).to_have_count(2)
+    assert page.locator("[data-live-for=overrides] .live-item").count() == 0
     ui.shot(page, "13-run-form-errors")
 
     # No overrides at all: it launches, and the trainer runs on the CPU.
