@@ -144,6 +144,9 @@ class ModelAsset(models.Model):
         max_length=8, choices=Visibility.choices, default=Visibility.PRIVATE,
         help_text="private: its owner (and staff) only; everyone: every user may read it and launch runs from it.",
     )
+    note = models.CharField(max_length=500, blank=True,
+                            help_text="What users should know before they train it, shown with it (the demo "
+                                      "models' say how they were made; staff may write one in the admin).")
 
     class Meta:
         ordering = ["-created", "-id"]

@@ -33,7 +33,7 @@ class ModelAssetSerializer(serializers.ModelSerializer):
         model = ModelAsset
         fields = ["id", "name", "owner", "path", "tokenizer_ok", "num_parameters", "source", "source_run",
                   "visibility", "trust_remote_code", "kind", "architecture", "dtype", "shards", "chat_family",
-                  "tool_parser", "stop_tokens", "check_report", "created"]
+                  "tool_parser", "stop_tokens", "check_report", "note", "created"]
         read_only_fields = fields
 
 

@@ -105,6 +105,11 @@ def test_demo_command_registers_the_kit_and_one_click_launches_it(celery_worker,
     models = {m["name"]: m for m in client.get("/api/v1/models/").json()["results"]}
     assert set(models) == {"demo-tiny-qwen2", model.name}
     assert models[model.name]["visibility"] == "everyone" and models[model.name]["owner"] == staff.username
+    # each says how it was made: the untrained one that its rewards stay 0, the warm one that it learns
+    assert models["demo-tiny-qwen2"]["note"].startswith("Random weights") and "stays at 0" in models["demo-tiny-qwen2"]["note"]
+    assert "warm-started" in models[model.name]["note"]
+    listed = client.get("/models/").content.decode()
+    assert "Random weights, built for trying the platform" in listed and "warm-started on its calculator task" in listed
     assert {d["name"] for d in client.get("/api/v1/datasets/").json()["results"]} == {train.name, val.name}
     assert f"/models/{model.pk}/delete/" not in client.get("/models/").content.decode()  # read-only for her
     form = client.get("/runs/new/").content.decode()

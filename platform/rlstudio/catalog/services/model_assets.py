@@ -75,6 +75,14 @@ def model_register(*, owner, name: str, path: str, source: str = ModelAsset.Sour
 
 
 DEMO_MODEL_NAME = "demo-tiny-qwen2"
+DEMO_NOTES = {
+    False: ("Random weights, built for trying the platform end to end: its answers are noise, so a reward "
+            "that checks them stays at 0 however long it trains. To see a run learn, train "
+            f"{DEMO_MODEL_NAME}-warm (the demo's warm-started model, registered when the demo has built it) "
+            "or a real model."),
+    True: ("The demo's model: warm-started on its calculator task (tool calls in some of its episodes), "
+           "so that GRPO improves it within minutes on a CPU (the one-click demo)."),
+}
 
 
 def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: int | None = None,
@@ -108,7 +116,11 @@ def model_register_demo(*, owner, warm_start: bool = False, warm_start_steps: in
             shutil.rmtree(base, ignore_errors=True)
             os.replace(tmp, base)
     target = base
-    return model_register(owner=owner, name=name, path=str(target))
+    model = model_register(owner=owner, name=name, path=str(target))
+    if model.owner_id == owner.pk and model.note != DEMO_NOTES[warm_start]:
+        model.note = DEMO_NOTES[warm_start]
+        model.save(update_fields=["note"])
+    return model
 
 
 _MODEL_DELETE_HOOKS: list[Callable[[ModelAsset], None]] = []
