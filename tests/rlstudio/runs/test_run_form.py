@@ -265,5 +265,13 @@ def test_the_form_says_what_is_missing_before_a_run_can_be_launched(page, alice,
     make_dataset(alice, status="ready")
     note = re.search(r'id="run-form-missing">(.*?)</p>', page.get("/runs/new/").content.decode(), re.S).group(1)
     assert "dataset" not in note and "a model" in note
-    ModelAsset.objects.create(owner=alice, name="tiny", path=str(tiny_dir))
-    assert 'id="run-form-missing"' not in page.get("/runs/new/").content.decode()
+    model = ModelAsset.objects.create(owner=alice, name="tiny", path=str(tiny_dir))
+    html = page.get("/runs/new/").content.decode()
+    assert 'id="run-form-missing"' not in html
+    # the one model and the one dataset the user can pick are picked
+    assert re.search(rf'<option value="{model.pk}" selected>', html)
+    dataset = re.search(r'name="dataset"[^>]*>.*?</select>', html, re.S).group(0)
+    assert " selected>" in dataset
+    ModelAsset.objects.create(owner=alice, name="tiny-2", path=str(tiny_dir) + "-2")
+    two = re.search(r'name="model"[^>]*>.*?</select>', page.get("/runs/new/").content.decode(), re.S).group(0)
+    assert not re.search(r'<option value="\d+" selected>', two)  # two: the user picks
