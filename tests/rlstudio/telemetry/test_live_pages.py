@@ -1,5 +1,6 @@
 """The run page and the telemetry pages render a finished run from stored data; reads are owner-only."""
 import json
+import re
 
 import pytest
 from django.contrib.staticfiles import finders
@@ -70,6 +71,7 @@ def test_transcript_and_token_view_escaped(alice_client, finished):
     assert "role-tool" in page and "final answer" in page and "&quot;format&quot;: 0.5" in page
     assert page.count('class="tok trained"') == 2 and page.count('class="tok masked"') == 1
     assert 'data-lp="-1.25"' in page and 'data-ref="-0.4"' in page and "&lt;b&gt;</span>" in page
+    assert re.search(r"\d+ assistant turns?</span>", page)  # not verl's num_turns, which counts more
 
 
 def test_group_view_stats_and_flat_flag(alice_client, finished):
