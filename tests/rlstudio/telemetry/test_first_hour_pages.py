@@ -48,7 +48,8 @@ def test_the_run_page_shows_its_live_views_before_its_forms(alice, run_with_val)
     # Every in-page link leads to a card of this page (none dead).
     nav = page[page.index('id="run-jump"'):page.index("</nav>", page.index('id="run-jump"'))]
     targets = re.findall(r'href="#([^"]+)"', nav)
-    assert len(targets) == 11 and not set(targets) - _ids(page), targets
+    assert len(targets) == 12 and not set(targets) - _ids(page), targets
+    assert [page.index(f'id="{t}"') for t in targets] == sorted(page.index(f'id="{t}"') for t in targets)  # page order
 
 
 def test_a_reader_gets_no_links_to_the_owners_forms(alice, bob, run_with_val):
