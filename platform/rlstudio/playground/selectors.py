@@ -109,11 +109,15 @@ def _model_option(m, *, exported: bool = False) -> TargetOption:
     return TargetOption(model_target(m.pk), f"{m.name} (exported)" if exported else m.name)
 
 
-def _exported_ids(ids: list[int]) -> set[int]:
-    """Which of these catalog models were registered by an export of a run's checkpoint."""
+def _exported_ids(models: list) -> set[int]:
+    """Which of these catalog models came out of a run: an export of one of its checkpoints, or its
+    final export (registered by the run itself, source run_export)."""
+    from rlstudio.catalog.models import ModelAsset
     from rlstudio.exports.models import Export
 
-    return set(Export.objects.filter(model_id__in=ids).values_list("model_id", flat=True)) if ids else set()
+    ids = [m.pk for m in models]
+    found = set(Export.objects.filter(model_id__in=ids).values_list("model_id", flat=True)) if ids else set()
+    return found | {m.pk for m in models if m.source == ModelAsset.Source.RUN_EXPORT}
 
 
 def _checkpoint_option(run, step: int) -> TargetOption:
@@ -129,7 +133,7 @@ def target_options_for(*, user) -> dict[str, list[TargetOption]]:
 
     assets = [m for m in model_asset_list_for(user=user)[:100]
               if getattr(m, "kind", "policy") != "reward"]  # a reward model scores, it does not chat
-    exported = _exported_ids([m.pk for m in assets])
+    exported = _exported_ids(assets)
     models = [_model_option(m, exported=m.pk in exported) for m in assets]
     checkpoints = []
     runs = visible_runs(Run.objects.select_related("owner"), user=user).order_by("-created", "-id")[:PAGE_RUNS]
@@ -155,7 +159,7 @@ def target_option_for(*, user, value: str) -> tuple[str, TargetOption] | None:
             model = visible_model(user=user, model_id=int(m.group(1)))
             if getattr(model, "kind", "policy") == "reward":
                 return None
-            return "models", _model_option(model, exported=bool(_exported_ids([model.pk])))
+            return "models", _model_option(model, exported=bool(_exported_ids([model])))
         run, step = visible_run(user=user, run_id=int(m.group(2))), int(m.group(3))
     except Http404:
         return None

@@ -130,3 +130,6 @@ def test_the_picker_tells_an_exported_model_from_the_checkpoint_it_came_from(ali
     assert f'<option value="model:{plain.pk}">hand-registered</option>' in models_group
     assert f'<option value="run:{run.pk}:1">{run.name} (#{run.pk}) step 1</option>' in ckpt_group
     assert "(exported)" not in ckpt_group
+    final = make_model(alice, f"{run.name} (run {run.pk})", source="run_export", source_run=run)  # the run's own
+    html = _playground(alice, f"model:{final.pk}")
+    assert f'<option value="model:{final.pk}" selected>{run.name} (run {run.pk}) (exported)</option>' in html
