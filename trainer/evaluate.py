@@ -49,7 +49,7 @@ class Sample:
     correct: bool
     answer: str
     finish_reason: str
-    turns: list[dict[str, str]]  # [{"role", "content"}] after the prompt, each cut to SAMPLE_CHARS
+    turns: list[dict[str, Any]]  # [{"role", "content", "tool_calls"?}] after the prompt (`transcript`)
 
 
 def load_policy(model_path: str, step_path: Path | None, *, trust_remote_code: bool = False,
@@ -170,17 +170,28 @@ def evaluate_columns(config: dict[str, Any], columns: Sequence[Column], rows: li
     return {"checkpoints": out_cols, "prompts": prompts}, samples
 
 
-def transcript(tr: Any, *, max_turns: int = MAX_TURNS, max_chars: int = SAMPLE_CHARS) -> list[dict[str, str]]:
-    """The turns of a trajectory after its prompt, each {"role", "content"} (tool calls written out as
-    JSON after the text), at most `max_turns`, each cut to `max_chars`; the decoded response when the
-    trajectory kept no messages."""
+def _tool_call(call: Any, max_chars: int) -> dict[str, str]:
+    """One tool call as a transcript keeps it: {"name", "arguments"} (JSON text), from the OpenAI form
+    ({"function": {"name", "arguments"}}) or the flat one."""
+    call = call if isinstance(call, dict) else {}
+    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    args = fn.get("arguments")
+    text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, default=str)
+    return {"name": str(fn.get("name") or "")[:100], "arguments": text[:max_chars]}
+
+
+def transcript(tr: Any, *, max_turns: int = MAX_TURNS, max_chars: int = SAMPLE_CHARS) -> list[dict[str, Any]]:
+    """The turns of a trajectory after its prompt, each {"role", "content"} and, for a turn that called
+    tools, "tool_calls": [{"name", "arguments"}], at most `max_turns`, each text cut to `max_chars`;
+    the decoded response when the trajectory kept no messages."""
     start = len(tr.prompt.messages or [])
-    turns = []
+    turns: list[dict[str, Any]] = []
     for m in (tr.messages or [])[start:start + max_turns]:
-        content = str(m.get("content") or "")
+        turn: dict[str, Any] = {"role": str(m.get("role") or "assistant")[:20],
+                                "content": str(m.get("content") or "")[:max_chars]}
         if m.get("tool_calls"):
-            content += ("\n" if content else "") + json.dumps(m["tool_calls"], ensure_ascii=False, default=str)
-        turns.append({"role": str(m.get("role") or "assistant")[:20], "content": content[:max_chars]})
+            turn["tool_calls"] = [_tool_call(c, max_chars) for c in list(m["tool_calls"])[:8]]
+        turns.append(turn)
     return turns or [{"role": "assistant", "content": str(tr.response_text or "")[:max_chars]}]
 
 

@@ -42,7 +42,9 @@
       x: x, y: latest.figures.map((f) => f[key]), mode: "lines+markers", text: text,
       name: key.replace("_at_k", "@" + latest.k),
     }));
-    Plotly.newPlot(div, traces, { height: 280, margin: { t: 20, r: 10, b: 40, l: 50 },
+    // the legend under the plot: at its default place it sat under Plotly's toolbar
+    Plotly.newPlot(div, traces, { height: 300, margin: { t: 20, r: 10, b: 70, l: 50 },
+      legend: { orientation: "h", x: 0, y: -0.3 },
       template: window.rlstudioChartTemplate ? window.rlstudioChartTemplate() : undefined,  // the colour scheme's (chart_theme.js)
       xaxis: { title: { text: "step" } }, yaxis: { range: [0, 1.05] } }, { displaylogo: false, responsive: true });
   }
@@ -85,6 +87,21 @@
             pre.className = "sample-text turn-" + String(t.role).replace(/[^a-z]/g, "");
             pre.textContent = t.role + ": " + t.content;
             div.appendChild(pre);
+            (Array.isArray(t.tool_calls) ? t.tool_calls : []).forEach((c) => {  // as the sample page shows them
+              const call = document.createElement("div");
+              call.className = "toolcall";
+              const head = document.createElement("p");
+              head.append("tool call ");
+              const name = document.createElement("code");
+              name.textContent = String(c.name);
+              head.appendChild(name);
+              const args = document.createElement("pre");
+              let text = String(c.arguments);
+              try { text = JSON.stringify(JSON.parse(text), null, 2); } catch (e) { /* shown as it came */ }
+              args.textContent = text;
+              call.append(head, args);
+              div.appendChild(call);
+            });
           });
           box.appendChild(div);
         });

@@ -90,6 +90,20 @@ def test_evaluate_the_base_model_and_a_checkpoint_then_open_a_cells_transcripts(
     page.evaluate("document.getElementById('eval-matrix').scrollIntoView()")
     shot(page, "18-evaluation-transcripts")
     assert page.locator("#eval-matrix img").count() == 0 and page.title() != "pwned"
+    # A transcript's tool calls as the sample page shows them: the tool's name, its arguments as JSON
+    from rlstudio.evaluations.models import EvaluationSample
+
+    called = next((s for s in EvaluationSample.objects.filter(evaluation=ev).order_by("prompt", "column", "sample")
+                   if any(t.get("tool_calls") for t in s.turns)), None)
+    if called is not None:  # the warm model calls the calculator in some of its episodes
+        call = next(c for t in called.turns for c in t.get("tool_calls") or [])
+        other = page.locator("#eval-matrix tbody tr").nth(called.prompt).locator("details.eval-cell").nth(
+            ev.columns.index(called.column))
+        if other.get_attribute("open") is None:  # (it may be the cell opened above)
+            other.locator("summary").click()
+        other.locator(".eval-sample").nth(K - 1).wait_for()
+        assert call["name"] in other.locator(".toolcall code").all_inner_texts()
+        assert "[{" not in " ".join(other.locator("pre.sample-text").all_inner_texts())  # no raw JSON list
 
     # A finished evaluation is deleted from its row (after the confirm dialog), transcripts and all.
     page.on("dialog", lambda dialog: dialog.accept())
