@@ -189,8 +189,9 @@ def transcript(tr: Any, *, max_turns: int = MAX_TURNS, max_chars: int = SAMPLE_C
     for m in (tr.messages or [])[start:start + max_turns]:
         turn: dict[str, Any] = {"role": str(m.get("role") or "assistant")[:20],
                                 "content": str(m.get("content") or "")[:max_chars]}
-        if m.get("tool_calls"):
-            turn["tool_calls"] = [_tool_call(c, max_chars) for c in list(m["tool_calls"])[:8]]
+        calls = m.get("tool_calls")
+        if isinstance(calls, list) and calls:
+            turn["tool_calls"] = [_tool_call(c, max_chars) for c in calls[:8]]
         turns.append(turn)
     return turns or [{"role": "assistant", "content": str(tr.response_text or "")[:max_chars]}]
 

@@ -87,7 +87,7 @@
             pre.className = "sample-text turn-" + String(t.role).replace(/[^a-z]/g, "");
             pre.textContent = t.role + ": " + t.content;
             div.appendChild(pre);
-            (Array.isArray(t.tool_calls) ? t.tool_calls : []).forEach((c) => {  // as the sample page shows them
+            (Array.isArray(t.tool_calls) ? t.tool_calls : []).filter((c) => c && typeof c === "object").forEach((c) => {
               const call = document.createElement("div");
               call.className = "toolcall";
               const head = document.createElement("p");

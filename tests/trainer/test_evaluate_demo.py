@@ -43,7 +43,9 @@ def test_the_later_checkpoint_of_the_demo_task_is_better_on_pass_at_k(demo_eval_
     cell = results["prompts"][0]["cells"][str(GRPO_STEPS)]
     mine = [s for s in samples if s["column"] == str(GRPO_STEPS) and s["prompt"] == 0]
     assert [s["sample"] for s in mine] == list(range(K)) and sum(s["correct"] for s in mine) == cell["correct"]
-    assert all(s["turns"] and all(set(t) == {"role", "content"} for t in s["turns"]) for s in samples)
+    assert all(s["turns"] and all(set(t) - {"tool_calls"} == {"role", "content"} for t in s["turns"]) for s in samples)
+    calls = [c for s in samples for t in s["turns"] for c in t.get("tool_calls", [])]
+    assert all(set(c) == {"name", "arguments"} and isinstance(c["arguments"], str) for c in calls)
 
 
 def test_a_failing_job_writes_its_error_and_exits_1(tmp_path):

@@ -70,8 +70,8 @@ def _unsubmitted(ev: Evaluation, now: datetime) -> str | None:
     # Each end only while no submission is recorded: a submit task that was slow, not lost, may have
     # put the job on Ray meanwhile (its commit waits on the row's lock); the next pass follows it.
     if ev.stop_requested is not None:
-        return S.STOPPED if evaluation_finish(evaluation_id=ev.pk, status=S.STOPPED, unsubmitted=True) else None
-    moved = evaluation_finish(evaluation_id=ev.pk, status=S.FAILED, unsubmitted=True,
+        return S.STOPPED if evaluation_finish(evaluation_id=ev.pk, status=S.STOPPED, unsubmitted=submission_id) else None
+    moved = evaluation_finish(evaluation_id=ev.pk, status=S.FAILED, unsubmitted=submission_id,
                               error=f"not submitted to Ray {waited:.0f} s after it was admitted: its submit task "
                                     f"was lost (is a Celery worker running, and can it reach Ray?)")
     return S.FAILED if moved else None

@@ -111,7 +111,8 @@ class EvaluationDetailSerializer(EvaluationSerializer):
 
 
 class EvaluationSampleSerializer(serializers.ModelSerializer):
-    """One transcript of a matrix cell: the turns after the prompt ({role, content}) and its score."""
+    """One transcript of a matrix cell: the turns after the prompt ({role, content} and a tool-calling
+    turn's tool_calls [{name, arguments}]) and its score."""
 
     class Meta:
         model = EvaluationSample

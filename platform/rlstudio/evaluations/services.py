@@ -163,7 +163,8 @@ def _check_dataset_readable_by_owner(*, run, dataset) -> None:
     member's pick of another user's private dataset) is EvaluationInvalid on `dataset`."""
     from rlstudio.catalog.selectors import visible_to
 
-    if not visible_to(type(dataset).objects.filter(pk=dataset.pk), user=run.owner).exists():
+    row = type(dataset).objects.filter(pk=dataset.pk)
+    if row.exists() and not visible_to(row, user=run.owner).exists():  # (one deleted meanwhile: _lock_subject says so)
         raise EvaluationInvalid(f"dataset {dataset.pk} is private to another user: the run's owner and "
                                 "readers would see its prompts; pick one the run's owner can read", field="dataset")
 
@@ -359,14 +360,19 @@ def evaluation_errors(error: str, error_log: str = "") -> tuple[str, str]:
 
 def evaluation_finish(*, evaluation_id: int, status: str, error: str = "", error_log: str = "",
                       outcome: jobs.Outcome | None = None,
-                      only_from: frozenset = ACTIVE_EVALUATION_STATUSES, unsubmitted: bool = False) -> bool:
+                      only_from: frozenset = ACTIVE_EVALUATION_STATUSES, unsubmitted: str | None = None) -> bool:
     """End an evaluation (once: only from `only_from`), storing the job's results and samples when
     given, and a failure's reason and detail apart (`evaluation_errors`). With `unsubmitted` (the
-    reconcile ending one whose submit task it thinks lost), only while it still has no Ray submission:
-    a submit task that got there meanwhile wins. Returns whether it moved."""
+    reconcile ending one whose submit task it thinks lost: the submission id Ray had no job under),
+    only while, under the row's lock, it still has no recorded submission and Ray still has no such
+    job: a submit task that got there meanwhile wins. Returns whether it moved."""
+    from rlstudio.runs import ray_jobs
+
     with transaction.atomic():
         ev = Evaluation.objects.select_for_update().filter(pk=evaluation_id).first()
-        if ev is None or ev.status not in only_from or (unsubmitted and ev.ray_submission_id):
+        if ev is None or ev.status not in only_from:
+            return False
+        if unsubmitted and (ev.ray_submission_id or ray_jobs.job_info(unsubmitted) is not None):
             return False
         ev.error, ev.error_log = evaluation_errors(error, error_log)
         ev.status, ev.finished = status, timezone.now()

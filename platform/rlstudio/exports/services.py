@@ -166,20 +166,35 @@ def _send(export: Export) -> Exception | None:
     """Send `export`'s task to the workers' queue and note when (None, or the broker's error)."""
     from rlstudio.config.celery import publish
 
-    Export.objects.filter(pk=export.pk).update(sent=timezone.now())
-    return publish("exports.run_export", export.pk)
+    error = publish("exports.run_export", export.pk)
+    if error is None:
+        Export.objects.filter(pk=export.pk).update(sent=timezone.now())
+    return error
 
 
-def _finish(export: Export, *, status: str, error: str = "", error_log: str = "", **fields) -> None:
+def _still_mine(export: Export) -> bool:
+    """Whether the export is still the run this worker started (`running` since its `started`): not
+    failed by the recovery meanwhile (its connection, and so its work lock, was lost) nor asked again."""
+    return Export.objects.filter(pk=export.pk, status=ExportStatus.RUNNING, started=export.started).exists()
+
+
+def _finish(export: Export, *, status: str, error: str = "", error_log: str = "", mine: bool = False,
+            **fields) -> bool:
     """End `export`: a failure's reason as `error`, its server paths replaced (whoever reads the run
     reads it), and its detail as `error_log` (the error as it was, the traceback: the run's owner's
-    and staff's; `rlstudio.runs.failure.stored_error`), both bounded and without NUL characters."""
+    and staff's; `rlstudio.runs.failure.stored_error`), both bounded and without NUL characters. With
+    `mine` (the worker ending its run), only while `_still_mine`. Returns whether it was ended."""
     reason, detail = stored_error(error, error_log)
-    export.status, export.finished = status, timezone.now()
-    export.error, export.error_log = without_nul(reason[:4000]), without_nul(detail[-MAX_ERROR_LOG:])
-    for name, value in fields.items():
-        setattr(export, name, value)
-    export.save(update_fields=["status", "error", "error_log", "finished", *fields])
+    with transaction.atomic():
+        if mine and not Export.objects.select_for_update(of=("self",)).filter(
+                pk=export.pk, status=ExportStatus.RUNNING, started=export.started).exists():
+            return False
+        export.status, export.finished = status, timezone.now()
+        export.error, export.error_log = without_nul(reason[:4000]), without_nul(detail[-MAX_ERROR_LOG:])
+        for name, value in fields.items():
+            setattr(export, name, value)
+        export.save(update_fields=["status", "error", "error_log", "finished", *fields])
+    return True
 
 
 def export_execute(*, export_id: int) -> str:
@@ -220,19 +235,22 @@ def _execute_held(export_id: int) -> str:
             raise FileNotFoundError("the run's exports folder leads outside the run's folder")
         info = export_checkpoint(run.config, steps[export.step], out, base_model_name=run.model.name)
         write_card(run=run, step=export.step, folder=out, lora=info["lora"])
+        if not _still_mine(export):  # failed by the recovery meanwhile (this worker lost its connection)
+            return "superseded"
         model = model_register(owner=run.owner, name=f"{run.name} (run {run.pk}, step {export.step})",
                                path=str(out / MODEL_DIR), source=ModelAsset.Source.RUN_EXPORT, source_run=run,
                                roots=[folder])
     except CatalogRefused as exc:
-        _finish(export, status=ExportStatus.FAILED, error=f"the catalog refused the export: {exc}")
+        _finish(export, status=ExportStatus.FAILED, error=f"the catalog refused the export: {exc}", mine=True)
         return "failed"
     except Exception as exc:  # the export fails with the reason (and its traceback); the worker goes on
-        _finish(export, status=ExportStatus.FAILED, error=f"{type(exc).__name__}: {exc}",
+        _finish(export, status=ExportStatus.FAILED, error=f"{type(exc).__name__}: {exc}", mine=True,
                 error_log=traceback.format_exc().rstrip("\n"))
         return "failed"
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    _finish(export, status=ExportStatus.SUCCEEDED, lora=info["lora"], files=files, size_bytes=archive_size(out),
-            model=model)
+    if not _finish(export, status=ExportStatus.SUCCEEDED, mine=True, lora=info["lora"], files=files,
+                   size_bytes=archive_size(out), model=model):
+        return "superseded"
     return "succeeded"
 
 
@@ -292,6 +310,6 @@ def export_recover(*, resend_after_s: float | None = None) -> dict[str, list[int
             if not free:
                 continue
         if _send(export) is not None:
-            break  # the broker is down: the next pass tries again
+            break  # the broker is down: the next pass tries again (`sent` is kept as it was)
         resent.append(export.pk)
     return {"failed": failed, "resent": resent}

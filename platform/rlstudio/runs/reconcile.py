@@ -211,7 +211,7 @@ def _reconcile_unsubmitted(run: Run, *, now: datetime) -> str | None:
              f"{timeout:.0f} s apart, and Ray never received job {submission_id}. Is a Celery worker "
              f"running, and can it reach Ray at RAY_ADDRESS? Its log says more.")
     try:
-        return S.FAILED if run_fail_unsubmitted(run=run, error=error) else None
+        return S.FAILED if run_fail_unsubmitted(run=run, error=error, submission_id=submission_id) else None
     except IllegalTransition as exc:
         log.info("reconcile: %s", exc)
         return None

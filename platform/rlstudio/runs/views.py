@@ -164,7 +164,8 @@ def _form(request, data=None):
         initial.update(relaunch_initial(user=request.user, run_id=request.GET["from"], choices={
             "datasets": datasets, "models": models.filter(kind="policy"), "reward_models": models.filter(kind="reward"),
             "tool_sets": set(tool_set_names()), "projects": {str(pk) for pk, _name in projects}}))
-    if data is None:  # the one dataset (model) the user can pick is picked, unless the address named one
+    if data is None and "from" not in request.GET:  # the one dataset (model) the user can pick is picked,
+        # unless the address named one (or a run to start from: its own is shown, or none)
         for name, choices in (("dataset", datasets), ("model", models.filter(kind="policy"))):
             only = [] if name in initial or name in request.GET else list(choices.values_list("pk", flat=True)[:2])
             if len(only) == 1:

@@ -38,8 +38,9 @@ def run_hints(rows: Sequence[Mapping[str, Any]], *, max_response_length: Any = N
             "answers are shorter.")})
     if _all_at_least(last, "critic/zero_adv_group_ratio", NO_SIGNAL_SHARE):
         hints.append({"kind": "no_signal", "text": (
-            f"In {steps} every group's samples scored the same (critic/zero_adv_group_ratio 1.0): every "
-            "advantage is 0, so the reward teaches the policy nothing. Prompts all too hard (or all too "
+            f"In {steps} every group's samples scored the same (critic/zero_adv_group_ratio 1.0): with a "
+            "group-relative advantage (GRPO, RLOO and the like) every advantage is 0, so the reward teaches "
+            "the policy nothing. Prompts all too hard (or all too "
             "easy) for the model do this: start from a model that solves some of them, or raise "
             "actor_rollout_ref.rollout.n so that a group is more likely to differ.")})
     return hints

@@ -109,3 +109,22 @@ def test_the_beat_runs_the_recovery_every_30_seconds():
     assert tasks.recover.name in app.tasks  # (reading the tasks finalizes the app, which sets its schedule)
     entry = app.conf.beat_schedule["exports-recover"]
     assert entry["task"] == "exports.recover" and entry["schedule"] == 30.0
+
+
+def test_a_worker_whose_export_was_failed_meanwhile_ends_nothing(alice, run, published, monkeypatch):
+    """A worker that lost its connection (and so its lock) while exporting finds, at its end, that the
+    recovery failed its export and the user asked again: it neither registers nor ends the new run."""
+    from rlstudio.config import celery
+    from rlstudio.exports import services
+
+    started = timezone.now() - timedelta(minutes=5)
+    export = Export.objects.create(run=run, owner=alice, step=1, status=ExportStatus.RUNNING, started=started)
+    Export.objects.filter(pk=export.pk).update(status=ExportStatus.QUEUED, started=None)  # failed, asked again
+    assert not services._still_mine(export)
+    assert not services._finish(export, status=ExportStatus.SUCCEEDED, mine=True)
+    export.refresh_from_db()
+    assert export.status == ExportStatus.QUEUED and export.finished is None
+    # a send the broker refuses keeps `sent` as it was: the next pass tries again
+    monkeypatch.setattr(celery, "publish", lambda name, *args: ConnectionError("broker down"))
+    before = Export.objects.get(pk=export.pk).sent
+    assert isinstance(services._send(export), ConnectionError) and Export.objects.get(pk=export.pk).sent == before

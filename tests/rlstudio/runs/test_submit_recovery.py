@@ -134,8 +134,18 @@ def test_a_submit_task_that_was_slow_not_lost_wins_over_the_reconciles_failure(s
     assert reconcile_run(Run.objects.get(pk=submitting.pk)) is None
     run = Run.objects.get(pk=submitting.pk)
     assert run.status == S.SUBMITTING and run.ray_submission_id and not run.error
-    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: None)
+    # a submit task that died after Ray took its job (nothing recorded): Ray is asked again under the lock
+    asked = []
+
+    def job_info_later(sid):  # none when the reconcile asks first, the job when it asks under the lock
+        asked.append(sid)
+        return None if len(asked) == 1 else ray_jobs.JobInfo(sid, ray_jobs.RUNNING, "", None)
+
     Run.objects.filter(pk=run.pk).update(ray_submission_id=None)
+    monkeypatch.setattr(ray_jobs, "job_info", job_info_later)
+    assert reconcile_run(Run.objects.get(pk=run.pk)) is None and len(asked) == 2
+    assert Run.objects.get(pk=run.pk).status == S.SUBMITTING  # the next pass adopts the job
+    monkeypatch.setattr(ray_jobs, "job_info", lambda sid: None)
     assert reconcile_run(Run.objects.get(pk=run.pk)) == S.FAILED  # really lost: failed, saying so
     assert "not submitted to Ray" in Run.objects.get(pk=run.pk).error
 

@@ -198,13 +198,17 @@ def run_mark_running(*, run: Run) -> Run:
     return run_transition(run=run, to=S.RUNNING) if run.status == S.SUBMITTING else run
 
 
-def run_fail_unsubmitted(*, run: Run, error: str) -> bool:
-    """Fail a run whose submit task the reconcile thinks lost, only while it still has no Ray
-    submission: a submit task that was slow, not lost, may have put the job on Ray meanwhile (its
-    commit waits on the row's lock), and then wins (False; the next pass follows the job)."""
+def run_fail_unsubmitted(*, run: Run, error: str, submission_id: str) -> bool:
+    """Fail a run whose submit task the reconcile thinks lost (Ray had no job `submission_id`), only
+    while, under the row's lock, it still has no recorded submission and Ray still has no such job: a
+    submit task that was slow, not lost, may have put the job on Ray meanwhile (its commit waits on
+    the row's lock, or it died after Ray took the job), and then the job wins (False; the next pass
+    follows or adopts it)."""
+    from .. import ray_jobs
+
     with transaction.atomic():
         locked = Run.objects.select_for_update(no_key=True).filter(pk=run.pk).first()
-        if locked is None or locked.ray_submission_id:
+        if locked is None or locked.ray_submission_id or ray_jobs.job_info(submission_id) is not None:
             return False
         run_mark_finished(run=run, to=S.FAILED, error=error)
     return True
