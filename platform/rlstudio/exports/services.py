@@ -186,7 +186,7 @@ def _finish(export: Export, *, status: str, error: str = "", error_log: str = ""
     `mine` (the worker ending its run), only while `_still_mine`. Returns whether it was ended."""
     reason, detail = stored_error(error, error_log)
     with transaction.atomic():
-        if mine and not Export.objects.select_for_update(of=("self",)).filter(
+        if mine and not Export.objects.select_for_update(of=("self",), no_key=True).filter(
                 pk=export.pk, status=ExportStatus.RUNNING, started=export.started).exists():
             return False
         export.status, export.finished = status, timezone.now()
