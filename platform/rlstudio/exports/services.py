@@ -172,10 +172,14 @@ def _send(export: Export) -> Exception | None:
     return error
 
 
+def _mine(export: Export):
+    """The export's row while it is still the run this worker started (`running` since its `started`):
+    not failed by the recovery meanwhile (its connection, and so its work lock, was lost) nor asked again."""
+    return Export.objects.filter(pk=export.pk, status=ExportStatus.RUNNING, started=export.started)
+
+
 def _still_mine(export: Export) -> bool:
-    """Whether the export is still the run this worker started (`running` since its `started`): not
-    failed by the recovery meanwhile (its connection, and so its work lock, was lost) nor asked again."""
-    return Export.objects.filter(pk=export.pk, status=ExportStatus.RUNNING, started=export.started).exists()
+    return _mine(export).exists()
 
 
 def _finish(export: Export, *, status: str, error: str = "", error_log: str = "", mine: bool = False,
@@ -186,8 +190,7 @@ def _finish(export: Export, *, status: str, error: str = "", error_log: str = ""
     `mine` (the worker ending its run), only while `_still_mine`. Returns whether it was ended."""
     reason, detail = stored_error(error, error_log)
     with transaction.atomic():
-        if mine and not Export.objects.select_for_update(of=("self",), no_key=True).filter(
-                pk=export.pk, status=ExportStatus.RUNNING, started=export.started).exists():
+        if mine and not _mine(export).select_for_update(of=("self",), no_key=True).exists():
             return False
         export.status, export.finished = status, timezone.now()
         export.error, export.error_log = without_nul(reason[:4000]), without_nul(detail[-MAX_ERROR_LOG:])
